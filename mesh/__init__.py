@@ -1,0 +1,77 @@
+"""agent-mesh: agents talking to agents.
+
+RPC correlated by id over stdio, HTTP and WebSocket, with deadlines, cancellation,
+progress and heartbeats; an SDK for writing agents; a registry, an orchestrator,
+a daemon and conversation rooms built on top.
+"""
+
+from mesh._agent import Agent, Tool
+from mesh._connect import connect_stdio
+from mesh._errors import (
+    AgentUnavailable,
+    CallTimeout,
+    ConnectionLost,
+    ErrorCode,
+    InvalidParams,
+    MeshError,
+    MessageTooLarge,
+    MethodNotFound,
+    ProtocolError,
+    RemoteError,
+    ToolError,
+    Unauthorized,
+)
+from mesh._peer import Peer, RequestContext, RequestHandler, open_peer, serve_peer
+from mesh._protocol import (
+    MESH_CODEC,
+    Codec,
+    ErrorInfo,
+    Heartbeat,
+    MeshCodec,
+    Message,
+    Notification,
+    Request,
+    RequestId,
+    Response,
+)
+from mesh._runner import run_agent
+from mesh._session import SessionConfig, SessionStatistics
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MESH_CODEC",
+    "Agent",
+    "AgentUnavailable",
+    "CallTimeout",
+    "Codec",
+    "ConnectionLost",
+    "ErrorCode",
+    "ErrorInfo",
+    "Heartbeat",
+    "InvalidParams",
+    "MeshCodec",
+    "MeshError",
+    "Message",
+    "MessageTooLarge",
+    "MethodNotFound",
+    "Notification",
+    "Peer",
+    "ProtocolError",
+    "RemoteError",
+    "Request",
+    "RequestContext",
+    "RequestHandler",
+    "RequestId",
+    "Response",
+    "SessionConfig",
+    "SessionStatistics",
+    "Tool",
+    "ToolError",
+    "Unauthorized",
+    "__version__",
+    "connect_stdio",
+    "open_peer",
+    "run_agent",
+    "serve_peer",
+]

@@ -1,0 +1,269 @@
+"""The agent SDK: plain functions become tools any peer can list and call.
+
+::
+
+    agent = Agent("echo", description="Says things back.")
+
+    @agent.tool
+    async def echo(message: str) -> dict[str, str]:
+        "Return the message unchanged."
+        return {"message": message}
+
+Arguments are validated against the function's type hints (msgspec), and
+``tools/list`` publishes a JSON Schema derived from the same hints. A parameter
+annotated :class:`~mesh.RequestContext` receives the request's context (to report
+progress, or to call back). The same agent serves any transport.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar, get_type_hints, overload
+
+import msgspec
+import structlog
+
+from mesh._errors import InvalidParams, MeshError, MethodNotFound, ToolError
+from mesh._peer import Peer, RequestContext, serve_peer
+from mesh._protocol import now_ms
+from mesh._session import SessionConfig
+from transports import FrameStream
+
+__all__ = ["Agent", "Tool"]
+
+log = structlog.get_logger("mesh.agent")
+
+F = TypeVar("F", bound=Callable[..., Any])
+NotificationHandler = Callable[[Peer, Any], Awaitable[None]]
+
+_PATH: Final = re.compile(r"at `\$")
+
+
+class _ToolCall(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    arguments: dict[str, Any] = {}
+
+
+def _invalid(prefix: str, exc: msgspec.ValidationError, where: str) -> InvalidParams:
+    text = _PATH.sub(f"at `{where}", str(exc))
+    return InvalidParams(f"{prefix}: {text}")
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """One tool: its function, argument struct and published schema."""
+
+    name: str
+    description: str
+    function: Callable[..., Any]
+    arguments_type: type[msgspec.Struct]
+    context_parameter: str | None
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None = None
+    fields: tuple[str, ...] = field(default=())
+
+    def describe(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+        }
+        if self.output_schema is not None:
+            entry["outputSchema"] = self.output_schema
+        return entry
+
+    async def invoke(self, ctx: RequestContext, arguments: Any) -> Any:
+        try:
+            args = msgspec.convert(arguments, self.arguments_type, strict=True)
+        except msgspec.ValidationError as exc:
+            raise _invalid(
+                f"invalid arguments for tool {self.name!r}", exc, "$.payload.params.arguments"
+            ) from None
+        kwargs = {name: getattr(args, name) for name in self.fields}
+        if self.context_parameter is not None:
+            kwargs[self.context_parameter] = ctx
+        try:
+            result = self.function(**kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+        except MeshError:
+            raise
+        except Exception as exc:
+            log.info("agent.tool_failed", tool=self.name, error=repr(exc))
+            raise ToolError(str(exc) or type(exc).__name__, data={"type": type(exc).__name__}) from exc
+        return result
+
+
+def _schema_of(tp: Any) -> dict[str, Any]:
+    """A self-contained JSON Schema: the top-level $ref inlined, $defs kept for nesting."""
+    schema = msgspec.json.schema(tp)
+    ref = schema.get("$ref")
+    defs: dict[str, Any] = schema.get("$defs", {})
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        name = ref.removeprefix("#/$defs/")
+        top = dict(defs.pop(name))
+        top.pop("title", None)
+        if defs:
+            top["$defs"] = defs
+        return top
+    return schema
+
+
+def build_tool(function: Callable[..., Any], *, name: str | None, description: str | None) -> Tool:
+    tool_name = name or function.__name__
+    hints = get_type_hints(function, include_extras=True)
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+    context_parameter = None
+    for parameter in inspect.signature(function).parameters.values():
+        annotation = hints.get(parameter.name, Any)
+        if annotation is RequestContext:
+            context_parameter = parameter.name
+            continue
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD, parameter.POSITIONAL_ONLY):
+            raise TypeError(f"tool {tool_name!r}: parameter {parameter.name!r} must be a plain keyword")
+        if parameter.default is parameter.empty:
+            fields.append((parameter.name, annotation))
+        else:
+            fields.append((parameter.name, annotation, parameter.default))
+    arguments_type = msgspec.defstruct(
+        f"{tool_name}_arguments", fields, kw_only=True, forbid_unknown_fields=True
+    )
+    returns = hints.get("return", Any)
+    output_schema = None if returns in (Any, None, type(None)) else _schema_of(returns)
+    return Tool(
+        name=tool_name,
+        description=inspect.cleandoc(description or function.__doc__ or ""),
+        function=function,
+        arguments_type=arguments_type,
+        context_parameter=context_parameter,
+        input_schema=_schema_of(arguments_type),
+        output_schema=output_schema,
+        fields=tuple(f[0] for f in fields),
+    )
+
+
+class Agent:
+    """A set of tools, methods and notification handlers served over any transport.
+
+    Built-in methods: ``ping``, ``tools/list``, ``tools/call``, ``agent/info``.
+    """
+
+    def __init__(
+        self,
+        id: str,
+        *,
+        name: str | None = None,
+        description: str = "",
+        version: str = "0.1.0",
+        capabilities: Iterable[str] = (),
+    ) -> None:
+        self.id = id
+        self.name = name or id
+        self.description = description
+        self.version = version
+        self.capabilities = frozenset(capabilities)
+        self._tools: dict[str, Tool] = {}
+        self._methods: dict[str, Callable[[RequestContext, Any], Awaitable[Any]]] = {
+            "ping": self._ping,
+            "tools/list": self._list_tools,
+            "tools/call": self._call_tool,
+            "agent/info": self._info,
+        }
+        self._notification_handlers: dict[str, NotificationHandler] = {}
+
+    # -- declaring -------------------------------------------------------------------------
+
+    @overload
+    def tool(self, function: F, /) -> F: ...
+
+    @overload
+    def tool(self, *, name: str | None = None, description: str | None = None) -> Callable[[F], F]: ...
+
+    def tool(
+        self, function: F | None = None, /, *, name: str | None = None, description: str | None = None
+    ) -> F | Callable[[F], F]:
+        """Register a function as a tool (usable bare or with ``name=``/``description=``)."""
+
+        def register(fn: F) -> F:
+            built = build_tool(fn, name=name, description=description)
+            if built.name in self._tools:
+                raise ValueError(f"agent {self.id!r} already has a tool named {built.name!r}")
+            self._tools[built.name] = built
+            return fn
+
+        return register(function) if function is not None else register
+
+    def method(self, name: str) -> Callable[[F], F]:
+        """Register a handler for a custom method: ``async def handler(ctx, params)``."""
+
+        def register(fn: F) -> F:
+            if name in self._methods:
+                raise ValueError(f"agent {self.id!r} already handles {name!r}")
+            self._methods[name] = fn
+            return fn
+
+        return register
+
+    def on_notification(self, method: str) -> Callable[[F], F]:
+        """Register ``async def handler(peer, params)`` for a notification."""
+
+        def register(fn: F) -> F:
+            self._notification_handlers[method] = fn
+            return fn
+
+        return register
+
+    @property
+    def tools(self) -> dict[str, Tool]:
+        return dict(self._tools)
+
+    # -- serving ----------------------------------------------------------------------------
+
+    async def serve(self, stream: FrameStream, *, config: SessionConfig | None = None) -> None:
+        """Serve this agent on one stream until it closes."""
+        await serve_peer(stream, self, config=config)
+
+    async def handle_request(self, ctx: RequestContext, method: str, params: Any) -> Any:
+        handler = self._methods.get(method)
+        if handler is None:
+            raise MethodNotFound(f"agent {self.id!r} has no method {method!r}")
+        return await handler(ctx, params)
+
+    async def handle_notification(self, peer: Peer, method: str, params: Any) -> None:
+        handler = self._notification_handlers.get(method)
+        if handler is None:
+            log.debug("agent.notification_ignored", method=method)
+            return
+        await handler(peer, params)
+
+    # -- built-in methods --------------------------------------------------------------------
+
+    async def _ping(self, ctx: RequestContext, params: Any) -> dict[str, Any]:
+        return {"agent": self.id, "timestamp": now_ms()}
+
+    async def _list_tools(self, ctx: RequestContext, params: Any) -> dict[str, Any]:
+        return {"tools": [tool.describe() for tool in self._tools.values()]}
+
+    async def _info(self, ctx: RequestContext, params: Any) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "description": self.description,
+            "version": self.version,
+            "capabilities": sorted(self.capabilities),
+            "tools": list(self._tools),
+        }
+
+    async def _call_tool(self, ctx: RequestContext, params: Any) -> Any:
+        try:
+            call = msgspec.convert(params, _ToolCall, strict=True)
+        except msgspec.ValidationError as exc:
+            raise _invalid("invalid tools/call params", exc, "$.payload.params") from None
+        tool = self._tools.get(call.name)
+        if tool is None:
+            known = ", ".join(sorted(self._tools)) or "none"
+            raise MethodNotFound(f"agent {self.id!r} has no tool named {call.name!r} (tools: {known})")
+        return await tool.invoke(ctx, call.arguments)

@@ -1,0 +1,73 @@
+"""Opening a :class:`~mesh.Peer` to an agent in one step, per transport."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+from mesh._errors import CallTimeout, MethodNotFound
+from mesh._peer import Peer, RequestHandler, open_peer
+from mesh._session import SessionConfig
+from transports import DEFAULT_MAX_FRAME_SIZE, open_stdio_process
+
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "connect_stdio", "handshake"]
+
+#: Starting a Python agent takes a few hundred milliseconds; ten seconds allows
+#: for a loaded machine without letting a wedged start-up hang the caller.
+DEFAULT_CONNECT_TIMEOUT: Final = 10.0
+
+
+async def handshake(peer: Peer, *, timeout: float) -> dict[str, Any]:
+    """Ask the new peer who it is (``agent/info``); proves it is up and speaking the protocol.
+
+    A peer that answers ``agent/info`` with "method not found" is alive all the
+    same; its info is then empty.
+    """
+    try:
+        info = await peer.call("agent/info", timeout=timeout)
+    except MethodNotFound:
+        return {}
+    except CallTimeout as exc:
+        raise CallTimeout(
+            f"agent did not answer within {timeout:g} s of connecting",
+            agent=peer.agent,
+            method="agent/info",
+            transport=peer.info.kind,
+        ) from exc
+    peer.remote_info = info if isinstance(info, dict) else {}
+    return peer.remote_info
+
+
+@asynccontextmanager
+async def connect_stdio(
+    command: str,
+    args: Sequence[str] = (),
+    *,
+    env: Mapping[str, str] | None = None,
+    inherit_env: bool = False,
+    cwd: str | os.PathLike[str] | None = None,
+    agent: str | None = None,
+    config: SessionConfig | None = None,
+    handler: RequestHandler | None = None,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+) -> AsyncIterator[Peer]:
+    """Spawn an agent program and talk to it over its stdin/stdout.
+
+    Returns once the agent has answered ``agent/info`` (see :func:`handshake`);
+    an agent that dies while starting raises :class:`~mesh.ConnectionLost` with
+    its exit status and last stderr lines. ``agent`` names it in errors
+    (default: the command's file name).
+    """
+    max_frame_size = config.max_frame_size if config else DEFAULT_MAX_FRAME_SIZE
+    async with (
+        open_stdio_process(
+            command, args, env=env, inherit_env=inherit_env, cwd=cwd, max_frame_size=max_frame_size
+        ) as stream,
+        open_peer(
+            stream, handler=handler, config=config, agent=agent or os.path.basename(command)
+        ) as peer,
+    ):
+        await handshake(peer, timeout=connect_timeout)
+        yield peer

@@ -1,0 +1,191 @@
+"""Error codes and the one exception tree of the mesh.
+
+::
+
+    MeshError                       anything the mesh raises on purpose
+    ├── RemoteError                 the peer answered a call with an error
+    │   ├── MethodNotFound          -32601  no such method or tool
+    │   ├── InvalidParams           -32602  arguments failed validation
+    │   └── ToolError               -32000  the handler raised
+    ├── CallTimeout                 -32001  the call's deadline passed (also a TimeoutError)
+    ├── ConnectionLost              -32003  the link died: closed, child exited, peer silent
+    ├── AgentUnavailable            -32004  unknown agent, or known to be offline
+    ├── Unauthorized                -32005  missing, wrong or revoked token
+    ├── MessageTooLarge             -32006  a frame over the size limit
+    └── ProtocolError               -32700 / -32600  a frame that does not decode or validate
+
+Errors a peer sends us become the class that matches their code, so a timeout
+reported by a router is a :class:`CallTimeout` here too. Every error can carry the
+agent, method and transport it concerns; ``str()`` names them.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, ClassVar
+
+__all__ = [
+    "AgentUnavailable",
+    "CallTimeout",
+    "ConnectionLost",
+    "ErrorCode",
+    "InvalidParams",
+    "MeshError",
+    "MessageTooLarge",
+    "MethodNotFound",
+    "ProtocolError",
+    "RemoteError",
+    "ToolError",
+    "Unauthorized",
+    "error_from_code",
+]
+
+
+class ErrorCode(enum.IntEnum):
+    """Every error code on the wire. JSON-RPC's where one fits, then the mesh's own."""
+
+    PARSE_ERROR = -32700
+    """The frame is not valid JSON (or not UTF-8)."""
+    INVALID_REQUEST = -32600
+    """The frame is JSON but not a valid message; the message names the path."""
+    METHOD_NOT_FOUND = -32601
+    """No such method, or no such tool for ``tools/call``."""
+    INVALID_PARAMS = -32602
+    """The params or tool arguments failed validation; the message names the path."""
+    INTERNAL_ERROR = -32603
+    """A bug in the mesh itself on the answering side."""
+    TOOL_ERROR = -32000
+    """The handler raised; the message is the handler's."""
+    TIMEOUT = -32001
+    """The call's deadline passed."""
+    CANCELLED = -32002
+    """The caller cancelled the call."""
+    CONNECTION_LOST = -32003
+    """The connection to the agent closed or its process exited."""
+    UNAVAILABLE = -32004
+    """The agent is not known, or is known to be offline."""
+    UNAUTHORIZED = -32005
+    """Missing, wrong or revoked credentials."""
+    TOO_LARGE = -32006
+    """A message exceeded the size limit."""
+
+
+class MeshError(Exception):
+    """Base of every error the mesh raises on purpose."""
+
+    default_code: ClassVar[int] = ErrorCode.INTERNAL_ERROR
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        agent: str | None = None,
+        method: str | None = None,
+        transport: str | None = None,
+        data: Any = None,
+        code: int | None = None,
+    ) -> None:
+        self.code = self.default_code if code is None else code
+        self.message = message
+        self.agent = agent
+        self.method = method
+        self.transport = transport
+        self.data = data
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        where = []
+        if self.method is not None:
+            where.append(f"method {self.method!r}")
+        if self.agent is not None:
+            where.append(f"agent {self.agent!r}")
+        if self.transport is not None:
+            where.append(f"over {self.transport}")
+        return f"{self.message} ({', '.join(where)})" if where else self.message
+
+    def with_context(
+        self, *, agent: str | None = None, method: str | None = None, transport: str | None = None
+    ) -> MeshError:
+        """Fill in whatever context is still missing; returns ``self``."""
+        self.agent = self.agent if self.agent is not None else agent
+        self.method = self.method if self.method is not None else method
+        self.transport = self.transport if self.transport is not None else transport
+        return self
+
+
+class RemoteError(MeshError):
+    """The peer answered with an error; ``code`` is the code it sent."""
+
+    default_code = ErrorCode.TOOL_ERROR
+
+
+class MethodNotFound(RemoteError):
+    default_code = ErrorCode.METHOD_NOT_FOUND
+
+
+class InvalidParams(RemoteError):
+    default_code = ErrorCode.INVALID_PARAMS
+
+
+class ToolError(RemoteError):
+    """Raise this in a handler to answer with a chosen message (and code, via ``data``)."""
+
+    default_code = ErrorCode.TOOL_ERROR
+
+
+class CallTimeout(MeshError, TimeoutError):
+    default_code = ErrorCode.TIMEOUT
+
+
+class ConnectionLost(MeshError):
+    """The link to the agent is gone; ``exit_code``/``close_code`` say how, when known."""
+
+    default_code = ErrorCode.CONNECTION_LOST
+    exit_code: int | None = None
+    close_code: int | None = None
+    stderr_tail: tuple[str, ...] = ()
+
+
+class AgentUnavailable(MeshError):
+    default_code = ErrorCode.UNAVAILABLE
+
+
+class Unauthorized(MeshError):
+    default_code = ErrorCode.UNAUTHORIZED
+
+
+class MessageTooLarge(MeshError):
+    default_code = ErrorCode.TOO_LARGE
+
+
+class ProtocolError(MeshError):
+    default_code = ErrorCode.INVALID_REQUEST
+
+
+_BY_CODE: dict[int, type[MeshError]] = {
+    ErrorCode.PARSE_ERROR: ProtocolError,
+    ErrorCode.INVALID_REQUEST: ProtocolError,
+    ErrorCode.METHOD_NOT_FOUND: MethodNotFound,
+    ErrorCode.INVALID_PARAMS: InvalidParams,
+    ErrorCode.TOOL_ERROR: ToolError,
+    ErrorCode.TIMEOUT: CallTimeout,
+    ErrorCode.CANCELLED: RemoteError,
+    ErrorCode.CONNECTION_LOST: ConnectionLost,
+    ErrorCode.UNAVAILABLE: AgentUnavailable,
+    ErrorCode.UNAUTHORIZED: Unauthorized,
+    ErrorCode.TOO_LARGE: MessageTooLarge,
+}
+
+
+def error_from_code(
+    code: int,
+    message: str,
+    *,
+    agent: str | None = None,
+    method: str | None = None,
+    transport: str | None = None,
+    data: Any = None,
+) -> MeshError:
+    """The exception for an error a peer sent us. Unknown codes become :class:`RemoteError`."""
+    cls = _BY_CODE.get(code, RemoteError)
+    return cls(message, agent=agent, method=method, transport=transport, data=data, code=code)

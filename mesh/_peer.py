@@ -1,0 +1,401 @@
+"""Drives a :class:`~mesh._session.Session` over a frame stream with anyio.
+
+Three background tasks own the connection — a reader, one writer (every frame
+queued while a write is in flight goes out in the next single write: pipelining
+needs one writer, PERFORMANCE.md lesson 2) and a clock that fires deadlines and
+heartbeats — plus one task per incoming request. They all live in a task group
+that :func:`open_peer` owns; nothing outlives its ``async with``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Final, Protocol
+
+import anyio
+import anyio.abc
+import structlog
+
+from mesh._errors import ConnectionLost, ErrorCode, MeshError
+from mesh._protocol import MESH_CODEC, Codec, RequestId
+from mesh._session import (
+    CallDone,
+    CancelRequested,
+    Event,
+    IncomingNotification,
+    IncomingRequest,
+    ProgressReported,
+    Session,
+    SessionConfig,
+    SessionStatistics,
+)
+from transports import FrameStream, FrameTooLarge, TransportClosed, TransportInfo
+
+__all__ = ["Peer", "RequestContext", "RequestHandler", "open_peer", "serve_peer"]
+
+log = structlog.get_logger("mesh.peer")
+
+#: On close, queued frames (a ``cancelled``, a last response) get this long to leave.
+FLUSH_ON_CLOSE: Final = 0.5
+
+ProgressCallback = Callable[[Mapping[str, Any]], None]
+
+
+class RequestHandler(Protocol):
+    """What serves a peer's requests; :class:`mesh.Agent` is one."""
+
+    async def handle_request(self, ctx: RequestContext, method: str, params: Any) -> Any: ...
+
+    async def handle_notification(self, peer: Peer, method: str, params: Any) -> None: ...
+
+
+class RequestContext:
+    """Handed to a request's handler: who asked, and a way to report progress."""
+
+    __slots__ = ("method", "peer", "request_id")
+
+    def __init__(self, peer: Peer, request_id: RequestId, method: str) -> None:
+        self.peer = peer
+        self.request_id = request_id
+        self.method = method
+
+    def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Tell the caller we are alive (this also extends the call's deadline)."""
+        self.peer._session.report_progress(self.request_id, progress, total, message)
+        self.peer._wake_writer()
+
+    def notify_nowait(self, method: str, params: Any = None) -> None:
+        """Send the caller a notification without waiting (safe while cancelled)."""
+        self.peer.notify_nowait(method, params)
+
+
+class _Waiter:
+    __slots__ = ("error", "event", "on_progress", "result")
+
+    def __init__(self, on_progress: ProgressCallback | None) -> None:
+        self.event = anyio.Event()
+        self.result: Any = None
+        self.error: MeshError | None = None
+        self.on_progress = on_progress
+
+
+class Peer:
+    """One live connection: call the other side, and serve its calls if given a handler."""
+
+    def __init__(
+        self,
+        stream: FrameStream,
+        *,
+        handler: RequestHandler | None = None,
+        config: SessionConfig | None = None,
+        codec: Codec = MESH_CODEC,
+        agent: str | None = None,
+    ) -> None:
+        info = stream.info
+        if config is None:
+            config = SessionConfig(max_frame_size=stream.max_frame_size)
+        self._stream = stream
+        self._handler = handler
+        self._session = Session(
+            now=anyio.current_time(), config=config, codec=codec, agent=agent, transport=info.kind
+        )
+        self._waiters: dict[RequestId, _Waiter] = {}
+        self._handlers: dict[RequestId, anyio.CancelScope] = {}
+        self._send_wakeup = anyio.Event()
+        self._clock_wakeup = anyio.Event()
+        self._clock_target = math.inf
+        self._closed = anyio.Event()
+        self._tasks: anyio.abc.TaskGroup | None = None
+        self._background = anyio.CancelScope()
+        #: What the peer said of itself in the handshake (``agent/info``), if any.
+        self.remote_info: dict[str, Any] = {}
+
+    # -- what callers use --------------------------------------------------------------------
+
+    @property
+    def info(self) -> TransportInfo:
+        return self._stream.info
+
+    @property
+    def stream(self) -> FrameStream:
+        """The transport stream underneath (e.g. a stdio stream's ``pid``)."""
+        return self._stream
+
+    @property
+    def agent(self) -> str | None:
+        return self._session.agent
+
+    @property
+    def closed(self) -> bool:
+        return self._session.closed
+
+    @property
+    def close_error(self) -> ConnectionLost | None:
+        return self._session.close_error
+
+    def statistics(self) -> SessionStatistics:
+        return self._session.statistics()
+
+    async def call(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Any:
+        """Call ``method`` on the peer and return its result.
+
+        Raises :class:`~mesh.CallTimeout` when the deadline passes (the peer is told
+        ``cancelled``), :class:`~mesh.ConnectionLost` when the link dies first, and the
+        matching :class:`~mesh.RemoteError` when the peer answers with an error.
+        Cancelling the calling task also tells the peer ``cancelled``.
+        """
+        session = self._session
+        rid = session.send_request(method, params, now=anyio.current_time(), timeout=timeout)
+        waiter = _Waiter(on_progress)
+        self._waiters[rid] = waiter
+        self._wake_writer()
+        deadline = session.deadline_of(rid)
+        if deadline is not None and deadline < self._clock_target:
+            self._clock_wakeup.set()
+        try:
+            await waiter.event.wait()
+        except BaseException:
+            if self._waiters.pop(rid, None) is not None and session.cancel_call(rid):
+                self._wake_writer()
+            raise
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.result
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Any:
+        """Call one of the peer's tools (``tools/call``) and return its result."""
+        params = {"name": name, "arguments": dict(arguments or {})}
+        return await self.call("tools/call", params, timeout=timeout, on_progress=on_progress)
+
+    async def list_tools(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        """The peer's tools: name, description and JSON Schema of the arguments."""
+        result = await self.call("tools/list", timeout=timeout)
+        return list(result["tools"])
+
+    async def ping(self, *, timeout: float | None = None) -> float:
+        """Round-trip a ``ping``; returns the seconds it took."""
+        started = anyio.current_time()
+        await self.call("ping", timeout=timeout)
+        return anyio.current_time() - started
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        """Send a notification (no answer comes back)."""
+        self.notify_nowait(method, params)
+
+    def notify_nowait(self, method: str, params: Any = None) -> None:
+        self._session.send_notification(method, params)
+        self._wake_writer()
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection has ended, for whatever reason."""
+        await self._closed.wait()
+
+    async def aclose(self, reason: str = "closed locally") -> None:
+        """Flush what is queued (bounded), fail what is pending, close the stream."""
+        with anyio.CancelScope(shield=True):
+            if not self._session.closed:
+                frames = self._session.data_to_send()
+                if frames:
+                    with anyio.move_on_after(FLUSH_ON_CLOSE):
+                        try:
+                            await self._stream.send_many(frames)
+                        except TransportClosed:
+                            pass
+                self._lost(ConnectionLost(reason))
+            await self._stream.aclose()
+
+    # -- the background tasks ----------------------------------------------------------------
+
+    async def _run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        with self._background:
+            async with anyio.create_task_group() as tg:
+                self._tasks = tg
+                tg.start_soon(self._read_loop)
+                tg.start_soon(self._write_loop)
+                tg.start_soon(self._clock_loop)
+                task_status.started()
+
+    async def _read_loop(self) -> None:
+        session = self._session
+        receive = self._stream.receive
+        dispatch = self._dispatch
+        while True:
+            try:
+                frame = await receive()
+            except FrameTooLarge as exc:
+                events = session.receive_oversized(exc.size, exc.head, anyio.current_time())
+            except TransportClosed as exc:
+                self._lost(_lost_from(exc))
+                return
+            else:
+                events = session.receive_frame(frame, anyio.current_time())
+            if events:
+                dispatch(events)
+            if session.has_data_to_send:
+                self._send_wakeup.set()
+
+    async def _write_loop(self) -> None:
+        session = self._session
+        while not session.closed:
+            await self._send_wakeup.wait()
+            self._send_wakeup = anyio.Event()
+            frames = session.data_to_send()
+            if not frames:
+                continue
+            try:
+                await self._stream.send_many(frames)
+            except TransportClosed as exc:
+                self._lost(_lost_from(exc))
+                return
+
+    async def _clock_loop(self) -> None:
+        session = self._session
+        while not session.closed:
+            deadline = session.next_deadline()
+            self._clock_target = math.inf if deadline is None else deadline
+            with anyio.CancelScope(deadline=self._clock_target):
+                await self._clock_wakeup.wait()
+            self._clock_wakeup = anyio.Event()
+            events = session.tick(anyio.current_time())
+            if events:
+                self._dispatch(events)
+            if session.closed:
+                self._lost(session.close_error or ConnectionLost("closed"))
+                return
+            if session.has_data_to_send:
+                self._send_wakeup.set()
+
+    # -- events --------------------------------------------------------------------------------
+
+    def _dispatch(self, events: list[Event]) -> None:
+        for event in events:
+            kind = type(event)
+            if kind is CallDone:
+                self._complete(event)  # type: ignore[arg-type]
+            elif kind is IncomingRequest:
+                self._start_handler(event)  # type: ignore[arg-type]
+            elif kind is CancelRequested:
+                scope = self._handlers.get(event.id)  # type: ignore[union-attr]
+                if scope is not None:
+                    scope.cancel()
+            elif kind is ProgressReported:
+                waiter = self._waiters.get(event.id)  # type: ignore[union-attr]
+                if waiter is not None and waiter.on_progress is not None:
+                    waiter.on_progress(event.params)  # type: ignore[union-attr]
+            elif kind is IncomingNotification and self._handler is not None and self._tasks:
+                self._tasks.start_soon(self._run_notification, event)
+
+    def _complete(self, done: CallDone) -> None:
+        waiter = self._waiters.pop(done.id, None)
+        if waiter is not None:
+            waiter.result = done.result
+            waiter.error = done.error
+            waiter.event.set()
+
+    def _start_handler(self, request: IncomingRequest) -> None:
+        if self._handler is None or self._tasks is None:
+            self._session.send_error(
+                request.id, ErrorCode.METHOD_NOT_FOUND, f"this peer serves no methods ({request.method!r})"
+            )
+            return
+        scope = anyio.CancelScope()
+        self._handlers[request.id] = scope
+        self._tasks.start_soon(self._run_handler, request, scope)
+
+    async def _run_handler(self, request: IncomingRequest, scope: anyio.CancelScope) -> None:
+        assert self._handler is not None
+        session = self._session
+        rid = request.id
+        try:
+            with scope:
+                result = await self._handler.handle_request(
+                    RequestContext(self, rid, request.method), request.method, request.params
+                )
+                session.send_response(rid, result)
+        except MeshError as exc:
+            session.send_error(rid, exc.code, exc.message, exc.data)
+        except Exception as exc:
+            log.exception("mesh.handler_crashed", method=request.method, request_id=rid)
+            session.send_error(rid, ErrorCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+        finally:
+            self._handlers.pop(rid, None)
+            self._send_wakeup.set()
+
+    async def _run_notification(self, event: IncomingNotification) -> None:
+        assert self._handler is not None
+        try:
+            await self._handler.handle_notification(self, event.method, event.params)
+        except Exception:
+            log.exception("mesh.notification_handler_crashed", method=event.method)
+
+    def _wake_writer(self) -> None:
+        self._send_wakeup.set()
+
+    def _lost(self, error: ConnectionLost) -> None:
+        """The link is gone: fail every waiter, stop every handler, stop the loops."""
+        if self._closed.is_set():
+            return
+        self._dispatch(list(self._session.connection_lost(error)))
+        for scope in self._handlers.values():
+            scope.cancel()
+        self._closed.set()
+        self._send_wakeup.set()
+        self._clock_wakeup.set()
+        self._background.cancel()
+
+
+def _lost_from(exc: TransportClosed) -> ConnectionLost:
+    error = ConnectionLost(exc.describe())
+    error.exit_code = exc.exit_code
+    error.close_code = exc.close_code
+    error.stderr_tail = exc.stderr_tail
+    return error
+
+
+@asynccontextmanager
+async def open_peer(
+    stream: FrameStream,
+    *,
+    handler: RequestHandler | None = None,
+    config: SessionConfig | None = None,
+    codec: Codec = MESH_CODEC,
+    agent: str | None = None,
+) -> AsyncIterator[Peer]:
+    """Run a session over ``stream`` for the duration of the ``async with``."""
+    peer = Peer(stream, handler=handler, config=config, codec=codec, agent=agent)
+    async with anyio.create_task_group() as tg:
+        await tg.start(peer._run)
+        try:
+            yield peer
+        finally:
+            await peer.aclose()
+
+
+async def serve_peer(
+    stream: FrameStream,
+    handler: RequestHandler,
+    *,
+    config: SessionConfig | None = None,
+    codec: Codec = MESH_CODEC,
+) -> None:
+    """Serve ``handler`` on ``stream`` until the connection ends."""
+    async with open_peer(stream, handler=handler, config=config, codec=codec) as peer:
+        await peer.wait_closed()

@@ -1,0 +1,593 @@
+"""The RPC session: a sans-I/O state machine for one connection.
+
+Feed it frames and the current time; it tells you which frames to send, which
+calls completed, which requests arrived, which deadlines passed. It owns no
+socket, task or clock, so it is tested with none (``tests/unit/test_session.py``),
+and :mod:`mesh._peer` drives it over any :class:`transports.FrameStream`.
+
+Both sides of a link are the same kind of object: each may call and each may
+answer. Calls are correlated by id and may complete in any order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Final
+
+import structlog
+
+from mesh._errors import (
+    CallTimeout,
+    ConnectionLost,
+    ErrorCode,
+    MeshError,
+    MessageTooLarge,
+    ProtocolError,
+    error_from_code,
+)
+from mesh._protocol import (
+    MESH_CODEC,
+    Codec,
+    DecodeFailure,
+    ErrorInfo,
+    Heartbeat,
+    Notification,
+    NotificationPayload,
+    Request,
+    RequestId,
+    RequestPayload,
+    Response,
+    ResponsePayload,
+    new_request_id,
+    now_ms,
+    salvage_id,
+)
+from transports import DEFAULT_MAX_FRAME_SIZE
+
+__all__ = [
+    "CallDone",
+    "CancelRequested",
+    "Event",
+    "IncomingNotification",
+    "IncomingRequest",
+    "ProgressReported",
+    "Session",
+    "SessionConfig",
+    "SessionStatistics",
+]
+
+log = structlog.get_logger("mesh.session")
+
+#: Method names the session itself understands (seed 002 + MCP's spelling).
+CANCELLED: Final = "cancelled"
+PROGRESS: Final = "progress"
+
+# Completed calls leave their deadline in the heap until it is popped; rebuild
+# the heap when dead entries outnumber live ones by this factor, keeping memory
+# proportional to calls in flight and the cost amortised O(1) per call.
+_HEAP_SLACK: Final = 2
+_HEAP_MIN_REBUILD: Final = 256
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """Per-connection settings; every number has a reason."""
+
+    #: A call's deadline unless the caller says otherwise: long enough for a
+    #: slow tool, short enough that a wedged agent is noticed within a minute.
+    call_timeout: float = 30.0
+    #: ``progress`` may push a deadline out, but never past this many seconds
+    #: after the call started, so a chatty but stuck handler still ends.
+    max_call_duration: float = 600.0
+    #: Send a heartbeat this often. ``None`` turns heartbeats and liveness off
+    #: (request/response transports such as HTTP have no idle link to watch).
+    heartbeat_interval: float | None = 10.0
+    #: Declare the peer dead after this long without any frame; default 3 x interval.
+    heartbeat_ttl: float | None = None
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+
+    @property
+    def ttl(self) -> float | None:
+        if self.heartbeat_interval is None:
+            return None
+        return self.heartbeat_ttl if self.heartbeat_ttl is not None else 3 * self.heartbeat_interval
+
+
+# -- events the session reports -------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CallDone:
+    """A call of ours ended: with ``result`` if ``error`` is None."""
+
+    id: RequestId
+    result: Any = None
+    error: MeshError | None = None
+
+
+@dataclass(slots=True)
+class ProgressReported:
+    id: RequestId
+    params: Mapping[str, Any]
+
+
+@dataclass(slots=True)
+class IncomingRequest:
+    id: RequestId
+    method: str
+    params: Any
+
+
+@dataclass(slots=True)
+class IncomingNotification:
+    method: str
+    params: Any
+
+
+@dataclass(slots=True)
+class CancelRequested:
+    """The peer cancelled a request it sent us; stop its handler."""
+
+    id: RequestId
+    reason: str
+
+
+Event = CallDone | ProgressReported | IncomingRequest | IncomingNotification | CancelRequested
+
+
+@dataclass(slots=True)
+class SessionStatistics:
+    calls_started: int = 0
+    calls_succeeded: int = 0
+    calls_failed: int = 0
+    calls_timed_out: int = 0
+    calls_in_flight: int = 0
+    requests_received: int = 0
+    requests_in_progress: int = 0
+    notifications_received: int = 0
+    heartbeats_sent: int = 0
+    heartbeats_received: int = 0
+    invalid_frames: int = 0
+    oversized_frames: int = 0
+    late_responses: int = 0
+
+
+@dataclass(slots=True)
+class _Pending:
+    method: str
+    what: str  # for errors: the method, plus the tool's name for tools/call
+    timeout: float
+    deadline: float
+    hard_deadline: float
+
+
+@dataclass(slots=True)
+class _Label:
+    agent: str | None
+    transport: str
+
+
+class Session:
+    """One connection's RPC state. Not thread-safe; one driver owns it."""
+
+    def __init__(
+        self,
+        *,
+        now: float,
+        config: SessionConfig | None = None,
+        codec: Codec = MESH_CODEC,
+        agent: str | None = None,
+        transport: str = "memory",
+    ) -> None:
+        self.config = config or SessionConfig()
+        self._codec = codec
+        self._label = _Label(agent, transport)
+        self._outbox: list[bytes] = []
+        self._pending: dict[RequestId, _Pending] = {}
+        self._deadlines: list[tuple[float, RequestId]] = []
+        self._incoming: dict[RequestId, str] = {}
+        self._stats = SessionStatistics()
+        self._last_received = now
+        interval = self.config.heartbeat_interval
+        self._next_heartbeat = None if interval is None else now + interval
+        self._close_error: ConnectionLost | None = None
+        self._frame_limit = self.config.max_frame_size
+
+    # -- identity and state ------------------------------------------------------------
+
+    @property
+    def agent(self) -> str | None:
+        return self._label.agent
+
+    @agent.setter
+    def agent(self, value: str | None) -> None:
+        self._label.agent = value
+
+    @property
+    def transport(self) -> str:
+        return self._label.transport
+
+    @property
+    def closed(self) -> bool:
+        return self._close_error is not None
+
+    @property
+    def close_error(self) -> ConnectionLost | None:
+        return self._close_error
+
+    def statistics(self) -> SessionStatistics:
+        return dataclasses.replace(
+            self._stats,
+            calls_in_flight=len(self._pending),
+            requests_in_progress=len(self._incoming),
+        )
+
+    def data_to_send(self) -> list[bytes]:
+        """Frames to write, in order; the session forgets them."""
+        out, self._outbox = self._outbox, []
+        return out
+
+    @property
+    def has_data_to_send(self) -> bool:
+        return bool(self._outbox)
+
+    # -- our calls -----------------------------------------------------------------------
+
+    def send_request(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        now: float,
+        timeout: float | None = None,
+        request_id: RequestId | None = None,
+    ) -> RequestId:
+        """Queue a request; returns its id. Raises if closed or the frame is too large."""
+        self._raise_if_closed(method)
+        rid = request_id or new_request_id()
+        what = _describe(method, params)
+        frame = self._encode_checked(
+            Request(id=rid, timestamp=now_ms(), payload=RequestPayload(method=method, params=params)),
+            what,
+        )
+        if timeout is None:
+            timeout = self.config.call_timeout
+        hard = now + max(timeout, self.config.max_call_duration)
+        deadline = now + timeout
+        self._pending[rid] = _Pending(method, what, timeout, deadline, hard)
+        self._push_deadline(deadline, rid)
+        self._stats.calls_started += 1
+        self._outbox.append(frame)
+        return rid
+
+    def cancel_call(self, request_id: RequestId, *, reason: str = "cancelled by caller") -> bool:
+        """Forget a call of ours and tell the peer; False if it had already ended."""
+        if self._pending.pop(request_id, None) is None:
+            return False
+        self._stats.calls_failed += 1
+        if not self.closed:
+            self._notify(CANCELLED, {"id": request_id, "reason": reason})
+        return True
+
+    def send_notification(self, method: str, params: Any = None) -> None:
+        self._raise_if_closed(method)
+        self._notify(method, params, checked=True)
+
+    def deadline_of(self, request_id: RequestId) -> float | None:
+        pending = self._pending.get(request_id)
+        return None if pending is None else pending.deadline
+
+    # -- answering the peer ---------------------------------------------------------------
+
+    def send_response(self, request_id: RequestId, result: Any) -> bool:
+        """Answer a request; False (and nothing sent) if it was cancelled or answered."""
+        method = self._incoming.pop(request_id, None)
+        if method is None or self.closed:
+            return False
+        message = Response(
+            id=request_id, timestamp=now_ms(), payload=ResponsePayload(success=True, result=result)
+        )
+        try:
+            frame = self._encode_checked(message, method)
+        except MessageTooLarge as exc:
+            self._queue_error(request_id, ErrorCode.TOO_LARGE, exc.message)
+        except (TypeError, ValueError) as exc:
+            # A handler returned something JSON cannot carry: the caller still gets an answer.
+            self._queue_error(request_id, ErrorCode.INTERNAL_ERROR, f"result not encodable: {exc}")
+        else:
+            self._outbox.append(frame)
+        return True
+
+    def send_error(
+        self, request_id: RequestId, code: int, message: str, data: Any = None
+    ) -> bool:
+        if self._incoming.pop(request_id, None) is None or self.closed:
+            return False
+        self._queue_error(request_id, code, message, data)
+        return True
+
+    def report_progress(
+        self,
+        request_id: RequestId,
+        progress: float,
+        total: float | None = None,
+        message: str | None = None,
+    ) -> None:
+        """Tell the caller a request is still alive (this also extends its deadline)."""
+        if request_id not in self._incoming or self.closed:
+            return
+        params: dict[str, Any] = {"id": request_id, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        self._notify(PROGRESS, params)
+
+    # -- input ------------------------------------------------------------------------------
+
+    def receive_frame(self, frame: bytes, now: float) -> list[Event]:
+        """Process one incoming frame; returns what happened."""
+        self._last_received = now
+        if len(frame) > self._frame_limit:
+            return self.receive_oversized(len(frame), frame[:512], now)
+        try:
+            message = self._codec.decode(frame)
+        except DecodeFailure as failure:
+            return self._handle_invalid(failure)
+        kind = type(message)
+        if kind is Response:
+            return self._handle_response(message)  # type: ignore[arg-type]
+        if kind is Request:
+            return self._handle_request(message)  # type: ignore[arg-type]
+        if kind is Notification:
+            return self._handle_notification(message, now)  # type: ignore[arg-type]
+        self._stats.heartbeats_received += 1
+        return []
+
+    def receive_oversized(self, size: int, head: bytes, now: float) -> list[Event]:
+        """A frame of ``size`` bytes was over the limit and discarded (``head`` is its start)."""
+        self._last_received = now
+        self._stats.oversized_frames += 1
+        request_id, kind = salvage_id(head)
+        reason = f"message of {size} bytes exceeds the {self._frame_limit}-byte limit"
+        if kind == "response":
+            if request_id is not None and request_id in self._pending:
+                pending = self._pending.pop(RequestId(request_id))
+                self._stats.calls_failed += 1
+                return [CallDone(RequestId(request_id), error=self._error(MessageTooLarge, "response " + reason, pending))]
+            return []
+        log.warning("mesh.frame_too_large", size=size, limit=self._frame_limit, request_id=request_id)
+        self._queue_error(request_id, ErrorCode.TOO_LARGE, reason)
+        return []
+
+    def tick(self, now: float) -> list[Event]:
+        """Fire whatever is due at ``now``: call deadlines, heartbeats, liveness."""
+        if self.closed:
+            return []
+        events: list[Event] = []
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            due, rid = heapq.heappop(heap)
+            pending = self._pending.get(rid)
+            if pending is None or pending.deadline > due:
+                continue  # finished, or pushed out by progress (a later entry exists)
+            del self._pending[rid]
+            self._stats.calls_timed_out += 1
+            self._stats.calls_failed += 1
+            error = self._error(CallTimeout, f"no response within {pending.timeout:g} s", pending)
+            events.append(CallDone(rid, error=error))
+            self._notify(CANCELLED, {"id": rid, "reason": "timeout"})
+        ttl = self.config.ttl
+        if ttl is not None and now >= self._last_received + ttl:
+            silent = now - self._last_received
+            events.extend(
+                self.connection_lost(
+                    ConnectionLost(
+                        f"peer sent nothing for {silent:.1f} s (heartbeat TTL {ttl:g} s)",
+                        agent=self._label.agent,
+                        transport=self._label.transport,
+                    )
+                )
+            )
+            return events
+        if self._next_heartbeat is not None and now >= self._next_heartbeat:
+            self._outbox.append(self._codec.encode(Heartbeat(id=new_request_id(), timestamp=now_ms())))
+            self._stats.heartbeats_sent += 1
+            interval = self.config.heartbeat_interval or 0.0
+            self._next_heartbeat = max(self._next_heartbeat + interval, now)
+        return events
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`tick` next has something to do, on the caller's clock."""
+        if self.closed:
+            return None
+        heap = self._deadlines
+        while heap:
+            due, rid = heap[0]
+            pending = self._pending.get(rid)
+            if pending is not None and pending.deadline <= due:
+                break
+            heapq.heappop(heap)
+        candidates = [heap[0][0]] if heap else []
+        if self._next_heartbeat is not None:
+            candidates.append(self._next_heartbeat)
+        ttl = self.config.ttl
+        if ttl is not None:
+            candidates.append(self._last_received + ttl)
+        return min(candidates) if candidates else None
+
+    def connection_lost(self, error: ConnectionLost) -> list[Event]:
+        """The link is gone: every pending call fails at once with ``error``'s reason."""
+        if self._close_error is not None:
+            return []
+        error.with_context(agent=self._label.agent, transport=self._label.transport)
+        self._close_error = error
+        events: list[Event] = []
+        for rid, pending in self._pending.items():
+            events.append(CallDone(rid, error=self._lost(pending.what)))
+        self._stats.calls_failed += len(self._pending)
+        self._pending.clear()
+        self._deadlines.clear()
+        self._incoming.clear()
+        self._outbox.clear()
+        return events
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _handle_response(self, message: Response) -> list[Event]:
+        rid = RequestId(message.id) if message.id is not None else None
+        pending = self._pending.pop(rid, None) if rid is not None else None
+        if pending is None:
+            self._stats.late_responses += 1
+            payload = message.payload
+            if rid is None and payload.error is not None:
+                log.warning("mesh.peer_error", code=payload.error.code, message=payload.error.message)
+            else:
+                log.debug("mesh.late_response_dropped", request_id=message.id)
+            return []
+        assert rid is not None
+        payload = message.payload
+        if payload.success:
+            self._stats.calls_succeeded += 1
+            return [CallDone(rid, result=payload.result)]
+        self._stats.calls_failed += 1
+        info = payload.error
+        assert info is not None  # the codec guarantees it
+        error = error_from_code(
+            info.code,
+            info.message,
+            agent=self._label.agent,
+            method=pending.what,
+            transport=self._label.transport,
+            data=info.data,
+        )
+        return [CallDone(rid, error=error)]
+
+    def _handle_request(self, message: Request) -> list[Event]:
+        rid = RequestId(message.id)
+        self._stats.requests_received += 1
+        if rid in self._incoming:
+            self._queue_error(rid, ErrorCode.INVALID_REQUEST, f"duplicate request id {rid!r}")
+            return []
+        method = message.payload.method
+        self._incoming[rid] = method
+        return [IncomingRequest(rid, method, message.payload.params)]
+
+    def _handle_notification(self, message: Notification, now: float) -> list[Event]:
+        self._stats.notifications_received += 1
+        method = message.payload.method
+        params = message.payload.params
+        if method == CANCELLED:
+            return self._peer_cancelled(params)
+        if method == PROGRESS:
+            return self._progress(params, now)
+        return [IncomingNotification(method, params)]
+
+    def _peer_cancelled(self, params: Any) -> list[Event]:
+        rid = params.get("id") if isinstance(params, dict) else None
+        if not isinstance(rid, str) or self._incoming.pop(RequestId(rid), None) is None:
+            return []  # already answered, or never ours: nothing to stop
+        reason = params.get("reason")
+        return [CancelRequested(RequestId(rid), reason if isinstance(reason, str) else "cancelled")]
+
+    def _progress(self, params: Any, now: float) -> list[Event]:
+        rid = params.get("id") if isinstance(params, dict) else None
+        pending = self._pending.get(RequestId(rid)) if isinstance(rid, str) else None
+        if pending is None:
+            return []
+        extended = min(now + pending.timeout, pending.hard_deadline)
+        if extended > pending.deadline:
+            pending.deadline = extended
+            self._push_deadline(extended, RequestId(rid))  # type: ignore[arg-type]
+        return [ProgressReported(RequestId(rid), params)]  # type: ignore[arg-type]
+
+    def _handle_invalid(self, failure: DecodeFailure) -> list[Event]:
+        self._stats.invalid_frames += 1
+        if failure.kind == "response":
+            # Never answer a response (two peers could trade errors forever);
+            # if it was meant for a call of ours, that call fails with the reason.
+            rid = failure.request_id
+            pending = self._pending.pop(RequestId(rid), None) if rid is not None else None
+            if pending is None or rid is None:
+                log.warning("mesh.invalid_response", reason=failure.reason)
+                return []
+            self._stats.calls_failed += 1
+            error = self._error(ProtocolError, "peer sent an " + failure.reason, pending)
+            return [CallDone(RequestId(rid), error=error)]
+        log.debug("mesh.invalid_frame", reason=failure.reason, request_id=failure.request_id)
+        self._queue_error(failure.request_id, failure.code, failure.reason)
+        return []
+
+    def _queue_error(self, request_id: str | None, code: int, message: str, data: Any = None) -> None:
+        response = Response(
+            id=request_id,
+            timestamp=now_ms(),
+            payload=ResponsePayload(success=False, error=ErrorInfo(code=code, message=message, data=data)),
+        )
+        try:
+            frame = self._codec.encode(response)
+        except (TypeError, ValueError):
+            frame = self._codec.encode(
+                Response(
+                    id=request_id,
+                    timestamp=now_ms(),
+                    payload=ResponsePayload(success=False, error=ErrorInfo(code=code, message=message)),
+                )
+            )
+        self._outbox.append(frame)
+
+    def _notify(self, method: str, params: Any, *, checked: bool = False) -> None:
+        message = Notification(
+            id=new_request_id(), timestamp=now_ms(), payload=NotificationPayload(method=method, params=params)
+        )
+        frame = self._encode_checked(message, method) if checked else self._codec.encode(message)
+        self._outbox.append(frame)
+
+    def _encode_checked(self, message: Request | Response | Notification, what: str) -> bytes:
+        frame = self._codec.encode(message)
+        if len(frame) > self._frame_limit:
+            raise MessageTooLarge(
+                f"message of {len(frame)} bytes exceeds the {self._frame_limit}-byte limit",
+                agent=self._label.agent,
+                method=what,
+                transport=self._label.transport,
+            )
+        return frame
+
+    def _push_deadline(self, deadline: float, rid: RequestId) -> None:
+        heap = self._deadlines
+        heapq.heappush(heap, (deadline, rid))
+        if len(heap) > _HEAP_MIN_REBUILD and len(heap) > _HEAP_SLACK * len(self._pending) + _HEAP_MIN_REBUILD:
+            self._deadlines = [(p.deadline, r) for r, p in self._pending.items()]
+            heapq.heapify(self._deadlines)
+
+    def _error(self, cls: type[MeshError], message: str, pending: _Pending) -> MeshError:
+        return cls(message, agent=self._label.agent, method=pending.what, transport=self._label.transport)
+
+    def _raise_if_closed(self, method: str) -> None:
+        if self._close_error is not None:
+            raise self._lost(method)
+
+    def _lost(self, method: str) -> ConnectionLost:
+        """A fresh ConnectionLost for one call, carrying the link's cause."""
+        cause = self._close_error
+        assert cause is not None
+        failure = ConnectionLost(
+            cause.message, agent=self._label.agent, method=method, transport=self._label.transport
+        )
+        failure.exit_code = cause.exit_code
+        failure.close_code = cause.close_code
+        failure.stderr_tail = cause.stderr_tail
+        return failure
+
+
+def _describe(method: str, params: Any) -> str:
+    if method == "tools/call" and isinstance(params, dict):
+        name = params.get("name")
+        if isinstance(name, str):
+            return f"tools/call {name}"
+    return method
+

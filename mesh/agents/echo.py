@@ -1,0 +1,78 @@
+"""The live echo agent: the mesh's reference agent and its integration-test partner.
+
+Run it with ``python -m mesh.agents.echo --stdio``. Its tools exercise every path
+of the protocol: plain results (``echo``, ``reverse``), long cancellable work with
+progress (``sleep``), errors (``fail``) and size limits (``blob``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import anyio
+import msgspec
+
+from mesh import Agent, RequestContext, run_agent
+
+agent = Agent(
+    "echo",
+    name="Echo",
+    description="Says things back, sleeps on request, fails on request.",
+    capabilities=["echo", "test"],
+)
+
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=3600, description="how long, in seconds")]
+
+
+@agent.tool
+async def echo(message: str, delay: Seconds = 0.0) -> dict[str, str]:
+    """Return the message unchanged, after an optional delay."""
+    if delay:
+        await anyio.sleep(delay)
+    return {"message": message}
+
+
+@agent.tool
+async def reverse(text: str) -> dict[str, str]:
+    """Return the text reversed."""
+    return {"text": text[::-1]}
+
+
+@agent.tool
+async def sleep(seconds: Seconds, ctx: RequestContext, progress_every: Seconds = 0.0) -> dict[str, float]:
+    """Sleep, reporting progress every ``progress_every`` seconds if set.
+
+    If the caller cancels (or its deadline passes), the agent sends the
+    notification ``echo/cancelled`` with the request id, so tests can see that
+    cancellation really reached the handler.
+    """
+    try:
+        if progress_every <= 0:
+            await anyio.sleep(seconds)
+        else:
+            slept = 0.0
+            while slept < seconds:
+                step = min(progress_every, seconds - slept)
+                await anyio.sleep(step)
+                slept += step
+                ctx.report_progress(slept, seconds, f"slept {slept:g} of {seconds:g} s")
+    except anyio.get_cancelled_exc_class():
+        ctx.notify_nowait("echo/cancelled", {"id": ctx.request_id})
+        raise
+    return {"slept": seconds}
+
+
+@agent.tool
+async def fail(message: str) -> None:
+    """Raise an exception with this message (the caller gets a ToolError)."""
+    raise RuntimeError(message)
+
+
+@agent.tool
+async def blob(size: Annotated[int, msgspec.Meta(ge=0, le=64 * 1024 * 1024)]) -> dict[str, str]:
+    """Return a string of ``size`` bytes (to test size limits)."""
+    return {"data": "x" * size}
+
+
+if __name__ == "__main__":
+    run_agent(agent)

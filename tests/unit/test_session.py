@@ -1,0 +1,251 @@
+"""The session core, driven by hand: no sockets, no processes, no tasks, no sleeps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mesh import CallTimeout, ConnectionLost, ErrorCode, MessageTooLarge, ToolError
+from mesh._protocol import MESH_CODEC, Request, RequestPayload, Response, ResponsePayload
+from mesh._session import (
+    CallDone,
+    CancelRequested,
+    IncomingNotification,
+    IncomingRequest,
+    ProgressReported,
+    Session,
+    SessionConfig,
+)
+
+QUIET = SessionConfig(heartbeat_interval=None)
+
+
+def pair(config: SessionConfig = QUIET) -> tuple[Session, Session]:
+    """(client, server); each is labelled with the agent it talks to."""
+    return (
+        Session(now=0.0, config=config, agent="server", transport="memory"),
+        Session(now=0.0, config=config, agent="client", transport="memory"),
+    )
+
+
+def deliver(src: Session, dst: Session, now: float = 0.0) -> list[Any]:
+    events: list[Any] = []
+    for frame in src.data_to_send():
+        events.extend(dst.receive_frame(frame, now))
+    return events
+
+
+def decoded(session: Session) -> list[Any]:
+    return [MESH_CODEC.decode(frame) for frame in session.data_to_send()]
+
+
+def test_calls_complete_out_of_order_and_match_their_ids() -> None:
+    client, server = pair()
+    ids = [client.send_request("tools/call", {"n": n}, now=0.0) for n in range(5)]
+    requests = deliver(client, server)
+    assert [type(e) for e in requests] == [IncomingRequest] * 5
+    for request in reversed(requests):
+        assert server.send_response(request.id, {"n": request.params["n"] * 10})
+    done = deliver(server, client)
+    assert [d.id for d in done] == list(reversed(ids))
+    assert {d.id: d.result["n"] for d in done} == {rid: n * 10 for n, rid in enumerate(ids)}
+    stats = client.statistics()
+    assert (stats.calls_started, stats.calls_succeeded, stats.calls_in_flight) == (5, 5, 0)
+
+
+def test_error_response_becomes_the_matching_exception_with_context() -> None:
+    client, server = pair()
+    client.send_request("tools/call", {"name": "fail", "arguments": {}}, now=0.0)
+    (request,) = deliver(client, server)
+    server.send_error(request.id, ErrorCode.TOOL_ERROR, "boom")
+    (done,) = deliver(server, client)
+    assert isinstance(done.error, ToolError)
+    assert done.error.code == ErrorCode.TOOL_ERROR
+    assert str(done.error) == "boom (method 'tools/call fail', agent 'server', over memory)"
+
+
+def test_deadline_expiry_fails_the_call_and_tells_the_peer() -> None:
+    client, server = pair()
+    rid = client.send_request("tools/call", {"name": "sleep"}, now=0.0, timeout=2.0)
+    (request,) = deliver(client, server)
+    assert client.next_deadline() == 2.0
+    assert client.tick(1.999) == []
+    (done,) = client.tick(2.0)
+    assert done.id == rid and isinstance(done.error, CallTimeout)
+    assert "no response within 2 s" in str(done.error) and "tools/call sleep" in str(done.error)
+    (cancel,) = deliver(client, server)
+    assert cancel == CancelRequested(request.id, "timeout")
+    assert server.send_response(request.id, "too late") is False  # nothing is sent
+    assert server.data_to_send() == []
+
+
+def test_caller_cancel_sends_cancelled_and_a_late_response_is_dropped() -> None:
+    client, server = pair()
+    rid = client.send_request("slow", None, now=0.0)
+    (request,) = deliver(client, server)
+    assert client.cancel_call(rid) is True
+    assert client.cancel_call(rid) is False
+    (cancel,) = deliver(client, server)
+    assert isinstance(cancel, CancelRequested) and cancel.reason == "cancelled by caller"
+    # The server answered before it saw the cancel: the late answer is dropped.
+    late = MESH_CODEC.encode(Response(id=request.id, timestamp=0, payload=ResponsePayload(success=True)))
+    assert client.receive_frame(late, 0.1) == []
+    assert client.statistics().late_responses == 1
+
+
+def test_progress_extends_the_deadline_up_to_the_hard_maximum() -> None:
+    config = SessionConfig(heartbeat_interval=None, max_call_duration=5.0)
+    client, server = pair(config)
+    rid = client.send_request("work", None, now=0.0, timeout=2.0)
+    (request,) = deliver(client, server)
+    server.report_progress(request.id, 1, 10, "one")
+    (progress,) = deliver(server, client, now=1.5)
+    assert isinstance(progress, ProgressReported) and progress.params["progress"] == 1
+    assert client.deadline_of(rid) == 3.5
+    assert client.tick(2.0) == []  # the original deadline passed harmlessly
+    server.report_progress(request.id, 2)
+    deliver(server, client, now=4.0)
+    assert client.deadline_of(rid) == 5.0  # capped: started at 0, max 5 s
+    (done,) = client.tick(5.0)
+    assert isinstance(done.error, CallTimeout)
+
+
+def test_heartbeats_are_sent_every_interval_and_silence_kills_the_link() -> None:
+    config = SessionConfig(heartbeat_interval=1.0)
+    client = Session(now=0.0, config=config, agent="echo", transport="stdio")
+    rid = client.send_request("ping", None, now=0.0, timeout=100.0)
+    client.data_to_send()
+    assert client.next_deadline() == 1.0
+    assert client.tick(1.0) == []
+    (beat,) = decoded(client)
+    assert type(beat).__name__ == "Heartbeat"
+    # A frame from the peer at 2.5 keeps it alive until 5.5 (TTL = 3 x interval).
+    client.receive_frame(MESH_CODEC.encode(beat), 2.5)
+    client.tick(5.4)
+    assert not client.closed
+    (done,) = client.tick(5.5)
+    assert done.id == rid and isinstance(done.error, ConnectionLost)
+    assert "peer sent nothing for 3.0 s (heartbeat TTL 3 s)" in str(done.error)
+    assert client.closed
+    with pytest.raises(ConnectionLost, match="heartbeat TTL"):
+        client.send_request("ping", None, now=6.0)
+
+
+def test_connection_lost_fails_every_pending_call_with_the_cause() -> None:
+    client, _ = pair()
+    ids = {client.send_request("m", None, now=0.0) for _ in range(3)}
+    cause = ConnectionLost("agent process 42 was killed by SIGKILL (exit status -9)")
+    cause.exit_code = -9
+    cause.stderr_tail = ("last words",)
+    events = client.connection_lost(cause)
+    assert {e.id for e in events} == ids
+    for event in events:
+        assert isinstance(event.error, ConnectionLost)
+        assert event.error.exit_code == -9 and event.error.stderr_tail == ("last words",)
+        assert "SIGKILL" in str(event.error)
+    assert client.connection_lost(cause) == []  # only once
+    assert client.next_deadline() is None
+
+
+@pytest.mark.parametrize(
+    ("frame", "code", "fragment", "rid"),
+    [
+        (b"not json", ErrorCode.PARSE_ERROR, "not valid JSON", None),
+        (b'{"type":"request","id":"a1","timestamp":1,"payload":{"method":7}}', ErrorCode.INVALID_REQUEST,
+         "`$.payload.method`", "a1"),
+        (b'{"type":"bogus","id":"b2","timestamp":1,"payload":{}}', ErrorCode.INVALID_REQUEST, "`$.type`", "b2"),
+        (b'{"type":"request","id":"c3","timestamp":1}', ErrorCode.INVALID_REQUEST, "payload", "c3"),
+        (b'{"type":"request","id":"d4","timestamp":"x","payload":{"method":"m"}}', ErrorCode.INVALID_REQUEST,
+         "`$.timestamp`", "d4"),
+        (b'[1,2,3]', ErrorCode.INVALID_REQUEST, "Expected `object`", None),
+        (b'{"type":"request","id":"e5", "timestamp":1, "payload":{"meth', ErrorCode.PARSE_ERROR, "JSON", "e5"),
+    ],
+)
+def test_invalid_frames_get_an_error_reply_naming_the_problem(
+    frame: bytes, code: ErrorCode, fragment: str, rid: str | None
+) -> None:
+    _, server = pair()
+    assert server.receive_frame(frame, 0.0) == []
+    (reply,) = decoded(server)
+    assert isinstance(reply, Response) and reply.id == rid
+    assert reply.payload.error is not None
+    assert reply.payload.error.code == code
+    assert fragment in reply.payload.error.message
+    assert server.statistics().invalid_frames == 1
+
+
+def test_a_broken_response_is_never_answered_but_fails_its_call() -> None:
+    client, _ = pair()
+    rid = client.send_request("m", None, now=0.0)
+    client.data_to_send()
+    bad = b'{"type":"response","id":"%s","timestamp":1,"payload":{"success":false}}' % rid.encode()
+    (done,) = client.receive_frame(bad, 0.0)
+    assert done.id == rid and "needs an error" in str(done.error)
+    assert client.data_to_send() == []
+    assert client.receive_frame(b'{"type":"response","id":"zzz","payload":1}', 0.0) == []
+    assert client.data_to_send() == []
+
+
+def test_size_limit_on_send_and_receive() -> None:
+    config = SessionConfig(heartbeat_interval=None, max_frame_size=200)
+    client, server = pair(config)
+    with pytest.raises(MessageTooLarge, match="exceeds the 200-byte limit"):
+        client.send_request("m", {"x": "y" * 300}, now=0.0)
+    assert client.statistics().calls_in_flight == 0
+    big = MESH_CODEC.encode(
+        Request(id="r-big", timestamp=1, payload=RequestPayload(method="m", params="z" * 300))
+    )
+    server.receive_frame(big, 0.0)
+    (reply,) = decoded(server)
+    assert reply.id == "r-big" and reply.payload.error.code == ErrorCode.TOO_LARGE
+    # A result too large to send becomes an error answer, not silence.
+    client.send_request("m", None, now=0.0)
+    (request,) = deliver(client, server)
+    server.send_response(request.id, "w" * 500)
+    (done,) = deliver(server, client)
+    assert isinstance(done.error, MessageTooLarge)
+
+
+def test_oversized_response_fails_the_call_it_belongs_to() -> None:
+    client, _ = pair()
+    rid = client.send_request("m", None, now=0.0)
+    client.data_to_send()
+    head = b'{"type":"response","id":"%s","timestamp":1,"payload":{"success":true,"result":"' % rid.encode()
+    (done,) = client.receive_oversized(5_000_000, head, 0.0)
+    assert done.id == rid and isinstance(done.error, MessageTooLarge)
+    assert client.data_to_send() == []
+
+
+def test_notifications_and_duplicate_ids() -> None:
+    client, server = pair()
+    client.send_notification("room/event", {"n": 1})
+    (note,) = deliver(client, server)
+    assert note == IncomingNotification("room/event", {"n": 1})
+    client.send_request("m", None, now=0.0, request_id="dup")  # type: ignore[arg-type]
+    client.send_request("m", None, now=0.0, request_id="dup2")  # type: ignore[arg-type]
+    frames = client.data_to_send()
+    server.receive_frame(frames[0], 0.0)
+    server.receive_frame(frames[0], 0.0)
+    (reply,) = decoded(server)
+    assert reply.payload.error.code == ErrorCode.INVALID_REQUEST and "duplicate" in reply.payload.error.message
+
+
+def test_completed_calls_do_not_accumulate_deadlines() -> None:
+    client, server = pair()
+    for _ in range(5_000):
+        client.send_request("m", None, now=0.0)
+        (request,) = deliver(client, server)
+        server.send_response(request.id, None)
+        deliver(server, client)
+    assert len(client._deadlines) < 1_000
+    assert client.statistics().calls_succeeded == 5_000
+
+
+def test_unanswered_done_events_carry_results() -> None:
+    client, server = pair()
+    rid = client.send_request("m", [1, 2], now=0.0)
+    (request,) = deliver(client, server)
+    assert request.params == [1, 2]
+    server.send_response(request.id, None)
+    assert deliver(server, client) == [CallDone(rid, result=None)]

@@ -1,0 +1,131 @@
+"""The frame-stream interface every transport implements, and its errors.
+
+A transport moves *frames*: the bytes of one message. It knows nothing of RPC,
+JSON or retries. A stream is opened by an ``open_*`` async context manager (a
+*connector*) or handed to a handler by a *listener*; either way the owner of the
+``async with`` owns every task the stream needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import anyio.abc
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
+    "Connector",
+    "FrameHandler",
+    "FrameStream",
+    "FrameTooLarge",
+    "Listener",
+    "TransportClosed",
+    "TransportError",
+    "TransportInfo",
+]
+
+#: 1 MiB: large enough for any tool result we expect, small enough that a
+#: misbehaving peer cannot make us buffer without bound.
+DEFAULT_MAX_FRAME_SIZE = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class TransportInfo:
+    """What a stream is, for error messages and logs (never a secret)."""
+
+    kind: str  # "memory", "stdio", "http", "websocket"
+    peer: str  # e.g. "pid 4242", "ws://127.0.0.1:8765/ws", "127.0.0.1:53211"
+
+
+class TransportError(Exception):
+    """Base class of the errors a transport raises."""
+
+
+class TransportClosed(TransportError):
+    """The stream is closed: no frame will arrive or leave any more.
+
+    ``reason`` says why in words; the optional fields carry the evidence a user
+    needs to act (a child's exit code and last stderr lines, a WebSocket close code).
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        exit_code: int | None = None,
+        close_code: int | None = None,
+        stderr_tail: Sequence[str] = (),
+    ) -> None:
+        self.reason = reason
+        self.exit_code = exit_code
+        self.close_code = close_code
+        self.stderr_tail = tuple(stderr_tail)
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        text = self.reason
+        if self.stderr_tail:
+            text += "; last stderr: " + " | ".join(self.stderr_tail)
+        return text
+
+
+class FrameTooLarge(TransportError):
+    """An incoming frame exceeded the size limit and was discarded.
+
+    The stream stays usable. ``head`` holds the frame's first bytes so the
+    receiver can try to name the request it belonged to.
+    """
+
+    def __init__(self, size: int, limit: int, head: bytes = b"") -> None:
+        self.size = size
+        self.limit = limit
+        self.head = head
+        super().__init__(f"frame of {size} bytes exceeds the {limit}-byte limit")
+
+
+@runtime_checkable
+class FrameStream(Protocol):
+    """A bidirectional stream of frames.
+
+    ``receive`` raises :class:`TransportClosed` once the stream has ended and
+    :class:`FrameTooLarge` for a discarded oversized frame (after which it may be
+    called again). ``send`` raises :class:`TransportClosed` if the stream can no
+    longer carry frames. ``aclose`` is idempotent and bounded in time.
+    """
+
+    @property
+    def info(self) -> TransportInfo: ...
+
+    @property
+    def max_frame_size(self) -> int: ...
+
+    async def send(self, frame: bytes) -> None: ...
+
+    async def send_many(self, frames: Sequence[bytes]) -> None:
+        """Send several frames, as few writes as the transport allows."""
+        ...
+
+    async def receive(self) -> bytes: ...
+
+    async def aclose(self) -> None: ...
+
+
+#: Opens one stream; the stream lives as long as the ``async with``.
+Connector = Callable[[], AbstractAsyncContextManager[FrameStream]]
+
+#: Serves one accepted stream; the listener closes the stream when it returns.
+FrameHandler = Callable[[FrameStream], Awaitable[None]]
+
+
+class Listener(Protocol):
+    """Accepts streams and hands each to a handler, in a task of its own."""
+
+    async def serve(
+        self,
+        handler: FrameHandler,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None: ...

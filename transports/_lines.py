@@ -1,0 +1,197 @@
+"""Newline-delimited frames over a pair of non-blocking pipe file descriptors.
+
+Both ends of the stdio transport use this: the orchestrator on its child's pipes,
+the agent on its own stdin/stdout. We read file descriptors directly (64 KiB at a
+time, waiting with ``anyio.wait_readable`` only when a read would block) instead of
+going through asyncio's subprocess streams, which read 256 KiB per call and, with
+glibc's default thresholds, map and unmap that buffer on every read
+(PERFORMANCE.md, lesson 1).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
+
+import anyio
+
+from transports._base import FrameTooLarge, TransportClosed
+
+__all__ = ["LineChannel"]
+
+_READ_SIZE: Final = 64 * 1024
+_HEAD: Final = 512  # bytes of an oversized frame kept so its id can be salvaged
+_NEWLINE: Final = b"\n"
+
+
+class LineChannel:
+    """Frames separated by ``\\n`` over a read fd and a write fd (both made non-blocking).
+
+    ``describe_eof`` is awaited when the read side ends; it returns the
+    :class:`TransportClosed` that explains why, so a child's exit status and
+    stderr can be reported instead of a bare "end of file".
+    """
+
+    def __init__(
+        self,
+        read_fd: int,
+        write_fd: int,
+        *,
+        max_frame_size: int,
+        describe_eof: Callable[[], Awaitable[TransportClosed]] | None = None,
+    ) -> None:
+        os.set_blocking(read_fd, False)
+        os.set_blocking(write_fd, False)
+        self._rfd = read_fd
+        self._wfd = write_fd
+        self._max = max_frame_size
+        self._describe_eof = describe_eof or _peer_closed
+        self._ready: deque[bytes | FrameTooLarge] = deque()
+        self._partial: list[bytes] = []
+        self._partial_len = 0
+        self._discarding: int | None = None  # bytes of an oversized frame skipped so far
+        self._discard_head = b""
+        self._send_lock = anyio.Lock()
+        self._closed: TransportClosed | None = None
+
+    @property
+    def max_frame_size(self) -> int:
+        return self._max
+
+    @property
+    def closed(self) -> TransportClosed | None:
+        return self._closed
+
+    def mark_closed(self, reason: TransportClosed) -> None:
+        if self._closed is None:
+            self._closed = reason
+
+    # -- receiving ---------------------------------------------------------------------
+
+    async def receive(self) -> bytes:
+        ready = self._ready
+        while True:
+            while ready:
+                item = ready.popleft()
+                if type(item) is bytes:
+                    if len(item) > self._max:
+                        raise FrameTooLarge(len(item), self._max, item[:_HEAD])
+                    if item:  # blank lines are keep-alive noise, not frames
+                        return item
+                else:
+                    raise item  # type: ignore[misc]  # a FrameTooLarge queued in order
+            if self._closed is not None:
+                raise self._closed
+            chunk = await self._read()
+            if not chunk:
+                if self._closed is None:
+                    self.mark_closed(await self._describe_eof())
+                continue
+            self._absorb(chunk)
+
+    async def _read(self) -> bytes:
+        while True:
+            try:
+                return os.read(self._rfd, _READ_SIZE)
+            except BlockingIOError:
+                pass
+            except OSError as exc:
+                self.mark_closed(TransportClosed(f"pipe read failed: {exc}"))
+                return b""
+            try:
+                await anyio.wait_readable(self._rfd)
+            except anyio.ClosedResourceError:
+                self.mark_closed(TransportClosed("closed locally"))
+                return b""
+
+    def _absorb(self, chunk: bytes) -> None:
+        if self._discarding is not None:
+            end = chunk.find(_NEWLINE)
+            if end < 0:
+                self._discarding += len(chunk)
+                return
+            size = self._discarding + end
+            self._ready.append(FrameTooLarge(size, self._max, self._discard_head))
+            self._discarding = None
+            chunk = chunk[end + 1 :]
+        if _NEWLINE not in chunk:
+            self._partial.append(chunk)
+            self._partial_len += len(chunk)
+            if self._partial_len > self._max:
+                self._start_discarding()
+            return
+        if self._partial:
+            self._partial.append(chunk)
+            chunk = b"".join(self._partial)
+            self._partial.clear()
+            self._partial_len = 0
+        lines = chunk.split(_NEWLINE)
+        rest = lines.pop()
+        self._ready.extend(lines)
+        if rest:
+            self._partial.append(rest)
+            self._partial_len = len(rest)
+            if self._partial_len > self._max:
+                self._start_discarding()
+
+    def _start_discarding(self) -> None:
+        joined = b"".join(self._partial)
+        self._discard_head = joined[:_HEAD]
+        self._discarding = len(joined)
+        self._partial.clear()
+        self._partial_len = 0
+
+    # -- sending -------------------------------------------------------------------------
+
+    async def send(self, frame: bytes) -> None:
+        await self.send_many((frame,))
+
+    async def send_many(self, frames: Sequence[bytes]) -> None:
+        for frame in frames:
+            if _NEWLINE in frame:
+                raise ValueError("a frame must not contain a raw newline")
+        data = b"\n".join(frames) + _NEWLINE
+        async with self._send_lock:
+            await self._write_all(data)
+
+    async def _write_all(self, data: bytes) -> None:
+        if self._closed is not None:
+            raise self._closed
+        if self._wfd < 0:
+            raise TransportClosed("closed locally")
+        view = memoryview(data)
+        while view:
+            try:
+                written = os.write(self._wfd, view)
+            except BlockingIOError:
+                try:
+                    await anyio.wait_writable(self._wfd)
+                except anyio.ClosedResourceError:
+                    raise TransportClosed("closed locally") from None
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                raise self._closed or TransportClosed("peer closed the pipe") from None
+            except OSError as exc:
+                raise TransportClosed(f"pipe write failed: {exc}") from None
+            view = view[written:]
+
+    # -- closing -------------------------------------------------------------------------
+
+    def close_write(self) -> None:
+        """Close our writing end (the peer sees end of input)."""
+        if self._wfd >= 0:
+            anyio.notify_closing(self._wfd)
+            os.close(self._wfd)
+            self._wfd = -1
+
+    def close_read(self) -> None:
+        if self._rfd >= 0:
+            anyio.notify_closing(self._rfd)
+            os.close(self._rfd)
+            self._rfd = -1
+
+
+async def _peer_closed() -> TransportClosed:
+    return TransportClosed("peer closed the pipe")
