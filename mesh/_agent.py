@@ -48,7 +48,9 @@ class _ToolCall(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def _invalid(prefix: str, exc: msgspec.ValidationError, where: str) -> InvalidParams:
-    text = _PATH.sub(f"at `{where}", str(exc))
+    text = str(exc)
+    # msgspec names no path for a mismatch at the root; we always say where.
+    text = _PATH.sub(f"at `{where}", text) if _PATH.search(text) else f"{text} - at `{where}`"
     return InvalidParams(f"{prefix}: {text}")
 
 
@@ -93,7 +95,9 @@ class Tool:
             raise
         except Exception as exc:
             log.info("agent.tool_failed", tool=self.name, error=repr(exc))
-            raise ToolError(str(exc) or type(exc).__name__, data={"type": type(exc).__name__}) from exc
+            raise ToolError(
+                str(exc) or type(exc).__name__, data={"type": type(exc).__name__}
+            ) from exc
         return result
 
 
@@ -122,8 +126,14 @@ def build_tool(function: Callable[..., Any], *, name: str | None, description: s
         if annotation is RequestContext:
             context_parameter = parameter.name
             continue
-        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD, parameter.POSITIONAL_ONLY):
-            raise TypeError(f"tool {tool_name!r}: parameter {parameter.name!r} must be a plain keyword")
+        if parameter.kind in (
+            parameter.VAR_POSITIONAL,
+            parameter.VAR_KEYWORD,
+            parameter.POSITIONAL_ONLY,
+        ):
+            raise TypeError(
+                f"tool {tool_name!r}: parameter {parameter.name!r} must be a plain keyword"
+            )
         if parameter.default is parameter.empty:
             fields.append((parameter.name, annotation))
         else:
@@ -180,10 +190,22 @@ class Agent:
     def tool(self, function: F, /) -> F: ...
 
     @overload
-    def tool(self, *, name: str | None = None, description: str | None = None) -> Callable[[F], F]: ...
+    def tool(
+        self,
+        function: None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+    ) -> Callable[[F], F]: ...
 
     def tool(
-        self, function: F | None = None, /, *, name: str | None = None, description: str | None = None
+        self,
+        function: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
     ) -> F | Callable[[F], F]:
         """Register a function as a tool (usable bare or with ``name=``/``description=``)."""
 
@@ -265,5 +287,7 @@ class Agent:
         tool = self._tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self._tools)) or "none"
-            raise MethodNotFound(f"agent {self.id!r} has no tool named {call.name!r} (tools: {known})")
+            raise MethodNotFound(
+                f"agent {self.id!r} has no tool named {call.name!r} (tools: {known})"
+            )
         return await tool.invoke(ctx, call.arguments)

@@ -16,7 +16,9 @@ import structlog
 __all__ = ["configure_logging"]
 
 
-def configure_logging(*, level: str = "info", stream: TextIO | None = None, json: bool | None = None) -> None:
+def configure_logging(
+    *, level: str = "info", stream: TextIO | None = None, json: bool | None = None
+) -> None:
     out = stream or sys.stderr
     use_json = (not out.isatty()) if json is None else json
     renderer: structlog.typing.Processor = (
@@ -31,7 +33,9 @@ def configure_logging(*, level: str = "info", stream: TextIO | None = None, json
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()]
+        ),
         logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=True,
     )

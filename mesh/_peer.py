@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any, Final, Protocol
 
 import anyio
@@ -32,6 +32,7 @@ from mesh._session import (
     SessionStatistics,
 )
 from transports import FrameStream, FrameTooLarge, TransportClosed, TransportInfo
+from transports._groups import unwrap_single_error
 
 __all__ = ["Peer", "RequestContext", "RequestHandler", "open_peer", "serve_peer"]
 
@@ -215,16 +216,16 @@ class Peer:
                 frames = self._session.data_to_send()
                 if frames:
                     with anyio.move_on_after(FLUSH_ON_CLOSE):
-                        try:
+                        with suppress(TransportClosed):
                             await self._stream.send_many(frames)
-                        except TransportClosed:
-                            pass
                 self._lost(ConnectionLost(reason))
             await self._stream.aclose()
 
     # -- the background tasks ----------------------------------------------------------------
 
-    async def _run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def _run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         with self._background:
             async with anyio.create_task_group() as tg:
                 self._tasks = tg
@@ -277,8 +278,9 @@ class Peer:
             events = session.tick(anyio.current_time())
             if events:
                 self._dispatch(events)
-            if session.closed:
-                self._lost(session.close_error or ConnectionLost("closed"))
+            error = session.close_error
+            if error is not None:  # the peer went silent past its TTL
+                self._lost(error)
                 return
             if session.has_data_to_send:
                 self._send_wakeup.set()
@@ -287,20 +289,19 @@ class Peer:
 
     def _dispatch(self, events: list[Event]) -> None:
         for event in events:
-            kind = type(event)
-            if kind is CallDone:
-                self._complete(event)  # type: ignore[arg-type]
-            elif kind is IncomingRequest:
-                self._start_handler(event)  # type: ignore[arg-type]
-            elif kind is CancelRequested:
-                scope = self._handlers.get(event.id)  # type: ignore[union-attr]
+            if isinstance(event, CallDone):
+                self._complete(event)
+            elif isinstance(event, IncomingRequest):
+                self._start_handler(event)
+            elif isinstance(event, CancelRequested):
+                scope = self._handlers.get(event.id)
                 if scope is not None:
                     scope.cancel()
-            elif kind is ProgressReported:
-                waiter = self._waiters.get(event.id)  # type: ignore[union-attr]
+            elif isinstance(event, ProgressReported):
+                waiter = self._waiters.get(event.id)
                 if waiter is not None and waiter.on_progress is not None:
-                    waiter.on_progress(event.params)  # type: ignore[union-attr]
-            elif kind is IncomingNotification and self._handler is not None and self._tasks:
+                    waiter.on_progress(event.params)
+            elif self._handler is not None and self._tasks is not None:
                 self._tasks.start_soon(self._run_notification, event)
 
     def _complete(self, done: CallDone) -> None:
@@ -313,7 +314,9 @@ class Peer:
     def _start_handler(self, request: IncomingRequest) -> None:
         if self._handler is None or self._tasks is None:
             self._session.send_error(
-                request.id, ErrorCode.METHOD_NOT_FOUND, f"this peer serves no methods ({request.method!r})"
+                request.id,
+                ErrorCode.METHOD_NOT_FOUND,
+                f"this peer serves no methods ({request.method!r})",
             )
             return
         scope = anyio.CancelScope()
@@ -381,12 +384,13 @@ async def open_peer(
 ) -> AsyncIterator[Peer]:
     """Run a session over ``stream`` for the duration of the ``async with``."""
     peer = Peer(stream, handler=handler, config=config, codec=codec, agent=agent)
-    async with anyio.create_task_group() as tg:
-        await tg.start(peer._run)
-        try:
-            yield peer
-        finally:
-            await peer.aclose()
+    with unwrap_single_error():
+        async with anyio.create_task_group() as tg:
+            await tg.start(peer._run)
+            try:
+                yield peer
+            finally:
+                await peer.aclose()
 
 
 async def serve_peer(

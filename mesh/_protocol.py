@@ -186,17 +186,25 @@ class MeshCodec:
         except msgspec.ValidationError as exc:
             request_id, kind = self._salvage(frame)
             raise DecodeFailure(
-                ErrorCode.INVALID_REQUEST, f"invalid message: {exc}", request_id=request_id, kind=kind
+                ErrorCode.INVALID_REQUEST,
+                f"invalid message: {exc}",
+                request_id=request_id,
+                kind=kind,
             ) from None
         except msgspec.DecodeError as exc:
             request_id, kind = salvage_id(frame)
             raise DecodeFailure(
                 ErrorCode.PARSE_ERROR, f"not valid JSON: {exc}", request_id=request_id, kind=kind
             ) from None
-        if type(message) is Response and not message.payload.success and message.payload.error is None:
+        if (
+            type(message) is Response
+            and not message.payload.success
+            and message.payload.error is None
+        ):
             raise DecodeFailure(
                 ErrorCode.INVALID_REQUEST,
-                "invalid message: a response with `success: false` needs an error - at `$.payload.error`",
+                "invalid message: a response with `success: false` needs an error"
+                " - at `$.payload.error`",
                 request_id=message.id,
                 kind="response",
             )

@@ -8,6 +8,7 @@ in the library.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -56,7 +57,5 @@ def run_agent(agent: Agent, argv: Sequence[str] | None = None) -> None:
     args = _parser(agent).parse_args(argv)
     # Logs go to stderr: on stdio, stdout carries the protocol.
     configure_logging(level=args.log_level, stream=sys.stderr)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         anyio.run(partial(_serve_stdio, agent, args.max_frame_size), backend=args.backend)
-    except KeyboardInterrupt:
-        pass

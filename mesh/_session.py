@@ -11,9 +11,9 @@ answer. Calls are correlated by id and may complete in any order.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Mapping
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -250,7 +250,9 @@ class Session:
         rid = request_id or new_request_id()
         what = _describe(method, params)
         frame = self._encode_checked(
-            Request(id=rid, timestamp=now_ms(), payload=RequestPayload(method=method, params=params)),
+            Request(
+                id=rid, timestamp=now_ms(), payload=RequestPayload(method=method, params=params)
+            ),
             what,
         )
         if timeout is None:
@@ -301,9 +303,7 @@ class Session:
             self._outbox.append(frame)
         return True
 
-    def send_error(
-        self, request_id: RequestId, code: int, message: str, data: Any = None
-    ) -> bool:
+    def send_error(self, request_id: RequestId, code: int, message: str, data: Any = None) -> bool:
         if self._incoming.pop(request_id, None) is None or self.closed:
             return False
         self._queue_error(request_id, code, message, data)
@@ -357,9 +357,16 @@ class Session:
             if request_id is not None and request_id in self._pending:
                 pending = self._pending.pop(RequestId(request_id))
                 self._stats.calls_failed += 1
-                return [CallDone(RequestId(request_id), error=self._error(MessageTooLarge, "response " + reason, pending))]
+                return [
+                    CallDone(
+                        RequestId(request_id),
+                        error=self._error(MessageTooLarge, "response " + reason, pending),
+                    )
+                ]
             return []
-        log.warning("mesh.frame_too_large", size=size, limit=self._frame_limit, request_id=request_id)
+        log.warning(
+            "mesh.frame_too_large", size=size, limit=self._frame_limit, request_id=request_id
+        )
         self._queue_error(request_id, ErrorCode.TOO_LARGE, reason)
         return []
 
@@ -394,7 +401,9 @@ class Session:
             )
             return events
         if self._next_heartbeat is not None and now >= self._next_heartbeat:
-            self._outbox.append(self._codec.encode(Heartbeat(id=new_request_id(), timestamp=now_ms())))
+            self._outbox.append(
+                self._codec.encode(Heartbeat(id=new_request_id(), timestamp=now_ms()))
+            )
             self._stats.heartbeats_sent += 1
             interval = self.config.heartbeat_interval or 0.0
             self._next_heartbeat = max(self._next_heartbeat + interval, now)
@@ -444,7 +453,9 @@ class Session:
             self._stats.late_responses += 1
             payload = message.payload
             if rid is None and payload.error is not None:
-                log.warning("mesh.peer_error", code=payload.error.code, message=payload.error.message)
+                log.warning(
+                    "mesh.peer_error", code=payload.error.code, message=payload.error.message
+                )
             else:
                 log.debug("mesh.late_response_dropped", request_id=message.id)
             return []
@@ -521,11 +532,15 @@ class Session:
         self._queue_error(failure.request_id, failure.code, failure.reason)
         return []
 
-    def _queue_error(self, request_id: str | None, code: int, message: str, data: Any = None) -> None:
+    def _queue_error(
+        self, request_id: str | None, code: int, message: str, data: Any = None
+    ) -> None:
         response = Response(
             id=request_id,
             timestamp=now_ms(),
-            payload=ResponsePayload(success=False, error=ErrorInfo(code=code, message=message, data=data)),
+            payload=ResponsePayload(
+                success=False, error=ErrorInfo(code=code, message=message, data=data)
+            ),
         )
         try:
             frame = self._codec.encode(response)
@@ -534,14 +549,18 @@ class Session:
                 Response(
                     id=request_id,
                     timestamp=now_ms(),
-                    payload=ResponsePayload(success=False, error=ErrorInfo(code=code, message=message)),
+                    payload=ResponsePayload(
+                        success=False, error=ErrorInfo(code=code, message=message)
+                    ),
                 )
             )
         self._outbox.append(frame)
 
     def _notify(self, method: str, params: Any, *, checked: bool = False) -> None:
         message = Notification(
-            id=new_request_id(), timestamp=now_ms(), payload=NotificationPayload(method=method, params=params)
+            id=new_request_id(),
+            timestamp=now_ms(),
+            payload=NotificationPayload(method=method, params=params),
         )
         frame = self._encode_checked(message, method) if checked else self._codec.encode(message)
         self._outbox.append(frame)
@@ -560,12 +579,17 @@ class Session:
     def _push_deadline(self, deadline: float, rid: RequestId) -> None:
         heap = self._deadlines
         heapq.heappush(heap, (deadline, rid))
-        if len(heap) > _HEAP_MIN_REBUILD and len(heap) > _HEAP_SLACK * len(self._pending) + _HEAP_MIN_REBUILD:
+        if (
+            len(heap) > _HEAP_MIN_REBUILD
+            and len(heap) > _HEAP_SLACK * len(self._pending) + _HEAP_MIN_REBUILD
+        ):
             self._deadlines = [(p.deadline, r) for r, p in self._pending.items()]
             heapq.heapify(self._deadlines)
 
     def _error(self, cls: type[MeshError], message: str, pending: _Pending) -> MeshError:
-        return cls(message, agent=self._label.agent, method=pending.what, transport=self._label.transport)
+        return cls(
+            message, agent=self._label.agent, method=pending.what, transport=self._label.transport
+        )
 
     def _raise_if_closed(self, method: str) -> None:
         if self._close_error is not None:
@@ -590,4 +614,3 @@ def _describe(method: str, params: Any) -> str:
         if isinstance(name, str):
             return f"tools/call {name}"
     return method
-

@@ -22,6 +22,7 @@ from mesh._connect import connect_stdio
 from mesh._peer import Peer, RequestContext, open_peer, serve_peer
 from mesh._session import SessionConfig
 from transports import DEFAULT_MAX_FRAME_SIZE, memory_stream_pair
+from transports._groups import unwrap_single_error
 
 __all__ = [
     "NotificationRecorder",
@@ -77,7 +78,9 @@ async def open_echo_agent(
 
     ``backend`` picks the agent's event loop (default: the caller's).
     """
-    command, args = echo_agent_command("--backend", backend or sniffio.current_async_library(), *extra_args)
+    command, args = echo_agent_command(
+        "--backend", backend or sniffio.current_async_library(), *extra_args
+    )
     async with connect_stdio(command, args, agent="echo", config=config, handler=handler) as peer:
         yield peer
 
@@ -92,8 +95,11 @@ async def open_memory_peer(
 ) -> AsyncIterator[Peer]:
     """Serve ``agent`` in this process over an in-memory link; yield the client side."""
     client_stream, server_stream = memory_stream_pair(max_frame_size=max_frame_size)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(serve_peer, server_stream, agent)
-        async with open_peer(client_stream, handler=handler, config=config, agent=agent.id) as peer:
-            yield peer
-        await server_stream.aclose()
+    with unwrap_single_error():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve_peer, server_stream, agent)
+            async with open_peer(
+                client_stream, handler=handler, config=config, agent=agent.id
+            ) as peer:
+                yield peer
+            await server_stream.aclose()

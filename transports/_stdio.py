@@ -15,7 +15,7 @@ import subprocess
 import sys
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Final
 
 import anyio
@@ -23,6 +23,7 @@ import anyio.abc
 import structlog
 
 from transports._base import DEFAULT_MAX_FRAME_SIZE, TransportClosed, TransportInfo
+from transports._groups import unwrap_single_error
 from transports._lines import LineChannel
 
 __all__ = ["StdioProcessStream", "StdioServerStream", "open_stdio_process", "open_stdio_server"]
@@ -59,7 +60,13 @@ class StdioProcessStream:
     """Frames to and from a child process. Opened by :func:`open_stdio_process`."""
 
     def __init__(
-        self, process: anyio.abc.Process, read_fd: int, write_fd: int, *, command: str, max_frame_size: int
+        self,
+        process: anyio.abc.Process,
+        read_fd: int,
+        write_fd: int,
+        *,
+        command: str,
+        max_frame_size: int,
     ) -> None:
         self._process = process
         self._channel = LineChannel(
@@ -105,7 +112,11 @@ class StdioProcessStream:
         with anyio.move_on_after(EXIT_STATUS_WAIT):
             await self._stderr_done.wait()
         code = self._process.returncode
-        how = "closed" if self._closing else f"agent process {self._process.pid} {describe_exit(code)}"
+        how = (
+            "closed"
+            if self._closing
+            else f"agent process {self._process.pid} {describe_exit(code)}"
+        )
         return TransportClosed(how, exit_code=code, stderr_tail=self.stderr_tail)
 
     async def _pump_stderr(self, stderr: anyio.abc.ByteReceiveStream) -> None:
@@ -156,10 +167,8 @@ class StdioProcessStream:
 
 
 def _signal(process: anyio.abc.Process, signum: signal.Signals) -> None:
-    try:
+    with suppress(ProcessLookupError):
         process.send_signal(signum)
-    except ProcessLookupError:
-        pass
 
 
 def child_environment(env: Mapping[str, str] | None, *, inherit: bool) -> dict[str, str]:
@@ -205,16 +214,21 @@ async def open_stdio_process(
     os.close(to_child_r)
     os.close(from_child_w)
     stream = StdioProcessStream(
-        process, from_child_r, to_child_w, command=os.path.basename(command), max_frame_size=max_frame_size
+        process,
+        from_child_r,
+        to_child_w,
+        command=os.path.basename(command),
+        max_frame_size=max_frame_size,
     )
     log.debug("agent.spawned", pid=process.pid, command=command)
     assert process.stderr is not None
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(stream._pump_stderr, process.stderr)
-        try:
-            yield stream
-        finally:
-            await stream.aclose()
+    with unwrap_single_error():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stream._pump_stderr, process.stderr)
+            try:
+                yield stream
+            finally:
+                await stream.aclose()
 
 
 class StdioServerStream:
@@ -265,7 +279,9 @@ async def open_stdio_server(
     write_fd = os.dup(1)
     saved_stdout = os.dup(1)
     os.dup2(2, 1)
-    channel = LineChannel(read_fd, write_fd, max_frame_size=max_frame_size, describe_eof=_parent_closed)
+    channel = LineChannel(
+        read_fd, write_fd, max_frame_size=max_frame_size, describe_eof=_parent_closed
+    )
     stream = StdioServerStream(channel)
     try:
         yield stream

@@ -64,7 +64,9 @@ async def test_remote_errors_are_typed_and_named(open_echo: EchoFactory) -> None
     async with open_echo() as echo:
         with pytest.raises(ToolError, match="boom") as failed:
             await echo.call_tool("fail", {"message": "boom"})
-        assert failed.value.code == ErrorCode.TOOL_ERROR and failed.value.data == {"type": "RuntimeError"}
+        assert failed.value.code == ErrorCode.TOOL_ERROR and failed.value.data == {
+            "type": "RuntimeError"
+        }
         with pytest.raises(MethodNotFound, match="no tool named 'ecko'"):
             await echo.call_tool("ecko", {})
         with pytest.raises(MethodNotFound, match="no method 'nope/nothing'"):

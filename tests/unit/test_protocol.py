@@ -27,21 +27,40 @@ ids = st.text(min_size=1, max_size=128)
 names = st.text(min_size=1, max_size=256)
 stamps = st.integers(min_value=0, max_value=2**53)
 json_values: st.SearchStrategy[Any] = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**63 - 1)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
     max_leaves=12,
 )
 errors = st.builds(ErrorInfo, code=st.integers(-40000, 40000), message=st.text(), data=json_values)
 messages: st.SearchStrategy[Message] = st.one_of(
-    st.builds(Request, id=ids, timestamp=stamps,
-              payload=st.builds(RequestPayload, method=names, params=json_values)),
-    st.builds(Response, id=ids | st.none(), timestamp=stamps,
-              payload=st.builds(ResponsePayload, success=st.just(True), result=json_values)),
-    st.builds(Response, id=ids | st.none(), timestamp=stamps,
-              payload=st.builds(ResponsePayload, success=st.just(False), error=errors)),
-    st.builds(Notification, id=ids, timestamp=stamps,
-              payload=st.builds(NotificationPayload, method=names, params=json_values)),
+    st.builds(
+        Request,
+        id=ids,
+        timestamp=stamps,
+        payload=st.builds(RequestPayload, method=names, params=json_values),
+    ),
+    st.builds(
+        Response,
+        id=ids | st.none(),
+        timestamp=stamps,
+        payload=st.builds(ResponsePayload, success=st.just(True), result=json_values),
+    ),
+    st.builds(
+        Response,
+        id=ids | st.none(),
+        timestamp=stamps,
+        payload=st.builds(ResponsePayload, success=st.just(False), error=errors),
+    ),
+    st.builds(
+        Notification,
+        id=ids,
+        timestamp=stamps,
+        payload=st.builds(NotificationPayload, method=names, params=json_values),
+    ),
     st.builds(Heartbeat, id=ids, timestamp=stamps),
 )
 
@@ -73,7 +92,11 @@ def test_arbitrary_objects_fail_cleanly(obj: dict[str, Any]) -> None:
 
 def test_the_envelope_on_the_wire_is_seed_002s() -> None:
     frame = MESH_CODEC.encode(
-        Request(id="1", timestamp=5, payload=RequestPayload(method="tools/call", params={"name": "echo"}))
+        Request(
+            id="1",
+            timestamp=5,
+            payload=RequestPayload(method="tools/call", params={"name": "echo"}),
+        )
     )
     assert frame == (
         b'{"type":"request","id":"1","timestamp":5,'

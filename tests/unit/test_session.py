@@ -89,7 +89,9 @@ def test_caller_cancel_sends_cancelled_and_a_late_response_is_dropped() -> None:
     (cancel,) = deliver(client, server)
     assert isinstance(cancel, CancelRequested) and cancel.reason == "cancelled by caller"
     # The server answered before it saw the cancel: the late answer is dropped.
-    late = MESH_CODEC.encode(Response(id=request.id, timestamp=0, payload=ResponsePayload(success=True)))
+    late = MESH_CODEC.encode(
+        Response(id=request.id, timestamp=0, payload=ResponsePayload(success=True))
+    )
     assert client.receive_frame(late, 0.1) == []
     assert client.statistics().late_responses == 1
 
@@ -152,14 +154,32 @@ def test_connection_lost_fails_every_pending_call_with_the_cause() -> None:
     ("frame", "code", "fragment", "rid"),
     [
         (b"not json", ErrorCode.PARSE_ERROR, "not valid JSON", None),
-        (b'{"type":"request","id":"a1","timestamp":1,"payload":{"method":7}}', ErrorCode.INVALID_REQUEST,
-         "`$.payload.method`", "a1"),
-        (b'{"type":"bogus","id":"b2","timestamp":1,"payload":{}}', ErrorCode.INVALID_REQUEST, "`$.type`", "b2"),
+        (
+            b'{"type":"request","id":"a1","timestamp":1,"payload":{"method":7}}',
+            ErrorCode.INVALID_REQUEST,
+            "`$.payload.method`",
+            "a1",
+        ),
+        (
+            b'{"type":"bogus","id":"b2","timestamp":1,"payload":{}}',
+            ErrorCode.INVALID_REQUEST,
+            "`$.type`",
+            "b2",
+        ),
         (b'{"type":"request","id":"c3","timestamp":1}', ErrorCode.INVALID_REQUEST, "payload", "c3"),
-        (b'{"type":"request","id":"d4","timestamp":"x","payload":{"method":"m"}}', ErrorCode.INVALID_REQUEST,
-         "`$.timestamp`", "d4"),
-        (b'[1,2,3]', ErrorCode.INVALID_REQUEST, "Expected `object`", None),
-        (b'{"type":"request","id":"e5", "timestamp":1, "payload":{"meth', ErrorCode.PARSE_ERROR, "JSON", "e5"),
+        (
+            b'{"type":"request","id":"d4","timestamp":"x","payload":{"method":"m"}}',
+            ErrorCode.INVALID_REQUEST,
+            "`$.timestamp`",
+            "d4",
+        ),
+        (b"[1,2,3]", ErrorCode.INVALID_REQUEST, "Expected `object`", None),
+        (
+            b'{"type":"request","id":"e5", "timestamp":1, "payload":{"meth',
+            ErrorCode.PARSE_ERROR,
+            "JSON",
+            "e5",
+        ),
     ],
 )
 def test_invalid_frames_get_an_error_reply_naming_the_problem(
@@ -211,7 +231,10 @@ def test_oversized_response_fails_the_call_it_belongs_to() -> None:
     client, _ = pair()
     rid = client.send_request("m", None, now=0.0)
     client.data_to_send()
-    head = b'{"type":"response","id":"%s","timestamp":1,"payload":{"success":true,"result":"' % rid.encode()
+    head = (
+        b'{"type":"response","id":"%s","timestamp":1,"payload":{"success":true,"result":"'
+        % rid.encode()
+    )
     (done,) = client.receive_oversized(5_000_000, head, 0.0)
     assert done.id == rid and isinstance(done.error, MessageTooLarge)
     assert client.data_to_send() == []
@@ -228,7 +251,10 @@ def test_notifications_and_duplicate_ids() -> None:
     server.receive_frame(frames[0], 0.0)
     server.receive_frame(frames[0], 0.0)
     (reply,) = decoded(server)
-    assert reply.payload.error.code == ErrorCode.INVALID_REQUEST and "duplicate" in reply.payload.error.message
+    assert (
+        reply.payload.error.code == ErrorCode.INVALID_REQUEST
+        and "duplicate" in reply.payload.error.message
+    )
 
 
 def test_completed_calls_do_not_accumulate_deadlines() -> None:

@@ -1,0 +1,130 @@
+"""The agent SDK, served in-process over the memory transport (both event loops)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import anyio
+import msgspec
+import pytest
+
+from mesh import Agent, InvalidParams, MethodNotFound, Peer, RemoteError, RequestContext, ToolError
+from mesh.testing import open_memory_peer
+
+pytestmark = pytest.mark.anyio
+
+
+class Point(msgspec.Struct):
+    x: float
+    y: float
+
+
+def make_agent() -> Agent:
+    agent = Agent("geo", name="Geometry", version="1.2.3", capabilities=["math"])
+
+    @agent.tool
+    async def midpoint(a: Point, b: Point) -> Point:
+        """The point halfway between two points."""
+        return Point((a.x + b.x) / 2, (a.y + b.y) / 2)
+
+    @agent.tool(name="count", description="Count words.")
+    def count_words(text: Annotated[str, msgspec.Meta(max_length=100)], ctx: RequestContext) -> int:
+        ctx.report_progress(1, 1)
+        return len(text.split())
+
+    @agent.tool
+    async def refuse() -> None:
+        raise ToolError("not today", code=-32099, data={"why": "tests"})
+
+    @agent.method("math/add")
+    async def add(ctx: RequestContext, params: Any) -> Any:
+        return params["a"] + params["b"]
+
+    return agent
+
+
+async def test_schemas_come_from_type_hints() -> None:
+    async with open_memory_peer(make_agent()) as peer:
+        tools = {t["name"]: t for t in await peer.list_tools()}
+    midpoint = tools["midpoint"]
+    assert midpoint["description"] == "The point halfway between two points."
+    assert midpoint["inputSchema"]["required"] == ["a", "b"]
+    assert midpoint["inputSchema"]["properties"]["a"] == {"$ref": "#/$defs/Point"}
+    assert midpoint["inputSchema"]["$defs"]["Point"]["required"] == ["x", "y"]
+    assert midpoint["outputSchema"]["required"] == ["x", "y"]
+    count = tools["count"]
+    assert count["description"] == "Count words."
+    assert "ctx" not in count["inputSchema"]["properties"]
+    assert count["inputSchema"]["properties"]["text"] == {"type": "string", "maxLength": 100}
+
+
+async def test_calls_validate_and_convert_arguments() -> None:
+    async with open_memory_peer(make_agent()) as peer:
+        result = await peer.call_tool("midpoint", {"a": {"x": 0, "y": 0}, "b": {"x": 2, "y": 4}})
+        assert result == {"x": 1.0, "y": 2.0}
+        assert await peer.call_tool("count", {"text": "one two three"}) == 3
+        with pytest.raises(InvalidParams, match=r"`\$\.payload\.params\.arguments\.b\.y`"):
+            await peer.call_tool("midpoint", {"a": {"x": 0, "y": 0}, "b": {"x": 2, "y": "4"}})
+        with pytest.raises(InvalidParams, match="missing required field `b`"):
+            await peer.call_tool("midpoint", {"a": {"x": 0, "y": 0}})
+        with pytest.raises(InvalidParams, match="length <= 100"):
+            await peer.call_tool("count", {"text": "x" * 101})
+        with pytest.raises(
+            InvalidParams, match=r"invalid tools/call params.*`\$\.payload\.params`"
+        ):
+            await peer.call("tools/call", ["not", "an", "object"])
+
+
+async def test_errors_keep_the_code_the_handler_chose() -> None:
+    async with open_memory_peer(make_agent()) as peer:
+        # A code the mesh does not define arrives as a plain RemoteError carrying it.
+        with pytest.raises(RemoteError) as refused:
+            await peer.call_tool("refuse")
+        assert type(refused.value) is RemoteError
+        assert refused.value.code == -32099 and refused.value.data == {"why": "tests"}
+        with pytest.raises(MethodNotFound, match=r"tools: count, midpoint, refuse"):
+            await peer.call_tool("nothing")
+
+
+async def test_custom_methods_info_and_notifications() -> None:
+    agent = make_agent()
+    got = anyio.Event()
+    seen: list[Any] = []
+
+    @agent.on_notification("hello")
+    async def hello(peer: Peer, params: Any) -> None:
+        seen.append(params)
+        got.set()
+
+    async with open_memory_peer(agent) as peer:
+        assert await peer.call("math/add", {"a": 2, "b": 3}) == 5
+        info = await peer.call("agent/info")
+        assert info == {
+            "id": "geo",
+            "name": "Geometry",
+            "description": "",
+            "version": "1.2.3",
+            "capabilities": ["math"],
+            "tools": ["midpoint", "count", "refuse"],
+        }
+        await peer.notify("hello", {"from": "test"})
+        with anyio.fail_after(5):
+            await got.wait()
+    assert seen == [{"from": "test"}]
+
+
+def test_declaration_errors_are_caught_early() -> None:
+    agent = Agent("a")
+
+    @agent.tool
+    async def one() -> None: ...
+
+    with pytest.raises(ValueError, match="already has a tool named 'one'"):
+        agent.tool(one)
+    with pytest.raises(TypeError, match="must be a plain keyword"):
+
+        @agent.tool
+        async def star(*args: int) -> None: ...
+
+    with pytest.raises(ValueError, match="already handles 'ping'"):
+        agent.method("ping")(one)
