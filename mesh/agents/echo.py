@@ -39,7 +39,9 @@ async def reverse(text: str) -> dict[str, str]:
 
 
 @agent.tool
-async def sleep(seconds: Seconds, ctx: RequestContext, progress_every: Seconds = 0.0) -> dict[str, float]:
+async def sleep(
+    seconds: Seconds, ctx: RequestContext, progress_every: Seconds = 0.0
+) -> dict[str, float]:
     """Sleep, reporting progress every ``progress_every`` seconds if set.
 
     If the caller cancels (or its deadline passes), the agent sends the
