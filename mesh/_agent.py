@@ -37,7 +37,7 @@ __all__ = ["Agent", "Tool"]
 log = structlog.get_logger("mesh.agent")
 
 F = TypeVar("F", bound=Callable[..., Any])
-NotificationHandler = Callable[[Peer, Any], Awaitable[None]]
+NotificationHandler = Callable[[Peer | None, Any], Awaitable[None]]
 
 _PATH: Final = re.compile(r"at `\$")
 
@@ -254,7 +254,7 @@ class Agent:
             raise MethodNotFound(f"agent {self.id!r} has no method {method!r}")
         return await handler(ctx, params)
 
-    async def handle_notification(self, peer: Peer, method: str, params: Any) -> None:
+    async def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:
         handler = self._notification_handlers.get(method)
         if handler is None:
             log.debug("agent.notification_ignored", method=method)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
@@ -10,9 +11,21 @@ from typing import Any, Final
 from mesh._errors import CallTimeout, MethodNotFound
 from mesh._peer import Peer, RequestHandler, open_peer
 from mesh._session import SessionConfig
-from transports import DEFAULT_MAX_FRAME_SIZE, open_stdio_process
+from transports import (
+    DEFAULT_MAX_FRAME_SIZE,
+    WebSocketConfig,
+    open_http_client,
+    open_stdio_process,
+    open_websocket,
+)
 
-__all__ = ["DEFAULT_CONNECT_TIMEOUT", "connect_stdio", "handshake"]
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "connect_http",
+    "connect_stdio",
+    "connect_websocket",
+    "handshake",
+]
 
 #: Starting a Python agent takes a few hundred milliseconds; ten seconds allows
 #: for a loaded machine without letting a wedged start-up hang the caller.
@@ -68,6 +81,56 @@ async def connect_stdio(
         open_peer(
             stream, handler=handler, config=config, agent=agent or os.path.basename(command)
         ) as peer,
+    ):
+        await handshake(peer, timeout=connect_timeout)
+        yield peer
+
+
+@asynccontextmanager
+async def connect_http(
+    endpoint: str,
+    *,
+    agent: str | None = None,
+    token: str | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    config: SessionConfig | None = None,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+) -> AsyncIterator[Peer]:
+    """Talk to an agent served over HTTP (``POST {endpoint}/rpc``)."""
+    config = config or SessionConfig()
+    async with (
+        open_http_client(
+            endpoint, token=token, ssl_context=ssl_context, max_frame_size=config.max_frame_size
+        ) as stream,
+        open_peer(stream, config=config, agent=agent or endpoint) as peer,
+    ):
+        await handshake(peer, timeout=connect_timeout)
+        yield peer
+
+
+@asynccontextmanager
+async def connect_websocket(
+    url: str,
+    *,
+    agent: str | None = None,
+    token: str | None = None,
+    headers: Sequence[tuple[str, str]] = (),
+    ssl_context: ssl.SSLContext | None = None,
+    config: SessionConfig | None = None,
+    websocket_config: WebSocketConfig | None = None,
+    handler: RequestHandler | None = None,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+) -> AsyncIterator[Peer]:
+    """Dial an agent's WebSocket endpoint with its token."""
+    config = config or SessionConfig()
+    ws_config = websocket_config or WebSocketConfig(
+        max_frame_size=config.max_frame_size, connect_timeout=connect_timeout
+    )
+    async with (
+        open_websocket(
+            url, token=token, headers=headers, ssl_context=ssl_context, config=ws_config
+        ) as stream,
+        open_peer(stream, config=config, agent=agent or url, handler=handler) as peer,
     ):
         await handshake(peer, timeout=connect_timeout)
         yield peer

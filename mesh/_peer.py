@@ -18,7 +18,14 @@ import anyio
 import anyio.abc
 import structlog
 
-from mesh._errors import ConnectionLost, ErrorCode, MeshError
+from mesh._errors import (
+    ConnectionLost,
+    ErrorCode,
+    MeshError,
+    MessageTooLarge,
+    Unauthorized,
+    error_from_code,
+)
 from mesh._protocol import MESH_CODEC, Codec, RequestId
 from mesh._session import (
     CallDone,
@@ -31,7 +38,7 @@ from mesh._session import (
     SessionConfig,
     SessionStatistics,
 )
-from transports import FrameStream, FrameTooLarge, TransportClosed, TransportInfo
+from transports import FrameRejected, FrameStream, FrameTooLarge, TransportClosed, TransportInfo
 from transports._groups import unwrap_single_error
 
 __all__ = ["Peer", "RequestContext", "RequestHandler", "open_peer", "serve_peer"]
@@ -49,15 +56,29 @@ class RequestHandler(Protocol):
 
     async def handle_request(self, ctx: RequestContext, method: str, params: Any) -> Any: ...
 
-    async def handle_notification(self, peer: Peer, method: str, params: Any) -> None: ...
+    async def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None: ...
 
 
 class RequestContext:
-    """Handed to a request's handler: who asked, and a way to report progress."""
+    """Handed to a request's handler: who asked, and a way to report progress.
 
-    __slots__ = ("method", "peer", "request_id")
+    ``peer`` is the connection the request came on, so a handler can call back;
+    it is None over HTTP, where each request is its own exchange.
+    """
 
-    def __init__(self, peer: Peer, request_id: RequestId, method: str) -> None:
+    __slots__ = ("_session", "_wake", "method", "peer", "request_id")
+
+    def __init__(
+        self,
+        session: Session,
+        request_id: RequestId,
+        method: str,
+        *,
+        peer: Peer | None,
+        wake: Callable[[], None],
+    ) -> None:
+        self._session = session
+        self._wake = wake
         self.peer = peer
         self.request_id = request_id
         self.method = method
@@ -66,12 +87,14 @@ class RequestContext:
         self, progress: float, total: float | None = None, message: str | None = None
     ) -> None:
         """Tell the caller we are alive (this also extends the call's deadline)."""
-        self.peer._session.report_progress(self.request_id, progress, total, message)
-        self.peer._wake_writer()
+        self._session.report_progress(self.request_id, progress, total, message)
+        self._wake()
 
     def notify_nowait(self, method: str, params: Any = None) -> None:
         """Send the caller a notification without waiting (safe while cancelled)."""
-        self.peer.notify_nowait(method, params)
+        if not self._session.closed:
+            self._session.send_notification(method, params)
+            self._wake()
 
 
 class _Waiter:
@@ -243,6 +266,8 @@ class Peer:
                 frame = await receive()
             except FrameTooLarge as exc:
                 events = session.receive_oversized(exc.size, exc.head, anyio.current_time())
+            except FrameRejected as exc:
+                events = session.outbound_rejected(exc.head, _rejection_error(exc))
             except TransportClosed as exc:
                 self._lost(_lost_from(exc))
                 return
@@ -325,21 +350,14 @@ class Peer:
 
     async def _run_handler(self, request: IncomingRequest, scope: anyio.CancelScope) -> None:
         assert self._handler is not None
-        session = self._session
-        rid = request.id
+        ctx = RequestContext(
+            self._session, request.id, request.method, peer=self, wake=self._wake_writer
+        )
         try:
             with scope:
-                result = await self._handler.handle_request(
-                    RequestContext(self, rid, request.method), request.method, request.params
-                )
-                session.send_response(rid, result)
-        except MeshError as exc:
-            session.send_error(rid, exc.code, exc.message, exc.data)
-        except Exception as exc:
-            log.exception("mesh.handler_crashed", method=request.method, request_id=rid)
-            session.send_error(rid, ErrorCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+                await answer_request(self._handler, ctx, self._session, request)
         finally:
-            self._handlers.pop(rid, None)
+            self._handlers.pop(request.id, None)
             self._send_wakeup.set()
 
     async def _run_notification(self, event: IncomingNotification) -> None:
@@ -363,6 +381,31 @@ class Peer:
         self._send_wakeup.set()
         self._clock_wakeup.set()
         self._background.cancel()
+
+
+async def answer_request(
+    handler: RequestHandler, ctx: RequestContext, session: Session, request: IncomingRequest
+) -> None:
+    """Run one request's handler and queue its answer (a result or a mapped error)."""
+    try:
+        result = await handler.handle_request(ctx, request.method, request.params)
+    except MeshError as exc:
+        session.send_error(request.id, exc.code, exc.message, exc.data)
+    except Exception as exc:
+        log.exception("mesh.handler_crashed", method=request.method, request_id=request.id)
+        session.send_error(request.id, ErrorCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+    else:
+        session.send_response(request.id, result)
+
+
+def _rejection_error(exc: FrameRejected) -> MeshError:
+    if exc.status in (401, 403):
+        return Unauthorized(f"rejected with HTTP {exc.status}: {exc.message}")
+    if exc.status == 413:
+        return MessageTooLarge(f"rejected with HTTP 413: {exc.message}")
+    return error_from_code(
+        ErrorCode.INTERNAL_ERROR, f"rejected with HTTP {exc.status}: {exc.message}"
+    )
 
 
 def _lost_from(exc: TransportClosed) -> ConnectionLost:

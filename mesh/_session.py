@@ -370,6 +370,23 @@ class Session:
         self._queue_error(request_id, ErrorCode.TOO_LARGE, reason)
         return []
 
+    def outbound_rejected(self, head: bytes, error: MeshError) -> list[Event]:
+        """The transport refused a frame we sent (``head`` is its start): fail its call."""
+        request_id, kind = salvage_id(head)
+        pending = (
+            self._pending.pop(RequestId(request_id), None)
+            if request_id and kind == "request"
+            else None
+        )
+        if pending is None:
+            log.warning("mesh.frame_rejected", kind=kind, reason=error.message)
+            return []
+        self._stats.calls_failed += 1
+        error.with_context(
+            agent=self._label.agent, method=pending.what, transport=self._label.transport
+        )
+        return [CallDone(RequestId(request_id or ""), error=error)]
+
     def tick(self, now: float) -> list[Event]:
         """Fire whatever is due at ``now``: call deadlines, heartbeats, liveness."""
         if self.closed:
@@ -499,8 +516,11 @@ class Session:
 
     def _peer_cancelled(self, params: Any) -> list[Event]:
         rid = params.get("id") if isinstance(params, dict) else None
-        if not isinstance(rid, str) or self._incoming.pop(RequestId(rid), None) is None:
-            return []  # already answered, or never ours: nothing to stop
+        if not isinstance(rid, str):
+            return []
+        # Reported even for an id this session does not hold: over HTTP the
+        # request runs in another exchange, whose owner may still stop it.
+        self._incoming.pop(RequestId(rid), None)
         reason = params.get("reason")
         return [CancelRequested(RequestId(rid), reason if isinstance(reason, str) else "cancelled")]
 

@@ -4,10 +4,12 @@ A transport moves frames (one message's bytes) and nothing else: no RPC, no
 JSON, no retries. It imports nothing from ``mesh`` or ``registry``.
 """
 
+from transports._auth import TokenAuthenticator, bearer_token
 from transports._base import (
     DEFAULT_MAX_FRAME_SIZE,
     Connector,
     FrameHandler,
+    FrameRejected,
     FrameStream,
     FrameTooLarge,
     Listener,
@@ -15,22 +17,56 @@ from transports._base import (
     TransportError,
     TransportInfo,
 )
+from transports._http_client import HttpClientStream, open_http_client
+from transports._http_server import (
+    HttpRequest,
+    HttpResponse,
+    HttpServer,
+    HttpServerConfig,
+    UpgradeHandler,
+    open_http_server,
+)
 from transports._memory import MemoryFrameStream, memory_stream_pair
 from transports._stdio import StdioProcessStream, open_stdio_process, open_stdio_server
+from transports._websocket import (
+    CloseCode,
+    ConnectFailed,
+    WebSocketConfig,
+    WebSocketStream,
+    open_websocket,
+    websocket_upgrade_handler,
+)
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
+    "CloseCode",
+    "ConnectFailed",
     "Connector",
     "FrameHandler",
+    "FrameRejected",
     "FrameStream",
     "FrameTooLarge",
+    "HttpClientStream",
+    "HttpRequest",
+    "HttpResponse",
+    "HttpServer",
+    "HttpServerConfig",
     "Listener",
     "MemoryFrameStream",
     "StdioProcessStream",
+    "TokenAuthenticator",
     "TransportClosed",
     "TransportError",
     "TransportInfo",
+    "UpgradeHandler",
+    "WebSocketConfig",
+    "WebSocketStream",
+    "bearer_token",
     "memory_stream_pair",
+    "open_http_client",
+    "open_http_server",
     "open_stdio_process",
     "open_stdio_server",
+    "open_websocket",
+    "websocket_upgrade_handler",
 ]

@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "Connector",
     "FrameHandler",
+    "FrameRejected",
     "FrameStream",
     "FrameTooLarge",
     "Listener",
@@ -84,6 +85,19 @@ class FrameTooLarge(TransportError):
         self.limit = limit
         self.head = head
         super().__init__(f"frame of {size} bytes exceeds the {limit}-byte limit")
+
+
+class FrameRejected(TransportError):
+    """The far end refused a frame we sent (an HTTP 4xx/5xx, say); the stream stays usable.
+
+    ``head`` is the refused frame's start, so the sender can tell which call failed.
+    """
+
+    def __init__(self, status: int, message: str, head: bytes) -> None:
+        self.status = status
+        self.message = message
+        self.head = head
+        super().__init__(f"HTTP {status}: {message}")
 
 
 @runtime_checkable

@@ -1,0 +1,94 @@
+"""Request/response transports (HTTP): one frame in, at most one frame out.
+
+There is no connection to keep a session on, so each exchange gets a fresh
+:class:`~mesh._session.Session` in its own right: the same decoding, validation,
+error mapping and size limits as a persistent link, without the clock. A request
+is answered with its response; an invalid frame with the error that names the
+problem; a heartbeat with a heartbeat (proof of life for the caller's liveness
+check); a notification with nothing (HTTP 204).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import anyio
+
+from mesh._peer import RequestContext, RequestHandler, answer_request
+from mesh._protocol import MESH_CODEC, Codec, Heartbeat, RequestId, new_request_id, now_ms
+from mesh._session import (
+    CancelRequested,
+    IncomingNotification,
+    IncomingRequest,
+    Session,
+    SessionConfig,
+)
+
+__all__ = ["Exchange"]
+
+_NO_CLOCK: Final = SessionConfig(heartbeat_interval=None)
+
+
+def _no_wake() -> None:
+    """Nothing to wake: the exchange returns its answer when the handler is done."""
+
+
+class Exchange:
+    """Answers single frames with a handler (an :class:`~mesh.Agent`, say)."""
+
+    def __init__(
+        self,
+        handler: RequestHandler,
+        *,
+        config: SessionConfig | None = None,
+        codec: Codec = MESH_CODEC,
+        agent: str | None = None,
+    ) -> None:
+        self._handler = handler
+        base = config or _NO_CLOCK
+        self._config = SessionConfig(
+            call_timeout=base.call_timeout,
+            max_call_duration=base.max_call_duration,
+            heartbeat_interval=None,
+            max_frame_size=base.max_frame_size,
+        )
+        self._codec = codec
+        self._agent = agent
+        # Requests being handled, so a `cancelled` arriving in another exchange stops them.
+        self._in_flight: dict[RequestId, anyio.CancelScope] = {}
+
+    async def answer(self, frame: bytes) -> bytes | None:
+        """The frame to send back, or None when nothing is owed (a notification)."""
+        session = Session(
+            now=anyio.current_time(),
+            config=self._config,
+            codec=self._codec,
+            agent=self._agent,
+            transport="http",
+        )
+        events = session.receive_frame(frame, anyio.current_time())
+        if session.statistics().heartbeats_received:
+            return self._codec.encode(Heartbeat(id=new_request_id(), timestamp=now_ms()))
+        for event in events:
+            if isinstance(event, IncomingRequest):
+                await self._run(session, event)
+            elif isinstance(event, CancelRequested):
+                scope = self._in_flight.get(event.id)
+                if scope is not None:
+                    scope.cancel()
+            elif isinstance(event, IncomingNotification):
+                await self._handler.handle_notification(None, event.method, event.params)
+        frames = session.data_to_send()
+        # Progress notifications cannot travel back over one HTTP reply; the
+        # answer is always the last frame queued.
+        return frames[-1] if frames else None
+
+    async def _run(self, session: Session, request: IncomingRequest) -> None:
+        ctx = RequestContext(session, request.id, request.method, peer=None, wake=_no_wake)
+        scope = anyio.CancelScope()
+        self._in_flight[request.id] = scope
+        try:
+            with scope:
+                await answer_request(self._handler, ctx, session, request)
+        finally:
+            self._in_flight.pop(request.id, None)

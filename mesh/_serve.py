@@ -1,0 +1,94 @@
+"""Serving an agent on the network: HTTP and WebSocket on one port.
+
+``POST /rpc`` takes one message and answers with one (204 for notifications),
+``GET /health`` says the agent is up, and ``/ws`` accepts WebSocket links that
+are served like any other stream. With tokens configured, both ``/rpc`` and
+``/ws`` require ``Authorization: Bearer <token>`` (or ``?token=`` on ``/ws``).
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from mesh._agent import Agent
+from mesh._exchange import Exchange
+from mesh._session import SessionConfig
+from transports import (
+    HttpRequest,
+    HttpResponse,
+    HttpServer,
+    HttpServerConfig,
+    TokenAuthenticator,
+    WebSocketConfig,
+    WebSocketStream,
+    bearer_token,
+    open_http_server,
+    websocket_upgrade_handler,
+)
+
+__all__ = ["open_agent_server"]
+
+
+class _AgentRoutes:
+    def __init__(
+        self, agent: Agent, tokens: TokenAuthenticator | None, config: SessionConfig
+    ) -> None:
+        self._agent = agent
+        self._tokens = tokens
+        self._exchange = Exchange(agent, config=config, agent=agent.id)
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path == "/health":
+            if request.method != "GET":
+                return HttpResponse.error(405, "use GET /health")
+            return HttpResponse.json(
+                200, {"status": "ok", "agent": self._agent.id, "name": self._agent.name}
+            )
+        if request.path == "/rpc":
+            if request.method != "POST":
+                return HttpResponse.error(405, "use POST /rpc with one message as the body")
+            return await self._rpc(request)
+        return HttpResponse.error(404, f"no route {request.method} {request.path}; try POST /rpc")
+
+    async def _rpc(self, request: HttpRequest) -> HttpResponse:
+        if self._tokens is not None:
+            token = bearer_token(request.header("authorization"), None)
+            if self._tokens.identify(token) is None:
+                return HttpResponse.error(401, "missing or invalid bearer token")
+        answer = await self._exchange.answer(request.body)
+        return HttpResponse(204) if answer is None else HttpResponse(200, answer)
+
+
+@asynccontextmanager
+async def open_agent_server(
+    agent: Agent,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    tokens: TokenAuthenticator | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    config: SessionConfig | None = None,
+    http_config: HttpServerConfig | None = None,
+    websocket_config: WebSocketConfig | None = None,
+) -> AsyncIterator[HttpServer]:
+    """Serve ``agent`` over HTTP (``/rpc``) and WebSocket (``/ws``) on one port."""
+    session_config = config or SessionConfig()
+    ws_config = websocket_config or WebSocketConfig(max_frame_size=session_config.max_frame_size)
+    http_config = http_config or HttpServerConfig(max_body_size=session_config.max_frame_size)
+
+    async def serve_link(stream: WebSocketStream, agent_id: str | None) -> None:
+        await agent.serve(stream, config=session_config)
+
+    async with open_http_server(
+        _AgentRoutes(agent, tokens, session_config),
+        host=host,
+        port=port,
+        upgrade_handler=websocket_upgrade_handler(
+            serve_link, authenticator=tokens, config=ws_config
+        ),
+        ssl_context=ssl_context,
+        config=http_config,
+    ) as server:
+        yield server

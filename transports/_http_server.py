@@ -1,0 +1,403 @@
+"""One port for HTTP and WebSocket: h11 over an anyio listener.
+
+h11 parses HTTP/1.1 (we write no HTTP parsing); a request that asks to upgrade to
+WebSocket is handed, with whatever bytes h11 had already buffered, to
+websockets' sans-I/O server (:mod:`transports._websocket`). Everything else goes
+to an ``HttpHandler``: a plain ``async (HttpRequest) -> HttpResponse`` function.
+
+Slow and half-open clients cannot pin the server: the head and body of a request
+must arrive within ``request_timeout`` of its first byte, an idle keep-alive
+connection is closed after ``keepalive_timeout``, and bodies over
+``max_body_size`` are refused with 413 before they are read.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import parse_qs, urlsplit
+
+import anyio
+import anyio.abc
+import h11
+import structlog
+from anyio.streams.tls import TLSListener
+
+from transports._base import DEFAULT_MAX_FRAME_SIZE
+from transports._groups import unwrap_single_error
+
+__all__ = [
+    "HttpRequest",
+    "HttpResponse",
+    "HttpServer",
+    "HttpServerConfig",
+    "UpgradeHandler",
+    "open_http_server",
+]
+
+log = structlog.get_logger("transports.http")
+
+_READ_SIZE: Final = 64 * 1024
+_SERVER_HEADER: Final = (b"server", b"agent-mesh")
+
+
+@dataclass(frozen=True, slots=True)
+class HttpServerConfig:
+    #: Largest request body accepted (the mesh's message limit, by default).
+    max_body_size: int = DEFAULT_MAX_FRAME_SIZE
+    #: Request line plus headers; h11 refuses anything longer with 431.
+    max_header_size: int = 64 * 1024
+    #: A request must be complete this long after its first byte (slow-loris guard).
+    request_timeout: float = 30.0
+    #: An idle keep-alive connection is closed after this long.
+    keepalive_timeout: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    method: str
+    target: str  # the raw request target: path and query
+    headers: tuple[tuple[str, str], ...]  # names lower-cased
+    body: bytes = b""
+    client: str = ""
+    path: str = field(init=False)
+    query: dict[str, list[str]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.target)
+        object.__setattr__(self, "path", parts.path or "/")
+        object.__setattr__(self, "query", parse_qs(parts.query))
+
+    def header(self, name: str) -> str | None:
+        wanted = name.lower()
+        for key, value in self.headers:
+            if key == wanted:
+                return value
+        return None
+
+    def query_value(self, name: str) -> str | None:
+        values = self.query.get(name)
+        return values[0] if values else None
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    status: int
+    body: bytes = b""
+    content_type: str = "application/json"
+    headers: Sequence[tuple[str, str]] = ()
+
+    @classmethod
+    def json(cls, status: int, payload: Any) -> HttpResponse:
+        return cls(status, json.dumps(payload, separators=(",", ":")).encode())
+
+    @classmethod
+    def error(cls, status: int, message: str, **extra: Any) -> HttpResponse:
+        """A JSON error body that says why: ``{"error": {"status": 400, "message": ...}}``."""
+        return cls.json(status, {"error": {"status": status, "message": message, **extra}})
+
+
+HttpHandler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+#: Takes over an upgraded connection: the raw stream, the request, and the bytes
+#: that arrived after the request head.
+UpgradeHandler = Callable[[anyio.abc.ByteStream, HttpRequest, bytes], Awaitable[None]]
+
+
+class _Closed(Exception):
+    """The client went away (or sent garbage); nothing more to say to it."""
+
+
+class _HttpConnection:
+    def __init__(self, stream: anyio.abc.ByteStream, server: HttpServer, client: str) -> None:
+        self._stream = stream
+        self._server = server
+        self._config = server.config
+        self._client = client
+        self._h11 = h11.Connection(
+            h11.SERVER, max_incomplete_event_size=self._config.max_header_size
+        )
+
+    async def run(self) -> None:
+        try:
+            while True:
+                if not await self._one_cycle():
+                    return
+        except _Closed:
+            return
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._stream.aclose()
+
+    async def _one_cycle(self) -> bool:
+        """Serve one request; False when the connection should close (or was handed over)."""
+        config = self._config
+        with anyio.move_on_after(config.keepalive_timeout) as idle:
+            first = await self._next_event(wait_for_bytes=True)
+        if idle.cancelled_caught:
+            return False  # idle keep-alive: close quietly
+        if not isinstance(first, h11.Request):
+            return False
+        request = first
+        if self._is_websocket_upgrade(request):
+            return await self._upgrade(request)  # the WebSocket lives on without a deadline
+        with anyio.move_on_after(config.request_timeout) as slow:
+            body = await self._read_body(request)
+        if slow.cancelled_caught:
+            await self._send_error(408, f"request not complete within {config.request_timeout:g} s")
+            return False
+        if body is None:
+            return False
+        response = await self._respond(
+            HttpRequest(
+                request.method.decode(),
+                request.target.decode(),
+                _headers(request),
+                body,
+                self._client,
+            )
+        )
+        await self._send(response)
+        if self._h11.our_state is h11.MUST_CLOSE:
+            return False
+        try:
+            self._h11.start_next_cycle()
+        except h11.LocalProtocolError:
+            return False
+        return True
+
+    async def _next_event(self, *, wait_for_bytes: bool = False) -> Any:
+        while True:
+            try:
+                event = self._h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                await self._send_error(exc.error_status_hint, f"bad request: {exc}")
+                raise _Closed from None
+            if event is h11.NEED_DATA:
+                try:
+                    data = await self._stream.receive(_READ_SIZE)
+                except (
+                    anyio.EndOfStream,
+                    anyio.BrokenResourceError,
+                    anyio.ClosedResourceError,
+                    OSError,
+                ):
+                    data = b""
+                except ssl.SSLError:
+                    raise _Closed from None
+                self._h11.receive_data(data)
+                continue
+            if isinstance(event, h11.ConnectionClosed):
+                raise _Closed
+            return event
+
+    def _is_websocket_upgrade(self, request: h11.Request) -> bool:
+        if self._server.upgrade_handler is None:
+            return False
+        for name, value in request.headers:
+            if name == b"upgrade" and value.lower() == b"websocket":
+                return True
+        return False
+
+    async def _upgrade(self, request: h11.Request) -> bool:
+        handler = self._server.upgrade_handler
+        assert handler is not None
+        # h11 sees the Upgrade header and pauses after the request; what it
+        # buffered beyond the head belongs to the WebSocket.
+        event = await self._next_event()
+        if isinstance(event, h11.EndOfMessage):
+            event = self._h11.next_event()
+        if event is not h11.PAUSED:
+            await self._send_error(400, "an upgrade request must not carry a body")
+            return False
+        trailing, _ = self._h11.trailing_data
+        http_request = HttpRequest(
+            request.method.decode(), request.target.decode(), _headers(request), b"", self._client
+        )
+        await handler(self._stream, http_request, bytes(trailing))
+        raise _Closed  # the handler owned the stream; it is done now
+
+    async def _read_body(self, request: h11.Request) -> bytes | None:
+        limit = self._config.max_body_size
+        length = _content_length(request)
+        if length is not None and length > limit:
+            await self._send_error(413, f"body of {length} bytes exceeds the {limit}-byte limit")
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            event = await self._next_event()
+            if isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > limit:
+                    await self._send_error(413, f"body exceeds the {limit}-byte limit")
+                    return None
+                chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                return b"".join(chunks)
+
+    async def _respond(self, request: HttpRequest) -> HttpResponse:
+        try:
+            return await self._server.handler(request)
+        except Exception:
+            # Logged with its traceback for us; the client gets no stack trace.
+            log.exception("http.handler_crashed", method=request.method, path=request.path)
+            return HttpResponse.error(500, "internal error (see the server log)")
+
+    async def _send(self, response: HttpResponse) -> None:
+        headers = [
+            _SERVER_HEADER,
+            (b"content-type", response.content_type.encode()),
+            (b"content-length", str(len(response.body)).encode()),
+            *((k.encode(), v.encode()) for k, v in response.headers),
+        ]
+        conn = self._h11
+        try:
+            data = conn.send(h11.Response(status_code=response.status, headers=headers))
+            if response.body:
+                data += conn.send(h11.Data(data=response.body))
+            data += conn.send(h11.EndOfMessage())
+        except h11.LocalProtocolError:
+            raise _Closed from None
+        try:
+            await self._stream.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            raise _Closed from None
+
+    async def _send_error(self, status: int, message: str) -> None:
+        if self._h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return
+        log.info("http.rejected", status=status, reason=message, client=self._client)
+        response = HttpResponse.error(status, message)
+        headers = [
+            _SERVER_HEADER,
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(response.body)).encode()),
+            (b"connection", b"close"),
+        ]
+        try:
+            data = self._h11.send(h11.Response(status_code=status, headers=headers))
+            data += self._h11.send(h11.Data(data=response.body)) + self._h11.send(
+                h11.EndOfMessage()
+            )
+            with anyio.move_on_after(1):
+                await self._stream.send(data)
+        except (
+            h11.LocalProtocolError,
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            OSError,
+        ):
+            pass
+
+
+def _headers(request: h11.Request) -> tuple[tuple[str, str], ...]:
+    return tuple((k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in request.headers)
+
+
+def _content_length(request: h11.Request) -> int | None:
+    for name, value in request.headers:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+class HttpServer:
+    """Serves HTTP (and WebSocket upgrades) on one listener until cancelled."""
+
+    def __init__(
+        self,
+        listener: anyio.abc.Listener[anyio.abc.ByteStream],
+        handler: HttpHandler,
+        *,
+        upgrade_handler: UpgradeHandler | None = None,
+        config: HttpServerConfig | None = None,
+        host: str,
+        port: int,
+        secure: bool,
+    ) -> None:
+        self.listener = listener
+        self.handler = handler
+        self.upgrade_handler = upgrade_handler
+        self.config = config or HttpServerConfig()
+        self.host = host
+        self.port = port
+        self.secure = secure
+        self.connections = 0
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.secure else 'http'}://{self.host}:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"{'wss' if self.secure else 'ws'}://{self.host}:{self.port}"
+
+    async def serve(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        await self.listener.serve(self._handle)
+
+    async def _handle(self, stream: anyio.abc.ByteStream) -> None:
+        self.connections += 1
+        try:
+            client = _peer_name(stream)
+            await _HttpConnection(stream, self, client).run()
+        finally:
+            self.connections -= 1
+
+
+def _peer_name(stream: anyio.abc.ByteStream) -> str:
+    try:
+        address = stream.extra(anyio.abc.SocketAttribute.remote_address)
+    except anyio.TypedAttributeLookupError:
+        return "?"
+    if isinstance(address, tuple):
+        return f"{address[0]}:{address[1]}"
+    return str(address)
+
+
+@asynccontextmanager
+async def open_http_server(
+    handler: HttpHandler,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    upgrade_handler: UpgradeHandler | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    config: HttpServerConfig | None = None,
+) -> AsyncIterator[HttpServer]:
+    """Listen on ``host:port`` (0 picks a free port) for the duration of the block."""
+    tcp = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    bound_port = tcp.extra(anyio.abc.SocketAttribute.local_port)
+    listener: anyio.abc.Listener[Any] = (
+        TLSListener(tcp, ssl_context, standard_compatible=False) if ssl_context else tcp
+    )
+    server = HttpServer(
+        listener,
+        handler,
+        upgrade_handler=upgrade_handler,
+        config=config,
+        host=host,
+        port=bound_port,
+        secure=ssl_context is not None,
+    )
+    try:
+        with unwrap_single_error():
+            async with anyio.create_task_group() as tg:
+                await tg.start(server.serve)
+                try:
+                    yield server
+                finally:
+                    tg.cancel_scope.cancel()
+    finally:
+        # Only now: closing it under a pending accept() would raise in the serve task.
+        with anyio.CancelScope(shield=True):
+            await listener.aclose()

@@ -1,0 +1,463 @@
+"""WebSocket frame streams: websockets' sans-I/O protocol driven over anyio byte streams.
+
+One implementation for asyncio and trio, dialling and accepting alike. We chose
+websockets' sans-I/O core over its asyncio and trio front-ends because (1) one code
+path serves both event loops, (2) the accepting side shares a listener with our h11
+HTTP server, so the daemon serves its API and ``/ws`` on one port, and (3) we
+control reads, writes and batching ourselves (PERFORMANCE.md, lessons 2 and 3).
+permessage-deflate is off: it costs ~28 µs per round trip and 3x the memory per
+connection, and agent messages are small.
+
+Sizes: a message over ``max_frame_size`` is dropped and reported as
+:class:`FrameTooLarge` (the mesh answers it with an error and the link stays up);
+a frame over ``hard_max_size`` is not even read: the connection closes with 1009.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import ssl
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from typing import Final
+
+import anyio
+import anyio.abc
+import structlog
+from websockets.client import ClientProtocol
+from websockets.exceptions import InvalidURI
+from websockets.frames import Frame, Opcode
+from websockets.http11 import Request, Response
+from websockets.protocol import Protocol, State
+from websockets.server import ServerProtocol
+from websockets.uri import parse_uri
+
+from transports._auth import TokenAuthenticator, bearer_token
+from transports._base import DEFAULT_MAX_FRAME_SIZE, FrameTooLarge, TransportClosed, TransportInfo
+from transports._groups import unwrap_single_error
+from transports._http_server import HttpRequest, UpgradeHandler
+
+__all__ = [
+    "CloseCode",
+    "ConnectFailed",
+    "WebSocketConfig",
+    "WebSocketStream",
+    "open_websocket",
+    "websocket_upgrade_handler",
+]
+
+log = structlog.get_logger("transports.websocket")
+
+_READ_SIZE: Final = 64 * 1024
+_HEAD: Final = 512
+
+
+class CloseCode(enum.IntEnum):
+    """Every close code the mesh sends, and what it means."""
+
+    NORMAL = 1000
+    """The link was closed on purpose."""
+    GOING_AWAY = 1001
+    """The daemon (or agent) is shutting down."""
+    PROTOCOL_ERROR = 1002
+    """The peer broke the WebSocket protocol."""
+    MESSAGE_TOO_BIG = 1009
+    """A frame exceeded the hard size limit (see the module docstring)."""
+    INTERNAL_ERROR = 1011
+    """Something failed on our side, or the keepalive ping went unanswered."""
+    UNAUTHORIZED = 4001
+    """Missing, wrong or revoked token; nothing the connection sent was processed."""
+    FORBIDDEN = 4003
+    """The token is valid, but for another agent id (impersonation)."""
+
+
+class ConnectFailed(TransportClosed):
+    """Dialling failed: refused, unreachable, TLS or WebSocket handshake rejected."""
+
+
+@dataclass(frozen=True, slots=True)
+class WebSocketConfig:
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    #: Frames larger than this are not read at all (close 1009); default 4 x max_frame_size.
+    hard_max_size: int | None = None
+    #: Send a WebSocket ping this often to find dead TCP peers; None turns it off.
+    ping_interval: float | None = 20.0
+    #: ...and give up on the peer if the pong takes longer than this.
+    ping_timeout: float = 20.0
+    #: How long closing waits for the peer's half of the close handshake.
+    close_timeout: float = 2.0
+    #: Dial: TCP + TLS + WebSocket handshake must finish within this.
+    connect_timeout: float = 10.0
+
+    @property
+    def hard_limit(self) -> int:
+        return self.hard_max_size or max(4 * self.max_frame_size, 4 << 20)
+
+
+class WebSocketStream:
+    """A :class:`~transports.FrameStream` over one WebSocket connection (either side)."""
+
+    def __init__(
+        self,
+        stream: anyio.abc.ByteStream,
+        protocol: Protocol,
+        *,
+        info: TransportInfo,
+        config: WebSocketConfig,
+    ) -> None:
+        self._stream = stream
+        self._protocol = protocol
+        self._info = info
+        self._config = config
+        self._ready: deque[bytes | FrameTooLarge] = deque()
+        self._fragments: list[bytes] = []
+        self._fragment_size = 0
+        self._closed: TransportClosed | None = None
+        self._closing = False
+        self._read_lock = anyio.Lock()
+        self._write_lock = anyio.Lock()
+        self._pong = anyio.Event()
+
+    @property
+    def info(self) -> TransportInfo:
+        return self._info
+
+    @property
+    def max_frame_size(self) -> int:
+        return self._config.max_frame_size
+
+    @property
+    def close_code(self) -> int | None:
+        return self._protocol.close_code
+
+    # -- sending ---------------------------------------------------------------------
+
+    async def send(self, frame: bytes) -> None:
+        await self.send_many((frame,))
+
+    async def send_many(self, frames: Sequence[bytes]) -> None:
+        if self._closed is not None:
+            raise self._closed
+        if self._protocol.state is not State.OPEN:
+            raise self._mark_closed()
+        for frame in frames:
+            self._protocol.send_text(frame)
+        await self._flush()
+
+    async def _flush(self) -> None:
+        chunks = self._protocol.data_to_send()
+        if not chunks:
+            return
+        eof = chunks[-1] == b""
+        data = b"".join(chunks)
+        async with self._write_lock:
+            try:
+                if data:
+                    await self._stream.send(data)
+                if eof:
+                    await self._stream.aclose()
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                raise self._mark_closed(f"connection lost while sending: {exc!r}") from None
+
+    # -- receiving -------------------------------------------------------------------
+
+    async def receive(self) -> bytes:
+        ready = self._ready
+        while True:
+            if ready:
+                item = ready.popleft()
+                if type(item) is bytes:
+                    return item
+                raise item  # type: ignore[misc]
+            if self._closed is not None:
+                raise self._closed
+            async with self._read_lock:
+                if not ready and self._closed is None:
+                    await self._read_some()
+
+    async def _read_some(self) -> None:
+        try:
+            data = await self._stream.receive(_READ_SIZE)
+        except anyio.EndOfStream:
+            self._protocol.receive_eof()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, ssl.SSLError) as exc:
+            self._protocol.receive_eof()
+            self._mark_closed(f"connection lost: {exc!r}")
+        else:
+            self._protocol.receive_data(data)
+        self.process_events()
+        with suppress(TransportClosed):
+            await self._flush()  # pongs, our half of a close handshake
+
+    def process_events(self) -> None:
+        """Move what the protocol parsed into the frame queue."""
+        for event in self._protocol.events_received():
+            if isinstance(event, Frame):
+                self._handle_frame(event)
+        if self._protocol.state in (State.CLOSING, State.CLOSED):
+            self._mark_closed()  # no data frame follows a close frame
+
+    def _handle_frame(self, frame: Frame) -> None:
+        opcode = frame.opcode
+        if opcode is Opcode.PONG:
+            self._pong.set()
+            return
+        if opcode not in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT):
+            return  # pings are answered by the protocol; close is handled by its state
+        if opcode is not Opcode.CONT:
+            self._fragments.clear()
+            self._fragment_size = 0
+        self._fragment_size += len(frame.data)
+        if self._fragment_size <= self._config.max_frame_size:
+            self._fragments.append(bytes(frame.data))
+        elif self._fragments:
+            self._fragments = [b"".join(self._fragments)[:_HEAD]]
+        else:
+            self._fragments.append(bytes(frame.data[:_HEAD]))
+        if not frame.fin:
+            return
+        size = self._fragment_size
+        message = b"".join(self._fragments)
+        self._fragments.clear()
+        self._fragment_size = 0
+        if size > self._config.max_frame_size:
+            self._ready.append(FrameTooLarge(size, self._config.max_frame_size, message[:_HEAD]))
+        else:
+            self._ready.append(message)
+
+    def _mark_closed(self, why: str | None = None) -> TransportClosed:
+        if self._closed is None:
+            protocol = self._protocol
+            code = protocol.close_code
+            if why is None:
+                reason = protocol.close_reason or ""
+                if code is None:
+                    why = "connection closed without a close frame"
+                else:
+                    why = f"closed with code {code}" + (f" ({reason})" if reason else "")
+            self._closed = TransportClosed(why, close_code=code)
+        return self._closed
+
+    # -- keepalive and closing ---------------------------------------------------------
+
+    async def keepalive(self) -> None:
+        """Ping every ``ping_interval``; close with 1011 if a pong is late. Run it in a task."""
+        interval = self._config.ping_interval
+        if interval is None:
+            return
+        while self._closed is None and not self._closing:
+            await anyio.sleep(interval)
+            if self._closed is not None or self._protocol.state is not State.OPEN:
+                return
+            self._pong = anyio.Event()
+            self._protocol.send_ping(os.urandom(4))
+            try:
+                await self._flush()
+            except TransportClosed:
+                return
+            with anyio.move_on_after(self._config.ping_timeout):
+                await self._pong.wait()
+                continue
+            log.warning(
+                "websocket.ping_timeout", peer=self._info.peer, after=self._config.ping_timeout
+            )
+            await self.aclose(CloseCode.INTERNAL_ERROR, "keepalive ping timeout")
+            self._closed = TransportClosed(
+                f"no pong within {self._config.ping_timeout:g} s (keepalive ping timeout)",
+                close_code=CloseCode.INTERNAL_ERROR,
+            )
+            return
+
+    async def aclose(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:
+        """Close handshake (bounded by ``close_timeout``), then the socket."""
+        if self._closing:
+            return
+        self._closing = True
+        with anyio.CancelScope(shield=True):
+            protocol = self._protocol
+            if protocol.state is State.OPEN:
+                protocol.send_close(code, reason)
+                with suppress(TransportClosed):
+                    await self._flush()
+            with anyio.move_on_after(self._config.close_timeout):
+                async with self._read_lock:
+                    while protocol.state is not State.CLOSED and self._closed is None:
+                        await self._read_some()
+            self._mark_closed(
+                f"closed locally with code {code}" + (f" ({reason})" if reason else "")
+            )
+            await self._stream.aclose()
+
+
+async def _handshake_reply(stream: anyio.abc.ByteStream, protocol: ClientProtocol) -> Response:
+    while True:
+        try:
+            data = await stream.receive(_READ_SIZE)
+        except anyio.EndOfStream:
+            protocol.receive_eof()
+        else:
+            protocol.receive_data(data)
+        for event in protocol.events_received():
+            if isinstance(event, Response):
+                return event
+        if protocol.state is State.CLOSED:
+            raise ConnectFailed("connection closed during the WebSocket handshake")
+
+
+@asynccontextmanager
+async def open_websocket(
+    url: str,
+    *,
+    token: str | None = None,
+    token_in_query: bool = False,
+    headers: Sequence[tuple[str, str]] = (),
+    ssl_context: ssl.SSLContext | None = None,
+    config: WebSocketConfig | None = None,
+) -> AsyncIterator[WebSocketStream]:
+    """Dial ``ws://`` or ``wss://`` and yield the frame stream.
+
+    The token goes in ``Authorization: Bearer`` (or ``?token=`` with
+    ``token_in_query``, as browsers must). Raises :class:`ConnectFailed` naming the
+    URL and cause when the TCP, TLS or WebSocket handshake fails.
+    """
+    config = config or WebSocketConfig()
+    if token and token_in_query:
+        url += ("&" if "?" in url else "?") + f"token={token}"
+    try:
+        uri = parse_uri(url)
+    except InvalidURI as exc:
+        raise ConnectFailed(f"not a WebSocket URL: {exc}") from None
+    shown = url.split("?", 1)[0]  # never log a token from the query
+    context = (
+        ssl_context
+        if ssl_context is not None
+        else (ssl.create_default_context() if uri.secure else None)
+    )
+    protocol = ClientProtocol(uri, max_size=config.hard_limit)
+    try:
+        with anyio.fail_after(config.connect_timeout):
+            stream: anyio.abc.ByteStream
+            if context is not None:
+                stream = await anyio.connect_tcp(
+                    uri.host,
+                    uri.port,
+                    ssl_context=context,
+                    tls_hostname=uri.host,
+                    tls_standard_compatible=False,
+                )
+            else:
+                stream = await anyio.connect_tcp(uri.host, uri.port)
+            try:
+                request = protocol.connect()
+                if token and not token_in_query:
+                    request.headers["Authorization"] = f"Bearer {token}"
+                for name, value in headers:
+                    request.headers[name] = value
+                protocol.send_request(request)
+                await stream.send(b"".join(protocol.data_to_send()))
+                response = await _handshake_reply(stream, protocol)
+            except BaseException:
+                await anyio.aclose_forcefully(stream)
+                raise
+    except TimeoutError:
+        raise ConnectFailed(
+            f"cannot connect to {shown}: no handshake within {config.connect_timeout:g} s"
+        ) from None
+    except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
+        raise ConnectFailed(f"cannot connect to {shown}: {exc}") from None
+    if protocol.handshake_exc is not None or protocol.state is not State.OPEN:
+        await anyio.aclose_forcefully(stream)
+        status = f"HTTP {response.status_code} {response.reason_phrase}"
+        raise ConnectFailed(f"WebSocket handshake with {shown} failed: {status}")
+    ws = WebSocketStream(stream, protocol, info=TransportInfo("websocket", shown), config=config)
+    ws.process_events()  # frames that arrived with the handshake (e.g. an immediate close)
+    with unwrap_single_error():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ws.keepalive)
+            try:
+                yield ws
+            finally:
+                await ws.aclose()
+                tg.cancel_scope.cancel()
+
+
+WebSocketHandler = Callable[[WebSocketStream, str | None], Awaitable[None]]
+
+
+def _request_head(request: HttpRequest) -> bytes:
+    lines = [f"{request.method} {request.target} HTTP/1.1"]
+    lines.extend(f"{name}: {value}" for name, value in request.headers)
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def websocket_upgrade_handler(
+    handler: WebSocketHandler,
+    *,
+    authenticator: TokenAuthenticator | None,
+    paths: Sequence[str] = ("/ws",),
+    config: WebSocketConfig | None = None,
+) -> UpgradeHandler:
+    """An upgrade handler for :func:`~transports.open_http_server` that accepts WebSockets.
+
+    With an ``authenticator``, a connection without a valid token is closed with
+    4001 before anything it sends is read; one whose ``X-Agent-Id`` header (or
+    ``?agent=``) names another agent than its token is closed with 4003. The
+    handler gets the stream and the agent id the token belongs to.
+    """
+    ws_config = config or WebSocketConfig()
+
+    async def upgrade(stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes) -> None:
+        protocol = ServerProtocol(max_size=ws_config.hard_limit)
+        # h11 routed the request; websockets parses its own handshake from the
+        # same head (its parser must see the request before it reads frames).
+        protocol.receive_data(_request_head(request))
+        parsed = next((e for e in protocol.events_received() if isinstance(e, Request)), None)
+        if parsed is None or request.path not in paths:
+            reply = protocol.reject(404, f"no WebSocket endpoint at {request.path}\n")
+        else:
+            reply = protocol.accept(parsed)
+        protocol.send_response(reply)
+        ws = WebSocketStream(
+            stream, protocol, info=TransportInfo("websocket", request.client), config=ws_config
+        )
+        try:
+            await ws._flush()
+        except TransportClosed:
+            return
+        if protocol.state is not State.OPEN:
+            await anyio.aclose_forcefully(stream)
+            return
+        if trailing:
+            protocol.receive_data(trailing)
+        agent_id = None
+        if authenticator is not None:
+            agent_id = authenticator.identify(
+                bearer_token(request.header("authorization"), request.query_value("token"))
+            )
+            if agent_id is None:
+                log.info("websocket.unauthorized", client=request.client)
+                await ws.aclose(CloseCode.UNAUTHORIZED, "Unauthorized")
+                return
+            claimed = request.header("x-agent-id") or request.query_value("agent")
+            if claimed is not None and claimed != agent_id:
+                log.warning(
+                    "websocket.impersonation",
+                    client=request.client,
+                    claimed=claimed,
+                    agent=agent_id,
+                )
+                await ws.aclose(CloseCode.FORBIDDEN, f"token does not belong to agent {claimed!r}")
+                return
+        ws.process_events()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ws.keepalive)
+            try:
+                await handler(ws, agent_id)
+            finally:
+                await ws.aclose()
+                tg.cancel_scope.cancel()
+
+    return upgrade
