@@ -1,0 +1,518 @@
+"""A connection that survives its transport: redial, re-handshake, re-register, with backoff.
+
+:func:`open_reconnecting_peer` keeps a :class:`~mesh.Peer` alive over a
+:data:`transports.Connector`. One task owns the connection: it dials, runs the
+``agent/info`` handshake and the ``on_connect`` hook, hands the peer to callers,
+waits for the link to die, and dials again after a full-jitter backoff
+(:mod:`mesh._backoff`). A call made while disconnected waits for the next
+connection within its own deadline, or fails at once if asked to. Calls in flight
+when the link drops fail with the drop's reason and are never resent: they may
+already have run. When the policy's attempts run out the peer gives up where
+everyone can see it: an event, a warning in the log, and ``ConnectionLost`` to
+every waiting and later call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random as _random
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import anyio
+import anyio.abc
+import structlog
+
+from mesh._backoff import DEFAULT_BASE, DEFAULT_CAP, backoff
+from mesh._connect import DEFAULT_CONNECT_TIMEOUT, handshake
+from mesh._errors import CallTimeout, ConnectionLost, MeshError
+from mesh._peer import Peer, ProgressCallback, RequestHandler, open_peer
+from mesh._session import SessionConfig, SessionStatistics
+from transports import Connector, TransportError
+from transports._groups import unwrap_single_error
+
+__all__ = [
+    "ConnectionEvent",
+    "ConnectionState",
+    "EventKind",
+    "ReconnectPolicy",
+    "ReconnectingPeer",
+    "open_reconnecting_peer",
+]
+
+log = structlog.get_logger("mesh.reconnect")
+
+#: Backstop for :meth:`ReconnectingPeer.aclose`. The peer flushes for at most half a
+#: second and a transport's ``aclose`` is bounded by its own contract; this only keeps
+#: a misbehaving connector from holding ``aclose`` forever.
+CLOSE_TIMEOUT: Final = 5.0
+
+ConnectionState = Literal["connecting", "connected", "reconnecting", "gave_up", "closed"]
+EventKind = Literal["connected", "disconnected", "reconnecting", "gave_up", "closed"]
+OnConnect = Callable[[Peer], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReconnectPolicy:
+    """When to redial, how long to wait between attempts, and what calls do meanwhile."""
+
+    #: The first wait is uniform in [0, base); each later ceiling doubles (see backoff()).
+    base: float = DEFAULT_BASE
+    cap: float = DEFAULT_CAP
+    #: Consecutive failed attempts before giving up; None retries for ever.
+    max_attempts: int | None = None
+    #: True: the first connection is retried like a reconnection, so an agent that
+    #: is still starting is waited for. False: one attempt, and its error is raised.
+    retry_initial_connect: bool = True
+    #: What a call made while disconnected does unless it says otherwise: True waits
+    #: for the connection (bounded by the call's own timeout), False fails at once.
+    wait_for_connection: bool = True
+    #: Returns a float in [0, 1); replace it to make the schedule reproducible.
+    random: Callable[[], float] = dataclasses.field(
+        default=_random.random, compare=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1 or None, got {self.max_attempts}")
+        backoff(base=self.base, cap=self.cap)  # raises on a negative base or cap
+
+    def delays(self) -> Iterator[float]:
+        """The waits of one reconnection cycle, without end (the loop counts attempts)."""
+        return backoff(base=self.base, cap=self.cap, random=self.random)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionEvent:
+    """Something happened to the connection; handed to ``on_event`` and logged.
+
+    - ``connected``: attempt ``attempt`` succeeded (handshake and hook done).
+    - ``disconnected``: the link died; ``error`` is why.
+    - ``reconnecting``: waiting ``delay`` seconds, then attempt ``attempt``;
+      ``error`` is why the last connection or attempt ended. Also sent between the
+      attempts of the first connection.
+    - ``gave_up``: ``attempt`` attempts failed; ``error`` is what callers now get.
+    - ``closed``: closed locally; the last event.
+    """
+
+    kind: EventKind
+    agent: str
+    attempt: int = 0
+    delay: float | None = None
+    error: BaseException | None = None
+
+
+OnEvent = Callable[[ConnectionEvent], None]
+
+_WARNINGS: Final = frozenset({"disconnected", "gave_up"})
+
+
+class ReconnectingPeer:
+    """A :class:`~mesh.Peer` that redials when its link dies.
+
+    Made by :func:`open_reconnecting_peer`; calls go to the current connection.
+    """
+
+    def __init__(
+        self,
+        connector: Connector,
+        *,
+        agent: str,
+        policy: ReconnectPolicy,
+        config: SessionConfig | None,
+        handler: RequestHandler | None,
+        on_connect: OnConnect | None,
+        on_event: OnEvent | None,
+        connect_timeout: float,
+    ) -> None:
+        self._connector = connector
+        self._agent = agent
+        self._policy = policy
+        self._config = config
+        self._handler = handler
+        self._on_connect = on_connect
+        self._on_event = on_event
+        self._connect_timeout = connect_timeout
+        self._call_timeout = (config or SessionConfig()).call_timeout
+        self._state: ConnectionState = "connecting"
+        self._peer: Peer | None = None
+        self._attempt = 0
+        self._last_error: Exception | None = None
+        self._ended: ConnectionLost | None = None  # gave up or closed: calls fail with this
+        self._changed = anyio.Event()
+        self._scope = anyio.CancelScope()
+        self._stopped = anyio.Event()
+        self._loop_task: int | None = None
+        self._ever_connected = False
+        # Statistics: the sessions before the latest are summed; the latest is read live.
+        self._earlier = SessionStatistics()
+        self._latest: Peer | None = None
+
+    # -- what callers see --------------------------------------------------------------------
+
+    @property
+    def agent(self) -> str:
+        return self._agent
+
+    @property
+    def state(self) -> ConnectionState:
+        return self._state
+
+    @property
+    def attempt(self) -> int:
+        """Connection attempts made since the link was last up (0 while connected)."""
+        return self._attempt
+
+    @property
+    def connected(self) -> bool:
+        return self._live_peer() is not None
+
+    @property
+    def closed(self) -> bool:
+        """True once it will never connect again: closed, or gave up."""
+        return self._ended is not None
+
+    def statistics(self) -> SessionStatistics:
+        """Counts summed over every connection that came up (calls in flight: the current one)."""
+        if self._latest is None:
+            return dataclasses.replace(self._earlier)
+        return _sum(self._earlier, self._latest.statistics())
+
+    async def wait_connected(self) -> None:
+        """Wait until connected; raises :class:`~mesh.ConnectionLost` once it gave up or closed."""
+        await self._wait_peer(None)
+
+    async def call(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+        wait_for_connection: bool | None = None,
+    ) -> Any:
+        """Call ``method`` over the current connection; see :meth:`mesh.Peer.call`.
+
+        While disconnected, ``wait_for_connection`` (default: the policy's) chooses
+        between waiting for the connection, within ``timeout`` (which then covers the
+        wait and the call together; :class:`~mesh.CallTimeout` when it passes), and
+        failing at once with :class:`~mesh.ConnectionLost`. A call in flight when the
+        link drops fails with the drop's reason and is not resent.
+        """
+        peer, remaining = await self._peer_for(method, timeout, wait_for_connection)
+        return await peer.call(method, params, timeout=remaining, on_progress=on_progress)
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+        wait_for_connection: bool | None = None,
+    ) -> Any:
+        """Call one of the agent's tools (``tools/call``) and return its result."""
+        params = {"name": name, "arguments": dict(arguments or {})}
+        return await self.call(
+            "tools/call",
+            params,
+            timeout=timeout,
+            on_progress=on_progress,
+            wait_for_connection=wait_for_connection,
+        )
+
+    async def list_tools(
+        self, *, timeout: float | None = None, wait_for_connection: bool | None = None
+    ) -> list[dict[str, Any]]:
+        """The agent's tools: name, description and JSON Schema of the arguments."""
+        result = await self.call(
+            "tools/list", timeout=timeout, wait_for_connection=wait_for_connection
+        )
+        return list(result["tools"])
+
+    async def ping(
+        self, *, timeout: float | None = None, wait_for_connection: bool | None = None
+    ) -> float:
+        """Round-trip a ``ping``; returns the seconds the round trip took (not the wait)."""
+        peer, remaining = await self._peer_for("ping", timeout, wait_for_connection)
+        return await peer.ping(timeout=remaining)
+
+    async def notify(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        timeout: float | None = None,
+        wait_for_connection: bool | None = None,
+    ) -> None:
+        """Send a notification; ``timeout`` bounds only the wait for a connection."""
+        peer, _ = await self._peer_for(method, timeout, wait_for_connection)
+        peer.notify_nowait(method, params)
+
+    def notify_nowait(self, method: str, params: Any = None) -> None:
+        """Send a notification now; :class:`~mesh.ConnectionLost` if not connected."""
+        peer = self._live_peer()
+        if peer is None:
+            raise self._unavailable(method)
+        peer.notify_nowait(method, params)
+
+    async def aclose(self) -> None:
+        """Stop reconnecting and close the connection; bounded, and safe to call twice."""
+        if self._state != "closed":
+            if self._ended is None:
+                self._ended = ConnectionLost(f"connection to agent {self._agent!r} closed locally")
+            self._state = "closed"
+            self._scope.cancel()
+            self._wake()
+            self._emit("closed")
+        if self._loop_task == anyio.get_current_task().id:
+            return  # called from the hook: the loop ends when it unwinds to its cancelled scope
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT):
+            await self._stopped.wait()
+
+    # -- waiting for a connection -------------------------------------------------------------
+
+    def _live_peer(self) -> Peer | None:
+        peer = self._peer
+        return peer if peer is not None and not peer.closed else None
+
+    async def _peer_for(
+        self, method: str, timeout: float | None, wait: bool | None
+    ) -> tuple[Peer, float | None]:
+        """The peer to send on, and the time left for the call after waiting for it."""
+        peer = self._live_peer()
+        if peer is not None:
+            return peer, timeout
+        if self._ended is None and not (self._policy.wait_for_connection if wait is None else wait):
+            raise self._unavailable(method)
+        budget = self._call_timeout if timeout is None else timeout
+        started = anyio.current_time()
+        with anyio.move_on_after(budget):
+            return await self._wait_peer(method), max(
+                0.0, budget - (anyio.current_time() - started)
+            )
+        raise CallTimeout(
+            f"not connected within the call's {budget:g} s deadline "
+            f"({self._state}, last error: {_describe(self._last_error)})",
+            agent=self._agent,
+            method=method,
+        )
+
+    async def _wait_peer(self, method: str | None) -> Peer:
+        while True:
+            if self._ended is not None:
+                raise self._final_error(method)
+            peer = self._live_peer()
+            if peer is not None:
+                return peer
+            await self._changed.wait()
+
+    def _unavailable(self, method: str) -> ConnectionLost:
+        if self._ended is not None:
+            return self._final_error(method)
+        return ConnectionLost(
+            f"not connected ({self._state}, attempt {self._attempt}; "
+            f"last error: {_describe(self._last_error)}) and the call chose not to wait",
+            agent=self._agent,
+            method=method,
+        )
+
+    def _final_error(self, method: str | None) -> ConnectionLost:
+        # A fresh exception per caller: raising one instance from many tasks tangles tracebacks.
+        assert self._ended is not None
+        error = ConnectionLost(self._ended.message, method=method)
+        error.__cause__ = self._ended.__cause__
+        return error
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    # -- the connection loop (one task owns it) -------------------------------------------------
+
+    async def _run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Keep connected until closed or out of attempts; ``started`` once the first cycle ends."""
+        self._loop_task = anyio.get_current_task().id
+        try:
+            with self._scope:
+                await self._keep_connected(task_status)
+        finally:
+            self._stopped.set()
+
+    async def _keep_connected(self, task_status: anyio.abc.TaskStatus[None]) -> None:
+        policy = self._policy
+        delays = policy.delays()
+        limit = policy.max_attempts if policy.retry_initial_connect else 1
+        started = False
+        wait_first = False  # the very first attempt is made at once
+        while True:
+            if wait_first:
+                delay = next(delays)
+                self._emit("reconnecting", self._attempt + 1, delay, self._last_error)
+                await anyio.sleep(delay)
+            wait_first = True
+            self._attempt += 1
+            if await self._connection(task_status if not started else None):
+                started = True
+                delays, limit = policy.delays(), policy.max_attempts
+            elif limit is not None and self._attempt >= limit:
+                self._give_up()
+                if not started:
+                    task_status.started()
+                return
+
+    async def _connection(self, task_status: anyio.abc.TaskStatus[None] | None) -> bool:
+        """One attempt; if it comes up, serve until the link drops. True if it came up."""
+        peer: Peer | None = None
+        try:
+            # One deadline bounds the dial, the handshake and the hook; lifted once up.
+            with anyio.CancelScope(deadline=anyio.current_time() + self._connect_timeout) as bound:
+                async with (
+                    self._connector() as stream,
+                    open_peer(
+                        stream, handler=self._handler, config=self._config, agent=self._agent
+                    ) as candidate,
+                ):
+                    await handshake(candidate, timeout=self._connect_timeout)
+                    if self._on_connect is not None:
+                        await self._on_connect(candidate)
+                    bound.deadline = math.inf
+                    peer = candidate
+                    self._went_up(peer)
+                    if task_status is not None:
+                        task_status.started()
+                    try:
+                        await peer.wait_closed()
+                    finally:
+                        self._went_down(peer)
+            if peer is None and bound.cancelled_caught:
+                self._failed(TimeoutError(f"not connected within {self._connect_timeout:g} s"))
+        except Exception as exc:
+            if peer is None:
+                self._failed(exc)
+            else:  # the link was up; closing what was left of it failed, which changes nothing
+                log.debug("mesh.connection_close_failed", agent=self._agent, error=_describe(exc))
+        return peer is not None
+
+    def _went_up(self, peer: Peer) -> None:
+        if self._ended is not None:
+            return  # closed from the hook: the cancelled scope unwinds us at the next await
+        if self._latest is not None:
+            self._earlier = _sum(self._earlier, self._latest.statistics())
+        self._latest = peer
+        self._peer = peer
+        self._ever_connected = True
+        self._state = "connected"
+        self._last_error = None
+        attempt, self._attempt = self._attempt, 0
+        self._emit("connected", attempt)
+        self._wake()
+
+    def _went_down(self, peer: Peer) -> None:
+        self._peer = None
+        if self._ended is not None:
+            return  # closing: aclose has said so
+        self._state = "reconnecting"
+        self._last_error = peer.close_error or ConnectionLost("the connection ended")
+        self._emit("disconnected", error=self._last_error)
+        self._wake()
+
+    def _failed(self, error: Exception) -> None:
+        # Not logged here: the "reconnecting" or "gave_up" line that follows names it.
+        self._last_error = error
+
+    def _give_up(self) -> None:
+        verb = "reconnecting" if self._ever_connected else "connecting"
+        plural = "" if self._attempt == 1 else "s"
+        error = ConnectionLost(
+            f"gave up {verb} to agent {self._agent!r} after {self._attempt} attempt{plural}: "
+            f"{_describe(self._last_error)}"
+        )
+        error.__cause__ = self._last_error
+        self._ended = error
+        self._state = "gave_up"
+        self._emit("gave_up", self._attempt, error=error)
+        self._wake()
+
+    def _emit(
+        self,
+        kind: EventKind,
+        attempt: int = 0,
+        delay: float | None = None,
+        error: BaseException | None = None,
+    ) -> None:
+        event = ConnectionEvent(
+            kind=kind, agent=self._agent, attempt=attempt, delay=delay, error=error
+        )
+        fields: dict[str, Any] = {"agent": self._agent, "attempt": attempt}
+        if delay is not None:
+            fields["delay"] = round(delay, 3)
+        if error is not None:
+            fields["error"] = _describe(error)
+        (log.warning if kind in _WARNINGS else log.info)(f"mesh.connection_{kind}", **fields)
+        if self._on_event is not None:
+            try:
+                self._on_event(event)
+            except Exception:  # an observer's bug must not take the connection down
+                log.exception("mesh.connection_event_handler_crashed", kind=kind)
+
+
+def _describe(error: BaseException | None) -> str:
+    if error is None:
+        return "none"
+    if isinstance(error, MeshError | TransportError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
+def _sum(a: SessionStatistics, b: SessionStatistics) -> SessionStatistics:
+    totals = {f.name: getattr(a, f.name) + getattr(b, f.name) for f in dataclasses.fields(a)}
+    return SessionStatistics(**totals)
+
+
+@asynccontextmanager
+async def open_reconnecting_peer(
+    connector: Connector,
+    *,
+    agent: str,
+    policy: ReconnectPolicy = ReconnectPolicy(),
+    config: SessionConfig | None = None,
+    handler: RequestHandler | None = None,
+    on_connect: OnConnect | None = None,
+    on_event: OnEvent | None = None,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+) -> AsyncIterator[ReconnectingPeer]:
+    """Connect through ``connector`` and stay connected for the ``async with``.
+
+    Each attempt opens a fresh stream (so the connector re-authenticates), runs
+    ``open_peer`` and the ``agent/info`` handshake, then awaits ``on_connect(peer)``
+    (re-register there, using the peer it is given); only then are calls routed to
+    it. ``connect_timeout`` bounds one attempt: dial, handshake and hook together.
+    Entering returns once connected; if the first connection cannot be made
+    (after the policy's attempts, see ``retry_initial_connect``) it raises
+    :class:`~mesh.ConnectionLost`. Leaving closes the connection and stops the loop.
+    """
+    peer = ReconnectingPeer(
+        connector,
+        agent=agent,
+        policy=policy,
+        config=config,
+        handler=handler,
+        on_connect=on_connect,
+        on_event=on_event,
+        connect_timeout=connect_timeout,
+    )
+    with unwrap_single_error():
+        async with anyio.create_task_group() as tg:
+            await tg.start(peer._run)
+            try:
+                if peer._ended is not None:
+                    raise peer._final_error(None)
+                yield peer
+            finally:
+                await peer.aclose()
