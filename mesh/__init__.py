@@ -6,7 +6,7 @@ a daemon and conversation rooms built on top.
 """
 
 from mesh._agent import Agent, Tool
-from mesh._connect import connect_stdio
+from mesh._connect import connect_http, connect_stdio, connect_websocket
 from mesh._errors import (
     AgentUnavailable,
     CallTimeout,
@@ -34,7 +34,14 @@ from mesh._protocol import (
     RequestId,
     Response,
 )
+from mesh._reconnect import (
+    ConnectionEvent,
+    ReconnectingPeer,
+    ReconnectPolicy,
+    open_reconnecting_peer,
+)
 from mesh._runner import run_agent
+from mesh._serve import open_agent_server
 from mesh._session import SessionConfig, SessionStatistics
 
 __version__ = "0.1.0"
@@ -45,6 +52,7 @@ __all__ = [
     "AgentUnavailable",
     "CallTimeout",
     "Codec",
+    "ConnectionEvent",
     "ConnectionLost",
     "ErrorCode",
     "ErrorInfo",
@@ -58,6 +66,8 @@ __all__ = [
     "Notification",
     "Peer",
     "ProtocolError",
+    "ReconnectPolicy",
+    "ReconnectingPeer",
     "RemoteError",
     "Request",
     "RequestContext",
@@ -70,8 +80,12 @@ __all__ = [
     "ToolError",
     "Unauthorized",
     "__version__",
+    "connect_http",
     "connect_stdio",
+    "connect_websocket",
+    "open_agent_server",
     "open_peer",
+    "open_reconnecting_peer",
     "run_agent",
     "serve_peer",
 ]

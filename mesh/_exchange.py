@@ -57,8 +57,12 @@ class Exchange:
         # Requests being handled, so a `cancelled` arriving in another exchange stops them.
         self._in_flight: dict[RequestId, anyio.CancelScope] = {}
 
-    async def answer(self, frame: bytes) -> bytes | None:
-        """The frame to send back, or None when nothing is owed (a notification)."""
+    async def answer(self, frame: bytes) -> tuple[bytes | None, bool]:
+        """The frame to send back (None when nothing is owed), and whether ``frame`` was invalid.
+
+        An invalid frame is still answered with an error message naming the
+        problem; HTTP sends that with a 4xx status.
+        """
         session = Session(
             now=anyio.current_time(),
             config=self._config,
@@ -67,8 +71,12 @@ class Exchange:
             transport="http",
         )
         events = session.receive_frame(frame, anyio.current_time())
-        if session.statistics().heartbeats_received:
-            return self._codec.encode(Heartbeat(id=new_request_id(), timestamp=now_ms()))
+        stats = session.statistics()
+        if stats.heartbeats_received:
+            return self._codec.encode(Heartbeat(id=new_request_id(), timestamp=now_ms())), False
+        if stats.invalid_frames or stats.oversized_frames:
+            frames = session.data_to_send()
+            return (frames[-1] if frames else None), True
         for event in events:
             if isinstance(event, IncomingRequest):
                 await self._run(session, event)
@@ -81,7 +89,7 @@ class Exchange:
         frames = session.data_to_send()
         # Progress notifications cannot travel back over one HTTP reply; the
         # answer is always the last frame queued.
-        return frames[-1] if frames else None
+        return (frames[-1] if frames else None), False
 
     async def _run(self, session: Session, request: IncomingRequest) -> None:
         ctx = RequestContext(session, request.id, request.method, peer=None, wake=_no_wake)

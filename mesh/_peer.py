@@ -23,6 +23,7 @@ from mesh._errors import (
     ErrorCode,
     MeshError,
     MessageTooLarge,
+    ProtocolError,
     Unauthorized,
     error_from_code,
 )
@@ -403,6 +404,8 @@ def _rejection_error(exc: FrameRejected) -> MeshError:
         return Unauthorized(f"rejected with HTTP {exc.status}: {exc.message}")
     if exc.status == 413:
         return MessageTooLarge(f"rejected with HTTP 413: {exc.message}")
+    if exc.status == 400:
+        return ProtocolError(f"rejected with HTTP 400: {exc.message}")
     return error_from_code(
         ErrorCode.INTERNAL_ERROR, f"rejected with HTTP {exc.status}: {exc.message}"
     )

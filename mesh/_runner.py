@@ -1,14 +1,22 @@
 """Running an agent as a program: ``python -m mesh.agents.echo --stdio``.
 
 Agent authors end their module with ``run_agent(agent)``; the flags choose the
-transport and the event loop. Logging is configured here (an application), never
-in the library.
+transport and the event loop:
+
+* ``--stdio`` (default): frames on stdin/stdout, logs on stderr;
+* ``--http HOST:PORT``: HTTP (``POST /rpc``) and WebSocket (``/ws``) on one port;
+  prints one JSON line ``{"event": "listening", "http": …, "ws": …}`` on stdout;
+* ``--connect ws://…/ws``: dial in to a daemon and serve over that link.
+
+``--token-env VAR`` names the environment variable holding the token (required
+for ``--connect``; for ``--http`` it turns authentication on). Logging is
+configured here (an application), never in the library.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -17,11 +25,16 @@ from functools import partial
 import anyio
 
 from mesh._agent import Agent
+from mesh._errors import MeshError
 from mesh._logging import configure_logging
+from mesh._serve import open_agent_server, serve_agent_dialing
 from mesh._session import SessionConfig
-from transports import DEFAULT_MAX_FRAME_SIZE, open_stdio_server
+from transports import DEFAULT_MAX_FRAME_SIZE, TokenAuthenticator, open_stdio_server
 
 __all__ = ["run_agent"]
+
+#: Exit status when the agent cannot start or was refused (scripts can rely on it).
+EXIT_REFUSED = 3
 
 
 def _parser(agent: Agent) -> argparse.ArgumentParser:
@@ -30,6 +43,13 @@ def _parser(agent: Agent) -> argparse.ArgumentParser:
     )
     how = parser.add_mutually_exclusive_group()
     how.add_argument("--stdio", action="store_true", help="serve over stdin/stdout (the default)")
+    how.add_argument(
+        "--http", metavar="HOST:PORT", help="serve HTTP /rpc and WebSocket /ws on one port"
+    )
+    how.add_argument(
+        "--connect", metavar="URL", help="dial in to a daemon's ws:// or wss:// endpoint"
+    )
+    parser.add_argument("--token-env", metavar="VAR", help="environment variable holding the token")
     parser.add_argument(
         "--backend",
         choices=("asyncio", "trio"),
@@ -47,15 +67,53 @@ def _parser(agent: Agent) -> argparse.ArgumentParser:
     return parser
 
 
-async def _serve_stdio(agent: Agent, max_frame_size: int) -> None:
-    async with open_stdio_server(max_frame_size=max_frame_size) as stream:
-        await agent.serve(stream, config=SessionConfig(max_frame_size=max_frame_size))
+async def _serve_stdio(agent: Agent, config: SessionConfig) -> None:
+    async with open_stdio_server(max_frame_size=config.max_frame_size) as stream:
+        await agent.serve(stream, config=config)
+
+
+async def _serve_http(agent: Agent, where: str, token: str | None, config: SessionConfig) -> None:
+    host, _, port = where.rpartition(":")
+    tokens = TokenAuthenticator({token: agent.id}) if token else None
+    async with open_agent_server(
+        agent, host=host or "127.0.0.1", port=int(port), tokens=tokens, config=config
+    ) as server:
+        announcement = {"event": "listening", "http": server.url, "ws": server.ws_url + "/ws"}
+        print(json.dumps(announcement), flush=True)
+        await anyio.sleep_forever()
+
+
+def _token(parser: argparse.ArgumentParser, var: str | None, *, required: bool) -> str | None:
+    if var is None:
+        if required:
+            parser.error("--connect needs --token-env VAR")
+        return None
+    token = os.environ.get(var)
+    if not token:
+        parser.error(f"--token-env {var}: the variable is not set")
+    return token
 
 
 def run_agent(agent: Agent, argv: Sequence[str] | None = None) -> None:
-    """Parse flags and serve ``agent`` until its transport closes."""
-    args = _parser(agent).parse_args(argv)
+    """Parse flags and serve ``agent`` until its transport closes (or for ever, on a port)."""
+    parser = _parser(agent)
+    args = parser.parse_args(argv)
     # Logs go to stderr: on stdio, stdout carries the protocol.
     configure_logging(level=args.log_level, stream=sys.stderr)
-    with contextlib.suppress(KeyboardInterrupt):
-        anyio.run(partial(_serve_stdio, agent, args.max_frame_size), backend=args.backend)
+    config = SessionConfig(max_frame_size=args.max_frame_size)
+    if args.http:
+        main = partial(
+            _serve_http, agent, args.http, _token(parser, args.token_env, required=False), config
+        )
+    elif args.connect:
+        token = _token(parser, args.token_env, required=True)
+        main = partial(serve_agent_dialing, agent, args.connect, token=token, config=config)
+    else:
+        main = partial(_serve_stdio, agent, config)
+    try:
+        anyio.run(main, backend=args.backend)
+    except KeyboardInterrupt:
+        pass
+    except MeshError as exc:
+        print(f"agent {agent.id}: {exc}", file=sys.stderr)
+        sys.exit(EXIT_REFUSED)

@@ -12,10 +12,17 @@ import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
+import structlog
+
 from mesh._agent import Agent
+from mesh._errors import ConnectionLost, Unauthorized
 from mesh._exchange import Exchange
+from mesh._reconnect import ReconnectPolicy
 from mesh._session import SessionConfig
 from transports import (
+    CloseCode,
+    ConnectFailed,
     HttpRequest,
     HttpResponse,
     HttpServer,
@@ -25,10 +32,13 @@ from transports import (
     WebSocketStream,
     bearer_token,
     open_http_server,
+    open_websocket,
     websocket_upgrade_handler,
 )
 
-__all__ = ["open_agent_server"]
+__all__ = ["open_agent_server", "serve_agent_dialing"]
+
+log = structlog.get_logger("mesh.serve")
 
 
 class _AgentRoutes:
@@ -57,8 +67,11 @@ class _AgentRoutes:
             token = bearer_token(request.header("authorization"), None)
             if self._tokens.identify(token) is None:
                 return HttpResponse.error(401, "missing or invalid bearer token")
-        answer = await self._exchange.answer(request.body)
-        return HttpResponse(204) if answer is None else HttpResponse(200, answer)
+        answer, invalid = await self._exchange.answer(request.body)
+        if answer is None:
+            return HttpResponse(204)
+        # An invalid body is answered with the mesh's error message (it names the path).
+        return HttpResponse(400 if invalid else 200, answer)
 
 
 @asynccontextmanager
@@ -92,3 +105,50 @@ async def open_agent_server(
         config=http_config,
     ) as server:
         yield server
+
+
+async def serve_agent_dialing(
+    agent: Agent,
+    url: str,
+    *,
+    token: str | None,
+    policy: ReconnectPolicy | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    config: SessionConfig | None = None,
+    websocket_config: WebSocketConfig | None = None,
+) -> None:
+    """Dial in to a daemon's ``/ws`` and serve ``agent`` over that link, for ever.
+
+    When the link drops the agent redials with backoff (``policy``); every dial
+    re-authenticates. A 4001 or 4003 close means the token is wrong for this
+    agent: retrying cannot help, so :class:`~mesh.Unauthorized` is raised.
+    """
+    policy = policy or ReconnectPolicy()
+    session_config = config or SessionConfig()
+    ws_config = websocket_config or WebSocketConfig(max_frame_size=session_config.max_frame_size)
+    failures = 0
+    delays = policy.delays()
+    while True:
+        try:
+            async with open_websocket(
+                url,
+                token=token,
+                headers=[("X-Agent-Id", agent.id)],
+                ssl_context=ssl_context,
+                config=ws_config,
+            ) as stream:
+                log.info("agent.dialled_in", agent=agent.id, url=stream.info.peer)
+                failures, delays = 0, policy.delays()
+                await agent.serve(stream, config=session_config)
+                code = stream.close_code
+            if code in (CloseCode.UNAUTHORIZED, CloseCode.FORBIDDEN):
+                raise Unauthorized(f"{url} refused the token (close code {code})", agent=agent.id)
+            log.warning("agent.link_lost", agent=agent.id, close_code=code)
+        except ConnectFailed as exc:
+            failures += 1
+            log.warning("agent.dial_failed", agent=agent.id, attempt=failures, error=str(exc))
+            if policy.max_attempts is not None and failures >= policy.max_attempts:
+                raise ConnectionLost(
+                    f"gave up dialling {url} after {failures} attempts: {exc}", agent=agent.id
+                ) from exc
+        await anyio.sleep(next(delays))

@@ -8,28 +8,47 @@ Use them in your own tests as the mesh's tests do::
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.abc
 import sniffio
 
 from mesh._agent import Agent
-from mesh._connect import connect_stdio
+from mesh._connect import connect_stdio, handshake
 from mesh._peer import Peer, RequestContext, open_peer, serve_peer
 from mesh._session import SessionConfig
-from transports import DEFAULT_MAX_FRAME_SIZE, memory_stream_pair
+from transports import (
+    DEFAULT_MAX_FRAME_SIZE,
+    HttpRequest,
+    HttpResponse,
+    TokenAuthenticator,
+    WebSocketStream,
+    memory_stream_pair,
+    open_http_server,
+    websocket_upgrade_handler,
+)
 from transports._groups import unwrap_single_error
 
 __all__ = [
+    "EchoServer",
     "NotificationRecorder",
     "echo_agent_command",
+    "open_dialin_echo_agent",
     "open_echo_agent",
     "open_memory_peer",
+    "spawn_echo_server",
 ]
+
+#: Starting a Python process on a loaded machine can take seconds; not minutes.
+SPAWN_TIMEOUT = 20.0
 
 
 def echo_agent_command(*extra: str) -> tuple[str, list[str]]:
@@ -103,3 +122,89 @@ async def open_memory_peer(
             ) as peer:
                 yield peer
             await server_stream.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class EchoServer:
+    """The echo agent as a network server: where to reach it, and its process."""
+
+    http: str
+    ws: str
+    process: anyio.abc.Process
+    token: str | None
+
+
+@asynccontextmanager
+async def spawn_echo_server(
+    *, token: str | None = None, backend: str | None = None, extra_args: Sequence[str] = ()
+) -> AsyncIterator[EchoServer]:
+    """Run ``python -m mesh.agents.echo --http 127.0.0.1:0`` and yield its addresses."""
+    command, args = echo_agent_command()
+    args = [a for a in args if a != "--stdio"]
+    args += ["--http", "127.0.0.1:0", "--backend", backend or sniffio.current_async_library()]
+    env = dict(os.environ)
+    if token is not None:
+        args += ["--token-env", "ECHO_TOKEN"]
+        env["ECHO_TOKEN"] = token
+    process = await anyio.open_process([command, *args, *extra_args], env=env, stderr=None)
+    try:
+        assert process.stdout is not None
+        with anyio.fail_after(SPAWN_TIMEOUT):
+            line = b""
+            while not line.endswith(b"\n"):
+                line += await process.stdout.receive(1)
+        announced = json.loads(line)
+        yield EchoServer(announced["http"], announced["ws"], process, token)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _stop(process)
+
+
+async def _stop(process: anyio.abc.Process) -> None:
+    if process.returncode is None:
+        process.terminate()
+        with anyio.move_on_after(5):
+            await process.wait()
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
+    await process.aclose()
+
+
+@asynccontextmanager
+async def open_dialin_echo_agent(
+    *,
+    handler: NotificationRecorder | None = None,
+    config: SessionConfig | None = None,
+    backend: str | None = None,
+    token: str = "dial-in-secret",
+) -> AsyncIterator[Peer]:
+    """Listen on a loopback port, let the echo agent process dial in, yield a Peer to it."""
+    links, incoming = anyio.create_memory_object_stream[WebSocketStream](1)
+    done = anyio.Event()
+
+    async def accept(stream: WebSocketStream, agent_id: str | None) -> None:
+        await links.send(stream)
+        await done.wait()
+
+    async def no_http(request: HttpRequest) -> HttpResponse:
+        return HttpResponse.error(404, "only /ws here")
+
+    upgrade = websocket_upgrade_handler(accept, authenticator=TokenAuthenticator({token: "echo"}))
+    command, args = echo_agent_command()
+    args = [a for a in args if a != "--stdio"]
+    async with links, incoming, open_http_server(no_http, upgrade_handler=upgrade) as server:
+        args += ["--connect", f"{server.ws_url}/ws", "--token-env", "ECHO_TOKEN"]
+        args += ["--backend", backend or sniffio.current_async_library()]
+        env = {**os.environ, "ECHO_TOKEN": token}
+        process = await anyio.open_process([command, *args], env=env, stdout=None, stderr=None)
+        try:
+            with anyio.fail_after(SPAWN_TIMEOUT):
+                stream = await incoming.receive()
+            async with open_peer(stream, handler=handler, config=config, agent="echo") as peer:
+                await handshake(peer, timeout=SPAWN_TIMEOUT)
+                yield peer
+        finally:
+            done.set()
+            with anyio.CancelScope(shield=True):
+                await _stop(process)

@@ -111,14 +111,16 @@ class HttpClientStream:
         if self._closed is None:
             self._closed = TransportClosed("closed")
         self._tasks.cancel_scope.cancel()
-        await self._send_replies.aclose()
+        self._send_replies.close()
+        self._replies.close()
 
 
 def _error_message(response: httpx.Response) -> str:
     """The server's own words if it sent our JSON error body, else the status line."""
     try:
         payload = json.loads(response.content)
-        message = payload["error"]["message"]
+        error = payload["error"] if "error" in payload else payload["payload"]["error"]
+        message = error["message"]
         if isinstance(message, str):
             return message
     except (ValueError, KeyError, TypeError):

@@ -347,9 +347,12 @@ class HttpServer:
 
     async def _handle(self, stream: anyio.abc.ByteStream) -> None:
         self.connections += 1
+        client = _peer_name(stream)
         try:
-            client = _peer_name(stream)
             await _HttpConnection(stream, self, client).run()
+        except Exception:
+            # One connection's failure stays in that connection: the server keeps serving.
+            log.exception("http.connection_failed", client=client)
         finally:
             self.connections -= 1
 

@@ -131,7 +131,8 @@ class WebSocketStream:
 
     @property
     def close_code(self) -> int | None:
-        return self._protocol.close_code
+        received = self._protocol.close_rcvd
+        return received.code if received is not None else self._protocol.close_code
 
     # -- sending ---------------------------------------------------------------------
 
@@ -231,9 +232,11 @@ class WebSocketStream:
     def _mark_closed(self, why: str | None = None) -> TransportClosed:
         if self._closed is None:
             protocol = self._protocol
-            code = protocol.close_code
+            # The peer's close frame, as soon as it arrived (``close_code`` waits for CLOSED).
+            received = protocol.close_rcvd
+            code = received.code if received is not None else protocol.close_code
             if why is None:
-                reason = protocol.close_reason or ""
+                reason = received.reason if received is not None else ""
                 if code is None:
                     why = "connection closed without a close frame"
                 else:
@@ -292,7 +295,10 @@ class WebSocketStream:
             await self._stream.aclose()
 
 
-async def _handshake_reply(stream: anyio.abc.ByteStream, protocol: ClientProtocol) -> Response:
+async def _handshake_reply(
+    stream: anyio.abc.ByteStream, protocol: ClientProtocol
+) -> tuple[Response, list[Frame]]:
+    """The server's handshake response, and any frames that came in the same read."""
     while True:
         try:
             data = await stream.receive(_READ_SIZE)
@@ -300,9 +306,10 @@ async def _handshake_reply(stream: anyio.abc.ByteStream, protocol: ClientProtoco
             protocol.receive_eof()
         else:
             protocol.receive_data(data)
-        for event in protocol.events_received():
+        events = protocol.events_received()
+        for n, event in enumerate(events):
             if isinstance(event, Response):
-                return event
+                return event, [e for e in events[n + 1 :] if isinstance(e, Frame)]
         if protocol.state is State.CLOSED:
             raise ConnectFailed("connection closed during the WebSocket handshake")
 
@@ -358,7 +365,7 @@ async def open_websocket(
                     request.headers[name] = value
                 protocol.send_request(request)
                 await stream.send(b"".join(protocol.data_to_send()))
-                response = await _handshake_reply(stream, protocol)
+                response, early_frames = await _handshake_reply(stream, protocol)
             except BaseException:
                 await anyio.aclose_forcefully(stream)
                 raise
@@ -373,7 +380,9 @@ async def open_websocket(
         status = f"HTTP {response.status_code} {response.reason_phrase}"
         raise ConnectFailed(f"WebSocket handshake with {shown} failed: {status}")
     ws = WebSocketStream(stream, protocol, info=TransportInfo("websocket", shown), config=config)
-    ws.process_events()  # frames that arrived with the handshake (e.g. an immediate close)
+    for frame in early_frames:  # frames that arrived with the handshake (even a close)
+        ws._handle_frame(frame)
+    ws.process_events()
     with unwrap_single_error():
         async with anyio.create_task_group() as tg:
             tg.start_soon(ws.keepalive)
@@ -456,6 +465,8 @@ def websocket_upgrade_handler(
             tg.start_soon(ws.keepalive)
             try:
                 await handler(ws, agent_id)
+            except TransportClosed as closed:
+                log.debug("websocket.closed", client=request.client, reason=closed.reason)
             finally:
                 await ws.aclose()
                 tg.cancel_scope.cancel()

@@ -11,9 +11,15 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import pytest
 
-from mesh import Peer, SessionConfig
+from mesh import Peer, SessionConfig, connect_http, connect_websocket
 from mesh.agents.echo import agent as echo_agent
-from mesh.testing import NotificationRecorder, open_echo_agent, open_memory_peer
+from mesh.testing import (
+    NotificationRecorder,
+    open_dialin_echo_agent,
+    open_echo_agent,
+    open_memory_peer,
+    spawn_echo_server,
+)
 
 EchoFactory = Callable[..., AbstractAsyncContextManager[Peer]]
 
@@ -34,9 +40,55 @@ async def _stdio(
         yield peer
 
 
-FACTORIES: dict[str, EchoFactory] = {"memory": _memory, "stdio": _stdio}
+@asynccontextmanager
+async def _http(
+    *, handler: NotificationRecorder | None = None, config: SessionConfig | None = None
+) -> AsyncIterator[Peer]:
+    # Over HTTP the agent cannot push frames: progress and notifications have no way back.
+    async with (
+        spawn_echo_server(token="http-secret") as server,
+        connect_http(server.http, token="http-secret", agent="echo", config=config) as peer,
+    ):
+        yield peer
+
+
+@asynccontextmanager
+async def _websocket(
+    *, handler: NotificationRecorder | None = None, config: SessionConfig | None = None
+) -> AsyncIterator[Peer]:
+    async with (
+        spawn_echo_server(token="ws-secret") as server,
+        connect_websocket(
+            server.ws, token="ws-secret", agent="echo", config=config, handler=handler
+        ) as peer,
+    ):
+        yield peer
+
+
+@asynccontextmanager
+async def _websocket_dialin(
+    *, handler: NotificationRecorder | None = None, config: SessionConfig | None = None
+) -> AsyncIterator[Peer]:
+    async with open_dialin_echo_agent(handler=handler, config=config) as peer:
+        yield peer
+
+
+FACTORIES: dict[str, EchoFactory] = {
+    "memory": _memory,
+    "stdio": _stdio,
+    "http": _http,
+    "websocket": _websocket,
+    "websocket-dialin": _websocket_dialin,
+}
+#: What a request/response transport cannot do: the agent has no channel back.
+NO_PUSH = {"http"}
 
 
 @pytest.fixture(params=sorted(FACTORIES))
-def open_echo(request: pytest.FixtureRequest) -> EchoFactory:
-    return FACTORIES[request.param]
+def transport(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def open_echo(transport: str) -> EchoFactory:
+    return FACTORIES[transport]

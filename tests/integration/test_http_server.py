@@ -1,0 +1,124 @@
+"""The HTTP side of an agent server: routes, bad input, limits, slow and idle clients."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import httpx
+import pytest
+
+from mesh import Agent, SessionConfig, open_agent_server
+from mesh.agents.echo import agent as echo_agent
+from transports import HttpServer, HttpServerConfig
+
+pytestmark = pytest.mark.anyio
+
+FAST = HttpServerConfig(max_body_size=2048, request_timeout=0.3, keepalive_timeout=0.3)
+
+
+@asynccontextmanager
+async def server(
+    agent: Agent = echo_agent, config: HttpServerConfig = FAST
+) -> AsyncIterator[HttpServer]:
+    async with open_agent_server(
+        agent, http_config=config, config=SessionConfig(max_frame_size=2048)
+    ) as srv:
+        yield srv
+
+
+async def test_health_rpc_and_notifications() -> None:
+    async with server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        health = await http.get("/health")
+        assert health.status_code == 200
+        assert health.json() == {"status": "ok", "agent": "echo", "name": "Echo"}
+        reply = await http.post(
+            "/rpc",
+            content=b'{"type":"request","id":"h1","timestamp":1,"payload":{"method":"tools/call",'
+            b'"params":{"name":"echo","arguments":{"message":"over http"}}}}',
+        )
+        assert reply.status_code == 200
+        assert reply.json()["payload"] == {"success": True, "result": {"message": "over http"}}
+        note = await http.post(
+            "/rpc",
+            content=b'{"type":"notification","id":"n1","timestamp":1,"payload":{"method":"x"}}',
+        )
+        assert note.status_code == 204 and note.content == b""
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b"{not json", "not valid JSON"),
+        (
+            b'{"type":"request","id":"b1","timestamp":1,"payload":{"method":5}}',
+            "`$.payload.method`",
+        ),
+        (
+            b'{"type":"request","id":"b2","timestamp":"now","payload":{"method":"ping"}}',
+            "`$.timestamp`",
+        ),
+    ],
+)
+async def test_bad_bodies_get_400_naming_the_problem(body: bytes, fragment: str) -> None:
+    async with server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        reply = await http.post("/rpc", content=body)
+        assert reply.status_code == 400
+        assert fragment in reply.json()["payload"]["error"]["message"]
+        assert (await http.get("/health")).status_code == 200  # still serving
+
+
+async def test_wrong_routes_and_methods_and_oversized_bodies() -> None:
+    async with server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        missing = await http.get("/nowhere")
+        assert missing.status_code == 404 and "POST /rpc" in missing.json()["error"]["message"]
+        wrong = await http.get("/rpc")
+        assert wrong.status_code == 405
+        huge = await http.post("/rpc", content=b"x" * 10_000)
+        assert huge.status_code == 413
+        assert "exceeds the 2048-byte limit" in huge.json()["error"]["message"]
+        assert (await http.get("/health")).status_code == 200
+
+
+async def test_a_crashing_handler_gets_500_without_a_stack_trace_and_the_server_lives() -> None:
+    async def boom(request: object) -> object:
+        raise RuntimeError("secret internals")
+
+    from transports import open_http_server
+
+    async with open_http_server(boom) as srv, httpx.AsyncClient(base_url=srv.url) as http:  # type: ignore[arg-type]
+        for _ in range(3):
+            reply = await http.get("/")
+            assert reply.status_code == 500
+            assert "secret internals" not in reply.text and "Traceback" not in reply.text
+
+
+async def test_a_slow_client_gets_408_and_cannot_pin_the_server() -> None:
+    async with server() as srv:
+        stream = await anyio.connect_tcp("127.0.0.1", srv.port)
+        async with stream:
+            await stream.send(b"POST /rpc HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+            with anyio.fail_after(5):
+                reply = await stream.receive()
+        assert reply.startswith(b"HTTP/1.1 408")
+        async with httpx.AsyncClient(base_url=srv.url) as http:
+            assert (await http.get("/health")).status_code == 200
+
+
+async def test_an_idle_connection_is_closed_after_the_keepalive_timeout() -> None:
+    async with server() as srv:
+        stream = await anyio.connect_tcp("127.0.0.1", srv.port)
+        async with stream:
+            with anyio.fail_after(5), pytest.raises(anyio.EndOfStream):
+                await stream.receive()
+
+
+async def test_garbage_instead_of_http_gets_400() -> None:
+    async with server() as srv:
+        stream = await anyio.connect_tcp("127.0.0.1", srv.port)
+        async with stream:
+            await stream.send(b"\x16\x03\x01 this is not http\r\n\r\n")
+            with anyio.fail_after(5):
+                reply = await stream.receive()
+        assert reply.startswith(b"HTTP/1.1 400")

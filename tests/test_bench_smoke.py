@@ -1,0 +1,123 @@
+"""The benchmark harness must not rot: a real smoke run, and the ratio arithmetic.
+
+The full benchmark is a command for people (`make bench`); CI only proves that
+the harness still spawns a measurement, parses it, and writes sane JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench._harness import Case, CaseResult, plan_cases
+from bench._registry import Measurement, RunContext, Scenario
+from bench._report import build_report, format_table
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+#: Four short runs of the cheapest baseline; generous for a loaded 2-core CI box.
+SMOKE_TIMEOUT_S = 150
+
+
+@pytest.mark.timeout(SMOKE_TIMEOUT_S + 10)
+def test_smoke_run_writes_sane_json(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "bench", "--smoke", "--only", "pipe-raw"]
+    command += ["--backend", "both", "--output", str(tmp_path)]
+    done = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=SMOKE_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((tmp_path / "smoke.json").read_text())
+    assert report["header"]["cores"] >= 1
+    assert report["header"]["env_tweaks"]["MALLOC_MMAP_THRESHOLD_"] == "1048576"
+    rows = {(r["mode"], r["backend"]): r for r in report["results"]}
+    assert set(rows) == {(m, b) for m in ("sequential", "inflight64") for b in ("asyncio", "trio")}
+    for row in rows.values():
+        assert row["errors"] == []
+        figures = row["figures"]
+        assert figures["calls_per_s"] > 0
+        assert 0 < figures["p50_us"] <= figures["p99_us"]
+    assert rows["sequential", "trio"]["trio_vs_asyncio"] > 0
+    assert "pipe-raw" in done.stdout  # the table was printed
+
+
+async def _never_run(ctx: RunContext) -> Measurement:
+    raise AssertionError("the report test does not run scenarios")
+
+
+def _result(scenario: Scenario, backend: str, calls: float, p50: float) -> CaseResult:
+    result = CaseResult(Case(scenario, "sequential", backend))  # type: ignore[arg-type]
+    result.runs = [
+        {"calls_per_s": calls, "p50_us": p50},
+        {"calls_per_s": calls * 3, "p50_us": p50},  # the median of 2 is their mean
+    ]
+    return result
+
+
+def test_ratios_divide_by_the_baseline_on_the_same_backend() -> None:
+    raw = Scenario("raw", "stdio", _never_run)
+    peer = Scenario("peer", "stdio", _never_run, backends=("asyncio",))
+    mine = Scenario("mine", "stdio", _never_run, baselines=("raw", "peer"))
+    results = [
+        _result(raw, "asyncio", 1000, 100),
+        _result(raw, "trio", 2000, 50),
+        _result(peer, "asyncio", 100, 1000),
+        _result(mine, "asyncio", 500, 200),
+        _result(mine, "trio", 500, 100),
+    ]
+    report = build_report(results, {"date": "x"})
+    rows = {(r["scenario"], r["backend"]): r for r in report["results"]}
+    trio_row = rows["mine", "trio"]
+    vs_raw, vs_peer = trio_row["vs"]
+    assert (vs_raw["baseline"], vs_raw["backend"]) == ("raw", "trio")
+    assert vs_raw["ratios"] == {"calls_per_s": 0.25, "p50_us": 2.0}
+    # peer has no trio run, so trio is compared with peer on asyncio
+    assert (vs_peer["backend"], vs_peer["ratios"]["calls_per_s"]) == ("asyncio", 5.0)
+    assert trio_row["trio_vs_asyncio"] == 1.0
+    assert rows["raw", "asyncio"]["vs"] == []
+
+
+def test_table_shows_ratios_and_failures() -> None:
+    raw = Scenario("raw", "stdio", _never_run)
+    mine = Scenario("mine", "stdio", _never_run, baselines=("raw",))
+    broken = CaseResult(Case(mine, "sequential", "trio"), errors=["exit code 1"])
+    results = [_result(raw, "asyncio", 1000, 100), _result(mine, "asyncio", 1500, 50), broken]
+    header = {
+        "date": "today",
+        "cores": 2,
+        "cpu": "cpu",
+        "python": "3.11",
+        "platform": "linux",
+        "packages": {"anyio": "4"},
+        "backends": ["asyncio", "trio"],
+        "duration_s": 1.0,
+        "warmup_s": 0.1,
+        "repeat": 2,
+        "smoke": False,
+        "env_tweaks": {},
+        "loadavg_start": (0.0, 0.0, 0.0),
+        "cpu_probe_ms_start": 1.0,
+    }
+    text = format_table(build_report(results, header))
+    assert "1.50x" in text  # calls/s ratio to raw
+    assert "0.50x" in text  # p50 ratio to raw
+    assert "FAILED mine sequential trio: exit code 1" in text
+
+
+def test_asyncio_only_scenarios_still_run_when_trio_is_asked() -> None:
+    both = Scenario("both", "stdio", _never_run, modes=("sequential", "inflight64"))
+    server = Scenario("server", "memory", _never_run, modes=("conns1000",), backends=("asyncio",))
+    cases = plan_cases([both, server], ["trio"])
+    assert [c.label for c in cases] == [
+        "both sequential trio",
+        "both inflight64 trio",
+        "server conns1000 asyncio",
+    ]
