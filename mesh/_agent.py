@@ -141,15 +141,24 @@ def build_tool(function: Callable[..., Any], *, name: str | None, description: s
     arguments_type = msgspec.defstruct(
         f"{tool_name}_arguments", fields, kw_only=True, forbid_unknown_fields=True
     )
+    try:
+        input_schema = _schema_of(arguments_type)
+    except TypeError as exc:
+        raise TypeError(f"tool {tool_name!r}: a parameter type has no JSON Schema: {exc}") from None
     returns = hints.get("return", Any)
-    output_schema = None if returns in (Any, None, type(None)) else _schema_of(returns)
+    output_schema = None
+    if returns not in (Any, None, type(None), object):
+        try:
+            output_schema = _schema_of(returns)
+        except TypeError:
+            log.debug("agent.no_output_schema", tool=tool_name, type=repr(returns))
     return Tool(
         name=tool_name,
         description=inspect.cleandoc(description or function.__doc__ or ""),
         function=function,
         arguments_type=arguments_type,
         context_parameter=context_parameter,
-        input_schema=_schema_of(arguments_type),
+        input_schema=input_schema,
         output_schema=output_schema,
         fields=tuple(f[0] for f in fields),
     )

@@ -19,6 +19,7 @@ import anyio.abc
 import structlog
 
 from mesh._errors import (
+    AgentUnavailable,
     ConnectionLost,
     ErrorCode,
     MeshError,
@@ -48,6 +49,8 @@ log = structlog.get_logger("mesh.peer")
 
 #: On close, queued frames (a ``cancelled``, a last response) get this long to leave.
 FLUSH_ON_CLOSE: Final = 0.5
+#: A routed call waits this much beyond the target's deadline for the mesh's answer.
+ROUTE_MARGIN: Final = 1.0
 
 ProgressCallback = Callable[[Mapping[str, Any]], None]
 
@@ -90,6 +93,21 @@ class RequestContext:
         """Tell the caller we are alive (this also extends the call's deadline)."""
         self._session.report_progress(self.request_id, progress, total, message)
         self._wake()
+
+    async def call_agent(
+        self, agent_id: str, method: str, params: Any = None, *, timeout: float | None = None
+    ) -> Any:
+        """Call another agent through the mesh that called us (``mesh/call``).
+
+        The orchestrator forwards the call and its answer; ``timeout`` is carried
+        along, and our own wait allows a little longer so the mesh's verdict
+        (a timeout naming the target agent) arrives first.
+        """
+        if self.peer is None:
+            raise AgentUnavailable("this request has no connection back to the mesh (HTTP)")
+        route = {"agent": agent_id, "method": method, "params": params, "timeout": timeout}
+        outer = None if timeout is None else timeout + ROUTE_MARGIN
+        return await self.peer.call("mesh/call", route, timeout=outer)
 
     def notify_nowait(self, method: str, params: Any = None) -> None:
         """Send the caller a notification without waiting (safe while cancelled)."""
@@ -391,7 +409,9 @@ async def answer_request(
     try:
         result = await handler.handle_request(ctx, request.method, request.params)
     except MeshError as exc:
-        session.send_error(request.id, exc.code, exc.message, exc.data)
+        # str(), not .message: an error forwarded from another agent keeps naming
+        # where it happened (agent, method, transport) as it crosses each hop.
+        session.send_error(request.id, exc.code, str(exc), exc.data)
     except Exception as exc:
         log.exception("mesh.handler_crashed", method=request.method, request_id=request.id)
         session.send_error(request.id, ErrorCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")

@@ -181,6 +181,11 @@ class ReconnectingPeer:
             return dataclasses.replace(self._earlier)
         return _sum(self._earlier, self._latest.statistics())
 
+    @property
+    def current(self) -> Peer | None:
+        """The live connection underneath, if any (e.g. ``current.stream.pid`` over stdio)."""
+        return self._live_peer()
+
     async def wait_connected(self) -> None:
         """Wait until connected; raises :class:`~mesh.ConnectionLost` once it gave up or closed."""
         await self._wait_peer(None)

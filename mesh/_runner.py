@@ -50,6 +50,7 @@ def _parser(agent: Agent) -> argparse.ArgumentParser:
         "--connect", metavar="URL", help="dial in to a daemon's ws:// or wss:// endpoint"
     )
     parser.add_argument("--token-env", metavar="VAR", help="environment variable holding the token")
+    parser.add_argument("--id", help=f"serve under another agent id (default {agent.id!r})")
     parser.add_argument(
         "--backend",
         choices=("asyncio", "trio"),
@@ -100,6 +101,8 @@ def run_agent(agent: Agent, argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     # Logs go to stderr: on stdio, stdout carries the protocol.
     configure_logging(level=args.log_level, stream=sys.stderr)
+    if args.id:
+        agent.id = args.id
     config = SessionConfig(max_frame_size=args.max_frame_size)
     if args.http:
         main = partial(

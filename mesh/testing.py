@@ -38,12 +38,14 @@ from transports import (
 from transports._groups import unwrap_single_error
 
 __all__ = [
+    "Daemon",
     "EchoServer",
     "NotificationRecorder",
     "echo_agent_command",
     "open_dialin_echo_agent",
     "open_echo_agent",
     "open_memory_peer",
+    "spawn_daemon",
     "spawn_echo_server",
 ]
 
@@ -148,12 +150,7 @@ async def spawn_echo_server(
         env["ECHO_TOKEN"] = token
     process = await anyio.open_process([command, *args, *extra_args], env=env, stderr=None)
     try:
-        assert process.stdout is not None
-        with anyio.fail_after(SPAWN_TIMEOUT):
-            line = b""
-            while not line.endswith(b"\n"):
-                line += await process.stdout.receive(1)
-        announced = json.loads(line)
+        announced = await _announcement(process)
         yield EchoServer(announced["http"], announced["ws"], process, token)
     finally:
         with anyio.CancelScope(shield=True):
@@ -208,3 +205,57 @@ async def open_dialin_echo_agent(
             done.set()
             with anyio.CancelScope(shield=True):
                 await _stop(process)
+
+
+@dataclass(frozen=True, slots=True)
+class Daemon:
+    """A ``mesh serve`` process: its URLs and the process itself."""
+
+    http: str
+    ws: str
+    process: anyio.abc.Process
+
+
+async def _announcement(process: anyio.abc.Process) -> dict[str, Any]:
+    """The JSON line a server prints on stdout once it listens."""
+    assert process.stdout is not None
+    line = b""
+    with anyio.fail_after(SPAWN_TIMEOUT):
+        while not line.endswith(b"\n"):
+            chunk = await process.stdout.receive(1)
+            line += chunk
+    announced: dict[str, Any] = json.loads(line)
+    return announced
+
+
+@asynccontextmanager
+async def spawn_daemon(
+    manifests: str | os.PathLike[str],
+    *,
+    env: dict[str, str] | None = None,
+    extra_args: Sequence[str] = (),
+    backend: str | None = None,
+) -> AsyncIterator[Daemon]:
+    """Run ``mesh serve --port 0`` on a manifests directory; stop it (SIGTERM) afterwards."""
+    command = [
+        sys.executable,
+        "-m",
+        "mesh.cli",
+        "serve",
+        "--port",
+        "0",
+        "--manifests",
+        str(manifests),
+        "--backend",
+        backend or sniffio.current_async_library(),
+        "--log-format",
+        "json",
+        *extra_args,
+    ]
+    process = await anyio.open_process(command, env={**os.environ, **(env or {})}, stderr=None)
+    try:
+        announced = await _announcement(process)
+        yield Daemon(announced["http"], announced["ws"], process)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _stop(process)

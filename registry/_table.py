@@ -177,6 +177,25 @@ class Registry:
         self._publish(entry, _DEREGISTERED, old, now)
         return entry.snapshot()
 
+    def mark_offline(self, agent_id: AgentId, now: float) -> AgentRecord:
+        """Take an agent OFFLINE at once, e.g. because its connection was lost.
+
+        Publishes an OFFLINE change (none if it already was offline). A later
+        heartbeat revives it as usual; otherwise it is removed when it would have
+        been anyway (``ttl + grace`` after its last sign of life). Raises
+        `UnknownAgent` for an id the table does not hold.
+        """
+        entry = self._entries.get(agent_id)
+        if entry is None:
+            raise UnknownAgent(agent_id)
+        old = entry.status
+        if old is not _OFFLINE:
+            self._set_status(entry, _OFFLINE)
+            self._schedule(entry, notify=True)
+            self._maybe_compact()
+            self._publish(entry, ChangeKind.OFFLINE, old, now)
+        return entry.snapshot()
+
     def expire(self, now: float) -> list[StatusChange]:
         """Advance every agent whose deadline is at or before ``now``.
 

@@ -240,12 +240,15 @@ class _HttpConnection:
                 return b"".join(chunks)
 
     async def _respond(self, request: HttpRequest) -> HttpResponse:
+        self._server._request_started()
         try:
             return await self._server.handler(request)
         except Exception:
             # Logged with its traceback for us; the client gets no stack trace.
             log.exception("http.handler_crashed", method=request.method, path=request.path)
             return HttpResponse.error(500, "internal error (see the server log)")
+        finally:
+            self._server._request_finished()
 
     async def _send(self, response: HttpResponse) -> None:
         headers = [
@@ -330,6 +333,11 @@ class HttpServer:
         self.port = port
         self.secure = secure
         self.connections = 0
+        #: Requests being handled right now (not idle keep-alive connections).
+        self.active_requests = 0
+        self._accepting = anyio.CancelScope()
+        self._all = anyio.CancelScope()
+        self._idle = anyio.Event()
 
     @property
     def url(self) -> str:
@@ -342,8 +350,38 @@ class HttpServer:
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        task_status.started()
-        await self.listener.serve(self._handle)
+        with self._all:
+            async with anyio.create_task_group() as connections:
+                task_status.started()
+                with self._accepting:
+                    await self.listener.serve(self._handle, task_group=connections)
+                # No longer accepting: connections already open carry on until cancelled.
+                await anyio.sleep_forever()
+
+    def stop_accepting(self) -> None:
+        """Refuse new connections; those already open carry on (see :meth:`drain`)."""
+        self._accepting.cancel()
+
+    async def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for requests in progress to finish; True if they all did."""
+        with anyio.move_on_after(timeout):
+            while self.active_requests:
+                self._idle = anyio.Event()
+                await self._idle.wait()
+            return True
+        return False
+
+    def close_all(self) -> None:
+        """Cancel every connection (idle keep-alives, WebSockets, stragglers)."""
+        self._all.cancel()
+
+    def _request_started(self) -> None:
+        self.active_requests += 1
+
+    def _request_finished(self) -> None:
+        self.active_requests -= 1
+        if not self.active_requests:
+            self._idle.set()
 
     async def _handle(self, stream: anyio.abc.ByteStream) -> None:
         self.connections += 1

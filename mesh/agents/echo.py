@@ -71,6 +71,15 @@ async def fail(message: str) -> None:
 
 
 @agent.tool
+async def relay(to: str, message: str, ctx: RequestContext) -> dict[str, str]:
+    """Ask agent ``to`` (through the mesh) to echo ``message``; return who answered what."""
+    reply = await ctx.call_agent(
+        to, "tools/call", {"name": "echo", "arguments": {"message": message}}
+    )
+    return {"from": to, "message": reply["message"]}
+
+
+@agent.tool
 async def blob(size: Annotated[int, msgspec.Meta(ge=0, le=64 * 1024 * 1024)]) -> dict[str, str]:
     """Return a string of ``size`` bytes (to test size limits)."""
     return {"data": "x" * size}

@@ -391,3 +391,23 @@ def test_records_and_events_encode_to_json() -> None:
     assert wire["record"]["capabilities"] == ["echo"]
     assert wire["record"]["status"] == "online"
     assert msgspec.json.decode(msgspec.json.encode(changes[0]), type=StatusChange) == changes[0]
+
+
+def test_mark_offline_takes_effect_at_once_and_a_beat_revives() -> None:
+    from registry import AgentRecord, AgentStatus, ChangeKind, Registry
+
+    registry = Registry()
+    seen: list[tuple[str, str]] = []
+    registry.add_listener(lambda change: seen.append((str(change.kind), str(change.new))))
+    registry.register(AgentRecord(id=AgentId("a"), name="A", interval=1.0, grace=5.0), now=0.0)
+    record = registry.mark_offline(AgentId("a"), now=0.5)
+    assert record.status is AgentStatus.OFFLINE
+    assert (
+        registry.mark_offline(AgentId("a"), now=0.6).status is AgentStatus.OFFLINE
+    )  # no second event
+    assert seen[-1] == (str(ChangeKind.OFFLINE), str(AgentStatus.OFFLINE))
+    assert sum(1 for kind, _ in seen if kind == str(ChangeKind.OFFLINE)) == 1
+    registry.heartbeat(AgentId("a"), now=1.0)
+    assert registry.get(AgentId("a")).status is AgentStatus.ONLINE  # type: ignore[union-attr]
+    registry.mark_offline(AgentId("a"), now=1.5)
+    assert [c.kind for c in registry.expire(1.0 + 3.0 + 5.0)] == [ChangeKind.REMOVED]

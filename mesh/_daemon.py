@@ -1,0 +1,180 @@
+"""``mesh serve``: the daemon. One port for the HTTP API and for agents dialling in.
+
+It loads ``manifests/`` (a broken manifest is reported and skipped; the others
+run), links every agent through a :class:`~mesh.MeshOrchestrator`, and serves:
+
+========================================  =============================================
+``GET  /health``                          liveness and agent counts
+``GET  /agents`` / ``GET /agents/{id}``   the registry
+``POST /agents/register``                 an agent joins (with an HTTP endpoint, or none)
+``POST /agents/{id}/heartbeat``           an agent says it is alive
+``DELETE /agents/{id}``                   an agent leaves
+``POST /rpc``                             call an agent through the mesh
+``/ws``                                   agents dial in (token from their manifest)
+========================================  =============================================
+
+SIGINT or SIGTERM shuts it down gracefully: stop accepting, close dialled-in
+agents with 1001, let calls in flight finish (up to ``drain_timeout``), stop
+the children, exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import anyio
+import anyio.abc
+import msgspec
+import structlog
+
+from mesh._daemon_api import DaemonApi
+from mesh._errors import MeshError
+from mesh._manifest import load_manifests
+from mesh._manifest_links import dial_in_tokens, spec_from_manifest
+from mesh._orchestrator import MeshOrchestrator
+from transports import (
+    CloseCode,
+    HttpServerConfig,
+    WebSocketStream,
+    open_http_server,
+    websocket_upgrade_handler,
+)
+
+__all__ = ["DaemonSettings", "SettingsError", "load_settings", "serve_daemon"]
+
+log = structlog.get_logger("mesh.daemon")
+
+#: Environment variables that set daemon settings (flags win over them, they win over the file).
+ENV_SETTINGS: Final = {
+    "MESH_HOST": "host",
+    "MESH_PORT": "port",
+    "MESH_MANIFESTS": "manifests",
+    "MESH_DRAIN_TIMEOUT": "drain_timeout",
+    "MESH_LOG_LEVEL": "log_level",
+    "MESH_LOG_FORMAT": "log_format",
+}
+
+
+class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    host: str = "127.0.0.1"
+    port: int = msgspec.field(default=8700)
+    manifests: str = "manifests"
+    #: SIGTERM waits this long for calls in flight before stopping anyway.
+    drain_timeout: float = 10.0
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["auto", "json", "console"] = "auto"
+    max_body_size: int = 1 << 20
+
+
+class SettingsError(MeshError):
+    """A settings file, variable or flag that does not fit; says which and why."""
+
+
+def load_settings(
+    config: str | Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> DaemonSettings:
+    """Settings from a TOML file, then ``MESH_*`` variables, then flags (``overrides``)."""
+    merged: dict[str, Any] = {}
+    source = "defaults"
+    if config is not None:
+        path = Path(config)
+        try:
+            merged.update(msgspec.toml.decode(path.read_bytes()))
+        except OSError as exc:
+            raise SettingsError(f"cannot read settings file {path}: {exc.strerror}") from None
+        except msgspec.DecodeError as exc:
+            raise SettingsError(f"{path}: {exc}") from None
+        source = str(path)
+    env = environ if environ is not None else {}
+    for variable, name in ENV_SETTINGS.items():
+        if variable in env:
+            merged[name] = env[variable]
+            source = f"{source} + ${variable}"
+    merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return msgspec.convert(merged, DaemonSettings, strict=False)
+    except msgspec.ValidationError as exc:
+        raise SettingsError(f"invalid settings ({source}): {exc}") from None
+
+
+async def serve_daemon(
+    settings: DaemonSettings,
+    *,
+    environ: Mapping[str, str] | None = None,
+    handle_signals: bool = True,
+    task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the daemon until SIGINT/SIGTERM (or cancellation); returns after a graceful stop."""
+    loaded = load_manifests(Path(settings.manifests))
+    for error in loaded.errors:
+        log.error("daemon.manifest_invalid", error=str(error))
+    specs = []
+    for agent_id, manifest in loaded.manifests.items():
+        try:
+            specs.append(spec_from_manifest(manifest, environ=environ))
+        except MeshError as exc:
+            log.error("daemon.manifest_unusable", agent=agent_id, error=str(exc))
+    tokens, token_errors = dial_in_tokens(loaded.manifests, environ=environ)
+    for token_error in token_errors:
+        log.error("daemon.token_missing", error=str(token_error))
+
+    orchestrator = MeshOrchestrator(specs)
+    api = DaemonApi(orchestrator)
+    dialled_in: set[WebSocketStream] = set()
+
+    async def dial_in(stream: WebSocketStream, agent_id: str | None) -> None:
+        assert agent_id is not None  # the authenticator named it
+        dialled_in.add(stream)
+        try:
+            await orchestrator.serve_dialled_in(stream, agent_id)
+        except MeshError as exc:
+            log.warning("daemon.dial_in_refused", agent=agent_id, error=str(exc))
+            await stream.aclose(CloseCode.FORBIDDEN, str(exc)[:120])
+        finally:
+            dialled_in.discard(stream)
+
+    upgrade = websocket_upgrade_handler(dial_in, authenticator=tokens)
+    http_config = HttpServerConfig(max_body_size=settings.max_body_size)
+    async with (
+        orchestrator,
+        open_http_server(
+            api.handle,
+            host=settings.host,
+            port=settings.port,
+            upgrade_handler=upgrade,
+            config=http_config,
+        ) as server,
+    ):
+        announcement = {"event": "listening", "http": server.url, "ws": f"{server.ws_url}/ws"}
+        print(json.dumps(announcement), flush=True)
+        log.info(
+            "daemon.listening", url=server.url, agents=len(specs), manifests=settings.manifests
+        )
+        task_status.started(server.url)
+        if handle_signals:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    log.info("daemon.stopping", signal=signal.Signals(signum).name)
+                    break
+        else:
+            await anyio.sleep_forever()
+        with anyio.CancelScope(shield=True):
+            server.stop_accepting()
+            for stream in list(dialled_in):
+                await stream.aclose(CloseCode.GOING_AWAY, "daemon shutting down")
+            drained = await server.drain(settings.drain_timeout)
+            log.info(
+                "daemon.drained" if drained else "daemon.drain_timeout",
+                in_flight=server.active_requests,
+            )
+            server.close_all()
+    log.info("daemon.stopped")
+    sys.stdout.flush()

@@ -1,0 +1,278 @@
+"""The typed, frozen structs one agent manifest (a TOML file) decodes into.
+
+A manifest says who an agent is (id, name, capabilities), how to reach it (a
+transport, tagged on ``type``), how to keep it (heartbeat interval and TTL, call
+timeout, frame size), and, for chat agents, its persona. msgspec checks types,
+required fields, unknown fields and simple bounds while decoding; the checks it
+cannot express (id syntax, TTL above interval, URL schemes, env var names) run in
+``__post_init__`` and raise :class:`_FieldError`, which the loader turns into the
+precise ``$.path`` of the offending field. Loading from files lives in
+``_manifest`` (which re-exports these); ``docs/manifests.md`` lists every field.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Final, Literal, TypeAlias
+from urllib.parse import parse_qsl, urlsplit
+
+import msgspec
+
+from mesh._errors import ErrorCode, MeshError
+from mesh.providers._base import ProviderConfig
+from transports import DEFAULT_MAX_FRAME_SIZE
+
+__all__ = [
+    "INTERPRETER_COMMANDS",
+    "TRANSPORT_TYPES",
+    "DialInTransport",
+    "HttpTransport",
+    "Manifest",
+    "ManifestError",
+    "Persona",
+    "StdioTransport",
+    "Transport",
+    "WebSocketTransport",
+]
+
+#: ``command`` values that mean "the interpreter running the mesh", so shipped
+#: manifests start agents with the same Python (and venv) as the daemon.
+INTERPRETER_COMMANDS: Final = frozenset({"python", "python3"})
+
+# fullmatch, not a "$"-anchored search: "$" would let "echo\n" through.
+_ID = re.compile(r"[a-z0-9][a-z0-9._-]*")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+_Seconds = Annotated[float, msgspec.Meta(gt=0)]
+_NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class ManifestError(MeshError):
+    """A manifest that cannot be used, and exactly why.
+
+    ``file`` is the manifest's path as it was given, ``field`` the msgspec-style
+    path of the culprit (``$.transport.endpoint``; ``None`` for a TOML syntax
+    error or an unreadable file) and ``reason`` what is wrong. ``str()`` is
+    ``"<file>: <reason> - at `<field>`"``, the shape of msgspec's own messages.
+    """
+
+    default_code = ErrorCode.INVALID_PARAMS
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        file: str | os.PathLike[str] | None = None,
+        field: str | None = None,
+        agent: str | None = None,
+    ) -> None:
+        self.reason = reason
+        self.file = None if file is None else Path(file)
+        self.field = field
+        message = reason if field is None else f"{reason} - at `{field}`"
+        if self.file is not None:
+            message = f"{self.file}: {message}"
+        super().__init__(message, agent=agent)
+
+    def in_file(self, file: str | os.PathLike[str], *, agent: str | None = None) -> ManifestError:
+        """The same error, naming the manifest file (and agent) it came from."""
+        return ManifestError(self.reason, file=file, field=self.field, agent=agent or self.agent)
+
+
+class _FieldError(ValueError):
+    """A post-decode check failed on one field of the struct being built.
+
+    msgspec reports a ``__post_init__`` failure at the struct's path and chains
+    the original exception, so the loader appends ``field`` to get the exact path.
+    """
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"`{field}`: {reason}")
+
+
+def _check_url(field: str, url: str, schemes: tuple[str, ...]) -> None:
+    # Neither the URL nor its query is echoed: either may hold a credential.
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (parsing the port is the check)
+    except ValueError as exc:
+        raise _FieldError(field, f"Expected a valid URL: {exc}") from None
+    wanted = " or ".join(f"{scheme}://" for scheme in schemes)
+    if parts.scheme not in schemes:
+        # "localhost:8701" parses with scheme "localhost"; that is a missing scheme.
+        got = f"scheme {parts.scheme!r}" if "://" in url else "no scheme"
+        raise _FieldError(field, f"Expected a URL starting with {wanted}, got {got}")
+    if not parts.hostname:
+        raise _FieldError(field, f"Expected a URL with a host after {parts.scheme}://")
+    if parts.password is not None or any(k == "token" for k, _ in parse_qsl(parts.query)):
+        raise _FieldError(
+            field,
+            "Credentials do not belong in a manifest; put the token in an environment "
+            "variable and name it with `token_env`",
+        )
+
+
+def _check_env_name(field: str, name: str | None) -> None:
+    # The value is not echoed: a token pasted here by mistake must not reach a log.
+    if name is not None and not _ENV_NAME.fullmatch(name):
+        raise _FieldError(
+            field,
+            "Expected the NAME of an environment variable (letters, digits and `_`, "
+            "not starting with a digit), not the token itself",
+        )
+
+
+def _read_token(name: str, environ: Mapping[str, str] | None) -> str:
+    value = (os.environ if environ is None else environ).get(name)
+    if not value:
+        raise ManifestError(
+            f"environment variable {name!r} is not set (or is empty); "
+            "it must hold this agent's token",
+            field="$.transport.token_env",
+        )
+    return value
+
+
+class _TransportBase(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="type"
+):
+    def token(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The token this link authenticates with, read from the environment.
+
+        ``None`` when the transport uses none. Raises :class:`ManifestError`
+        naming the variable (never its value) when it is unset or empty.
+        """
+        return None
+
+
+class StdioTransport(_TransportBase, frozen=True, kw_only=True, tag="stdio"):
+    """Spawn the agent as a child process and talk over its stdin/stdout.
+
+    ``command = "python"`` (or ``"python3"``) means the running interpreter
+    (``sys.executable``). The child gets only a few basic variables plus ``env``.
+    ``load_manifest`` makes a relative ``cwd`` absolute, against the manifest's
+    directory.
+    """
+
+    command: _NonEmpty
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = {}
+    cwd: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.command in INTERPRETER_COMMANDS and sys.executable:
+            msgspec.structs.force_setattr(self, "command", sys.executable)
+
+    def resolve(self, base: str | os.PathLike[str]) -> StdioTransport:
+        """This transport with a relative (or ``~``) ``cwd`` made absolute against ``base``."""
+        if self.cwd is None:
+            return self
+        cwd = Path(self.cwd).expanduser()
+        return msgspec.structs.replace(self, cwd=str((Path(base) / cwd).resolve()))
+
+
+class HttpTransport(_TransportBase, frozen=True, kw_only=True, tag="http"):
+    """Reach the agent at ``POST {endpoint}/rpc``; ``token_env`` names its bearer token."""
+
+    endpoint: str
+    token_env: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_url("endpoint", self.endpoint, ("http", "https"))
+        _check_env_name("token_env", self.token_env)
+
+    def token(self, environ: Mapping[str, str] | None = None) -> str | None:
+        return None if self.token_env is None else _read_token(self.token_env, environ)
+
+
+class WebSocketTransport(_TransportBase, frozen=True, kw_only=True, tag="websocket"):
+    """Dial the agent's WebSocket ``endpoint`` with the token held in ``$token_env``."""
+
+    endpoint: str
+    token_env: str
+
+    def __post_init__(self) -> None:
+        _check_url("endpoint", self.endpoint, ("ws", "wss"))
+        _check_env_name("token_env", self.token_env)
+
+    def token(self, environ: Mapping[str, str] | None = None) -> str:
+        return _read_token(self.token_env, environ)
+
+
+class DialInTransport(_TransportBase, frozen=True, kw_only=True, tag="dial-in"):
+    """The agent dials the daemon's ``/ws``; it must present the token held in ``$token_env``."""
+
+    token_env: str
+
+    def __post_init__(self) -> None:
+        _check_env_name("token_env", self.token_env)
+
+    def token(self, environ: Mapping[str, str] | None = None) -> str:
+        return _read_token(self.token_env, environ)
+
+
+Transport: TypeAlias = StdioTransport | HttpTransport | WebSocketTransport | DialInTransport
+
+#: The ``type`` values, in the order the docs list them.
+TRANSPORT_TYPES: Final = ("stdio", "http", "websocket", "dial-in")
+
+
+class Persona(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Who a chat agent is in a room, and which model speaks for it."""
+
+    system_prompt: _NonEmpty
+    provider: ProviderConfig
+    role: _NonEmpty = "participant"
+    awareness: Literal["basic", "intermediate", "high"] = "intermediate"
+
+
+class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One agent, as its manifest file describes it. See ``docs/manifests.md``.
+
+    After construction ``name`` is never empty (it defaults to ``id``) and
+    ``heartbeat_ttl`` is never ``None`` (it defaults to three intervals); the
+    :attr:`ttl` property gives it typed as a plain ``float``.
+    """
+
+    id: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    transport: Transport
+    name: str = ""
+    description: str = ""
+    version: str = "0.1.0"
+    capabilities: tuple[_NonEmpty, ...] = ()
+    heartbeat_interval: _Seconds = 10.0
+    heartbeat_ttl: _Seconds | None = None
+    call_timeout: _Seconds = 30.0
+    max_frame_size: Annotated[int, msgspec.Meta(gt=0)] = DEFAULT_MAX_FRAME_SIZE
+    persona: Persona | None = None
+    metadata: dict[str, str] = {}
+
+    def __post_init__(self) -> None:
+        if not _ID.fullmatch(self.id):
+            raise _FieldError(
+                "id",
+                f"Expected lowercase letters, digits, `.`, `_` or `-`, starting with a letter "
+                f"or digit, got {self.id!r}",
+            )
+        if not self.name:
+            msgspec.structs.force_setattr(self, "name", self.id)
+        interval = self.heartbeat_interval
+        if self.heartbeat_ttl is None:
+            msgspec.structs.force_setattr(self, "heartbeat_ttl", 3 * interval)
+        elif self.heartbeat_ttl <= interval:
+            raise _FieldError(
+                "heartbeat_ttl",
+                f"Expected a TTL greater than `heartbeat_interval` ({interval:g} s), "
+                f"got {self.heartbeat_ttl:g} s",
+            )
+
+    @property
+    def ttl(self) -> float:
+        """``heartbeat_ttl`` as a ``float``: seconds of silence before the agent is offline."""
+        return self.heartbeat_ttl if self.heartbeat_ttl is not None else 3 * self.heartbeat_interval

@@ -1,0 +1,264 @@
+"""The ``mesh`` command: run the daemon, and talk to a running one.
+
+Exit codes scripts can rely on:
+
+====  ==========================================================
+0     success
+1     the call failed at the agent, or a manifest is invalid
+2     usage error (bad flags or arguments)
+3     the daemon could not be reached
+4     the agent is unknown, offline or unreachable
+5     the call timed out
+====  ==========================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from contextlib import suppress
+from pathlib import Path
+from typing import Any, Final, NoReturn
+
+import httpx
+
+__all__ = ["main"]
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_UNREACHABLE: Final = 3
+EXIT_UNAVAILABLE: Final = 4
+EXIT_TIMEOUT: Final = 5
+
+DEFAULT_URL: Final = "http://127.0.0.1:8700"
+#: The CLI's own patience with the daemon, on top of a call's timeout.
+HTTP_SLACK: Final = 5.0
+
+
+def _fail(code: int, message: str) -> NoReturn:
+    print(f"mesh: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def _status_exit(status: int) -> int:
+    return {404: EXIT_UNAVAILABLE, 503: EXIT_UNAVAILABLE, 504: EXIT_TIMEOUT}.get(
+        status, EXIT_FAILED
+    )
+
+
+def _request(
+    args: argparse.Namespace, method: str, path: str, body: Any = None, timeout: float = 10.0
+) -> Any:
+    url = args.url.rstrip("/") + path
+    try:
+        response = httpx.request(method, url, json=body, timeout=timeout + HTTP_SLACK)
+    except httpx.TransportError as exc:
+        _fail(EXIT_UNREACHABLE, f"cannot reach the daemon at {args.url}: {exc}")
+    if response.status_code == 204:
+        return None
+    try:
+        payload = response.json()
+    except ValueError:
+        _fail(EXIT_FAILED, f"the daemon answered HTTP {response.status_code} without JSON")
+    if response.status_code >= 400:
+        error = payload.get("error", {}) if isinstance(payload, dict) else {}
+        _fail(_status_exit(response.status_code), str(error.get("message", payload)))
+    return payload
+
+
+# -- commands ------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import anyio
+
+    from mesh._daemon import SettingsError, load_settings, serve_daemon
+    from mesh._logging import configure_logging
+
+    overrides = {
+        "host": args.host,
+        "port": args.port,
+        "manifests": args.manifests,
+        "drain_timeout": args.drain_timeout,
+        "log_level": args.log_level,
+        "log_format": args.log_format,
+    }
+    try:
+        settings = load_settings(args.config, environ=os.environ, overrides=overrides)
+    except SettingsError as exc:
+        _fail(EXIT_USAGE, str(exc))
+    json_logs = {"auto": None, "json": True, "console": False}[settings.log_format]
+    configure_logging(level=settings.log_level, json=json_logs)
+    if not Path(settings.manifests).is_dir():
+        _fail(EXIT_USAGE, f"no manifests directory at {settings.manifests!r}")
+    with suppress(KeyboardInterrupt):  # SIGINT is handled inside; this covers start-up
+        anyio.run(serve_daemon, settings, backend=args.backend)
+    return EXIT_OK
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    agents = _request(args, "GET", "/agents")["agents"]
+    if args.json:
+        print(json.dumps(agents, indent=2))
+        return EXIT_OK
+    rows = [("ID", "TRANSPORT", "STATUS", "LAST SEEN", "CAPABILITIES")]
+    for agent in agents:
+        seen = f"{agent['last_seen_ago']:.1f}s ago"
+        rows.append(
+            (
+                agent["id"],
+                agent["transport"],
+                agent["status"],
+                seen,
+                ",".join(agent["capabilities"]),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+    return EXIT_OK
+
+
+def _parse_arg(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        _fail(EXIT_USAGE, f"--arg wants KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(raw)  # numbers, booleans, null, lists, objects
+    except ValueError:
+        return key, raw  # anything else is a string
+
+
+def cmd_call(args: argparse.Namespace) -> int:
+    arguments: dict[str, Any] = {}
+    if args.json_args is not None:
+        try:
+            loaded = json.loads(args.json_args)
+        except ValueError as exc:
+            _fail(EXIT_USAGE, f"--json is not valid JSON: {exc}")
+        if not isinstance(loaded, dict):
+            _fail(EXIT_USAGE, "--json must be a JSON object of arguments")
+        arguments.update(loaded)
+    arguments.update(_parse_arg(item) for item in args.arg)
+    body = {
+        "agent": args.agent,
+        "method": "tools/call",
+        "params": {"name": args.tool, "arguments": arguments},
+        "timeout": args.timeout,
+    }
+    result = _request(args, "POST", "/rpc", body, timeout=args.timeout)["result"]
+    print(json.dumps(result, indent=2, ensure_ascii=False))
+    return EXIT_OK
+
+
+def cmd_ping(args: argparse.Namespace) -> int:
+    import time
+
+    started = time.perf_counter()
+    _request(
+        args,
+        "POST",
+        "/rpc",
+        {"agent": args.agent, "method": "ping", "timeout": args.timeout},
+        args.timeout,
+    )
+    print(f"{args.agent}: pong in {(time.perf_counter() - started) * 1000:.1f} ms (via the daemon)")
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from mesh._manifest_validate import validate_manifests
+
+    return int(validate_manifests(args.directory, environ=os.environ))
+
+
+# -- the parser ------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mesh", description="agent-mesh: run the daemon and talk to agents."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def client(name: str, help_text: str) -> argparse.ArgumentParser:
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        command.add_argument(
+            "--url",
+            default=os.environ.get("MESH_URL", DEFAULT_URL),
+            help=f"the daemon (default $MESH_URL or {DEFAULT_URL})",
+        )
+        return command
+
+    serve = sub.add_parser(
+        "serve",
+        help="run the daemon",
+        description="Run the mesh daemon (HTTP API and /ws on one port).",
+    )
+    serve.add_argument("--config", help="a TOML settings file")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1; $MESH_HOST)")
+    serve.add_argument("--port", type=int, help="port (default 8700; 0 picks one; $MESH_PORT)")
+    serve.add_argument(
+        "--manifests", help="directory of agent manifests (default manifests; $MESH_MANIFESTS)"
+    )
+    serve.add_argument(
+        "--drain-timeout", type=float, help="seconds calls in flight get at shutdown (default 10)"
+    )
+    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    serve.add_argument(
+        "--log-format",
+        choices=("auto", "json", "console"),
+        help="auto: console on a TTY, else JSON",
+    )
+    serve.add_argument(
+        "--backend", choices=("asyncio", "trio"), default=os.environ.get("MESH_BACKEND", "asyncio")
+    )
+    serve.set_defaults(func=cmd_serve)
+
+    agents = client("agents", "list the agents the daemon knows")
+    agents.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    agents.set_defaults(func=cmd_agents)
+
+    call = client("call", "call an agent's tool through the daemon")
+    call.add_argument("agent")
+    call.add_argument("tool")
+    call.add_argument(
+        "--arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an argument (JSON value, else string)",
+    )
+    call.add_argument(
+        "--json", dest="json_args", metavar="OBJECT", help="all arguments as a JSON object"
+    )
+    call.add_argument("--timeout", type=float, default=30.0)
+    call.set_defaults(func=cmd_call)
+
+    ping = client("ping", "ping an agent through the daemon")
+    ping.add_argument("agent")
+    ping.add_argument("--timeout", type=float, default=5.0)
+    ping.set_defaults(func=cmd_ping)
+
+    validate = sub.add_parser(
+        "validate", help="check manifests", description="Check every manifest in a directory."
+    )
+    validate.add_argument("directory", nargs="?", default="manifests")
+    validate.set_defaults(func=cmd_validate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""The real ``mesh serve`` process with real agent processes on every transport."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from mesh.testing import Daemon, EchoServer, echo_agent_command, spawn_daemon, spawn_echo_server
+
+pytestmark = pytest.mark.anyio
+
+WS_TOKEN = "ws-token-for-tests"
+DIALIN_TOKEN = "dial-in-token-for-tests"
+
+
+def stdio_manifest(agent_id: str, *, interval: float = 10.0) -> str:
+    return f"""
+id = "{agent_id}"
+capabilities = ["echo"]
+heartbeat_interval = {interval}
+[transport]
+type = "stdio"
+command = "python"
+args = ["-m", "mesh.agents.echo", "--stdio", "--id", "{agent_id}"]
+"""
+
+
+def write(directory: Path, name: str, text: str) -> None:
+    (directory / name).write_text(text)
+
+
+async def rpc(
+    daemon: Daemon, agent: str, method: str, params: Any = None, timeout: float = 10
+) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=daemon.http, timeout=timeout + 5) as http:
+        return await http.post(
+            "/rpc", json={"agent": agent, "method": method, "params": params, "timeout": timeout}
+        )
+
+
+async def wait_online(daemon: Daemon, *agent_ids: str) -> dict[str, dict[str, Any]]:
+    """Until every named agent shows ONLINE (bounded)."""
+    async with httpx.AsyncClient(base_url=daemon.http) as http:
+        with anyio.fail_after(20):
+            while True:
+                agents = {a["id"]: a for a in (await http.get("/agents")).json()["agents"]}
+                if all(agents.get(a, {}).get("status") == "online" for a in agent_ids):
+                    return agents
+                await anyio.sleep(0.05)
+
+
+@asynccontextmanager
+async def full_mesh(tmp_path: Path) -> AsyncIterator[tuple[Daemon, dict[str, Any]]]:
+    """A daemon with echo over stdio, HTTP, WebSocket, one dialling in, one registered over HTTP."""
+    async with AsyncExitStack() as stack:
+        over_http: EchoServer = await stack.enter_async_context(spawn_echo_server())
+        over_ws: EchoServer = await stack.enter_async_context(spawn_echo_server(token=WS_TOKEN))
+        registered: EchoServer = await stack.enter_async_context(spawn_echo_server())
+        write(tmp_path, "echo-stdio.toml", stdio_manifest("echo-stdio"))
+        write(
+            tmp_path,
+            "echo-http.toml",
+            f'id = "echo-http"\n[transport]\ntype = "http"\nendpoint = "{over_http.http}"\n',
+        )
+        write(
+            tmp_path,
+            "echo-ws.toml",
+            f'id = "echo-ws"\n[transport]\ntype = "websocket"\nendpoint = "{over_ws.ws}"\n'
+            'token_env = "ECHO_WS_TOKEN"\n',
+        )
+        write(
+            tmp_path,
+            "echo-dialin.toml",
+            'id = "echo-dialin"\n[transport]\ntype = "dial-in"\ntoken_env = "DIALIN_TOKEN"\n',
+        )
+        env = {"ECHO_WS_TOKEN": WS_TOKEN, "DIALIN_TOKEN": DIALIN_TOKEN}
+        daemon = await stack.enter_async_context(spawn_daemon(tmp_path, env=env))
+        command, _ = echo_agent_command()
+        dialler = await anyio.open_process(
+            [
+                command,
+                "-m",
+                "mesh.agents.echo",
+                "--connect",
+                daemon.ws,
+                "--token-env",
+                "DIALIN_TOKEN",
+                "--id",
+                "echo-dialin",
+            ],
+            env={**os.environ, "DIALIN_TOKEN": DIALIN_TOKEN},
+            stdout=None,
+            stderr=None,
+        )
+        stack.push_async_callback(_terminate, dialler)
+        async with httpx.AsyncClient(base_url=daemon.http) as http:
+            joined = await http.post(
+                "/agents/register",
+                json={
+                    "id": "echo-registered",
+                    "endpoint": registered.http,
+                    "capabilities": ["echo", "registered"],
+                },
+            )
+            assert joined.status_code == 201, joined.text
+        agents = await wait_online(
+            daemon, "echo-stdio", "echo-http", "echo-ws", "echo-dialin", "echo-registered"
+        )
+        yield daemon, agents
+
+
+async def _terminate(process: anyio.abc.Process) -> None:
+    if process.returncode is None:
+        process.kill()
+    await process.wait()
+    await process.aclose()
+
+
+async def test_echo_over_every_transport_through_the_daemon(tmp_path: Path) -> None:
+    async with full_mesh(tmp_path) as (daemon, agents):
+        assert {a: agents[a]["transport"] for a in agents} == {
+            "echo-stdio": "stdio",
+            "echo-http": "http",
+            "echo-ws": "websocket",
+            "echo-dialin": "websocket",
+            "echo-registered": "http",
+        }
+        for agent in agents:
+            reply = await rpc(
+                daemon, agent, "tools/call", {"name": "echo", "arguments": {"message": agent}}
+            )
+            assert reply.status_code == 200, reply.text
+            assert reply.json() == {"result": {"message": agent}}
+        # agent -> agent, through the daemon's orchestrator
+        relayed = await rpc(
+            daemon,
+            "echo-stdio",
+            "tools/call",
+            {"name": "relay", "arguments": {"to": "echo-dialin", "message": "hop"}},
+        )
+        assert relayed.json() == {"result": {"from": "echo-dialin", "message": "hop"}}
+
+
+async def test_the_cli_against_a_running_daemon(tmp_path: Path) -> None:
+    async with full_mesh(tmp_path) as (daemon, _):
+        mesh = [sys.executable, "-m", "mesh.cli"]
+        env = {**os.environ, "MESH_URL": daemon.http}
+
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*mesh, *args], capture_output=True, text=True, env=env, timeout=30, check=False
+            )
+
+        table = await anyio.to_thread.run_sync(run, "agents")
+        assert table.returncode == 0, table.stderr
+        assert table.stdout.splitlines()[0].split() == [
+            "ID",
+            "TRANSPORT",
+            "STATUS",
+            "LAST",
+            "SEEN",
+            "CAPABILITIES",
+        ]
+        assert sum(" online " in line for line in table.stdout.splitlines()) == 5
+        called = await anyio.to_thread.run_sync(
+            run, "call", "echo-ws", "reverse", "--arg", "text=abc"
+        )
+        assert called.returncode == 0 and '"cba"' in called.stdout
+        failing = await anyio.to_thread.run_sync(
+            run, "call", "echo-http", "fail", "--json", '{"message": "nope"}'
+        )
+        assert failing.returncode == 1 and "nope" in failing.stderr
+        unknown = await anyio.to_thread.run_sync(run, "ping", "nobody")
+        assert unknown.returncode == 4 and "no agent 'nobody'" in unknown.stderr
+        pinged = await anyio.to_thread.run_sync(run, "ping", "echo-stdio")
+        assert pinged.returncode == 0 and "pong" in pinged.stdout
+    unreachable = await anyio.to_thread.run_sync(
+        lambda: subprocess.run(
+            [*mesh, "agents", "--url", daemon.http], capture_output=True, text=True, timeout=30
+        )
+    )
+    assert unreachable.returncode == 3 and "cannot reach the daemon" in unreachable.stderr
+
+
+async def test_http_api_registration_heartbeat_and_bad_requests(tmp_path: Path) -> None:
+    write(tmp_path, "echo-stdio.toml", stdio_manifest("echo-stdio"))
+    async with spawn_daemon(tmp_path) as daemon, httpx.AsyncClient(base_url=daemon.http) as http:
+        bad = await http.post("/agents/register", json={"id": "x", "heartbeat_interval": "soon"})
+        assert bad.status_code == 400 and "$.heartbeat_interval" in bad.json()["error"]["message"]
+        assert (await http.post("/agents/register", content=b"{not json")).status_code == 400
+        assert (await http.post("/rpc", json={"agent": "echo-stdio"})).status_code == 400
+        joined = await http.post("/agents/register", json={"id": "pusher", "heartbeat_interval": 5})
+        assert joined.status_code == 201 and joined.json()["status"] == "online"
+        assert (await http.post("/agents/pusher/heartbeat")).json() == {
+            "id": "pusher",
+            "status": "online",
+        }
+        assert (await http.post("/agents/nobody/heartbeat")).status_code == 404
+        no_link = await http.post("/rpc", json={"agent": "pusher", "method": "ping"})
+        assert (
+            no_link.status_code == 503
+            and "without an endpoint" in no_link.json()["error"]["message"]
+        )
+        assert (await http.get("/agents/pusher")).json()["id"] == "pusher"
+        assert (await http.delete("/agents/pusher")).status_code == 204
+        assert (await http.get("/agents/pusher")).status_code == 404
+        assert (await http.get("/nowhere")).status_code == 404
+        assert (await http.put("/agents")).status_code == 405
+        health = (await http.get("/health")).json()
+        assert health["status"] == "ok" and health["agents"]["online"] >= 1
+
+
+async def test_sigterm_lets_calls_in_flight_finish_and_exits_0(tmp_path: Path) -> None:
+    write(tmp_path, "echo-stdio.toml", stdio_manifest("echo-stdio"))
+    async with spawn_daemon(tmp_path) as daemon:
+        await wait_online(daemon, "echo-stdio")
+        replies: list[httpx.Response] = []
+
+        async def slow_call() -> None:
+            replies.append(
+                await rpc(
+                    daemon,
+                    "echo-stdio",
+                    "tools/call",
+                    {"name": "sleep", "arguments": {"seconds": 1.0}},
+                )
+            )
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(slow_call)
+            async with httpx.AsyncClient(base_url=daemon.http) as http:
+                with anyio.fail_after(10):  # another process: poll its /health, bounded
+                    while (await http.get("/health")).json()["calls_in_flight"] < 3:  # noqa: ASYNC110
+                        await anyio.sleep(0.02)
+            daemon.process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(15):
+            code = await daemon.process.wait()
+    assert code == 0
+    assert [r.status_code for r in replies] == [200, 200, 200]
+    assert all(r.json() == {"result": {"slept": 1.0}} for r in replies)
+
+
+async def test_a_broken_manifest_is_reported_and_the_good_ones_run(tmp_path: Path) -> None:
+    write(tmp_path, "echo-stdio.toml", stdio_manifest("echo-stdio"))
+    write(
+        tmp_path,
+        "broken.toml",
+        'id = "broken"\nheartbeat_interval = "often"\n[transport]\ntype = "stdio"\ncommand = "x"\n',
+    )
+    async with spawn_daemon(tmp_path) as daemon:
+        await wait_online(daemon, "echo-stdio")
+        reply = await rpc(
+            daemon, "echo-stdio", "tools/call", {"name": "echo", "arguments": {"message": "fine"}}
+        )
+        assert reply.json() == {"result": {"message": "fine"}}
+    validate = await anyio.run_process(
+        [sys.executable, "-m", "mesh.cli", "validate", str(tmp_path)], check=False
+    )
+    out, err = validate.stdout.decode(), validate.stderr.decode()
+    assert validate.returncode == 1
+    assert "broken.toml" in err and "$.heartbeat_interval" in err
+    assert "1 valid, 1 invalid" in out
