@@ -33,6 +33,7 @@ from mesh._manifest import (
     load_manifest,
     load_manifests,
 )
+from mesh._orchestrator import AgentSpec, MeshOrchestrator, Outcome, local_connector
 from mesh._peer import Peer, RequestContext, RequestHandler, open_peer, serve_peer
 from mesh._protocol import (
     MESH_CODEC,
@@ -61,6 +62,7 @@ __version__ = "0.1.0"
 __all__ = [
     "MESH_CODEC",
     "Agent",
+    "AgentSpec",
     "AgentUnavailable",
     "CallTimeout",
     "Codec",
@@ -77,10 +79,12 @@ __all__ = [
     "ManifestSet",
     "MeshCodec",
     "MeshError",
+    "MeshOrchestrator",
     "Message",
     "MessageTooLarge",
     "MethodNotFound",
     "Notification",
+    "Outcome",
     "Peer",
     "Persona",
     "ProtocolError",
@@ -105,6 +109,7 @@ __all__ = [
     "connect_websocket",
     "load_manifest",
     "load_manifests",
+    "local_connector",
     "open_agent_server",
     "open_peer",
     "open_reconnecting_peer",

@@ -316,7 +316,6 @@ class MeshOrchestrator:
         async def connected(peer: Peer) -> None:
             self.registry.register(spec.record(), anyio.current_time())
             link.last_error = None
-            link.settled.set()
 
         def on_event(event: ConnectionEvent) -> None:
             if event.kind == "disconnected" and self.registry.get(AgentId(spec.id)) is not None:
@@ -338,6 +337,7 @@ class MeshOrchestrator:
                 connect_timeout=self._connect_timeout,
             ) as peer:
                 link.peer = peer
+                link.settled.set()  # only now can calls be routed to it
                 await self._probe(link)
         except MeshError as exc:
             link.last_error = str(exc)
