@@ -43,6 +43,13 @@ class RegisterBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     token: str | None = None
 
 
+class BroadcastBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    method: str
+    params: Any = None
+    capability: str | None = None
+    timeout: float = 10.0
+
+
 class RpcBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     agent: str
     method: str
@@ -115,7 +122,9 @@ class DaemonApi:
                 return self._heartbeat(agent_id)
             case ("POST", "rpc"):
                 return await self._rpc(request.body)
-            case (_, "health" | "agents" | "rpc", *_):
+            case ("POST", "broadcast"):
+                return await self._broadcast(request.body)
+            case (_, "health" | "agents" | "rpc" | "broadcast", *_):
                 return _error(405, f"{request.method} is not allowed on {request.path}")
         return _error(404, f"no route {request.method} {request.path}")
 
@@ -213,3 +222,24 @@ class DaemonApi:
         finally:
             self.calls_in_flight -= 1
         return _json(200, {"result": result})
+
+    async def _broadcast(self, body: bytes) -> HttpResponse:
+        try:
+            cast = msgspec.json.decode(body, type=BroadcastBody)
+        except msgspec.DecodeError as exc:
+            return _error(400, f"invalid broadcast: {exc}")
+        self.calls_in_flight += 1
+        try:
+            outcomes = await self._mesh.broadcast(
+                cast.method, cast.params, capability=cast.capability, timeout=cast.timeout
+            )
+        finally:
+            self.calls_in_flight -= 1
+        answers: dict[str, Any] = {}
+        for agent_id, outcome in outcomes.items():
+            if outcome.error is None:
+                answers[agent_id] = {"result": outcome.result}
+            else:
+                error = outcome.error
+                answers[agent_id] = {"error": {"code": error.code, "message": str(error)}}
+        return _json(200, {"agents": answers})

@@ -45,6 +45,8 @@ log = structlog.get_logger("mesh.orchestrator")
 
 #: How long a broadcast waits per agent unless told otherwise.
 DEFAULT_BROADCAST_TIMEOUT: Final = 10.0
+#: Closing every link at shutdown (stdio children included) gets this long in total.
+CLOSE_LINKS_TIMEOUT: Final = 10.0
 #: A link is only torn down for silence this long after the registry's TTL: the
 #: registry says offline first, and a frozen agent that thaws comes back on the
 #: same link (seen in tests with SIGSTOP / SIGCONT).
@@ -196,7 +198,16 @@ class MeshOrchestrator:
                 try:
                     yield
                 finally:
+                    await self._close_links()
                     tg.cancel_scope.cancel()
+
+    async def _close_links(self) -> None:
+        """Close every link on purpose (no "disconnected" alarms), all at once, bounded."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_LINKS_TIMEOUT):
+            async with anyio.create_task_group() as tg:
+                for link in self._links.values():
+                    if link.peer is not None:
+                        tg.start_soon(link.peer.aclose)
 
     def add_agent(self, spec: AgentSpec) -> None:
         """Start linking an agent (connector-based), or reserve its place (dial-in)."""

@@ -135,7 +135,8 @@ def _parse_arg(text: str) -> tuple[str, Any]:
         return key, raw  # anything else is a string
 
 
-def cmd_call(args: argparse.Namespace) -> int:
+def _arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """Tool arguments from ``--json OBJECT`` and ``--arg KEY=VALUE`` (the latter win)."""
     arguments: dict[str, Any] = {}
     if args.json_args is not None:
         try:
@@ -146,6 +147,11 @@ def cmd_call(args: argparse.Namespace) -> int:
             _fail(EXIT_USAGE, "--json must be a JSON object of arguments")
         arguments.update(loaded)
     arguments.update(_parse_arg(item) for item in args.arg)
+    return arguments
+
+
+def cmd_call(args: argparse.Namespace) -> int:
+    arguments = _arguments(args)
     body = {
         "agent": args.agent,
         "method": "tools/call",
@@ -155,6 +161,25 @@ def cmd_call(args: argparse.Namespace) -> int:
     result = _request(args, "POST", "/rpc", body, timeout=args.timeout)["result"]
     print(json.dumps(result, indent=2, ensure_ascii=False))
     return EXIT_OK
+
+
+def cmd_broadcast(args: argparse.Namespace) -> int:
+    arguments = _arguments(args)
+    body = {
+        "method": "tools/call",
+        "params": {"name": args.tool, "arguments": arguments},
+        "capability": args.capability,
+        "timeout": args.timeout,
+    }
+    answers = _request(args, "POST", "/broadcast", body, timeout=args.timeout)["agents"]
+    failed = 0
+    for agent_id, answer in answers.items():
+        if "error" in answer:
+            failed += 1
+            print(f"{agent_id}: error: {answer['error']['message']}")
+        else:
+            print(f"{agent_id}: {json.dumps(answer['result'], ensure_ascii=False)}")
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def cmd_ping(args: argparse.Namespace) -> int:
@@ -240,6 +265,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     call.add_argument("--timeout", type=float, default=30.0)
     call.set_defaults(func=cmd_call)
+
+    cast = client("broadcast", "call a tool on every agent (with a capability) at once")
+    cast.add_argument("tool")
+    cast.add_argument("--capability", help="only agents that advertise this capability")
+    cast.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE")
+    cast.add_argument("--json", dest="json_args", metavar="OBJECT")
+    cast.add_argument("--timeout", type=float, default=10.0)
+    cast.set_defaults(func=cmd_broadcast)
 
     ping = client("ping", "ping an agent through the daemon")
     ping.add_argument("agent")

@@ -1,9 +1,10 @@
 """``make demo``: the mesh doing its job, narrated.
 
-Starts the live echo agent as a child process over stdio, lists its tools, calls
-each one, shows a deadline expiring and a call being cancelled (and the agent
-noticing both), then shows what happens when the agent dies mid-call. Runs once
-on asyncio and once on trio. Exits non-zero if anything does not behave.
+First the SDK: the live echo agent as a child process over stdio — its tools,
+each called, a deadline expiring and a call being cancelled (and the agent
+noticing both), then the agent dying mid-call; once on asyncio, once on trio.
+Then the daemon (see :mod:`mesh._demo_daemon`). Exits non-zero if anything
+does not behave.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import anyio
 
 from mesh import CallTimeout, ConnectionLost, MeshError, Peer, ToolError
+from mesh._demo_daemon import daemon_tour
 from mesh._logging import configure_logging
 from mesh.testing import NotificationRecorder, open_echo_agent
 from transports import StdioProcessStream
@@ -127,6 +129,7 @@ def main() -> None:
     configure_logging(level="warning")  # the narration is the output; logs only if something is off
     for backend in ("asyncio", "trio"):
         anyio.run(tour, backend, backend=backend)
+    anyio.run(daemon_tour)
     say("\ndemo finished: every call behaved.")
 
 

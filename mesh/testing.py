@@ -138,12 +138,16 @@ class EchoServer:
 
 @asynccontextmanager
 async def spawn_echo_server(
-    *, token: str | None = None, backend: str | None = None, extra_args: Sequence[str] = ()
+    *,
+    token: str | None = None,
+    backend: str | None = None,
+    address: str = "127.0.0.1:0",
+    extra_args: Sequence[str] = (),
 ) -> AsyncIterator[EchoServer]:
-    """Run ``python -m mesh.agents.echo --http 127.0.0.1:0`` and yield its addresses."""
+    """Run ``python -m mesh.agents.echo --http ADDRESS`` (port 0: any) and yield its addresses."""
     command, args = echo_agent_command()
     args = [a for a in args if a != "--stdio"]
-    args += ["--http", "127.0.0.1:0", "--backend", backend or sniffio.current_async_library()]
+    args += ["--http", address, "--backend", backend or sniffio.current_async_library()]
     env = dict(os.environ)
     if token is not None:
         args += ["--token-env", "ECHO_TOKEN"]
