@@ -56,7 +56,31 @@ def describe_exit(code: int | None) -> str:
     return f"exited with status {code}"
 
 
-class StdioProcessStream:
+class _LineStream:
+    """What both stdio ends share: a LineChannel behind the FrameStream methods."""
+
+    _channel: LineChannel
+    _info: TransportInfo
+
+    @property
+    def info(self) -> TransportInfo:
+        return self._info
+
+    @property
+    def max_frame_size(self) -> int:
+        return self._channel.max_frame_size
+
+    async def send(self, frame: bytes) -> None:
+        await self._channel.send(frame)
+
+    async def send_many(self, frames: Sequence[bytes]) -> None:
+        await self._channel.send_many(frames)
+
+    async def receive(self) -> bytes:
+        return await self._channel.receive()
+
+
+class StdioProcessStream(_LineStream):
     """Frames to and from a child process. Opened by :func:`open_stdio_process`."""
 
     def __init__(
@@ -78,14 +102,6 @@ class StdioProcessStream:
         self._closing = False
 
     @property
-    def info(self) -> TransportInfo:
-        return self._info
-
-    @property
-    def max_frame_size(self) -> int:
-        return self._channel.max_frame_size
-
-    @property
     def pid(self) -> int:
         return self._process.pid
 
@@ -96,15 +112,6 @@ class StdioProcessStream:
     @property
     def stderr_tail(self) -> tuple[str, ...]:
         return tuple(self._stderr_tail)
-
-    async def send(self, frame: bytes) -> None:
-        await self._channel.send(frame)
-
-    async def send_many(self, frames: Sequence[bytes]) -> None:
-        await self._channel.send_many(frames)
-
-    async def receive(self) -> bytes:
-        return await self._channel.receive()
 
     async def _describe_eof(self) -> TransportClosed:
         with anyio.move_on_after(EXIT_STATUS_WAIT):
@@ -231,29 +238,12 @@ async def open_stdio_process(
                 await stream.aclose()
 
 
-class StdioServerStream:
+class StdioServerStream(_LineStream):
     """The agent's end: frames over its own stdin and stdout."""
 
     def __init__(self, channel: LineChannel) -> None:
         self._channel = channel
         self._info = TransportInfo("stdio", "parent (stdin/stdout)")
-
-    @property
-    def info(self) -> TransportInfo:
-        return self._info
-
-    @property
-    def max_frame_size(self) -> int:
-        return self._channel.max_frame_size
-
-    async def send(self, frame: bytes) -> None:
-        await self._channel.send(frame)
-
-    async def send_many(self, frames: Sequence[bytes]) -> None:
-        await self._channel.send_many(frames)
-
-    async def receive(self) -> bytes:
-        return await self._channel.receive()
 
     async def aclose(self) -> None:
         self._channel.mark_closed(TransportClosed("closed"))
