@@ -10,13 +10,14 @@ that :func:`open_peer` owns; nothing outlives its ``async with``.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, Final, Protocol
 
 import anyio
 import anyio.abc
 import structlog
+from anyio._core._eventloop import get_async_backend  # public as anyio.lowlevel's, typed here
 
 from mesh._errors import (
     AgentUnavailable,
@@ -119,8 +120,8 @@ class RequestContext:
 class _Waiter:
     __slots__ = ("error", "event", "on_progress", "result")
 
-    def __init__(self, on_progress: ProgressCallback | None) -> None:
-        self.event = anyio.Event()
+    def __init__(self, event: anyio.Event, on_progress: ProgressCallback | None) -> None:
+        self.event = event
         self.result: Any = None
         self.error: MeshError | None = None
         self.on_progress = on_progress
@@ -154,6 +155,17 @@ class Peer:
         self._closed = anyio.Event()
         self._tasks: anyio.abc.TaskGroup | None = None
         self._background = anyio.CancelScope()
+        # A stream that can write without blocking lets callers send with no task
+        # switch; the writer task only finishes what the transport could not take.
+        self._send_nowait: Callable[[Sequence[bytes]], bool] | None = getattr(
+            stream, "send_nowait", None
+        )
+        # The backend's own factories: anyio.Event() and friends look the backend
+        # up on every call, which is a measurable share of a call's cost.
+        backend = get_async_backend()
+        self._now = backend.current_time
+        self._new_event = backend.create_event
+        self._new_scope = backend.create_cancel_scope
         #: What the peer said of itself in the handshake (``agent/info``), if any.
         self.remote_info: dict[str, Any] = {}
 
@@ -199,8 +211,8 @@ class Peer:
         Cancelling the calling task also tells the peer ``cancelled``.
         """
         session = self._session
-        rid = session.send_request(method, params, now=anyio.current_time(), timeout=timeout)
-        waiter = _Waiter(on_progress)
+        rid = session.send_request(method, params, now=self._now(), timeout=timeout)
+        waiter = _Waiter(self._new_event(), on_progress)
         self._waiters[rid] = waiter
         self._wake_writer()
         deadline = session.deadline_of(rid)
@@ -284,26 +296,26 @@ class Peer:
             try:
                 frame = await receive()
             except FrameTooLarge as exc:
-                events = session.receive_oversized(exc.size, exc.head, anyio.current_time())
+                events = session.receive_oversized(exc.size, exc.head, self._now())
             except FrameRejected as exc:
                 events = session.outbound_rejected(exc.head, _rejection_error(exc))
             except TransportClosed as exc:
                 self._lost(_lost_from(exc))
                 return
             else:
-                events = session.receive_frame(frame, anyio.current_time())
+                events = session.receive_frame(frame, self._now())
             if events:
                 dispatch(events)
             if session.has_data_to_send:
-                self._send_wakeup.set()
+                self._wake_writer()
 
     async def _write_loop(self) -> None:
         session = self._session
         while not session.closed:
             await self._send_wakeup.wait()
-            self._send_wakeup = anyio.Event()
+            self._send_wakeup = self._new_event()
             frames = session.data_to_send()
-            if not frames:
+            if not frames and self._send_nowait is None:
                 continue
             try:
                 await self._stream.send_many(frames)
@@ -318,7 +330,7 @@ class Peer:
             self._clock_target = math.inf if deadline is None else deadline
             with anyio.CancelScope(deadline=self._clock_target):
                 await self._clock_wakeup.wait()
-            self._clock_wakeup = anyio.Event()
+            self._clock_wakeup = self._new_event()
             events = session.tick(anyio.current_time())
             if events:
                 self._dispatch(events)
@@ -327,7 +339,7 @@ class Peer:
                 self._lost(error)
                 return
             if session.has_data_to_send:
-                self._send_wakeup.set()
+                self._wake_writer()
 
     # -- events --------------------------------------------------------------------------------
 
@@ -363,9 +375,9 @@ class Peer:
                 f"this peer serves no methods ({request.method!r})",
             )
             return
-        scope = anyio.CancelScope()
+        scope = self._new_scope()
         self._handlers[request.id] = scope
-        self._tasks.start_soon(self._run_handler, request, scope)
+        self._tasks.start_soon(self._run_handler, request, scope, name="mesh.handler")
 
     async def _run_handler(self, request: IncomingRequest, scope: anyio.CancelScope) -> None:
         assert self._handler is not None
@@ -377,7 +389,7 @@ class Peer:
                 await answer_request(self._handler, ctx, self._session, request)
         finally:
             self._handlers.pop(request.id, None)
-            self._send_wakeup.set()
+            self._wake_writer()
 
     async def _run_notification(self, event: IncomingNotification) -> None:
         assert self._handler is not None
@@ -387,6 +399,18 @@ class Peer:
             log.exception("mesh.notification_handler_crashed", method=event.method)
 
     def _wake_writer(self) -> None:
+        """Send what the session queued: at once if the stream can, else via the writer task."""
+        send_nowait = self._send_nowait
+        if send_nowait is not None and not self._session.closed:
+            frames = self._session.data_to_send()
+            if not frames:
+                return
+            try:
+                if send_nowait(frames):
+                    return
+            except TransportClosed as exc:
+                self._lost(_lost_from(exc))
+                return
         self._send_wakeup.set()
 
     def _lost(self, error: ConnectionLost) -> None:

@@ -53,7 +53,7 @@ class LineChannel:
         self._partial_len = 0
         self._discarding: int | None = None  # bytes of an oversized frame skipped so far
         self._discard_head = b""
-        self._send_lock = anyio.Lock()
+        self._out = bytearray()
         self._closed: TransportClosed | None = None
 
     @property
@@ -144,38 +144,58 @@ class LineChannel:
         self._partial_len = 0
 
     # -- sending -------------------------------------------------------------------------
+    #
+    # One output buffer, written from its head by whoever gets there first: a
+    # caller's send_nowait (no task switch at all when the pipe has room, the
+    # common case) or the writer's flush (which waits while the pipe is full).
+    # os.write is synchronous, so the two never interleave inside a frame.
+
+    def send_nowait(self, frames: Sequence[bytes]) -> bool:
+        """Queue frames and write what the pipe takes now; True if nothing is left over."""
+        self._append(frames)
+        self._write_some()
+        return not self._out
 
     async def send(self, frame: bytes) -> None:
         await self.send_many((frame,))
 
     async def send_many(self, frames: Sequence[bytes]) -> None:
-        for frame in frames:
-            if _NEWLINE in frame:
-                raise ValueError("a frame must not contain a raw newline")
-        data = b"\n".join(frames) + _NEWLINE
-        async with self._send_lock:
-            await self._write_all(data)
+        self._append(frames)
+        await self.flush()
 
-    async def _write_all(self, data: bytes) -> None:
-        if self._closed is not None:
-            raise self._closed
-        if self._wfd < 0:
-            raise TransportClosed("closed locally")
-        view = memoryview(data)
-        while view:
-            try:
-                written = os.write(self._wfd, view)
-            except BlockingIOError:
+    async def flush(self) -> None:
+        """Write everything queued, waiting while the pipe is full."""
+        while self._out:
+            self._write_some()
+            if self._out:
                 try:
                     await anyio.wait_writable(self._wfd)
                 except anyio.ClosedResourceError:
                     raise TransportClosed("closed locally") from None
-                continue
-            except (BrokenPipeError, ConnectionResetError):
-                raise self._closed or TransportClosed("peer closed the pipe") from None
-            except OSError as exc:
-                raise TransportClosed(f"pipe write failed: {exc}") from None
-            view = view[written:]
+
+    def _append(self, frames: Sequence[bytes]) -> None:
+        if self._closed is not None:
+            raise self._closed
+        if self._wfd < 0:
+            raise TransportClosed("closed locally")
+        for frame in frames:
+            if _NEWLINE in frame:
+                raise ValueError("a frame must not contain a raw newline")
+            self._out += frame
+            self._out += _NEWLINE
+
+    def _write_some(self) -> None:
+        try:
+            written = os.write(self._wfd, self._out)
+        except BlockingIOError:
+            return
+        except (BrokenPipeError, ConnectionResetError):
+            self._out.clear()
+            raise self._closed or TransportClosed("peer closed the pipe") from None
+        except OSError as exc:
+            self._out.clear()
+            raise TransportClosed(f"pipe write failed: {exc}") from None
+        del self._out[:written]
 
     # -- closing -------------------------------------------------------------------------
 

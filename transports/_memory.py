@@ -34,6 +34,7 @@ class MemoryFrameStream:
         self._info = TransportInfo("memory", name)
         self._max = max_frame_size
         self._closed_reason: str | None = None
+        self._backlog: list[bytes] = []
 
     @property
     def info(self) -> TransportInfo:
@@ -52,8 +53,26 @@ class MemoryFrameStream:
             raise TransportClosed("peer closed the in-memory link") from None
 
     async def send_many(self, frames: Sequence[bytes]) -> None:
-        for frame in frames:
+        backlog, self._backlog = self._backlog, []
+        for frame in (*backlog, *frames):
             await self.send(frame)
+
+    def send_nowait(self, frames: Sequence[bytes]) -> bool:
+        """Hand frames over without waiting; True unless the buffer was full (see send_many)."""
+        if self._closed_reason is not None:
+            raise TransportClosed(self._closed_reason)
+        if self._backlog:
+            self._backlog.extend(frames)
+            return False
+        for n, frame in enumerate(frames):
+            try:
+                self._send.send_nowait(frame)
+            except anyio.WouldBlock:
+                self._backlog.extend(frames[n:])
+                return False
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                raise TransportClosed("peer closed the in-memory link") from None
+        return True
 
     async def receive(self) -> bytes:
         if self._closed_reason is not None:

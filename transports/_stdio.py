@@ -76,6 +76,10 @@ class _LineStream:
     async def send_many(self, frames: Sequence[bytes]) -> None:
         await self._channel.send_many(frames)
 
+    def send_nowait(self, frames: Sequence[bytes]) -> bool:
+        """Write now without blocking; True if all went out (else ``send_many([])`` finishes)."""
+        return self._channel.send_nowait(frames)
+
     async def receive(self) -> bytes:
         return await self._channel.receive()
 
