@@ -71,11 +71,14 @@ class NotificationPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaul
     params: Any = None
 
 
-class HeartbeatPayload(msgspec.Struct, frozen=True, kw_only=True):
-    pass
+class HeartbeatPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    #: "Answer me": sent when we have heard nothing for a whole interval, so our
+    #: liveness check does not depend on how often the peer beats on its own.
+    reply: bool = False
 
 
 _EMPTY_HEARTBEAT: Final = HeartbeatPayload()
+ASK_HEARTBEAT: Final = HeartbeatPayload(reply=True)
 
 
 class Request(msgspec.Struct, tag="request", tag_field="type", frozen=True, kw_only=True):
@@ -196,6 +199,15 @@ class MeshCodec:
             raise DecodeFailure(
                 ErrorCode.PARSE_ERROR, f"not valid JSON: {exc}", request_id=request_id, kind=kind
             ) from None
+        except RecursionError:
+            # msgspec recurses per nesting level; a 2 KB frame of brackets is enough.
+            request_id, kind = salvage_id(frame)
+            raise DecodeFailure(
+                ErrorCode.INVALID_REQUEST,
+                "invalid message: nested too deeply",
+                request_id=request_id,
+                kind=kind,
+            ) from None
         if (
             type(message) is Response
             and not message.payload.success
@@ -213,8 +225,8 @@ class MeshCodec:
     def _salvage(self, frame: bytes) -> tuple[str | None, str | None]:
         try:
             found = self._salvager.decode(frame)
-        except msgspec.DecodeError:
-            return None, None
+        except (msgspec.DecodeError, RecursionError):
+            return salvage_id(frame)
         request_id = found.id if isinstance(found.id, str) and 0 < len(found.id) <= 128 else None
         kind = found.type if isinstance(found.type, str) else None
         return request_id, kind

@@ -29,11 +29,13 @@ from mesh._errors import (
     error_from_code,
 )
 from mesh._protocol import (
+    ASK_HEARTBEAT,
     MESH_CODEC,
     Codec,
     DecodeFailure,
     ErrorInfo,
     Heartbeat,
+    HeartbeatPayload,
     Notification,
     NotificationPayload,
     Request,
@@ -337,14 +339,27 @@ class Session:
             message = self._codec.decode(frame)
         except DecodeFailure as failure:
             return self._handle_invalid(failure)
-        kind = type(message)
-        if kind is Response:
-            return self._handle_response(message)  # type: ignore[arg-type]
-        if kind is Request:
-            return self._handle_request(message)  # type: ignore[arg-type]
-        if kind is Notification:
-            return self._handle_notification(message, now)  # type: ignore[arg-type]
+        except Exception as exc:  # a codec bug must cost one frame, never the connection
+            log.exception("mesh.codec_failed")
+            request_id, kind = salvage_id(frame[:512])
+            broken = DecodeFailure(
+                ErrorCode.INVALID_REQUEST,
+                f"invalid message: {type(exc).__name__}",
+                request_id=request_id,
+                kind=kind,
+            )
+            return self._handle_invalid(broken)
+        if isinstance(message, Response):
+            return self._handle_response(message)
+        if isinstance(message, Request):
+            return self._handle_request(message)
+        if isinstance(message, Notification):
+            return self._handle_notification(message, now)
         self._stats.heartbeats_received += 1
+        if message.payload.reply:
+            beat = Heartbeat(id=new_request_id(), timestamp=now_ms())
+            self._outbox.append(self._codec.encode(beat))
+            self._stats.heartbeats_sent += 1
         return []
 
     def receive_oversized(self, size: int, head: bytes, now: float) -> list[Event]:
@@ -418,11 +433,14 @@ class Session:
             )
             return events
         if self._next_heartbeat is not None and now >= self._next_heartbeat:
-            self._outbox.append(
-                self._codec.encode(Heartbeat(id=new_request_id(), timestamp=now_ms()))
-            )
-            self._stats.heartbeats_sent += 1
             interval = self.config.heartbeat_interval or 0.0
+            # Heard nothing for a whole interval: ask the peer to answer, so our TTL
+            # does not depend on how often it beats on its own.
+            quiet = now - self._last_received >= interval
+            payload = ASK_HEARTBEAT if quiet else HeartbeatPayload()
+            beat = Heartbeat(id=new_request_id(), timestamp=now_ms(), payload=payload)
+            self._outbox.append(self._codec.encode(beat))
+            self._stats.heartbeats_sent += 1
             self._next_heartbeat = max(self._next_heartbeat + interval, now)
         return events
 

@@ -135,20 +135,27 @@ class _HttpConnection:
     async def _one_cycle(self) -> bool:
         """Serve one request; False when the connection should close (or was handed over)."""
         config = self._config
-        with anyio.move_on_after(config.keepalive_timeout) as idle:
-            first = await self._next_event(wait_for_bytes=True)
-        if idle.cancelled_caught:
-            return False  # idle keep-alive: close quietly
-        if not isinstance(first, h11.Request):
-            return False
-        request = first
-        if self._is_websocket_upgrade(request):
-            return await self._upgrade(request)  # the WebSocket lives on without a deadline
+        # Idle keep-alive: the next request's first byte has keepalive_timeout to come...
+        event = await self._poll()  # a pipelined request may be buffered already
+        if event is h11.NEED_DATA:
+            with anyio.move_on_after(config.keepalive_timeout) as idle:
+                data = await self._receive_chunk()
+            if idle.cancelled_caught:
+                return False  # close quietly
+            self._h11.receive_data(data)
+            event = None
+        # ...and from that byte on, the whole request (head and body) has request_timeout.
         with anyio.move_on_after(config.request_timeout) as slow:
-            body = await self._read_body(request)
+            request = event if event is not None else await self._next_event()
+            if not isinstance(request, h11.Request):
+                return False
+            upgrade = self._is_websocket_upgrade(request)
+            body = b"" if upgrade else await self._read_body(request)
         if slow.cancelled_caught:
             await self._send_error(408, f"request not complete within {config.request_timeout:g} s")
             return False
+        if upgrade:
+            return await self._upgrade(request)  # the WebSocket lives on without a deadline
         if body is None:
             return False
         response = await self._respond(
@@ -160,7 +167,12 @@ class _HttpConnection:
                 self._client,
             )
         )
-        await self._send(response)
+        # A client that does not read its answers must not pin the connection either.
+        with anyio.move_on_after(config.request_timeout) as stalled:
+            await self._send(response)
+        if stalled.cancelled_caught:
+            log.info("http.client_not_reading", client=self._client, after=config.request_timeout)
+            return False
         if self._h11.our_state is h11.MUST_CLOSE:
             return False
         try:
@@ -169,26 +181,27 @@ class _HttpConnection:
             return False
         return True
 
-    async def _next_event(self, *, wait_for_bytes: bool = False) -> Any:
+    async def _poll(self) -> Any:
+        """The next event h11 can give without reading (NEED_DATA if none)."""
+        try:
+            return self._h11.next_event()
+        except h11.RemoteProtocolError as exc:
+            await self._send_error(exc.error_status_hint, f"bad request: {exc}")
+            raise _Closed from None
+
+    async def _receive_chunk(self) -> bytes:
+        try:
+            return await self._stream.receive(_READ_SIZE)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            return b""
+        except ssl.SSLError:
+            raise _Closed from None
+
+    async def _next_event(self) -> Any:
         while True:
-            try:
-                event = self._h11.next_event()
-            except h11.RemoteProtocolError as exc:
-                await self._send_error(exc.error_status_hint, f"bad request: {exc}")
-                raise _Closed from None
+            event = await self._poll()
             if event is h11.NEED_DATA:
-                try:
-                    data = await self._stream.receive(_READ_SIZE)
-                except (
-                    anyio.EndOfStream,
-                    anyio.BrokenResourceError,
-                    anyio.ClosedResourceError,
-                    OSError,
-                ):
-                    data = b""
-                except ssl.SSLError:
-                    raise _Closed from None
-                self._h11.receive_data(data)
+                self._h11.receive_data(await self._receive_chunk())
                 continue
             if isinstance(event, h11.ConnectionClosed):
                 raise _Closed

@@ -257,11 +257,13 @@ class WebSocketStream:
                 return
             self._pong = anyio.Event()
             self._protocol.send_ping(os.urandom(4))
-            try:
-                await self._flush()
-            except TransportClosed:
-                return
+            # The timeout covers sending the ping too: a peer that stopped reading
+            # fills its socket buffer, and then the write itself never returns.
             with anyio.move_on_after(self._config.ping_timeout):
+                try:
+                    await self._flush()
+                except TransportClosed:
+                    return
                 await self._pong.wait()
                 continue
             log.warning(
@@ -281,18 +283,20 @@ class WebSocketStream:
         self._closing = True
         with anyio.CancelScope(shield=True):
             protocol = self._protocol
-            if protocol.state is State.OPEN:
-                protocol.send_close(code, reason)
-                with suppress(TransportClosed):
-                    await self._flush()
+            # The whole handshake, our write included, is bounded: a peer that does
+            # not read would otherwise keep this (shielded) write waiting for ever.
             with anyio.move_on_after(self._config.close_timeout):
+                if protocol.state is State.OPEN:
+                    protocol.send_close(code, reason)
+                    with suppress(TransportClosed):
+                        await self._flush()
                 async with self._read_lock:
                     while protocol.state is not State.CLOSED and self._closed is None:
                         await self._read_some()
             self._mark_closed(
                 f"closed locally with code {code}" + (f" ({reason})" if reason else "")
             )
-            await self._stream.aclose()
+            await anyio.aclose_forcefully(self._stream)
 
 
 async def _handshake_reply(

@@ -275,3 +275,37 @@ def test_unanswered_done_events_carry_results() -> None:
     assert request.params == [1, 2]
     server.send_response(request.id, None)
     assert deliver(server, client) == [CallDone(rid, result=None)]
+
+
+def test_a_quiet_peer_is_asked_to_answer_and_a_healthy_idle_one_stays_alive() -> None:
+    # Our interval is short; the peer's own heartbeats are rare (its default 10 s).
+    ours = Session(now=0.0, config=SessionConfig(heartbeat_interval=0.2), agent="idle")
+    theirs = Session(now=0.0, config=SessionConfig(heartbeat_interval=10.0), agent="caller")
+    now = 0.0
+    for _ in range(20):  # 4 s: far beyond our 0.6 s TTL
+        now += 0.2
+        ours.tick(now)
+        deliver(ours, theirs, now)  # our beat asks for an answer...
+        deliver(theirs, ours, now)  # ...and the idle peer gives one
+    assert not ours.closed
+    assert theirs.statistics().heartbeats_sent >= 10  # it answered the beats that asked
+
+
+def test_a_heartbeat_that_asks_for_nothing_is_not_answered() -> None:
+    ours = Session(now=0.0, config=SessionConfig(heartbeat_interval=1.0))
+    theirs = Session(now=0.0, config=SessionConfig(heartbeat_interval=None))
+    ours.receive_frame(b'{"type":"heartbeat","id":"x","timestamp":1,"payload":{}}', 0.5)
+    ours.tick(1.0)  # heard from the peer 0.5 s ago: a plain beat
+    (beat,) = ours.data_to_send()
+    assert b'"reply"' not in beat
+    assert theirs.receive_frame(beat, 1.0) == []
+    assert theirs.data_to_send() == []
+
+
+def test_deeply_nested_frames_are_answered_not_fatal() -> None:
+    _, server = pair()
+    deep = b'{"type":"request","id":"deep","timestamp":1,"payload":{"method":"m","params":'
+    deep += b"[" * 5000 + b"]" * 5000 + b"}}"
+    assert server.receive_frame(deep, 0.0) == []
+    (reply,) = decoded(server)
+    assert reply.id == "deep" and "nested too deeply" in reply.payload.error.message
