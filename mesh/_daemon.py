@@ -26,6 +26,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
+from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import anyio.abc
@@ -33,12 +34,15 @@ import msgspec
 import structlog
 
 from mesh._daemon_api import DaemonApi
+from mesh._daemon_rooms import RoomRoutes, observer_room_id
 from mesh._errors import MeshError
 from mesh._manifest import load_manifests
 from mesh._manifest_links import dial_in_tokens, spec_from_manifest
 from mesh._orchestrator import MeshOrchestrator
+from mesh.rooms import RoomManager
 from transports import (
     CloseCode,
+    HttpRequest,
     HttpServerConfig,
     WebSocketStream,
     open_http_server,
@@ -57,6 +61,7 @@ ENV_SETTINGS: Final = {
     "MESH_DRAIN_TIMEOUT": "drain_timeout",
     "MESH_LOG_LEVEL": "log_level",
     "MESH_LOG_FORMAT": "log_format",
+    "MESH_DATA_DIR": "data_dir",
 }
 
 
@@ -69,6 +74,8 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
     max_body_size: int = 1 << 20
+    #: Where rooms keep their transcripts (JSONL per room + SQLite); rooms resume from here.
+    data_dir: str = ".mesh"
 
 
 class SettingsError(MeshError):
@@ -127,7 +134,9 @@ async def serve_daemon(
         log.error("daemon.token_missing", error=str(token_error))
 
     orchestrator = MeshOrchestrator(specs)
-    api = DaemonApi(orchestrator)
+    rooms = RoomManager.for_orchestrator(orchestrator, settings.data_dir)
+    room_routes = RoomRoutes(rooms)
+    api = DaemonApi(orchestrator, room_routes)
     dialled_in: set[WebSocketStream] = set()
 
     async def dial_in(stream: WebSocketStream, agent_id: str | None) -> None:
@@ -141,10 +150,24 @@ async def serve_daemon(
         finally:
             dialled_in.discard(stream)
 
-    upgrade = websocket_upgrade_handler(dial_in, authenticator=tokens)
+    dial_in_upgrade = websocket_upgrade_handler(dial_in, authenticator=tokens)
+
+    async def observe(stream: WebSocketStream, _: str | None) -> None:
+        target = stream.request_target
+        room_id = observer_room_id(target.split("?", 1)[0]) or ""
+        await room_routes.observe(stream, room_id, _since(target))
+
+    observer_upgrade = websocket_upgrade_handler(observe, authenticator=None, paths=None)
+
+    async def upgrade(stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes) -> None:
+        # /ws is for agents (token required); /rooms/{id}/events for observers.
+        chosen = observer_upgrade if observer_room_id(request.path) else dial_in_upgrade
+        await chosen(stream, request, trailing)
+
     http_config = HttpServerConfig(max_body_size=settings.max_body_size)
     async with (
         orchestrator,
+        rooms,
         open_http_server(
             api.handle,
             host=settings.host,
@@ -178,3 +201,12 @@ async def serve_daemon(
             server.close_all()
     log.info("daemon.stopped")
     sys.stdout.flush()
+
+
+def _since(target: str) -> int:
+    """``?since=SEQ`` from an observer's request target (0 if absent or not a number)."""
+    values = parse_qs(urlsplit(target).query).get("since")
+    try:
+        return max(0, int(values[0])) if values else 0
+    except ValueError:
+        return 0

@@ -13,6 +13,7 @@ from typing import Any, Final
 import anyio
 import msgspec
 
+from mesh._daemon_rooms import RoomRoutes
 from mesh._errors import (
     AgentUnavailable,
     CallTimeout,
@@ -99,8 +100,9 @@ def mesh_error_status(exc: MeshError) -> int:
 
 
 class DaemonApi:
-    def __init__(self, orchestrator: MeshOrchestrator) -> None:
+    def __init__(self, orchestrator: MeshOrchestrator, rooms: RoomRoutes | None = None) -> None:
         self._mesh = orchestrator
+        self._rooms = rooms
         self._started = anyio.current_time()
         self.calls_in_flight = 0
 
@@ -124,6 +126,8 @@ class DaemonApi:
                 return await self._rpc(request.body)
             case ("POST", "broadcast"):
                 return await self._broadcast(request.body)
+            case (_, "rooms", *_) if self._rooms is not None:
+                return await self._rooms.handle(request, parts)
             case (_, "health" | "agents" | "rpc" | "broadcast", *_):
                 return _error(405, f"{request.method} is not allowed on {request.path}")
         return _error(404, f"no route {request.method} {request.path}")

@@ -25,6 +25,8 @@ from typing import Any, Final, NoReturn
 
 import httpx
 
+from mesh._cli_rooms import add_room_commands
+
 __all__ = ["main"]
 
 EXIT_OK: Final = 0
@@ -84,6 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "port": args.port,
         "manifests": args.manifests,
         "drain_timeout": args.drain_timeout,
+        "data_dir": args.data_dir,
         "log_level": args.log_level,
         "log_format": args.log_format,
     }
@@ -235,6 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--drain-timeout", type=float, help="seconds calls in flight get at shutdown (default 10)"
     )
+    serve.add_argument(
+        "--data-dir", help="where rooms keep transcripts (default .mesh; $MESH_DATA_DIR)"
+    )
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     serve.add_argument(
         "--log-format",
@@ -278,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     ping.add_argument("agent")
     ping.add_argument("--timeout", type=float, default=5.0)
     ping.set_defaults(func=cmd_ping)
+
+    add_room_commands(sub, client, _request)
 
     validate = sub.add_parser(
         "validate", help="check manifests", description="Check every manifest in a directory."

@@ -3,8 +3,8 @@
 First the SDK: the live echo agent as a child process over stdio — its tools,
 each called, a deadline expiring and a call being cancelled (and the agent
 noticing both), then the agent dying mid-call; once on asyncio, once on trio.
-Then the daemon (see :mod:`mesh._demo_daemon`). Exits non-zero if anything
-does not behave.
+Then the daemon (:mod:`mesh._demo_daemon`) and two offline rooms
+(:mod:`mesh._demo_rooms`). Exits non-zero if anything does not behave.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import anyio
 
 from mesh import CallTimeout, ConnectionLost, MeshError, Peer, ToolError
 from mesh._demo_daemon import daemon_tour
+from mesh._demo_rooms import rooms_tour
 from mesh._logging import configure_logging
 from mesh.testing import NotificationRecorder, open_echo_agent
 from transports import StdioProcessStream
@@ -130,6 +131,7 @@ def main() -> None:
     for backend in ("asyncio", "trio"):
         anyio.run(tour, backend, backend=backend)
     anyio.run(daemon_tour)
+    anyio.run(rooms_tour, backend="trio")
     say("\ndemo finished: every call behaved.")
 
 

@@ -72,6 +72,8 @@ class CloseCode(enum.IntEnum):
     """Missing, wrong or revoked token; nothing the connection sent was processed."""
     FORBIDDEN = 4003
     """The token is valid, but for another agent id (impersonation)."""
+    NOT_FOUND = 4004
+    """Nothing to watch there (e.g. an unknown room id)."""
 
 
 class ConnectFailed(TransportClosed):
@@ -120,6 +122,8 @@ class WebSocketStream:
         self._read_lock = anyio.Lock()
         self._write_lock = anyio.Lock()
         self._pong = anyio.Event()
+        #: On the accepting side, the path and query the client asked for.
+        self.request_target = ""
 
     @property
     def info(self) -> TransportInfo:
@@ -410,7 +414,7 @@ def websocket_upgrade_handler(
     handler: WebSocketHandler,
     *,
     authenticator: TokenAuthenticator | None,
-    paths: Sequence[str] = ("/ws",),
+    paths: Sequence[str] | None = ("/ws",),
     config: WebSocketConfig | None = None,
 ) -> UpgradeHandler:
     """An upgrade handler for :func:`~transports.open_http_server` that accepts WebSockets.
@@ -428,7 +432,7 @@ def websocket_upgrade_handler(
         # same head (its parser must see the request before it reads frames).
         protocol.receive_data(_request_head(request))
         parsed = next((e for e in protocol.events_received() if isinstance(e, Request)), None)
-        if parsed is None or request.path not in paths:
+        if parsed is None or (paths is not None and request.path not in paths):
             reply = protocol.reject(404, f"no WebSocket endpoint at {request.path}\n")
         else:
             reply = protocol.accept(parsed)
@@ -436,6 +440,7 @@ def websocket_upgrade_handler(
         ws = WebSocketStream(
             stream, protocol, info=TransportInfo("websocket", request.client), config=ws_config
         )
+        ws.request_target = request.target
         try:
             await ws._flush()
         except TransportClosed:

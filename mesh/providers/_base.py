@@ -98,6 +98,8 @@ class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     timeout: float = 60.0
     max_retries: int = 3
     script: tuple[str, ...] = ()
+    #: Scripted only: seconds to "think" before each reply, to stand in for a slow model.
+    delay: float = 0.0
 
     def __post_init__(self) -> None:
         if self.provider != "scripted" and not self.model:
@@ -108,6 +110,8 @@ class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             raise ValueError(f"`base_url` must start with http:// or https://: {self.base_url!r}")
         if self.timeout <= 0:
             raise ValueError(f"`timeout` must be positive, got {self.timeout}")
+        if not 0.0 <= self.delay < float("inf"):
+            raise ValueError(f"`delay` must be a finite number of seconds >= 0, got {self.delay}")
         if self.max_retries < 0:
             raise ValueError(f"`max_retries` must be >= 0, got {self.max_retries}")
         if self.max_tokens is not None and self.max_tokens <= 0:

@@ -69,7 +69,10 @@ class ScriptedProvider(ProviderBase):
     ) -> Completion:
         # A real provider would yield to the event loop here; so does this one,
         # so that cancellation and deadlines behave the same in offline rooms.
-        await anyio.lowlevel.checkpoint()
+        if self.config.delay:
+            await anyio.sleep(self.config.delay)
+        else:
+            await anyio.lowlevel.checkpoint()
         spoken = sum(1 for m in messages if m.role == "assistant")
         script = self.config.script
         text = render_reply(

@@ -1,0 +1,315 @@
+"""The engine that drives one room: turn after turn until a rule, a person or a fault stops it.
+
+Each turn :class:`RoomRunner` asks the turn policy who speaks, builds that
+member's perspective, and awaits ``speak(agent_id, request)`` under the turn's
+deadline; in production that is a ``room/turn`` call through the orchestrator,
+in tests a plain function. A good reply becomes a ``MESSAGE`` (with its
+convergence score), is recorded by the :class:`Journal`, and the exit rules are
+asked whether that was the end.
+
+**Idempotent turns.** A request carries ``room_id`` and ``turn``; a reply for
+any other room or turn is dropped (recorded as an ``ERROR`` and the turn asked
+again), and the store keeps one message per turn, so a turn that is retried,
+duplicated or replayed after a crash is recorded exactly once.
+
+**Failures.** A failed attempt (timeout, error, dropped or empty reply) is an
+``ERROR`` event and is retried after ``retry_delay`` seconds, doubling; after
+``max_failures`` in a row the room stops with ``ERROR``. If the speaker turns out
+to be offline, it is not counted: the room waits for it instead (``AGENT_LEFT``,
+then ``AGENT_JOINED`` or, after ``agent_grace``, ``AGENT_LOST``).
+
+**Control.** :meth:`RoomRunner.request_stop` cancels whatever the runner is
+waiting for (a reply, a member, a retry delay) and records ``STOPPED`` with the
+reason given (``PAUSED`` or ``STOPPED``); a reply that arrives later is simply
+never asked for again. Cancelling the runner from outside (the daemon shutting
+down) records nothing, so the room is still *running* in the store and is
+resumed at the next start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import anyio
+import anyio.abc
+import msgspec
+import structlog
+
+from mesh._errors import MeshError
+from mesh._protocol import now_ms
+from mesh.rooms._events import (
+    AgentJoinedEvent,
+    AgentLeftEvent,
+    ErrorEvent,
+    MessageEvent,
+    RoomEvent,
+    StoppedEvent,
+)
+from mesh.rooms._model import StopReason, TurnReply, TurnRequest
+from mesh.rooms._perspective import build_turn_request
+from mesh.rooms._policy import next_turn
+from mesh.rooms._rules import (
+    Verdict,
+    after_message,
+    before_turn,
+    check_agent_lost,
+    check_failures,
+    convergence_score,
+    lost_deadline,
+)
+from mesh.rooms._state import RoomState
+
+__all__ = ["MAX_RETRY_DELAY", "Clock", "Journal", "Presence", "RoomRunner", "Speak"]
+
+log = structlog.get_logger("mesh.rooms")
+
+#: The retry delay doubles per failure up to this: a provider that is down for a
+#: while is retried twice a minute, the reconnect loop's cap.
+MAX_RETRY_DELAY: Final = 30.0
+
+Speak = Callable[[str, TurnRequest], Awaitable[TurnReply]]
+"""``speak(agent_id, request)``: ask a member to take its turn."""
+Presence = Callable[[str], bool]
+"""``presence(agent_id)``: is the member online right now?"""
+Clock = Callable[[], int]
+"""Epoch milliseconds, for event timestamps."""
+
+Record = Callable[[RoomEvent], Awaitable[None]]
+Publish = Callable[[RoomEvent], None]
+
+
+class Journal:
+    """Numbers, stamps, records, applies and publishes a room's events, one at a time.
+
+    Recording is shielded from cancellation: an event is either not begun or is
+    durable, applied to the state and published, never half of that.
+    """
+
+    def __init__(
+        self, state: RoomState, record: Record, publish: Publish, *, clock: Clock = now_ms
+    ) -> None:
+        self.state = state
+        self._record = record
+        self._publish = publish
+        self._clock = clock
+        self._lock = anyio.Lock()
+
+    async def emit(
+        self, event: RoomEvent, *, when: Callable[[], bool] | None = None
+    ) -> RoomEvent | None:
+        """Record ``event`` next; ``when``, asked once it is this event's turn, may skip it."""
+        async with self._lock:
+            if when is not None and not when():
+                return None
+            stamped = msgspec.structs.replace(
+                event, seq=self.state.last_seq + 1, timestamp=self._clock()
+            )
+            with anyio.CancelScope(shield=True):
+                await self._record(stamped)
+            self.state.apply(stamped)
+            self._publish(stamped)
+            return stamped
+
+
+class RoomRunner:
+    """Takes a running room's turns until it stops; one runner per room at a time."""
+
+    def __init__(self, journal: Journal, speak: Speak, *, presence: Presence | None = None) -> None:
+        self._journal = journal
+        self._state = journal.state
+        self._room = journal.state.room
+        self._speak = speak
+        self._presence = presence
+        self._away: dict[str, float] = {}  # member id -> when it left (anyio clock)
+        self._changed = anyio.Event()
+        self._scope: anyio.CancelScope | None = None
+        self._requested: Verdict | None = None
+        self._finishing = False
+        self.done = anyio.Event()
+        self.verdict: Verdict | None = None
+
+    # -- control -------------------------------------------------------------------------
+
+    def request_stop(self, reason: StopReason, detail: str = "") -> None:
+        """Stop at once with ``reason`` (``PAUSED`` or ``STOPPED``); see :attr:`done`."""
+        if self._requested is None:
+            self._requested = Verdict(reason, detail or f"{reason.name.lower()} on request")
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def set_presence(self, agent_id: str, online: bool, reason: str = "offline") -> None:
+        """A member went offline or came back: record it and wake the turn loop."""
+        if agent_id not in {m.id for m in self._room.members} or self._finishing:
+            return
+        if online == (agent_id not in self._away):
+            return
+        member = self._room.member(agent_id)
+        event: AgentJoinedEvent | AgentLeftEvent
+        if online:
+            del self._away[agent_id]
+            event = AgentJoinedEvent(
+                room_id=self._room.id, agent_id=member.id, name=member.name, role=member.role
+            )
+        else:
+            self._away[agent_id] = anyio.current_time()
+            event = AgentLeftEvent(
+                room_id=self._room.id,
+                agent_id=member.id,
+                name=member.name,
+                role=member.role,
+                reason=reason,
+            )
+        self._changed.set()
+        # Asked under the journal's lock: nothing is recorded after the room's STOPPED.
+        await self._journal.emit(event, when=lambda: not self._finishing)
+
+    # -- the loop -----------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Take turns until the room stops, then record why."""
+        try:
+            verdict: Verdict | None = None
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                task_status.started()
+                if self._requested is not None:
+                    scope.cancel()
+                verdict = await self._drive()
+            if verdict is None:
+                assert self._requested is not None  # only a request cancels our own scope
+                verdict = self._requested
+            self.verdict = verdict
+            self._finishing = True
+            log.info("room.stopped", room=self._room.id, reason=str(verdict.reason))
+            await self._journal.emit(
+                StoppedEvent(
+                    room_id=self._room.id,
+                    reason=verdict.reason,
+                    turn=self._state.current_turn,
+                    detail=verdict.detail,
+                )
+            )
+        finally:
+            self._finishing = True
+            self.done.set()
+
+    async def _drive(self) -> Verdict:
+        if self._presence is not None:
+            for member in self._room.members:
+                if not self._presence(member.id):
+                    await self.set_presence(member.id, False, "not connected")
+        failures = 0
+        while True:
+            transcript = self._state.transcript
+            verdict = before_turn(self._room, transcript) or await self._wait_for_members()
+            if verdict is not None:
+                return verdict
+            plan = next_turn(self._room, transcript)
+            assert plan is not None  # before_turn said someone may speak
+            request = build_turn_request(self._room, transcript, plan)
+            text, error, code = await self._attempt(request)
+            if text is None:
+                if await self._went_away(plan.speaker.id):
+                    continue  # not the turn's fault: wait for the member instead
+                failures += 1
+                await self._failed(request, error, code, failures)
+                verdict = check_failures(self._room, failures, plan.turn, error)
+                if verdict is not None:
+                    return verdict
+                await anyio.sleep(
+                    min(MAX_RETRY_DELAY, self._room.limits.retry_delay * 2 ** (failures - 1))
+                )
+                continue
+            failures = 0
+            await self._journal.emit(self._message(request, plan.speaker.id, text))
+            verdict = after_message(self._room, self._state.transcript)
+            if verdict is not None:
+                return verdict
+
+    async def _attempt(self, request: TurnRequest) -> tuple[str | None, str, int | None]:
+        """``(text, "", None)`` for a good reply, else ``(None, why, error code)``."""
+        try:
+            with anyio.fail_after(request.timeout):
+                reply = await self._speak(request.agent_id, request)
+        except MeshError as exc:
+            return None, f"{type(exc).__name__}: {exc}", exc.code
+        except TimeoutError:
+            return None, f"no reply within {request.timeout:g} s", None
+        except Exception as exc:  # a broken speak() must not take the room down
+            log.warning("room.speak_failed", room=self._room.id, error=repr(exc))
+            return None, f"{type(exc).__name__}: {exc}", None
+        if reply.room_id != request.room_id or reply.turn != request.turn:
+            log.info(
+                "room.stale_reply_dropped", room=self._room.id, turn=request.turn, got=reply.turn
+            )
+            return (
+                None,
+                (
+                    f"dropped a reply for turn {reply.turn} of room {reply.room_id!r}: "
+                    f"expected turn {request.turn} of {request.room_id!r}"
+                ),
+                None,
+            )
+        if reply.status == "dropped":
+            return None, f"the agent dropped the turn: {reply.reason or 'no reason given'}", None
+        if not reply.text.strip():
+            return None, "the agent replied with no text", None
+        return reply.text, "", None
+
+    def _message(self, request: TurnRequest, agent_id: str, text: str) -> MessageEvent:
+        member = self._room.member(agent_id)
+        message = MessageEvent(
+            room_id=self._room.id,
+            agent_id=member.id,
+            name=member.name,
+            role=member.role,
+            turn=request.turn,
+            text=text,
+            step=request.step,
+        )
+        score = convergence_score([*self._state.transcript, message])
+        return msgspec.structs.replace(message, score=score)
+
+    async def _failed(
+        self, request: TurnRequest, error: str, code: int | None, attempt: int
+    ) -> None:
+        member = self._room.member(request.agent_id)
+        log.info(
+            "room.turn_failed", room=self._room.id, turn=request.turn, attempt=attempt, error=error
+        )
+        await self._journal.emit(
+            ErrorEvent(
+                room_id=self._room.id,
+                agent_id=member.id,
+                name=member.name,
+                role=member.role,
+                message=error,
+                turn=request.turn,
+                attempt=attempt,
+                code=code,
+            )
+        )
+
+    async def _went_away(self, agent_id: str) -> bool:
+        if agent_id in self._away:
+            return True
+        if self._presence is None or self._presence(agent_id):
+            return False
+        await self.set_presence(agent_id, False)
+        return True
+
+    async def _wait_for_members(self) -> Verdict | None:
+        while self._away:
+            changed = self._changed = anyio.Event()
+            now = anyio.current_time()
+            verdict = check_agent_lost(self._room, self._away, now)
+            if verdict is not None:
+                return verdict
+            deadline = lost_deadline(self._room, self._away)
+            assert deadline is not None
+            with anyio.move_on_after(deadline - now):
+                await changed.wait()
+        return None

@@ -1,0 +1,429 @@
+"""The RoomManager: every room of a daemon, their engines, their store and their observers.
+
+``async with RoomManager(data_dir, speak=...) as rooms:`` opens the store
+(replaying whatever the logs hold that SQLite missed), resumes every room that
+was running when the process stopped, and, given a registry, follows its
+members' comings and goings. Leaving the block stops the engines *without*
+recording a stop: those rooms are still running as far as the store knows, and
+the next manager on the same directory resumes them at their next turn.
+
+:meth:`RoomManager.for_orchestrator` wires it to a :class:`~mesh.MeshOrchestrator`
+(``room/turn`` and ``room/persona`` calls, the orchestrator's registry), which
+is what the daemon uses.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+import msgspec
+import structlog
+
+from mesh._errors import MeshError
+from mesh._protocol import now_ms
+from mesh.rooms._engine import Clock, Journal, Presence, RoomRunner, Speak
+from mesh.rooms._errors import InvalidRoomSpec, RoomConflict, RoomNotFound
+from mesh.rooms._events import (
+    AgentJoinedEvent,
+    MessageEvent,
+    ResumedEvent,
+    RoomEvent,
+    StoppedEvent,
+    WelcomeEvent,
+)
+from mesh.rooms._mesh import (
+    PRESENT,
+    Describe,
+    mesh_describer,
+    mesh_speaker,
+    registry_presence,
+)
+from mesh.rooms._model import (
+    DEFAULT_MAX_TURNS,
+    Member,
+    Room,
+    RoomId,
+    RoomSnapshot,
+    RoomSpec,
+    RoomStatus,
+    StopReason,
+)
+from mesh.rooms._observers import DEFAULT_OBSERVER_BUFFER, Observers, RoomEvents
+from mesh.rooms._state import RoomState
+from mesh.rooms._store import RoomStore
+from registry import AgentId, Registry, StatusChange, SubscriberOverflow
+
+if TYPE_CHECKING:
+    from mesh._orchestrator import MeshOrchestrator
+
+__all__ = ["RoomManager"]
+
+log = structlog.get_logger("mesh.rooms")
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class _Room:
+    """One room this manager has in memory: state, journal, observers, engine."""
+
+    def __init__(self, state: RoomState, journal: Journal, observers: Observers) -> None:
+        self.state = state
+        self.journal = journal
+        self.observers = observers
+        self.runner: RoomRunner | None = None
+        self.control = anyio.Lock()  # one pause / resume / stop at a time
+
+
+class RoomManager:
+    """Creates, runs, pauses, resumes, stops and shows rooms; see the module docstring.
+
+    ``speak`` asks a member to take a turn. ``describe`` (optional) introduces a
+    member the spec names only by id; without it the id is the name and the role
+    is ``participant``. ``registry`` (optional) is followed for members going
+    offline and coming back, and is where ``presence`` comes from unless given.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        speak: Speak,
+        describe: Describe | None = None,
+        registry: Registry | None = None,
+        presence: Presence | None = None,
+        resume: bool = True,
+        fsync: bool = True,
+        clock: Clock = now_ms,
+    ) -> None:
+        self._store = RoomStore(data_dir, fsync=fsync)
+        self._speak = speak
+        self._describe = describe
+        self._registry = registry
+        self._presence = presence or (registry_presence(registry) if registry else None)
+        self._resume = resume
+        self._clock = clock
+        self._rooms: dict[str, _Room] = {}
+        self._reserved: set[str] = set()
+        self._tasks: anyio.abc.TaskGroup | None = None
+
+    @classmethod
+    def for_orchestrator(
+        cls, orchestrator: MeshOrchestrator, data_dir: str | os.PathLike[str], **kwargs: Any
+    ) -> RoomManager:
+        """A manager whose rooms talk to the orchestrator's agents and follow its registry."""
+        kwargs.setdefault("speak", mesh_speaker(orchestrator))
+        kwargs.setdefault("describe", mesh_describer(orchestrator))
+        kwargs.setdefault("registry", orchestrator.registry)
+        return cls(data_dir, **kwargs)
+
+    @property
+    def data_dir(self) -> str:
+        return str(self._store.directory)
+
+    # -- lifetime ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        self._stack: AbstractAsyncContextManager[None] = self._run()
+        await self._stack.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self._stack.__aexit__(*exc_info)
+
+    @asynccontextmanager
+    async def _run(self) -> AsyncIterator[None]:
+        await anyio.to_thread.run_sync(self._store.open)
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tasks = tg
+                if self._registry is not None:
+                    await tg.start(self._follow_registry, self._registry)
+                if self._resume:
+                    await self._resume_running()
+                try:
+                    yield
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            self._tasks = None
+            for room in self._rooms.values():
+                room.observers.close()
+            self._rooms.clear()
+            await anyio.to_thread.run_sync(self._store.close)
+
+    async def _resume_running(self) -> None:
+        for snapshot in await self._thread(self._store.snapshots, RoomStatus.RUNNING):
+            room = await self._room(snapshot.id)
+            log.info("room.resuming", room=snapshot.id, next_turn=room.state.current_turn + 1)
+            await room.journal.emit(
+                ResumedEvent(room_id=snapshot.id, next_turn=room.state.current_turn + 1)
+            )
+            self._start(room)
+
+    # -- the API -------------------------------------------------------------------------
+
+    async def create(self, spec: RoomSpec) -> RoomSnapshot:
+        """Create a room and start it; returns once its ``WELCOME`` is recorded.
+
+        Raises :class:`InvalidRoomSpec` when a member cannot be reached or
+        described, :class:`RoomConflict` when ``spec.id`` is taken.
+        """
+        if self._tasks is None:
+            raise RuntimeError("use the RoomManager as `async with RoomManager(...) as rooms:`")
+        room_id = RoomId(spec.id or f"room-{uuid.uuid4().hex[:12]}")
+        if room_id in self._reserved or await self._thread(self._store.has_room, room_id):
+            raise RoomConflict(f"room {room_id!r} already exists", room=room_id)
+        self._reserved.add(room_id)
+        try:
+            members = tuple([await self._member(entry) for entry in spec.members])
+            limits = spec.limits
+            if limits.max_turns is None:
+                limits = msgspec.structs.replace(limits, max_turns=DEFAULT_MAX_TURNS[spec.mode])
+            room = Room(
+                id=room_id,
+                topic=spec.topic,
+                members=members,
+                mode=spec.mode,
+                policy=spec.policy,
+                awareness=spec.awareness,
+                limits=limits,
+                rules=spec.rules,
+                created_at=self._clock(),
+            )
+            handle = self._handle(RoomState(room=room))
+            try:
+                await self._welcome(handle)
+            except BaseException:
+                del self._rooms[room_id]
+                raise
+        finally:
+            self._reserved.discard(room_id)
+        log.info("room.created", room=room_id, members=[m.id for m in members], mode=room.mode)
+        self._start(handle)
+        return handle.state.snapshot()
+
+    async def _welcome(self, handle: _Room) -> None:
+        room = handle.state.room
+        await handle.journal.emit(WelcomeEvent(room_id=room.id, room=room))
+        for member in room.members:
+            await handle.journal.emit(
+                AgentJoinedEvent(
+                    room_id=room.id, agent_id=member.id, name=member.name, role=member.role
+                )
+            )
+
+    async def get(self, room_id: str) -> RoomSnapshot:
+        """Where the room is. Raises :class:`RoomNotFound`."""
+        if room_id in self._rooms:
+            return self._rooms[room_id].state.snapshot()
+        snapshot = await self._thread(self._store.snapshot, room_id)
+        if snapshot is None:
+            raise RoomNotFound(room_id)
+        return snapshot
+
+    async def transcript(self, room_id: str) -> list[MessageEvent]:
+        """The room's messages, in turn order."""
+        if room_id in self._rooms:
+            return list(self._rooms[room_id].state.transcript)
+        await self.get(room_id)
+        return await self._thread(self._store.messages, room_id)
+
+    async def events(self, room_id: str, *, since: int = 0) -> list[RoomEvent]:
+        """The room's recorded events with ``seq > since`` (from its JSONL log)."""
+        await self.get(room_id)
+        return await self._thread(self._store.events, room_id, since)
+
+    async def pause(self, room_id: str) -> RoomSnapshot:
+        """Pause a running room (the turn in flight is abandoned and asked again on resume)."""
+        return await self._halt(room_id, StopReason.PAUSED)
+
+    async def stop(self, room_id: str) -> RoomSnapshot:
+        """Stop a room for good (a no-op for a room that has already stopped)."""
+        return await self._halt(room_id, StopReason.STOPPED)
+
+    async def resume(self, room_id: str) -> RoomSnapshot:
+        """Continue a paused room, or one that stopped for ``AGENT_LOST`` or ``ERROR``."""
+        room = await self._room(room_id)
+        async with room.control:
+            state = room.state
+            if room.runner is not None:
+                return state.snapshot()
+            if state.stop_reason is not None and not state.stop_reason.resumable:
+                raise RoomConflict(
+                    f"room {room_id!r} has finished ({state.stop_reason}); it cannot be resumed",
+                    room=room_id,
+                )
+            if state.status is not RoomStatus.RUNNING:
+                await room.journal.emit(
+                    ResumedEvent(room_id=state.room.id, next_turn=state.current_turn + 1)
+                )
+            self._start(room)
+            return state.snapshot()
+
+    async def wait(self, room_id: str) -> RoomSnapshot:
+        """Wait until the room is no longer taking turns (paused or stopped)."""
+        room = await self._room(room_id)
+        while room.runner is not None:
+            await room.runner.done.wait()
+        return room.state.snapshot()
+
+    @asynccontextmanager
+    async def subscribe(
+        self, room_id: str, *, since: int = 0, max_buffer: int = DEFAULT_OBSERVER_BUFFER
+    ) -> AsyncIterator[RoomEvents]:
+        """``async with rooms.subscribe(id) as events: async for event in events: ...``
+
+        Yields the recorded events after ``since``, then live ones, each once and
+        in ``seq`` order; see :mod:`mesh.rooms._observers` for when it ends.
+        """
+        room = await self._room(room_id)
+        events = room.observers.attach(since=since, max_buffer=max_buffer)
+        try:
+            events.add_history(await self._thread(self._store.events, room_id, since))
+            yield events
+        finally:
+            room.observers.detach(events)
+            self._forget_if_idle(room)
+
+    # -- internals -----------------------------------------------------------------------
+
+    async def _halt(self, room_id: str, reason: StopReason) -> RoomSnapshot:
+        room = await self._room(room_id)
+        async with room.control:
+            state = room.state
+            if room.runner is not None:
+                room.runner.request_stop(reason)
+                await room.runner.done.wait()
+                return state.snapshot()
+            if reason is StopReason.PAUSED and state.status is RoomStatus.STOPPED:
+                raise RoomConflict(
+                    f"room {room_id!r} has stopped ({state.stop_reason}); "
+                    "only a running room can be paused",
+                    room=room_id,
+                )
+            paused_again = reason is StopReason.PAUSED and state.status is RoomStatus.PAUSED
+            if not paused_again and state.status is not RoomStatus.STOPPED:
+                await room.journal.emit(
+                    StoppedEvent(
+                        room_id=state.room.id,
+                        reason=reason,
+                        turn=state.current_turn,
+                        detail=f"{reason.name.lower()} on request",
+                    )
+                )
+            return state.snapshot()
+
+    async def _member(self, entry: str | Member) -> Member:
+        member = Member(id=AgentId(entry)) if isinstance(entry, str) else entry
+        if self._presence is not None and not self._presence(member.id):
+            raise InvalidRoomSpec(f"member {member.id!r} is not online", agent=member.id)
+        described = Member(id=member.id)
+        if self._describe is not None and not (member.name and member.role):
+            try:
+                described = await self._describe(member.id)
+            except InvalidRoomSpec:
+                raise
+            except MeshError as exc:
+                raise InvalidRoomSpec(f"member {member.id!r}: {exc}", agent=member.id) from exc
+        return Member(
+            id=member.id,
+            name=member.name or described.name or member.id,
+            role=member.role or described.role or "participant",
+            awareness=member.awareness or described.awareness,
+        )
+
+    def _handle(self, state: RoomState) -> _Room:
+        observers = Observers(state.room.id)
+
+        async def record(event: RoomEvent) -> None:
+            await self._thread(self._store.append, event)
+
+        journal = Journal(state, record, observers.publish, clock=self._clock)
+        room = self._rooms[state.room.id] = _Room(state, journal, observers)
+        return room
+
+    async def _room(self, room_id: str) -> _Room:
+        """The room in memory, loaded from the store if need be."""
+        if room_id not in self._rooms:
+            state = await self._thread(self._store.load, room_id)
+            if state is None:
+                raise RoomNotFound(room_id)
+            if room_id not in self._rooms:  # another task may have loaded it meanwhile
+                self._handle(state)
+        return self._rooms[room_id]
+
+    def _start(self, room: _Room) -> None:
+        if self._tasks is None:
+            raise RuntimeError("use the RoomManager as `async with RoomManager(...) as rooms:`")
+        runner = room.runner = RoomRunner(room.journal, self._speak, presence=self._presence)
+        self._tasks.start_soon(self._run_room, room, runner)
+
+    async def _run_room(self, room: _Room, runner: RoomRunner) -> None:
+        try:
+            await runner.run()
+        except Exception:
+            # A broken store (disk full, say) stops this room's engine, not the daemon;
+            # the room stays "running" in the store and is resumed by the next start.
+            log.exception("room.engine_failed", room=room.state.room.id)
+        finally:
+            if room.runner is runner:
+                room.runner = None
+            self._forget_if_idle(room)
+
+    def _forget_if_idle(self, room: _Room) -> None:
+        # A room nobody runs or watches is dropped from memory (the store has it
+        # all), so a long-lived daemon holds only its live rooms' transcripts.
+        room_id = room.state.room.id
+        busy = room.runner is not None or len(room.observers) or room.control.locked()
+        if busy or room.state.status is RoomStatus.RUNNING:
+            return
+        if self._rooms.get(room_id) is room:
+            del self._rooms[room_id]
+
+    async def _follow_registry(
+        self, registry: Registry, *, task_status: anyio.abc.TaskStatus[None]
+    ) -> None:
+        started = False
+        while True:
+            try:
+                async with registry.subscribe() as changes:
+                    if not started:
+                        started = True
+                        task_status.started()
+                    await self._resync_presence()
+                    async for change in changes:
+                        await self._on_change(change)
+            except SubscriberOverflow:
+                log.warning("room.registry_overflow")  # resubscribe, then resync everyone
+
+    async def _on_change(self, change: StatusChange) -> None:
+        online = change.new in PRESENT
+        for room in list(self._rooms.values()):
+            runner = room.runner
+            if runner is not None and change.agent_id in {m.id for m in room.state.room.members}:
+                await runner.set_presence(change.agent_id, online, str(change.kind))
+
+    async def _resync_presence(self) -> None:
+        if self._presence is None:
+            return
+        for room in list(self._rooms.values()):
+            if room.runner is not None:
+                for member in room.state.room.members:
+                    await room.runner.set_presence(member.id, self._presence(member.id))
+
+    # Last, because inside the class body the name shadows the builtin for mypy.
+    async def list(self, status: RoomStatus | None = None) -> list[RoomSnapshot]:
+        """Every room (or those with ``status``), oldest first."""
+        return await self._thread(self._store.snapshots, status)
+
+    @staticmethod
+    async def _thread(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        return await anyio.to_thread.run_sync(lambda: function(*args, **kwargs))

@@ -1,0 +1,100 @@
+"""Rooms over the mesh: the engine's ``speak``, ``describe`` and ``presence``, from an orchestrator.
+
+A turn is the RPC ``room/turn`` to the speaking agent, with the turn's deadline;
+a member is introduced by ``room/persona`` (its name, role and awareness); and a
+member is present while the registry has it ``online`` or ``stale`` (a stale
+agent has missed one heartbeat, not its TTL). An agent that does not serve
+``room/persona`` can still sit in a room, under its registry name, as a
+``participant``, as long as it answers ``room/turn``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from mesh._errors import MeshError, MethodNotFound
+from mesh.rooms._engine import Presence, Speak
+from mesh.rooms._errors import InvalidRoomSpec
+from mesh.rooms._model import Member, TurnReply, TurnRequest
+from registry import AgentId, AgentStatus, Registry
+
+if TYPE_CHECKING:
+    from mesh._orchestrator import MeshOrchestrator
+
+__all__ = [
+    "PRESENT",
+    "ROOM_PERSONA",
+    "ROOM_TURN",
+    "Describe",
+    "PersonaInfo",
+    "mesh_describer",
+    "mesh_speaker",
+    "registry_presence",
+]
+
+#: The method a room calls on the member whose turn it is.
+ROOM_TURN: Final = "room/turn"
+#: The method that tells a room who a member is.
+ROOM_PERSONA: Final = "room/persona"
+#: The registry statuses in which a member counts as present.
+PRESENT: Final = frozenset({AgentStatus.ONLINE, AgentStatus.STALE})
+
+#: A room's member, from an agent id: ``await describe("bob")``.
+Describe = Callable[[str], Awaitable[Member]]
+
+
+class PersonaInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """The ``room/persona`` result (the persona agent serves it)."""
+
+    id: str
+    name: str
+    role: str
+    awareness: str | None = None
+    provider: str = ""
+    model: str = ""
+
+
+def mesh_speaker(orchestrator: MeshOrchestrator) -> Speak:
+    """``speak`` as a ``room/turn`` call, with the request's timeout as its deadline."""
+
+    async def speak(agent_id: str, request: TurnRequest) -> TurnReply:
+        params = msgspec.to_builtins(request)
+        result = await orchestrator.call(agent_id, ROOM_TURN, params, timeout=request.timeout)
+        return msgspec.convert(result, TurnReply)
+
+    return speak
+
+
+def mesh_describer(orchestrator: MeshOrchestrator, *, timeout: float = 10.0) -> Describe:
+    """``describe`` as a ``room/persona`` call, falling back to the registry's name."""
+
+    async def describe(agent_id: str) -> Member:
+        record = orchestrator.registry.get(AgentId(agent_id))
+        try:
+            result: Any = await orchestrator.call(agent_id, ROOM_PERSONA, timeout=timeout)
+        except MethodNotFound:
+            name = record.name if record is not None else agent_id
+            return Member(id=AgentId(agent_id), name=name, role="participant")
+        except MeshError as exc:
+            raise InvalidRoomSpec(f"member {agent_id!r} is not available: {exc}") from exc
+        try:
+            info = msgspec.convert(result, PersonaInfo)
+            return msgspec.convert(
+                {"id": agent_id, "name": info.name, "role": info.role, "awareness": info.awareness},
+                Member,
+            )
+        except msgspec.ValidationError as exc:
+            raise InvalidRoomSpec(f"member {agent_id!r} answered room/persona with {exc}") from exc
+
+    return describe
+
+
+def registry_presence(registry: Registry) -> Presence:
+    def present(agent_id: str) -> bool:
+        record = registry.get(AgentId(agent_id))
+        return record is not None and record.status in PRESENT
+
+    return present

@@ -1,0 +1,272 @@
+"""What a room is: its configuration, its members, its status, and the turn messages.
+
+A :class:`RoomSpec` is what a caller asks for (the body of ``POST /rooms``): a
+topic, two or more member agent ids, a mode, limits and exit rules. The manager
+resolves it into a :class:`Room` (members with names and roles, limits with
+their mode defaults, an id) that never changes afterwards and is recorded in the
+room's first event. :class:`TurnRequest` and :class:`TurnReply` are the
+``room/turn`` RPC between a room and the member whose turn it is. Everything is
+a frozen msgspec Struct, so the daemon puts it on the wire with no second schema.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Final, Literal, NewType, TypeAlias
+
+import msgspec
+
+from mesh.providers._base import ChatMessage
+from registry import AgentId
+
+__all__ = [
+    "DEFAULT_MAX_TURNS",
+    "RESUMABLE",
+    "Awareness",
+    "ExitRules",
+    "Limits",
+    "Member",
+    "Mode",
+    "Room",
+    "RoomId",
+    "RoomSnapshot",
+    "RoomSpec",
+    "RoomStatus",
+    "Step",
+    "StopReason",
+    "TurnPolicy",
+    "TurnReply",
+    "TurnRequest",
+    "decode_room_spec",
+    "valid_room_id",
+]
+
+RoomId = NewType("RoomId", str)
+
+Awareness: TypeAlias = Literal["basic", "intermediate", "high"]
+Mode: TypeAlias = Literal["chat", "review"]
+TurnPolicy: TypeAlias = Literal["round-robin"]
+Step: TypeAlias = Literal["propose", "implement", "critique", "verify"]
+
+#: ``max_turns`` when the spec leaves it out. A chat counts messages: 40 is twenty
+#: each for two agents, the per-agent limit of seed 000. A review counts rounds
+#: (implement, critique, verify), and seed 001 stops after three.
+DEFAULT_MAX_TURNS: Final = {"chat": 40, "review": 3}
+
+# Room ids become file names (``<id>.jsonl``), so they are as strict as agent ids.
+_ROOM_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
+_Seconds = Annotated[float, msgspec.Meta(gt=0)]
+_Count = Annotated[int, msgspec.Meta(ge=1)]
+
+
+def valid_room_id(room_id: str) -> bool:
+    """True for lowercase letters, digits, ``.``, ``_``, ``-`` (64 at most, alnum first)."""
+    return _ROOM_ID.fullmatch(room_id) is not None
+
+
+class StopReason(enum.StrEnum):
+    """Why a room stopped talking; always recorded with the room."""
+
+    CONVERGED = "CONVERGED"  # "Verified…" from the verifier, or the score passed the threshold
+    NO_IMPROVEMENT = "NO_IMPROVEMENT"  # an agent repeated its previous output
+    MAX_TURNS = "MAX_TURNS"  # the turn limit, or too few members left under their message limit
+    GOODBYE = "GOODBYE"  # an agent said goodbye
+    PAUSED = "PAUSED"  # someone paused it; resume continues at the next turn
+    AGENT_LOST = "AGENT_LOST"  # a member stayed offline past the grace period
+    ERROR = "ERROR"  # turns kept failing (provider down, agent erroring, timeouts)
+    STOPPED = "STOPPED"  # someone stopped it for good
+
+    @property
+    def resumable(self) -> bool:
+        """Whether ``resume`` may continue a room that stopped for this reason."""
+        return self in RESUMABLE
+
+
+#: Reasons that say "not now" rather than "done": the room can be resumed after them.
+RESUMABLE: Final = frozenset({StopReason.PAUSED, StopReason.AGENT_LOST, StopReason.ERROR})
+
+
+class RoomStatus(enum.StrEnum):
+    RUNNING = "running"  # turns are being taken (or it waits for a member to come back)
+    PAUSED = "paused"
+    STOPPED = "stopped"  # see the stop reason; AGENT_LOST and ERROR rooms can be resumed
+
+
+class Member(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One agent in a room. In a spec ``name`` and ``role`` may be left empty: the
+    manager asks the agent (``room/persona``). ``awareness`` is the persona's own
+    level, used when the room sets none."""
+
+    id: AgentId
+    name: str = ""
+    role: str = ""
+    awareness: Awareness | None = None
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How long a room may go on, and how patient it is with each turn.
+
+    ``max_turns`` counts messages in a chat and rounds in a review (``None``:
+    :data:`DEFAULT_MAX_TURNS`). ``context_messages`` caps how many past messages a
+    member is shown (``None``: all; set it for small-context models).
+    ``turn_timeout`` is one attempt's deadline; a failed attempt is retried after
+    ``retry_delay`` seconds, doubling each time.
+    """
+
+    max_turns: _Count | None = None
+    max_messages_per_agent: _Count = 20
+    turn_timeout: _Seconds = 120.0
+    retry_delay: Annotated[float, msgspec.Meta(ge=0)] = 1.0
+    context_messages: _Count | None = None
+
+
+class ExitRules(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """When a room ends on its own; see ``docs/rooms.md`` for each rule's exact test.
+
+    ``verifier`` (a member id) converges a chat by starting a message with
+    ``verified_prefix``; in a review the architect is always the verifier.
+    ``convergence_threshold`` is off by default: the score is a lexical measure,
+    recorded on every message, and stopping a real conversation on it is a choice.
+    ``goodbye`` is the word that, as a message's first or last word, ends the
+    room (``None`` turns the rule off). ``agent_grace`` is how long a member may
+    be offline before the room stops with ``AGENT_LOST``; ``max_failures`` how
+    many failed attempts in a row at one turn stop it with ``ERROR``.
+    """
+
+    verifier: AgentId | None = None
+    verified_prefix: Annotated[str, msgspec.Meta(min_length=1)] = "Verified"
+    convergence_threshold: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
+    no_improvement: bool = True
+    goodbye: Annotated[str, msgspec.Meta(min_length=1)] | None = "goodbye"
+    agent_grace: Annotated[float, msgspec.Meta(ge=0)] = 60.0
+    max_failures: _Count = 3
+
+
+class RoomSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A room to create: ``members`` are agent ids (or partial :class:`Member` objects).
+
+    Invalid specs raise ``ValueError`` (``msgspec.ValidationError`` with the
+    field's path when decoded from JSON). A review needs exactly two members:
+    the architect first, the builder second.
+    """
+
+    topic: Annotated[str, msgspec.Meta(min_length=1)]
+    members: tuple[str | Member, ...]
+    mode: Mode = "chat"
+    policy: TurnPolicy = "round-robin"
+    awareness: Awareness | None = None
+    limits: Limits = Limits()
+    rules: ExitRules = ExitRules()
+    id: str | None = None
+
+    def __post_init__(self) -> None:
+        ids = self.member_ids()
+        if len(ids) < 2:
+            raise ValueError("a room needs at least two members")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"members must be distinct, got {list(ids)}")
+        if self.mode == "review" and len(ids) != 2:
+            raise ValueError("a review room has exactly two members: architect, then builder")
+        if self.rules.verifier is not None and self.rules.verifier not in ids:
+            raise ValueError(f"the verifier {self.rules.verifier!r} is not a member")
+        if self.id is not None and not valid_room_id(self.id):
+            raise ValueError(
+                f"room id {self.id!r}: expected lowercase letters, digits, '.', '_' or '-' "
+                "(at most 64, starting with a letter or digit)"
+            )
+
+    def member_ids(self) -> tuple[AgentId, ...]:
+        return tuple(AgentId(m) if isinstance(m, str) else m.id for m in self.members)
+
+
+class Room(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A resolved room: fixed at creation, recorded in its ``WELCOME`` event."""
+
+    id: RoomId
+    topic: str
+    members: tuple[Member, ...]
+    mode: Mode = "chat"
+    policy: TurnPolicy = "round-robin"
+    awareness: Awareness | None = None
+    limits: Limits = Limits()
+    rules: ExitRules = ExitRules()
+    created_at: int = 0  # epoch milliseconds
+
+    @property
+    def max_turns(self) -> int:
+        return self.limits.max_turns or DEFAULT_MAX_TURNS[self.mode]
+
+    def member(self, agent_id: str) -> Member:
+        for member in self.members:
+            if member.id == agent_id:
+                return member
+        raise KeyError(agent_id)
+
+    def verifier(self) -> AgentId | None:
+        """Whose ``Verified…`` converges the room: the architect in a review."""
+        return self.members[0].id if self.mode == "review" else self.rules.verifier
+
+
+class RoomSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """A room and where it is: what ``GET /rooms/{id}`` shows, without the transcript."""
+
+    room: Room
+    status: RoomStatus
+    current_turn: int = 0  # the last turn whose message is recorded
+    stop_reason: StopReason | None = None
+    detail: str = ""  # why it stopped, in words
+    last_seq: int = 0  # the last event's sequence number
+    updated_at: int = 0  # epoch milliseconds
+
+    @property
+    def id(self) -> RoomId:
+        return self.room.id
+
+
+class TurnRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """The ``room/turn`` params: speak at ``turn`` of ``room_id``, as ``agent_id``.
+
+    ``system`` and ``messages`` are the room from this member's perspective (its
+    own messages as ``assistant``, the others' as named ``user`` messages); the
+    persona puts its own system prompt before ``system``. ``timeout`` is the
+    seconds the room waits for this attempt.
+    """
+
+    room_id: RoomId
+    turn: int
+    agent_id: AgentId
+    system: str
+    messages: tuple[ChatMessage, ...]
+    step: Step | None = None
+    timeout: float = 120.0
+
+
+class TurnReply(msgspec.Struct, frozen=True, kw_only=True):
+    """The ``room/turn`` result.
+
+    ``status`` is ``spoken`` (the model answered now), ``replayed`` (a duplicate
+    of the turn this agent already answered: the same text again, the model not
+    asked twice) or ``dropped`` (a stale or concurrent duplicate; ``reason`` says
+    which, ``text`` is empty).
+    """
+
+    room_id: RoomId
+    turn: int
+    text: str = ""
+    status: Literal["spoken", "replayed", "dropped"] = "spoken"
+    reason: str = ""
+
+
+def decode_room_spec(data: bytes | str | Mapping[str, Any]) -> RoomSpec:
+    """A spec from JSON (or decoded JSON); raises :class:`InvalidRoomSpec` naming the field."""
+    from mesh.rooms._errors import invalid_spec
+
+    try:
+        if isinstance(data, bytes | str):
+            return msgspec.json.decode(data, type=RoomSpec)
+        return msgspec.convert(data, RoomSpec)
+    except (msgspec.DecodeError, ValueError) as exc:
+        raise invalid_spec(exc) from None

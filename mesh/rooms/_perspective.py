@@ -1,0 +1,185 @@
+"""The room as one member sees it (seed 003's role transformation). Pure functions.
+
+Language models are trained to answer a ``user`` as the ``assistant``; in a room
+every agent is an assistant. So each member is shown the transcript turned
+around: its own messages as ``assistant``, everyone else's as ``user`` with the
+speaker's name (providers write it as a ``"Name: "`` prefix), after an opening
+``user`` message that states the topic. The system prompt names the member and
+the others; the awareness level decides how much more it says:
+
+``basic``         names and topic only: the others could be people
+``intermediate``  the others are AI agents, with their roles
+``high``          the whole set-up: room id, turn order, turn limit, exit rules, recording
+
+The room's level wins; without one each member's persona level applies, and
+``basic`` without either. The persona puts its own system prompt before this one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from mesh.providers._base import ChatMessage
+from mesh.rooms._events import MessageEvent
+from mesh.rooms._model import Awareness, Member, Room, Step, TurnRequest
+from mesh.rooms._policy import TurnPlan
+
+__all__ = [
+    "STEP_INSTRUCTIONS",
+    "awareness_of",
+    "build_turn_request",
+    "opening",
+    "perspective_messages",
+    "system_prompt",
+]
+
+#: What each review step asks of its speaker (seed 001).
+STEP_INSTRUCTIONS: Final[dict[Step, str]] = {
+    "propose": (
+        "You are the architect. Propose a plan for the task: its scope, the steps, "
+        "and a checklist the builder's change must satisfy."
+    ),
+    "implement": (
+        "You are the builder. Implement the plan, addressing the architect's latest "
+        "critique. Reply with a unified diff only."
+    ),
+    "critique": (
+        "You are the architect. Critique the builder's latest diff against the plan "
+        "and its checklist: say what is missing or wrong."
+    ),
+    "verify": (
+        "You are the architect. Decide whether the latest diff meets the scope and the "
+        'checklist. If it does, begin your reply with "{prefix}" (for example '
+        '"{prefix}: meets scope & checklist."); if not, say what remains.'
+    ),
+}
+
+_CHAT_STYLE: Final = (
+    "Reply with your next message only, in your own voice: concise (two or three short "
+    "paragraphs), building on what was said."
+)
+
+
+def opening(room: Room) -> ChatMessage:
+    """The first message everyone sees: the topic (seed 000's words), or the task."""
+    if room.mode == "review":
+        return ChatMessage(role="user", content=f"Task: {room.topic}")
+    return ChatMessage(
+        role="user",
+        content=f"Discussion topic: {room.topic}\n\nPlease share your initial thoughts.",
+    )
+
+
+def perspective_messages(
+    room: Room, transcript: Sequence[MessageEvent], member: str
+) -> tuple[ChatMessage, ...]:
+    """The opening, then the transcript (its last ``context_messages``) as ``member`` sees it."""
+    limit = room.limits.context_messages
+    shown = transcript[-limit:] if limit is not None else transcript
+    turned = (
+        ChatMessage(role="assistant", content=m.text)
+        if m.agent_id == member
+        else ChatMessage(role="user", content=m.text, name=m.name)
+        for m in shown
+    )
+    return (opening(room), *turned)
+
+
+def awareness_of(room: Room, member: Member) -> Awareness:
+    return room.awareness or member.awareness or "basic"
+
+
+def system_prompt(room: Room, member: Member, plan: TurnPlan | None = None) -> str:
+    """The room's part of ``member``'s system prompt, for the turn in ``plan``."""
+    level = awareness_of(room, member)
+    others = [m for m in room.members if m.id != member.id]
+    parts = [_who(member, others, level), _topic(room)]
+    if level == "high":
+        parts.append(_setting(room, plan))
+    parts.append(_task(room, member, plan))
+    return "\n\n".join(part for part in parts if part)
+
+
+def build_turn_request(
+    room: Room, transcript: Sequence[MessageEvent], plan: TurnPlan
+) -> TurnRequest:
+    """Everything the speaker of ``plan`` needs to take its turn."""
+    return TurnRequest(
+        room_id=room.id,
+        turn=plan.turn,
+        agent_id=plan.speaker.id,
+        system=system_prompt(room, plan.speaker, plan),
+        messages=perspective_messages(room, transcript, plan.speaker.id),
+        step=plan.step,
+        timeout=room.limits.turn_timeout,
+    )
+
+
+def _names(members: Sequence[str]) -> str:
+    if len(members) == 1:
+        return members[0]
+    return f"{', '.join(members[:-1])} and {members[-1]}"
+
+
+def _who(member: Member, others: Sequence[Member], level: Awareness) -> str:
+    if level == "basic":
+        return f"You are {member.name}. You are talking with {_names([m.name for m in others])}."
+    described = _names([f"{m.name} ({m.role})" for m in others])
+    return (
+        f"You are {member.name}, the {member.role}. You are talking with other AI agents: "
+        f"{described}. Their messages reach you prefixed with their names."
+    )
+
+
+def _topic(room: Room) -> str:
+    return f"The task: {room.topic}" if room.mode == "review" else f"The topic: {room.topic}"
+
+
+def _setting(room: Room, plan: TurnPlan | None) -> str:
+    order = _names([m.name for m in room.members])
+    if room.mode == "review":
+        pace = f"This is round {plan.round if plan else 1} of at most {room.max_turns}."
+        how = f"It is a review: {order} take turns to propose, implement, critique and verify."
+    else:
+        pace = f"This is turn {plan.turn if plan else 1} of at most {room.max_turns}."
+        how = f"{order} speak in turn, round-robin."
+    return (
+        f"This is room {room.id} of agent-mesh, an experiment in conversation between AI "
+        f"agents. {how} {pace} Everything said is recorded. {_endings(room)}"
+    )
+
+
+def _endings(room: Room) -> str:
+    rules = room.rules
+    ends = ["when the turn limit is reached"]
+    verifier = room.verifier()
+    if verifier is not None:
+        name = room.member(verifier).name
+        ends.append(f'when {name} starts a message with "{rules.verified_prefix}"')
+    if rules.goodbye and room.mode == "chat":
+        ends.append(f'when someone says "{rules.goodbye.capitalize()}"')
+    if rules.no_improvement:
+        ends.append("when someone repeats their previous message")
+    if rules.convergence_threshold is not None:
+        ends.append("when the messages become nearly the same")
+    return f"The room ends {_names(ends)}."
+
+
+def _task(room: Room, member: Member, plan: TurnPlan | None) -> str:
+    rules = room.rules
+    if room.mode == "review":
+        step = plan.step if plan is not None and plan.step is not None else None
+        return STEP_INSTRUCTIONS[step].format(prefix=rules.verified_prefix) if step else ""
+    lines = [_CHAT_STYLE]
+    if rules.goodbye:
+        lines.append(
+            "When the conversation has reached its natural end, finish your message with "
+            f'the word "{rules.goodbye.capitalize()}".'
+        )
+    if room.verifier() == member.id:
+        lines.append(
+            "If you judge that the discussion has reached a sound conclusion, start your "
+            f'message with "{rules.verified_prefix}".'
+        )
+    return " ".join(lines)

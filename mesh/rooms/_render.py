@@ -1,0 +1,125 @@
+"""Rooms for people: one event as a line of text (coloured on a terminal), a transcript as Markdown.
+
+What ``mesh room run`` prints as a room goes, what ``make demo`` narrates, and what
+``mesh room export --format md`` writes. Pure functions of the events.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Final
+
+from mesh.rooms._events import (
+    AgentJoinedEvent,
+    AgentLeftEvent,
+    ErrorEvent,
+    MessageEvent,
+    ResumedEvent,
+    RoomEvent,
+    StoppedEvent,
+    WelcomeEvent,
+)
+from mesh.rooms._model import Room, RoomSnapshot
+
+__all__ = ["format_event", "transcript_markdown"]
+
+_RESET: Final = "\x1b[0m"
+_BOLD: Final = "\x1b[1m"
+_DIM: Final = "\x1b[2m"
+_RED: Final = "\x1b[31m"
+_YELLOW: Final = "\x1b[33m"
+#: Speakers' colours, by their place in the room: cyan, green, magenta, blue.
+_SPEAKERS: Final = ("\x1b[36m", "\x1b[32m", "\x1b[35m", "\x1b[34m")
+
+
+def _clock(timestamp: int) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(timestamp / 1000))
+
+
+def _paint(text: str, *codes: str, color: bool) -> str:
+    return f"{''.join(codes)}{text}{_RESET}" if color and codes else text
+
+
+def format_event(event: RoomEvent, *, room: Room | None = None, color: bool = False) -> str:
+    """``[hh:mm:ss] Name (role), turn N:`` and the text, or one line for the other events.
+
+    ``room`` (from the ``WELCOME``) gives each speaker its own colour.
+    """
+    stamp = _paint(f"[{_clock(event.timestamp)}]", _DIM, color=color)
+    who = f"{event.name} ({event.role})"
+    if isinstance(event, MessageEvent):
+        hue = _SPEAKERS[_place(room, event.agent_id) % len(_SPEAKERS)]
+        step = f", {event.step}" if event.step else ""
+        head = _paint(f"{who}, turn {event.turn}{step}:", _BOLD, hue, color=color)
+        score = _paint(f"  (score {event.score:.2f})", _DIM, color=color)
+        body = "\n".join(f"  {line}" for line in event.text.splitlines() or [""])
+        return f"{stamp} {head}{score}\n{body}"
+    return f"{stamp} {_paint(_line(event, who), *_tone(event), color=color)}"
+
+
+def _place(room: Room | None, agent_id: str) -> int:
+    ids: list[str] = [m.id for m in room.members] if room is not None else []
+    return ids.index(agent_id) if agent_id in ids else 0
+
+
+def _tone(event: RoomEvent) -> tuple[str, ...]:
+    if isinstance(event, ErrorEvent):
+        return (_RED,)
+    if isinstance(event, StoppedEvent):
+        return (_BOLD, _YELLOW)
+    return (_DIM,)
+
+
+def _line(event: RoomEvent, who: str) -> str:
+    if isinstance(event, WelcomeEvent):
+        room = event.room
+        members = ", ".join(f"{m.name} ({m.role})" for m in room.members)
+        unit = "rounds" if room.mode == "review" else "turns"
+        return (
+            f'room {room.id}: "{room.topic}" with {members}; '
+            f"{room.mode}, at most {room.max_turns} {unit}"
+        )
+    if isinstance(event, AgentJoinedEvent):
+        return f"{who} joined"
+    if isinstance(event, AgentLeftEvent):
+        return f"{who} left ({event.reason})" if event.reason else f"{who} left"
+    if isinstance(event, ErrorEvent):
+        attempt = f"{event.name}, attempt {event.attempt}"
+        return f"error at turn {event.turn} ({attempt}): {event.message}"
+    if isinstance(event, ResumedEvent):
+        return f"resumed at turn {event.next_turn}"
+    if isinstance(event, StoppedEvent):
+        detail = f": {event.detail}" if event.detail else ""
+        return f"stopped after turn {event.turn}, {event.reason}{detail}"
+    raise TypeError(f"not a room event: {event!r}")  # pragma: no cover
+
+
+def transcript_markdown(snapshot: RoomSnapshot, messages: Sequence[MessageEvent]) -> str:
+    """The room and what was said, as a Markdown document."""
+    room = snapshot.room
+    members = ", ".join(f"{m.name} ({m.role})" for m in room.members)
+    status = str(snapshot.status)
+    if snapshot.stop_reason is not None:
+        status += f", {snapshot.stop_reason}"
+        if snapshot.detail:
+            status += f": {snapshot.detail}"
+    lines = [
+        f"# {room.topic}",
+        "",
+        f"- Room: `{room.id}` ({room.mode})",
+        f"- Members: {members}",
+        f"- Status: {status}",
+        "",
+    ]
+    for message in messages:
+        step = f", {message.step}" if message.step else ""
+        lines += [
+            f"## Turn {message.turn}: {message.name} ({message.role}{step})",
+            "",
+            f"*{_clock(message.timestamp)}, convergence score {message.score:.2f}*",
+            "",
+            message.text,
+            "",
+        ]
+    return "\n".join(lines)

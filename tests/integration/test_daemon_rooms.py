@@ -1,0 +1,170 @@
+"""Rooms through the real daemon: observers, the CLI, and a SIGKILL mid-room."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from mesh.rooms import MessageEvent, StoppedEvent, WelcomeEvent, decode_event
+from mesh.testing import Daemon, spawn_daemon
+from transports import open_websocket
+
+pytestmark = pytest.mark.anyio
+
+ALICE = ["Tea keeps me calm.", "Coffee is faster, I admit.", "Let us try both."]
+BOB = ["Coffee wakes me up.", "Tea is gentler.", "Agreed: both, then."]
+
+
+def persona_manifest(
+    directory: Path, agent_id: str, name: str, script: list[str], delay: float
+) -> None:
+    path = directory / f"{agent_id}.toml"
+    path.write_text(
+        f'''id = "{agent_id}"
+name = "{name}"
+capabilities = ["chat"]
+
+[transport]
+type = "stdio"
+command = "python"
+args = ["-m", "mesh.agents.persona", "--manifest", "{path}", "--stdio"]
+
+[persona]
+system_prompt = "You are {name}. Keep it short."
+role = "participant"
+
+[persona.provider]
+provider = "scripted"
+script = {json.dumps(script)}
+delay = {delay}
+'''
+    )
+
+
+async def wait_for(daemon: Daemon, path: str, done: Any, timeout: float = 30) -> Any:
+    """Poll another process's API until ``done(answer)``, bounded."""
+    async with httpx.AsyncClient(base_url=daemon.http) as http:
+        with anyio.fail_after(timeout):
+            while True:
+                reply = await http.get(path)
+                if reply.status_code == 200 and done(reply.json()):
+                    return reply.json()
+                await anyio.sleep(0.05)
+
+
+def online(*ids: str) -> Any:
+    return lambda answer: {a["id"] for a in answer["agents"] if a["status"] == "online"} >= set(ids)
+
+
+async def test_a_room_runs_and_an_observer_sees_every_event_in_order(tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    persona_manifest(manifests, "alice", "Alice", ALICE, 0.0)
+    persona_manifest(manifests, "bob", "Bob", BOB, 0.0)
+    data = tmp_path / "data"
+    async with spawn_daemon(manifests, extra_args=["--data-dir", str(data)]) as daemon:
+        await wait_for(daemon, "/agents", online("alice", "bob"))
+        async with httpx.AsyncClient(base_url=daemon.http) as http:
+            spec = {
+                "id": "tea",
+                "topic": "Tea or coffee?",
+                "members": ["alice", "bob"],
+                "limits": {"max_turns": 10},
+            }
+            created = await http.post("/rooms", json=spec)
+            assert created.status_code == 201, created.text
+            async with open_websocket(f"{daemon.ws.removesuffix('/ws')}/rooms/tea/events") as watch:
+                events = []
+                with anyio.fail_after(30):
+                    while not events or not isinstance(events[-1], StoppedEvent):
+                        events.append(decode_event(await watch.receive()))
+            assert isinstance(events[0], WelcomeEvent)
+            assert [e.seq for e in events] == sorted(e.seq for e in events)
+            messages = [e for e in events if isinstance(e, MessageEvent)]
+            assert [m.turn for m in messages] == list(range(1, 11))
+            assert [m.name for m in messages[:4]] == ["Alice", "Bob", "Alice", "Bob"]
+            stopped = events[-1]
+            assert isinstance(stopped, StoppedEvent) and stopped.reason == "MAX_TURNS"
+            shown = (await http.get("/rooms/tea")).json()
+            assert len(shown["transcript"]) == 10 and shown["room"]["stop_reason"] == "MAX_TURNS"
+            assert (await http.get("/rooms/nope")).status_code == 404
+            bad = await http.post("/rooms", json={"topic": "x", "members": ["alice"]})
+            assert bad.status_code == 400 and "two members" in bad.json()["error"]["message"]
+        env = {**os.environ, "MESH_URL": daemon.http}
+        run = await anyio.run_process(
+            [
+                sys.executable,
+                "-m",
+                "mesh.cli",
+                "room",
+                "run",
+                "--topic",
+                "Tea again?",
+                "--agent",
+                "bob",
+                "--agent",
+                "alice",
+                "--max-turns",
+                "4",
+            ],
+            env=env,
+            check=False,
+        )
+        out = run.stdout.decode()
+        assert run.returncode == 0, run.stderr.decode()
+        assert out.count("), turn ") == 4 and "Bob (participant), turn 1" in out
+        assert "stopped: MAX_TURNS" in run.stderr.decode()
+        exported = await anyio.run_process(
+            [sys.executable, "-m", "mesh.cli", "room", "export", "tea", "--format", "md"], env=env
+        )
+        assert "Tea or coffee?" in exported.stdout.decode()
+
+
+async def test_sigkill_mid_room_then_restart_resumes_with_every_turn_once(tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    persona_manifest(manifests, "alice", "Alice", ALICE, 0.15)
+    persona_manifest(manifests, "bob", "Bob", BOB, 0.15)
+    data = tmp_path / "data"
+    args = ["--data-dir", str(data)]
+    async with spawn_daemon(manifests, extra_args=args) as daemon:
+        await wait_for(daemon, "/agents", online("alice", "bob"))
+        async with httpx.AsyncClient(base_url=daemon.http) as http:
+            spec = {
+                "id": "long",
+                "topic": "Tea or coffee?",
+                "members": ["alice", "bob"],
+                "limits": {"max_turns": 12},
+            }
+            assert (await http.post("/rooms", json=spec)).status_code == 201
+        await wait_for(daemon, "/rooms/long", lambda r: r["room"]["current_turn"] >= 3)
+        daemon.process.send_signal(signal.SIGKILL)
+        await daemon.process.wait()
+    async with spawn_daemon(manifests, extra_args=args) as daemon:
+        final = await wait_for(
+            daemon, "/rooms/long", lambda r: r["room"]["status"] == "stopped", timeout=60
+        )
+    turns = [m["turn"] for m in final["transcript"]]
+    assert turns == list(range(1, 13)), turns
+    assert final["room"]["stop_reason"] == "MAX_TURNS"
+    logged = [json.loads(line) for line in (data / "rooms" / "long.jsonl").read_text().splitlines()]
+    logged_turns = [(e["turn"], e["text"]) for e in logged if e["type"] == "MESSAGE"]
+    with sqlite3.connect(data / "rooms.sqlite3") as db:
+        stored = db.execute(
+            "SELECT turn, text FROM messages WHERE room_id = 'long' ORDER BY turn"
+        ).fetchall()
+    assert (
+        logged_turns
+        == [tuple(row) for row in stored]
+        == [(m["turn"], m["text"]) for m in final["transcript"]]
+    )
+    assert any(e["type"] == "RESUMED" for e in logged)

@@ -1,0 +1,174 @@
+"""Rooms over a real MeshOrchestrator: persona agents served in process, turns as RPC."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import msgspec
+import pytest
+
+from mesh import Agent, AgentSpec, MeshOrchestrator, ReconnectPolicy, local_connector
+from mesh.agents.echo import agent as echo_agent
+from mesh.agents.persona import PersonaAgent
+from mesh.rooms import (
+    DEMO_TOPIC,
+    AgentLeftEvent,
+    ErrorEvent,
+    ExitRules,
+    InvalidRoomSpec,
+    Limits,
+    RoomManager,
+    RoomSpec,
+    StoppedEvent,
+    StopReason,
+    TurnRequest,
+    demo_chat,
+    perspective_messages,
+)
+from transports import FrameStream, TransportClosed, memory_stream_pair
+
+from ._helpers import GUARD, assert_log_and_db_agree, seat_agent
+
+pytestmark = pytest.mark.anyio
+
+
+class Killable:
+    """A connector to an in-process agent that the test can kill for good."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.dead = False
+        self._kill = anyio.Event()
+
+    def kill(self) -> None:
+        self.dead = True
+        self._kill.set()
+
+    @asynccontextmanager
+    async def __call__(self) -> AsyncIterator[FrameStream]:
+        if self.dead:
+            raise TransportClosed("the agent is dead")
+        ours, theirs = memory_stream_pair()
+        async with anyio.create_task_group() as tg:
+
+            async def serve_until_killed() -> None:
+                async with anyio.create_task_group() as inner:
+                    inner.start_soon(self.agent.serve, theirs)
+                    await self._kill.wait()
+                    inner.cancel_scope.cancel()
+                await theirs.aclose()
+
+            tg.start_soon(serve_until_killed)
+            try:
+                yield ours
+            finally:
+                tg.cancel_scope.cancel()
+
+
+def personas() -> tuple[PersonaAgent, PersonaAgent]:
+    alice, bob = demo_chat()
+    return seat_agent(alice), seat_agent(bob)
+
+
+async def test_a_room_through_the_orchestrator_with_persona_agents(tmp_path: Path) -> None:
+    alice, bob = personas()
+    specs = [AgentSpec(a.id, local_connector(a), name=a.id) for a in (alice, bob)]
+    async with (
+        MeshOrchestrator(specs) as mesh,
+        RoomManager.for_orchestrator(mesh, tmp_path) as rooms,
+    ):
+        created = await rooms.create(RoomSpec(topic=DEMO_TOPIC, members=("alice", "bob")))
+        # names and roles came from the agents themselves (room/persona)
+        assert [(m.name, m.role, m.awareness) for m in created.room.members] == [
+            ("Alice", "architect", "intermediate"),
+            ("Bob", "critic", "intermediate"),
+        ]
+        with anyio.fail_after(GUARD):
+            snapshot = await rooms.wait(created.id)
+        transcript = await rooms.transcript(created.id)
+        room = snapshot.room
+
+        # Inject a duplicate of the last turn and a stale one, as a retried or
+        # delayed RPC would: neither speaks again.
+        calls_before = len(bob.provider.calls)  # type: ignore[attr-defined]
+        last = TurnRequest(
+            room_id=room.id,
+            turn=12,
+            agent_id="bob",
+            system="",
+            messages=perspective_messages(room, transcript[:11], "bob"),
+        )
+        duplicate = await mesh.call("bob", "room/turn", msgspec.to_builtins(last))
+        stale = msgspec.structs.replace(last, turn=10)
+        dropped = await mesh.call("bob", "room/turn", msgspec.to_builtins(stale))
+        assert len(bob.provider.calls) == calls_before  # type: ignore[attr-defined]
+    assert (snapshot.stop_reason, snapshot.current_turn) == (StopReason.GOODBYE, 12)
+    assert [m.agent_id for m in transcript] == ["alice", "bob"] * 6
+    assert (duplicate["status"], duplicate["text"]) == ("replayed", transcript[-1].text)
+    assert dropped["status"] == "dropped" and "stale" in dropped["reason"]
+    # what Bob's model was shown at his last turn: his own words as assistant, Alice's as user
+    shown = bob.provider.calls[-1].messages  # type: ignore[attr-defined]
+    assert [m.role for m in shown] == ["user"] + ["user", "assistant"] * 5 + ["user"]
+    assert all(m.name == "Alice" for m in shown[1:] if m.role == "user")
+    assert_log_and_db_agree(tmp_path, created.id)
+
+
+async def test_a_member_that_goes_offline_leaves_and_is_lost(tmp_path: Path) -> None:
+    alice, bob = personas()
+    bob_link = Killable(bob)
+    specs = [
+        AgentSpec("alice", local_connector(alice)),
+        AgentSpec("bob", bob_link),
+    ]
+    policy = ReconnectPolicy(base=0.01, max_attempts=1)
+    room_spec = RoomSpec(
+        topic=DEMO_TOPIC,
+        members=("alice", "bob"),
+        limits=Limits(retry_delay=0),
+        rules=ExitRules(agent_grace=0.2),
+    )
+    async with (
+        MeshOrchestrator(specs, policy=policy) as mesh,
+        RoomManager.for_orchestrator(mesh, tmp_path) as rooms,
+    ):
+        room = await rooms.create(room_spec)
+        with anyio.fail_after(GUARD):
+            async with rooms.subscribe(room.id) as events:
+                async for event in events:
+                    if getattr(event, "turn", 0) == 3:
+                        bob_link.kill()
+                    if isinstance(event, StoppedEvent):
+                        break
+        snapshot = await rooms.get(room.id)
+        recorded = await rooms.events(room.id)
+    assert snapshot.stop_reason is StopReason.AGENT_LOST
+    assert snapshot.detail == "Bob stayed offline for 0.2 s"
+    left = [e for e in recorded if isinstance(e, AgentLeftEvent)]
+    assert [(e.agent_id, e.name, e.role) for e in left] == [("bob", "Bob", "critic")]
+    # at most the one attempt that raced the registry's news counts as an error
+    assert len([e for e in recorded if isinstance(e, ErrorEvent)]) <= 1
+
+
+async def test_an_agent_without_room_methods_fails_its_turns_with_error(tmp_path: Path) -> None:
+    alice, _ = personas()
+    specs = [
+        AgentSpec("alice", local_connector(alice)),
+        AgentSpec("echo", local_connector(echo_agent), name="Echo"),
+    ]
+    room_spec = RoomSpec(topic="anything", members=("alice", "echo"), limits=Limits(retry_delay=0))
+    async with (
+        MeshOrchestrator(specs) as mesh,
+        RoomManager.for_orchestrator(mesh, tmp_path) as rooms,
+    ):
+        room = await rooms.create(room_spec)
+        assert (room.room.members[1].name, room.room.members[1].role) == ("Echo", "participant")
+        with anyio.fail_after(GUARD):
+            snapshot = await rooms.wait(room.id)
+        with pytest.raises(InvalidRoomSpec, match="member 'ghost' is not online"):
+            await rooms.create(RoomSpec(topic="t", members=("alice", "ghost")))
+    assert snapshot.stop_reason is StopReason.ERROR
+    assert "MethodNotFound: agent 'echo' has no method 'room/turn'" in snapshot.detail
+    assert snapshot.current_turn == 1
