@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,7 @@ from transports._groups import unwrap_single_error
 
 __all__ = [
     "Daemon",
+    "DialInEcho",
     "EchoServer",
     "NotificationRecorder",
     "echo_agent_command",
@@ -46,6 +48,7 @@ __all__ = [
     "open_echo_agent",
     "open_memory_peer",
     "spawn_daemon",
+    "spawn_dialin_echo",
     "spawn_echo_server",
 ]
 
@@ -163,6 +166,8 @@ async def spawn_echo_server(
 
 async def _stop(process: anyio.abc.Process) -> None:
     if process.returncode is None:
+        with suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGCONT)  # a test may have stopped it
         process.terminate()
         with anyio.move_on_after(5):
             await process.wait()
@@ -172,15 +177,23 @@ async def _stop(process: anyio.abc.Process) -> None:
     await process.aclose()
 
 
+@dataclass(frozen=True, slots=True)
+class DialInEcho:
+    """An echo agent process that dialled in to us, and our Peer to it."""
+
+    peer: Peer
+    process: anyio.abc.Process
+
+
 @asynccontextmanager
-async def open_dialin_echo_agent(
+async def spawn_dialin_echo(
     *,
     handler: NotificationRecorder | None = None,
     config: SessionConfig | None = None,
     backend: str | None = None,
     token: str = "dial-in-secret",
-) -> AsyncIterator[Peer]:
-    """Listen on a loopback port, let the echo agent process dial in, yield a Peer to it."""
+) -> AsyncIterator[DialInEcho]:
+    """Listen on a loopback port and let the echo agent process dial in (``--connect``)."""
     links, incoming = anyio.create_memory_object_stream[WebSocketStream](1)
     done = anyio.Event()
 
@@ -204,11 +217,26 @@ async def open_dialin_echo_agent(
                 stream = await incoming.receive()
             async with open_peer(stream, handler=handler, config=config, agent="echo") as peer:
                 await handshake(peer, timeout=SPAWN_TIMEOUT)
-                yield peer
+                yield DialInEcho(peer, process)
         finally:
             done.set()
             with anyio.CancelScope(shield=True):
                 await _stop(process)
+
+
+@asynccontextmanager
+async def open_dialin_echo_agent(
+    *,
+    handler: NotificationRecorder | None = None,
+    config: SessionConfig | None = None,
+    backend: str | None = None,
+    token: str = "dial-in-secret",
+) -> AsyncIterator[Peer]:
+    """Listen on a loopback port, let the echo agent process dial in, yield a Peer to it."""
+    async with spawn_dialin_echo(
+        handler=handler, config=config, backend=backend, token=token
+    ) as echo:
+        yield echo.peer
 
 
 @dataclass(frozen=True, slots=True)

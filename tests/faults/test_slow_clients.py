@@ -1,0 +1,182 @@
+"""Row 5: slow, idle and half-open clients do not pin the server.
+
+Against ``mesh.open_agent_server`` with 0.3 s request and keep-alive timeouts: 50
+connections that send half a request, 50 that send nothing, 50 that send a request
+and never read the answer. While they hang on, a normal client's calls are answered
+at once; and the server closes every one of them within its timeout. The closes are
+seen by the kernel (``POLLRDHUP``), so even a client that never reads knows.
+
+Then the clients that defeat a timeout on one step only: half a request *head* under a
+long keep-alive timeout (408 after the request timeout all the same), and clients that
+never read large answers, over HTTP and WebSocket, until the server's writes block.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+import anyio
+import pytest
+
+from mesh import SessionConfig, connect_http, connect_websocket, open_agent_server
+from mesh.agents.echo import agent as echo_agent
+from tests.faults._helpers import ping_frame, wait_closed_by_peer
+from transports import HttpServer, HttpServerConfig, WebSocketConfig, open_websocket
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT = 0.3
+QUICK = HttpServerConfig(request_timeout=TIMEOUT, keepalive_timeout=TIMEOUT)
+EACH = 50
+#: A loopback round trip takes a millisecond; this allows a loaded machine 250 of them
+#: and is still under the timeouts, so a server pinned until they fire would fail it.
+ANSWERED_WITHIN = 0.25
+#: The server's timers are exact; its event loop, on a shared two-core machine, is not.
+SLACK = 1.0
+
+#: For the clients that need the server to act on its own: 0.3 s timeouts, 1 s is plenty.
+CUT_OFF_WITHIN = 1.0
+
+HALF_HEAD = b"POST /rpc HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le"
+HALF_BODY = b'POST /rpc HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{"type":'
+PING = ping_frame("unread")
+WHOLE = b"POST /rpc HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s" % (len(PING), PING)
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    sock: socket.socket
+    connected_at: float  # time.monotonic(), the clock wait_closed_by_peer reports on
+
+
+@contextmanager
+def _connections(port: int, first_bytes: bytes, count: int) -> Iterator[list[Opened]]:
+    """``count`` connections that each send ``first_bytes`` and then nothing.
+
+    Plain blocking sockets: a loopback connect completes in the kernel's backlog in
+    microseconds, without the (in-process) server's event loop, so 150 open at once.
+    """
+    with ExitStack() as stack:
+        opened = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.create_connection(("127.0.0.1", port)))
+            connected_at = time.monotonic()
+            sock.sendall(first_bytes)
+            opened.append(Opened(sock, connected_at))
+        yield opened
+
+
+async def _normal_calls(server: HttpServer) -> list[float]:
+    """Latencies of calls over HTTP and WebSocket made while the bad connections hang on."""
+    latencies = []
+    async with connect_http(server.url, agent="echo") as over_http:
+        latencies += [await over_http.ping() for _ in range(10)]
+    async with connect_websocket(server.ws_url + "/ws", agent="echo") as over_ws:
+        latencies += [await over_ws.ping() for _ in range(10)]
+    return latencies
+
+
+def _received(sock: socket.socket) -> bytes:
+    return sock.recv(4096, socket.MSG_DONTWAIT)  # the peer has closed: all of it is here
+
+
+async def test_slow_idle_and_unread_connections_are_closed_and_do_not_pin_the_server() -> None:
+    closed_at: dict[int, float] = {}
+    async with open_agent_server(echo_agent, http_config=QUICK) as server:
+        port = server.port
+        with (
+            _connections(port, HALF_HEAD, EACH // 2) as half_heads,
+            _connections(port, HALF_BODY, EACH // 2) as half_bodies,
+            _connections(port, b"", EACH) as idle,
+            _connections(port, WHOLE, EACH) as unread,
+        ):
+            groups = {"half head": half_heads, "half body": half_bodies}
+            groups |= {"idle": idle, "never read": unread}
+            everyone = [opened.sock for group in groups.values() for opened in group]
+
+            async def watch() -> None:
+                closed_at.update(await wait_closed_by_peer(everyone))
+
+            with anyio.fail_after(TIMEOUT + SLACK + 2):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(watch)
+                    calls_started = time.monotonic()
+                    latencies = await _normal_calls(server)
+            for name, group in groups.items():
+                for opened in group:
+                    lived = closed_at[opened.sock.fileno()] - opened.connected_at
+                    # Closed by its timeout: not at once, and not long after it.
+                    assert 0.2 < lived < TIMEOUT + SLACK, (name, lived)
+            for opened in half_heads + half_bodies:
+                assert _received(opened.sock).startswith(b"HTTP/1.1 408 ")
+            for opened in unread:
+                assert _received(opened.sock).startswith(b"HTTP/1.1 200 ")
+    assert calls_started < min(closed_at.values()), "the calls began while all were open"
+    assert max(latencies) < ANSWERED_WITHIN, latencies
+
+
+async def test_half_a_request_head_gets_408_within_the_request_timeout() -> None:
+    """The head counts as part of the request: a long keep-alive timeout does not cover it."""
+    config = HttpServerConfig(request_timeout=TIMEOUT, keepalive_timeout=30)
+    async with (
+        open_agent_server(echo_agent, http_config=config) as server,
+        await anyio.connect_tcp("127.0.0.1", server.port) as stream,
+    ):
+        await stream.send(HALF_HEAD)
+        with anyio.fail_after(CUT_OFF_WITHIN):
+            reply = await stream.receive()
+    assert reply.startswith(b"HTTP/1.1 408 ")
+
+
+def _blob_request(n: int) -> bytes:
+    """A tools/call whose answer (~900 KB) overflows the socket buffers after a few."""
+    arguments = {"name": "blob", "arguments": {"size": 900_000}}
+    return json.dumps(
+        {
+            "type": "request",
+            "id": f"blob{n}",
+            "timestamp": 1,
+            "payload": {"method": "tools/call", "params": arguments},
+        }
+    ).encode()
+
+
+async def _wait_for_no_connections(server: HttpServer, within: float) -> bool:
+    # No event marks a server-side close that the client cannot see (the FIN queues
+    # behind the data it never reads), so the server's own count is polled, bounded.
+    with anyio.move_on_after(within):
+        while server.connections:  # noqa: ASYNC110  (nothing to wait on; see above)
+            await anyio.sleep(0.02)
+    return server.connections == 0
+
+
+async def test_an_http_client_that_never_reads_large_answers_is_cut_off() -> None:
+    """Writing the answers is bounded too: a client that never reads cannot hold them."""
+    async with (
+        open_agent_server(echo_agent, http_config=QUICK) as server,
+        await anyio.connect_tcp("127.0.0.1", server.port) as stream,
+    ):
+        for n in range(20):
+            body = _blob_request(n)
+            await stream.send(
+                b"POST /rpc HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+            )
+        assert await _wait_for_no_connections(server, CUT_OFF_WITHIN)
+
+
+async def test_a_websocket_client_that_never_reads_is_cut_off() -> None:
+    """The session's TTL fires; closing must not then wait for ever on a full socket."""
+    quick_ws = WebSocketConfig(ping_interval=0.2, ping_timeout=0.2, close_timeout=0.2)
+    async with (
+        open_agent_server(
+            echo_agent, config=SessionConfig(heartbeat_interval=0.1), websocket_config=quick_ws
+        ) as server,
+        open_websocket(server.ws_url + "/ws", config=WebSocketConfig(ping_interval=None)) as ws,
+    ):
+        await ws.send_many([_blob_request(n) for n in range(20)])
+        assert await _wait_for_no_connections(server, CUT_OFF_WITHIN)
