@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     backends = _backends(args)
     header = machine_header(settings, list(backends))
     started = time.monotonic()
-    cases = plan_cases(scenarios, backends)
+    cases = plan_cases(scenarios, backends, smoke=settings.smoke)
     results = run_cases(cases, settings, progress=lambda line: print(line, file=sys.stderr))
     report = build_report(results, header | {"wall_s": round(time.monotonic() - started, 1)})
     print(format_table(report))

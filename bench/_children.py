@@ -2,22 +2,23 @@
 
 Servers run as separate processes on 127.0.0.1 with an ephemeral port: the
 server binds port 0 and prints ``PORT <n>`` on stdout, which `open_server`
-waits for. Every child is killed when its `async with` ends, and also asks the
-kernel to kill it when its parent dies (``PR_SET_PDEATHSIG``), so a run killed
-on timeout leaves nothing behind, not even a child in its own session (the MCP
-SDK starts stdio servers with ``start_new_session=True``).
+waits for. Every child is killed when its `async with` ends, and also kills
+itself when its parent dies (`die_with_parent`), so a run killed on timeout
+leaves nothing behind, not even a child in its own session (the MCP SDK starts
+stdio servers with ``start_new_session=True``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import resource
 import signal
 import socket
 import sys
+import threading
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ __all__ = [
     "announce_port",
     "bench_env",
     "child_env",
+    "cpu_seconds",
     "die_with_parent",
     "listen_socket",
     "open_server",
@@ -59,7 +61,8 @@ STARTUP_TIMEOUT_S = 30.0
 #: How long a killed child may take to be reaped before we stop waiting.
 REAP_TIMEOUT_S = 5.0
 
-_PR_SET_PDEATHSIG = 1
+#: How often a child checks that its parent is alive (`die_with_parent`).
+PARENT_POLL_S = 0.5
 
 
 def child_env() -> dict[str, str]:
@@ -86,11 +89,21 @@ def python_module(module: str, *args: str) -> list[str]:
 
 
 def die_with_parent() -> None:
-    """Have the kernel SIGKILL this process when its parent exits (Linux only)."""
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    """Exit (SIGKILL) as soon as this process's parent is gone.
+
+    Not ``PR_SET_PDEATHSIG``: that fires when the parent *thread* that forked us
+    exits, and trio (so anyio on trio) spawns children from a worker thread that
+    it retires after ~10 s idle, which killed every long-lived child of a trio
+    run. A daemon thread notices re-parenting instead (within `PARENT_POLL_S`).
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 
 def listen_socket(backlog: int = 1024) -> socket.socket:
@@ -128,6 +141,12 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time `pid` has used so far, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True, slots=True)

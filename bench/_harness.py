@@ -75,17 +75,23 @@ class CaseResult:
         }
 
 
-def plan_cases(scenarios: Sequence[Scenario], backends: Sequence[Backend]) -> list[Case]:
+def plan_cases(
+    scenarios: Sequence[Scenario], backends: Sequence[Backend], *, smoke: bool = False
+) -> list[Case]:
     """Every (scenario, backend, mode) to run.
 
     A scenario runs on the asked backends it supports; one that supports none
     of them (an asyncio-only server measurement) runs on its own first backend,
     so that asking for trio still measures the fan-out and memory baselines.
+    With `smoke`, only each scenario's `smoke_modes` run.
     """
     cases = []
     for scenario in scenarios:
         chosen = [b for b in scenario.backends if b in backends] or [scenario.backends[0]]
-        cases += [Case(scenario, mode, b) for b in chosen for mode in scenario.modes]
+        modes = scenario.modes
+        if smoke and scenario.smoke_modes is not None:
+            modes = tuple(m for m in modes if m in scenario.smoke_modes)
+        cases += [Case(scenario, mode, b) for b in chosen for mode in modes]
     return cases
 
 
@@ -116,7 +122,8 @@ class RunOutput:
 
 def run_once(case: Case, settings: Settings) -> RunOutput | str:
     """One fresh-process run: its output, or why it failed."""
-    timeout = settings.warmup + settings.duration + SETUP_ALLOWANCE_S
+    allowance = case.scenario.setup_allowance_s or SETUP_ALLOWANCE_S
+    timeout = settings.warmup + settings.duration + allowance
     process = subprocess.Popen(
         _command(case, settings),
         stdin=subprocess.DEVNULL,

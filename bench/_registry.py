@@ -45,6 +45,7 @@ SCENARIO_MODULES: tuple[str, ...] = (
     "bench.baselines.mcp_peer",
     "bench.baselines.http_echo",
     "bench.baselines.ws_crowd",
+    "bench.mesh_scenarios",
 )
 
 
@@ -98,6 +99,10 @@ class Scenario:
     description: str = ""
     #: Cap on --repeat, for figures that do not vary run to run (memory).
     max_repeat: int | None = None
+    #: The modes --smoke runs (None: all of them; empty: none), so CI stays in seconds.
+    smoke_modes: tuple[str, ...] | None = None
+    #: Seconds a run may take beyond warm-up + duration (default: the harness's).
+    setup_allowance_s: float | None = None
 
     @property
     def baseline(self) -> str | None:
@@ -118,11 +123,14 @@ def scenario(
     higher_is_better: bool = True,
     description: str = "",
     max_repeat: int | None = None,
+    smoke_modes: tuple[str, ...] | None = None,
+    setup_allowance_s: float | None = None,
 ) -> Callable[[RunFn], RunFn]:
     """Register the decorated `async def run(ctx) -> Measurement` as a scenario.
 
     `baseline` names the scenario (or scenarios, first one foremost) that this
-    one is compared with, in the same mode; None marks a baseline.
+    one is compared with, in the same mode; None marks a baseline. `smoke_modes`
+    limits what ``--smoke`` runs of it (None: every mode).
     """
 
     def register(run: RunFn) -> RunFn:
@@ -140,6 +148,8 @@ def scenario(
             higher_is_better=higher_is_better,
             description=description or first_doc_line,
             max_repeat=max_repeat,
+            smoke_modes=smoke_modes,
+            setup_allowance_s=setup_allowance_s,
         )
         return run
 

@@ -49,6 +49,34 @@ def test_smoke_run_writes_sane_json(tmp_path: Path) -> None:
     assert "pipe-raw" in done.stdout  # the table was printed
 
 
+@pytest.mark.timeout(SMOKE_TIMEOUT_S + 10)
+def test_smoke_runs_the_mesh_over_stdio(tmp_path: Path) -> None:
+    """The mesh's own path: --smoke runs mesh-stdio sequentially (and its two baselines)."""
+    command = [sys.executable, "-m", "bench", "--smoke", "--only", "mesh-stdio"]
+    command += ["--output", str(tmp_path)]
+    done = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=SMOKE_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((tmp_path / "smoke.json").read_text())
+    mesh = [r for r in report["results"] if r["scenario"] == "mesh-stdio"]
+    assert [(r["mode"], r["backend"]) for r in mesh] == [("sequential", "asyncio")]
+    assert mesh[0]["figures"]["calls_per_s"] > 0
+    assert {v["baseline"] for v in mesh[0]["vs"]} == {"pipe-raw", "mcp-stdio"}
+
+
+def test_smoke_modes_limit_what_smoke_runs() -> None:
+    many = Scenario("many", "stdio", _never_run, smoke_modes=("sequential",))
+    cases = plan_cases([many], ["asyncio"], smoke=True)
+    assert [c.label for c in cases] == ["many sequential asyncio"]
+    assert len(plan_cases([many], ["asyncio"])) == 2
+
+
 async def _never_run(ctx: RunContext) -> Measurement:
     raise AssertionError("the report test does not run scenarios")
 

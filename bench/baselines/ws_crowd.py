@@ -26,6 +26,7 @@ import msgspec
 
 from bench._children import (
     announce_port,
+    cpu_seconds,
     die_with_parent,
     open_server,
     python_module,
@@ -201,15 +202,24 @@ async def measure_fanout(crowd: CrowdHandle, ctx: RunContext) -> Measurement:
     end = start + ctx.duration
     samples: list[float] = []
     send_us: list[float] = []
+    cpu_before: tuple[float, float] | None = None
     seq = 0
     with anyio.fail_after(ctx.warmup + ctx.duration + GRACE_S):  # a lost message hangs
         while (now := time.perf_counter()) < end:
+            if cpu_before is None and now >= start:
+                cpu_before = (cpu_seconds(crowd.server_pid), cpu_seconds(crowd.process.pid))
             seq += 1
             all_us, sent = await crowd.broadcast(seq)
             if now >= start:
                 samples.append(all_us / 1e6)
                 send_us.append(sent)
     result = summarize(samples, len(samples), ctx.duration)
+    if cpu_before is not None and samples:
+        # CPU time per broadcast in the window (clock-tick resolution: 10 ms in total).
+        server_cpu = cpu_seconds(crowd.server_pid) - cpu_before[0]
+        crowd_cpu = cpu_seconds(crowd.process.pid) - cpu_before[1]
+        result.extra["server_cpu_us_per_broadcast"] = server_cpu * 1e6 / len(samples)
+        result.extra["crowd_cpu_us_per_broadcast"] = crowd_cpu * 1e6 / len(samples)
     send_us.sort()
     result.extra["server_send_p50_us"] = send_us[len(send_us) // 2] if send_us else 0.0
     return result
