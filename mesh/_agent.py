@@ -5,9 +5,19 @@
     agent = Agent("echo", description="Says things back.")
 
     @agent.tool
-    async def echo(message: str) -> dict[str, str]:
+    def echo(message: str) -> dict[str, str]:
         "Return the message unchanged."
         return {"message": message}
+
+    @agent.tool
+    async def wait(seconds: float) -> dict[str, float]:
+        "Sleep, then say so."
+        await anyio.sleep(seconds)
+        return {"slept": seconds}
+
+A plain ``def`` runs inline on the connection's reader and its answer is queued at
+once (no task: the cheapest call there is); an ``async def`` runs in a task of its
+own, which the caller's cancel or deadline cancels.
 
 Arguments are validated against the function's type hints (msgspec), and
 ``tools/list`` publishes a JSON Schema derived from the same hints. A parameter
@@ -19,9 +29,10 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar, get_type_hints, overload
+from types import UnionType
+from typing import Any, Final, TypeVar, Union, get_args, get_origin, get_type_hints, overload
 
 import msgspec
 import structlog
@@ -77,7 +88,9 @@ class Tool:
             entry["outputSchema"] = self.output_schema
         return entry
 
-    async def invoke(self, ctx: RequestContext, arguments: Any) -> Any:
+    def start(self, ctx: RequestContext, arguments: Any) -> Any:
+        """Validate ``arguments`` and call the function: its result if it has one now
+        (a plain ``def``), else an awaitable of it (an ``async def``)."""
         try:
             args = msgspec.convert(arguments, self.arguments_type, strict=True)
         except msgspec.ValidationError as exc:
@@ -89,16 +102,32 @@ class Tool:
             kwargs[self.context_parameter] = ctx
         try:
             result = self.function(**kwargs)
-            if inspect.isawaitable(result):
-                result = await result
         except MeshError:
             raise
         except Exception as exc:
-            log.info("agent.tool_failed", tool=self.name, error=repr(exc))
-            raise ToolError(
-                str(exc) or type(exc).__name__, data={"type": type(exc).__name__}
-            ) from exc
+            raise self._failed(exc) from exc
+        if inspect.isawaitable(result):
+            return self._finish(result)
         return result
+
+    async def invoke(self, ctx: RequestContext, arguments: Any) -> Any:
+        """Run the tool to the end and return its result."""
+        result = self.start(ctx, arguments)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def _finish(self, pending: Awaitable[Any]) -> Any:
+        try:
+            return await pending
+        except MeshError:
+            raise
+        except Exception as exc:
+            raise self._failed(exc) from exc
+
+    def _failed(self, exc: Exception) -> ToolError:
+        log.info("agent.tool_failed", tool=self.name, error=repr(exc))
+        return ToolError(str(exc) or type(exc).__name__, data={"type": type(exc).__name__})
 
 
 def _schema_of(tp: Any) -> dict[str, Any]:
@@ -114,6 +143,14 @@ def _schema_of(tp: Any) -> dict[str, Any]:
             top["$defs"] = defs
         return top
     return schema
+
+
+def _answer_type(returns: Any) -> Any:
+    """``T`` for a plain ``def`` annotated ``T | Awaitable[T]`` (it answers now or later)."""
+    if get_origin(returns) not in (Union, UnionType):
+        return returns
+    now = [arm for arm in get_args(returns) if get_origin(arm) not in (Awaitable, Coroutine)]
+    return Union[tuple(now)] if now else Any  # noqa: UP007 - built from a runtime tuple
 
 
 def build_tool(function: Callable[..., Any], *, name: str | None, description: str | None) -> Tool:
@@ -145,7 +182,7 @@ def build_tool(function: Callable[..., Any], *, name: str | None, description: s
         input_schema = _schema_of(arguments_type)
     except TypeError as exc:
         raise TypeError(f"tool {tool_name!r}: a parameter type has no JSON Schema: {exc}") from None
-    returns = hints.get("return", Any)
+    returns = _answer_type(hints.get("return", Any))
     output_schema = None
     if returns not in (Any, None, type(None), object):
         try:
@@ -185,7 +222,7 @@ class Agent:
         self.version = version
         self.capabilities = frozenset(capabilities)
         self._tools: dict[str, Tool] = {}
-        self._methods: dict[str, Callable[[RequestContext, Any], Awaitable[Any]]] = {
+        self._methods: dict[str, Callable[[RequestContext, Any], Any]] = {
             "ping": self._ping,
             "tools/list": self._list_tools,
             "tools/call": self._call_tool,
@@ -228,7 +265,8 @@ class Agent:
         return register(function) if function is not None else register
 
     def method(self, name: str) -> Callable[[F], F]:
-        """Register a handler for a custom method: ``async def handler(ctx, params)``."""
+        """Register ``handler(ctx, params)`` for a custom method: a plain ``def`` answers
+        inline on the connection's reader, an ``async def`` in a task of its own."""
 
         def register(fn: F) -> F:
             if name in self._methods:
@@ -257,11 +295,12 @@ class Agent:
         """Serve this agent on one stream until it closes."""
         await serve_peer(stream, self, config=config)
 
-    async def handle_request(self, ctx: RequestContext, method: str, params: Any) -> Any:
+    def handle_request(self, ctx: RequestContext, method: str, params: Any) -> Any:
+        """The answer to one request, or an awaitable of it (see :class:`mesh.RequestHandler`)."""
         handler = self._methods.get(method)
         if handler is None:
             raise MethodNotFound(f"agent {self.id!r} has no method {method!r}")
-        return await handler(ctx, params)
+        return handler(ctx, params)
 
     async def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:
         handler = self._notification_handlers.get(method)
@@ -272,13 +311,13 @@ class Agent:
 
     # -- built-in methods --------------------------------------------------------------------
 
-    async def _ping(self, ctx: RequestContext, params: Any) -> dict[str, Any]:
+    def _ping(self, ctx: RequestContext, params: Any) -> dict[str, Any]:
         return {"agent": self.id, "timestamp": now_ms()}
 
-    async def _list_tools(self, ctx: RequestContext, params: Any) -> dict[str, Any]:
+    def _list_tools(self, ctx: RequestContext, params: Any) -> dict[str, Any]:
         return {"tools": [tool.describe() for tool in self._tools.values()]}
 
-    async def _info(self, ctx: RequestContext, params: Any) -> dict[str, Any]:
+    def _info(self, ctx: RequestContext, params: Any) -> dict[str, Any]:
         return {
             "id": self.id,
             "name": self.name,
@@ -288,7 +327,7 @@ class Agent:
             "tools": list(self._tools),
         }
 
-    async def _call_tool(self, ctx: RequestContext, params: Any) -> Any:
+    def _call_tool(self, ctx: RequestContext, params: Any) -> Any:
         try:
             call = msgspec.convert(params, _ToolCall, strict=True)
         except msgspec.ValidationError as exc:
@@ -299,4 +338,4 @@ class Agent:
             raise MethodNotFound(
                 f"agent {self.id!r} has no tool named {call.name!r} (tools: {known})"
             )
-        return await tool.invoke(ctx, call.arguments)
+        return tool.start(ctx, call.arguments)

@@ -9,8 +9,9 @@ that :func:`open_peer` owns; nothing outlives its ``async with``.
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, Final, Protocol
 
@@ -57,9 +58,15 @@ ProgressCallback = Callable[[Mapping[str, Any]], None]
 
 
 class RequestHandler(Protocol):
-    """What serves a peer's requests; :class:`mesh.Agent` is one."""
+    """What serves a peer's requests; :class:`mesh.Agent` is one.
 
-    async def handle_request(self, ctx: RequestContext, method: str, params: Any) -> Any: ...
+    ``handle_request`` is called on the connection's reader and returns either the
+    answer itself or an awaitable of it (an ``async def`` returns a coroutine): a
+    plain answer is queued at once, with no task; an awaitable runs in a task of
+    its own, cancellable by the caller. So a handler that need not wait should not.
+    """
+
+    def handle_request(self, ctx: RequestContext, method: str, params: Any) -> Any: ...
 
     async def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None: ...
 
@@ -375,18 +382,22 @@ class Peer:
                 f"this peer serves no methods ({request.method!r})",
             )
             return
-        scope = self._new_scope()
-        self._handlers[request.id] = scope
-        self._tasks.start_soon(self._run_handler, request, scope, name="mesh.handler")
-
-    async def _run_handler(self, request: IncomingRequest, scope: anyio.CancelScope) -> None:
-        assert self._handler is not None
         ctx = RequestContext(
             self._session, request.id, request.method, peer=self, wake=self._wake_writer
         )
+        pending = start_request(self._handler, ctx, self._session, request)
+        if pending is None:
+            return  # answered inline; the reader (or clock) sends what is queued
+        scope = self._new_scope()
+        self._handlers[request.id] = scope
+        self._tasks.start_soon(self._finish_handler, request, pending, scope, name="mesh.handler")
+
+    async def _finish_handler(
+        self, request: IncomingRequest, pending: Awaitable[Any], scope: anyio.CancelScope
+    ) -> None:
         try:
             with scope:
-                await answer_request(self._handler, ctx, self._session, request)
+                await finish_request(pending, self._session, request)
         finally:
             self._handlers.pop(request.id, None)
             self._wake_writer()
@@ -426,21 +437,51 @@ class Peer:
         self._background.cancel()
 
 
+def start_request(
+    handler: RequestHandler, ctx: RequestContext, session: Session, request: IncomingRequest
+) -> Awaitable[Any] | None:
+    """Call one request's handler: queue its answer if it has one now (None), else
+    return the awaitable that will produce it (see :func:`finish_request`)."""
+    try:
+        result = handler.handle_request(ctx, request.method, request.params)
+    except Exception as exc:
+        _queue_failure(session, request, exc)
+        return None
+    if inspect.isawaitable(result):
+        return result
+    session.send_response(request.id, result)
+    return None
+
+
+async def finish_request(
+    pending: Awaitable[Any], session: Session, request: IncomingRequest
+) -> None:
+    """Await what :func:`start_request` handed back and queue the answer."""
+    try:
+        result = await pending
+    except Exception as exc:
+        _queue_failure(session, request, exc)
+    else:
+        session.send_response(request.id, result)
+
+
 async def answer_request(
     handler: RequestHandler, ctx: RequestContext, session: Session, request: IncomingRequest
 ) -> None:
-    """Run one request's handler and queue its answer (a result or a mapped error)."""
-    try:
-        result = await handler.handle_request(ctx, request.method, request.params)
-    except MeshError as exc:
+    """Run one request's handler to the end and queue its answer (a result or a mapped error)."""
+    pending = start_request(handler, ctx, session, request)
+    if pending is not None:
+        await finish_request(pending, session, request)
+
+
+def _queue_failure(session: Session, request: IncomingRequest, exc: Exception) -> None:
+    if isinstance(exc, MeshError):
         # str(), not .message: an error forwarded from another agent keeps naming
         # where it happened (agent, method, transport) as it crosses each hop.
         session.send_error(request.id, exc.code, str(exc), exc.data)
-    except Exception as exc:
-        log.exception("mesh.handler_crashed", method=request.method, request_id=request.id)
-        session.send_error(request.id, ErrorCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
-    else:
-        session.send_response(request.id, result)
+        return
+    log.error("mesh.handler_crashed", method=request.method, request_id=request.id, exc_info=exc)
+    session.send_error(request.id, ErrorCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
 
 
 def _rejection_error(exc: FrameRejected) -> MeshError:

@@ -7,6 +7,7 @@ progress (``sleep``), errors (``fail``) and size limits (``blob``).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Annotated
 
 import anyio
@@ -24,16 +25,24 @@ agent = Agent(
 Seconds = Annotated[float, msgspec.Meta(ge=0, le=3600, description="how long, in seconds")]
 
 
+Reply = dict[str, str]
+
+
 @agent.tool
-async def echo(message: str, delay: Seconds = 0.0) -> dict[str, str]:
+def echo(message: str, delay: Seconds = 0.0) -> Reply | Awaitable[Reply]:
     """Return the message unchanged, after an optional delay."""
-    if delay:
-        await anyio.sleep(delay)
-    return {"message": message}
+    reply = {"message": message}
+    # A plain def answers inline, with no task; only a delayed echo needs one.
+    return _later(delay, reply) if delay else reply
+
+
+async def _later(delay: float, reply: Reply) -> Reply:
+    await anyio.sleep(delay)
+    return reply
 
 
 @agent.tool
-async def reverse(text: str) -> dict[str, str]:
+def reverse(text: str) -> dict[str, str]:
     """Return the text reversed."""
     return {"text": text[::-1]}
 

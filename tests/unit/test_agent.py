@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Annotated, Any
 
 import anyio
+import anyio.lowlevel
 import msgspec
 import pytest
 
@@ -128,3 +130,81 @@ def test_declaration_errors_are_caught_early() -> None:
 
     with pytest.raises(ValueError, match="already handles 'ping'"):
         agent.method("ping")(one)
+
+
+def where_handlers_run() -> tuple[Agent, list[str]]:
+    """An agent whose tools and methods record the task they ran in."""
+    agent = Agent("where")
+    seen: list[str] = []
+
+    def record(label: str) -> None:
+        seen.append(f"{label}:{anyio.get_current_task().name}")
+
+    @agent.tool
+    def now(x: int) -> int:
+        record("now")
+        return x + 1
+
+    @agent.tool
+    def later(x: int) -> int | Awaitable[int]:
+        record("later-start")
+
+        async def finish() -> int:
+            await anyio.lowlevel.checkpoint()
+            record("later-finish")
+            return x * 2
+
+        return finish()
+
+    @agent.tool
+    def broken(x: int) -> int:
+        raise ValueError(f"bad {x}")
+
+    @agent.tool
+    def async_broken() -> Awaitable[int]:
+        async def finish() -> int:
+            await anyio.lowlevel.checkpoint()
+            raise LookupError("gone")
+
+        return finish()
+
+    @agent.method("sync/echo")
+    def sync_echo(ctx: RequestContext, params: Any) -> Any:
+        record("method")
+        return params
+
+    return agent, seen
+
+
+async def test_plain_functions_answer_inline_and_awaitables_get_a_task() -> None:
+    agent, seen = where_handlers_run()
+    async with open_memory_peer(agent) as peer:
+        assert await peer.call_tool("now", {"x": 1}) == 2
+        assert await peer.call_tool("later", {"x": 4}) == 8
+        assert await peer.call("sync/echo", [1, "two"]) == [1, "two"]
+    tasks = {entry.split(":", 1)[0]: entry.split(":", 1)[1] for entry in seen}
+    # Inline: in the connection's reader, not in a per-request handler task.
+    assert tasks["now"] == tasks["later-start"] == tasks["method"] != "mesh.handler"
+    assert tasks["later-finish"] == "mesh.handler"
+
+
+async def test_plain_functions_fail_like_async_ones() -> None:
+    agent, _ = where_handlers_run()
+    async with open_memory_peer(agent) as peer:
+        with pytest.raises(ToolError, match="bad 3") as raised:
+            await peer.call_tool("broken", {"x": 3})
+        assert raised.value.data == {"type": "ValueError"}
+        with pytest.raises(ToolError, match="gone") as raised:
+            await peer.call_tool("async_broken")
+        assert raised.value.data == {"type": "LookupError"}
+        with pytest.raises(InvalidParams, match="Expected `int`"):
+            await peer.call_tool("now", {"x": "one"})
+        assert await peer.call_tool("now", {"x": 41}) == 42  # the link is unharmed
+
+
+async def test_answer_now_or_later_publishes_the_answer_schema() -> None:
+    agent, _ = where_handlers_run()
+    async with open_memory_peer(agent) as peer:
+        tools = {t["name"]: t for t in await peer.list_tools()}
+    assert tools["later"]["outputSchema"] == {"type": "integer"}
+    assert "outputSchema" not in tools["async_broken"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import uuid
 from typing import Any
 
 from hypothesis import given
@@ -20,6 +22,7 @@ from mesh._protocol import (
     RequestPayload,
     Response,
     ResponsePayload,
+    new_request_id,
     salvage_id,
 )
 
@@ -119,3 +122,26 @@ def test_error_codes_map_to_exception_classes() -> None:
         assert str(exc) == "m (agent 'a')"
     unknown = error_from_code(12345, "custom")
     assert type(unknown).__name__ == "RemoteError" and unknown.code == 12345
+
+
+def test_request_ids_are_canonical_uuid4_and_do_not_repeat() -> None:
+    ids = [new_request_id() for _ in range(20_000)]
+    assert len(set(ids)) == len(ids)
+    for rid in ids[:2_000]:
+        parsed = uuid.UUID(rid)
+        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, rid)
+
+
+def test_a_forked_child_makes_different_ids() -> None:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report one id and leave at once
+        os.write(write, new_request_id().encode())
+        os._exit(0)
+    os.close(write)
+    try:
+        child = os.read(read, 64).decode()
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    assert child and child != new_request_id()
