@@ -70,8 +70,10 @@ def _quiet_logs() -> None:
 
 async def serve_crowd() -> None:
     import mesh
+    from mesh._gc import tune_for_serving
 
     raise_nofile_limit()
+    tune_for_serving()  # as `mesh serve` and `run_agent` do
     agent = mesh.Agent("crowd", description="bench: holds idle peers and broadcasts to them")
     recipients: dict[Peer, None] = {}  # insertion-ordered set
     joined = [anyio.Event()]  # set, and replaced, whenever a recipient joins

@@ -26,6 +26,7 @@ import anyio
 
 from mesh._agent import Agent
 from mesh._errors import MeshError
+from mesh._gc import tune_for_serving
 from mesh._logging import configure_logging
 from mesh._serve import open_agent_server, serve_agent_dialing
 from mesh._session import SessionConfig
@@ -113,6 +114,7 @@ def run_agent(agent: Agent, argv: Sequence[str] | None = None) -> None:
         main = partial(serve_agent_dialing, agent, args.connect, token=token, config=config)
     else:
         main = partial(_serve_stdio, agent, config)
+    tune_for_serving()
     try:
         anyio.run(main, backend=args.backend)
     except KeyboardInterrupt:

@@ -79,6 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import anyio
 
     from mesh._daemon import SettingsError, load_settings, serve_daemon
+    from mesh._gc import tune_for_serving
     from mesh._logging import configure_logging
 
     overrides = {
@@ -98,6 +99,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     configure_logging(level=settings.log_level, json=json_logs)
     if not Path(settings.manifests).is_dir():
         _fail(EXIT_USAGE, f"no manifests directory at {settings.manifests!r}")
+    tune_for_serving()
     with suppress(KeyboardInterrupt):  # SIGINT is handled inside; this covers start-up
         anyio.run(serve_daemon, settings, backend=args.backend)
     return EXIT_OK

@@ -120,7 +120,8 @@ class WebSocketStream:
         self._closed: TransportClosed | None = None
         self._closing = False
         self._read_lock = anyio.Lock()
-        self._write_lock = anyio.Lock()
+        # The send right after an uncontended acquire is a checkpoint of its own.
+        self._write_lock = anyio.Lock(fast_acquire=True)
         self._pong = anyio.Event()
         #: On the accepting side, the path and query the client asked for.
         self.request_target = ""
