@@ -136,7 +136,7 @@ class _Crowd:
 
         raise MethodNotFound(f"the crowd serves no methods ({method!r})")
 
-    async def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:
+    def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:
         now = time.monotonic()
         if method != STAMP:
             return

@@ -48,7 +48,7 @@ __all__ = ["Agent", "Tool"]
 log = structlog.get_logger("mesh.agent")
 
 F = TypeVar("F", bound=Callable[..., Any])
-NotificationHandler = Callable[[Peer | None, Any], Awaitable[None]]
+NotificationHandler = Callable[[Peer | None, Any], Awaitable[None] | None]
 
 _PATH: Final = re.compile(r"at `\$")
 
@@ -277,7 +277,7 @@ class Agent:
         return register
 
     def on_notification(self, method: str) -> Callable[[F], F]:
-        """Register ``async def handler(peer, params)`` for a notification."""
+        """Register ``handler(peer, params)`` for a notification (``def`` or ``async def``)."""
 
         def register(fn: F) -> F:
             self._notification_handlers[method] = fn
@@ -302,12 +302,14 @@ class Agent:
             raise MethodNotFound(f"agent {self.id!r} has no method {method!r}")
         return handler(ctx, params)
 
-    async def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:
+    def handle_notification(
+        self, peer: Peer | None, method: str, params: Any
+    ) -> Awaitable[None] | None:
         handler = self._notification_handlers.get(method)
         if handler is None:
             log.debug("agent.notification_ignored", method=method)
-            return
-        await handler(peer, params)
+            return None
+        return handler(peer, params)
 
     # -- built-in methods --------------------------------------------------------------------
 

@@ -85,7 +85,9 @@ class Exchange:
                 if scope is not None:
                     scope.cancel()
             elif isinstance(event, IncomingNotification):
-                await self._handler.handle_notification(None, event.method, event.params)
+                pending = self._handler.handle_notification(None, event.method, event.params)
+                if pending is not None:
+                    await pending
         frames = session.data_to_send()
         # Progress notifications cannot travel back over one HTTP reply; the
         # answer is always the last frame queued.

@@ -449,7 +449,7 @@ class _Router:
             route.agent, route.method, route.params, timeout=route.timeout
         )
 
-    async def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:
+    def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:
         log.debug("mesh.notification", method=method)
 
 

@@ -68,7 +68,11 @@ class RequestHandler(Protocol):
 
     def handle_request(self, ctx: RequestContext, method: str, params: Any) -> Any: ...
 
-    async def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None: ...
+    def handle_notification(
+        self, peer: Peer | None, method: str, params: Any
+    ) -> Awaitable[None] | None:
+        """Called on the reader too: a plain ``def`` handles it there, an ``async def``
+        (or any awaitable returned) in a task of its own."""
 
 
 class RequestContext:
@@ -365,7 +369,7 @@ class Peer:
                 if waiter is not None and waiter.on_progress is not None:
                     waiter.on_progress(event.params)
             elif self._handler is not None and self._tasks is not None:
-                self._tasks.start_soon(self._run_notification, event)
+                self._start_notification(self._handler, self._tasks, event)
 
     def _complete(self, done: CallDone) -> None:
         waiter = self._waiters.pop(done.id, None)
@@ -402,12 +406,16 @@ class Peer:
             self._handlers.pop(request.id, None)
             self._wake_writer()
 
-    async def _run_notification(self, event: IncomingNotification) -> None:
-        assert self._handler is not None
+    def _start_notification(
+        self, handler: RequestHandler, tasks: anyio.abc.TaskGroup, event: IncomingNotification
+    ) -> None:
         try:
-            await self._handler.handle_notification(self, event.method, event.params)
-        except Exception:
-            log.exception("mesh.notification_handler_crashed", method=event.method)
+            pending = handler.handle_notification(self, event.method, event.params)
+        except Exception as exc:
+            _notification_failed(event, exc)
+            return
+        if pending is not None:
+            tasks.start_soon(finish_notification, pending, event, name="mesh.notification")
 
     def _wake_writer(self) -> None:
         """Send what the session queued: at once if the stream can, else via the writer task."""
@@ -472,6 +480,18 @@ async def answer_request(
     pending = start_request(handler, ctx, session, request)
     if pending is not None:
         await finish_request(pending, session, request)
+
+
+async def finish_notification(pending: Awaitable[None], event: IncomingNotification) -> None:
+    """Await a notification handler's awaitable; a failure is logged (nobody is told)."""
+    try:
+        await pending
+    except Exception as exc:
+        _notification_failed(event, exc)
+
+
+def _notification_failed(event: IncomingNotification, exc: Exception) -> None:
+    log.error("mesh.notification_handler_crashed", method=event.method, exc_info=exc)
 
 
 def _queue_failure(session: Session, request: IncomingRequest, exc: Exception) -> None:

@@ -77,7 +77,7 @@ class NotificationRecorder:
 
         raise MethodNotFound(f"the test client serves no methods ({method!r})")
 
-    async def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:
+    def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:
         self.received[method].append(params)
         self._changed.set()
         self._changed = anyio.Event()

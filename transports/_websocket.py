@@ -121,6 +121,7 @@ class WebSocketStream:
         self._closing = False
         self._read_lock = anyio.Lock()
         # The send right after an uncontended acquire is a checkpoint of its own.
+        # The send right after an uncontended acquire is a checkpoint of its own.
         self._write_lock = anyio.Lock(fast_acquire=True)
         self._pong = anyio.Event()
         #: On the accepting side, the path and query the client asked for.
@@ -384,7 +385,9 @@ async def open_websocket(
         ) from None
     except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
         raise ConnectFailed(f"cannot connect to {shown}: {exc}") from None
-    if protocol.handshake_exc is not None or protocol.state is not State.OPEN:
+    # Not "state is OPEN": a close frame (say 4001) may arrive in the same read as
+    # the 101, and then the handshake succeeded and the link is already closing.
+    if protocol.handshake_exc is not None or protocol.state is State.CONNECTING:
         await anyio.aclose_forcefully(stream)
         status = f"HTTP {response.status_code} {response.reason_phrase}"
         raise ConnectFailed(f"WebSocket handshake with {shown} failed: {status}")

@@ -55,9 +55,10 @@ TOUCH = (
 async def _closed_with(url: str, **kwargs: Any) -> int | None:
     """Dial and send a tool call: the close code that ended the link, or None if answered."""
     async with open_websocket(url, **kwargs) as stream:
-        await stream.send(TOUCH)
         with anyio.fail_after(5):
             try:
+                # The close may come in the same read as the 101: then the send fails.
+                await stream.send(TOUCH)
                 await stream.receive()
             except TransportClosed as closed:
                 return closed.close_code

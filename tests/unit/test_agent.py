@@ -208,3 +208,31 @@ async def test_answer_now_or_later_publishes_the_answer_schema() -> None:
         tools = {t["name"]: t for t in await peer.list_tools()}
     assert tools["later"]["outputSchema"] == {"type": "integer"}
     assert "outputSchema" not in tools["async_broken"]
+
+
+async def test_plain_notification_handlers_run_inline_and_failures_harm_nothing() -> None:
+    agent, seen = where_handlers_run()
+    done = anyio.Event()
+
+    @agent.on_notification("note/now")
+    def now(peer: Peer, params: Any) -> None:
+        seen.append(f"note:{anyio.get_current_task().name}")
+        if params == "boom":
+            raise RuntimeError("handler bug")
+
+    @agent.on_notification("note/later")
+    async def later(peer: Peer, params: Any) -> None:
+        seen.append(f"later:{anyio.get_current_task().name}")
+        done.set()
+
+    async with open_memory_peer(agent) as peer:
+        await peer.notify("note/now", "boom")  # logged on the agent's side, never answered
+        await peer.notify("note/now", "fine")
+        await peer.notify("note/later", None)
+        with anyio.fail_after(5):
+            await done.wait()
+        assert await peer.call_tool("now", {"x": 1}) == 2  # the link still serves
+    tasks = [entry.split(":", 1) for entry in seen]
+    assert [label for label, _ in tasks] == ["note", "note", "later", "now"]
+    assert tasks[0][1] == tasks[1][1] == tasks[3][1] != "mesh.notification"
+    assert tasks[2][1] == "mesh.notification"
