@@ -119,9 +119,10 @@ class WebSocketStream:
         self._fragment_size = 0
         self._closed: TransportClosed | None = None
         self._closing = False
-        self._read_lock = anyio.Lock()
-        # The send right after an uncontended acquire is a checkpoint of its own.
-        # The send right after an uncontended acquire is a checkpoint of its own.
+        # The read or send right after an uncontended acquire is a checkpoint of its
+        # own: skipping the acquire's saves one per message (profiled: anyio checkpoints
+        # were a quarter of a sequential call's CPU).
+        self._read_lock = anyio.Lock(fast_acquire=True)
         self._write_lock = anyio.Lock(fast_acquire=True)
         self._pong = anyio.Event()
         #: On the accepting side, the path and query the client asked for.
