@@ -53,6 +53,9 @@ __all__ = ["DaemonSettings", "SettingsError", "load_settings", "serve_daemon"]
 
 log = structlog.get_logger("mesh.daemon")
 
+#: The WebSocket that streams the agent table: a snapshot, then every status change.
+AGENT_EVENTS: Final = "/agents/events"
+
 #: Environment variables that set daemon settings (flags win over them, they win over the file).
 ENV_SETTINGS: Final = {
     "MESH_HOST": "host",
@@ -154,14 +157,19 @@ async def serve_daemon(
 
     async def observe(stream: WebSocketStream, _: str | None) -> None:
         target = stream.request_target
-        room_id = observer_room_id(target.split("?", 1)[0]) or ""
-        await room_routes.observe(stream, room_id, _since(target))
+        path = target.split("?", 1)[0]
+        if path.rstrip("/") == AGENT_EVENTS:
+            await api.watch_agents(stream)
+            return
+        await room_routes.observe(stream, observer_room_id(path) or "", _since(target))
 
     observer_upgrade = websocket_upgrade_handler(observe, authenticator=None, paths=None)
 
     async def upgrade(stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes) -> None:
-        # /ws is for agents (token required); /rooms/{id}/events for observers.
-        chosen = observer_upgrade if observer_room_id(request.path) else dial_in_upgrade
+        # /ws is for agents (token required); /agents/events and /rooms/{id}/events
+        # are for observers.
+        watching = request.path.rstrip("/") == AGENT_EVENTS or observer_room_id(request.path)
+        chosen = observer_upgrade if watching else dial_in_upgrade
         await chosen(stream, request, trailing)
 
     http_config = HttpServerConfig(max_body_size=settings.max_body_size)

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 import anyio
 import msgspec
+import structlog
 
 from mesh._daemon_rooms import RoomRoutes
 from mesh._errors import (
@@ -23,10 +24,19 @@ from mesh._errors import (
     RemoteError,
 )
 from mesh._orchestrator import AgentSpec, MeshOrchestrator
-from registry import AgentId, AgentRecord, InvalidAgentRecord, UnknownAgent
-from transports import HttpRequest, HttpResponse, open_http_client
+from registry import AgentId, AgentRecord, InvalidAgentRecord, SubscriberOverflow, UnknownAgent
+from transports import (
+    CloseCode,
+    HttpRequest,
+    HttpResponse,
+    TransportClosed,
+    WebSocketStream,
+    open_http_client,
+)
 
 __all__ = ["DaemonApi"]
+
+log = structlog.get_logger("mesh.daemon")
 
 _JSON: Final = msgspec.json.Encoder()
 
@@ -145,9 +155,31 @@ class DaemonApi:
         )
 
     def _list(self) -> HttpResponse:
+        return _json(200, {"agents": self._described()})
+
+    def _described(self) -> list[dict[str, Any]]:
         now = anyio.current_time()
-        agents = [describe(r, now, self._mesh.link_error(r.id)) for r in self._mesh.agents()]
-        return _json(200, {"agents": agents})
+        return [describe(r, now, self._mesh.link_error(r.id)) for r in self._mesh.agents()]
+
+    async def watch_agents(self, stream: WebSocketStream) -> None:
+        """Send every agent as it is now, then each change of status, until the watcher leaves.
+
+        Subscribed before the snapshot is taken, so no change falls between the two.
+        """
+        registry = self._mesh.registry
+        try:
+            async with registry.subscribe() as changes:
+                snapshot = {"type": "snapshot", "agents": self._described()}
+                await stream.send(msgspec.json.encode(snapshot))
+                async for change in changes:
+                    link_error = self._mesh.link_error(change.agent_id)
+                    shown = describe(change.record, anyio.current_time(), link_error)
+                    event = {"type": str(change.kind), "old": change.old, "agent": shown}
+                    await stream.send(msgspec.json.encode(event))
+        except SubscriberOverflow:
+            await stream.aclose(CloseCode.FELL_BEHIND, "fell behind the registry's changes")
+        except TransportClosed:
+            log.debug("daemon.watcher_left")
 
     def _get(self, agent_id: str) -> HttpResponse:
         record = self._mesh.registry.get(AgentId(agent_id))

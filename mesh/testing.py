@@ -34,6 +34,7 @@ from transports import (
     WebSocketStream,
     memory_stream_pair,
     open_http_server,
+    open_websocket,
     websocket_upgrade_handler,
 )
 from transports._groups import unwrap_single_error
@@ -136,6 +137,21 @@ class EchoServer:
     http: str
     ws: str
     process: anyio.abc.Process
+
+    async def wait_online(self, *agent_ids: str, timeout: float = 20) -> dict[str, dict[str, Any]]:
+        """Until every named agent is online; every agent as last shown (``GET /agents`` form).
+
+        Watches ``/agents/events`` (a snapshot, then each status change): no polling.
+        """
+        agents: dict[str, dict[str, Any]] = {}
+        with anyio.fail_after(timeout):
+            async with open_websocket(self.ws.removesuffix("/ws") + "/agents/events") as events:
+                while not all(agents.get(a, {}).get("status") == "online" for a in agent_ids):
+                    event = json.loads(await events.receive())
+                    shown = event["agents"] if event["type"] == "snapshot" else [event["agent"]]
+                    agents.update((agent["id"], agent) for agent in shown)
+        return agents
+
     token: str | None
 
 
@@ -246,6 +262,20 @@ class Daemon:
     http: str
     ws: str
     process: anyio.abc.Process
+
+    async def wait_online(self, *agent_ids: str, timeout: float = 20) -> dict[str, dict[str, Any]]:
+        """Until every named agent is online; every agent as last shown (``GET /agents`` form).
+
+        Watches ``/agents/events`` (a snapshot, then each status change): no polling.
+        """
+        agents: dict[str, dict[str, Any]] = {}
+        with anyio.fail_after(timeout):
+            async with open_websocket(self.ws.removesuffix("/ws") + "/agents/events") as events:
+                while not all(agents.get(a, {}).get("status") == "online" for a in agent_ids):
+                    event = json.loads(await events.receive())
+                    shown = event["agents"] if event["type"] == "snapshot" else [event["agent"]]
+                    agents.update((agent["id"], agent) for agent in shown)
+        return agents
 
 
 async def _announcement(process: anyio.abc.Process) -> dict[str, Any]:

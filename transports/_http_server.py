@@ -351,6 +351,7 @@ class HttpServer:
         self._accepting = anyio.CancelScope()
         self._all = anyio.CancelScope()
         self._idle = anyio.Event()
+        self._connection_closed = anyio.Event()
 
     @property
     def url(self) -> str:
@@ -384,6 +385,11 @@ class HttpServer:
             return True
         return False
 
+    async def wait_connections(self, at_most: int = 0) -> None:
+        """Until no more than ``at_most`` connections are open (bound it with a deadline)."""
+        while self.connections > at_most:
+            await self._connection_closed.wait()
+
     def close_all(self) -> None:
         """Cancel every connection (idle keep-alives, WebSockets, stragglers)."""
         self._all.cancel()
@@ -406,6 +412,8 @@ class HttpServer:
             log.exception("http.connection_failed", client=client)
         finally:
             self.connections -= 1
+            self._connection_closed.set()
+            self._connection_closed = anyio.Event()
 
 
 def _peer_name(stream: anyio.abc.ByteStream) -> str:

@@ -74,6 +74,8 @@ class CloseCode(enum.IntEnum):
     """The token is valid, but for another agent id (impersonation)."""
     NOT_FOUND = 4004
     """Nothing to watch there (e.g. an unknown room id)."""
+    FELL_BEHIND = 4008
+    """A watcher read too slowly and missed changes; reconnect for a fresh snapshot."""
 
 
 class ConnectFailed(TransportClosed):

@@ -16,10 +16,10 @@ from mesh.agents.echo import Seconds, agent
 
 @agent.tool
 async def hold(seconds: Seconds) -> dict[str, float]:
-    """Announce the call on stdout, then sleep."""
+    """Announce the call on stdout, then do what echo's ``sleep`` does."""
     print("holding", flush=True)
-    await anyio.sleep(seconds)
-    return {"held": seconds}
+    await anyio.sleep(seconds)  # the work this tool stands for, not a test waiting
+    return {"slept": seconds}
 
 
 if __name__ == "__main__":

@@ -147,11 +147,9 @@ def _blob_request(n: int) -> bytes:
 
 
 async def _wait_for_no_connections(server: HttpServer, within: float) -> bool:
-    # No event marks a server-side close that the client cannot see (the FIN queues
-    # behind the data it never reads), so the server's own count is polled, bounded.
+    # The server's own count: the client cannot see a close queued behind data it never reads.
     with anyio.move_on_after(within):
-        while server.connections:  # noqa: ASYNC110  (nothing to wait on; see above)
-            await anyio.sleep(0.02)
+        await server.wait_connections(0)
     return server.connections == 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +17,8 @@ import httpx
 import pytest
 
 from mesh.testing import Daemon, EchoServer, echo_agent_command, spawn_daemon, spawn_echo_server
+from tests.faults._helpers import spawn_holding_server
+from transports import open_websocket
 
 pytestmark = pytest.mark.anyio
 
@@ -46,17 +49,6 @@ async def rpc(
         return await http.post(
             "/rpc", json={"agent": agent, "method": method, "params": params, "timeout": timeout}
         )
-
-
-async def wait_online(daemon: Daemon, *agent_ids: str) -> dict[str, dict[str, Any]]:
-    """Until every named agent shows ONLINE (bounded)."""
-    async with httpx.AsyncClient(base_url=daemon.http) as http:
-        with anyio.fail_after(20):
-            while True:
-                agents = {a["id"]: a for a in (await http.get("/agents")).json()["agents"]}
-                if all(agents.get(a, {}).get("status") == "online" for a in agent_ids):
-                    return agents
-                await anyio.sleep(0.05)
 
 
 @asynccontextmanager
@@ -113,8 +105,8 @@ async def full_mesh(tmp_path: Path) -> AsyncIterator[tuple[Daemon, dict[str, Any
                 },
             )
             assert joined.status_code == 201, joined.text
-        agents = await wait_online(
-            daemon, "echo-stdio", "echo-http", "echo-ws", "echo-dialin", "echo-registered"
+        agents = await daemon.wait_online(
+            "echo-stdio", "echo-http", "echo-ws", "echo-dialin", "echo-registered"
         )
         yield daemon, agents
 
@@ -221,31 +213,28 @@ async def test_http_api_registration_heartbeat_and_bad_requests(tmp_path: Path) 
 
 
 async def test_sigterm_lets_calls_in_flight_finish_and_exits_0(tmp_path: Path) -> None:
-    write(tmp_path, "echo-stdio.toml", stdio_manifest("echo-stdio"))
-    async with spawn_daemon(tmp_path) as daemon:
-        await wait_online(daemon, "echo-stdio")
-        replies: list[httpx.Response] = []
+    async with spawn_holding_server() as holder:  # says on stdout when each call starts
+        write(
+            tmp_path,
+            "holder.toml",
+            f'id = "holder"\n[transport]\ntype = "http"\nendpoint = "{holder.http}"\n',
+        )
+        async with spawn_daemon(tmp_path) as daemon:
+            await daemon.wait_online("holder")
+            replies: list[httpx.Response] = []
 
-        async def slow_call() -> None:
-            replies.append(
-                await rpc(
-                    daemon,
-                    "echo-stdio",
-                    "tools/call",
-                    {"name": "sleep", "arguments": {"seconds": 1.0}},
-                )
-            )
+            async def slow_call() -> None:
+                hold = {"name": "hold", "arguments": {"seconds": 1.0}}
+                replies.append(await rpc(daemon, "holder", "tools/call", hold))
 
-        async with anyio.create_task_group() as tg:
-            for _ in range(3):
-                tg.start_soon(slow_call)
-            async with httpx.AsyncClient(base_url=daemon.http) as http:
-                with anyio.fail_after(10):  # another process: poll its /health, bounded
-                    while (await http.get("/health")).json()["calls_in_flight"] < 3:  # noqa: ASYNC110
-                        await anyio.sleep(0.02)
-            daemon.process.send_signal(signal.SIGTERM)
-        with anyio.fail_after(15):
-            code = await daemon.process.wait()
+            async with anyio.create_task_group() as tg:
+                for _ in range(3):
+                    tg.start_soon(slow_call)
+                with anyio.fail_after(10):
+                    await holder.wait_holding(3)  # all three are in flight through the daemon
+                daemon.process.send_signal(signal.SIGTERM)
+            with anyio.fail_after(15):
+                code = await daemon.process.wait()
     assert code == 0
     assert [r.status_code for r in replies] == [200, 200, 200]
     assert all(r.json() == {"result": {"slept": 1.0}} for r in replies)
@@ -259,7 +248,7 @@ async def test_a_broken_manifest_is_reported_and_the_good_ones_run(tmp_path: Pat
         'id = "broken"\nheartbeat_interval = "often"\n[transport]\ntype = "stdio"\ncommand = "x"\n',
     )
     async with spawn_daemon(tmp_path) as daemon:
-        await wait_online(daemon, "echo-stdio")
+        await daemon.wait_online("echo-stdio")
         reply = await rpc(
             daemon, "echo-stdio", "tools/call", {"name": "echo", "arguments": {"message": "fine"}}
         )
@@ -271,3 +260,24 @@ async def test_a_broken_manifest_is_reported_and_the_good_ones_run(tmp_path: Pat
     assert validate.returncode == 1
     assert "broken.toml" in err and "$.heartbeat_interval" in err
     assert "1 valid, 1 invalid" in out
+
+
+async def test_agent_events_stream_a_snapshot_then_every_change(tmp_path: Path) -> None:
+    write(tmp_path, "echo-stdio.toml", stdio_manifest("echo-stdio"))
+    async with spawn_daemon(tmp_path) as daemon:
+        await daemon.wait_online("echo-stdio")
+        url = daemon.ws.removesuffix("/ws") + "/agents/events"
+        async with open_websocket(url) as events, httpx.AsyncClient(base_url=daemon.http) as http:
+            with anyio.fail_after(10):
+                snapshot = json.loads(await events.receive())
+                assert snapshot["type"] == "snapshot"
+                assert [(a["id"], a["status"]) for a in snapshot["agents"]] == [
+                    ("echo-stdio", "online")
+                ]
+                assert (await http.delete("/agents/echo-stdio")).status_code == 204
+                change = json.loads(await events.receive())
+    assert (change["type"], change["old"], change["agent"]["id"]) == (
+        "deregistered",
+        "online",
+        "echo-stdio",
+    )

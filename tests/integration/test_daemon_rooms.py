@@ -7,6 +7,7 @@ import os
 import signal
 import sqlite3
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,19 +51,15 @@ delay = {delay}
     )
 
 
-async def wait_for(daemon: Daemon, path: str, done: Any, timeout: float = 30) -> Any:
-    """Poll another process's API until ``done(answer)``, bounded."""
-    async with httpx.AsyncClient(base_url=daemon.http) as http:
-        with anyio.fail_after(timeout):
-            while True:
-                reply = await http.get(path)
-                if reply.status_code == 200 and done(reply.json()):
-                    return reply.json()
-                await anyio.sleep(0.05)
-
-
-def online(*ids: str) -> Any:
-    return lambda answer: {a["id"] for a in answer["agents"] if a["status"] == "online"} >= set(ids)
+async def watch_room(daemon: Daemon, room_id: str, until: Callable[[Any], bool]) -> list[Any]:
+    """The room's events, from its first, up to the first one ``until`` accepts (bounded)."""
+    events: list[Any] = []
+    url = f"{daemon.ws.removesuffix('/ws')}/rooms/{room_id}/events"
+    with anyio.fail_after(60):
+        async with open_websocket(url) as watch:
+            while not events or not until(events[-1]):
+                events.append(decode_event(await watch.receive()))
+    return events
 
 
 async def test_a_room_runs_and_an_observer_sees_every_event_in_order(tmp_path: Path) -> None:
@@ -72,7 +69,7 @@ async def test_a_room_runs_and_an_observer_sees_every_event_in_order(tmp_path: P
     persona_manifest(manifests, "bob", "Bob", BOB, 0.0)
     data = tmp_path / "data"
     async with spawn_daemon(manifests, extra_args=["--data-dir", str(data)]) as daemon:
-        await wait_for(daemon, "/agents", online("alice", "bob"))
+        await daemon.wait_online("alice", "bob")
         async with httpx.AsyncClient(base_url=daemon.http) as http:
             spec = {
                 "id": "tea",
@@ -82,11 +79,7 @@ async def test_a_room_runs_and_an_observer_sees_every_event_in_order(tmp_path: P
             }
             created = await http.post("/rooms", json=spec)
             assert created.status_code == 201, created.text
-            async with open_websocket(f"{daemon.ws.removesuffix('/ws')}/rooms/tea/events") as watch:
-                events = []
-                with anyio.fail_after(30):
-                    while not events or not isinstance(events[-1], StoppedEvent):
-                        events.append(decode_event(await watch.receive()))
+            events = await watch_room(daemon, "tea", lambda e: isinstance(e, StoppedEvent))
             assert isinstance(events[0], WelcomeEvent)
             assert [e.seq for e in events] == sorted(e.seq for e in events)
             messages = [e for e in events if isinstance(e, MessageEvent)]
@@ -137,7 +130,7 @@ async def test_sigkill_mid_room_then_restart_resumes_with_every_turn_once(tmp_pa
     data = tmp_path / "data"
     args = ["--data-dir", str(data)]
     async with spawn_daemon(manifests, extra_args=args) as daemon:
-        await wait_for(daemon, "/agents", online("alice", "bob"))
+        await daemon.wait_online("alice", "bob")
         async with httpx.AsyncClient(base_url=daemon.http) as http:
             spec = {
                 "id": "long",
@@ -146,13 +139,13 @@ async def test_sigkill_mid_room_then_restart_resumes_with_every_turn_once(tmp_pa
                 "limits": {"max_turns": 12},
             }
             assert (await http.post("/rooms", json=spec)).status_code == 201
-        await wait_for(daemon, "/rooms/long", lambda r: r["room"]["current_turn"] >= 3)
+        await watch_room(daemon, "long", lambda e: isinstance(e, MessageEvent) and e.turn >= 3)
         daemon.process.send_signal(signal.SIGKILL)
         await daemon.process.wait()
     async with spawn_daemon(manifests, extra_args=args) as daemon:
-        final = await wait_for(
-            daemon, "/rooms/long", lambda r: r["room"]["status"] == "stopped", timeout=60
-        )
+        await watch_room(daemon, "long", lambda e: isinstance(e, StoppedEvent))
+        async with httpx.AsyncClient(base_url=daemon.http) as http:
+            final = (await http.get("/rooms/long")).json()
     turns = [m["turn"] for m in final["transcript"]]
     assert turns == list(range(1, 13)), turns
     assert final["room"]["stop_reason"] == "MAX_TURNS"
