@@ -137,21 +137,6 @@ class EchoServer:
     http: str
     ws: str
     process: anyio.abc.Process
-
-    async def wait_online(self, *agent_ids: str, timeout: float = 20) -> dict[str, dict[str, Any]]:
-        """Until every named agent is online; every agent as last shown (``GET /agents`` form).
-
-        Watches ``/agents/events`` (a snapshot, then each status change): no polling.
-        """
-        agents: dict[str, dict[str, Any]] = {}
-        with anyio.fail_after(timeout):
-            async with open_websocket(self.ws.removesuffix("/ws") + "/agents/events") as events:
-                while not all(agents.get(a, {}).get("status") == "online" for a in agent_ids):
-                    event = json.loads(await events.receive())
-                    shown = event["agents"] if event["type"] == "snapshot" else [event["agent"]]
-                    agents.update((agent["id"], agent) for agent in shown)
-        return agents
-
     token: str | None
 
 
