@@ -28,9 +28,11 @@ from mesh._peer import Peer, RequestContext, open_peer, serve_peer
 from mesh._session import SessionConfig
 from transports import (
     DEFAULT_MAX_FRAME_SIZE,
+    FrameStream,
     HttpRequest,
     HttpResponse,
     TokenAuthenticator,
+    TransportClosed,
     WebSocketStream,
     memory_stream_pair,
     open_http_server,
@@ -43,6 +45,7 @@ __all__ = [
     "Daemon",
     "DialInEcho",
     "EchoServer",
+    "KillableConnector",
     "NotificationRecorder",
     "echo_agent_command",
     "open_dialin_echo_agent",
@@ -108,6 +111,41 @@ async def open_echo_agent(
     )
     async with connect_stdio(command, args, agent="echo", config=config, handler=handler) as peer:
         yield peer
+
+
+class KillableConnector:
+    """A connector (see :class:`mesh.AgentSpec`) to ``agent`` served in this process, over
+    the memory transport, that a test can kill for good: the link drops and every
+    later connection attempt fails, as with an agent process that died."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.dead = False
+        self._kill = anyio.Event()
+
+    def kill(self) -> None:
+        self.dead = True
+        self._kill.set()
+
+    @asynccontextmanager
+    async def __call__(self) -> AsyncIterator[FrameStream]:
+        if self.dead:
+            raise TransportClosed("the agent is dead")
+        ours, theirs = memory_stream_pair()
+        async with anyio.create_task_group() as tg:
+
+            async def serve_until_killed() -> None:
+                async with anyio.create_task_group() as inner:
+                    inner.start_soon(self.agent.serve, theirs)
+                    await self._kill.wait()
+                    inner.cancel_scope.cancel()
+                await theirs.aclose()
+
+            tg.start_soon(serve_until_killed)
+            try:
+                yield ours
+            finally:
+                tg.cancel_scope.cancel()
 
 
 @asynccontextmanager

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import msgspec
 import pytest
 
-from mesh import Agent, AgentSpec, MeshOrchestrator, ReconnectPolicy, local_connector
+from mesh import AgentSpec, MeshOrchestrator, ReconnectPolicy, local_connector
 from mesh.agents.echo import agent as echo_agent
 from mesh.agents.persona import PersonaAgent
 from mesh.rooms import (
@@ -28,44 +26,11 @@ from mesh.rooms import (
     demo_chat,
     perspective_messages,
 )
-from transports import FrameStream, TransportClosed, memory_stream_pair
+from mesh.testing import KillableConnector
 
 from ._helpers import GUARD, assert_log_and_db_agree, seat_agent
 
 pytestmark = pytest.mark.anyio
-
-
-class Killable:
-    """A connector to an in-process agent that the test can kill for good."""
-
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
-        self.dead = False
-        self._kill = anyio.Event()
-
-    def kill(self) -> None:
-        self.dead = True
-        self._kill.set()
-
-    @asynccontextmanager
-    async def __call__(self) -> AsyncIterator[FrameStream]:
-        if self.dead:
-            raise TransportClosed("the agent is dead")
-        ours, theirs = memory_stream_pair()
-        async with anyio.create_task_group() as tg:
-
-            async def serve_until_killed() -> None:
-                async with anyio.create_task_group() as inner:
-                    inner.start_soon(self.agent.serve, theirs)
-                    await self._kill.wait()
-                    inner.cancel_scope.cancel()
-                await theirs.aclose()
-
-            tg.start_soon(serve_until_killed)
-            try:
-                yield ours
-            finally:
-                tg.cancel_scope.cancel()
 
 
 def personas() -> tuple[PersonaAgent, PersonaAgent]:
@@ -118,7 +83,7 @@ async def test_a_room_through_the_orchestrator_with_persona_agents(tmp_path: Pat
 
 async def test_a_member_that_goes_offline_leaves_and_is_lost(tmp_path: Path) -> None:
     alice, bob = personas()
-    bob_link = Killable(bob)
+    bob_link = KillableConnector(bob)
     specs = [
         AgentSpec("alice", local_connector(alice)),
         AgentSpec("bob", bob_link),

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
 import anyio
 import pytest
 
@@ -18,46 +15,14 @@ from mesh import (
 )
 from mesh._orchestrator import AgentSpec, MeshOrchestrator, local_connector
 from mesh.agents.echo import agent as echo_agent
+from mesh.testing import KillableConnector
 from registry import AgentId, AgentStatus
-from transports import FrameStream, TransportClosed, memory_stream_pair
 
 pytestmark = pytest.mark.anyio
 
 
 def spec(agent_id: str, agent: Agent = echo_agent) -> AgentSpec:
     return AgentSpec(agent_id, local_connector(agent), capabilities=frozenset({"echo"}))
-
-
-class Killable:
-    """A connector to an in-process echo agent whose server side the test can kill for good."""
-
-    def __init__(self) -> None:
-        self.dead = False
-        self._kill = anyio.Event()
-
-    def kill(self) -> None:
-        self.dead = True
-        self._kill.set()
-
-    @asynccontextmanager
-    async def __call__(self) -> AsyncIterator[FrameStream]:
-        if self.dead:
-            raise TransportClosed("the agent is dead")
-        ours, theirs = memory_stream_pair()
-        async with anyio.create_task_group() as tg:
-
-            async def serve_until_killed() -> None:
-                async with anyio.create_task_group() as inner:
-                    inner.start_soon(echo_agent.serve, theirs)
-                    await self._kill.wait()
-                    inner.cancel_scope.cancel()
-                await theirs.aclose()
-
-            tg.start_soon(serve_until_killed)
-            try:
-                yield ours
-            finally:
-                tg.cancel_scope.cancel()
 
 
 async def test_call_route_and_fail_fast() -> None:
@@ -93,7 +58,7 @@ async def test_routed_calls_keep_their_deadline_and_name_the_target() -> None:
 
 
 async def test_broadcast_to_50_with_3_dead_returns_47_results_and_3_named_errors() -> None:
-    connectors = {f"agent-{n:02d}": Killable() for n in range(50)}
+    connectors = {f"agent-{n:02d}": KillableConnector(echo_agent) for n in range(50)}
     specs = [AgentSpec(agent_id, connector) for agent_id, connector in connectors.items()]
     policy = ReconnectPolicy(base=0.01, max_attempts=2)
     async with MeshOrchestrator(specs, policy=policy) as mesh, mesh.registry.subscribe() as changes:
