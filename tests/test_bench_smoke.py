@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,10 +23,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SMOKE_TIMEOUT_S = 150
 
 
-@pytest.mark.timeout(SMOKE_TIMEOUT_S + 10)
-def test_smoke_run_writes_sane_json(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "bench", "--smoke", "--only", "pipe-raw"]
-    command += ["--backend", "both", "--output", str(tmp_path)]
+def run_smoke(output: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """``python -m bench --smoke *args`` into ``output``: the finished run and its JSON report."""
+    command = [sys.executable, "-m", "bench", "--smoke", *args, "--output", str(output)]
     done = subprocess.run(
         command,
         cwd=REPO_ROOT,
@@ -35,7 +35,12 @@ def test_smoke_run_writes_sane_json(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    report = json.loads((tmp_path / "smoke.json").read_text())
+    return done, json.loads((output / "smoke.json").read_text())
+
+
+@pytest.mark.timeout(SMOKE_TIMEOUT_S + 10)
+def test_smoke_run_writes_sane_json(tmp_path: Path) -> None:
+    done, report = run_smoke(tmp_path, "--only", "pipe-raw", "--backend", "both")
     assert report["header"]["cores"] >= 1
     assert report["header"]["env_tweaks"]["MALLOC_MMAP_THRESHOLD_"] == "1048576"
     rows = {(r["mode"], r["backend"]): r for r in report["results"]}
@@ -52,18 +57,7 @@ def test_smoke_run_writes_sane_json(tmp_path: Path) -> None:
 @pytest.mark.timeout(SMOKE_TIMEOUT_S + 10)
 def test_smoke_runs_the_mesh_over_stdio(tmp_path: Path) -> None:
     """The mesh's own path: --smoke runs mesh-stdio sequentially (and its two baselines)."""
-    command = [sys.executable, "-m", "bench", "--smoke", "--only", "mesh-stdio"]
-    command += ["--output", str(tmp_path)]
-    done = subprocess.run(
-        command,
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=SMOKE_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    report = json.loads((tmp_path / "smoke.json").read_text())
+    _, report = run_smoke(tmp_path, "--only", "mesh-stdio")
     mesh = [r for r in report["results"] if r["scenario"] == "mesh-stdio"]
     assert [(r["mode"], r["backend"]) for r in mesh] == [("sequential", "asyncio")]
     assert mesh[0]["figures"]["calls_per_s"] > 0
