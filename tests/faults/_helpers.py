@@ -24,6 +24,7 @@ import anyio.abc
 import msgspec
 import sniffio
 
+from mesh import Agent, RequestContext
 from mesh.testing import SPAWN_TIMEOUT, echo_agent_command, spawn_dialin_echo
 from transports import (
     FrameStream,
@@ -247,6 +248,19 @@ async def wait_closed_by_peer(
                 watching.discard(fd)
                 poller.unregister(fd)
     return closed
+
+
+def recording_agent(calls: list[str]) -> Agent:
+    """An agent ``guarded`` whose one tool, ``touch``, records each request id it serves:
+    proof of which messages of a connection reached a handler."""
+    agent = Agent("guarded")
+
+    @agent.tool
+    async def touch(ctx: RequestContext) -> str:
+        calls.append(ctx.request_id)
+        return "touched"
+
+    return agent
 
 
 # -- HTTP: know when the agent holds a call ----------------------------------------------------

@@ -13,7 +13,8 @@ import httpx
 import msgspec
 import pytest
 
-from mesh import Agent, RequestContext, connect_websocket, open_agent_server
+from mesh import connect_websocket, open_agent_server
+from tests.faults._helpers import recording_agent
 from transports import CloseCode, TokenAuthenticator, TransportClosed, open_websocket
 
 pytestmark = pytest.mark.anyio
@@ -23,17 +24,6 @@ REFUSED = 100
 MAX_GOOD_CALLS = 2_000
 #: A call takes a millisecond; the storm may slow it, not stall it.
 GOOD_CALL_WITHIN = 1.0
-
-
-def _recording_agent(calls: list[str]) -> Agent:
-    agent = Agent("guarded")
-
-    @agent.tool
-    async def touch(ctx: RequestContext) -> str:
-        calls.append(ctx.request_id)
-        return "touched"
-
-    return agent
 
 
 def _touch(request_id: str) -> bytes:
@@ -66,7 +56,7 @@ async def test_a_storm_of_refused_connections_does_not_disturb_a_good_one() -> N
     storm_over = anyio.Event()
     tokens = TokenAuthenticator({"good": "guarded"})
     async with (
-        open_agent_server(_recording_agent(calls), tokens=tokens) as server,
+        open_agent_server(recording_agent(calls), tokens=tokens) as server,
         connect_websocket(server.ws_url + "/ws", token="good", agent="guarded") as good,
     ):
         url = server.ws_url + "/ws"
@@ -100,7 +90,7 @@ async def test_rpc_without_a_valid_token_is_401_and_runs_nothing() -> None:
     calls: list[str] = []
     tokens = TokenAuthenticator({"good": "guarded"})
     async with (
-        open_agent_server(_recording_agent(calls), tokens=tokens) as server,
+        open_agent_server(recording_agent(calls), tokens=tokens) as server,
         httpx.AsyncClient(base_url=server.url) as http,
     ):
         refused = [

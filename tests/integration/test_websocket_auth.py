@@ -11,7 +11,8 @@ import anyio
 import pytest
 import trustme
 
-from mesh import Agent, ConnectionLost, RequestContext, connect_websocket, open_agent_server
+from mesh import ConnectionLost, connect_websocket, open_agent_server
+from tests.faults._helpers import recording_agent
 from transports import (
     CloseCode,
     ConnectFailed,
@@ -29,20 +30,9 @@ from transports import (
 pytestmark = pytest.mark.anyio
 
 
-def _recording_agent(calls: list[str]) -> Agent:
-    agent = Agent("guarded")
-
-    @agent.tool
-    async def touch(ctx: RequestContext) -> str:
-        calls.append(ctx.request_id)
-        return "touched"
-
-    return agent
-
-
 @asynccontextmanager
 async def guarded_server(tokens: TokenAuthenticator, calls: list[str]) -> AsyncIterator[HttpServer]:
-    async with open_agent_server(_recording_agent(calls), tokens=tokens) as server:
+    async with open_agent_server(recording_agent(calls), tokens=tokens) as server:
         yield server
 
 
@@ -163,7 +153,7 @@ async def test_tls_for_a_whole_agent_connection() -> None:
     ca.configure_trust(client_context)
     calls: list[str] = []
     async with (
-        open_agent_server(_recording_agent(calls), ssl_context=server_context) as server,
+        open_agent_server(recording_agent(calls), ssl_context=server_context) as server,
         connect_websocket(
             server.ws_url + "/ws", ssl_context=client_context, agent="guarded"
         ) as peer,
