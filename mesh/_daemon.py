@@ -155,21 +155,26 @@ async def serve_daemon(
 
     dial_in_upgrade = websocket_upgrade_handler(dial_in, authenticator=tokens)
 
-    async def observe(stream: WebSocketStream, _: str | None) -> None:
-        target = stream.request_target
-        path = target.split("?", 1)[0]
-        if path.rstrip("/") == AGENT_EVENTS:
-            await api.watch_agents(stream)
-            return
-        await room_routes.observe(stream, observer_room_id(path) or "", _since(target))
+    async def watch_agents(stream: WebSocketStream, _: str | None) -> None:
+        await api.watch_agents(stream)
 
-    observer_upgrade = websocket_upgrade_handler(observe, authenticator=None, paths=None)
+    async def observe_room(stream: WebSocketStream, _: str | None) -> None:
+        target = stream.request_target
+        room_id = observer_room_id(target.split("?", 1)[0]) or ""
+        await room_routes.observe(stream, room_id, _since(target))
+
+    watch_upgrade = websocket_upgrade_handler(watch_agents, authenticator=None, paths=None)
+    observer_upgrade = websocket_upgrade_handler(observe_room, authenticator=None, paths=None)
 
     async def upgrade(stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes) -> None:
         # /ws is for agents (token required); /agents/events and /rooms/{id}/events
         # are for observers.
-        watching = request.path.rstrip("/") == AGENT_EVENTS or observer_room_id(request.path)
-        chosen = observer_upgrade if watching else dial_in_upgrade
+        if request.path.rstrip("/") == AGENT_EVENTS:
+            chosen = watch_upgrade
+        elif observer_room_id(request.path):
+            chosen = observer_upgrade
+        else:
+            chosen = dial_in_upgrade
         await chosen(stream, request, trailing)
 
     http_config = HttpServerConfig(max_body_size=settings.max_body_size)
