@@ -36,7 +36,7 @@ from bench._registry import Measurement, RunContext, scenario
 if TYPE_CHECKING:
     from mesh import Peer
 
-#: The echo agent prints one JSON line once it listens (`mesh._runner`).
+#: The echo agent prints one JSON line once it listens (`mesh._sdk.runner`).
 LISTENING_LINE = re.compile(rb'\{"event": "listening", "http": "http://[^"]*:(\d+)".*\}')
 #: mesh-idle opens links this many at a time and stops after IDLE_BUDGET_S (on a
 #: loaded 2-core machine the agent server's cyclic GC can make 10,000 take minutes).

@@ -5,8 +5,6 @@ progress and heartbeats; an SDK for writing agents; a registry, an orchestrator,
 a daemon and conversation rooms built on top.
 """
 
-from mesh._agent import Agent, Tool
-from mesh._connect import connect_http, connect_stdio, connect_websocket
 from mesh._errors import (
     AgentUnavailable,
     CallTimeout,
@@ -21,7 +19,21 @@ from mesh._errors import (
     ToolError,
     Unauthorized,
 )
-from mesh._manifest import (
+from mesh._orchestrator.orchestrator import AgentSpec, MeshOrchestrator, Outcome, local_connector
+from mesh._rpc.connect import connect_http, connect_stdio, connect_websocket
+from mesh._rpc.peer import Peer, RequestContext, RequestHandler, open_peer, serve_peer
+from mesh._rpc.reconnect import (
+    ConnectionEvent,
+    ReconnectingPeer,
+    ReconnectPolicy,
+    open_reconnecting_peer,
+)
+from mesh._rpc.session import SessionConfig, SessionStatistics
+from mesh._sdk.agent import Agent, Tool
+from mesh._sdk.runner import run_agent
+from mesh._sdk.serve import open_agent_server
+from mesh.agents.persona import PersonaAgent
+from mesh.manifests._load import (
     DialInTransport,
     HttpTransport,
     Manifest,
@@ -33,9 +45,7 @@ from mesh._manifest import (
     load_manifest,
     load_manifests,
 )
-from mesh._orchestrator import AgentSpec, MeshOrchestrator, Outcome, local_connector
-from mesh._peer import Peer, RequestContext, RequestHandler, open_peer, serve_peer
-from mesh._protocol import (
+from mesh.protocol import (
     MESH_CODEC,
     Codec,
     ErrorInfo,
@@ -47,16 +57,6 @@ from mesh._protocol import (
     RequestId,
     Response,
 )
-from mesh._reconnect import (
-    ConnectionEvent,
-    ReconnectingPeer,
-    ReconnectPolicy,
-    open_reconnecting_peer,
-)
-from mesh._runner import run_agent
-from mesh._serve import open_agent_server
-from mesh._session import SessionConfig, SessionStatistics
-from mesh.agents.persona import PersonaAgent
 from mesh.rooms import (
     InvalidRoomSpec,
     MessageEvent,

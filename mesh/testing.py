@@ -22,10 +22,10 @@ import anyio
 import anyio.abc
 import sniffio
 
-from mesh._agent import Agent
-from mesh._connect import connect_stdio, handshake
-from mesh._peer import Peer, RequestContext, open_peer, serve_peer
-from mesh._session import SessionConfig
+from mesh._rpc.connect import connect_stdio, handshake
+from mesh._rpc.peer import Peer, RequestContext, open_peer, serve_peer
+from mesh._rpc.session import SessionConfig
+from mesh._sdk.agent import Agent
 from transports import (
     DEFAULT_MAX_FRAME_SIZE,
     FrameStream,

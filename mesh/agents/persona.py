@@ -35,12 +35,12 @@ from typing import Any, Final, Literal
 import msgspec
 import structlog
 
-from mesh._agent import Agent
 from mesh._errors import InvalidParams, MeshError, ToolError
-from mesh._manifest import load_manifest
-from mesh._manifest_types import Persona
-from mesh._peer import RequestContext
-from mesh._runner import run_agent
+from mesh._rpc.peer import RequestContext
+from mesh._sdk.agent import Agent
+from mesh._sdk.runner import run_agent
+from mesh.manifests._load import load_manifest
+from mesh.manifests._types import Persona
 from mesh.providers import Provider, ProviderConfig, ProviderError, create_provider
 from mesh.rooms._mesh import ROOM_PERSONA, ROOM_TURN, PersonaInfo
 from mesh.rooms._model import TurnReply, TurnRequest

@@ -37,7 +37,7 @@ import msgspec
 import structlog
 
 from mesh._errors import MeshError
-from mesh._protocol import now_ms
+from mesh.protocol import now_ms
 from mesh.rooms._events import (
     AgentJoinedEvent,
     AgentLeftEvent,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from mesh._manifest_types import Persona
+from mesh.manifests._types import Persona
 from mesh.providers._base import ProviderConfig
 from mesh.rooms._roles import role_persona
 

@@ -27,7 +27,7 @@ import msgspec
 import structlog
 
 from mesh._errors import MeshError
-from mesh._protocol import now_ms
+from mesh.protocol import now_ms
 from mesh.rooms._engine import Clock, Journal, Presence, RoomRunner, Speak
 from mesh.rooms._errors import InvalidRoomSpec, RoomConflict, RoomNotFound
 from mesh.rooms._events import (
@@ -61,7 +61,7 @@ from mesh.rooms._store import RoomStore
 from registry import AgentId, Registry, StatusChange, SubscriberOverflow
 
 if TYPE_CHECKING:
-    from mesh._orchestrator import MeshOrchestrator
+    from mesh._orchestrator.orchestrator import MeshOrchestrator
 
 __all__ = ["RoomManager"]
 

@@ -22,7 +22,7 @@ from mesh.rooms._model import Member, TurnReply, TurnRequest
 from registry import AgentId, AgentStatus, Registry
 
 if TYPE_CHECKING:
-    from mesh._orchestrator import MeshOrchestrator
+    from mesh._orchestrator.orchestrator import MeshOrchestrator
 
 __all__ = [
     "PRESENT",

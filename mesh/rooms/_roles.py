@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from mesh._manifest_types import Persona
+from mesh.manifests._types import Persona
 from mesh.providers._base import ProviderConfig
 from mesh.rooms._model import Awareness
 

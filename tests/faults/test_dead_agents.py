@@ -21,7 +21,7 @@ import anyio
 import pytest
 
 from mesh import ConnectionLost, Peer, SessionConfig, connect_websocket, open_peer
-from mesh._connect import handshake
+from mesh._rpc.connect import handshake
 from mesh.testing import SPAWN_TIMEOUT, spawn_echo_server
 from tests.faults._helpers import (
     echo_command,

@@ -24,7 +24,15 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from mesh import ErrorCode, SessionConfig, open_agent_server
-from mesh._protocol import (
+from mesh._rpc.session import (
+    CallDone,
+    CancelRequested,
+    IncomingNotification,
+    IncomingRequest,
+    Session,
+)
+from mesh.agents.echo import agent as echo_agent
+from mesh.protocol import (
     MESH_CODEC,
     DecodeFailure,
     Heartbeat,
@@ -35,14 +43,6 @@ from mesh._protocol import (
     ResponsePayload,
     salvage_id,
 )
-from mesh._session import (
-    CallDone,
-    CancelRequested,
-    IncomingNotification,
-    IncomingRequest,
-    Session,
-)
-from mesh.agents.echo import agent as echo_agent
 from tests.faults._helpers import DEEP, ping_frame
 from tests.unit.test_protocol import json_values, messages
 from transports import HttpServer, WebSocketStream, open_websocket

@@ -12,7 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from mesh import ConnectionLost, ErrorCode, ToolError
-from mesh._protocol import MESH_CODEC, Request, RequestPayload, Response
+from mesh.protocol import MESH_CODEC, Request, RequestPayload, Response
 from mesh.testing import echo_agent_command, open_echo_agent
 from transports import StdioProcessStream, open_stdio_process
 

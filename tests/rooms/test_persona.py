@@ -11,10 +11,10 @@ import anyio
 import pytest
 
 from mesh import ToolError, connect_stdio
-from mesh._manifest_types import Persona
 from mesh.agents.persona import PersonaAgent, admit, build_agent, main, read_script
 from mesh.agents.persona import _parser as persona_parser
 from mesh.agents.persona import _Seat as Seat
+from mesh.manifests._types import Persona
 from mesh.providers import ChatMessage, Completion, ProviderConfig, ProviderUnreachable
 from mesh.rooms import ROLE_PROMPTS, TurnReply, TurnRequest, role_persona
 

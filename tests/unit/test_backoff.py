@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mesh import ReconnectPolicy
-from mesh._backoff import DEFAULT_BASE, DEFAULT_CAP, backoff
+from mesh._rpc.backoff import DEFAULT_BASE, DEFAULT_CAP, backoff
 from mesh.providers import RetryPolicy, backoff_schedule
 
 

@@ -13,7 +13,7 @@ from mesh import (
     ReconnectPolicy,
     RequestContext,
 )
-from mesh._orchestrator import AgentSpec, MeshOrchestrator, local_connector
+from mesh._orchestrator.orchestrator import AgentSpec, MeshOrchestrator, local_connector
 from mesh.agents.echo import agent as echo_agent
 from mesh.testing import KillableConnector
 from registry import AgentId, AgentStatus

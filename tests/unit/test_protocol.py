@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mesh._errors import ErrorCode, error_from_code
-from mesh._protocol import (
+from mesh.protocol import (
     MESH_CODEC,
     DecodeFailure,
     ErrorInfo,

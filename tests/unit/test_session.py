@@ -7,8 +7,7 @@ from typing import Any
 import pytest
 
 from mesh import CallTimeout, ConnectionLost, ErrorCode, MessageTooLarge, ToolError
-from mesh._protocol import MESH_CODEC, Request, RequestPayload, Response, ResponsePayload
-from mesh._session import (
+from mesh._rpc.session import (
     CallDone,
     CancelRequested,
     IncomingNotification,
@@ -17,6 +16,7 @@ from mesh._session import (
     Session,
     SessionConfig,
 )
+from mesh.protocol import MESH_CODEC, Request, RequestPayload, Response, ResponsePayload
 
 QUIET = SessionConfig(heartbeat_interval=None)
 

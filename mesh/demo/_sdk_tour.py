@@ -1,25 +1,18 @@
-"""``make demo``: the mesh doing its job, narrated.
+"""The demo's first part: the SDK with the live echo agent as a child process over stdio.
 
-First the SDK: the live echo agent as a child process over stdio — its tools,
-each called, a deadline expiring and a call being cancelled (and the agent
-noticing both), then the agent dying mid-call; once on asyncio, once on trio.
-Then the daemon (:mod:`mesh._demo_daemon`) and two offline rooms
-(:mod:`mesh._demo_rooms`). Exits non-zero if anything does not behave.
+Its tools, each called, a deadline expiring and a call being cancelled (and the
+agent noticing both), then the agent dying mid-call.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 from typing import Any
 
 import anyio
 
 from mesh import CallTimeout, ConnectionLost, MeshError, Peer, ToolError
-from mesh._demo_daemon import daemon_tour
-from mesh._demo_rooms import rooms_tour
-from mesh._logging import configure_logging
 from mesh.testing import NotificationRecorder, open_echo_agent
 from transports import StdioProcessStream
 
@@ -124,19 +117,3 @@ async def sudden_death(echo: Peer, stream: StdioProcessStream) -> None:
     took = (anyio.current_time() - killed) * 1000
     show("SIGKILL with 3 calls pending", f"all 3 failed after {took:.0f} ms:")
     say(f"    {failures[0]}")
-
-
-def main() -> None:
-    configure_logging(level="warning")  # the narration is the output; logs only if something is off
-    for backend in ("asyncio", "trio"):
-        anyio.run(tour, backend, backend=backend)
-    anyio.run(daemon_tour)
-    anyio.run(rooms_tour, backend="trio")
-    say("\ndemo finished: every call behaved.")
-
-
-if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:
-        sys.exit(130)

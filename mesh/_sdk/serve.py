@@ -15,11 +15,11 @@ from contextlib import asynccontextmanager
 import anyio
 import structlog
 
-from mesh._agent import Agent
 from mesh._errors import ConnectionLost, Unauthorized
-from mesh._exchange import Exchange
-from mesh._reconnect import ReconnectPolicy
-from mesh._session import SessionConfig
+from mesh._rpc.exchange import Exchange
+from mesh._rpc.reconnect import ReconnectPolicy
+from mesh._rpc.session import SessionConfig
+from mesh._sdk.agent import Agent
 from transports import (
     CloseCode,
     ConnectFailed,

@@ -9,8 +9,8 @@ from contextlib import asynccontextmanager
 from typing import Any, Final
 
 from mesh._errors import CallTimeout, MethodNotFound
-from mesh._peer import Peer, RequestHandler, open_peer
-from mesh._session import SessionConfig
+from mesh._rpc.peer import Peer, RequestHandler, open_peer
+from mesh._rpc.session import SessionConfig
 from transports import (
     DEFAULT_MAX_FRAME_SIZE,
     WebSocketConfig,

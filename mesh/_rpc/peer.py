@@ -1,4 +1,4 @@
-"""Drives a :class:`~mesh._session.Session` over a frame stream with anyio.
+"""Drives a :class:`~mesh._rpc.session.Session` over a frame stream with anyio.
 
 Three background tasks own the connection — a reader, one writer (every frame
 queued while a write is in flight goes out in the next single write: pipelining
@@ -30,8 +30,7 @@ from mesh._errors import (
     Unauthorized,
     error_from_code,
 )
-from mesh._protocol import MESH_CODEC, Codec, RequestId
-from mesh._session import (
+from mesh._rpc.session import (
     CallDone,
     CancelRequested,
     Event,
@@ -42,6 +41,7 @@ from mesh._session import (
     SessionConfig,
     SessionStatistics,
 )
+from mesh.protocol import MESH_CODEC, Codec, RequestId
 from transports import FrameRejected, FrameStream, FrameTooLarge, TransportClosed, TransportInfo
 from transports._groups import unwrap_single_error
 

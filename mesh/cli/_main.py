@@ -25,7 +25,7 @@ from typing import Any, Final, NoReturn
 
 import httpx
 
-from mesh._cli_rooms import add_room_commands
+from mesh.cli._rooms import add_room_commands
 
 __all__ = ["main"]
 
@@ -78,9 +78,9 @@ def _request(
 def cmd_serve(args: argparse.Namespace) -> int:
     import anyio
 
-    from mesh._daemon import SettingsError, load_settings, serve_daemon
     from mesh._gc import tune_for_serving
     from mesh._logging import configure_logging
+    from mesh.daemon._serve import SettingsError, load_settings, serve_daemon
 
     overrides = {
         "host": args.host,
@@ -203,7 +203,7 @@ def cmd_ping(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from mesh._manifest_validate import validate_manifests
+    from mesh.manifests._validate import validate_manifests
 
     return int(validate_manifests(args.directory, environ=os.environ))
 
@@ -301,7 +301,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     code: int = args.func(args)
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,7 +3,7 @@
 Feed it frames and the current time; it tells you which frames to send, which
 calls completed, which requests arrived, which deadlines passed. It owns no
 socket, task or clock, so it is tested with none (``tests/unit/test_session.py``),
-and :mod:`mesh._peer` drives it over any :class:`transports.FrameStream`.
+and :mod:`mesh._rpc.peer` drives it over any :class:`transports.FrameStream`.
 
 Both sides of a link are the same kind of object: each may call and each may
 answer. Calls are correlated by id and may complete in any order.
@@ -28,7 +28,7 @@ from mesh._errors import (
     ProtocolError,
     error_from_code,
 )
-from mesh._protocol import (
+from mesh.protocol import (
     ASK_HEARTBEAT,
     MESH_CODEC,
     Codec,

@@ -33,12 +33,12 @@ import anyio.abc
 import msgspec
 import structlog
 
-from mesh._daemon_api import DaemonApi
-from mesh._daemon_rooms import RoomRoutes, observer_room_id
 from mesh._errors import MeshError
-from mesh._manifest import load_manifests
-from mesh._manifest_links import dial_in_tokens, spec_from_manifest
-from mesh._orchestrator import MeshOrchestrator
+from mesh._orchestrator.links import dial_in_tokens, spec_from_manifest
+from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh.daemon._api import DaemonApi
+from mesh.daemon._rooms import RoomRoutes, observer_room_id
+from mesh.manifests._load import load_manifests
 from mesh.rooms import RoomManager
 from transports import (
     CloseCode,

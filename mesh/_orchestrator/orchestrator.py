@@ -25,16 +25,16 @@ import anyio.abc
 import msgspec
 import structlog
 
-from mesh._agent import Agent
 from mesh._errors import AgentUnavailable, InvalidParams, MeshError, MethodNotFound
-from mesh._peer import Peer, RequestContext, open_peer
-from mesh._reconnect import (
+from mesh._rpc.peer import Peer, RequestContext, open_peer
+from mesh._rpc.reconnect import (
     ConnectionEvent,
     ReconnectingPeer,
     ReconnectPolicy,
     open_reconnecting_peer,
 )
-from mesh._session import SessionConfig
+from mesh._rpc.session import SessionConfig
+from mesh._sdk.agent import Agent
 from registry import AgentId, AgentRecord, AgentStatus, Registry, run_expiry
 from transports import FrameStream, memory_stream_pair
 from transports._groups import unwrap_single_error
@@ -163,7 +163,7 @@ class MeshOrchestrator:
         cls, directory: str | Any, *, environ: Mapping[str, str] | None = None, **kwargs: Any
     ) -> Self:
         """Load every manifest in ``directory``; broken ones are kept in ``manifest_errors``."""
-        from mesh._manifest_links import specs_from_manifests
+        from mesh._orchestrator.links import specs_from_manifests
 
         specs, errors = specs_from_manifests(directory, environ=environ)
         orchestrator = cls(specs, **kwargs)
@@ -358,7 +358,7 @@ class MeshOrchestrator:
 
     async def serve_dialled_in(self, stream: FrameStream, agent_id: str) -> None:
         """Serve a link an agent dialled in on (its token already said who it is)."""
-        from mesh._connect import handshake
+        from mesh._rpc.connect import handshake
 
         link = self._links.get(agent_id) or _Link(AgentSpec(agent_id, None, transport="websocket"))
         self._links[agent_id] = link

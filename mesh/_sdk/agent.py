@@ -38,9 +38,9 @@ import msgspec
 import structlog
 
 from mesh._errors import InvalidParams, MeshError, MethodNotFound, ToolError
-from mesh._peer import Peer, RequestContext, serve_peer
-from mesh._protocol import now_ms
-from mesh._session import SessionConfig
+from mesh._rpc.peer import Peer, RequestContext, serve_peer
+from mesh._rpc.session import SessionConfig
+from mesh.protocol import now_ms
 from transports import FrameStream
 
 __all__ = ["Agent", "Tool"]

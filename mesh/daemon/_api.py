@@ -14,7 +14,6 @@ import anyio
 import msgspec
 import structlog
 
-from mesh._daemon_rooms import RoomRoutes
 from mesh._errors import (
     AgentUnavailable,
     CallTimeout,
@@ -23,7 +22,8 @@ from mesh._errors import (
     MessageTooLarge,
     RemoteError,
 )
-from mesh._orchestrator import AgentSpec, MeshOrchestrator
+from mesh._orchestrator.orchestrator import AgentSpec, MeshOrchestrator
+from mesh.daemon._rooms import RoomRoutes
 from registry import AgentId, AgentRecord, InvalidAgentRecord, SubscriberOverflow, UnknownAgent
 from transports import (
     CloseCode,

@@ -13,7 +13,8 @@ from functools import partial
 from pathlib import Path
 
 from mesh._errors import MeshError
-from mesh._manifest import (
+from mesh._orchestrator.orchestrator import AgentSpec, Connector
+from mesh.manifests._load import (
     DialInTransport,
     HttpTransport,
     Manifest,
@@ -21,7 +22,6 @@ from mesh._manifest import (
     WebSocketTransport,
     load_manifests,
 )
-from mesh._orchestrator import AgentSpec, Connector
 from transports import (
     TokenAuthenticator,
     WebSocketConfig,

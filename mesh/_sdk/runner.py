@@ -24,12 +24,12 @@ from functools import partial
 
 import anyio
 
-from mesh._agent import Agent
 from mesh._errors import MeshError
 from mesh._gc import tune_for_serving
 from mesh._logging import configure_logging
-from mesh._serve import open_agent_server, serve_agent_dialing
-from mesh._session import SessionConfig
+from mesh._rpc.session import SessionConfig
+from mesh._sdk.agent import Agent
+from mesh._sdk.serve import open_agent_server, serve_agent_dialing
 from transports import DEFAULT_MAX_FRAME_SIZE, TokenAuthenticator, open_stdio_server
 
 __all__ = ["run_agent"]

@@ -1,7 +1,7 @@
 """Request/response transports (HTTP): one frame in, at most one frame out.
 
 There is no connection to keep a session on, so each exchange gets a fresh
-:class:`~mesh._session.Session` in its own right: the same decoding, validation,
+:class:`~mesh._rpc.session.Session` in its own right: the same decoding, validation,
 error mapping and size limits as a persistent link, without the clock. A request
 is answered with its response; an invalid frame with the error that names the
 problem; a heartbeat with a heartbeat (proof of life for the caller's liveness
@@ -14,15 +14,15 @@ from typing import Final
 
 import anyio
 
-from mesh._peer import RequestContext, RequestHandler, answer_request
-from mesh._protocol import MESH_CODEC, Codec, Heartbeat, RequestId, new_request_id, now_ms
-from mesh._session import (
+from mesh._rpc.peer import RequestContext, RequestHandler, answer_request
+from mesh._rpc.session import (
     CancelRequested,
     IncomingNotification,
     IncomingRequest,
     Session,
     SessionConfig,
 )
+from mesh.protocol import MESH_CODEC, Codec, Heartbeat, RequestId, new_request_id, now_ms
 
 __all__ = ["Exchange"]
 

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping
 from typing import TextIO
 
-from mesh._manifest import (
+from mesh.manifests._load import (
     DialInTransport,
     HttpTransport,
     Manifest,

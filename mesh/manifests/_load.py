@@ -19,7 +19,7 @@ from typing import Final
 
 import msgspec
 
-from mesh._manifest_types import (
+from mesh.manifests._types import (
     INTERPRETER_COMMANDS,
     TRANSPORT_TYPES,
     DialInTransport,

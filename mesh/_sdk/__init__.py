@@ -1,0 +1,1 @@
+"""The SDK wing: :class:`~mesh.Agent` and its tools, serving an agent, running one as a program."""

@@ -1,0 +1,5 @@
+"""``mesh serve``: the daemon — settings, the HTTP API, room routes, serving them on one port."""
+
+from mesh.daemon._serve import DaemonSettings, SettingsError, load_settings, serve_daemon
+
+__all__ = ["DaemonSettings", "SettingsError", "load_settings", "serve_daemon"]

@@ -1,0 +1,33 @@
+"""``make demo``: the mesh doing its job, narrated.
+
+First the SDK (:mod:`mesh.demo._sdk_tour`), once on asyncio and once on trio;
+then the daemon (:mod:`mesh.demo._daemon_tour`) and two offline rooms
+(:mod:`mesh.demo._rooms_tour`). Exits non-zero if anything does not behave.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import anyio
+
+from mesh._logging import configure_logging
+from mesh.demo._daemon_tour import daemon_tour
+from mesh.demo._rooms_tour import rooms_tour
+from mesh.demo._sdk_tour import say, tour
+
+
+def main() -> None:
+    configure_logging(level="warning")  # the narration is the output; logs only if something is off
+    for backend in ("asyncio", "trio"):
+        anyio.run(tour, backend, backend=backend)
+    anyio.run(daemon_tour)
+    anyio.run(rooms_tour, backend="trio")
+    say("\ndemo finished: every call behaved.")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)
