@@ -259,7 +259,9 @@ async def registry_table(ctx: RunContext) -> Measurement:
     ids = [AgentId(f"agent-{i}") for i in range(n)]
     _, register_s = _timed(
         lambda: [
-            table.register(AgentRecord(id=a, name=a, interval=1.0 if i < few + some else 10.0), 0.0)
+            table.register(
+                AgentRecord(id=a, name=a, heartbeat_interval=1.0 if i < few + some else 10.0), 0.0
+            )
             for i, a in enumerate(ids)
         ]
     )

@@ -38,7 +38,7 @@ class InvalidAgentRecord(RegistryError, ValueError):
     """A record, or the mapping it was built from, cannot be registered.
 
     The message says which field and why (for mappings, msgspec's path, e.g.
-    ``$.interval``).
+    ``$.heartbeat_interval``).
     """
 
 

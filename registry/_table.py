@@ -65,7 +65,15 @@ _COMPACT_SLACK = 1024
 class _Entry:
     """The mutable state behind one agent; `AgentRecord`s are its snapshots."""
 
-    __slots__ = ("gen", "grace", "interval", "last_seen", "record", "status", "ttl")
+    __slots__ = (
+        "gen",
+        "grace",
+        "heartbeat_interval",
+        "heartbeat_ttl",
+        "last_seen",
+        "record",
+        "status",
+    )
 
     def __init__(self, record: AgentRecord) -> None:
         self.gen = _DEAD
@@ -76,17 +84,17 @@ class _Entry:
         self.record = record
         self.last_seen = record.last_seen
         # Copied out of the record so that the hot paths read plain slots.
-        self.interval = record.interval
-        self.ttl = record.ttl
+        self.heartbeat_interval = record.heartbeat_interval
+        self.heartbeat_ttl = record.heartbeat_ttl
         self.grace = record.grace
 
     def due(self) -> float:
         """When the current status ends, unless the agent beats first."""
         if self.status is _ONLINE:
-            return self.last_seen + self.interval
+            return self.last_seen + self.heartbeat_interval
         if self.status is _STALE:
-            return self.last_seen + self.ttl
-        return self.last_seen + self.ttl + self.grace
+            return self.last_seen + self.heartbeat_ttl
+        return self.last_seen + self.heartbeat_ttl + self.grace
 
     def snapshot(self) -> AgentRecord:
         record = self.record

@@ -71,7 +71,7 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One agent as the registry knows it.
 
     Build one to register; ``registered_at``, ``last_seen`` and ``status`` are set
-    by the registry and ignored on input. ``ttl=0`` (the default) means
+    by the registry and ignored on input. ``heartbeat_ttl=0`` (the default) means
     ``TTL_FACTOR * interval``; after construction ``ttl`` always holds the
     resolved value. ``metadata`` is shared, not copied: treat it as immutable.
     """
@@ -82,8 +82,8 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True):
     endpoint: str | None = None
     capabilities: frozenset[str] = frozenset()
     metadata: Mapping[str, Any] = msgspec.field(default_factory=dict)
-    interval: float = DEFAULT_INTERVAL
-    ttl: float = 0.0
+    heartbeat_interval: float = DEFAULT_INTERVAL
+    heartbeat_ttl: float = 0.0
     grace: float = DEFAULT_GRACE
     registered_at: float = 0.0
     last_seen: float = 0.0
@@ -92,11 +92,13 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         # Runs on every construction and every snapshot (msgspec's replace), so
         # the valid case is one chained comparison; _repair() explains failures.
-        if self.ttl == 0.0:
-            msgspec.structs.force_setattr(self, "ttl", TTL_FACTOR * self.interval)
+        if self.heartbeat_ttl == 0.0:
+            msgspec.structs.force_setattr(
+                self, "heartbeat_ttl", TTL_FACTOR * self.heartbeat_interval
+            )
         if not (
             self.id
-            and 0.0 < self.interval <= self.ttl < _INF
+            and 0.0 < self.heartbeat_interval <= self.heartbeat_ttl < _INF
             and 0.0 <= self.grace < _INF
             and type(self.capabilities) is frozenset
         ):
@@ -107,17 +109,18 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True):
         # into a ValidationError that carries the path; Registry re-raises that.
         if not self.id:
             raise InvalidAgentRecord("agent id must be a non-empty string")
-        for name in ("interval", "ttl"):
+        for name in ("heartbeat_interval", "heartbeat_ttl"):
             value = getattr(self, name)
             if not 0.0 < value < _INF:
                 raise InvalidAgentRecord(
                     f"agent {self.id!r}: {name} must be a finite number of seconds > 0, "
                     f"not {value!r}"
                 )
-        if self.ttl < self.interval:
+        if self.heartbeat_ttl < self.heartbeat_interval:
             raise InvalidAgentRecord(
-                f"agent {self.id!r}: ttl ({self.ttl} s) must be at least its interval "
-                f"({self.interval} s), or it would go offline before it could be stale"
+                f"agent {self.id!r}: heartbeat_ttl ({self.heartbeat_ttl} s) must be at least its "
+                f"heartbeat_interval ({self.heartbeat_interval} s), or it would go offline "
+                "before it could be stale"
             )
         if not 0.0 <= self.grace < _INF:
             raise InvalidAgentRecord(

@@ -65,21 +65,22 @@ class AgentSpec:
     transport: str = "memory"
     endpoint: str | None = None
     capabilities: frozenset[str] = frozenset()
-    interval: float = 10.0
-    ttl: float | None = None
+    heartbeat_interval: float = 10.0
+    #: Seconds of silence before the agent is offline; 0 means three intervals.
+    heartbeat_ttl: float = 0.0
     call_timeout: float = 30.0
     max_frame_size: int = 1 << 20
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
-    @property
-    def resolved_ttl(self) -> float:
-        return self.ttl if self.ttl is not None else 3 * self.interval
+    def __post_init__(self) -> None:
+        if self.heartbeat_ttl == 0.0:
+            object.__setattr__(self, "heartbeat_ttl", 3 * self.heartbeat_interval)
 
     def session_config(self) -> SessionConfig:
         return SessionConfig(
             call_timeout=self.call_timeout,
-            heartbeat_interval=self.interval,
-            heartbeat_ttl=self.resolved_ttl + LINK_SILENCE_GRACE,
+            heartbeat_interval=self.heartbeat_interval,
+            heartbeat_ttl=self.heartbeat_ttl + LINK_SILENCE_GRACE,
             max_frame_size=self.max_frame_size,
         )
 
@@ -91,8 +92,8 @@ class AgentSpec:
             endpoint=self.endpoint,
             capabilities=self.capabilities,
             metadata=dict(self.metadata),
-            interval=self.interval,
-            ttl=self.resolved_ttl,
+            heartbeat_interval=self.heartbeat_interval,
+            heartbeat_ttl=self.heartbeat_ttl,
         )
 
 
@@ -395,13 +396,13 @@ class MeshOrchestrator:
         peer = link.peer
         assert peer is not None
         while not peer.closed:
-            with anyio.move_on_after(spec.interval):
+            with anyio.move_on_after(spec.heartbeat_interval):
                 await _wait_closed(peer)
                 return
             if not link.connected or self.registry.get(agent_id) is None:
                 continue
             try:
-                await peer.call("ping", timeout=spec.interval, **_no_wait(peer))
+                await peer.call("ping", timeout=spec.heartbeat_interval, **_no_wait(peer))
             except MeshError:
                 continue  # no beat: the registry's clock takes it stale, then offline
             if self.registry.get(agent_id) is not None:

@@ -88,14 +88,15 @@ class SessionConfig:
     #: (request/response transports such as HTTP have no idle link to watch).
     heartbeat_interval: float | None = 10.0
     #: Declare the peer dead after this long without any frame; default 3 x interval.
+    #: After construction it is ``None`` exactly when heartbeats are off.
     heartbeat_ttl: float | None = None
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
 
-    @property
-    def ttl(self) -> float | None:
+    def __post_init__(self) -> None:
         if self.heartbeat_interval is None:
-            return None
-        return self.heartbeat_ttl if self.heartbeat_ttl is not None else 3 * self.heartbeat_interval
+            object.__setattr__(self, "heartbeat_ttl", None)
+        elif self.heartbeat_ttl is None:
+            object.__setattr__(self, "heartbeat_ttl", 3 * self.heartbeat_interval)
 
 
 # -- events the session reports -------------------------------------------------------
@@ -419,7 +420,7 @@ class Session:
             error = self._error(CallTimeout, f"no response within {pending.timeout:g} s", pending)
             events.append(CallDone(rid, error=error))
             self._notify(CANCELLED, {"id": rid, "reason": "timeout"})
-        ttl = self.config.ttl
+        ttl = self.config.heartbeat_ttl
         if ttl is not None and now >= self._last_received + ttl:
             silent = now - self._last_received
             events.extend(
@@ -458,7 +459,7 @@ class Session:
         candidates = [heap[0][0]] if heap else []
         if self._next_heartbeat is not None:
             candidates.append(self._next_heartbeat)
-        ttl = self.config.ttl
+        ttl = self.config.heartbeat_ttl
         if ttl is not None:
             candidates.append(self._last_received + ttl)
         return min(candidates) if candidates else None

@@ -48,7 +48,7 @@ class RegisterBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     transport: str = "http"
     capabilities: list[str] = []
     heartbeat_interval: float = 10.0
-    heartbeat_ttl: float | None = None
+    heartbeat_ttl: float = 0.0
     metadata: dict[str, Any] = {}
     #: For the mesh to call the agent's endpoint with (never echoed back or logged).
     token: str | None = None
@@ -87,8 +87,8 @@ def describe(record: AgentRecord, now: float, link_error: str | None = None) -> 
         "capabilities": sorted(record.capabilities),
         "last_seen_ago": round(max(0.0, now - record.last_seen), 3),
         "registered_ago": round(max(0.0, now - record.registered_at), 3),
-        "interval": record.interval,
-        "ttl": record.ttl,
+        "heartbeat_interval": record.heartbeat_interval,
+        "heartbeat_ttl": record.heartbeat_ttl,
     }
     if link_error:
         shown["link_error"] = link_error
@@ -204,8 +204,8 @@ class DaemonApi:
             "endpoint": spec.endpoint,
             "capabilities": spec.capabilities,
             "metadata": spec.metadata,
-            "interval": spec.heartbeat_interval,
-            "ttl": spec.heartbeat_ttl or 0.0,
+            "heartbeat_interval": spec.heartbeat_interval,
+            "heartbeat_ttl": spec.heartbeat_ttl,
         }
         try:
             stored = self._mesh.registry.register(record, anyio.current_time())
@@ -221,8 +221,8 @@ class DaemonApi:
                     transport="http",
                     endpoint=endpoint,
                     capabilities=stored.capabilities,
-                    interval=stored.interval,
-                    ttl=stored.ttl,
+                    heartbeat_interval=stored.heartbeat_interval,
+                    heartbeat_ttl=stored.heartbeat_ttl,
                 )
             )
         return _json(200 if known else 201, describe(stored, anyio.current_time()))

@@ -236,8 +236,7 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """One agent, as its manifest file describes it. See ``docs/manifests.md``.
 
     After construction ``name`` is never empty (it defaults to ``id``) and
-    ``heartbeat_ttl`` is never ``None`` (it defaults to three intervals); the
-    :attr:`ttl` property gives it typed as a plain ``float``.
+    ``heartbeat_ttl`` is never ``None`` (it defaults to three intervals).
     """
 
     id: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
@@ -271,8 +270,3 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 f"Expected a TTL greater than `heartbeat_interval` ({interval:g} s), "
                 f"got {self.heartbeat_ttl:g} s",
             )
-
-    @property
-    def ttl(self) -> float:
-        """``heartbeat_ttl`` as a ``float``: seconds of silence before the agent is offline."""
-        return self.heartbeat_ttl if self.heartbeat_ttl is not None else 3 * self.heartbeat_interval

@@ -20,7 +20,9 @@ pytestmark = pytest.mark.anyio
 async def test_sigstop_goes_stale_then_offline_and_sigcont_brings_it_back() -> None:
     interval, ttl = 0.3, 0.9
     command = partial(open_stdio_process, sys.executable, ["-m", "mesh.agents.echo", "--stdio"])
-    spec = AgentSpec("frozen", command, transport="stdio", interval=interval, ttl=ttl)
+    spec = AgentSpec(
+        "frozen", command, transport="stdio", heartbeat_interval=interval, heartbeat_ttl=ttl
+    )
     async with MeshOrchestrator([spec]) as mesh, mesh.registry.subscribe() as changes:
         peer = mesh._links["frozen"].peer
         assert isinstance(peer, ReconnectingPeer) and peer.current is not None

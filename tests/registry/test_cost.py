@@ -20,7 +20,7 @@ def _populate(ids: list[AgentId]) -> Registry:
     for i, agent_id in enumerate(ids):
         # The first FEW beat every second; everyone else every ten seconds.
         interval = 1.0 if i < FEW else 10.0
-        registry.register(AgentRecord(id=agent_id, name=agent_id, interval=interval), 0.0)
+        registry.register(AgentRecord(id=agent_id, name=agent_id, heartbeat_interval=interval), 0.0)
     return registry
 
 

@@ -20,7 +20,10 @@ GUARD = 10
 async def _statuses_until_removed(registry: Registry, agent: str) -> list[AgentStatus]:
     seen: list[AgentStatus] = []
     async with registry.subscribe() as events:
-        registry.register(record(agent, interval=0.02, ttl=0.04, grace=0.02), anyio.current_time())
+        registry.register(
+            record(agent, heartbeat_interval=0.02, heartbeat_ttl=0.04, grace=0.02),
+            anyio.current_time(),
+        )
         async for change in events:
             if change.agent_id == agent:
                 seen.append(change.new)
@@ -48,7 +51,7 @@ async def test_driver_expires_an_agent_through_every_status() -> None:
 async def test_driver_wakes_early_for_an_earlier_deadline() -> None:
     registry = Registry()
     # Registered first, so the driver goes to sleep for an hour on its deadline.
-    registry.register(record("slow", interval=3600), anyio.current_time())
+    registry.register(record("slow", heartbeat_interval=3600), anyio.current_time())
     with anyio.fail_after(GUARD):
         async with anyio.create_task_group() as tg:
             await tg.start(run_expiry, registry)
@@ -76,7 +79,9 @@ async def test_driver_with_a_custom_clock_and_nothing_to_do_waits_for_work() -> 
             await tg.start(partial(run_expiry, registry, clock=lambda: fake_now))
             # The empty table has no deadline: the driver sleeps until woken.
             # This agent's whole life is already over on the fake clock.
-            registry.register(record("old", interval=1, ttl=1, grace=0), fake_now - 10)
+            registry.register(
+                record("old", heartbeat_interval=1, heartbeat_ttl=1, grace=0), fake_now - 10
+            )
             await removed.wait()
             tg.cancel_scope.cancel()
     assert [c.new for c in changes] == [

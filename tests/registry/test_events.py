@@ -27,11 +27,11 @@ def _churn(registry: Registry) -> list[StatusChange]:
     """Changes of every kind, made synchronously; returns what listeners saw."""
     seen: list[StatusChange] = []
     registry.add_listener(seen.append)
-    registry.register(record("a", interval=1, ttl=2, grace=1), 0.0)
-    registry.register(record("b", interval=5), 0.0)
+    registry.register(record("a", heartbeat_interval=1, heartbeat_ttl=2, grace=1), 0.0)
+    registry.register(record("b", heartbeat_interval=5), 0.0)
     registry.expire(1.0)  # a stale
     registry.heartbeat(AgentId("a"), 1.5)  # a online again
-    registry.register(record("b", interval=5), 2.0)  # re-register
+    registry.register(record("b", heartbeat_interval=5), 2.0)  # re-register
     registry.expire(10.0)  # a stale, offline, removed; b stale
     registry.deregister(AgentId("b"), 10.0)
     registry.remove_listener(seen.append)

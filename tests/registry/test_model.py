@@ -54,7 +54,9 @@ class RegistryMachine(RuleBasedStateMachine):
     @rule(agent_id=ids, interval=seconds, extra=st.integers(0, 2), grace=st.integers(0, 4))
     def register(self, agent_id: AgentId, interval: float, extra: int, grace: int) -> None:
         ttl = interval * (1 + extra)
-        self.registry.register(record(agent_id, interval=interval, ttl=ttl, grace=grace), self.now)
+        self.registry.register(
+            record(agent_id, heartbeat_interval=interval, heartbeat_ttl=ttl, grace=grace), self.now
+        )
         known = self.model.get(agent_id)
         last_seen = self.now if known is None else max(self.now, known.last_seen)
         self.model[agent_id] = ModelAgent(interval, ttl, float(grace), last_seen)

@@ -38,9 +38,9 @@ def table(events: list[StatusChange]) -> Registry:
 
 
 def test_record_defaults_resolve_ttl_from_interval() -> None:
-    assert record("a").ttl == 30.0
-    assert record("a", interval=2).ttl == 6.0
-    assert record("a", interval=2, ttl=5).ttl == 5.0
+    assert record("a").heartbeat_ttl == 30.0
+    assert record("a", heartbeat_interval=2).heartbeat_ttl == 6.0
+    assert record("a", heartbeat_interval=2, heartbeat_ttl=5).heartbeat_ttl == 5.0
     assert record("a").grace == 60.0
 
 
@@ -52,10 +52,13 @@ def test_record_coerces_capabilities_to_frozenset() -> None:
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"interval": 0}, "interval must be a finite number of seconds > 0"),
-        ({"interval": float("nan")}, "interval must be"),
-        ({"interval": 10, "ttl": 5}, "ttl (5 s) must be at least its interval"),
-        ({"ttl": float("inf")}, "ttl must be"),
+        ({"heartbeat_interval": 0}, "heartbeat_interval must be a finite number of seconds > 0"),
+        ({"heartbeat_interval": float("nan")}, "heartbeat_interval must be"),
+        (
+            {"heartbeat_interval": 10, "heartbeat_ttl": 5},
+            "heartbeat_ttl (5 s) must be at least its heartbeat_interval",
+        ),
+        ({"heartbeat_ttl": float("inf")}, "heartbeat_ttl must be"),
         ({"grace": -1}, "grace must be"),
     ],
 )
@@ -82,12 +85,18 @@ def test_register_stamps_record_and_publishes(table: Registry, events: list[Stat
 
 def test_register_from_mapping(table: Registry) -> None:
     stored = table.register(
-        {"id": "a", "name": "A", "transport": "http", "capabilities": ["x"], "interval": 2},
+        {
+            "id": "a",
+            "name": "A",
+            "transport": "http",
+            "capabilities": ["x"],
+            "heartbeat_interval": 2,
+        },
         now=0.0,
     )
     assert stored.transport == "http"
     assert stored.capabilities == frozenset({"x"})
-    assert stored.ttl == 6.0
+    assert stored.heartbeat_ttl == 6.0
 
 
 def test_register_from_bad_mapping_names_the_field(table: Registry) -> None:
@@ -95,14 +104,14 @@ def test_register_from_bad_mapping_names_the_field(table: Registry) -> None:
         table.register({"id": "a", "name": 3}, now=0.0)
     assert info.value.__cause__ is not None
     with pytest.raises(InvalidAgentRecord, match="interval must be"):
-        table.register({"id": "b", "name": "B", "interval": -1}, now=0.0)
+        table.register({"id": "b", "name": "B", "heartbeat_interval": -1}, now=0.0)
     assert len(table) == 0
 
 
 def test_full_life_online_stale_offline_removed(
     table: Registry, events: list[StatusChange]
 ) -> None:
-    table.register(record("a", interval=10, ttl=30, grace=60), now=0.0)
+    table.register(record("a", heartbeat_interval=10, heartbeat_ttl=30, grace=60), now=0.0)
     events.clear()
     assert table.expire(9.9) == []
     stale = table.expire(10.0)
@@ -123,8 +132,8 @@ def test_full_life_online_stale_offline_removed(
 
 
 def test_one_late_expire_reports_every_step_in_time_order(table: Registry) -> None:
-    table.register(record("a", interval=10, ttl=30, grace=60), now=0.0)
-    table.register(record("b", interval=1, ttl=2, grace=1), now=0.0)
+    table.register(record("a", heartbeat_interval=10, heartbeat_ttl=30, grace=60), now=0.0)
+    table.register(record("b", heartbeat_interval=1, heartbeat_ttl=2, grace=1), now=0.0)
     changes = table.expire(1000.0)
     assert summary(changes) == [
         ("stale", "b", "online", "stale", 1.0),
@@ -137,17 +146,17 @@ def test_one_late_expire_reports_every_step_in_time_order(table: Registry) -> No
 
 
 def test_ttl_equal_to_interval_goes_stale_and_offline_together(table: Registry) -> None:
-    table.register(record("a", interval=5, ttl=5), now=0.0)
+    table.register(record("a", heartbeat_interval=5, heartbeat_ttl=5), now=0.0)
     assert [c.new for c in table.expire(5.0)] == [STALE, OFFLINE]
 
 
 def test_zero_grace_removes_at_the_ttl(table: Registry) -> None:
-    table.register(record("a", interval=5, ttl=10, grace=0), now=0.0)
+    table.register(record("a", heartbeat_interval=5, heartbeat_ttl=10, grace=0), now=0.0)
     assert [c.new for c in table.expire(10.0)] == [STALE, OFFLINE, REMOVED]
 
 
 def test_heartbeat_postpones_expiry(table: Registry) -> None:
-    table.register(record("a", interval=10), now=0.0)
+    table.register(record("a", heartbeat_interval=10), now=0.0)
     table.heartbeat(AgentId("a"), now=8.0)
     assert table.expire(17.9) == []
     assert table.get(AgentId("a")) == table.list()[0]
@@ -156,7 +165,7 @@ def test_heartbeat_postpones_expiry(table: Registry) -> None:
 
 
 def test_heartbeat_from_the_past_does_not_move_last_seen_back(table: Registry) -> None:
-    table.register(record("a", interval=10), now=5.0)
+    table.register(record("a", heartbeat_interval=10), now=5.0)
     table.heartbeat(AgentId("a"), now=1.0)
     assert table.list()[0].last_seen == 5.0
     assert table.expire(14.9) == []
@@ -164,7 +173,7 @@ def test_heartbeat_from_the_past_does_not_move_last_seen_back(table: Registry) -
 
 @pytest.mark.parametrize("until", [10.0, 30.0], ids=["stale", "offline"])
 def test_heartbeat_revives(table: Registry, events: list[StatusChange], until: float) -> None:
-    table.register(record("a", interval=10, ttl=30), now=0.0)
+    table.register(record("a", heartbeat_interval=10, heartbeat_ttl=30), now=0.0)
     table.expire(until)
     old = table.list()[0].status
     assert old is not ONLINE
@@ -191,15 +200,15 @@ def test_heartbeat_of_an_online_agent_publishes_nothing(
 def test_reregister_updates_record_and_counts_as_heartbeat(
     table: Registry, events: list[StatusChange]
 ) -> None:
-    table.register(record("a", capabilities=frozenset({"old"}), interval=10), now=1.0)
+    table.register(record("a", capabilities=frozenset({"old"}), heartbeat_interval=10), now=1.0)
     table.expire(11.0)
     events.clear()
     stored = table.register(
-        record("a", name="Renamed", capabilities=frozenset({"new"}), interval=2), now=12.0
+        record("a", name="Renamed", capabilities=frozenset({"new"}), heartbeat_interval=2), now=12.0
     )
     assert summary(events) == [("registered", "a", "stale", "online", 12.0)]
     assert (stored.name, stored.registered_at, stored.last_seen) == ("Renamed", 1.0, 12.0)
-    assert stored.interval == 2.0
+    assert stored.heartbeat_interval == 2.0
     assert table.find("old") == []
     assert table.find("new") == [stored]
     assert len(table) == 1
@@ -234,7 +243,7 @@ def test_deregister(table: Registry, events: list[StatusChange]) -> None:
 def test_removed_agent_can_register_again_as_new(
     table: Registry, events: list[StatusChange]
 ) -> None:
-    table.register(record("a", interval=1, ttl=1, grace=0), now=0.0)
+    table.register(record("a", heartbeat_interval=1, heartbeat_ttl=1, grace=0), now=0.0)
     table.expire(1.0)
     events.clear()
     stored = table.register(record("a"), now=2.0)
@@ -251,7 +260,7 @@ def test_unknown_agent_is_a_clear_error(table: Registry, operation: str) -> None
 
 
 def test_unknown_after_removal(table: Registry) -> None:
-    table.register(record("a", interval=1, ttl=1, grace=0), now=0.0)
+    table.register(record("a", heartbeat_interval=1, heartbeat_ttl=1, grace=0), now=0.0)
     table.expire(1.0)
     with pytest.raises(UnknownAgent):
         table.heartbeat(AgentId("a"), now=2.0)
@@ -262,9 +271,11 @@ def test_get_of_unknown_is_none(table: Registry) -> None:
 
 
 def test_find_by_capability_and_status(table: Registry) -> None:
-    table.register(record("a", capabilities=frozenset({"echo", "sum"}), interval=10), now=0.0)
-    table.register(record("b", capabilities=frozenset({"echo"}), interval=1), now=0.0)
-    table.register(record("c", interval=10), now=0.0)
+    table.register(
+        record("a", capabilities=frozenset({"echo", "sum"}), heartbeat_interval=10), now=0.0
+    )
+    table.register(record("b", capabilities=frozenset({"echo"}), heartbeat_interval=1), now=0.0)
+    table.register(record("c", heartbeat_interval=10), now=0.0)
     table.expire(1.0)  # b goes stale
 
     def ids(records: list[AgentRecord]) -> list[str]:
@@ -283,17 +294,17 @@ def test_find_by_capability_and_status(table: Registry) -> None:
 
 def test_next_deadline(table: Registry) -> None:
     assert table.next_deadline() is None
-    table.register(record("a", interval=10), now=0.0)
-    table.register(record("b", interval=4), now=0.0)
+    table.register(record("a", heartbeat_interval=10), now=0.0)
+    table.register(record("b", heartbeat_interval=4), now=0.0)
     assert table.next_deadline() == 4.0
     table.deregister(AgentId("b"), now=1.0)
     assert table.next_deadline() == 10.0  # b's stale item is skipped
 
 
 def test_statistics_count_statuses(table: Registry) -> None:
-    table.register(record("a", interval=1), now=0.0)
-    table.register(record("b", interval=1, ttl=2), now=0.0)
-    table.register(record("c", interval=10), now=0.0)
+    table.register(record("a", heartbeat_interval=1), now=0.0)
+    table.register(record("b", heartbeat_interval=1, heartbeat_ttl=2), now=0.0)
+    table.register(record("c", heartbeat_interval=10), now=0.0)
     table.heartbeat(AgentId("a"), now=0.5)
     table.expire(2.0)
     stats = table.statistics()
@@ -371,7 +382,7 @@ def test_expire_logs_one_summary_line(table: Registry) -> None:
     from structlog.testing import capture_logs
 
     for i in range(5):
-        table.register(record(f"a{i}", interval=1, ttl=2), now=0.0)
+        table.register(record(f"a{i}", heartbeat_interval=1, heartbeat_ttl=2), now=0.0)
     with capture_logs() as logs:
         table.expire(2.0)
     assert logs == [
@@ -399,7 +410,9 @@ def test_mark_offline_takes_effect_at_once_and_a_beat_revives() -> None:
     registry = Registry()
     seen: list[tuple[str, str]] = []
     registry.add_listener(lambda change: seen.append((str(change.kind), str(change.new))))
-    registry.register(AgentRecord(id=AgentId("a"), name="A", interval=1.0, grace=5.0), now=0.0)
+    registry.register(
+        AgentRecord(id=AgentId("a"), name="A", heartbeat_interval=1.0, grace=5.0), now=0.0
+    )
     record = registry.mark_offline(AgentId("a"), now=0.5)
     assert record.status is AgentStatus.OFFLINE
     assert (

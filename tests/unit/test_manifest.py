@@ -66,7 +66,7 @@ def test_stdio_manifest_and_every_default(tmp_path: Path) -> None:
     assert manifest.version == "0.1.0"
     assert manifest.capabilities == ()
     assert manifest.heartbeat_interval == 10.0
-    assert manifest.heartbeat_ttl == 30.0 == manifest.ttl
+    assert manifest.heartbeat_ttl == 30.0 == manifest.heartbeat_ttl
     assert manifest.call_timeout == 30.0
     assert manifest.max_frame_size == 1024 * 1024
     assert manifest.persona is None
