@@ -10,7 +10,7 @@ BACKEND``) is ``open_agent_server`` with a small `mesh.Agent` whose methods are
   every recipient, ``t0`` being ``time.monotonic()`` before the first.
 
 The crowd (``python -m bench.mesh_crowd clients PORT BACKEND``) opens
-``mesh.connect_websocket`` peers when told ``open <n>`` on stdin, each of which
+``mesh.open_websocket_peer`` peers when told ``open <n>`` on stdin, each of which
 subscribes; for each stamp it prints how long after ``t0`` its last peer's
 notification handler ran (CLOCK_MONOTONIC is one clock for every process).
 The measuring process drives both through a control peer and reads /proc.
@@ -154,7 +154,7 @@ class _Crowd:
             async with contextlib.AsyncExitStack() as stack:
                 async with self.limiter:
                     peer = await stack.enter_async_context(
-                        mesh.connect_websocket(
+                        mesh.open_websocket_peer(
                             self.url, agent="crowd", handler=self, connect_timeout=LINK_TIMEOUT_S
                         )
                     )
@@ -266,7 +266,7 @@ async def open_mesh_crowd(backend: str) -> AsyncIterator[MeshCrowdHandle]:
         process = await anyio.open_process(command, stderr=None)
         try:
             url = f"ws://127.0.0.1:{server.port}/ws"
-            async with mesh.connect_websocket(url, agent="crowd-server") as control:
+            async with mesh.open_websocket_peer(url, agent="crowd-server") as control:
                 yield MeshCrowdHandle(process, control, server.pid)
         finally:
             await stop_process(process)

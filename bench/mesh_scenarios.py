@@ -8,7 +8,7 @@ is the mesh on trio end to end. ``mesh-memory`` serves the agent in this
 process over the in-memory link: the mesh's own per-call cost, no I/O.
 
 ``mesh-broadcast`` and ``mesh-idle`` use `bench.mesh_crowd` (a server process
-with ``open_agent_server`` and a crowd process of ``connect_websocket`` peers).
+with ``open_agent_server`` and a crowd process of ``open_websocket_peer`` peers).
 ``registry`` times `registry.Registry` in this process.
 
 The mesh, httpx, structlog and registry are imported inside the scenarios: every
@@ -116,7 +116,7 @@ async def mesh_stdio(ctx: RunContext) -> Measurement:
 
     quiet_logs()
     args = echo_agent_args(ctx.backend, "--stdio")
-    async with mesh.connect_stdio(
+    async with mesh.open_stdio_peer(
         sys.executable, args, env=stdio_env(), cwd=REPO_ROOT, agent="echo"
     ) as peer:
         return await measure_peer(peer, ctx)
@@ -135,7 +135,7 @@ async def mesh_ws(ctx: RunContext) -> Measurement:
     quiet_logs()
     async with (
         open_echo_server(ctx.backend) as port,
-        mesh.connect_websocket(f"ws://127.0.0.1:{port}/ws", agent="echo") as peer,
+        mesh.open_websocket_peer(f"ws://127.0.0.1:{port}/ws", agent="echo") as peer,
     ):
         return await measure_peer(peer, ctx)
 
@@ -153,7 +153,7 @@ async def mesh_http(ctx: RunContext) -> Measurement:
     quiet_logs()
     async with (
         open_echo_server(ctx.backend) as port,
-        mesh.connect_http(f"http://127.0.0.1:{port}", agent="echo") as peer,
+        mesh.open_http_peer(f"http://127.0.0.1:{port}", agent="echo") as peer,
     ):
         return await measure_peer(peer, ctx)
 

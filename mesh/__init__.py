@@ -2,7 +2,8 @@
 
 RPC correlated by id over stdio, HTTP and WebSocket, with deadlines, cancellation,
 progress and heartbeats; an SDK for writing agents; a registry, an orchestrator,
-a daemon and conversation rooms built on top.
+a daemon and conversation rooms built on top. The wire types are in
+:mod:`mesh.protocol`; manifests in :mod:`mesh.manifests`; rooms in :mod:`mesh.rooms`.
 """
 
 from mesh._errors import (
@@ -20,7 +21,8 @@ from mesh._errors import (
     Unauthorized,
 )
 from mesh._orchestrator.orchestrator import AgentSpec, MeshOrchestrator, Outcome, local_connector
-from mesh._rpc.connect import connect_http, connect_stdio, connect_websocket
+from mesh._public import publish
+from mesh._rpc.connect import open_http_peer, open_stdio_peer, open_websocket_peer
 from mesh._rpc.peer import Peer, RequestContext, RequestHandler, open_peer, serve_peer
 from mesh._rpc.reconnect import (
     ConnectionEvent,
@@ -32,30 +34,17 @@ from mesh._rpc.session import SessionConfig, SessionStatistics
 from mesh._sdk.agent import Agent, Tool
 from mesh._sdk.runner import run_agent
 from mesh._sdk.serve import open_agent_server
-from mesh.agents.persona import PersonaAgent
-from mesh.manifests._load import (
-    DialInTransport,
-    HttpTransport,
+from mesh.manifests import (
+    DialInSection,
+    HttpSection,
     Manifest,
     ManifestError,
     ManifestSet,
     Persona,
-    StdioTransport,
-    WebSocketTransport,
+    StdioSection,
+    WebSocketSection,
     load_manifest,
     load_manifests,
-)
-from mesh.protocol import (
-    MESH_CODEC,
-    Codec,
-    ErrorInfo,
-    Heartbeat,
-    MeshCodec,
-    Message,
-    Notification,
-    Request,
-    RequestId,
-    Response,
 )
 from mesh.rooms import (
     InvalidRoomSpec,
@@ -77,45 +66,34 @@ from mesh.rooms import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "MESH_CODEC",
     "Agent",
     "AgentSpec",
     "AgentUnavailable",
     "CallTimeout",
-    "Codec",
     "ConnectionEvent",
     "ConnectionLost",
-    "DialInTransport",
+    "DialInSection",
     "ErrorCode",
-    "ErrorInfo",
-    "Heartbeat",
-    "HttpTransport",
+    "HttpSection",
     "InvalidParams",
     "InvalidRoomSpec",
     "Manifest",
     "ManifestError",
     "ManifestSet",
-    "MeshCodec",
     "MeshError",
     "MeshOrchestrator",
-    "Message",
     "MessageEvent",
     "MessageTooLarge",
     "MethodNotFound",
-    "Notification",
     "Outcome",
     "Peer",
     "Persona",
-    "PersonaAgent",
     "ProtocolError",
     "ReconnectPolicy",
     "ReconnectingPeer",
     "RemoteError",
-    "Request",
     "RequestContext",
     "RequestHandler",
-    "RequestId",
-    "Response",
     "Room",
     "RoomConflict",
     "RoomError",
@@ -127,24 +105,26 @@ __all__ = [
     "RoomStatus",
     "SessionConfig",
     "SessionStatistics",
-    "StdioTransport",
+    "StdioSection",
     "StopReason",
     "Tool",
     "ToolError",
     "TurnReply",
     "TurnRequest",
     "Unauthorized",
-    "WebSocketTransport",
+    "WebSocketSection",
     "__version__",
-    "connect_http",
-    "connect_stdio",
-    "connect_websocket",
     "load_manifest",
     "load_manifests",
     "local_connector",
     "open_agent_server",
+    "open_http_peer",
     "open_peer",
     "open_reconnecting_peer",
+    "open_stdio_peer",
+    "open_websocket_peer",
     "run_agent",
     "serve_peer",
 ]
+
+publish(globals(), __all__)

@@ -22,7 +22,7 @@ import anyio
 import anyio.abc
 import sniffio
 
-from mesh._rpc.connect import connect_stdio, handshake
+from mesh._rpc.connect import handshake, open_stdio_peer
 from mesh._rpc.peer import Peer, RequestContext, open_peer, serve_peer
 from mesh._rpc.session import SessionConfig
 from mesh._sdk.agent import Agent
@@ -48,11 +48,11 @@ __all__ = [
     "KillableConnector",
     "NotificationRecorder",
     "echo_agent_command",
-    "open_dialin_echo_agent",
+    "open_dial_in_echo_agent",
     "open_echo_agent",
     "open_memory_peer",
     "spawn_daemon",
-    "spawn_dialin_echo",
+    "spawn_dial_in_echo",
     "spawn_echo_server",
 ]
 
@@ -109,7 +109,7 @@ async def open_echo_agent(
     command, args = echo_agent_command(
         "--backend", backend or sniffio.current_async_library(), *extra_args
     )
-    async with connect_stdio(command, args, agent="echo", config=config, handler=handler) as peer:
+    async with open_stdio_peer(command, args, agent="echo", config=config, handler=handler) as peer:
         yield peer
 
 
@@ -225,7 +225,7 @@ class DialInEcho:
 
 
 @asynccontextmanager
-async def spawn_dialin_echo(
+async def spawn_dial_in_echo(
     *,
     handler: NotificationRecorder | None = None,
     config: SessionConfig | None = None,
@@ -264,7 +264,7 @@ async def spawn_dialin_echo(
 
 
 @asynccontextmanager
-async def open_dialin_echo_agent(
+async def open_dial_in_echo_agent(
     *,
     handler: NotificationRecorder | None = None,
     config: SessionConfig | None = None,
@@ -272,7 +272,7 @@ async def open_dialin_echo_agent(
     token: str = "dial-in-secret",
 ) -> AsyncIterator[Peer]:
     """Listen on a loopback port, let the echo agent process dial in, yield a Peer to it."""
-    async with spawn_dialin_echo(
+    async with spawn_dial_in_echo(
         handler=handler, config=config, backend=backend, token=token
     ) as echo:
         yield echo.peer

@@ -46,3 +46,11 @@ __all__ = [
     "UnknownAgent",
     "run_expiry",
 ]
+
+
+# Reprs and tracebacks name the public package, not the private module (as httpx does).
+for _name in __all__:
+    _obj = globals()[_name]
+    if "._" in getattr(_obj, "__module__", ""):
+        _obj.__module__ = __name__
+del _name, _obj

@@ -6,8 +6,6 @@ Times are float seconds on a monotonic clock that the caller supplies; the
 registry never reads a clock itself.
 """
 
-from __future__ import annotations
-
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass

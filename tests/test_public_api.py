@@ -13,7 +13,7 @@ def test_mesh_public_names() -> None:
         "RequestContext",
         "open_peer",
         "serve_peer",
-        "connect_stdio",
+        "open_stdio_peer",
         "run_agent",
         "SessionConfig",
         "MeshError",

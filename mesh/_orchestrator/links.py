@@ -15,11 +15,11 @@ from pathlib import Path
 from mesh._errors import MeshError
 from mesh._orchestrator.orchestrator import AgentSpec, Connector
 from mesh.manifests._load import (
-    DialInTransport,
-    HttpTransport,
+    DialInSection,
+    HttpSection,
     Manifest,
-    StdioTransport,
-    WebSocketTransport,
+    StdioSection,
+    WebSocketSection,
     load_manifests,
 )
 from transports import (
@@ -41,7 +41,7 @@ def spec_from_manifest(
     limit = manifest.max_frame_size
     endpoint: str | None = None
     connector: Connector | None
-    if isinstance(transport, StdioTransport):
+    if isinstance(transport, StdioSection):
         connector = partial(
             open_stdio_process,
             transport.command,
@@ -51,11 +51,11 @@ def spec_from_manifest(
             max_frame_size=limit,
         )
         kind = "stdio"
-    elif isinstance(transport, HttpTransport):
+    elif isinstance(transport, HttpSection):
         token = transport.token(environ)
         connector = partial(open_http_client, transport.endpoint, token=token, max_frame_size=limit)
         kind, endpoint = "http", transport.endpoint
-    elif isinstance(transport, WebSocketTransport):
+    elif isinstance(transport, WebSocketSection):
         token = transport.token(environ)
         config = WebSocketConfig(max_frame_size=limit)
         connector = partial(open_websocket, transport.endpoint, token=token, config=config)
@@ -102,7 +102,7 @@ def dial_in_tokens(
     tokens = TokenAuthenticator()
     errors: list[MeshError] = []
     for agent_id, manifest in manifests.items():
-        if isinstance(manifest.transport, DialInTransport):
+        if isinstance(manifest.transport, DialInSection):
             try:
                 tokens.add(manifest.transport.token(environ), agent_id)
             except MeshError as exc:

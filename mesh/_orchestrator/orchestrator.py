@@ -357,7 +357,7 @@ class MeshOrchestrator:
         finally:
             link.settled.set()
 
-    async def serve_dialled_in(self, stream: FrameStream, agent_id: str) -> None:
+    async def serve_dial_in(self, stream: FrameStream, agent_id: str) -> None:
         """Serve a link an agent dialled in on (its token already said who it is)."""
         from mesh._rpc.connect import handshake
 

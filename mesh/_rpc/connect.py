@@ -21,10 +21,10 @@ from transports import (
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
-    "connect_http",
-    "connect_stdio",
-    "connect_websocket",
     "handshake",
+    "open_http_peer",
+    "open_stdio_peer",
+    "open_websocket_peer",
 ]
 
 #: Starting a Python agent takes a few hundred milliseconds; ten seconds allows
@@ -54,7 +54,7 @@ async def handshake(peer: Peer, *, timeout: float) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def connect_stdio(
+async def open_stdio_peer(
     command: str,
     args: Sequence[str] = (),
     *,
@@ -87,7 +87,7 @@ async def connect_stdio(
 
 
 @asynccontextmanager
-async def connect_http(
+async def open_http_peer(
     endpoint: str,
     *,
     agent: str | None = None,
@@ -109,7 +109,7 @@ async def connect_http(
 
 
 @asynccontextmanager
-async def connect_websocket(
+async def open_websocket_peer(
     url: str,
     *,
     agent: str | None = None,

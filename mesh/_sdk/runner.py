@@ -29,7 +29,7 @@ from mesh._gc import tune_for_serving
 from mesh._logging import configure_logging
 from mesh._rpc.session import SessionConfig
 from mesh._sdk.agent import Agent
-from mesh._sdk.serve import open_agent_server, serve_agent_dialing
+from mesh._sdk.serve import open_agent_server, serve_agent_dial_in
 from transports import DEFAULT_MAX_FRAME_SIZE, TokenAuthenticator, open_stdio_server
 
 __all__ = ["run_agent"]
@@ -111,7 +111,7 @@ def run_agent(agent: Agent, argv: Sequence[str] | None = None) -> None:
         )
     elif args.connect:
         token = _token(parser, args.token_env, required=True)
-        main = partial(serve_agent_dialing, agent, args.connect, token=token, config=config)
+        main = partial(serve_agent_dial_in, agent, args.connect, token=token, config=config)
     else:
         main = partial(_serve_stdio, agent, config)
     tune_for_serving()

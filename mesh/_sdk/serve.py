@@ -36,7 +36,7 @@ from transports import (
     websocket_upgrade_handler,
 )
 
-__all__ = ["open_agent_server", "serve_agent_dialing"]
+__all__ = ["open_agent_server", "serve_agent_dial_in"]
 
 log = structlog.get_logger("mesh.serve")
 
@@ -107,7 +107,7 @@ async def open_agent_server(
         yield server
 
 
-async def serve_agent_dialing(
+async def serve_agent_dial_in(
     agent: Agent,
     url: str,
     *,
@@ -137,7 +137,7 @@ async def serve_agent_dialing(
                 ssl_context=ssl_context,
                 config=ws_config,
             ) as stream:
-                log.info("agent.dialled_in", agent=agent.id, url=stream.info.peer)
+                log.info("agent.dial_ins", agent=agent.id, url=stream.info.peer)
                 failures, delays = 0, policy.delays()
                 await agent.serve(stream, config=session_config)
                 code = stream.close_code

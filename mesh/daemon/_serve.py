@@ -13,7 +13,7 @@ run), links every agent through a :class:`~mesh.MeshOrchestrator`, and serves:
 ``/ws``                                   agents dial in (token from their manifest)
 ========================================  =============================================
 
-SIGINT or SIGTERM shuts it down gracefully: stop accepting, close dialled-in
+SIGINT or SIGTERM shuts it down gracefully: stop accepting, close dial-in
 agents with 1001, let calls in flight finish (up to ``drain_timeout``), stop
 the children, exit 0.
 """
@@ -140,18 +140,18 @@ async def serve_daemon(
     rooms = RoomManager.for_orchestrator(orchestrator, settings.data_dir)
     room_routes = RoomRoutes(rooms)
     api = DaemonApi(orchestrator, room_routes)
-    dialled_in: set[WebSocketStream] = set()
+    dial_ins: set[WebSocketStream] = set()
 
     async def dial_in(stream: WebSocketStream, agent_id: str | None) -> None:
         assert agent_id is not None  # the authenticator named it
-        dialled_in.add(stream)
+        dial_ins.add(stream)
         try:
-            await orchestrator.serve_dialled_in(stream, agent_id)
+            await orchestrator.serve_dial_in(stream, agent_id)
         except MeshError as exc:
             log.warning("daemon.dial_in_refused", agent=agent_id, error=str(exc))
             await stream.aclose(CloseCode.FORBIDDEN, str(exc)[:120])
         finally:
-            dialled_in.discard(stream)
+            dial_ins.discard(stream)
 
     dial_in_upgrade = websocket_upgrade_handler(dial_in, authenticator=tokens)
 
@@ -204,7 +204,7 @@ async def serve_daemon(
             await anyio.sleep_forever()
         with anyio.CancelScope(shield=True):
             server.stop_accepting()
-            for stream in list(dialled_in):
+            for stream in list(dial_ins):
                 await stream.aclose(CloseCode.GOING_AWAY, "daemon shutting down")
             drained = await server.drain(settings.drain_timeout)
             log.info(

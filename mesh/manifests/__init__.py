@@ -6,33 +6,37 @@ directory (one broken file never hides the others), ``_validate`` is what
 job (:mod:`mesh._orchestrator.links`); this wing is data only.
 """
 
+from mesh._public import publish
 from mesh.manifests._load import (
-    DialInTransport,
-    HttpTransport,
+    DialInSection,
+    HttpSection,
     Manifest,
     ManifestError,
     ManifestSet,
     Persona,
-    StdioTransport,
-    Transport,
-    WebSocketTransport,
+    StdioSection,
+    TransportSection,
+    WebSocketSection,
     load_manifest,
     load_manifests,
 )
 from mesh.manifests._validate import ValidateExit, validate_manifests
 
 __all__ = [
-    "DialInTransport",
-    "HttpTransport",
+    "DialInSection",
+    "HttpSection",
     "Manifest",
     "ManifestError",
     "ManifestSet",
     "Persona",
-    "StdioTransport",
-    "Transport",
+    "StdioSection",
+    "TransportSection",
     "ValidateExit",
-    "WebSocketTransport",
+    "WebSocketSection",
     "load_manifest",
     "load_manifests",
     "validate_manifests",
 ]
+
+
+publish(globals(), __all__)

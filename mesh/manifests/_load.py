@@ -22,14 +22,14 @@ import msgspec
 from mesh.manifests._types import (
     INTERPRETER_COMMANDS,
     TRANSPORT_TYPES,
-    DialInTransport,
-    HttpTransport,
+    DialInSection,
+    HttpSection,
     Manifest,
     ManifestError,
     Persona,
-    StdioTransport,
-    Transport,
-    WebSocketTransport,
+    StdioSection,
+    TransportSection,
+    WebSocketSection,
     _FieldError,
 )
 from mesh.providers._base import ProviderConfig
@@ -37,15 +37,15 @@ from mesh.providers._base import ProviderConfig
 __all__ = [
     "INTERPRETER_COMMANDS",
     "TRANSPORT_TYPES",
-    "DialInTransport",
-    "HttpTransport",
+    "DialInSection",
+    "HttpSection",
     "Manifest",
     "ManifestError",
     "ManifestSet",
     "Persona",
-    "StdioTransport",
-    "Transport",
-    "WebSocketTransport",
+    "StdioSection",
+    "TransportSection",
+    "WebSocketSection",
     "load_manifest",
     "load_manifests",
 ]
@@ -64,9 +64,7 @@ _FIELDS_AT: Final[Mapping[str, tuple[str, ...]]] = {
     "$": _field_names(Manifest),
     "$.transport": (
         "type",
-        *dict.fromkeys(
-            _field_names(StdioTransport, HttpTransport, WebSocketTransport, DialInTransport)
-        ),
+        *dict.fromkeys(_field_names(StdioSection, HttpSection, WebSocketSection, DialInSection)),
     ),
     "$.persona": _field_names(Persona),
     "$.persona.provider": _field_names(ProviderConfig),
@@ -101,7 +99,7 @@ def _from_validation(exc: msgspec.ValidationError, file: Path) -> ManifestError:
 
 def _resolved(manifest: Manifest, base: Path) -> Manifest:
     transport = manifest.transport
-    if isinstance(transport, StdioTransport) and transport.cwd is not None:
+    if isinstance(transport, StdioSection) and transport.cwd is not None:
         return msgspec.structs.replace(manifest, transport=transport.resolve(base))
     return manifest
 

@@ -29,14 +29,14 @@ from transports import DEFAULT_MAX_FRAME_SIZE
 __all__ = [
     "INTERPRETER_COMMANDS",
     "TRANSPORT_TYPES",
-    "DialInTransport",
-    "HttpTransport",
+    "DialInSection",
+    "HttpSection",
     "Manifest",
     "ManifestError",
     "Persona",
-    "StdioTransport",
-    "Transport",
-    "WebSocketTransport",
+    "StdioSection",
+    "TransportSection",
+    "WebSocketSection",
 ]
 
 #: ``command`` values that mean "the interpreter running the mesh", so shipped
@@ -139,7 +139,7 @@ def _read_token(name: str, environ: Mapping[str, str] | None) -> str:
     return value
 
 
-class _TransportBase(
+class _SectionBase(
     msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="type"
 ):
     def token(self, environ: Mapping[str, str] | None = None) -> str | None:
@@ -151,7 +151,7 @@ class _TransportBase(
         return None
 
 
-class StdioTransport(_TransportBase, frozen=True, kw_only=True, tag="stdio"):
+class StdioSection(_SectionBase, frozen=True, kw_only=True, tag="stdio"):
     """Spawn the agent as a child process and talk over its stdin/stdout.
 
     ``command = "python"`` (or ``"python3"``) means the running interpreter
@@ -169,7 +169,7 @@ class StdioTransport(_TransportBase, frozen=True, kw_only=True, tag="stdio"):
         if self.command in INTERPRETER_COMMANDS and sys.executable:
             msgspec.structs.force_setattr(self, "command", sys.executable)
 
-    def resolve(self, base: str | os.PathLike[str]) -> StdioTransport:
+    def resolve(self, base: str | os.PathLike[str]) -> StdioSection:
         """This transport with a relative (or ``~``) ``cwd`` made absolute against ``base``."""
         if self.cwd is None:
             return self
@@ -177,7 +177,7 @@ class StdioTransport(_TransportBase, frozen=True, kw_only=True, tag="stdio"):
         return msgspec.structs.replace(self, cwd=str((Path(base) / cwd).resolve()))
 
 
-class HttpTransport(_TransportBase, frozen=True, kw_only=True, tag="http"):
+class HttpSection(_SectionBase, frozen=True, kw_only=True, tag="http"):
     """Reach the agent at ``POST {endpoint}/rpc``; ``token_env`` names its bearer token."""
 
     endpoint: str
@@ -191,7 +191,7 @@ class HttpTransport(_TransportBase, frozen=True, kw_only=True, tag="http"):
         return None if self.token_env is None else _read_token(self.token_env, environ)
 
 
-class WebSocketTransport(_TransportBase, frozen=True, kw_only=True, tag="websocket"):
+class WebSocketSection(_SectionBase, frozen=True, kw_only=True, tag="websocket"):
     """Dial the agent's WebSocket ``endpoint`` with the token held in ``$token_env``."""
 
     endpoint: str
@@ -205,7 +205,7 @@ class WebSocketTransport(_TransportBase, frozen=True, kw_only=True, tag="websock
         return _read_token(self.token_env, environ)
 
 
-class DialInTransport(_TransportBase, frozen=True, kw_only=True, tag="dial-in"):
+class DialInSection(_SectionBase, frozen=True, kw_only=True, tag="dial-in"):
     """The agent dials the daemon's ``/ws``; it must present the token held in ``$token_env``."""
 
     token_env: str
@@ -217,7 +217,7 @@ class DialInTransport(_TransportBase, frozen=True, kw_only=True, tag="dial-in"):
         return _read_token(self.token_env, environ)
 
 
-Transport: TypeAlias = StdioTransport | HttpTransport | WebSocketTransport | DialInTransport
+TransportSection: TypeAlias = StdioSection | HttpSection | WebSocketSection | DialInSection
 
 #: The ``type`` values, in the order the docs list them.
 TRANSPORT_TYPES: Final = ("stdio", "http", "websocket", "dial-in")
@@ -240,7 +240,7 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """
 
     id: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
-    transport: Transport
+    transport: TransportSection
     name: str = ""
     description: str = ""
     version: str = "0.1.0"

@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from typing import TextIO
 
 from mesh.manifests._load import (
-    DialInTransport,
-    HttpTransport,
+    DialInSection,
+    HttpSection,
     Manifest,
     ManifestError,
-    StdioTransport,
-    WebSocketTransport,
+    StdioSection,
+    WebSocketSection,
     load_manifests,
 )
 
@@ -43,13 +43,13 @@ def describe_transport(manifest: Manifest) -> tuple[str, str]:
     """The transport's tag and where it goes (command line or endpoint), for tables."""
     transport = manifest.transport
     match transport:
-        case StdioTransport():
+        case StdioSection():
             return "stdio", shlex.join([transport.command, *transport.args])
-        case HttpTransport():
+        case HttpSection():
             return "http", transport.endpoint
-        case WebSocketTransport():
+        case WebSocketSection():
             return "websocket", transport.endpoint
-        case DialInTransport():
+        case DialInSection():
             return "dial-in", "(the agent dials in)"
 
 

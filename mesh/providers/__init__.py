@@ -8,6 +8,8 @@ that name the provider, model, URL and status, never the key. The scripted
 provider runs rooms offline and deterministically. See ``docs/providers.md``.
 """
 
+from mesh._public import publish
+
 from ._anthropic import AnthropicProvider
 from ._base import ChatMessage, Completion, Provider, ProviderConfig, ProviderName, Role, Usage
 from ._errors import (
@@ -21,7 +23,7 @@ from ._errors import (
 )
 from ._factory import create_provider, open_provider
 from ._gemini import GeminiProvider
-from ._http import HTTPProvider
+from ._http import HttpProvider
 from ._ollama import OllamaProvider
 from ._openai import OpenAIProvider
 from ._retry import RetryPolicy, backoff_schedule, parse_retry_after
@@ -32,7 +34,7 @@ __all__ = [
     "ChatMessage",
     "Completion",
     "GeminiProvider",
-    "HTTPProvider",
+    "HttpProvider",
     "OllamaProvider",
     "OpenAIProvider",
     "Provider",
@@ -55,3 +57,6 @@ __all__ = [
     "open_provider",
     "parse_retry_after",
 ]
+
+
+publish(globals(), __all__)

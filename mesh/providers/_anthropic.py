@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from ._base import ChatMessage, Completion, ProviderConfig, Usage
-from ._http import BodyError, HTTPProvider, join_url
+from ._http import BodyError, HttpProvider, join_url
 from ._mapping import alternating_turns, hoist_system
 
 __all__ = [
@@ -87,7 +87,7 @@ def parse_response(config: ProviderConfig, data: dict[str, Any]) -> Completion:
     )
 
 
-class AnthropicProvider(HTTPProvider):
+class AnthropicProvider(HttpProvider):
     """Claude models through the Messages API."""
 
     name = "anthropic"

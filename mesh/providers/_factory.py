@@ -14,14 +14,14 @@ import httpx
 from ._anthropic import AnthropicProvider
 from ._base import Provider, ProviderConfig
 from ._gemini import GeminiProvider
-from ._http import HTTPProvider, Sleep
+from ._http import HttpProvider, Sleep
 from ._ollama import OllamaProvider
 from ._openai import OpenAIProvider
 from ._scripted import ScriptedProvider
 
 __all__ = ["create_provider", "open_provider"]
 
-_HTTP_PROVIDERS: Mapping[str, type[HTTPProvider]] = {
+_HTTP_PROVIDERS: Mapping[str, type[HttpProvider]] = {
     "ollama": OllamaProvider,
     "openai": OpenAIProvider,
     "anthropic": AnthropicProvider,

@@ -19,7 +19,7 @@ from urllib.parse import quote
 import msgspec
 
 from ._base import ChatMessage, Completion, ProviderConfig, Usage
-from ._http import BodyError, HTTPProvider, join_url
+from ._http import BodyError, HttpProvider, join_url
 from ._mapping import alternating_turns, hoist_system
 from ._retry import parse_retry_after
 
@@ -125,7 +125,7 @@ def retry_delay_from_body(content: bytes) -> float | None:
     return None
 
 
-class GeminiProvider(HTTPProvider):
+class GeminiProvider(HttpProvider):
     """Gemini models through the Generative Language API."""
 
     name = "gemini"

@@ -41,7 +41,7 @@ from ._retry import (
     retry_wait,
 )
 
-__all__ = ["BodyError", "HTTPProvider", "Sleep", "error_detail", "join_url", "safe_url"]
+__all__ = ["BodyError", "HttpProvider", "Sleep", "error_detail", "join_url", "safe_url"]
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -121,7 +121,7 @@ def _message_from(data: Any) -> str | None:
     return f"{kind}: {error['message']}" if isinstance(kind, str) else str(error["message"])
 
 
-class HTTPProvider(ProviderBase, abc.ABC):
+class HttpProvider(ProviderBase, abc.ABC):
     """A provider reached over HTTP with a JSON POST per completion."""
 
     name: ClassVar[str]

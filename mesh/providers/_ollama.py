@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from ._base import ChatMessage, Completion, ProviderConfig, Usage
-from ._http import BodyError, HTTPProvider, join_url
+from ._http import BodyError, HttpProvider, join_url
 from ._mapping import speaker_text
 
 __all__ = ["OllamaProvider", "build_request", "parse_response"]
@@ -67,7 +67,7 @@ def parse_response(config: ProviderConfig, data: dict[str, Any]) -> Completion:
     )
 
 
-class OllamaProvider(HTTPProvider):
+class OllamaProvider(HttpProvider):
     """A local (or remote) Ollama server."""
 
     name = "ollama"

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from ._base import ChatMessage, Completion, ProviderConfig, Usage
-from ._http import BodyError, HTTPProvider, join_url
+from ._http import BodyError, HttpProvider, join_url
 from ._mapping import speaker_text
 
 __all__ = ["OpenAIProvider", "build_request", "parse_response", "wire_name"]
@@ -99,7 +99,7 @@ def parse_response(config: ProviderConfig, data: dict[str, Any]) -> Completion:
     )
 
 
-class OpenAIProvider(HTTPProvider):
+class OpenAIProvider(HttpProvider):
     """OpenAI or any server with an OpenAI-compatible ``/v1/chat/completions``."""
 
     name = "openai"

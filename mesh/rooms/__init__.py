@@ -14,6 +14,7 @@ perspective, policy and rule functions, and :class:`~mesh.agents.persona.Persona
 on the other side of ``room/turn``.
 """
 
+from mesh._public import publish
 from mesh.rooms._engine import Journal, Presence, RoomRunner, Speak
 from mesh.rooms._errors import (
     InvalidRoomSpec,
@@ -165,3 +166,6 @@ __all__ = [
     "system_prompt",
     "transcript_markdown",
 ]
+
+
+publish(globals(), __all__)

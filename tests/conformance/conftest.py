@@ -11,11 +11,11 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import pytest
 
-from mesh import Peer, SessionConfig, connect_http, connect_websocket
+from mesh import Peer, SessionConfig, open_http_peer, open_websocket_peer
 from mesh.agents.echo import agent as echo_agent
 from mesh.testing import (
     NotificationRecorder,
-    open_dialin_echo_agent,
+    open_dial_in_echo_agent,
     open_echo_agent,
     open_memory_peer,
     spawn_echo_server,
@@ -47,7 +47,7 @@ async def _http(
     # Over HTTP the agent cannot push frames: progress and notifications have no way back.
     async with (
         spawn_echo_server(token="http-secret") as server,
-        connect_http(server.http, token="http-secret", agent="echo", config=config) as peer,
+        open_http_peer(server.http, token="http-secret", agent="echo", config=config) as peer,
     ):
         yield peer
 
@@ -58,7 +58,7 @@ async def _websocket(
 ) -> AsyncIterator[Peer]:
     async with (
         spawn_echo_server(token="ws-secret") as server,
-        connect_websocket(
+        open_websocket_peer(
             server.ws, token="ws-secret", agent="echo", config=config, handler=handler
         ) as peer,
     ):
@@ -66,10 +66,10 @@ async def _websocket(
 
 
 @asynccontextmanager
-async def _websocket_dialin(
+async def _websocket_dial_in(
     *, handler: NotificationRecorder | None = None, config: SessionConfig | None = None
 ) -> AsyncIterator[Peer]:
-    async with open_dialin_echo_agent(handler=handler, config=config) as peer:
+    async with open_dial_in_echo_agent(handler=handler, config=config) as peer:
         yield peer
 
 
@@ -78,7 +78,7 @@ FACTORIES: dict[str, EchoFactory] = {
     "stdio": _stdio,
     "http": _http,
     "websocket": _websocket,
-    "websocket-dialin": _websocket_dialin,
+    "websocket-dial-in": _websocket_dial_in,
 }
 #: What a request/response transport cannot do: the agent has no channel back.
 NO_PUSH = {"http"}

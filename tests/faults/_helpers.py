@@ -25,7 +25,7 @@ import msgspec
 import sniffio
 
 from mesh import Agent, RequestContext
-from mesh.testing import SPAWN_TIMEOUT, echo_agent_command, spawn_dialin_echo
+from mesh.testing import SPAWN_TIMEOUT, echo_agent_command, spawn_dial_in_echo
 from transports import (
     FrameStream,
 )
@@ -304,7 +304,7 @@ async def spawn_holding_server() -> AsyncIterator[HoldingServer]:
 
 
 #: The echo agent dialling in to us, with its process (for SIGKILL / SIGSTOP).
-open_dialin_echo_process = spawn_dialin_echo
+open_dial_in_echo_process = spawn_dial_in_echo
 
 
 def echo_command(*extra: str) -> tuple[str, list[str]]:

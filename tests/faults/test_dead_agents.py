@@ -20,12 +20,12 @@ from typing import Any
 import anyio
 import pytest
 
-from mesh import ConnectionLost, Peer, SessionConfig, connect_websocket, open_peer
+from mesh import ConnectionLost, Peer, SessionConfig, open_peer, open_websocket_peer
 from mesh._rpc.connect import handshake
 from mesh.testing import SPAWN_TIMEOUT, spawn_echo_server
 from tests.faults._helpers import (
     echo_command,
-    open_dialin_echo_process,
+    open_dial_in_echo_process,
     ping_frame,
     spawn_holding_server,
     stop_and_kill,
@@ -87,14 +87,14 @@ async def _http(config: SessionConfig | None = None) -> AsyncIterator[Victim]:
 async def _websocket(config: SessionConfig | None = None) -> AsyncIterator[Victim]:
     async with (
         spawn_echo_server() as server,
-        connect_websocket(server.ws, agent="echo", config=config) as peer,
+        open_websocket_peer(server.ws, agent="echo", config=config) as peer,
     ):
         yield Victim(peer, server.process.pid, lambda: _calls_queued_then_ping(peer))
 
 
 @asynccontextmanager
-async def _websocket_dialin(config: SessionConfig | None = None) -> AsyncIterator[Victim]:
-    async with open_dialin_echo_process(config=config) as echo:
+async def _websocket_dial_in(config: SessionConfig | None = None) -> AsyncIterator[Victim]:
+    async with open_dial_in_echo_process(config=config) as echo:
         peer = echo.peer
         yield Victim(peer, echo.process.pid, lambda: _calls_queued_then_ping(peer))
 
@@ -103,7 +103,7 @@ VICTIMS = {
     "stdio": _stdio,
     "http": _http,
     "websocket": _websocket,
-    "websocket-dialin": _websocket_dialin,
+    "websocket-dial-in": _websocket_dial_in,
 }
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import anyio
 import pytest
 
-from mesh import SessionConfig, connect_http, connect_websocket, open_agent_server
+from mesh import SessionConfig, open_agent_server, open_http_peer, open_websocket_peer
 from mesh.agents.echo import agent as echo_agent
 from tests.faults._helpers import ping_frame, wait_closed_by_peer
 from transports import HttpServer, HttpServerConfig, WebSocketConfig, open_websocket
@@ -74,9 +74,9 @@ def _connections(port: int, first_bytes: bytes, count: int) -> Iterator[list[Ope
 async def _normal_calls(server: HttpServer) -> list[float]:
     """Latencies of calls over HTTP and WebSocket made while the bad connections hang on."""
     latencies = []
-    async with connect_http(server.url, agent="echo") as over_http:
+    async with open_http_peer(server.url, agent="echo") as over_http:
         latencies += [await over_http.ping() for _ in range(10)]
-    async with connect_websocket(server.ws_url + "/ws", agent="echo") as over_ws:
+    async with open_websocket_peer(server.ws_url + "/ws", agent="echo") as over_ws:
         latencies += [await over_ws.ping() for _ in range(10)]
     return latencies
 

@@ -13,7 +13,7 @@ import httpx
 import msgspec
 import pytest
 
-from mesh import connect_websocket, open_agent_server
+from mesh import open_agent_server, open_websocket_peer
 from tests.faults._helpers import recording_agent
 from transports import CloseCode, TokenAuthenticator, TransportClosed, open_websocket
 
@@ -57,7 +57,7 @@ async def test_a_storm_of_refused_connections_does_not_disturb_a_good_one() -> N
     tokens = TokenAuthenticator({"good": "guarded"})
     async with (
         open_agent_server(recording_agent(calls), tokens=tokens) as server,
-        connect_websocket(server.ws_url + "/ws", token="good", agent="guarded") as good,
+        open_websocket_peer(server.ws_url + "/ws", token="good", agent="guarded") as good,
     ):
         url = server.ws_url + "/ws"
 

@@ -23,7 +23,7 @@ from transports import open_websocket
 pytestmark = pytest.mark.anyio
 
 WS_TOKEN = "ws-token-for-tests"
-DIALIN_TOKEN = "dial-in-token-for-tests"
+DIAL_IN_TOKEN = "dial-in-token-for-tests"
 
 
 def stdio_manifest(agent_id: str, *, interval: float = 10.0) -> str:
@@ -72,10 +72,10 @@ async def full_mesh(tmp_path: Path) -> AsyncIterator[tuple[Daemon, dict[str, Any
         )
         write(
             tmp_path,
-            "echo-dialin.toml",
-            'id = "echo-dialin"\n[transport]\ntype = "dial-in"\ntoken_env = "DIALIN_TOKEN"\n',
+            "echo-dial-in.toml",
+            'id = "echo-dial-in"\n[transport]\ntype = "dial-in"\ntoken_env = "DIAL_IN_TOKEN"\n',
         )
-        env = {"ECHO_WS_TOKEN": WS_TOKEN, "DIALIN_TOKEN": DIALIN_TOKEN}
+        env = {"ECHO_WS_TOKEN": WS_TOKEN, "DIAL_IN_TOKEN": DIAL_IN_TOKEN}
         daemon = await stack.enter_async_context(spawn_daemon(tmp_path, env=env))
         command, _ = echo_agent_command()
         dialler = await anyio.open_process(
@@ -86,11 +86,11 @@ async def full_mesh(tmp_path: Path) -> AsyncIterator[tuple[Daemon, dict[str, Any
                 "--connect",
                 daemon.ws,
                 "--token-env",
-                "DIALIN_TOKEN",
+                "DIAL_IN_TOKEN",
                 "--id",
-                "echo-dialin",
+                "echo-dial-in",
             ],
-            env={**os.environ, "DIALIN_TOKEN": DIALIN_TOKEN},
+            env={**os.environ, "DIAL_IN_TOKEN": DIAL_IN_TOKEN},
             stdout=None,
             stderr=None,
         )
@@ -106,7 +106,7 @@ async def full_mesh(tmp_path: Path) -> AsyncIterator[tuple[Daemon, dict[str, Any
             )
             assert joined.status_code == 201, joined.text
         agents = await daemon.wait_online(
-            "echo-stdio", "echo-http", "echo-ws", "echo-dialin", "echo-registered"
+            "echo-stdio", "echo-http", "echo-ws", "echo-dial-in", "echo-registered"
         )
         yield daemon, agents
 
@@ -124,7 +124,7 @@ async def test_echo_over_every_transport_through_the_daemon(tmp_path: Path) -> N
             "echo-stdio": "stdio",
             "echo-http": "http",
             "echo-ws": "websocket",
-            "echo-dialin": "websocket",
+            "echo-dial-in": "websocket",
             "echo-registered": "http",
         }
         for agent in agents:
@@ -138,9 +138,9 @@ async def test_echo_over_every_transport_through_the_daemon(tmp_path: Path) -> N
             daemon,
             "echo-stdio",
             "tools/call",
-            {"name": "relay", "arguments": {"to": "echo-dialin", "message": "hop"}},
+            {"name": "relay", "arguments": {"to": "echo-dial-in", "message": "hop"}},
         )
-        assert relayed.json() == {"result": {"from": "echo-dialin", "message": "hop"}}
+        assert relayed.json() == {"result": {"from": "echo-dial-in", "message": "hop"}}
 
 
 async def test_the_cli_against_a_running_daemon(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ import h11
 import pytest
 import trustme
 
-from mesh import MessageTooLarge, SessionConfig, connect_http, open_agent_server
+from mesh import MessageTooLarge, SessionConfig, open_agent_server, open_http_peer
 from mesh.agents.echo import agent as echo_agent
 from mesh.testing import spawn_echo_server
 from transports import (
@@ -381,7 +381,7 @@ async def test_an_oversized_answer_fails_only_its_call() -> None:
     config = SessionConfig(max_frame_size=4096)
     async with (
         open_agent_server(echo_agent) as server,
-        connect_http(server.url, agent="echo", config=config) as peer,
+        open_http_peer(server.url, agent="echo", config=config) as peer,
     ):
         with anyio.fail_after(WITHIN), pytest.raises(MessageTooLarge, match="4096-byte limit"):
             await peer.call_tool("blob", {"size": 10_000})

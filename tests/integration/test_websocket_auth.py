@@ -11,7 +11,7 @@ import anyio
 import pytest
 import trustme
 
-from mesh import ConnectionLost, connect_websocket, open_agent_server
+from mesh import ConnectionLost, open_agent_server, open_websocket_peer
 from tests.faults._helpers import recording_agent
 from transports import (
     CloseCode,
@@ -74,7 +74,7 @@ async def test_no_message_of_a_rejected_connection_reaches_a_handler() -> None:
     async with guarded_server(TokenAuthenticator({"good": "guarded"}), calls) as server:
         for token in (None, "bad"):
             with pytest.raises(ConnectionLost, match="4001"):
-                async with connect_websocket(server.ws_url + "/ws", token=token, agent="guarded"):
+                async with open_websocket_peer(server.ws_url + "/ws", token=token, agent="guarded"):
                     pass
     assert calls == []
 
@@ -94,7 +94,7 @@ async def test_a_good_token_gets_through() -> None:
     calls: list[str] = []
     async with (
         guarded_server(TokenAuthenticator({"good": "guarded"}), calls) as server,
-        connect_websocket(server.ws_url + "/ws", token="good", agent="guarded") as peer,
+        open_websocket_peer(server.ws_url + "/ws", token="good", agent="guarded") as peer,
     ):
         assert await peer.call_tool("touch") == "touched"
     assert len(calls) == 1
@@ -154,7 +154,7 @@ async def test_tls_for_a_whole_agent_connection() -> None:
     calls: list[str] = []
     async with (
         open_agent_server(recording_agent(calls), ssl_context=server_context) as server,
-        connect_websocket(
+        open_websocket_peer(
             server.ws_url + "/ws", ssl_context=client_context, agent="guarded"
         ) as peer,
     ):

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from mesh.providers import (
-    HTTPProvider,
+    HttpProvider,
     ProviderAuthError,
     ProviderConfig,
     create_provider,
@@ -205,7 +205,7 @@ def test_the_key_is_read_from_the_process_environment_by_default(
     with pytest.raises(ProviderAuthError, match="ANTHROPIC_API_KEY"):
         create_provider(config)
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-    assert isinstance(create_provider(config), HTTPProvider)
+    assert isinstance(create_provider(config), HttpProvider)
 
 
 async def test_ollama_sends_a_bearer_key_only_when_one_is_configured() -> None:

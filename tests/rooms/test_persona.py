@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mesh import ToolError, connect_stdio
+from mesh import ToolError, open_stdio_peer
 from mesh.agents.persona import PersonaAgent, admit, build_agent, main, read_script
 from mesh.agents.persona import _parser as persona_parser
 from mesh.agents.persona import _Seat as Seat
@@ -188,7 +188,7 @@ async def test_the_program_serves_room_turns_over_stdio(tmp_path: Path) -> None:
     args += ["--provider", "scripted", "--script-file", str(script), "--stdio"]
     env = {**os.environ, "MESH_LOG_LEVEL": "warning"}
     with anyio.fail_after(GUARD):
-        async with connect_stdio(sys.executable, args, env=env) as bob:
+        async with open_stdio_peer(sys.executable, args, env=env) as bob:
             assert bob.remote_info["id"] == "bob"
             persona = await bob.call("room/persona")
             assert persona == {

@@ -11,13 +11,13 @@ import pytest
 
 import mesh
 from mesh import (
-    DialInTransport,
-    HttpTransport,
+    DialInSection,
+    HttpSection,
     Manifest,
     ManifestError,
     Persona,
-    StdioTransport,
-    WebSocketTransport,
+    StdioSection,
+    WebSocketSection,
     load_manifest,
     load_manifests,
 )
@@ -57,9 +57,7 @@ def test_stdio_manifest_and_every_default(tmp_path: Path) -> None:
     manifest = load_manifest(write(tmp_path, "echo.toml", STDIO))
     assert manifest == Manifest(
         id="echo",
-        transport=StdioTransport(
-            command=sys.executable, args=("-m", "mesh.agents.echo", "--stdio")
-        ),
+        transport=StdioSection(command=sys.executable, args=("-m", "mesh.agents.echo", "--stdio")),
     )
     assert manifest.name == "echo"
     assert manifest.description == ""
@@ -72,7 +70,7 @@ def test_stdio_manifest_and_every_default(tmp_path: Path) -> None:
     assert manifest.persona is None
     assert manifest.metadata == {}
     transport = manifest.transport
-    assert isinstance(transport, StdioTransport)
+    assert isinstance(transport, StdioSection)
     assert (transport.env, transport.cwd) == ({}, None)
     assert transport.token({}) is None
 
@@ -115,7 +113,7 @@ script = ["Verified."]
         call_timeout=90.0,
         max_frame_size=65536,
         metadata={"team": "red"},
-        transport=DialInTransport(token_env="BOB_TOKEN"),
+        transport=DialInSection(token_env="BOB_TOKEN"),
         persona=Persona(
             system_prompt="You are Bob.",
             role="critic",
@@ -138,7 +136,7 @@ def test_persona_defaults(tmp_path: Path) -> None:
 def test_http_manifest(tmp_path: Path, endpoint: str) -> None:
     text = f'id = "h"\n[transport]\ntype = "http"\nendpoint = "{endpoint}"\n'
     transport = load_manifest(write(tmp_path, "h.toml", text)).transport
-    assert transport == HttpTransport(endpoint=endpoint)
+    assert transport == HttpSection(endpoint=endpoint)
     assert transport.token({}) is None
 
 
@@ -152,15 +150,15 @@ def test_http_manifest_with_token(tmp_path: Path) -> None:
 def test_websocket_manifest(tmp_path: Path, endpoint: str) -> None:
     text = f'id = "w"\n[transport]\ntype = "websocket"\nendpoint = "{endpoint}"\ntoken_env = "W"\n'
     transport = load_manifest(write(tmp_path, "w.toml", text)).transport
-    assert transport == WebSocketTransport(endpoint=endpoint, token_env="W")
+    assert transport == WebSocketSection(endpoint=endpoint, token_env="W")
     assert transport.token({"W": "tok"}) == "tok"
 
 
 @pytest.mark.parametrize("command", ["python", "python3"])
 def test_python_means_the_running_interpreter(command: str) -> None:
-    assert StdioTransport(command=command).command == sys.executable
-    assert StdioTransport(command="/usr/bin/python").command == "/usr/bin/python"
-    assert StdioTransport(command="python3.11").command == "python3.11"
+    assert StdioSection(command=command).command == sys.executable
+    assert StdioSection(command="/usr/bin/python").command == "/usr/bin/python"
+    assert StdioSection(command="python3.11").command == "python3.11"
 
 
 def test_relative_cwd_is_resolved_against_the_manifest_directory(tmp_path: Path) -> None:
@@ -168,22 +166,22 @@ def test_relative_cwd_is_resolved_against_the_manifest_directory(tmp_path: Path)
     relative = write(tmp_path / "agents", "r.toml", STDIO + 'cwd = "../work"\n')
     absolute = write(tmp_path / "agents", "a.toml", STDIO + 'cwd = "/srv/agent"\n')
     transport = load_manifest(relative).transport
-    assert isinstance(transport, StdioTransport)
+    assert isinstance(transport, StdioSection)
     assert transport.cwd == str((tmp_path / "work").resolve())
     transport = load_manifest(absolute).transport
-    assert isinstance(transport, StdioTransport)
+    assert isinstance(transport, StdioSection)
     assert transport.cwd == "/srv/agent"
 
 
 def test_home_in_cwd_expands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     transport = load_manifest(write(tmp_path, "h.toml", STDIO + 'cwd = "~/agent"\n')).transport
-    assert isinstance(transport, StdioTransport)
+    assert isinstance(transport, StdioSection)
     assert transport.cwd == str((tmp_path / "home" / "agent").resolve())
 
 
 def test_manifest_round_trips_through_msgspec() -> None:
-    manifest = Manifest(id="a", transport=DialInTransport(token_env="A"))
+    manifest = Manifest(id="a", transport=DialInSection(token_env="A"))
     encoded = msgspec.json.encode(manifest)
     assert b'"type":"dial-in"' in encoded
     assert msgspec.json.decode(encoded, type=Manifest) == manifest
@@ -328,9 +326,9 @@ def test_provider_errors_keep_their_path(tmp_path: Path) -> None:
 
 def test_checks_also_run_when_built_in_python() -> None:
     with pytest.raises(ValueError, match=r"`heartbeat_ttl`: Expected a TTL greater"):
-        Manifest(id="a", transport=DialInTransport(token_env="A"), heartbeat_ttl=1.0)
+        Manifest(id="a", transport=DialInSection(token_env="A"), heartbeat_ttl=1.0)
     with pytest.raises(ValueError, match=r"`endpoint`: Expected a URL starting with ws://"):
-        WebSocketTransport(endpoint="https://h", token_env="A")
+        WebSocketSection(endpoint="https://h", token_env="A")
 
 
 def test_unreadable_and_non_utf8_files(tmp_path: Path) -> None:
@@ -363,7 +361,7 @@ def test_unset_token_variable_is_named_never_valued(tmp_path: Path, transport: s
 
 
 def test_token_defaults_to_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    transport = DialInTransport(token_env="MESH_TEST_MANIFEST_TOKEN")
+    transport = DialInSection(token_env="MESH_TEST_MANIFEST_TOKEN")
     monkeypatch.setenv("MESH_TEST_MANIFEST_TOKEN", "from-env")
     assert transport.token() == "from-env"
 
@@ -425,13 +423,9 @@ def test_shipped_manifests_validate_cleanly() -> None:
     assert loaded.errors == []
     assert set(loaded.manifests) == {"echo-stdio", "echo-http", "echo-ws"}
     stdio = loaded.manifests["echo-stdio"].transport
-    assert stdio == StdioTransport(
-        command=sys.executable, args=("-m", "mesh.agents.echo", "--stdio")
-    )
-    assert loaded.manifests["echo-http"].transport == HttpTransport(
-        endpoint="http://127.0.0.1:8701"
-    )
-    assert loaded.manifests["echo-ws"].transport == WebSocketTransport(
+    assert stdio == StdioSection(command=sys.executable, args=("-m", "mesh.agents.echo", "--stdio"))
+    assert loaded.manifests["echo-http"].transport == HttpSection(endpoint="http://127.0.0.1:8701")
+    assert loaded.manifests["echo-ws"].transport == WebSocketSection(
         endpoint="ws://127.0.0.1:8702/ws", token_env="ECHO_WS_TOKEN"
     )
     for manifest in loaded.manifests.values():
