@@ -1,6 +1,8 @@
 """structlog set-up for the applications (``mesh serve``, the CLI, agent programs).
 
-The library itself only calls ``structlog.get_logger()``; configuring output is
+Library code logs through :func:`get_logger` (``transports._logging``), whose
+loggers stay silent until structlog is configured: the library never writes to
+stdout and emits nothing the application did not ask for. Configuring output is
 the application's choice, made once here: JSON lines when the stream is not a
 terminal, readable colour when it is.
 """
@@ -13,7 +15,9 @@ from typing import TextIO
 
 import structlog
 
-__all__ = ["configure_logging"]
+from transports._logging import get_logger
+
+__all__ = ["configure_logging", "get_logger"]
 
 
 def configure_logging(

@@ -17,15 +17,15 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 
 import anyio
-import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._errors import SubscriberOverflow
+from ._logging import get_logger
 from ._types import StatusChange
 
 __all__ = ["DEFAULT_SUBSCRIBER_BUFFER", "Listener", "Subscription"]
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 #: Events a subscriber may fall behind before it is closed: a full burst of
 #: changes for a mesh of a thousand agents. A consumer further behind than that is

@@ -25,10 +25,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import msgspec
-import structlog
 
 from ._errors import InvalidAgentRecord, UnknownAgent
 from ._events import DEFAULT_SUBSCRIBER_BUFFER, Listener, Subscription, _Hub
+from ._logging import get_logger
 from ._types import (
     AgentId,
     AgentRecord,
@@ -40,7 +40,7 @@ from ._types import (
 
 __all__ = ["Registry"]
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 _ONLINE = AgentStatus.ONLINE
 _STALE = AgentStatus.STALE

@@ -24,11 +24,11 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 import anyio.abc
 import h11
-import structlog
 from anyio.streams.tls import TLSListener
 
 from transports._base import DEFAULT_MAX_FRAME_SIZE
 from transports._groups import unwrap_single_error
+from transports._logging import get_logger
 
 __all__ = [
     "HttpRequest",
@@ -39,7 +39,7 @@ __all__ = [
     "open_http_server",
 ]
 
-log = structlog.get_logger("transports.http")
+log = get_logger("transports.http")
 
 _READ_SIZE: Final = 64 * 1024
 _SERVER_HEADER: Final = (b"server", b"agent-mesh")

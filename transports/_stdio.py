@@ -20,15 +20,15 @@ from typing import Final
 
 import anyio
 import anyio.abc
-import structlog
 
 from transports._base import DEFAULT_MAX_FRAME_SIZE, TransportClosed, TransportInfo
 from transports._groups import unwrap_single_error
 from transports._lines import LineChannel
+from transports._logging import get_logger
 
 __all__ = ["StdioProcessStream", "StdioServerStream", "open_stdio_process", "open_stdio_server"]
 
-log = structlog.get_logger("transports.stdio")
+log = get_logger("transports.stdio")
 
 #: What a child inherits from us when its manifest does not ask for more: enough
 #: to find programs and decode text, nothing secret.

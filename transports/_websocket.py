@@ -26,7 +26,6 @@ from typing import Final
 
 import anyio
 import anyio.abc
-import structlog
 from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidURI
 from websockets.frames import Frame, Opcode
@@ -39,6 +38,7 @@ from transports._auth import TokenAuthenticator, bearer_token
 from transports._base import DEFAULT_MAX_FRAME_SIZE, FrameTooLarge, TransportClosed, TransportInfo
 from transports._groups import unwrap_single_error
 from transports._http_server import HttpRequest, UpgradeHandler
+from transports._logging import get_logger
 
 __all__ = [
     "CloseCode",
@@ -49,7 +49,7 @@ __all__ = [
     "websocket_upgrade_handler",
 ]
 
-log = structlog.get_logger("transports.websocket")
+log = get_logger("transports.websocket")
 
 _READ_SIZE: Final = 64 * 1024
 _HEAD: Final = 512

@@ -23,9 +23,9 @@ from typing import Any, Final, Self
 import anyio
 import anyio.abc
 import msgspec
-import structlog
 
 from mesh._errors import AgentUnavailable, InvalidParams, MeshError, MethodNotFound
+from mesh._logging import get_logger
 from mesh._rpc.peer import Peer, RequestContext, open_peer
 from mesh._rpc.reconnect import (
     ConnectionEvent,
@@ -41,7 +41,7 @@ from transports._groups import unwrap_single_error
 
 __all__ = ["AgentSpec", "MeshOrchestrator", "Outcome", "local_connector"]
 
-log = structlog.get_logger("mesh.orchestrator")
+log = get_logger("mesh.orchestrator")
 
 #: How long a broadcast waits per agent unless told otherwise.
 DEFAULT_BROADCAST_TIMEOUT: Final = 10.0

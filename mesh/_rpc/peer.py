@@ -17,7 +17,6 @@ from typing import Any, Final, Protocol
 
 import anyio
 import anyio.abc
-import structlog
 from anyio._core._eventloop import get_async_backend  # public as anyio.lowlevel's, typed here
 
 from mesh._errors import (
@@ -30,6 +29,7 @@ from mesh._errors import (
     Unauthorized,
     error_from_code,
 )
+from mesh._logging import get_logger
 from mesh._rpc.session import (
     CallDone,
     CancelRequested,
@@ -47,7 +47,7 @@ from transports._groups import unwrap_single_error
 
 __all__ = ["Peer", "RequestContext", "RequestHandler", "open_peer", "serve_peer"]
 
-log = structlog.get_logger("mesh.peer")
+log = get_logger("mesh.peer")
 
 #: On close, queued frames (a ``cancelled``, a last response) get this long to leave.
 FLUSH_ON_CLOSE: Final = 0.5

@@ -24,9 +24,9 @@ from typing import Any, Final, Literal
 
 import anyio
 import anyio.abc
-import structlog
 
 from mesh._errors import CallTimeout, ConnectionLost, MeshError
+from mesh._logging import get_logger
 from mesh._rpc.backoff import DEFAULT_BASE, DEFAULT_CAP, backoff
 from mesh._rpc.connect import DEFAULT_CONNECT_TIMEOUT, handshake
 from mesh._rpc.peer import Peer, ProgressCallback, RequestHandler, open_peer
@@ -43,7 +43,7 @@ __all__ = [
     "open_reconnecting_peer",
 ]
 
-log = structlog.get_logger("mesh.reconnect")
+log = get_logger("mesh.reconnect")
 
 #: Backstop for :meth:`ReconnectingPeer.aclose`. The peer flushes for at most half a
 #: second and a transport's ``aclose`` is bounded by its own contract; this only keeps

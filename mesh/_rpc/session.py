@@ -17,8 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-import structlog
-
 from mesh._errors import (
     CallTimeout,
     ConnectionLost,
@@ -28,6 +26,7 @@ from mesh._errors import (
     ProtocolError,
     error_from_code,
 )
+from mesh._logging import get_logger
 from mesh.protocol import (
     ASK_HEARTBEAT,
     MESH_CODEC,
@@ -61,7 +60,7 @@ __all__ = [
     "SessionStatistics",
 ]
 
-log = structlog.get_logger("mesh.session")
+log = get_logger("mesh.session")
 
 #: Method names the session itself understands (seed 002 + MCP's spelling).
 CANCELLED: Final = "cancelled"

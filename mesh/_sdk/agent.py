@@ -35,9 +35,9 @@ from types import UnionType
 from typing import Any, Final, TypeVar, Union, get_args, get_origin, get_type_hints, overload
 
 import msgspec
-import structlog
 
 from mesh._errors import InvalidParams, MeshError, MethodNotFound, ToolError
+from mesh._logging import get_logger
 from mesh._rpc.peer import Peer, RequestContext, serve_peer
 from mesh._rpc.session import SessionConfig
 from mesh.protocol import now_ms
@@ -45,7 +45,7 @@ from transports import FrameStream
 
 __all__ = ["Agent", "Tool"]
 
-log = structlog.get_logger("mesh.agent")
+log = get_logger("mesh.agent")
 
 F = TypeVar("F", bound=Callable[..., Any])
 NotificationHandler = Callable[[Peer | None, Any], Awaitable[None] | None]

@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
-import structlog
 
 from mesh._errors import ConnectionLost, Unauthorized
+from mesh._logging import get_logger
 from mesh._rpc.exchange import Exchange
 from mesh._rpc.reconnect import ReconnectPolicy
 from mesh._rpc.session import SessionConfig
@@ -38,7 +38,7 @@ from transports import (
 
 __all__ = ["open_agent_server", "serve_agent_dial_in"]
 
-log = structlog.get_logger("mesh.serve")
+log = get_logger("mesh.serve")
 
 
 class _AgentRoutes:

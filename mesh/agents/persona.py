@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 import msgspec
-import structlog
 
 from mesh._errors import InvalidParams, MeshError, ToolError
+from mesh._logging import get_logger
 from mesh._rpc.peer import RequestContext
 from mesh._sdk.agent import Agent
 from mesh._sdk.runner import run_agent
@@ -48,7 +48,7 @@ from mesh.rooms._roles import ROLE_PROMPTS, role_persona
 
 __all__ = ["PersonaAgent", "admit", "main", "read_script"]
 
-log = structlog.get_logger("mesh.persona")
+log = get_logger("mesh.persona")
 
 #: Rooms remembered per persona; the oldest is forgotten beyond this. A room it
 #: forgot treats its next request as new, which is the right call for a room

@@ -12,7 +12,6 @@ from typing import Any, Final
 
 import anyio
 import msgspec
-import structlog
 
 from mesh._errors import (
     AgentUnavailable,
@@ -22,6 +21,7 @@ from mesh._errors import (
     MessageTooLarge,
     RemoteError,
 )
+from mesh._logging import get_logger
 from mesh._orchestrator.orchestrator import AgentSpec, MeshOrchestrator
 from mesh.daemon._rooms import RoomRoutes
 from registry import AgentId, AgentRecord, InvalidAgentRecord, SubscriberOverflow, UnknownAgent
@@ -36,7 +36,7 @@ from transports import (
 
 __all__ = ["DaemonApi"]
 
-log = structlog.get_logger("mesh.daemon")
+log = get_logger("mesh.daemon")
 
 _JSON: Final = msgspec.json.Encoder()
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 import msgspec
-import structlog
 
+from mesh._logging import get_logger
 from mesh.rooms import (
     InvalidRoomSpec,
     RoomConflict,
@@ -26,7 +26,7 @@ from transports import CloseCode, HttpRequest, HttpResponse, TransportClosed, We
 
 __all__ = ["RoomRoutes", "observer_room_id"]
 
-log = structlog.get_logger("mesh.daemon")
+log = get_logger("mesh.daemon")
 
 _JSON: Final = msgspec.json.Encoder()
 

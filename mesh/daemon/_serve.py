@@ -31,9 +31,9 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 import anyio.abc
 import msgspec
-import structlog
 
 from mesh._errors import MeshError
+from mesh._logging import get_logger
 from mesh._orchestrator.links import dial_in_tokens, spec_from_manifest
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.daemon._api import DaemonApi
@@ -51,7 +51,7 @@ from transports import (
 
 __all__ = ["DaemonSettings", "SettingsError", "load_settings", "serve_daemon"]
 
-log = structlog.get_logger("mesh.daemon")
+log = get_logger("mesh.daemon")
 
 #: The WebSocket that streams the agent table: a snapshot, then every status change.
 AGENT_EVENTS: Final = "/agents/events"

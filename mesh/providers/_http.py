@@ -21,7 +21,8 @@ from typing import Any, ClassVar
 import anyio
 import httpx
 import msgspec
-import structlog
+
+from mesh._logging import get_logger
 
 from ._base import ChatMessage, Completion, ProviderBase, ProviderConfig
 from ._errors import (
@@ -45,7 +46,7 @@ __all__ = ["BodyError", "HttpProvider", "Sleep", "error_detail", "join_url", "sa
 
 Sleep = Callable[[float], Awaitable[None]]
 
-_log = structlog.get_logger()
+_log = get_logger("mesh.providers")
 
 #: Failures where the request may never have reached the model: worth retrying.
 _RETRYABLE_TRANSPORT: tuple[type[httpx.TransportError], ...] = (

@@ -34,9 +34,9 @@ from typing import Final
 import anyio
 import anyio.abc
 import msgspec
-import structlog
 
 from mesh._errors import MeshError
+from mesh._logging import get_logger
 from mesh.protocol import now_ms
 from mesh.rooms._events import (
     AgentJoinedEvent,
@@ -62,7 +62,7 @@ from mesh.rooms._state import RoomState
 
 __all__ = ["MAX_RETRY_DELAY", "Clock", "Journal", "Presence", "RoomRunner", "Speak"]
 
-log = structlog.get_logger("mesh.rooms")
+log = get_logger("mesh.rooms")
 
 #: The retry delay doubles per failure up to this: a provider that is down for a
 #: while is retried twice a minute, the reconnect loop's cap.

@@ -24,9 +24,9 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 import msgspec
-import structlog
 
 from mesh._errors import MeshError
+from mesh._logging import get_logger
 from mesh.protocol import now_ms
 from mesh.rooms._engine import Clock, Journal, Presence, RoomRunner, Speak
 from mesh.rooms._errors import InvalidRoomSpec, RoomConflict, RoomNotFound
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RoomManager"]
 
-log = structlog.get_logger("mesh.rooms")
+log = get_logger("mesh.rooms")
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -35,8 +35,8 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 import msgspec
-import structlog
 
+from mesh._logging import get_logger
 from mesh.rooms._events import (
     MessageEvent,
     ResumedEvent,
@@ -51,7 +51,7 @@ from mesh.rooms._state import RoomState
 
 __all__ = ["RoomStore"]
 
-log = structlog.get_logger("mesh.rooms.store")
+log = get_logger("mesh.rooms.store")
 
 DATABASE: Final = "rooms.sqlite3"
 LOGS: Final = "rooms"
