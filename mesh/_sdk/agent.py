@@ -20,14 +20,19 @@ once (no task: the cheapest call there is); an ``async def`` runs in a task of i
 own, which the caller's cancel or deadline cancels.
 
 Arguments are validated against the function's type hints (msgspec), and
-``tools/list`` publishes a JSON Schema derived from the same hints. A parameter
-annotated :class:`~mesh.RequestContext` receives the request's context (to report
-progress, or to call back). The same agent serves any transport.
+``tools/list`` publishes a JSON Schema derived from the same hints; every
+parameter needs a hint (``Any`` accepts any JSON value). A parameter annotated
+:class:`~mesh.RequestContext` receives the request's context (to report
+progress, or to call back). Results are checked too: against the declared
+return type, and for NaN or infinity, which JSON cannot carry; a bad result is a
+:class:`~mesh.ToolError` to the caller naming the tool and the path, and a log
+line here. The same agent serves any transport.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
@@ -58,11 +63,30 @@ class _ToolCall(msgspec.Struct, forbid_unknown_fields=True):
     arguments: dict[str, Any] = {}
 
 
-def _invalid(prefix: str, exc: msgspec.ValidationError, where: str) -> InvalidParams:
+def _located(exc: msgspec.ValidationError, where: str) -> str:
+    """msgspec's message with its path rooted at ``where`` (it names none at the root)."""
     text = str(exc)
-    # msgspec names no path for a mismatch at the root; we always say where.
-    text = _PATH.sub(f"at `{where}", text) if _PATH.search(text) else f"{text} - at `{where}`"
-    return InvalidParams(f"{prefix}: {text}")
+    return _PATH.sub(f"at `{where}", text) if _PATH.search(text) else f"{text} - at `{where}`"
+
+
+def _invalid(prefix: str, exc: msgspec.ValidationError, where: str) -> InvalidParams:
+    return InvalidParams(f"{prefix}: {_located(exc, where)}")
+
+
+def _non_finite(value: Any, path: str) -> str | None:
+    """The path of the first NaN or infinity in ``value`` (builtins only), if any."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if isinstance(key, str) else f"{path}[{key!r}]"
+            if (found := _non_finite(item, where)) is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            if (found := _non_finite(item, f"{path}[{index}]")) is not None:
+                return found
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +101,8 @@ class Tool:
     input_schema: dict[str, Any]
     output_schema: dict[str, Any] | None = None
     fields: tuple[str, ...] = field(default=())
+    #: The declared return type results are checked against (``None``: not declared).
+    result_type: Any = None
 
     def describe(self) -> dict[str, Any]:
         entry: dict[str, Any] = {
@@ -94,9 +120,8 @@ class Tool:
         try:
             args = msgspec.convert(arguments, self.arguments_type, strict=True)
         except msgspec.ValidationError as exc:
-            raise _invalid(
-                f"invalid arguments for tool {self.name!r}", exc, "$.payload.params.arguments"
-            ) from None
+            # Paths are relative to the arguments (`$.days`), as the tool's author sees them.
+            raise _invalid(f"invalid arguments for tool {self.name!r}", exc, "$") from None
         kwargs = {name: getattr(args, name) for name in self.fields}
         if self.context_parameter is not None:
             kwargs[self.context_parameter] = ctx
@@ -108,7 +133,7 @@ class Tool:
             raise self._failed(exc) from exc
         if inspect.isawaitable(result):
             return self._finish(result)
-        return result
+        return self._checked(result)
 
     async def invoke(self, ctx: RequestContext, arguments: Any) -> Any:
         """Run the tool to the end and return its result."""
@@ -119,14 +144,37 @@ class Tool:
 
     async def _finish(self, pending: Awaitable[Any]) -> Any:
         try:
-            return await pending
+            result = await pending
         except MeshError:
             raise
         except Exception as exc:
             raise self._failed(exc) from exc
+        return self._checked(result)
+
+    def _checked(self, result: Any) -> Any:
+        """``result`` if it can be sent as JSON and fits the declared return type."""
+        try:
+            data = msgspec.to_builtins(result)
+        except TypeError as exc:
+            raise self._bad_result(f"it cannot be sent as JSON: {exc}", "$") from None
+        if (path := _non_finite(data, "$")) is not None:
+            raise self._bad_result("NaN and infinity cannot be sent as JSON", path)
+        if self.result_type is not None:
+            try:
+                msgspec.convert(data, self.result_type, strict=True)
+            except msgspec.ValidationError as exc:
+                raise self._bad_result(_located(exc, "$"), None) from None
+        return result
+
+    def _bad_result(self, reason: str, path: str | None) -> ToolError:
+        text = reason if path is None else f"{reason} - at `{path}`"
+        message = f"tool {self.name!r} returned an invalid result: {text}"
+        log.warning("agent.result_invalid", tool=self.name, error=text)
+        return ToolError(message, data={"type": "InvalidResult"})
 
     def _failed(self, exc: Exception) -> ToolError:
-        log.info("agent.tool_failed", tool=self.name, error=repr(exc))
+        # With the traceback: the caller sees only the message, the author needs the line.
+        log.warning("agent.tool_failed", tool=self.name, error=repr(exc), exc_info=exc)
         return ToolError(str(exc) or type(exc).__name__, data={"type": type(exc).__name__})
 
 
@@ -159,7 +207,13 @@ def build_tool(function: Callable[..., Any], *, name: str | None, description: s
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
     context_parameter = None
     for parameter in inspect.signature(function).parameters.values():
-        annotation = hints.get(parameter.name, Any)
+        if parameter.name not in hints:
+            raise TypeError(
+                f"tool {tool_name!r}: parameter {parameter.name!r} has no type hint, so its "
+                f"arguments cannot be checked nor its schema published; annotate it, e.g. "
+                f"`{parameter.name}: str`, or `{parameter.name}: Any` to accept any JSON value"
+            )
+        annotation = hints[parameter.name]
         if annotation is RequestContext:
             context_parameter = parameter.name
             continue
@@ -184,11 +238,15 @@ def build_tool(function: Callable[..., Any], *, name: str | None, description: s
         raise TypeError(f"tool {tool_name!r}: a parameter type has no JSON Schema: {exc}") from None
     returns = _answer_type(hints.get("return", Any))
     output_schema = None
+    result_type: Any = None
     if returns not in (Any, None, type(None), object):
         try:
             output_schema = _schema_of(returns)
+            result_type = returns
         except TypeError:
             log.debug("agent.no_output_schema", tool=tool_name, type=repr(returns))
+    elif returns is None or returns is type(None):
+        result_type = type(None)
     return Tool(
         name=tool_name,
         description=inspect.cleandoc(description or function.__doc__ or ""),
@@ -198,6 +256,7 @@ def build_tool(function: Callable[..., Any], *, name: str | None, description: s
         input_schema=input_schema,
         output_schema=output_schema,
         fields=tuple(f[0] for f in fields),
+        result_type=result_type,
     )
 
 

@@ -71,7 +71,7 @@ async def test_remote_errors_are_typed_and_named(open_echo: EchoFactory) -> None
             await echo.call_tool("ecko", {})
         with pytest.raises(MethodNotFound, match="no method 'nope/nothing'"):
             await echo.call("nope/nothing")
-        with pytest.raises(InvalidParams, match=r"at `\$\.payload\.params\.arguments\.message`"):
+        with pytest.raises(InvalidParams, match=r"got `int` - at `\$\.message`"):
             await echo.call_tool("echo", {"message": 5})
         with pytest.raises(InvalidParams, match="unknown field `extra`"):
             await echo.call_tool("echo", {"message": "x", "extra": 1})

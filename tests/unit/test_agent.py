@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 from mesh import Agent, InvalidParams, MethodNotFound, Peer, RemoteError, RequestContext, ToolError
+from mesh.protocol import MESH_CODEC, DecodeFailure
 from mesh.testing import open_memory_peer
 
 pytestmark = pytest.mark.anyio
@@ -65,9 +66,10 @@ async def test_calls_validate_and_convert_arguments() -> None:
         result = await peer.call_tool("midpoint", {"a": {"x": 0, "y": 0}, "b": {"x": 2, "y": 4}})
         assert result == {"x": 1.0, "y": 2.0}
         assert await peer.call_tool("count", {"text": "one two three"}) == 3
-        with pytest.raises(InvalidParams, match=r"`\$\.payload\.params\.arguments\.b\.y`"):
+        # Paths are relative to the arguments, as the tool's author wrote them.
+        with pytest.raises(InvalidParams, match=r"got `str` - at `\$\.b\.y` "):
             await peer.call_tool("midpoint", {"a": {"x": 0, "y": 0}, "b": {"x": 2, "y": "4"}})
-        with pytest.raises(InvalidParams, match="missing required field `b`"):
+        with pytest.raises(InvalidParams, match=r"missing required field `b` - at `\$` "):
             await peer.call_tool("midpoint", {"a": {"x": 0, "y": 0}})
         with pytest.raises(InvalidParams, match="length <= 100"):
             await peer.call_tool("count", {"text": "x" * 101})
@@ -130,6 +132,89 @@ def test_declaration_errors_are_caught_early() -> None:
 
     with pytest.raises(ValueError, match="already handles 'ping'"):
         agent.method("ping")(one)
+
+
+def test_a_parameter_without_a_type_hint_is_refused_with_the_fix() -> None:
+    agent = Agent("a")
+    with pytest.raises(TypeError) as refused:
+
+        @agent.tool
+        def greet(name, excited: bool = False) -> str:  # type: ignore[no-untyped-def]
+            return str(name)
+
+    message = str(refused.value)
+    assert "tool 'greet': parameter 'name' has no type hint" in message
+    assert "`name: str`" in message and "`name: Any`" in message
+    assert "greet" not in agent.tools
+
+
+def checked_agent() -> Agent:
+    agent = Agent("checked")
+
+    @agent.tool
+    def count(text: str) -> int:
+        return "not an int" if text == "lie" else len(text)  # type: ignore[return-value]
+
+    @agent.tool
+    async def point(broken: bool) -> Point:
+        return Point(1.0, "north") if broken else Point(1.0, 2.0)  # type: ignore[arg-type]
+
+    @agent.tool
+    async def scores(poison: bool, level: float = 0.5) -> dict[str, list[float]]:
+        return {"scores": [level, float("nan") if poison else 1.0]}
+
+    @agent.tool
+    def anything(value: Any) -> Any:
+        return {"x": float(value)} if isinstance(value, str) else value  # "inf" -> inf
+
+    @agent.tool
+    def nothing() -> None:
+        return 3  # type: ignore[return-value]
+
+    return agent
+
+
+async def test_results_are_checked_against_the_declared_return_type() -> None:
+    from structlog.testing import capture_logs
+
+    async with open_memory_peer(checked_agent()) as peer:
+        assert await peer.call_tool("count", {"text": "four"}) == 4
+        assert await peer.call_tool("point", {"broken": False}) == {"x": 1.0, "y": 2.0}
+        with capture_logs() as logs, pytest.raises(ToolError) as wrong:
+            await peer.call_tool("count", {"text": "lie"})
+        assert str(wrong.value).startswith(
+            "tool 'count' returned an invalid result: Expected `int`, got `str` - at `$`"
+        )
+        assert wrong.value.data == {"type": "InvalidResult"}
+        assert [e["event"] for e in logs] == ["agent.result_invalid"]
+        assert logs[0]["tool"] == "count"
+        # A Struct is checked field by field, not waved through as an instance.
+        with pytest.raises(ToolError, match=r"point.*Expected `float`, got `str` - at `\$\.y`"):
+            await peer.call_tool("point", {"broken": True})
+        with pytest.raises(ToolError, match=r"'nothing'.*Expected `null`, got `int`"):
+            await peer.call_tool("nothing")
+        assert await peer.call_tool("anything", {"value": [1, "two"]}) == [1, "two"]
+
+
+async def test_nan_and_infinity_have_one_outcome() -> None:
+    """JSON has neither: a result holding one is refused (naming the path); an argument
+    cannot hold one (it is sent as null, which a float parameter refuses)."""
+    async with open_memory_peer(checked_agent()) as peer:
+        assert await peer.call_tool("scores", {"poison": False}) == {"scores": [0.5, 1.0]}
+        with pytest.raises(ToolError, match=r"'scores'.*NaN and infinity.* at `\$\.scores\[1\]`"):
+            await peer.call_tool("scores", {"poison": True})
+        with pytest.raises(InvalidParams, match=r"Expected `float`, got `null` - at `\$\.level`"):
+            await peer.call_tool("scores", {"poison": False, "level": float("inf")})
+        # Untyped results are checked for NaN too.
+        with pytest.raises(ToolError, match=r"'anything'.*NaN and infinity.* at `\$\.x`"):
+            await peer.call_tool("anything", {"value": "inf"})
+    # A number no float can hold is refused with the frame, before any tool sees it.
+    frame = (
+        b'{"type":"request","id":"6f1c1c1e-2d2b-4c4a-9b9b-1a1a1a1a1a1a","timestamp":1,'
+        b'"payload":{"method":"tools/call","params":{"name":"scores","arguments":{"level":1e999}}}}'
+    )
+    with pytest.raises(DecodeFailure, match="Number out of range"):
+        MESH_CODEC.decode(frame)
 
 
 def where_handlers_run() -> tuple[Agent, list[str]]:
