@@ -31,6 +31,7 @@ from mesh.manifests._types import (
     TransportSection,
     WebSocketSection,
     _FieldError,
+    _FieldErrors,
 )
 from mesh.providers._base import ProviderConfig
 
@@ -71,7 +72,7 @@ _FIELDS_AT: Final[Mapping[str, tuple[str, ...]]] = {
 }
 
 
-def _hint(reason: str, path: str) -> str:
+def hint(reason: str, path: str) -> str:
     """msgspec's reason, plus what the author most likely meant."""
     if path == "$.transport.type" and reason.startswith("Invalid value"):
         return f"{reason}; expected one of {', '.join(map(repr, TRANSPORT_TYPES))}"
@@ -88,13 +89,25 @@ def _hint(reason: str, path: str) -> str:
     return f"{reason}; did you mean `{close[0]}`?" if close else reason
 
 
-def _from_validation(exc: msgspec.ValidationError, file: Path) -> ManifestError:
+def located(exc: msgspec.ValidationError, root: str = "$") -> list[tuple[str, str]]:
+    """``(path, reason)`` for each problem a validation error carries, paths under ``root``.
+
+    One, unless a struct's ``__post_init__`` found several (:class:`_FieldErrors`).
+    """
     match = _AT.fullmatch(str(exc))
     reason, path = (match["reason"], match["path"]) if match else (str(exc), "$")
+    path = root + path.removeprefix("$")
     cause = exc.__cause__
+    if isinstance(cause, _FieldErrors):
+        return [(f"{path}.{e.field}", e.reason) for e in cause.errors]
     if isinstance(cause, _FieldError):
-        reason, path = cause.reason, f"{path}.{cause.field}"
-    return ManifestError(_hint(reason, path), file=file, field=path)
+        return [(f"{path}.{cause.field}", cause.reason)]
+    return [(path, reason)]
+
+
+def _from_validation(exc: msgspec.ValidationError, file: Path) -> ManifestError:
+    path, reason = located(exc)[0]
+    return ManifestError(hint(reason, path), file=file, field=path)
 
 
 def _resolved(manifest: Manifest, base: Path) -> Manifest:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Final, Literal, TypeAlias
 from urllib.parse import parse_qsl, urlsplit
@@ -94,6 +95,32 @@ class _FieldError(ValueError):
         self.field = field
         self.reason = reason
         super().__init__(f"`{field}`: {reason}")
+
+
+class _FieldErrors(ValueError):
+    """Several post-decode checks of one struct failed; ``errors`` holds each, in order.
+
+    The loader reports the first (one error per file is what loading needs);
+    ``mesh validate`` reports them all.
+    """
+
+    def __init__(self, errors: list[_FieldError]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(str(error) for error in errors))
+
+
+def _check_all(*checks: Callable[[], None]) -> None:
+    """Run every check; raise each :class:`_FieldError` they raised, together."""
+    errors: list[_FieldError] = []
+    for check in checks:
+        try:
+            check()
+        except _FieldError as exc:
+            errors.append(exc)
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise _FieldErrors(errors)
 
 
 def _check_url(field: str, url: str, schemes: tuple[str, ...]) -> None:
@@ -184,8 +211,10 @@ class HttpSection(_SectionBase, frozen=True, kw_only=True, tag="http"):
     token_env: str | None = None
 
     def __post_init__(self) -> None:
-        _check_url("endpoint", self.endpoint, ("http", "https"))
-        _check_env_name("token_env", self.token_env)
+        _check_all(
+            partial(_check_url, "endpoint", self.endpoint, ("http", "https")),
+            partial(_check_env_name, "token_env", self.token_env),
+        )
 
     def token(self, environ: Mapping[str, str] | None = None) -> str | None:
         return None if self.token_env is None else _read_token(self.token_env, environ)
@@ -198,8 +227,10 @@ class WebSocketSection(_SectionBase, frozen=True, kw_only=True, tag="websocket")
     token_env: str
 
     def __post_init__(self) -> None:
-        _check_url("endpoint", self.endpoint, ("ws", "wss"))
-        _check_env_name("token_env", self.token_env)
+        _check_all(
+            partial(_check_url, "endpoint", self.endpoint, ("ws", "wss")),
+            partial(_check_env_name, "token_env", self.token_env),
+        )
 
     def token(self, environ: Mapping[str, str] | None = None) -> str:
         return _read_token(self.token_env, environ)
@@ -253,18 +284,23 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     metadata: dict[str, str] = {}
 
     def __post_init__(self) -> None:
+        _check_all(self._check_id, self._check_ttl)
+        if not self.name:
+            msgspec.structs.force_setattr(self, "name", self.id)
+        if self.heartbeat_ttl is None:
+            msgspec.structs.force_setattr(self, "heartbeat_ttl", 3 * self.heartbeat_interval)
+
+    def _check_id(self) -> None:
         if not _ID.fullmatch(self.id):
             raise _FieldError(
                 "id",
                 f"Expected lowercase letters, digits, `.`, `_` or `-`, starting with a letter "
                 f"or digit, got {self.id!r}",
             )
-        if not self.name:
-            msgspec.structs.force_setattr(self, "name", self.id)
+
+    def _check_ttl(self) -> None:
         interval = self.heartbeat_interval
-        if self.heartbeat_ttl is None:
-            msgspec.structs.force_setattr(self, "heartbeat_ttl", 3 * interval)
-        elif self.heartbeat_ttl <= interval:
+        if self.heartbeat_ttl is not None and self.heartbeat_ttl <= interval:
             raise _FieldError(
                 "heartbeat_ttl",
                 f"Expected a TTL greater than `heartbeat_interval` ({interval:g} s), "

@@ -458,3 +458,82 @@ def test_public_names() -> None:
     names = {"Manifest", "ManifestError", "ManifestSet", "load_manifest", "load_manifests"}
     assert names <= set(mesh.__all__)
     assert issubclass(ManifestError, mesh.MeshError)
+
+
+def test_validate_reports_every_error_of_a_file(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "bad.toml",
+        """\
+id = "Bad Id"
+nmae = "x"
+call_timeout = -1
+capabilities = ["chat", 3]
+
+[transport]
+type = "http"
+endpoint = "localhost:8701"
+token_env = "my token"
+
+[persona]
+system_prompt = ""
+[persona.provider]
+provider = "openai"
+""",
+    )
+    out, err = io.StringIO(), io.StringIO()
+    assert validate_manifests(tmp_path, out=out, err=err, environ={}) == ValidateExit.INVALID
+    bad = tmp_path / "bad.toml"
+    lines = err.getvalue().splitlines()
+    assert all(line.startswith(f"error: {bad}: ") for line in lines)
+    found = {line.rsplit(" - at ", 1)[1] for line in lines}
+    assert found == {
+        "`$`",  # the unknown field, with its likely spelling
+        "`$.id`",
+        "`$.call_timeout`",
+        "`$.capabilities[1]`",
+        "`$.transport.endpoint`",
+        "`$.transport.token_env`",
+        "`$.persona.system_prompt`",
+        "`$.persona.provider`",
+    }
+    assert "unknown field `nmae`; did you mean `name`?" in err.getvalue()
+    assert out.getvalue().splitlines() == ["0 valid, 1 invalid"]
+
+
+def test_validate_reports_a_broken_transport_table_and_still_checks_the_id(tmp_path: Path) -> None:
+    write(tmp_path, "bad.toml", 'id = "UPPER"\n[transport]\ntype = "ftp"\n')
+    err = io.StringIO()
+    assert validate_manifests(tmp_path, out=io.StringIO(), err=err) == ValidateExit.INVALID
+    text = err.getvalue()
+    assert "Invalid value 'ftp'; expected one of 'stdio', 'http', 'websocket', 'dial-in'" in text
+    assert "got 'UPPER' - at `$.id`" in text
+    assert len(text.splitlines()) == 2
+
+
+def test_validate_checks_that_a_stdio_command_and_its_cwd_exist(tmp_path: Path) -> None:
+    stdio = '[transport]\ntype = "stdio"\n'
+    write(tmp_path, "a.toml", f'id = "a"\n{stdio}command = "no-such-agent-program-1234"\n')
+    write(tmp_path, "b.toml", f'id = "b"\n{stdio}command = "python"\ncwd = "gone"\n')
+    write(tmp_path, "c.toml", f'id = "c"\n{stdio}command = "./agent.sh"\ncwd = "."\n')
+    (tmp_path / "agent.sh").write_text("#!/bin/sh\n")  # not executable (yet)
+    write(tmp_path, "d.toml", f'id = "d"\n{stdio}command = "./missing.sh"\ncwd = "."\n')
+    out, err = io.StringIO(), io.StringIO()
+    assert validate_manifests(tmp_path, out=out, err=err, environ={}) == ValidateExit.INVALID
+    assert err.getvalue().splitlines() == [
+        f"error: {tmp_path / 'a.toml'}: command 'no-such-agent-program-1234' is not found on PATH"
+        " - at `$.transport.command`",
+        f"error: {tmp_path / 'b.toml'}: `cwd` '{tmp_path / 'gone'}' does not exist"
+        " - at `$.transport.cwd`",
+        f"error: {tmp_path / 'c.toml'}: command './agent.sh' is not executable"
+        f" (chmod +x {tmp_path / 'agent.sh'}) - at `$.transport.command`",
+        f"error: {tmp_path / 'd.toml'}: command './missing.sh' does not exist"
+        f" (looked for {tmp_path / 'missing.sh'}) - at `$.transport.command`",
+    ]
+    assert out.getvalue().splitlines() == ["0 valid, 4 invalid"]
+    (tmp_path / "agent.sh").chmod(0o755)
+    for name in ("a", "b", "d"):
+        (tmp_path / f"{name}.toml").unlink()
+    out = io.StringIO()
+    assert validate_manifests(tmp_path, out=out, err=io.StringIO(), environ={}) == ValidateExit.OK
+    assert out.getvalue().splitlines()[-1] == "1 valid, 0 invalid"
