@@ -26,7 +26,9 @@ def configure_logging(
     out = stream or sys.stderr
     use_json = (not out.isatty()) if json is None else json
     renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer()
+        structlog.processors.JSONRenderer()
+        if use_json
+        else structlog.dev.ConsoleRenderer(colors=out.isatty())
     )
     structlog.configure(
         processors=[

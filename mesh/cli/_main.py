@@ -1,15 +1,18 @@
-"""The ``mesh`` command: run the daemon, and talk to a running one.
+"""The ``mesh`` command: run the daemon, talk to a running one, try an agent by itself.
 
-Exit codes scripts can rely on:
+Exit codes scripts can rely on, the same for every command:
 
-====  ==========================================================
+====  ====================================================================
 0     success
-1     the call failed at the agent, or a manifest is invalid
-2     usage error (bad flags or arguments)
+1     the call failed at the agent (or the room refused), a manifest is invalid
+2     usage error (bad flags or arguments, an agent file that cannot be loaded)
 3     the daemon could not be reached
-4     the agent is unknown, offline or unreachable
+4     the agent or room is unknown, offline or unreachable
 5     the call timed out
-====  ==========================================================
+====  ====================================================================
+
+Text that agents or clients supplied is shown with its control characters
+escaped (:mod:`mesh._text`); JSON output stays exact.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from typing import Any, Final, NoReturn
 
 import httpx
 
+from mesh._text import json_text, printable
+from mesh.cli._dev import add_dev_commands
 from mesh.cli._rooms import add_room_commands
 
 __all__ = ["main"]
@@ -42,7 +47,8 @@ HTTP_SLACK: Final = 5.0
 
 
 def _fail(code: int, message: str) -> NoReturn:
-    print(f"mesh: {message}", file=sys.stderr)
+    # Messages quote what agents and clients sent (an agent's error, a room's id).
+    print(f"mesh: {printable(message)}", file=sys.stderr)
     raise SystemExit(code)
 
 
@@ -110,18 +116,13 @@ def cmd_agents(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(agents, indent=2))
         return EXIT_OK
-    rows = [("ID", "TRANSPORT", "STATUS", "LAST SEEN", "CAPABILITIES")]
+    rows: list[tuple[str, ...]] = [("ID", "TRANSPORT", "STATUS", "LAST SEEN", "CAPABILITIES")]
     for agent in agents:
         seen = f"{agent['last_seen_ago']:.1f}s ago"
-        rows.append(
-            (
-                agent["id"],
-                agent["transport"],
-                agent["status"],
-                seen,
-                ",".join(agent["capabilities"]),
-            )
-        )
+        # Ids and capabilities registered over HTTP are whatever a client sent.
+        capabilities = ",".join(agent["capabilities"])
+        cells = (agent["id"], agent["transport"], agent["status"], seen, capabilities)
+        rows.append(tuple(printable(cell) for cell in cells))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print(
@@ -164,7 +165,7 @@ def cmd_call(args: argparse.Namespace) -> int:
         "timeout": args.timeout,
     }
     result = _request(args, "POST", "/rpc", body, timeout=args.timeout)["result"]
-    print(json.dumps(result, indent=2, ensure_ascii=False))
+    print(json_text(result, indent=2))
     return EXIT_OK
 
 
@@ -181,9 +182,9 @@ def cmd_broadcast(args: argparse.Namespace) -> int:
     for agent_id, answer in answers.items():
         if "error" in answer:
             failed += 1
-            print(f"{agent_id}: error: {answer['error']['message']}")
+            print(f"{printable(agent_id)}: error: {printable(answer['error']['message'])}")
         else:
-            print(f"{agent_id}: {json.dumps(answer['result'], ensure_ascii=False)}")
+            print(f"{printable(agent_id)}: {json_text(answer['result'])}")
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -198,7 +199,8 @@ def cmd_ping(args: argparse.Namespace) -> int:
         {"agent": args.agent, "method": "ping", "timeout": args.timeout},
         args.timeout,
     )
-    print(f"{args.agent}: pong in {(time.perf_counter() - started) * 1000:.1f} ms (via the daemon)")
+    elapsed = (time.perf_counter() - started) * 1000
+    print(f"{printable(args.agent)}: pong in {elapsed:.1f} ms (via the daemon)")
     return EXIT_OK
 
 
@@ -288,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     ping.set_defaults(func=cmd_ping)
 
     add_room_commands(sub, client, _request)
+    add_dev_commands(sub, client, _request)
 
     validate = sub.add_parser(
         "validate", help="check manifests", description="Check every manifest in a directory."

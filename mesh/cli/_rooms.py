@@ -1,9 +1,16 @@
-"""``mesh room run|show|export``: conversation rooms from the command line.
+"""``mesh room …``: conversation rooms from the command line.
 
 ``run`` creates a room on the daemon and prints it live (coloured on a TTY) by
-watching ``/rooms/{id}/events`` over WebSocket, until it stops; it prints the stop
-reason. ``show`` prints a room and its transcript; ``export`` writes it as
-Markdown or as the JSONL event log.
+watching ``/rooms/{id}/events`` over WebSocket until it stops, then prints the
+stop reason; ``watch`` does the same for a room that exists (from its first
+event, or ``--since SEQ``). ``list`` and ``show`` read rooms, ``export`` writes a
+transcript as Markdown or as the JSONL event log, and ``pause``, ``resume``,
+``stop`` and ``delete`` steer one. Every command uses the daemon's documented
+routes and the exit codes of :mod:`mesh.cli._main` (a room that does not exist
+is 4, one that cannot do what was asked, such as resuming a finished room, is 1).
+
+Text that agents or clients wrote is escaped before it reaches the terminal
+(:mod:`mesh._text`); ``--json`` and ``export --format jsonl`` print exact JSON.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from mesh._text import json_text, printable, safe_json
 from mesh.rooms import (
     MessageEvent,
     Room,
@@ -33,20 +41,24 @@ __all__ = ["add_room_commands"]
 
 Request = Callable[..., Any]
 
+#: Topics are cut to this many characters in ``mesh room list``.
+TOPIC_WIDTH = 48
+
 
 def _ws_url(http_url: str) -> str:
     return "ws" + http_url.rstrip("/").removeprefix("http")
 
 
-async def _follow(url: str, room_id: str, color: bool) -> str:
+async def _follow(args: argparse.Namespace, room_id: str, color: bool, since: int = 0) -> str:
     """Print a room's events as they happen; returns the stop reason."""
     room: Room | None = None
-    async with open_websocket(f"{_ws_url(url)}/rooms/{room_id}/events") as stream:
+    query = f"?since={since}" if since else ""
+    async with open_websocket(f"{_ws_url(args.url)}/rooms/{room_id}/events{query}") as stream:
         while True:
             try:
                 event = decode_event(await stream.receive())
             except TransportClosed as closed:
-                return f"observer closed: {closed.reason}"
+                return f"observer closed: {printable(closed.reason)}"
             if isinstance(event, WelcomeEvent):
                 room = event.room
             print(format_event(event, room=room, color=color), flush=True)
@@ -62,9 +74,17 @@ def cmd_room_run(args: argparse.Namespace, request: Request) -> int:
         body["id"] = args.id
     created = request(args, "POST", "/rooms", body)
     room_id = created["room"]["id"]
-    print(f"room {room_id}: {args.topic!r} with {', '.join(args.agent)}", file=sys.stderr)
-    reason = anyio.run(_follow, args.url, room_id, sys.stdout.isatty())
-    print(f"room {room_id} stopped: {reason}", file=sys.stderr)
+    members = ", ".join(printable(agent) for agent in args.agent)
+    print(f'room {printable(room_id)}: "{printable(args.topic)}" with {members}', file=sys.stderr)
+    reason = anyio.run(_follow, args, room_id, sys.stdout.isatty())
+    print(f"room {printable(room_id)} stopped: {reason}", file=sys.stderr)
+    return 0
+
+
+def cmd_room_watch(args: argparse.Namespace, request: Request) -> int:
+    request(args, "GET", f"/rooms/{args.room}")  # a missing room is exit 4, before any WebSocket
+    reason = anyio.run(_follow, args, args.room, sys.stdout.isatty(), args.since)
+    print(f"room {printable(args.room)} stopped: {reason}", file=sys.stderr)
     return 0
 
 
@@ -77,12 +97,19 @@ def _snapshot(
     return snapshot, messages
 
 
+def _status_line(snapshot: RoomSnapshot) -> str:
+    line = f"{snapshot.status}"
+    if snapshot.stop_reason:
+        line += f" ({snapshot.stop_reason}: {printable(snapshot.detail)})"
+    return line
+
+
 def cmd_room_show(args: argparse.Namespace, request: Request) -> int:
     snapshot, messages = _snapshot(args, request)
     room = snapshot.room
-    print(f"room {snapshot.id}: {room.topic!r} — {snapshot.status}", end="")
-    print(f" ({snapshot.stop_reason}: {snapshot.detail})" if snapshot.stop_reason else "")
-    print("members: " + ", ".join(f"{m.name} ({m.role})" for m in room.members))
+    print(f'room {printable(snapshot.id)}: "{printable(room.topic)}" — {_status_line(snapshot)}')
+    members = ", ".join(f"{printable(m.name)} ({printable(m.role)})" for m in room.members)
+    print(f"members: {members}")
     for message in messages:
         print(format_event(message, room=room, color=sys.stdout.isatty()))
     return 0
@@ -95,35 +122,95 @@ def cmd_room_export(args: argparse.Namespace, request: Request) -> int:
         return 0
     events = request(args, "GET", f"/rooms/{args.room}/events")["events"]
     for event in events:
-        sys.stdout.write(encode_event(decode_event(msgspec.json.encode(event))).decode() + "\n")
+        line = encode_event(decode_event(msgspec.json.encode(event))).decode()
+        sys.stdout.write(safe_json(line) + "\n")
+    return 0
+
+
+def cmd_room_list(args: argparse.Namespace, request: Request) -> int:
+    rooms = request(args, "GET", "/rooms")["rooms"]
+    if args.json:
+        print(json_text(rooms, indent=2))
+        return 0
+    rows = [("ID", "STATUS", "TURN", "MEMBERS", "TOPIC")]
+    for shown in rooms:
+        snapshot = msgspec.convert(shown, RoomSnapshot)
+        room = snapshot.room
+        topic = printable(room.topic.replace("\n", " "))
+        if len(topic) > TOPIC_WIDTH:
+            topic = topic[: TOPIC_WIDTH - 1] + "…"
+        status = str(snapshot.status)
+        if snapshot.stop_reason:
+            status += f" ({snapshot.stop_reason})"
+        members = ",".join(printable(m.id) for m in room.members)
+        rows.append((printable(snapshot.id), status, str(snapshot.current_turn), members, topic))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def _steer(verb: str) -> Callable[[argparse.Namespace, Request], int]:
+    def command(args: argparse.Namespace, request: Request) -> int:
+        steered = request(args, "POST", f"/rooms/{args.room}/{verb}")
+        snapshot = msgspec.convert(steered, RoomSnapshot)
+        print(f"room {printable(snapshot.id)}: {_status_line(snapshot)}")
+        return 0
+
+    return command
+
+
+def cmd_room_delete(args: argparse.Namespace, request: Request) -> int:
+    request(args, "DELETE", f"/rooms/{args.room}")
+    print(f"room {printable(args.room)} deleted")
     return 0
 
 
 def add_room_commands(
     sub: Any, client: Callable[[str, str], argparse.ArgumentParser], request: Request
 ) -> None:
-    room = client("room", "conversation rooms: run one, show one, export one")
+    room = client("room", "conversation rooms: run, watch, list, show, export, steer, delete")
     commands = room.add_subparsers(dest="room_command", required=True, metavar="ROOM_COMMAND")
     url_default = room.get_default("url")
 
-    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+    def command(
+        name: str, help_text: str, run: Callable[[argparse.Namespace, Request], int]
+    ) -> argparse.ArgumentParser:
         parser = commands.add_parser(name, help=help_text, description=help_text)
         parser.add_argument("--url", default=url_default, help="the daemon")
+        parser.set_defaults(func=lambda a: run(a, request))
         return parser
 
-    run = command("run", "start a room and print it live until it stops")
+    run = command("run", "start a room and print it live until it stops", cmd_room_run)
     run.add_argument("--topic", required=True)
     run.add_argument("--agent", action="append", required=True, help="a member (twice or more)")
     run.add_argument("--max-turns", type=int)
     run.add_argument("--mode", choices=("chat", "review"), default="chat")
     run.add_argument("--id", help="the room's id (default: generated)")
-    run.set_defaults(func=lambda a: cmd_room_run(a, request))
 
-    show = command("show", "print a room and its transcript")
+    watch = command("watch", "print a room's events live until it stops", cmd_room_watch)
+    watch.add_argument("room")
+    watch.add_argument(
+        "--since", type=int, default=0, metavar="SEQ", help="start after this event (default: all)"
+    )
+
+    listing = command("list", "the rooms the daemon holds", cmd_room_list)
+    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    show = command("show", "print a room and its transcript", cmd_room_show)
     show.add_argument("room")
-    show.set_defaults(func=lambda a: cmd_room_show(a, request))
 
-    export = command("export", "write a room's transcript")
+    export = command("export", "write a room's transcript", cmd_room_export)
     export.add_argument("room")
     export.add_argument("--format", choices=("md", "jsonl"), default="md")
-    export.set_defaults(func=lambda a: cmd_room_export(a, request))
+
+    for verb, help_text in (
+        ("pause", "pause a running room (the turn in flight is asked again on resume)"),
+        ("resume", "continue a paused room, or one stopped by AGENT_LOST or ERROR"),
+        ("stop", "stop a room for good"),
+    ):
+        command(verb, help_text, _steer(verb)).add_argument("room")
+
+    command("delete", "delete a finished room and its transcript", cmd_room_delete).add_argument(
+        "room"
+    )

@@ -1,7 +1,10 @@
 """Rooms for people: one event as a line of text (coloured on a terminal), a transcript as Markdown.
 
 What ``mesh room run`` prints as a room goes, what ``make demo`` narrates, and what
-``mesh room export --format md`` writes. Pure functions of the events.
+``mesh room export --format md`` writes. Pure functions of the events. Everything
+an agent or a client wrote (texts, names, roles, topics, ids, reasons) passes
+through :func:`~mesh._text.printable`, so it cannot drive the reader's terminal;
+only the colours added here are escape sequences.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
+from mesh._text import printable
 from mesh.rooms._events import (
     AgentJoinedEvent,
     AgentLeftEvent,
@@ -47,15 +51,23 @@ def format_event(event: RoomEvent, *, room: Room | None = None, color: bool = Fa
     ``room`` (from the ``WELCOME``) gives each speaker its own colour.
     """
     stamp = _paint(f"[{_clock(event.timestamp)}]", _DIM, color=color)
-    who = f"{event.name} ({event.role})"
+    who = _who(event.name, event.role)
     if isinstance(event, MessageEvent):
         hue = _SPEAKERS[_place(room, event.agent_id) % len(_SPEAKERS)]
         step = f", {event.step}" if event.step else ""
         head = _paint(f"{who}, turn {event.turn}{step}:", _BOLD, hue, color=color)
-        score = _paint(f"  (score {event.score:.2f})", _DIM, color=color)
-        body = "\n".join(f"  {line}" for line in event.text.splitlines() or [""])
+        score = _paint(f" (score {event.score:.2f})", _DIM, color=color)
+        body = "\n".join(f"  {line}" for line in printable(event.text).splitlines() or [""])
         return f"{stamp} {head}{score}\n{body}"
     return f"{stamp} {_paint(_line(event, who), *_tone(event), color=color)}"
+
+
+def _who(name: str, role: str) -> str:
+    return f"{printable(name)} ({printable(role)})"
+
+
+def _members(room: Room) -> str:
+    return ", ".join(_who(m.name, m.role) for m in room.members)
 
 
 def _place(room: Room | None, agent_id: str) -> int:
@@ -74,23 +86,22 @@ def _tone(event: RoomEvent) -> tuple[str, ...]:
 def _line(event: RoomEvent, who: str) -> str:
     if isinstance(event, WelcomeEvent):
         room = event.room
-        members = ", ".join(f"{m.name} ({m.role})" for m in room.members)
         unit = "rounds" if room.mode == "review" else "turns"
         return (
-            f'room {room.id}: "{room.topic}" with {members}; '
+            f'room {printable(room.id)}: "{printable(room.topic)}" with {_members(room)}; '
             f"{room.mode}, at most {room.max_turns} {unit}"
         )
     if isinstance(event, AgentJoinedEvent):
         return f"{who} joined"
     if isinstance(event, AgentLeftEvent):
-        return f"{who} left ({event.reason})" if event.reason else f"{who} left"
+        return f"{who} left ({printable(event.reason)})" if event.reason else f"{who} left"
     if isinstance(event, ErrorEvent):
-        attempt = f"{event.name}, attempt {event.attempt}"
-        return f"error at turn {event.turn} ({attempt}): {event.message}"
+        attempt = f"{printable(event.name)}, attempt {event.attempt}"
+        return f"error at turn {event.turn} ({attempt}): {printable(event.message)}"
     if isinstance(event, ResumedEvent):
         return f"resumed at turn {event.next_turn}"
     if isinstance(event, StoppedEvent):
-        detail = f": {event.detail}" if event.detail else ""
+        detail = f": {printable(event.detail)}" if event.detail else ""
         return f"stopped after turn {event.turn}, {event.reason}{detail}"
     raise TypeError(f"not a room event: {event!r}")  # pragma: no cover
 
@@ -98,28 +109,27 @@ def _line(event: RoomEvent, who: str) -> str:
 def transcript_markdown(snapshot: RoomSnapshot, messages: Sequence[MessageEvent]) -> str:
     """The room and what was said, as a Markdown document."""
     room = snapshot.room
-    members = ", ".join(f"{m.name} ({m.role})" for m in room.members)
     status = str(snapshot.status)
     if snapshot.stop_reason is not None:
         status += f", {snapshot.stop_reason}"
         if snapshot.detail:
-            status += f": {snapshot.detail}"
+            status += f": {printable(snapshot.detail)}"
     lines = [
-        f"# {room.topic}",
+        f"# {printable(room.topic)}",
         "",
-        f"- Room: `{room.id}` ({room.mode})",
-        f"- Members: {members}",
+        f"- Room: `{printable(room.id)}` ({room.mode})",
+        f"- Members: {_members(room)}",
         f"- Status: {status}",
         "",
     ]
     for message in messages:
         step = f", {message.step}" if message.step else ""
         lines += [
-            f"## Turn {message.turn}: {message.name} ({message.role}{step})",
+            f"## Turn {message.turn}: {printable(message.name)} ({printable(message.role)}{step})",
             "",
             f"*{_clock(message.timestamp)}, convergence score {message.score:.2f}*",
             "",
-            message.text,
+            printable(message.text),
             "",
         ]
     return "\n".join(lines)

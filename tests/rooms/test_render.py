@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 from mesh.rooms import (
@@ -72,7 +73,7 @@ def test_a_message_with_its_speaker_turn_and_score() -> None:
     )
     assert (
         format_event(message)
-        == f"[{HHMMSS}] Bob (critic), turn 2:  (score 0.43)\n  Two lines,\n  exactly."
+        == f"[{HHMMSS}] Bob (critic), turn 2: (score 0.43)\n  Two lines,\n  exactly."
     )
     coloured = format_event(message, room=make_room(), color=True)
     assert "\x1b[1m\x1b[32mBob (critic), turn 2:\x1b[0m" in coloured  # the second member is green
@@ -116,3 +117,34 @@ def test_a_transcript_as_markdown() -> None:
             "",
         ]
     )
+
+
+def test_what_agents_and_clients_wrote_cannot_drive_the_terminal() -> None:
+    """Escape sequences, an OSC title and BEL are shown as text; newlines and tabs stay."""
+    hostile = "\x1b]0;pwned\x07\x1b[2J\x9b31mred\u202e\tok\nline two"
+    message = MessageEvent(
+        room_id=ROOM,
+        timestamp=AT,
+        agent_id="bob",
+        name="Bob\x1b[5m",
+        role="critic",
+        turn=2,
+        text=hostile,
+        score=0.5,
+    )
+    shown = format_event(message, room=make_room(), color=True)
+    body = shown.split("\n", 1)[1]
+    assert body == "  \\x1b]0;pwned\\x07\\x1b[2J\\x9b31mred\\u202e\tok\n  line two"
+    assert "Bob\\x1b[5m (critic)" in shown
+    # The only escape sequences left are the colours format_event chose.
+    assert set(re.findall(r"\x1b\[[0-9;]*m", shown)) <= {
+        "\x1b[0m",
+        "\x1b[1m",
+        "\x1b[2m",
+        "\x1b[32m",
+    }
+    assert not {"\x07", "\x9b", "\u202e"} & set(shown)
+    snapshot = RoomSnapshot(room=make_room(), status=RoomStatus.STOPPED, detail="\x07done")
+    markdown = transcript_markdown(snapshot, [message])
+    assert "\x1b" not in markdown and "\x07" not in markdown and "\x9b" not in markdown
+    assert "\\x1b]0;pwned\\x07" in markdown and "\tok\nline two" in markdown

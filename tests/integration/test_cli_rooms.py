@@ -1,0 +1,207 @@
+"""The `mesh` CLI against a real `mesh serve`: every room command, its exit codes, and
+output that is data (what agents wrote cannot drive the terminal; JSON stays exact)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from mesh.rooms import MessageEvent, StoppedEvent, decode_event
+from mesh.testing import Daemon, spawn_daemon
+from transports import open_websocket
+
+pytestmark = pytest.mark.anyio
+
+#: An escape sequence, an OSC window title ended by BEL, a C1 CSI and a bidi override.
+HOSTILE = "\x1b[2J\x1b]0;pwned\x07\x9b31mred\u202eok\tdone"
+SHOWN = "\\x1b[2J\\x1b]0;pwned\\x07\\x9b31mred\\u202eok\tdone"
+RAW = ("\x1b", "\x07", "\x9b", "\u202e")
+
+
+def persona_manifest(directory: Path, agent_id: str, script: list[str], delay: float) -> None:
+    (directory / f"{agent_id}.toml").write_text(
+        f'''id = "{agent_id}"
+name = "{agent_id.title()}"
+capabilities = ["chat", "\\u001b]0;caps\\u0007"]
+
+[transport]
+type = "stdio"
+command = "python"
+args = ["-m", "mesh.agents.persona", "--manifest", "{directory / agent_id}.toml", "--stdio"]
+
+[persona]
+system_prompt = "You are {agent_id}."
+
+[persona.provider]
+provider = "scripted"
+script = {json.dumps(script)}
+delay = {delay}
+'''
+    )
+
+
+def echo_manifest(directory: Path) -> None:
+    (directory / "echo.toml").write_text(
+        'id = "echo"\n[transport]\ntype = "stdio"\ncommand = "python"\n'
+        'args = ["-m", "mesh.agents.echo", "--stdio"]\n'
+    )
+
+
+async def mesh(daemon: Daemon, *args: str) -> tuple[int, str, str]:
+    """Run ``mesh ARGS`` against the daemon: exit code, stdout, stderr."""
+    env = {**os.environ, "MESH_URL": daemon.http}
+    token = getattr(daemon, "token", None)  # once the daemon requires one
+    if token:
+        env["MESH_TOKEN"] = token
+    done = await anyio.run_process([sys.executable, "-m", "mesh.cli", *args], env=env, check=False)
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+async def wait_for_event(daemon: Daemon, room_id: str, until: Callable[[Any], bool]) -> None:
+    url = f"{daemon.ws.removesuffix('/ws')}/rooms/{room_id}/events"
+    with anyio.fail_after(60):
+        async with open_websocket(url) as watch:
+            while not until(decode_event(await watch.receive())):
+                pass
+
+
+def assert_escaped(text: str) -> None:
+    assert not [c for c in RAW if c in text], repr(text)
+
+
+async def test_what_agents_wrote_reaches_the_terminal_as_text(tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    persona_manifest(manifests, "alice", [HOSTILE, "Tea."], 0.0)
+    persona_manifest(manifests, "bob", ["Coffee.", f"Bob says {HOSTILE}"], 0.0)
+    echo_manifest(manifests)
+    data = ["--data-dir", str(tmp_path / "data")]
+    async with spawn_daemon(manifests, extra_args=data) as daemon:
+        await daemon.wait_online("alice", "bob", "echo")
+        room = ["--topic", f"topic {HOSTILE}", "--agent", "alice", "--agent", "bob"]
+        code, out, err = await mesh(daemon, "room", "run", *room, "--id", "r1", "--max-turns", "4")
+        assert code == 0, err
+        assert_escaped(out + err)
+        assert f"  {SHOWN}" in out and f"Bob says {SHOWN}" in out
+
+        code, out, err = await mesh(daemon, "room", "show", "r1")
+        assert code == 0, err
+        assert_escaped(out)
+        assert f"topic {SHOWN}" in out and f"  {SHOWN}" in out
+
+        code, out, _ = await mesh(daemon, "room", "export", "r1", "--format", "md")
+        assert code == 0
+        assert_escaped(out)
+        assert f"# topic {SHOWN}" in out
+
+        # JSON stays exact: the same value, with the controls as \u escapes.
+        code, out, _ = await mesh(daemon, "room", "export", "r1", "--format", "jsonl")
+        assert code == 0
+        assert_escaped(out)
+        events = [json.loads(line) for line in out.splitlines()]
+        assert next(e["text"] for e in events if e["type"] == "MESSAGE") == HOSTILE
+        code, out, _ = await mesh(daemon, "room", "list", "--json")
+        assert code == 0
+        assert_escaped(out)
+        assert json.loads(out)[0]["room"]["topic"] == f"topic {HOSTILE}"
+
+        code, out, err = await mesh(daemon, "call", "echo", "echo", "--arg", f"message={HOSTILE}")
+        assert code == 0, err
+        assert_escaped(out)
+        assert json.loads(out) == {"message": HOSTILE}
+        code, out, err = await mesh(daemon, "call", "echo", "fail", "--arg", f"message={HOSTILE}")
+        assert code == 1
+        assert_escaped(err)
+        assert SHOWN in err
+
+        code, out, _ = await mesh(daemon, "agents")
+        assert code == 0
+        assert_escaped(out)
+        assert "\\x1b]0;caps\\x07,chat" in out  # sorted
+        code, out, _ = await mesh(daemon, "agents", "--json")
+        assert code == 0
+        assert "\\u001b]0;caps\\u0007" in out
+        assert "\x1b]0;caps\x07" in [c for a in json.loads(out) for c in a["capabilities"]]
+
+
+async def test_every_room_command_and_its_exit_codes(tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    persona_manifest(manifests, "alice", ["Tea.", "Tea again."], 0.1)
+    persona_manifest(manifests, "bob", ["Coffee.", "Coffee again."], 0.1)
+    echo_manifest(manifests)
+    data = ["--data-dir", str(tmp_path / "data")]
+    async with spawn_daemon(manifests, extra_args=data) as daemon:
+        await daemon.wait_online("alice", "bob", "echo")
+        code, out, _ = await mesh(daemon, "room", "list")
+        assert (code, out.split()) == (0, ["ID", "STATUS", "TURN", "MEMBERS", "TOPIC"])
+
+        # A short room, watched from its first event to its stop.
+        short = ["--topic", "Short", "--agent", "alice", "--agent", "bob", "--max-turns", "2"]
+        assert (await mesh(daemon, "room", "run", *short, "--id", "short"))[0] == 0
+        code, out, err = await mesh(daemon, "room", "watch", "short")
+        assert code == 0, err
+        assert out.count("), turn ") == 2 and "stopped: MAX_TURNS" in err
+        exported = (await mesh(daemon, "room", "export", "short", "--format", "jsonl"))[1]
+        first = next(e for e in map(json.loads, exported.splitlines()) if e["type"] == "MESSAGE")
+        code, out, err = await mesh(daemon, "room", "watch", "short", "--since", str(first["seq"]))
+        assert code == 0 and "turn 1:" not in out and "turn 2:" in out, err
+
+        # A long room, steered while it runs.
+        long = {"id": "long", "topic": "Long", "members": ["alice", "bob"]}
+        async with daemon_client(daemon) as http:
+            assert (await http.post("/rooms", json=long)).status_code == 201
+        await wait_for_event(daemon, "long", lambda e: isinstance(e, MessageEvent))
+        code, out, err = await mesh(daemon, "room", "pause", "long")
+        assert (code, out.strip()) == (0, "room long: paused (PAUSED: paused on request)"), err
+        code, out, err = await mesh(daemon, "room", "resume", "long")
+        assert (code, out.strip()) == (0, "room long: running"), err
+        code, out, err = await mesh(daemon, "room", "stop", "long")
+        assert code == 0 and out.startswith("room long: stopped (STOPPED"), err
+        await wait_for_event(daemon, "long", lambda e: isinstance(e, StoppedEvent))
+        code, _, err = await mesh(daemon, "room", "resume", "long")
+        assert code == 1 and "cannot be resumed" in err
+
+        code, out, _ = await mesh(daemon, "room", "list")
+        assert code == 0
+        rows = [line.split() for line in out.splitlines()[1:]]
+        assert [row[:2] for row in rows] == [["short", "stopped"], ["long", "stopped"]]
+        assert rows[0][2:] == ["(MAX_TURNS)", "2", "alice,bob", "Short"]
+
+        # Unknown rooms are "unknown" (4) for every command; bad flags are usage (2).
+        for command in ("show", "watch", "pause", "resume", "stop", "delete", "export"):
+            code, _, err = await mesh(daemon, "room", command, "nope")
+            assert code == 4, (command, err)
+            assert "nope" in err
+        assert (await mesh(daemon, "room", "watch"))[0] == 2
+
+        code, out, err = await mesh(daemon, "room", "delete", "short")
+        assert (code, out.strip()) == (0, "room short deleted"), err
+        assert (await mesh(daemon, "room", "show", "short"))[0] == 4
+        assert (await mesh(daemon, "room", "list"))[1].count("short") == 0
+
+        code, out, err = await mesh(daemon, "tools", "echo")
+        assert code == 0, err
+        assert "echo  Return the message unchanged" in out
+        assert out.count("message  str") >= 1
+        code, out, err = await mesh(daemon, "tools", "echo", "--json")
+        assert code == 0 and {t["name"] for t in json.loads(out)} >= {"echo", "sleep", "relay"}
+        assert (await mesh(daemon, "tools", "nobody"))[0] == 4
+
+    code, _, err = await mesh(daemon, "room", "list")
+    assert code == 3 and "cannot reach the daemon" in err
+
+
+def daemon_client(daemon: Daemon) -> Any:
+    import httpx
+
+    token = getattr(daemon, "token", None)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.AsyncClient(base_url=daemon.http, headers=headers)
