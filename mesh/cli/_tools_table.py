@@ -93,7 +93,9 @@ def usage(tool: Mapping[str, Any]) -> str:
     required = set(schema.get("required", ()))
     words = [printable(str(tool.get("name", "?")))]
     for name, prop in schema.get("properties", {}).items():
-        word = f"{name}={schema_type(prop, schema.get('$defs', {})).upper()}"
+        shown = schema_type(prop, schema.get("$defs", {}))
+        # Metavars in capitals, as --help writes them; literal values as they must be typed.
+        word = f"{name}={shown if chr(39) in shown else shown.upper()}"
         words.append(word if name in required else f"[{word}]")
     return printable(" ".join(words))
 
