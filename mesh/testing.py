@@ -4,6 +4,9 @@ Use them in your own tests as the mesh's tests do::
 
     async with open_echo_agent() as peer:          # the live echo agent, over stdio
         assert await peer.call_tool("echo", {"message": "hi"}) == {"message": "hi"}
+
+The pytest plugin (:mod:`mesh.pytest_plugin`, on once the package is installed)
+wraps these in fixtures; docs/testing.md shows both.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import anyio
 import anyio.abc
 import sniffio
 
+from mesh._daemon_client import DaemonClient, open_daemon_client
 from mesh._rpc.connect import handshake, open_stdio_peer
 from mesh._rpc.peer import Peer, RequestContext, open_peer, serve_peer
 from mesh._rpc.session import SessionConfig
@@ -43,11 +47,13 @@ from transports._groups import unwrap_single_error
 
 __all__ = [
     "Daemon",
+    "DaemonClient",
     "DialInEcho",
     "EchoServer",
     "KillableConnector",
     "NotificationRecorder",
     "echo_agent_command",
+    "open_daemon_client",
     "open_dial_in_echo_agent",
     "open_echo_agent",
     "open_memory_peer",

@@ -1,0 +1,98 @@
+"""A small client of a running daemon's HTTP API, for tests and scripts.
+
+``mesh serve`` answers ``POST /rpc`` with ``{"result": …}`` or an error body that
+carries the mesh error code; :class:`DaemonClient` turns those back into the
+same :class:`~mesh.MeshError` subclasses a :class:`~mesh.Peer` raises, so a test
+written against a peer reads the same against the daemon::
+
+    async with open_daemon_client(url, token=token) as daemon:
+        await daemon.call_tool("echo-stdio", "echo", {"message": "hi"})
+
+``http`` is the underlying ``httpx.AsyncClient`` (base URL and token set) for
+every other route.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import httpx
+
+from mesh._errors import MeshError, error_from_code
+
+__all__ = ["DaemonClient", "open_daemon_client"]
+
+#: The HTTP client's patience beyond a call's own timeout: the daemon answers a
+#: timed-out call with 504 itself, and that answer should win.
+HTTP_SLACK: Final = 5.0
+#: The daemon's own default deadline for a call (its orchestrator's), plus slack.
+DEFAULT_TIMEOUT: Final = 30.0
+
+
+class DaemonClient:
+    """Calls through a daemon: ``call``, ``call_tool``, ``agents``; ``http`` for the rest."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+
+    async def call(
+        self, agent: str, method: str, params: Any = None, *, timeout: float | None = None
+    ) -> Any:
+        """Call ``method`` on ``agent`` through ``POST /rpc``; its result, or its MeshError."""
+        body = {"agent": agent, "method": method, "params": params, "timeout": timeout}
+        wait = (timeout or DEFAULT_TIMEOUT) + HTTP_SLACK
+        response = await self.http.post("/rpc", json=body, timeout=wait)
+        payload = _json(response)
+        if response.status_code >= 400:
+            raise _error(response.status_code, payload, agent=agent, method=method)
+        return payload["result"]
+
+    async def call_tool(
+        self,
+        agent: str,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """Call ``agent``'s tool ``name`` with ``arguments`` (the orchestrator's shape)."""
+        params = {"name": name, "arguments": dict(arguments or {})}
+        return await self.call(agent, "tools/call", params, timeout=timeout)
+
+    async def agents(self) -> list[dict[str, Any]]:
+        """Every agent the daemon knows, as ``GET /agents`` shows them."""
+        response = await self.http.get("/agents")
+        payload = _json(response)
+        if response.status_code >= 400:
+            raise _error(response.status_code, payload, agent=None, method="GET /agents")
+        return list(payload["agents"])
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise MeshError(
+            f"the daemon answered HTTP {response.status_code} without JSON: {response.text[:200]!r}"
+        ) from None
+
+
+def _error(status: int, payload: Any, *, agent: str | None, method: str) -> MeshError:
+    error = payload.get("error", {}) if isinstance(payload, dict) else {}
+    message = str(error.get("message", f"HTTP {status}"))
+    code = error.get("code")
+    if isinstance(code, int):
+        return error_from_code(code, message, data=error.get("data"))
+    return MeshError(f"the daemon refused {method} (HTTP {status}): {message}", agent=agent)
+
+
+@asynccontextmanager
+async def open_daemon_client(
+    url: str, *, token: str | None = None, verify: Any = True
+) -> AsyncIterator[DaemonClient]:
+    """A :class:`DaemonClient` on the daemon at ``url``, presenting ``token`` if given."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(base_url=url, headers=headers, verify=verify) as http:
+        yield DaemonClient(http)

@@ -1,0 +1,151 @@
+"""The pytest plugin, used as an agent author uses it: a project of their own, run by pytest.
+
+Each test writes a small project into a temporary directory and runs pytest on it
+in a subprocess, so the plugin is loaded exactly as it is for a user.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+AGENT = '''\
+from mesh import Agent, run_agent
+
+agent = Agent("greeter", description="Greets people.")
+
+
+@agent.tool
+async def greet(name: str) -> dict[str, str]:
+    """Say hello."""
+    return {"greeting": f"Hello, {name}."}
+
+
+if __name__ == "__main__":
+    run_agent(agent)
+'''
+
+CONFTEST = """\
+import pytest
+
+import greeter
+from mesh import Agent
+
+
+@pytest.fixture
+def mesh_agent() -> Agent:
+    return greeter.agent
+"""
+
+TESTS = """\
+import pytest
+import sniffio
+
+from mesh import InvalidParams
+from mesh.pytest_plugin import MeshDaemon
+
+pytestmark = pytest.mark.both_backends
+
+
+async def test_in_memory(mesh_peer, anyio_backend) -> None:
+    assert sniffio.current_async_library() == anyio_backend
+    assert await mesh_peer.call_tool("greet", {"name": "Ada"}) == {"greeting": "Hello, Ada."}
+    with pytest.raises(InvalidParams, match=r"at `\\$\\.name`"):
+        await mesh_peer.call_tool("greet", {"name": 5})
+
+
+async def test_the_live_echo_agent(mesh_echo) -> None:
+    assert await mesh_echo.call_tool("echo", {"message": "hi"}) == {"message": "hi"}
+
+
+async def test_through_the_daemon(mesh_daemon: MeshDaemon) -> None:
+    await mesh_daemon.wait_online("greeter")
+    assert mesh_daemon.data_dir.is_dir() and mesh_daemon.url.startswith("http://127.0.0.1:")
+    answer = await mesh_daemon.client.call_tool("greeter", "greet", {"name": "Bo"})
+    assert answer == {"greeting": "Hello, Bo."}
+    with pytest.raises(InvalidParams):
+        await mesh_daemon.client.call_tool("greeter", "greet", {"name": 5})
+    assert [a["id"] for a in await mesh_daemon.client.agents()] == ["greeter"]
+
+
+def test_plain_tests_are_left_alone() -> None:
+    assert True
+"""
+
+MANIFEST = """\
+id = "greeter"
+[transport]
+type = "stdio"
+command = "python"
+args = ["greeter.py", "--stdio"]
+cwd = ".."
+"""
+
+
+def project(
+    tmp_path: Path, *, tests: str = TESTS, ini: str = "mesh_manifests = manifests\n"
+) -> Path:
+    (tmp_path / "greeter.py").write_text(AGENT)
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_greeter.py").write_text(tests)
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / "manifests" / "greeter.toml").write_text(MANIFEST)
+    (tmp_path / "pytest.ini").write_text(f"[pytest]\n{ini}")
+    return tmp_path
+
+
+def pytest_in(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # `-p mesh.pytest_plugin` loads the plugin whether or not this environment installed the
+    # package with its entry point (the entry point carries the same name, so never twice).
+    command = [sys.executable, "-m", "pytest", "-p", "mesh.pytest_plugin", "-p", "no:cacheprovider"]
+    return subprocess.run(
+        [*command, "-v", *args],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def test_an_authors_tests_run_on_both_backends_in_memory_live_and_through_a_daemon(
+    tmp_path: Path,
+) -> None:
+    run = pytest_in(project(tmp_path))
+    assert run.returncode == 0, run.stdout + run.stderr
+    for test in ("test_in_memory", "test_the_live_echo_agent", "test_through_the_daemon"):
+        assert f"test_greeter.py::{test}[asyncio] PASSED" in run.stdout
+        assert f"test_greeter.py::{test}[trio] PASSED" in run.stdout
+    assert "test_greeter.py::test_plain_tests_are_left_alone PASSED" in run.stdout
+    assert "7 passed" in run.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "conftest.py",
+        "greeter.py",
+        "manifests",
+        "pytest.ini",
+        "test_greeter.py",
+    ], "the fixtures write only under temporary directories"
+
+
+def test_a_missing_mesh_agent_fixture_says_how_to_write_it(tmp_path: Path) -> None:
+    directory = project(tmp_path)
+    (directory / "conftest.py").write_text("")
+    run = pytest_in(directory, "-k", "in_memory")
+    assert run.returncode == 1
+    assert "define it in your conftest.py" in run.stdout
+    assert "def mesh_agent() -> Agent:" in run.stdout
+
+
+def test_a_wrong_manifests_directory_is_named(tmp_path: Path) -> None:
+    run = pytest_in(project(tmp_path, ini="mesh_manifests = nowhere\n"), "-k", "daemon")
+    assert run.returncode == 1
+    assert f"mesh_manifests = 'nowhere': no directory at {tmp_path / 'nowhere'}" in run.stdout
+
+
+def test_the_plugin_is_registered_by_the_package() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    entry_points = pyproject["project"]["entry-points"]["pytest11"]
+    assert entry_points == {"mesh.pytest_plugin": "mesh.pytest_plugin"}
