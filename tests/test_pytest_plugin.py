@@ -6,6 +6,7 @@ in a subprocess, so the plugin is loaded exactly as it is for a user.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tomllib
@@ -149,3 +150,28 @@ def test_the_plugin_is_registered_by_the_package() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     entry_points = pyproject["project"]["entry-points"]["pytest11"]
     assert entry_points == {"mesh.pytest_plugin": "mesh.pytest_plugin"}
+
+
+DOC_FILE = re.compile(r"^```(?:py|toml|ini)\n# (?P<path>[\w./-]+)\n(?P<body>.*?)^```", re.M | re.S)
+
+
+def test_the_walkthrough_in_docs_testing_md_goes_green(tmp_path: Path) -> None:
+    """Every file docs/testing.md shows, written out as a project: its tests pass on both loops."""
+    files = {
+        m["path"]: m["body"] for m in DOC_FILE.finditer((ROOT / "docs/testing.md").read_text())
+    }
+    assert set(files) == {
+        "greeter.py",
+        "conftest.py",
+        "test_greeter.py",
+        "manifests/greeter.toml",
+        "pytest.ini",
+        "test_daemon.py",
+    }
+    for path, body in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(body)
+    run = pytest_in(tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "6 passed" in run.stdout
+    assert "test_daemon.py::test_greets_through_the_daemon[trio] PASSED" in run.stdout

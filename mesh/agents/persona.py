@@ -1,8 +1,7 @@
 """The persona agent: one persona, its own model, any number of rooms at once.
 
 It serves ``room/turn`` (take a turn: the room's perspective in, the model's
-reply out) and ``room/persona`` (who it is). Run it as a program, seed 000's
-``npm run agent -- --role critic --name Bob --model llama3``::
+reply out) and ``room/persona`` (who it is). Run it as a program::
 
     python -m mesh.agents.persona --name Bob --role critic --provider ollama --model llama3 \\
         --connect ws://127.0.0.1:8700/ws --token-env BOB_TOKEN
@@ -12,7 +11,7 @@ by lines holding only ``---``); ``--manifest F`` takes id, name and persona from
 an agent manifest. The transport flags are :func:`mesh.run_agent`'s (``--stdio``,
 the default; ``--http HOST:PORT``; ``--connect URL --token-env VAR``; ``--id``).
 
-**Idempotent turns** (seed 004). Per room it remembers the last turn it was
+**Idempotent turns**. Per room it remembers the last turn it was
 asked and its answer. A request for a later turn is answered by the model; a
 duplicate of the answered turn gets that answer again (``replayed``: the model
 is not asked twice, so a reply lost in transit is not lost for good); a request

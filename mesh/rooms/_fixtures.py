@@ -1,7 +1,8 @@
 """Scripted personas that make rooms run offline and the same way every time.
 
 * :func:`demo_chat` — Alice (architect) and Bob (critic) on :data:`DEMO_TOPIC`:
-  twelve messages, and Bob's last one says goodbye (``GOODBYE`` at turn 12).
+  twelve messages, each of Alice's answering Bob's question before it, and Bob's
+  last one says goodbye (``GOODBYE`` at turn 12).
 * :func:`demo_review` — an architect and a builder on :data:`REVIEW_TASK`
   (seed 001): the first diff lacks a test, the critique says so, the second diff
   adds it, and the architect verifies in round 2 (``CONVERGED`` at turn 7).
@@ -46,10 +47,10 @@ _ALICE: Final = (
     "boundaries inside it, so we can cut services out later along seams we have actually seen.",
     "Fair, {speaker}. The boundaries are enforced by the build: each module exposes one public "
     "package, and a lint rule fails the build on any import that reaches past it.",
+    "On the data: one schema per module, no joins across modules, every table owned by "
+    "exactly one module. That rule is what makes extracting a service cheap later.",
     "On scaling: the hot path is search, and we can run more copies of the whole monolith "
     "behind the load balancer. Crude, but it is one dashboard and one on-call rotation, not eight.",
-    "Agreed on the data: one schema per module, no joins across modules, every table owned by "
-    "exactly one module. That rule is what makes extracting a service cheap later.",
     "Then the trigger for a first service is concrete: a module whose load or release cadence "
     "differs from the rest for a whole quarter. Search is the likely first candidate.",
     "So: a modular monolith now, boundaries enforced by tooling, a schema per module, and a "

@@ -1,8 +1,9 @@
-"""Ready personas: seed 000's role prompts (and seed 001's builder), for any provider.
+"""Ready personas: the architect, critic, pragmatist and participant prompts (and the
+review's builder), for any provider.
 
 ``role_persona("critic", ProviderConfig(provider="ollama", model="llama3"))`` is
-Bob of seed 000's ``npm run agent -- --role critic --name Bob --model llama3``.
-An unknown role gets the ``participant`` prompt, as in the seed.
+what ``python -m mesh.agents.persona --role critic --provider ollama --model llama3``
+runs. An unknown role gets the ``participant`` prompt.
 """
 
 from __future__ import annotations
