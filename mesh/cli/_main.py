@@ -302,5 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command not in ("serve", "dev"):  # those two choose their own level and format
+        from mesh._logging import configure_logging
+
+        # The library is silent until configured; a client command shows its warnings.
+        configure_logging(level="warning", stream=sys.stderr)
     code: int = args.func(args)
     return code
