@@ -4,7 +4,7 @@
 :data:`transports.Connector`. One task owns the connection: it dials, runs the
 ``agent/info`` handshake and the ``on_connect`` hook, hands the peer to callers,
 waits for the link to die, and dials again after a full-jitter backoff
-(:mod:`mesh._rpc.backoff`). A call made while disconnected waits for the next
+(:mod:`mesh._backoff`). A call made while disconnected waits for the next
 connection within its own deadline, or fails at once if asked to. Calls in flight
 when the link drops fail with the drop's reason and are never resent: they may
 already have run. When the policy's attempts run out the peer gives up where
@@ -26,8 +26,8 @@ import anyio
 import anyio.abc
 import structlog
 
+from mesh._backoff import DEFAULT_BASE, DEFAULT_CAP, backoff
 from mesh._errors import CallTimeout, ConnectionLost, MeshError
-from mesh._rpc.backoff import DEFAULT_BASE, DEFAULT_CAP, backoff
 from mesh._rpc.connect import DEFAULT_CONNECT_TIMEOUT, handshake
 from mesh._rpc.peer import Peer, ProgressCallback, RequestHandler, open_peer
 from mesh._rpc.session import SessionConfig, SessionStatistics
