@@ -37,9 +37,9 @@ from transports import (
     memory_stream_pair,
     open_http_server,
     open_websocket,
+    unwrap_single_error,
     websocket_upgrade_handler,
 )
-from transports._groups import unwrap_single_error
 
 __all__ = [
     "Daemon",

@@ -17,6 +17,7 @@ from structlog.testing import capture_logs
 
 from mesh import (
     CallTimeout,
+    ConnectFailed,
     ConnectionEvent,
     ConnectionLost,
     Peer,
@@ -277,7 +278,9 @@ async def test_giving_up_fails_waiters_and_new_calls_and_says_so(server: MemoryS
     expected = "gave up reconnecting to agent 'echo' after 3 attempts: connection refused (dial 4)"
     assert [str(exc) for exc in failures] == [expected + " (method 'tools/call')"]
     assert new_call.value.message == expected
-    assert isinstance(new_call.value.__cause__, TransportClosed)
+    # The transport's error is translated (mesh._rpc.boundary) and chained, not lost.
+    assert isinstance(new_call.value.__cause__, ConnectFailed)
+    assert isinstance(new_call.value.__cause__.__cause__, TransportClosed)
     gave_up = await events.wait_for("gave_up")
     assert gave_up.attempt == 3 and isinstance(gave_up.error, ConnectionLost)
     assert server.dials == 4  # the first connection, then three failed attempts
