@@ -22,18 +22,24 @@ from typing import Any
 
 import anyio
 import pytest
+from sniffio import current_async_library
 
-from mesh import ConnectionLost, Peer, SessionConfig, open_peer, open_websocket_peer
-from mesh._rpc.connect import handshake
-from mesh.testing import SPAWN_TIMEOUT, spawn_echo_server
-from tests.faults._helpers import (
-    echo_command,
-    open_dial_in_echo_process,
-    ping_frame,
-    spawn_holding_server,
-    stop_and_kill,
+from mesh import (
+    ConnectionLost,
+    Peer,
+    SessionConfig,
+    open_http_peer,
+    open_peer,
+    open_websocket_peer,
 )
-from transports import open_http_client, open_stdio_process
+from mesh.testing import (
+    SPAWN_TIMEOUT,
+    echo_agent_command,
+    spawn_dial_in_echo,
+    spawn_echo_server,
+)
+from tests.faults._helpers import ping_frame, spawn_holding_server, stop_and_kill, wait_holding
+from transports import open_stdio_process
 
 pytestmark = pytest.mark.anyio
 
@@ -63,14 +69,14 @@ async def _calls_queued_then_ping(peer: Peer) -> None:
 
 @asynccontextmanager
 async def _stdio(config: SessionConfig | None = None) -> AsyncIterator[Victim]:
-    command, args = echo_command()
+    command, args = echo_agent_command(backend=current_async_library())
     async with open_stdio_process(command, args) as stream:
         # Python takes a while to start, silently: a short heartbeat TTL must not run yet.
         await stream.send(ping_frame("up?"))
         with anyio.fail_after(SPAWN_TIMEOUT):
             await stream.receive()
         async with open_peer(stream, config=config, agent="echo") as peer:
-            await handshake(peer, timeout=SPAWN_TIMEOUT)
+            await peer.ping()
             yield Victim(peer, stream.pid, lambda: _calls_queued_then_ping(peer))
 
 
@@ -79,11 +85,9 @@ async def _http(config: SessionConfig | None = None) -> AsyncIterator[Victim]:
     # POSTs travel on separate connections in no order: the agent says when it holds each.
     async with (
         spawn_holding_server() as server,
-        open_http_client(server.http) as stream,
-        open_peer(stream, config=config, agent="echo") as peer,
+        open_http_peer(server.http, agent="echo", config=config) as peer,
     ):
-        await handshake(peer, timeout=SPAWN_TIMEOUT)
-        holding = partial(server.wait_holding, PENDING)
+        holding = partial(wait_holding, server, PENDING)
         yield Victim(peer, server.process.pid, holding, tool="hold")
 
 
@@ -98,7 +102,7 @@ async def _websocket(config: SessionConfig | None = None) -> AsyncIterator[Victi
 
 @asynccontextmanager
 async def _websocket_dial_in(config: SessionConfig | None = None) -> AsyncIterator[Victim]:
-    async with open_dial_in_echo_process(config=config) as echo:
+    async with spawn_dial_in_echo(config=config) as echo:
         peer = echo.peer
         yield Victim(peer, echo.process.pid, lambda: _calls_queued_then_ping(peer))
 

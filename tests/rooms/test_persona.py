@@ -15,7 +15,7 @@ from mesh import ToolError, open_stdio_peer
 from mesh.agents.persona import PersonaAgent, admit, build_agent, main, read_script
 from mesh.agents.persona import _parser as persona_parser
 from mesh.agents.persona import _Seat as Seat
-from mesh.manifests._types import Persona
+from mesh.manifests import Persona
 from mesh.providers import ChatMessage, Completion, ProviderConfig, ProviderUnreachable
 from mesh.rooms import ROLE_PROMPTS, RoomId, TurnReply, TurnRequest, role_persona
 from registry import AgentId
