@@ -245,10 +245,10 @@ async def test_a_call_that_waits_past_its_deadline_times_out(server: MemoryServe
         async with opener(server, events)() as peer:
             await server.stop()
             await events.wait_for("disconnected")
-            started = anyio.current_time()
+            # The message says which wait ended it; GUARD (5 s), far below the default
+            # 30 s call timeout, stands in for the "it did not wait longer" bound.
             with pytest.raises(CallTimeout, match=r"not connected within the call's 0\.05 s"):
                 await echo(peer, "too late", timeout=0.05)
-            assert anyio.current_time() - started < 1.0
             assert not peer.closed  # the call gave up; the connection did not
 
 
@@ -334,8 +334,7 @@ async def test_aclose_during_backoff_returns_promptly(server: MemoryServer) -> N
             await server.kill()
             backing_off = await events.wait_for("reconnecting")
             assert backing_off.delay is not None and backing_off.delay > 50
-            with anyio.fail_after(1.0):
-                await peer.aclose()
+            await peer.aclose()  # within GUARD (5 s): it did not sit out the 50 s delay
             assert peer.closed and peer.state == "closed"
             with pytest.raises(ConnectionLost, match="closed locally"):
                 await echo(peer, "gone")
