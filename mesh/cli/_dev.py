@@ -169,7 +169,7 @@ def _find_agent(module: ModuleType, name: str | None, where: str) -> Agent:
 async def open_target(target: Target) -> AsyncIterator[Any]:
     """A Peer to the agent: served here over memory, or started as its manifest says."""
     from mesh._orchestrator.links import spec_from_manifest
-    from mesh._orchestrator.orchestrator import local_connector
+    from mesh._orchestrator.spec import local_connector
     from mesh._rpc.connect import handshake
     from mesh._rpc.peer import open_peer
     from mesh._rpc.session import SessionConfig
