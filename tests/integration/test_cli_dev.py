@@ -183,3 +183,47 @@ def test_the_prompt_calls_tool_after_tool(project: Path) -> None:
     assert "no tool named 'nope'" in session.stderr
     # The end of input ends the session as `quit` does.
     assert dev(project, "greeter.py", "-i", stdin="greet name=Bo\n").returncode == 0
+
+
+def test_on_a_terminal_it_prompts(project: Path) -> None:
+    """With a TTY (here a pseudo-terminal) `mesh dev` lists the tools, then prompts."""
+    import os
+    import pty
+    import select
+    import time
+
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mesh.cli", "dev", "greeter.py"],
+        cwd=project,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+    )
+    os.close(follower)
+    seen = b""
+    deadline = time.monotonic() + 60
+    sent = False
+    try:
+        while process.poll() is None or select.select([leader], [], [], 0)[0]:
+            assert time.monotonic() < deadline, seen.decode(errors="replace")
+            if not select.select([leader], [], [], 0.5)[0]:
+                continue
+            try:
+                seen += os.read(leader, 4096)
+            except OSError:  # the follower side closed: the process is gone
+                break
+            if not sent and b"greeter> " in seen:
+                os.write(leader, b"greet name=Ada\ncount steps=2\nquit\n")
+                sent = True
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+        os.close(leader)
+    text = seen.decode().replace("\r\n", "\n")
+    assert process.returncode == 0, text
+    assert "greet  Say hello." in text and "greeter> " in text
+    assert '"greeting": "Hello, Ada."' in text
+    # On a terminal progress redraws one line instead of adding lines.
+    assert "\r\x1b[Kprogress 1/2 step 1\r\x1b[Kprogress 2/2 step 2\n2\n" in text
