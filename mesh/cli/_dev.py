@@ -32,7 +32,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Final, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from mesh._errors import (
     AgentUnavailable,
@@ -45,6 +45,10 @@ from mesh._errors import (
 from mesh._sdk.agent import Agent
 from mesh._text import json_text, printable
 from mesh.cli._tools_table import format_tools, usage
+
+if TYPE_CHECKING:
+    from mesh._rpc.peer import Peer
+    from mesh.manifests._types import Manifest
 
 __all__ = ["add_dev_commands", "load_agent"]
 
@@ -74,7 +78,7 @@ class Target:
 
     label: str
     agent: Agent | None = None
-    manifest: Any = None  # a mesh.manifests.Manifest
+    manifest: Manifest | None = None
 
 
 # -- finding the agent ---------------------------------------------------------------------
@@ -166,7 +170,7 @@ def _find_agent(module: ModuleType, name: str | None, where: str) -> Agent:
 
 
 @asynccontextmanager
-async def open_target(target: Target) -> AsyncIterator[Any]:
+async def open_target(target: Target) -> AsyncIterator[Peer]:
     """A Peer to the agent: served here over memory, or started as its manifest says."""
     from mesh._orchestrator.links import spec_from_manifest
     from mesh._orchestrator.spec import local_connector
@@ -177,6 +181,7 @@ async def open_target(target: Target) -> AsyncIterator[Any]:
     if target.agent is not None:
         connector, agent_id, config = local_connector(target.agent), target.agent.id, None
     else:
+        assert target.manifest is not None
         spec = spec_from_manifest(target.manifest)
         assert spec.connector is not None  # dial-in manifests were refused when loaded
         connector, agent_id = spec.connector, spec.id
@@ -256,7 +261,7 @@ def report_error(exc: MeshError, tools: Sequence[Mapping[str, Any]], tool: str) 
 
 
 async def call_once(
-    peer: Any,
+    peer: Peer,
     tool: str,
     arguments: Mapping[str, Any],
     *,
@@ -278,7 +283,7 @@ async def call_once(
 
 
 async def repl(
-    peer: Any,
+    peer: Peer,
     tools: Sequence[Mapping[str, Any]],
     read_line: Callable[[], Awaitable[str]],
     *,
