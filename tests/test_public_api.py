@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mesh
 import transports
+import transports.testing
 
 
 def test_mesh_public_names() -> None:
@@ -35,18 +36,50 @@ def test_mesh_public_names() -> None:
 
 
 def test_transports_public_names() -> None:
-    assert set(transports.__all__) >= {
+    assert set(transports.__all__) == {
+        "DEFAULT_MAX_FRAME_SIZE",
+        "CloseCode",
+        "ConnectFailed",
+        "Connector",
+        "FrameRejected",
         "FrameStream",
-        "TransportClosed",
         "FrameTooLarge",
+        "HttpClientStream",
+        "HttpRequest",
+        "HttpResponse",
+        "HttpServer",
+        "HttpServerConfig",
+        "MemoryFrameStream",
+        "StdioProcessStream",
+        "TokenAuthenticator",
+        "TransportClosed",
+        "TransportError",
         "TransportInfo",
+        "UpgradeHandler",
+        "WebSocketConfig",
+        "WebSocketStream",
+        "bearer_token",
         "memory_stream_pair",
+        "open_http_client",
+        "open_http_server",
         "open_stdio_process",
         "open_stdio_server",
-        "DEFAULT_MAX_FRAME_SIZE",
+        "open_websocket",
+        "websocket_upgrade_handler",
     }
+    assert len(transports.__all__) == len(set(transports.__all__))
     for name in transports.__all__:
         assert hasattr(transports, name), name
+
+
+def test_transports_testing_public_names() -> None:
+    assert set(transports.testing.__all__) == {
+        "CHECK_TIMEOUT",
+        "MIN_FRAME_SIZE",
+        "PairFactory",
+        "check_frame_stream",
+        "check_request_reply_stream",
+    }
 
 
 def test_error_tree() -> None:

@@ -149,13 +149,26 @@ class WebSocketStream:
         await self.send_many((frame,))
 
     async def send_many(self, frames: Sequence[bytes]) -> None:
+        self._queue(frames)
+        await self._flush()
+
+    def send_nowait(self, frames: Sequence[bytes]) -> bool:
+        """Queue frames in the protocol; False: they go out with the next ``send_many``.
+
+        Writing to the socket is always a wait here, so this never writes; it lets
+        a caller queue frames with no task switch and flush them from one writer.
+        """
+        self._queue(frames)
+        return not frames
+
+    def _queue(self, frames: Sequence[bytes]) -> None:
         if self._closed is not None:
             raise self._closed
         if self._protocol.state is not State.OPEN:
             raise self._mark_closed()
+        send_text = self._protocol.send_text
         for frame in frames:
-            self._protocol.send_text(frame)
-        await self._flush()
+            send_text(frame)
 
     async def _flush(self) -> None:
         chunks = self._protocol.data_to_send()

@@ -168,9 +168,7 @@ class Peer:
         self._background = anyio.CancelScope()
         # A stream that can write without blocking lets callers send with no task
         # switch; the writer task only finishes what the transport could not take.
-        self._send_nowait: Callable[[Sequence[bytes]], bool] | None = getattr(
-            stream, "send_nowait", None
-        )
+        self._send_nowait: Callable[[Sequence[bytes]], bool] | None = stream.send_nowait
         # The backend's own factories: anyio.Event() and friends look the backend
         # up on every call, which is a measurable share of a call's cost.
         backend = get_async_backend()
