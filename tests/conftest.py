@@ -3,16 +3,32 @@
 The backends are declared explicitly, so a missing trio is an import error,
 not a silent skip; and collection refuses an async test that would run on
 fewer (say, under a local ``anyio_backend`` override that returns one name).
+Hypothesis keeps no example database, so a run leaves nothing in the tree.
 """
 
 from __future__ import annotations
 
 import inspect
+import tempfile
 
 import pytest
 import trio  # noqa: F401  (imported so that a missing trio fails collection)
+from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 BACKENDS = ("asyncio", "trio")
+
+# Tests write only under temporary directories: no example database, and what
+# Hypothesis caches (constants it reads from the source, as modules are imported)
+# goes to a directory of this session, removed at its end.
+settings.register_profile("mesh", database=None)
+settings.load_profile("mesh")
+_HYPOTHESIS_HOME = tempfile.TemporaryDirectory(prefix="mesh-hypothesis-")
+set_hypothesis_home_dir(_HYPOTHESIS_HOME.name)
+
+
+def pytest_unconfigure() -> None:
+    _HYPOTHESIS_HOME.cleanup()
 
 
 @pytest.fixture(params=BACKENDS)
