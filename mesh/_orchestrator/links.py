@@ -74,6 +74,7 @@ def spec_from_manifest(
         call_timeout=manifest.call_timeout,
         max_frame_size=limit,
         metadata=dict(manifest.metadata),
+        access=manifest.access,
     )
 
 

@@ -121,7 +121,8 @@ async def serve_agent_dial_in(
 
     When the link drops the agent redials with backoff (``policy``); every dial
     re-authenticates. A 4001 or 4003 close means the token is wrong for this
-    agent: retrying cannot help, so :class:`~mesh.Unauthorized` is raised.
+    agent: retrying cannot help, so :class:`~mesh.Unauthorized` is raised. A 4009
+    close means a newer connection took the id over (a rolling restart): it returns.
     """
     policy = policy or ReconnectPolicy()
     session_config = config or SessionConfig()
@@ -143,6 +144,10 @@ async def serve_agent_dial_in(
                 code = stream.close_code
             if code in (CloseCode.UNAUTHORIZED, CloseCode.FORBIDDEN):
                 raise Unauthorized(f"{url} refused the token (close code {code})", agent=agent.id)
+            if code == CloseCode.TAKEN_OVER:
+                # A newer process took our id over (a rolling restart): our work is done.
+                log.info("agent.taken_over", agent=agent.id)
+                return
             log.warning("agent.link_lost", agent=agent.id, close_code=code)
         except ConnectFailed as exc:
             failures += 1
