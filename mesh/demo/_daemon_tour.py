@@ -22,7 +22,8 @@ import httpx
 
 from mesh.testing import Daemon, spawn_daemon, spawn_echo_server
 
-MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
+# mesh/demo/ -> the repository root, where the shipped manifests/ live.
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 AGENTS = ("echo-stdio", "echo-http", "echo-ws")
 
 
