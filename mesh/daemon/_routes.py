@@ -12,7 +12,7 @@ and expects 401 on every row but ``GET /health``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Final
 
@@ -44,10 +44,14 @@ class Route:
     path: str  # segments in braces are parameters: /agents/{id}
     right: Right
     name: str  # the handler's key
+    segments: tuple[str, ...] = field(init=False)
+    #: How many segments are fixed: /agents/events beats /agents/{id}.
+    literal: int = field(init=False)
 
-    @property
-    def segments(self) -> tuple[str, ...]:
-        return tuple(p for p in self.path.split("/") if p)
+    def __post_init__(self) -> None:
+        segments = tuple(p for p in self.path.split("/") if p)
+        object.__setattr__(self, "segments", segments)
+        object.__setattr__(self, "literal", sum(not s.startswith("{") for s in segments))
 
     def match(self, parts: tuple[str, ...]) -> dict[str, str] | None:
         segments = self.segments
@@ -55,16 +59,11 @@ class Route:
             return None
         params: dict[str, str] = {}
         for segment, part in zip(segments, parts, strict=True):
-            if segment.startswith("{"):
-                params[segment.strip("{}")] = part
+            if segment[0] == "{":
+                params[segment[1:-1]] = part
             elif segment != part:
                 return None
         return params
-
-    @property
-    def literal(self) -> int:
-        """How many segments are fixed: /agents/events beats /agents/{id}."""
-        return sum(not s.startswith("{") for s in self.segments)
 
 
 ROUTES: Final = (
