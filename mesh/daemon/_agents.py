@@ -18,7 +18,8 @@ import anyio
 import msgspec
 import structlog
 
-from mesh._orchestrator.orchestrator import AgentSpec, MeshOrchestrator
+from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh._orchestrator.spec import AgentSpec
 from mesh.daemon._auth import Identity
 from mesh.daemon._limits import check_endpoint, check_id
 from mesh.daemon._routes import Params

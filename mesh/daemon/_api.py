@@ -29,7 +29,8 @@ from mesh._errors import (
     Unauthorized,
 )
 from mesh._orchestrator.access import check_client_call, check_relayable
-from mesh._orchestrator.orchestrator import MeshOrchestrator, Outcome
+from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh._orchestrator.spec import Outcome
 from mesh.daemon._agents import AgentRoutes
 from mesh.daemon._auth import Gate, Identity
 from mesh.daemon._limits import check_id

@@ -28,17 +28,22 @@ import anyio.abc
 import structlog
 
 from mesh._errors import MeshError
-from mesh._orchestrator.links import dial_in_tokens, spec_from_manifest
-from mesh._orchestrator.orchestrator import AgentSpec, MeshOrchestrator
+from mesh._orchestrator.links import links_from_manifests
+from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.daemon._api import DaemonApi
 from mesh.daemon._auth import Gate, Identity
 from mesh.daemon._rooms import RoomRoutes
 from mesh.daemon._routes import Params
 from mesh.daemon._settings import DaemonSettings, SettingsError, load_settings
 from mesh.daemon._tokens import TokenStore
-from mesh.manifests._load import load_manifests
 from mesh.rooms import RoomManager
-from transports import CloseCode, HttpServerConfig, WebSocketStream, open_http_server
+from transports import (
+    CloseCode,
+    HttpServerConfig,
+    TokenAuthenticator,
+    WebSocketStream,
+    open_http_server,
+)
 
 __all__ = ["DaemonSettings", "SettingsError", "load_settings", "serve_daemon"]
 
@@ -48,24 +53,10 @@ log = structlog.get_logger("mesh.daemon")
 RETENTION_CHECK_INTERVAL: Final = 60.0
 
 
-def _load_specs(
-    settings: DaemonSettings, environ: Mapping[str, str] | None
-) -> tuple[list[AgentSpec], frozenset[str], Gate]:
-    loaded = load_manifests(Path(settings.manifests))
-    for error in loaded.errors:
-        log.error("daemon.manifest_invalid", error=str(error))
-    specs = []
-    for agent_id, manifest in loaded.manifests.items():
-        try:
-            specs.append(spec_from_manifest(manifest, environ=environ))
-        except MeshError as exc:
-            log.error("daemon.manifest_unusable", agent=agent_id, error=str(exc))
-    tokens, token_errors = dial_in_tokens(loaded.manifests, environ=environ)
-    for token_error in token_errors:
-        log.error("daemon.token_missing", error=str(token_error))
+def _gate(settings: DaemonSettings, dial_in_tokens: TokenAuthenticator) -> Gate:
     store = TokenStore(settings.data_dir)
     store.load()
-    return specs, frozenset(loaded.manifests), Gate(store, tokens)
+    return Gate(store, dial_in_tokens)
 
 
 def _ssl_context(settings: DaemonSettings) -> ssl.SSLContext | None:
@@ -97,9 +88,11 @@ async def serve_daemon(
 ) -> None:
     """Run the daemon until SIGINT/SIGTERM (or cancellation); returns after a graceful stop."""
     ssl_context = _ssl_context(settings)
-    specs, manifest_ids, gate = _load_specs(settings, environ)
+    # Logs each broken manifest (invalid, unusable, or a dial-in token unset) and goes on.
+    links = links_from_manifests(settings.manifests, environ=environ)
+    gate = _gate(settings, links.tokens)
     admin_file = gate.store.ensure_admin()
-    orchestrator = MeshOrchestrator(specs)
+    orchestrator = MeshOrchestrator(links.specs)
     rooms = RoomManager.for_orchestrator(orchestrator, settings.data_dir)
     dial_ins: set[WebSocketStream] = set()
 
@@ -128,7 +121,7 @@ async def serve_daemon(
         gate,
         settings,
         dial_in=dial_in,
-        manifest_ids=manifest_ids,
+        manifest_ids=links.ids,
     )
     http_config = HttpServerConfig(
         max_body_size=settings.max_body_size,
@@ -158,7 +151,10 @@ async def serve_daemon(
                 hint="tokens cross the network in clear: give --tls-cert and --tls-key",
             )
         log.info(
-            "daemon.listening", url=server.url, agents=len(specs), manifests=settings.manifests
+            "daemon.listening",
+            url=server.url,
+            agents=len(orchestrator.linked_agents()),
+            manifests=settings.manifests,
         )
         task_status.started(server.url)
         await _wait_for_stop(handle_signals)

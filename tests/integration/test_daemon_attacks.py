@@ -62,7 +62,7 @@ async def test_a_stranger_cannot_speak_in_a_room_or_end_it(tmp_path: Path) -> No
     async with spawn_daemon(manifests) as daemon:
         await daemon.wait_online("alice", "bob")
         client = await create_token(daemon, "client", "mallory")
-        spec = {"id": "tea", "topic": "Tea?", "members": ["alice", "bob"]}
+        spec: dict[str, Any] = {"id": "tea", "topic": "Tea?", "members": ["alice", "bob"]}
         spec["limits"] = {"max_turns": 6}
         async with daemon.client() as admin:
             assert (await admin.post("/rooms", json=spec)).status_code == 201

@@ -31,7 +31,8 @@ def test_reserved_methods() -> None:
     assert not is_reserved("tools/call") and not is_reserved("ping")
     with pytest.raises(Forbidden, match=r"'room/turn' is reserved.*through /rpc") as caught:
         check_relayable("room/turn", agent="bob", via="/rpc")
-    assert caught.value.code == ErrorCode.FORBIDDEN == -32007
+    assert caught.value.code == ErrorCode.FORBIDDEN
+    assert int(ErrorCode.FORBIDDEN) == -32007
 
 
 def test_client_access() -> None:
@@ -94,7 +95,7 @@ async def two_agents(
 
 async def forward(mesh: MeshOrchestrator, method: str) -> Any:
     with anyio.fail_after(10):
-        return await mesh.call_tool("fwd", "forward", to="greeter", method=method)
+        return await mesh.call_tool("fwd", "forward", {"to": "greeter", "method": method})
 
 
 async def test_mesh_call_relays_an_allowed_call() -> None:
