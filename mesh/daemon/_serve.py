@@ -155,6 +155,7 @@ async def serve_daemon(
             url=server.url,
             agents=len(orchestrator.linked_agents()),
             manifests=settings.manifests,
+            admin_token_file=str(admin_file) if admin_file else None,
         )
         task_status.started(server.url)
         await _wait_for_stop(handle_signals)

@@ -96,6 +96,10 @@ async def test_each_role_gets_403_naming_the_right_it_lacks(tmp_path: Path) -> N
         async with daemon.open_events("/agents/events", token=observer) as events:
             with anyio.fail_after(5):
                 assert json.loads(await events.receive())["type"] == "snapshot"
+        url = daemon.ws.removesuffix("/ws") + "/agents/events"  # browsers: ?token=
+        async with open_websocket(url, token=observer, token_in_query=True) as events:
+            with anyio.fail_after(5):
+                assert json.loads(await events.receive())["type"] == "snapshot"
 
 
 def _mesh(daemon: Daemon, *args: str, env: dict[str, str] | None = None) -> Any:

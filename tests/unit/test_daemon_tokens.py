@@ -11,6 +11,7 @@ import pytest
 from mesh.daemon._auth import Gate, Identity, Right
 from mesh.daemon._limits import check_endpoint, check_id, host_allowed
 from mesh.daemon._routes import ROUTES, resolve
+from mesh.daemon._serve import _loopback
 from mesh.daemon._settings import LOOPBACK
 from mesh.daemon._tokens import Role, TokenError, TokenStore, find_token
 from transports import HttpRequest, HttpResponse, TokenAuthenticator
@@ -141,3 +142,11 @@ def test_agent_ids_follow_the_manifest_rule() -> None:
     assert check_id("echo-2.b_c") is None
     assert "manifest id rule" in (check_id("Echo") or "")
     assert check_id("x" * 65) is not None and check_id("") is not None
+
+
+def test_only_loopback_addresses_count_as_local() -> None:
+    # The daemon warns at start when it listens beyond these without TLS.
+    assert _loopback("127.0.0.1") and _loopback("127.8.0.1") and _loopback("::1")
+    assert _loopback("localhost")
+    assert not _loopback("0.0.0.0") and not _loopback("::") and not _loopback("10.0.0.2")
+    assert not _loopback("mesh.example")
