@@ -159,7 +159,7 @@ class RoomRoutes:
     async def observe(self, stream: WebSocketStream, who: Identity, p: Params) -> None:
         """Send the room's events to one observer, in order, until the room stops."""
         room_id = p["id"]
-        since = int(_since_target(stream.request_target))
+        since = _since(HttpRequest("GET", stream.request_target, ()))
         try:
             async with self._rooms.subscribe(room_id, since=since) as events:
                 async for event in events:
@@ -205,7 +205,3 @@ class RoomRoutes:
             return owned
         await self._rooms.delete(p["id"])
         return HttpResponse(204)
-
-
-def _since_target(target: str) -> int:
-    return _since(HttpRequest("GET", target, ()))
