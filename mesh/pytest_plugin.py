@@ -177,15 +177,16 @@ async def mesh_daemon(
 
     data_dir = tmp_path_factory.mktemp("mesh-data")
     args = ["--data-dir", str(data_dir)]
-    async with spawn_daemon(mesh_manifests, extra_args=args) as daemon:
-        token: str | None = getattr(daemon, "token", None)  # once the daemon writes one
-        async with open_daemon_client(daemon.http, token=token) as client:
-            yield MeshDaemon(
-                url=daemon.http,
-                ws=daemon.ws,
-                token=token,
-                data_dir=data_dir,
-                manifests=Path(mesh_manifests),
-                client=client,
-                daemon=daemon,
-            )
+    async with (
+        spawn_daemon(mesh_manifests, extra_args=args) as daemon,
+        open_daemon_client(daemon.http, token=daemon.token) as client,
+    ):
+        yield MeshDaemon(
+            url=daemon.http,
+            ws=daemon.ws,
+            token=daemon.token,
+            data_dir=data_dir,
+            manifests=Path(mesh_manifests),
+            client=client,
+            daemon=daemon,
+        )

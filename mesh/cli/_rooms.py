@@ -24,6 +24,7 @@ import anyio
 import msgspec
 
 from mesh._text import json_text, printable, safe_json
+from mesh.cli._connection import add_connection_arguments, ssl_context, token_for, ws_url
 from mesh.rooms import (
     MessageEvent,
     Room,
@@ -45,15 +46,12 @@ Request = Callable[..., Any]
 TOPIC_WIDTH = 48
 
 
-def _ws_url(http_url: str) -> str:
-    return "ws" + http_url.rstrip("/").removeprefix("http")
-
-
 async def _follow(args: argparse.Namespace, room_id: str, color: bool, since: int = 0) -> str:
     """Print a room's events as they happen; returns the stop reason."""
     room: Room | None = None
     query = f"?since={since}" if since else ""
-    async with open_websocket(f"{_ws_url(args.url)}/rooms/{room_id}/events{query}") as stream:
+    url = f"{ws_url(args.url)}/rooms/{room_id}/events{query}"
+    async with open_websocket(url, token=token_for(args), ssl_context=ssl_context(args)) as stream:
         while True:
             try:
                 event = decode_event(await stream.receive())
@@ -177,7 +175,7 @@ def add_room_commands(
         name: str, help_text: str, run: Callable[[argparse.Namespace, Request], int]
     ) -> argparse.ArgumentParser:
         parser = commands.add_parser(name, help=help_text, description=help_text)
-        parser.add_argument("--url", default=url_default, help="the daemon")
+        add_connection_arguments(parser, url_default=url_default)
         parser.set_defaults(func=lambda a: run(a, request))
         return parser
 

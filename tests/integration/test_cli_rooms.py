@@ -4,7 +4,6 @@ output that is data (what agents wrote cannot drive the terminal; JSON stays exa
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +14,6 @@ import pytest
 
 from mesh.rooms import MessageEvent, StoppedEvent, decode_event
 from mesh.testing import Daemon, spawn_daemon
-from transports import open_websocket
 
 pytestmark = pytest.mark.anyio
 
@@ -55,19 +53,15 @@ def echo_manifest(directory: Path) -> None:
 
 
 async def mesh(daemon: Daemon, *args: str) -> tuple[int, str, str]:
-    """Run ``mesh ARGS`` against the daemon: exit code, stdout, stderr."""
-    env = {**os.environ, "MESH_URL": daemon.http}
-    token = getattr(daemon, "token", None)  # once the daemon requires one
-    if token:
-        env["MESH_TOKEN"] = token
-    done = await anyio.run_process([sys.executable, "-m", "mesh.cli", *args], env=env, check=False)
+    """Run ``mesh ARGS`` against the daemon (with its token): exit code, stdout, stderr."""
+    command = [sys.executable, "-m", "mesh.cli", *args]
+    done = await anyio.run_process(command, env=daemon.env(), check=False)
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
 async def wait_for_event(daemon: Daemon, room_id: str, until: Callable[[Any], bool]) -> None:
-    url = f"{daemon.ws.removesuffix('/ws')}/rooms/{room_id}/events"
     with anyio.fail_after(60):
-        async with open_websocket(url) as watch:
+        async with daemon.open_events(f"/rooms/{room_id}/events") as watch:
             while not until(decode_event(await watch.receive())):
                 pass
 
@@ -156,7 +150,7 @@ async def test_every_room_command_and_its_exit_codes(tmp_path: Path) -> None:
 
         # A long room, steered while it runs.
         long = {"id": "long", "topic": "Long", "members": ["alice", "bob"]}
-        async with daemon_client(daemon) as http:
+        async with daemon.client() as http:
             assert (await http.post("/rooms", json=long)).status_code == 201
         await wait_for_event(daemon, "long", lambda e: isinstance(e, MessageEvent))
         code, out, err = await mesh(daemon, "room", "pause", "long")
@@ -197,11 +191,3 @@ async def test_every_room_command_and_its_exit_codes(tmp_path: Path) -> None:
 
     code, _, err = await mesh(daemon, "room", "list")
     assert code == 3 and "cannot reach the daemon" in err
-
-
-def daemon_client(daemon: Daemon) -> Any:
-    import httpx
-
-    token = getattr(daemon, "token", None)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.AsyncClient(base_url=daemon.http, headers=headers)
