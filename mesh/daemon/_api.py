@@ -24,12 +24,12 @@ from mesh._errors import (
 )
 from mesh._orchestrator.orchestrator import AgentSpec, MeshOrchestrator
 from mesh.daemon._rooms import RoomRoutes
+from mesh.daemon._streams import serve_watcher
 from registry import AgentId, AgentRecord, InvalidAgentRecord, SubscriberOverflow, UnknownAgent
 from transports import (
     CloseCode,
     HttpRequest,
     HttpResponse,
-    TransportClosed,
     WebSocketStream,
     open_http_client,
 )
@@ -166,6 +166,9 @@ class DaemonApi:
 
         Subscribed before the snapshot is taken, so no change falls between the two.
         """
+        await serve_watcher(stream, lambda: self._send_agent_changes(stream))
+
+    async def _send_agent_changes(self, stream: WebSocketStream) -> None:
         registry = self._mesh.registry
         try:
             async with registry.subscribe() as changes:
@@ -178,8 +181,6 @@ class DaemonApi:
                     await stream.send(msgspec.json.encode(event))
         except SubscriberOverflow:
             await stream.aclose(CloseCode.FELL_BEHIND, "fell behind the registry's changes")
-        except TransportClosed:
-            log.debug("daemon.watcher_left")
 
     def _get(self, agent_id: str) -> HttpResponse:
         record = self._mesh.registry.get(AgentId(agent_id))

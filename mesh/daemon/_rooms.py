@@ -13,8 +13,10 @@ from typing import Any, Final
 import msgspec
 import structlog
 
+from mesh.daemon._streams import serve_watcher
 from mesh.rooms import (
     InvalidRoomSpec,
+    ObserverTooSlow,
     RoomConflict,
     RoomError,
     RoomManager,
@@ -22,7 +24,7 @@ from mesh.rooms import (
     decode_room_spec,
     encode_event,
 )
-from transports import CloseCode, HttpRequest, HttpResponse, TransportClosed, WebSocketStream
+from transports import CloseCode, HttpRequest, HttpResponse, WebSocketStream
 
 __all__ = ["RoomRoutes", "observer_room_id"]
 
@@ -93,11 +95,15 @@ class RoomRoutes:
 
     async def observe(self, stream: WebSocketStream, room_id: str, since: int) -> None:
         """Send the room's events to one observer, in order, until the room stops."""
+        await serve_watcher(stream, lambda: self._send_events(stream, room_id, since))
+
+    async def _send_events(self, stream: WebSocketStream, room_id: str, since: int) -> None:
         try:
             async with self._rooms.subscribe(room_id, since=since) as events:
                 async for event in events:
                     await stream.send(encode_event(event))
         except RoomNotFound as exc:
             await stream.aclose(CloseCode.NOT_FOUND, str(exc)[:120])
-        except TransportClosed:
-            log.debug("rooms.observer_left", room=room_id)
+        except ObserverTooSlow:
+            # Every event is durable: the observer reconnects with ?since= its last seq.
+            await stream.aclose(CloseCode.FELL_BEHIND, "fell behind; reconnect with ?since=SEQ")

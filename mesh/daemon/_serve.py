@@ -25,7 +25,7 @@ import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
@@ -44,6 +44,7 @@ from transports import (
     CloseCode,
     HttpRequest,
     HttpServerConfig,
+    WebSocketConfig,
     WebSocketStream,
     open_http_server,
     websocket_upgrade_handler,
@@ -79,6 +80,10 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     max_body_size: int = 1 << 20
     #: Where rooms keep their transcripts (JSONL per room + SQLite); rooms resume from here.
     data_dir: str = ".mesh"
+    #: Every WebSocket the daemon serves (agents, watchers, observers) is pinged this
+    #: often, and closed with 1011 if the pong takes longer than ``ping_timeout``.
+    ping_interval: Annotated[float, msgspec.Meta(gt=0)] = 20.0
+    ping_timeout: Annotated[float, msgspec.Meta(gt=0)] = 20.0
 
 
 class SettingsError(MeshError):
@@ -153,7 +158,10 @@ async def serve_daemon(
         finally:
             dial_ins.discard(stream)
 
-    dial_in_upgrade = websocket_upgrade_handler(dial_in, authenticator=tokens)
+    ws_config = WebSocketConfig(
+        ping_interval=settings.ping_interval, ping_timeout=settings.ping_timeout
+    )
+    dial_in_upgrade = websocket_upgrade_handler(dial_in, authenticator=tokens, config=ws_config)
 
     async def watch_agents(stream: WebSocketStream, _: str | None) -> None:
         await api.watch_agents(stream)
@@ -163,8 +171,12 @@ async def serve_daemon(
         room_id = observer_room_id(target.split("?", 1)[0]) or ""
         await room_routes.observe(stream, room_id, _since(target))
 
-    watch_upgrade = websocket_upgrade_handler(watch_agents, authenticator=None, paths=None)
-    observer_upgrade = websocket_upgrade_handler(observe_room, authenticator=None, paths=None)
+    watch_upgrade = websocket_upgrade_handler(
+        watch_agents, authenticator=None, paths=None, config=ws_config
+    )
+    observer_upgrade = websocket_upgrade_handler(
+        observe_room, authenticator=None, paths=None, config=ws_config
+    )
 
     async def upgrade(stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes) -> None:
         # /ws is for agents (token required); /agents/events and /rooms/{id}/events
