@@ -28,6 +28,7 @@ from mesh._errors import (
     ProtocolError,
     error_from_code,
 )
+from mesh._rpc.complaints import InputComplaints
 from mesh.protocol import (
     ASK_HEARTBEAT,
     MESH_CODEC,
@@ -184,8 +185,11 @@ class Session:
         codec: Codec = MESH_CODEC,
         agent: str | None = None,
         transport: str = "memory",
+        complaints: InputComplaints | None = None,
     ) -> None:
         self.config = config or SessionConfig()
+        #: Bad input is answered every time but logged sparingly (see InputComplaints).
+        self._complaints = complaints or InputComplaints()
         self._codec = codec
         self._label = _Label(agent, transport)
         self._outbox: list[bytes] = []
@@ -339,9 +343,9 @@ class Session:
         try:
             message = self._codec.decode(frame)
         except DecodeFailure as failure:
-            return self._handle_invalid(failure)
+            return self._handle_invalid(failure, now)
         except Exception as exc:  # a codec bug must cost one frame, never the connection
-            log.exception("mesh.codec_failed")
+            self._complain("mesh.codec_failed", now, exc_info=True)
             request_id, kind = salvage_id(frame[:512])
             broken = DecodeFailure(
                 ErrorCode.INVALID_REQUEST,
@@ -349,9 +353,9 @@ class Session:
                 request_id=request_id,
                 kind=kind,
             )
-            return self._handle_invalid(broken)
+            return self._handle_invalid(broken, now)
         if isinstance(message, Response):
-            return self._handle_response(message)
+            return self._handle_response(message, now)
         if isinstance(message, Request):
             return self._handle_request(message)
         if isinstance(message, Notification):
@@ -380,8 +384,8 @@ class Session:
                     )
                 ]
             return []
-        log.warning(
-            "mesh.frame_too_large", size=size, limit=self._frame_limit, request_id=request_id
+        self._complain(
+            "mesh.frame_too_large", now, size=size, limit=self._frame_limit, request_id=request_id
         )
         self._queue_error(request_id, ErrorCode.TOO_LARGE, reason)
         return []
@@ -474,6 +478,7 @@ class Session:
         for rid, pending in self._pending.items():
             events.append(CallDone(rid, error=self._lost(pending.what)))
         self._stats.calls_failed += len(self._pending)
+        self._complaints.close(agent=self._label.agent, transport=self._label.transport)
         self._pending.clear()
         self._deadlines.clear()
         self._incoming.clear()
@@ -482,15 +487,15 @@ class Session:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _handle_response(self, message: Response) -> list[Event]:
+    def _handle_response(self, message: Response, now: float) -> list[Event]:
         rid = RequestId(message.id) if message.id is not None else None
         pending = self._pending.pop(rid, None) if rid is not None else None
         if pending is None:
             self._stats.late_responses += 1
             payload = message.payload
             if rid is None and payload.error is not None:
-                log.warning(
-                    "mesh.peer_error", code=payload.error.code, message=payload.error.message
+                self._complain(
+                    "mesh.peer_error", now, code=payload.error.code, message=payload.error.message
                 )
             else:
                 log.debug("mesh.late_response_dropped", request_id=message.id)
@@ -554,7 +559,7 @@ class Session:
             self._push_deadline(extended, RequestId(rid))  # type: ignore[arg-type]
         return [ProgressReported(RequestId(rid), params)]  # type: ignore[arg-type]
 
-    def _handle_invalid(self, failure: DecodeFailure) -> list[Event]:
+    def _handle_invalid(self, failure: DecodeFailure, now: float) -> list[Event]:
         self._stats.invalid_frames += 1
         if failure.kind == "response":
             # Never answer a response (two peers could trade errors forever);
@@ -562,14 +567,20 @@ class Session:
             rid = failure.request_id
             pending = self._pending.pop(RequestId(rid), None) if rid is not None else None
             if pending is None or rid is None:
-                log.warning("mesh.invalid_response", reason=failure.reason)
+                self._complain("mesh.invalid_response", now, reason=failure.reason)
                 return []
             self._stats.calls_failed += 1
             error = self._error(ProtocolError, "peer sent an " + failure.reason, pending)
             return [CallDone(RequestId(rid), error=error)]
-        log.debug("mesh.invalid_frame", reason=failure.reason, request_id=failure.request_id)
+        self._complain(
+            "mesh.invalid_frame", now, reason=failure.reason, request_id=failure.request_id
+        )
         self._queue_error(failure.request_id, failure.code, failure.reason)
         return []
+
+    def _complain(self, event: str, now: float, **fields: Any) -> None:
+        label = self._label
+        self._complaints.note(event, now, agent=label.agent, transport=label.transport, **fields)
 
     def _queue_error(
         self, request_id: str | None, code: int, message: str, data: Any = None
