@@ -8,7 +8,7 @@ agent 404, offline or unreachable 503, timeout 504, an error the agent answered
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import anyio
 import msgspec
@@ -20,11 +20,11 @@ from mesh._errors import (
     ConnectionLost,
     MeshError,
     MessageTooLarge,
-    RemoteError,
 )
 from mesh._orchestrator.orchestrator import AgentSpec, MeshOrchestrator
 from mesh.daemon._rooms import RoomRoutes
 from mesh.daemon._streams import serve_watcher
+from mesh.protocol import MethodName
 from registry import AgentId, AgentRecord, InvalidAgentRecord, SubscriberOverflow, UnknownAgent
 from transports import (
     CloseCode,
@@ -39,6 +39,8 @@ __all__ = ["DaemonApi"]
 log = structlog.get_logger("mesh.daemon")
 
 _JSON: Final = msgspec.json.Encoder()
+#: The longest deadline ``/rpc`` and ``/broadcast`` accept, in seconds.
+MAX_CALL_TIMEOUT: Final = 3600.0
 
 
 class RegisterBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -54,18 +56,23 @@ class RegisterBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     token: str | None = None
 
 
+#: A call's deadline, in seconds: more than nothing, at most an hour (a client that
+#: wants longer is holding an HTTP request open for longer than any proxy would).
+Timeout = Annotated[float, msgspec.Meta(gt=0, le=MAX_CALL_TIMEOUT)]
+
+
 class BroadcastBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    method: str
+    method: MethodName
     params: Any = None
     capability: str | None = None
-    timeout: float = 10.0
+    timeout: Timeout = 10.0
 
 
 class RpcBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     agent: str
-    method: str
+    method: MethodName
     params: Any = None
-    timeout: float | None = None
+    timeout: Timeout | None = None
 
 
 def _json(status: int, payload: Any) -> HttpResponse:
@@ -104,9 +111,9 @@ def mesh_error_status(exc: MeshError) -> int:
         return 503
     if isinstance(exc, MessageTooLarge):
         return 413
-    if isinstance(exc, RemoteError):
-        return 502
-    return 500
+    # An answer the agent gave (RemoteError), or a refusal or a broken frame from it
+    # (Unauthorized, ProtocolError): the daemon worked, the agent's side did not.
+    return 502
 
 
 class DaemonApi:

@@ -26,7 +26,7 @@ from mesh.rooms import (
 )
 from transports import CloseCode, HttpRequest, HttpResponse, WebSocketStream
 
-__all__ = ["RoomRoutes", "observer_room_id"]
+__all__ = ["RoomRoutes", "observer_room_id", "parse_since"]
 
 log = structlog.get_logger("mesh.daemon")
 
@@ -49,6 +49,15 @@ def _status(exc: RoomError) -> int:
     if isinstance(exc, InvalidRoomSpec):
         return 400
     return 500
+
+
+def parse_since(value: str | None) -> int | None:
+    """``?since=SEQ``: absent is 0; anything but a whole number >= 0 is None."""
+    if value is None or value == "":
+        return 0
+    if not value.isascii() or not value.isdigit() or len(value) > 18:
+        return None
+    return int(value)
 
 
 def observer_room_id(path: str) -> str | None:
@@ -81,7 +90,9 @@ class RoomRoutes:
                 snapshot = await rooms.get(room_id)
                 return _json(200, {"room": snapshot, "transcript": await rooms.transcript(room_id)})
             case ("GET", "rooms", room_id, "events"):
-                since = int(request.query_value("since") or 0)
+                since = parse_since(request.query_value("since"))
+                if since is None:
+                    return _error(400, "since must be a sequence number (an integer >= 0)")
                 return _json(200, {"events": await rooms.events(room_id, since=since)})
             case ("POST", "rooms", room_id, "pause"):
                 return _json(200, await rooms.pause(room_id))

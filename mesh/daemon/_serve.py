@@ -37,7 +37,7 @@ from mesh._errors import MeshError
 from mesh._orchestrator.links import dial_in_tokens, spec_from_manifest
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.daemon._api import DaemonApi
-from mesh.daemon._rooms import RoomRoutes, observer_room_id
+from mesh.daemon._rooms import RoomRoutes, observer_room_id, parse_since
 from mesh.manifests._load import load_manifests
 from mesh.rooms import RoomManager
 from transports import (
@@ -230,8 +230,4 @@ async def serve_daemon(
 
 def _since(target: str) -> int:
     """``?since=SEQ`` from an observer's request target (0 if absent or not a number)."""
-    values = parse_qs(urlsplit(target).query).get("since")
-    try:
-        return max(0, int(values[0])) if values else 0
-    except ValueError:
-        return 0
+    return parse_since(parse_qs(urlsplit(target).query).get("since", [""])[0]) or 0
