@@ -175,18 +175,24 @@ class _HttpConnection:
             return await self._upgrade(request)  # the WebSocket lives on without a deadline
         if body is None:
             return False
-        response = await self._respond(
-            HttpRequest(
-                request.method.decode(),
-                request.target.decode(),
-                _headers(request),
-                body,
-                self._client,
+        # A request is in progress until its answer is written: a drain that waits
+        # for requests must not cut an answer that is on its way out.
+        self._server._request_started()
+        try:
+            response = await self._respond(
+                HttpRequest(
+                    request.method.decode(),
+                    request.target.decode(),
+                    _headers(request),
+                    body,
+                    self._client,
+                )
             )
-        )
-        # A client that does not read its answers must not pin the connection either.
-        with anyio.move_on_after(config.request_timeout) as stalled:
-            await self._send(response, head_only=request.method == b"HEAD")
+            # A client that does not read its answers must not pin the connection either.
+            with anyio.move_on_after(config.request_timeout) as stalled:
+                await self._send(response, head_only=request.method == b"HEAD")
+        finally:
+            self._server._request_finished()
         if stalled.cancelled_caught:
             log.info("http.client_not_reading", client=self._client, after=config.request_timeout)
             return False
@@ -270,15 +276,12 @@ class _HttpConnection:
                 return b"".join(chunks)
 
     async def _respond(self, request: HttpRequest) -> HttpResponse:
-        self._server._request_started()
         try:
             return await self._server.handler(request)
         except Exception:
             # Logged with its traceback for us; the client gets no stack trace.
             log.exception("http.handler_crashed", method=request.method, path=request.path)
             return HttpResponse.error(500, "internal error (see the server log)")
-        finally:
-            self._server._request_finished()
 
     async def _send(self, response: HttpResponse, *, head_only: bool = False) -> None:
         headers = [

@@ -22,6 +22,7 @@ from mesh._errors import (
     MessageTooLarge,
 )
 from mesh._orchestrator.orchestrator import AgentSpec, MeshOrchestrator
+from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._rooms import RoomRoutes
 from mesh.daemon._streams import serve_watcher
 from mesh.protocol import MethodName
@@ -122,8 +123,12 @@ class DaemonApi:
         self._rooms = rooms
         self._started = anyio.current_time()
         self.calls_in_flight = 0
+        self.lifecycle = Lifecycle()
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
+        return await self.lifecycle.run(request, self._route)
+
+    async def _route(self, request: HttpRequest) -> HttpResponse:
         parts = [p for p in request.path.split("/") if p]
         route = (request.method, *parts)
         match route:
@@ -154,7 +159,7 @@ class DaemonApi:
         return _json(
             200,
             {
-                "status": "ok",
+                "status": self.lifecycle.phase,
                 "uptime": round(anyio.current_time() - self._started, 3),
                 "calls_in_flight": self.calls_in_flight,
                 "agents": {"online": stats.online, "stale": stats.stale, "offline": stats.offline},

@@ -13,9 +13,11 @@ run), links every agent through a :class:`~mesh.MeshOrchestrator`, and serves:
 ``/ws``                                   agents dial in (token from their manifest)
 ========================================  =============================================
 
-SIGINT or SIGTERM shuts it down gracefully: stop accepting, close dial-in
-agents with 1001, let calls in flight finish (up to ``drain_timeout``), stop
-the children, exit 0.
+It binds its port before it starts any agent, so a busy port is a one-line
+:class:`ListenError` with nothing to clean up. SIGINT or SIGTERM shuts it down
+gracefully: stop accepting, let calls in flight finish over every link, dial-in
+ones included (up to ``drain_timeout``; a call still running then is answered
+503), close dial-in agents with 1001, stop the children, exit 0.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import json
 import signal
 import sys
 from collections.abc import Mapping
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 from urllib.parse import parse_qs, urlsplit
@@ -37,22 +40,29 @@ from mesh._errors import MeshError
 from mesh._orchestrator.links import dial_in_tokens, spec_from_manifest
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.daemon._api import DaemonApi
+from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._rooms import RoomRoutes, observer_room_id, parse_since
 from mesh.manifests._load import load_manifests
 from mesh.rooms import RoomManager
 from transports import (
     CloseCode,
     HttpRequest,
+    HttpServer,
     HttpServerConfig,
+    UpgradeHandler,
     WebSocketConfig,
     WebSocketStream,
     open_http_server,
     websocket_upgrade_handler,
 )
+from transports._http_server import HttpHandler
 
-__all__ = ["DaemonSettings", "SettingsError", "load_settings", "serve_daemon"]
+__all__ = ["DaemonSettings", "ListenError", "SettingsError", "load_settings", "serve_daemon"]
 
 log = structlog.get_logger("mesh.daemon")
+
+#: Requests cut at the drain deadline get this long to have their 503 written.
+CUT_ANSWER_TIMEOUT: Final = 2.0
 
 #: The WebSocket that streams the agent table: a snapshot, then every status change.
 AGENT_EVENTS: Final = "/agents/events"
@@ -88,6 +98,10 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
 class SettingsError(MeshError):
     """A settings file, variable or flag that does not fit; says which and why."""
+
+
+class ListenError(MeshError):
+    """The daemon cannot listen where it was told to (port in use, no permission, bad host)."""
 
 
 def load_settings(
@@ -180,7 +194,8 @@ async def serve_daemon(
 
     async def upgrade(stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes) -> None:
         # /ws is for agents (token required); /agents/events and /rooms/{id}/events
-        # are for observers.
+        # are for observers. Nothing is served before the agents are linked.
+        await api.lifecycle.wait_serving()
         if request.path.rstrip("/") == AGENT_EVENTS:
             chosen = watch_upgrade
         elif observer_room_id(request.path):
@@ -190,42 +205,78 @@ async def serve_daemon(
         await chosen(stream, request, trailing)
 
     http_config = HttpServerConfig(max_body_size=settings.max_body_size)
-    async with (
-        orchestrator,
-        rooms,
-        open_http_server(
-            api.handle,
-            host=settings.host,
-            port=settings.port,
-            upgrade_handler=upgrade,
-            config=http_config,
-        ) as server,
-    ):
+    async with AsyncExitStack() as stack:
+        # The port first: a busy port must fail before any agent process is started.
+        server = await _listen(stack, settings, api.handle, upgrade, http_config)
+        await stack.enter_async_context(orchestrator)
+        await stack.enter_async_context(rooms)
+        api.lifecycle.start_serving()
         announcement = {"event": "listening", "http": server.url, "ws": f"{server.ws_url}/ws"}
         print(json.dumps(announcement), flush=True)
         log.info(
             "daemon.listening", url=server.url, agents=len(specs), manifests=settings.manifests
         )
         task_status.started(server.url)
-        if handle_signals:
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for signum in signals:
-                    log.info("daemon.stopping", signal=signal.Signals(signum).name)
-                    break
-        else:
-            await anyio.sleep_forever()
+        await _wait_for_stop(handle_signals)
         with anyio.CancelScope(shield=True):
-            server.stop_accepting()
-            for stream in list(dial_ins):
-                await stream.aclose(CloseCode.GOING_AWAY, "daemon shutting down")
-            drained = await server.drain(settings.drain_timeout)
-            log.info(
-                "daemon.drained" if drained else "daemon.drain_timeout",
-                in_flight=server.active_requests,
-            )
-            server.close_all()
+            await _shut_down(server, api.lifecycle, dial_ins, settings.drain_timeout)
     log.info("daemon.stopped")
     sys.stdout.flush()
+
+
+async def _listen(
+    stack: AsyncExitStack,
+    settings: DaemonSettings,
+    handler: HttpHandler,
+    upgrade: UpgradeHandler,
+    config: HttpServerConfig,
+) -> HttpServer:
+    try:
+        return await stack.enter_async_context(
+            open_http_server(
+                handler,
+                host=settings.host,
+                port=settings.port,
+                upgrade_handler=upgrade,
+                config=config,
+            )
+        )
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise ListenError(f"cannot listen on {settings.host}:{settings.port}: {why}") from None
+
+
+async def _wait_for_stop(handle_signals: bool) -> None:
+    if not handle_signals:
+        await anyio.sleep_forever()
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("daemon.stopping", signal=signal.Signals(signum).name)
+            return
+
+
+async def _shut_down(
+    server: HttpServer, lifecycle: Lifecycle, dial_ins: set[WebSocketStream], drain_timeout: float
+) -> None:
+    """Stop taking work, let calls in flight finish over every link, then close the links.
+
+    Dial-in links stay up while calls drain (calls to those agents are answered
+    too); a call still running at the deadline is answered 503, not dropped.
+    """
+    server.stop_accepting()
+    lifecycle.start_draining()
+    drained = await server.drain(drain_timeout)
+    in_flight = server.active_requests
+    log.info("daemon.drained" if drained else "daemon.drain_timeout", in_flight=in_flight)
+    if not drained:
+        lifecycle.cut(
+            f"the daemon shut down before this call finished (drain timeout {drain_timeout:g} s)"
+        )
+        await server.drain(CUT_ANSWER_TIMEOUT)
+    async with anyio.create_task_group() as tg:
+        for stream in list(dial_ins):
+            tg.start_soon(stream.aclose, CloseCode.GOING_AWAY, "daemon shutting down")
+    server.close_all()
 
 
 def _since(target: str) -> int:
