@@ -23,7 +23,7 @@ from mesh._errors import (
 )
 from mesh._orchestrator.orchestrator import AgentSpec, MeshOrchestrator
 from mesh.daemon._lifecycle import Lifecycle
-from mesh.daemon._rooms import RoomRoutes
+from mesh.daemon._rooms import RoomRoutes, path_segments
 from mesh.daemon._streams import serve_watcher
 from mesh.protocol import MethodName
 from registry import AgentId, AgentRecord, InvalidAgentRecord, SubscriberOverflow, UnknownAgent
@@ -129,7 +129,7 @@ class DaemonApi:
         return await self.lifecycle.run(request, self._route)
 
     async def _route(self, request: HttpRequest) -> HttpResponse:
-        parts = [p for p in request.path.split("/") if p]
+        parts = path_segments(request.path)
         route = (request.method, *parts)
         match route:
             case ("GET", "health"):
@@ -261,6 +261,7 @@ class DaemonApi:
         except msgspec.DecodeError as exc:
             return _error(400, f"invalid call: {exc}")
         self.calls_in_flight += 1
+        started = anyio.current_time()
         try:
             result = await self._mesh.call(
                 call.agent, call.method, call.params, timeout=call.timeout
@@ -270,7 +271,11 @@ class DaemonApi:
             return _error(status, str(exc), code=exc.code, data=exc.data)
         finally:
             self.calls_in_flight -= 1
-        return _json(200, {"result": result})
+        # The round trip as the daemon saw it, in the standard header for a server's
+        # own timings (what `mesh ping` reports; the body stays the call's result).
+        elapsed_ms = (anyio.current_time() - started) * 1000
+        timing = (("server-timing", f"call;dur={elapsed_ms:.3f}"),)
+        return HttpResponse(200, _JSON.encode({"result": result}), headers=timing)
 
     async def _broadcast(self, body: bytes) -> HttpResponse:
         try:

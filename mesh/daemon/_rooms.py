@@ -9,6 +9,7 @@ in order, from ``?since=SEQ`` on, then live until the room stops.
 from __future__ import annotations
 
 from typing import Any, Final
+from urllib.parse import unquote
 
 import msgspec
 import structlog
@@ -26,7 +27,7 @@ from mesh.rooms import (
 )
 from transports import CloseCode, HttpRequest, HttpResponse, WebSocketStream
 
-__all__ = ["RoomRoutes", "observer_room_id", "parse_since"]
+__all__ = ["RoomRoutes", "observer_room_id", "parse_since", "path_segments"]
 
 log = structlog.get_logger("mesh.daemon")
 
@@ -60,9 +61,14 @@ def parse_since(value: str | None) -> int | None:
     return int(value)
 
 
+def path_segments(path: str) -> list[str]:
+    """The path's non-empty segments, each percent-decoded (``a%2Fb`` is one id)."""
+    return [unquote(p) for p in path.split("/") if p]
+
+
 def observer_room_id(path: str) -> str | None:
     """``/rooms/{id}/events`` → ``id``; anything else → None."""
-    parts = [p for p in path.split("/") if p]
+    parts = path_segments(path)
     if len(parts) == 3 and parts[0] == "rooms" and parts[2] == "events":
         return parts[1]
     return None
