@@ -9,6 +9,7 @@ a daemon and conversation rooms built on top. The wire types are in
 from mesh._errors import (
     AgentUnavailable,
     CallTimeout,
+    ConnectFailed,
     ConnectionLost,
     ErrorCode,
     InvalidParams,
@@ -70,6 +71,7 @@ __all__ = [
     "AgentSpec",
     "AgentUnavailable",
     "CallTimeout",
+    "ConnectFailed",
     "ConnectionEvent",
     "ConnectionLost",
     "DialInSection",

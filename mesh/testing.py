@@ -37,9 +37,9 @@ from transports import (
     memory_stream_pair,
     open_http_server,
     open_websocket,
+    unwrap_single_error,
     websocket_upgrade_handler,
 )
-from transports._groups import unwrap_single_error
 
 __all__ = [
     "Daemon",
@@ -58,11 +58,18 @@ __all__ = [
 
 #: Starting a Python process on a loaded machine can take seconds; not minutes.
 SPAWN_TIMEOUT = 20.0
+#: The live echo agent, as ``python -m`` runs it.
+ECHO_MODULE = "mesh.agents.echo"
 
 
-def echo_agent_command(*extra: str) -> tuple[str, list[str]]:
-    """The command line that runs the live echo agent over stdio with this Python."""
-    return sys.executable, ["-m", "mesh.agents.echo", "--stdio", *extra]
+def echo_agent_command(*extra: str, backend: str | None = None) -> tuple[str, list[str]]:
+    """The command line that runs the live echo agent over stdio with this Python.
+
+    ``backend`` (``"asyncio"`` or ``"trio"``) picks the agent's event loop; tests pass
+    ``sniffio.current_async_library()`` to run it on their own.
+    """
+    chosen = ["--backend", backend] if backend is not None else []
+    return sys.executable, ["-m", ECHO_MODULE, "--stdio", *chosen, *extra]
 
 
 class NotificationRecorder:
@@ -107,7 +114,7 @@ async def open_echo_agent(
     ``backend`` picks the agent's event loop (default: the caller's).
     """
     command, args = echo_agent_command(
-        "--backend", backend or sniffio.current_async_library(), *extra_args
+        *extra_args, backend=backend or sniffio.current_async_library()
     )
     async with open_stdio_peer(command, args, agent="echo", config=config, handler=handler) as peer:
         yield peer
@@ -185,11 +192,16 @@ async def spawn_echo_server(
     backend: str | None = None,
     address: str = "127.0.0.1:0",
     extra_args: Sequence[str] = (),
+    module: str = ECHO_MODULE,
 ) -> AsyncIterator[EchoServer]:
-    """Run ``python -m mesh.agents.echo --http ADDRESS`` (port 0: any) and yield its addresses."""
-    command, args = echo_agent_command()
-    args = [a for a in args if a != "--stdio"]
-    args += ["--http", address, "--backend", backend or sniffio.current_async_library()]
+    """Run ``python -m mesh.agents.echo --http ADDRESS`` (port 0: any) and yield its addresses.
+
+    ``module`` runs another agent module the same way (one that adds tools to the echo
+    agent, say); it must take ``run_agent``'s flags and be importable from here.
+    """
+    command = sys.executable
+    args = ["-m", module, "--http", address]
+    args += ["--backend", backend or sniffio.current_async_library()]
     env = dict(os.environ)
     if token is not None:
         args += ["--token-env", "ECHO_TOKEN"]
@@ -244,8 +256,7 @@ async def spawn_dial_in_echo(
         return HttpResponse.error(404, "only /ws here")
 
     upgrade = websocket_upgrade_handler(accept, authenticator=TokenAuthenticator({token: "echo"}))
-    command, args = echo_agent_command()
-    args = [a for a in args if a != "--stdio"]
+    command, args = sys.executable, ["-m", ECHO_MODULE]
     async with links, incoming, open_http_server(no_http, upgrade_handler=upgrade) as server:
         args += ["--connect", f"{server.ws_url}/ws", "--token-env", "ECHO_TOKEN"]
         args += ["--backend", backend or sniffio.current_async_library()]

@@ -36,8 +36,7 @@ from mesh._rpc.reconnect import (
 from mesh._rpc.session import SessionConfig
 from mesh._sdk.agent import Agent
 from registry import AgentId, AgentRecord, AgentStatus, Registry, run_expiry
-from transports import FrameStream, memory_stream_pair
-from transports._groups import unwrap_single_error
+from transports import FrameStream, memory_stream_pair, unwrap_single_error
 
 __all__ = ["AgentSpec", "MeshOrchestrator", "Outcome", "local_connector"]
 

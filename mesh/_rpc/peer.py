@@ -42,8 +42,14 @@ from mesh._rpc.session import (
     SessionStatistics,
 )
 from mesh.protocol import MESH_CODEC, Codec, RequestId
-from transports import FrameRejected, FrameStream, FrameTooLarge, TransportClosed, TransportInfo
-from transports._groups import unwrap_single_error
+from transports import (
+    FrameRejected,
+    FrameStream,
+    FrameTooLarge,
+    TransportClosed,
+    TransportInfo,
+    unwrap_single_error,
+)
 
 __all__ = ["Peer", "RequestContext", "RequestHandler", "open_peer", "serve_peer"]
 

@@ -4,7 +4,7 @@
 :data:`transports.Connector`. One task owns the connection: it dials, runs the
 ``agent/info`` handshake and the ``on_connect`` hook, hands the peer to callers,
 waits for the link to die, and dials again after a full-jitter backoff
-(:mod:`mesh._rpc.backoff`). A call made while disconnected waits for the next
+(:mod:`mesh._backoff`). A call made while disconnected waits for the next
 connection within its own deadline, or fails at once if asked to. Calls in flight
 when the link drops fail with the drop's reason and are never resent: they may
 already have run. When the policy's attempts run out the peer gives up where
@@ -26,13 +26,13 @@ import anyio
 import anyio.abc
 import structlog
 
+from mesh._backoff import DEFAULT_BASE, DEFAULT_CAP, backoff
 from mesh._errors import CallTimeout, ConnectionLost, MeshError
-from mesh._rpc.backoff import DEFAULT_BASE, DEFAULT_CAP, backoff
+from mesh._rpc.boundary import map_transport_errors
 from mesh._rpc.connect import DEFAULT_CONNECT_TIMEOUT, handshake
 from mesh._rpc.peer import Peer, ProgressCallback, RequestHandler, open_peer
 from mesh._rpc.session import SessionConfig, SessionStatistics
-from transports import Connector, TransportError
-from transports._groups import unwrap_single_error
+from transports import Connector, TransportError, unwrap_single_error
 
 __all__ = [
     "ConnectionEvent",
@@ -376,7 +376,12 @@ class ReconnectingPeer:
         peer: Peer | None = None
         try:
             # One deadline bounds the dial, the handshake and the hook; lifted once up.
-            with anyio.CancelScope(deadline=anyio.current_time() + self._connect_timeout) as bound:
+            # What escapes is translated into the mesh's tree. No agent or transport: the
+            # messages built from it name the agent, and an opaque connector's own names where.
+            with (
+                anyio.CancelScope(deadline=anyio.current_time() + self._connect_timeout) as bound,
+                map_transport_errors(agent=None),
+            ):
                 async with (
                     self._connector() as stream,
                     open_peer(
@@ -396,7 +401,7 @@ class ReconnectingPeer:
                     finally:
                         self._went_down(peer)
             if peer is None and bound.cancelled_caught:
-                self._failed(TimeoutError(f"not connected within {self._connect_timeout:g} s"))
+                self._failed(CallTimeout(f"not connected within {self._connect_timeout:g} s"))
         except Exception as exc:
             if peer is None:
                 self._failed(exc)

@@ -110,13 +110,6 @@ class Tool:
             return self._finish(result)
         return result
 
-    async def invoke(self, ctx: RequestContext, arguments: Any) -> Any:
-        """Run the tool to the end and return its result."""
-        result = self.start(ctx, arguments)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
-
     async def _finish(self, pending: Awaitable[Any]) -> Any:
         try:
             return await pending

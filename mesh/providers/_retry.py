@@ -1,8 +1,8 @@
 """When to retry a provider call and how long to wait: pure functions, no I/O.
 
-The schedule is exponential backoff with full jitter (each wait is uniform in
-``[0, min(cap, base * 2**n))``), which spreads a crowd of clients that failed
-together. A ``Retry-After`` from the server wins over the schedule, bounded by
+The schedule is the mesh's one backoff (:mod:`mesh._backoff`: full jitter, each
+wait uniform in ``[0, min(cap, base * 2**n))``), which spreads a crowd of clients
+that failed together. A ``Retry-After`` from the server wins over the schedule, bounded by
 ``max_retry_after`` so one header cannot park a room for an hour. Randomness and
 the clock are parameters, so the tests pin every number without sleeping.
 """
@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+
+from mesh._backoff import backoff
 
 __all__ = [
     "RetryPolicy",
@@ -47,9 +49,7 @@ def backoff_schedule(
     ``random`` returns a float in ``[0, 1)``; pass ``lambda: 1.0`` to see the
     ceilings ``0.5, 1, 2, 4, 8, 8, ...``.
     """
-    for attempt in range(policy.max_retries):
-        ceiling = min(policy.cap, policy.base * 2.0**attempt)
-        yield ceiling * random()
+    return backoff(base=policy.base, cap=policy.cap, max_attempts=policy.max_retries, random=random)
 
 
 def parse_retry_after(value: str, *, now: datetime | None = None) -> float | None:

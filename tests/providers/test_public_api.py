@@ -11,7 +11,7 @@ from pathlib import Path
 import mesh.providers
 
 ROOT = Path(__file__).resolve().parents[2]
-CORE = {"mesh._errors", "mesh._public"}
+CORE = {"mesh._backoff", "mesh._errors", "mesh._public"}
 
 PUBLIC = {
     "AnthropicProvider",

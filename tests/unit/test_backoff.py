@@ -10,8 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mesh import ReconnectPolicy
-from mesh._rpc.backoff import DEFAULT_BASE, DEFAULT_CAP, backoff
-from mesh.providers import RetryPolicy, backoff_schedule
+from mesh._backoff import DEFAULT_BASE, DEFAULT_CAP, backoff
 
 
 def test_defaults_are_one_second_doubling_up_to_thirty() -> None:
@@ -76,14 +75,3 @@ def test_the_reconnect_policy_draws_its_waits_from_this_schedule() -> None:
 def test_the_reconnect_policy_rejects_nonsense(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         ReconnectPolicy(**kwargs)  # type: ignore[arg-type]
-
-
-@given(draw=st.floats(min_value=0.0, max_value=1.0, exclude_max=True))
-def test_the_providers_copy_of_the_schedule_stays_the_same(draw: float) -> None:
-    # mesh.providers may not import the rest of mesh, so it keeps its own generator;
-    # this keeps the two from drifting apart.
-    policy = RetryPolicy(max_retries=9)
-    ours = backoff(
-        base=policy.base, cap=policy.cap, max_attempts=policy.max_retries, random=lambda: draw
-    )
-    assert list(ours) == list(backoff_schedule(policy, random=lambda: draw))

@@ -5,10 +5,8 @@ before retry ``n`` (counting from 0) is uniform in ``[0, min(cap, base * 2**n))`
 over the whole range, not just near its top, is what keeps a crowd of clients that lost
 the same server from redialing it in lockstep. The schedule is kept apart from any loop
 (as websockets keeps ``backoff()`` apart from ``connect``), and randomness is a parameter,
-so it is tested without sleeping. The reconnect loop draws its waits from here;
-``mesh.providers`` keeps its own copy of the same schedule because that package
-imports nothing from the rest of ``mesh`` (a test pins this), and a unit test keeps
-the two equal.
+so it is tested without sleeping. The reconnect loop and the providers' retries
+both draw their waits from here.
 """
 
 from __future__ import annotations
