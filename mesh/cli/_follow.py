@@ -19,7 +19,7 @@ from urllib.parse import quote
 import anyio
 import msgspec
 
-from mesh._rpc.backoff import backoff
+from mesh._backoff import backoff
 from mesh.rooms import Room, RoomEvent, StoppedEvent, StopReason, WelcomeEvent, decode_event
 from transports import CloseCode, TransportClosed, open_websocket
 from transports._groups import unwrap_single_error

@@ -12,8 +12,8 @@ import httpx
 import pytest
 import sniffio
 
-from mesh.testing import spawn_daemon
-from tests.faults._helpers import REPOSITORY, HoldingServer, stop_and_kill
+from mesh.testing import EchoServer, spawn_daemon
+from tests.faults._helpers import HOLDING_AGENT, stop_and_kill, wait_holding
 
 pytestmark = pytest.mark.anyio
 
@@ -28,14 +28,12 @@ async def test_sigterm_answers_dial_in_calls_and_cuts_the_late_one_with_a_503(
     )
     env = {"HOLD_TOKEN": TOKEN}
     async with spawn_daemon(tmp_path, env=env, extra_args=["--drain-timeout", "2"]) as daemon:
-        command = [sys.executable, "-m", "tests.faults._holding_agent", "--connect", daemon.ws]
+        command = [sys.executable, "-m", HOLDING_AGENT, "--connect", daemon.ws]
         command += ["--id", "holder", "--token-env", "HOLD_TOKEN"]
         command += ["--backend", sniffio.current_async_library()]
-        agent = await anyio.open_process(
-            command, env={**os.environ, **env}, cwd=REPOSITORY, stderr=None
-        )
+        agent = await anyio.open_process(command, env={**os.environ, **env}, stderr=None)
         try:
-            holder = HoldingServer("", agent)
+            holder = EchoServer("", "", agent, None)  # for wait_holding: its stdout
             await daemon.wait_online("holder")
             replies: dict[float, httpx.Response] = {}
 
@@ -53,7 +51,7 @@ async def test_sigterm_answers_dial_in_calls_and_cuts_the_late_one_with_a_503(
                 for seconds in (0.5, 0.75, 600.0):
                     tg.start_soon(hold, seconds)
                 with anyio.fail_after(20):
-                    await holder.wait_holding(3)  # all three are in the agent's hands
+                    await wait_holding(holder, 3)  # all three are in the agent's hands
                 daemon.process.send_signal(signal.SIGTERM)
             with anyio.fail_after(20):
                 code = await daemon.process.wait()
