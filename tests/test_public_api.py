@@ -9,6 +9,7 @@ import transports
 def test_mesh_public_names() -> None:
     assert set(mesh.__all__) >= {
         "Agent",
+        "Caller",
         "Peer",
         "RequestContext",
         "open_peer",

@@ -21,7 +21,8 @@ from mesh._errors import (
     MeshError,
     MessageTooLarge,
 )
-from mesh._orchestrator.orchestrator import AgentSpec, MeshOrchestrator
+from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh._orchestrator.spec import AgentSpec
 from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._rooms import RoomRoutes, path_segments
 from mesh.daemon._streams import serve_watcher

@@ -271,6 +271,7 @@ async def test_giving_up_fails_waiters_and_new_calls_and_says_so(server: MemoryS
                 tg.start_soon(waiter)
                 await events.wait_for("gave_up")
             assert peer.closed and peer.state == "gave_up" and not peer.connected
+            await peer.wait_closed()  # returns at once: it will never connect again
             with pytest.raises(ConnectionLost, match="gave up reconnecting") as new_call:
                 await echo(peer, "still there?")
             with pytest.raises(ConnectionLost, match="gave up reconnecting"):
