@@ -259,6 +259,11 @@ class ReconnectingPeer:
             raise self._unavailable(method)
         peer.notify_nowait(method, params)
 
+    def fail_pending(self, reason: str) -> int:
+        """Fail the calls in flight on the current link (see :meth:`mesh.Peer.fail_pending`)."""
+        peer = self._live_peer()
+        return 0 if peer is None else peer.fail_pending(reason)
+
     async def wait_closed(self) -> None:
         """Wait until it will never connect again: closed, or gave up (see ``closed``)."""
         while self._ended is None:

@@ -20,6 +20,7 @@ from typing import Any, Final, Protocol
 import structlog
 
 from mesh._errors import (
+    AgentUnavailable,
     CallTimeout,
     ConnectionLost,
     ErrorCode,
@@ -281,6 +282,24 @@ class Session:
         if not self.closed:
             self._notify(CANCELLED, {"id": request_id, "reason": reason})
         return True
+
+    def fail_pending(self, reason: str) -> list[CallDone]:
+        """Fail every call of ours now with :class:`~mesh.AgentUnavailable` ``reason``.
+
+        For when the peer is known to be gone although the link is not (the registry
+        heard no heartbeat for its TTL): waiting out each call's own deadline would
+        only hide that. The peer is told ``cancelled`` for each, and the link stays
+        up, so a peer that was only frozen is usable again when it thaws.
+        """
+        events: list[CallDone] = []
+        for rid, pending in self._pending.items():
+            error = self._error(AgentUnavailable, reason, pending)
+            events.append(CallDone(rid, error=error))
+            if not self.closed:
+                self._notify(CANCELLED, {"id": rid, "reason": reason})
+        self._stats.calls_failed += len(self._pending)
+        self._pending.clear()
+        return events
 
     def send_notification(self, method: str, params: Any = None) -> None:
         self._raise_if_closed(method)

@@ -23,6 +23,7 @@ from mesh._errors import (
 )
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.spec import AgentSpec
+from mesh._orchestrator.view import LINK_STATUSES, AgentView
 from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._rooms import RoomRoutes, path_segments
 from mesh.daemon._streams import serve_watcher
@@ -85,17 +86,27 @@ def _error(status: int, message: str, **extra: Any) -> HttpResponse:
     return _json(status, {"error": {"status": status, "message": message, **extra}})
 
 
-def describe(record: AgentRecord, now: float, link_error: str | None = None) -> dict[str, Any]:
-    """An agent as the API shows it (times as seconds ago: the registry's clock is monotonic)."""
+def describe(
+    record: AgentRecord,
+    now: float,
+    link_error: str | None = None,
+    *,
+    status: str | None = None,
+    registered: bool = True,
+) -> dict[str, Any]:
+    """An agent as the API shows it (times as seconds ago: the registry's clock is monotonic).
+
+    An agent the registry does not hold (configured, not connected) has no times.
+    """
     shown: dict[str, Any] = {
         "id": record.id,
         "name": record.name,
         "transport": record.transport,
         "endpoint": record.endpoint,
-        "status": str(record.status),
+        "status": status or str(record.status),
         "capabilities": sorted(record.capabilities),
-        "last_seen_ago": round(max(0.0, now - record.last_seen), 3),
-        "registered_ago": round(max(0.0, now - record.registered_at), 3),
+        "last_seen_ago": round(max(0.0, now - record.last_seen), 3) if registered else None,
+        "registered_ago": round(max(0.0, now - record.registered_at), 3) if registered else None,
         "heartbeat_interval": record.heartbeat_interval,
         "heartbeat_ttl": record.heartbeat_ttl,
     }
@@ -104,9 +115,16 @@ def describe(record: AgentRecord, now: float, link_error: str | None = None) -> 
     return shown
 
 
-def mesh_error_status(exc: MeshError) -> int:
+def describe_view(view: AgentView, now: float) -> dict[str, Any]:
+    return describe(
+        view.record, now, view.link_error, status=view.status, registered=view.registered
+    )
+
+
+def mesh_error_status(exc: MeshError, *, known: bool = True) -> int:
+    """The HTTP status for a mesh error; ``known``: whether anyone configured the agent."""
     if isinstance(exc, AgentUnavailable):
-        return 404 if "no agent" in exc.message else 503
+        return 503 if known else 404
     if isinstance(exc, CallTimeout):
         return 504
     if isinstance(exc, ConnectionLost):
@@ -156,14 +174,16 @@ class DaemonApi:
         return _error(404, f"no route {request.method} {request.path}")
 
     def _health(self) -> HttpResponse:
-        stats = self._mesh.registry.statistics()
+        counts = dict.fromkeys(LINK_STATUSES, 0)
+        for view in self._mesh.views():
+            counts[view.status] = counts.get(view.status, 0) + 1
         return _json(
             200,
             {
                 "status": self.lifecycle.phase,
                 "uptime": round(anyio.current_time() - self._started, 3),
                 "calls_in_flight": self.calls_in_flight,
-                "agents": {"online": stats.online, "stale": stats.stale, "offline": stats.offline},
+                "agents": counts,
             },
         )
 
@@ -172,7 +192,7 @@ class DaemonApi:
 
     def _described(self) -> list[dict[str, Any]]:
         now = anyio.current_time()
-        return [describe(r, now, self._mesh.link_error(r.id)) for r in self._mesh.agents()]
+        return [describe_view(view, now) for view in self._mesh.views()]
 
     async def watch_agents(self, stream: WebSocketStream) -> None:
         """Send every agent as it is now, then each change of status, until the watcher leaves.
@@ -196,10 +216,10 @@ class DaemonApi:
             await stream.aclose(CloseCode.FELL_BEHIND, "fell behind the registry's changes")
 
     def _get(self, agent_id: str) -> HttpResponse:
-        record = self._mesh.registry.get(AgentId(agent_id))
-        if record is None:
-            return _error(404, f"no agent {agent_id!r} is registered")
-        return _json(200, describe(record, anyio.current_time(), self._mesh.link_error(agent_id)))
+        view = self._mesh.view(agent_id)
+        if view is None:
+            return _error(404, f"no agent {agent_id!r} is configured or registered")
+        return _json(200, describe_view(view, anyio.current_time()))
 
     def _register(self, body: bytes) -> HttpResponse:
         try:
@@ -268,7 +288,7 @@ class DaemonApi:
                 call.agent, call.method, call.params, timeout=call.timeout
             )
         except MeshError as exc:
-            status = mesh_error_status(exc)
+            status = mesh_error_status(exc, known=self._mesh.knows(call.agent))
             return _error(status, str(exc), code=exc.code, data=exc.data)
         finally:
             self.calls_in_flight -= 1

@@ -150,8 +150,12 @@ async def serve_daemon(
     async def dial_in(stream: WebSocketStream, agent_id: str | None) -> None:
         assert agent_id is not None  # the authenticator named it
         dial_ins.add(stream)
+
+        async def refuse(why: str) -> None:  # before the link closes: the code tells it why
+            await stream.aclose(CloseCode.FORBIDDEN, why[:120])
+
         try:
-            await orchestrator.serve_dial_in(stream, agent_id)
+            await orchestrator.serve_dial_in(stream, agent_id, refuse=refuse)
         except MeshError as exc:
             log.warning("daemon.dial_in_refused", agent=agent_id, error=str(exc))
             await stream.aclose(CloseCode.FORBIDDEN, str(exc)[:120])

@@ -7,7 +7,14 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from mesh import CallTimeout, ConnectionLost, ErrorCode, MessageTooLarge, ToolError
+from mesh import (
+    AgentUnavailable,
+    CallTimeout,
+    ConnectionLost,
+    ErrorCode,
+    MessageTooLarge,
+    ToolError,
+)
 from mesh._rpc.complaints import LOG_WINDOW
 from mesh._rpc.session import (
     CallDone,
@@ -371,3 +378,20 @@ def test_a_flood_of_bad_frames_is_answered_each_time_but_logged_once_per_window(
     assert logs[1]["more_since_last_line"] == 999
     assert logs[2]["count"] == 1 and logs[2]["total"] == 1002
     assert all(entry["log_level"] == "warning" for entry in logs)
+
+
+def test_fail_pending_fails_every_call_now_tells_the_peer_and_keeps_the_link() -> None:
+    client, server = pair()
+    first = client.send_request("slow", None, now=0.0)
+    second = client.send_request("slower", None, now=0.0)
+    deliver(client, server)
+    events = client.fail_pending("agent 'server' went offline: no heartbeat for 3.0 s")
+    assert [e.id for e in events] == [first, second]
+    assert all(isinstance(e.error, AgentUnavailable) for e in events)
+    assert "no heartbeat for 3.0 s" in str(events[0].error)
+    assert "method 'slow'" in str(events[0].error)
+    notices = decoded(client)
+    assert {n.payload.params["id"] for n in notices} == {first, second}
+    assert not client.closed and client.statistics().calls_in_flight == 0
+    third = client.send_request("again", None, now=1.0)  # the link is still usable
+    assert client.deadline_of(third) is not None
