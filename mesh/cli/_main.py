@@ -123,7 +123,8 @@ def cmd_agents(args: argparse.Namespace) -> int:
         return EXIT_OK
     rows = [("ID", "TRANSPORT", "STATUS", "LAST SEEN", "CAPABILITIES")]
     for agent in agents:
-        seen = f"{agent['last_seen_ago']:.1f}s ago"
+        ago = agent.get("last_seen_ago")
+        seen = "never" if ago is None else f"{ago:.1f}s ago"  # configured, not yet connected
         rows.append(
             (
                 agent["id"],

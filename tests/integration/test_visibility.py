@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 from pathlib import Path
 
 import anyio
@@ -85,3 +86,16 @@ async def test_an_agent_whose_info_names_another_id_is_closed_with_4003(tmp_path
                 await impostor.serve(link)
                 code = link.close_code
     assert code == 4003
+
+
+async def test_mesh_agents_lists_configured_agents_that_never_connected(tmp_path: Path) -> None:
+    manifests(tmp_path)
+    async with spawn_daemon(tmp_path, env={"CALLER_TOKEN": DIAL_IN_TOKEN}) as daemon:
+        with anyio.fail_after(60):
+            done = await anyio.run_process(
+                [sys.executable, "-m", "mesh.cli", "agents", "--url", daemon.http], check=False
+            )
+    rows = done.stdout.decode().splitlines()
+    assert done.returncode == 0, done.stderr.decode()
+    assert any(r.startswith("caller") and "waiting for dial-in" in r and "never" in r for r in rows)
+    assert any(r.startswith("echo-ws") and "offline" in r for r in rows)
