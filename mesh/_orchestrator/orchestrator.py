@@ -57,6 +57,11 @@ CLOSE_LINKS_TIMEOUT: Final = 10.0
 
 Refuse = Callable[[str], Awaitable[None]]
 
+#: Agent processes started at once (each start up to its handshake): a Python agent
+#: takes a core for a second or so to start, and twenty started together on a loaded
+#: two-core machine each missed the connect timeout, were killed, and started again.
+SPAWNS_AT_ONCE: Final = max(4, os.cpu_count() or 1)
+
 
 class MeshOrchestrator:
     """Connects agents, keeps the registry, and calls, routes and broadcasts.
@@ -86,6 +91,7 @@ class MeshOrchestrator:
         self._unusable: dict[str, str] = {}
         self._pending_specs = list(specs)
         self._tasks: anyio.abc.TaskGroup | None = None
+        self._spawns: anyio.CapacityLimiter | None = None  # made in the event loop
         self._router = Router(self)
         #: What :meth:`from_manifests` could not use (each also logged), in file order.
         self.manifest_errors: list[MeshError] = []
@@ -128,6 +134,7 @@ class MeshOrchestrator:
         with unwrap_single_error():
             async with anyio.create_task_group() as tg:
                 self._tasks = tg
+                self._spawns = anyio.CapacityLimiter(SPAWNS_AT_ONCE)
                 self.registry.add_listener(self._on_status_change)
                 await tg.start(run_expiry, self.registry)
                 for spec in self._pending_specs:
@@ -317,6 +324,7 @@ class MeshOrchestrator:
                 on_connect=connected,
                 on_event=on_event,
                 connect_timeout=self._connect_timeout,
+                admission=self._spawns if spec.transport == "stdio" else None,
             ) as peer:
                 link.peer = peer
                 link.settled.set()  # only now can calls be routed to it
