@@ -92,6 +92,7 @@ class MeshOrchestrator:
         self._pending_specs = list(specs)
         self._tasks: anyio.abc.TaskGroup | None = None
         self._spawns: anyio.CapacityLimiter | None = None  # made in the event loop
+        self._linked: anyio.Event | None = None  # likewise
         self._router = Router(self)
         #: What :meth:`from_manifests` could not use (each also logged), in file order.
         self.manifest_errors: list[MeshError] = []
@@ -140,6 +141,7 @@ class MeshOrchestrator:
                 for spec in self._pending_specs:
                     self.add_agent(spec)
                 self._pending_specs.clear()
+                self._linked_event().set()
                 # Give every agent its first chance to connect, bounded.
                 with anyio.move_on_after(self._connect_timeout + 1):
                     for link in list(self._links.values()):
@@ -335,6 +337,16 @@ class MeshOrchestrator:
             log.warning("mesh.agent_unreachable", agent=spec.id, error=str(exc))
         finally:
             link.settled.set()
+
+    async def wait_linked(self) -> None:
+        """Until every configured agent has its link: early in entering, before the agents
+        that are dialled have connected. From then on :meth:`serve_dial_in` may run."""
+        await self._linked_event().wait()
+
+    def _linked_event(self) -> anyio.Event:
+        if self._linked is None:
+            self._linked = anyio.Event()
+        return self._linked
 
     async def serve_dial_in(
         self, stream: FrameStream, agent_id: str, *, refuse: Refuse | None = None

@@ -36,7 +36,7 @@ import anyio.abc
 import msgspec
 import structlog
 
-from mesh._errors import MeshError
+from mesh._errors import MeshError, Unauthorized
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.daemon._api import DaemonApi
 from mesh.daemon._lifecycle import Lifecycle
@@ -156,9 +156,12 @@ async def serve_daemon(
 
         try:
             await orchestrator.serve_dial_in(stream, agent_id, refuse=refuse)
-        except MeshError as exc:
+        except Unauthorized as exc:  # closed with 4003 already, by refuse()
             log.warning("daemon.dial_in_refused", agent=agent_id, error=str(exc))
-            await stream.aclose(CloseCode.FORBIDDEN, str(exc)[:120])
+        except MeshError as exc:
+            # Not a refusal (its handshake timed out, its link dropped): it may dial
+            # again, so no 4003, which would tell it to stop for good.
+            log.info("daemon.dial_in_ended", agent=agent_id, error=str(exc))
         finally:
             dial_ins.discard(stream)
 
@@ -185,15 +188,19 @@ async def serve_daemon(
     )
 
     async def upgrade(stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes) -> None:
-        # /ws is for agents (token required); /agents/events and /rooms/{id}/events
-        # are for observers. Nothing is served before the agents are linked.
-        await api.lifecycle.wait_serving()
+        # /ws is for agents (token required): served as soon as the links exist, so an
+        # agent that dials in while the others start is not kept waiting past its own
+        # connect timeout. /agents/events and /rooms/{id}/events are for observers,
+        # served once the daemon is up.
         if request.path.rstrip("/") == AGENT_EVENTS:
             chosen = watch_upgrade
         elif observer_room_id(request.path):
             chosen = observer_upgrade
         else:
+            await orchestrator.wait_linked()
             chosen = dial_in_upgrade
+        if chosen is not dial_in_upgrade:
+            await api.lifecycle.wait_serving()
         await chosen(stream, request, trailing)
 
     http_config = HttpServerConfig(max_body_size=settings.max_body_size)
