@@ -7,7 +7,7 @@ process (found as ``agent``, or as the only ``Agent`` in the module); a manifest
 is started or dialled as the daemon would. Then:
 
 * with ``--call TOOL [--arg K=V …] [--json OBJECT]``: one call, its result as JSON
-  on stdout, progress live on stderr, and the exit codes of :mod:`mesh.cli._main`;
+  on stdout, progress live on stderr, and the CLI's exit codes;
 * on a terminal (or with ``--interactive``): the tools, then a prompt that takes
   ``TOOL k=v …`` lines (``help`` shows the tools again, ``quit`` or Ctrl-D ends);
 * otherwise: the agent and its tools, with their argument types, then exit.
@@ -15,6 +15,7 @@ is started or dialled as the daemon would. Then:
 Errors are shown the way an author needs them: the message and where (the
 argument path for invalid arguments, with the tool's usage line), and for an
 agent served in-process the traceback of the tool that raised, logged on stderr.
+Exit codes are the CLI's (:mod:`mesh.cli._codes`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ from mesh._errors import (
 )
 from mesh._sdk.agent import Agent
 from mesh._text import json_text, printable
+from mesh.cli._codes import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TIMEOUT,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+)
 from mesh.cli._tools_table import format_tools, usage
 
 if TYPE_CHECKING:
@@ -53,12 +62,6 @@ if TYPE_CHECKING:
 __all__ = ["add_dev_commands", "load_agent"]
 
 Request = Callable[..., Any]
-
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_USAGE: Final = 2
-EXIT_UNAVAILABLE: Final = 4
-EXIT_TIMEOUT: Final = 5
 
 #: How long an agent gets to answer ``agent/info`` once started (a cold Python start is slow).
 CONNECT_TIMEOUT: Final = 20.0
@@ -360,7 +363,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     except MeshError as exc:  # the agent would not start, or would not answer
         return _refuse(_exit_code(exc) if not isinstance(exc, RemoteError) else 1, str(exc))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _refuse(code: int, message: str) -> int:

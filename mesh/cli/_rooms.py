@@ -1,13 +1,17 @@
 """``mesh room …``: conversation rooms from the command line.
 
 ``run`` creates a room on the daemon and prints it live (coloured on a TTY) by
-watching ``/rooms/{id}/events`` over WebSocket until it stops, then prints the
-stop reason; ``watch`` does the same for a room that exists (from its first
-event, or ``--since SEQ``). ``list`` and ``show`` read rooms, ``export`` writes a
-transcript as Markdown or as the JSONL event log, and ``pause``, ``resume``,
-``stop`` and ``delete`` steer one. Every command uses the daemon's documented
-routes and the exit codes of :mod:`mesh.cli._main` (a room that does not exist
-is 4, one that cannot do what was asked, such as resuming a finished room, is 1).
+watching ``/rooms/{id}/events`` over WebSocket (resuming from the last event it
+printed when the stream drops), until it stops; it prints the stop reason and
+exits with the status that reason maps to (:data:`~mesh.cli._codes.ROOM_EXITS`).
+Ctrl-C detaches and says how to stop the room, or stops it with
+``--stop-on-interrupt``. ``watch`` follows a room that exists the same way (from
+its first event, or after ``--since SEQ``). ``list`` and ``show`` read rooms,
+``export`` writes a transcript as Markdown or as the JSONL event log, and
+``pause``, ``resume``, ``stop`` and ``delete`` steer one. Every command uses the
+daemon's documented routes and the exit codes of :mod:`mesh.cli._codes` (a room
+that does not exist is 4, one that cannot do what was asked, such as resuming a
+finished room, is 1).
 
 Text that agents or clients wrote is escaped before it reaches the terminal
 (:mod:`mesh._text`); ``--json`` and ``export --format jsonl`` print exact JSON.
@@ -18,25 +22,27 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import msgspec
 
 from mesh._text import json_text, printable, safe_json
-from mesh.cli._connection import add_connection_arguments, ssl_context, token_for, ws_url
+from mesh.cli._codes import EXIT_INTERRUPTED, EXIT_UNREACHABLE, ROOM_EXITS
+from mesh.cli._connection import add_connection_arguments, ssl_context, token_for
+from mesh.cli._follow import follow_until_interrupted
 from mesh.rooms import (
     MessageEvent,
     Room,
+    RoomEvent,
     RoomSnapshot,
-    StoppedEvent,
-    WelcomeEvent,
     decode_event,
     encode_event,
     format_event,
     transcript_markdown,
 )
-from transports import TransportClosed, open_websocket
 
 __all__ = ["add_room_commands"]
 
@@ -46,22 +52,37 @@ Request = Callable[..., Any]
 TOPIC_WIDTH = 48
 
 
-async def _follow(args: argparse.Namespace, room_id: str, color: bool, since: int = 0) -> str:
-    """Print a room's events as they happen; returns the stop reason."""
-    room: Room | None = None
-    query = f"?since={since}" if since else ""
-    url = f"{ws_url(args.url)}/rooms/{room_id}/events{query}"
-    async with open_websocket(url, token=token_for(args), ssl_context=ssl_context(args)) as stream:
-        while True:
-            try:
-                event = decode_event(await stream.receive())
-            except TransportClosed as closed:
-                return f"observer closed: {printable(closed.reason)}"
-            if isinstance(event, WelcomeEvent):
-                room = event.room
-            print(format_event(event, room=room, color=color), flush=True)
-            if isinstance(event, StoppedEvent):
-                return str(event.reason)
+def room_path(room_id: str, *rest: str) -> str:
+    """``/rooms/{id}/...`` with the id escaped: ``../health`` names a room, not a route."""
+    return "/".join(("", "rooms", quote(room_id, safe=""), *rest))
+
+
+def _follow(args: argparse.Namespace, room_id: str, since: int = 0) -> int | None:
+    """Print the room's events until it stops; its exit status, or None on Ctrl-C."""
+    color = sys.stdout.isatty()
+
+    def show(event: RoomEvent, room: Room | None) -> None:
+        print(format_event(event, room=room, color=color), flush=True)
+
+    followed = anyio.run(
+        partial(
+            follow_until_interrupted,
+            args.url,
+            room_id,
+            show,
+            token=token_for(args),
+            ssl_context=ssl_context(args),
+            since=since,
+        )
+    )
+    if followed is None:
+        return None
+    if followed.reason is None:
+        print(f"mesh: room {printable(room_id)}: {printable(followed.detail)}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    stopped = f"{followed.reason} ({printable(followed.detail)})"
+    print(f"room {printable(room_id)} stopped: {stopped}", file=sys.stderr)
+    return ROOM_EXITS[followed.reason]
 
 
 def cmd_room_run(args: argparse.Namespace, request: Request) -> int:
@@ -74,22 +95,37 @@ def cmd_room_run(args: argparse.Namespace, request: Request) -> int:
     room_id = created["room"]["id"]
     members = ", ".join(printable(agent) for agent in args.agent)
     print(f'room {printable(room_id)}: "{printable(args.topic)}" with {members}', file=sys.stderr)
-    reason = anyio.run(_follow, args, room_id, sys.stdout.isatty())
-    print(f"room {printable(room_id)} stopped: {reason}", file=sys.stderr)
-    return 0
+    code = _follow(args, room_id)
+    return _interrupted(args, request, room_id) if code is None else code
+
+
+def _interrupted(args: argparse.Namespace, request: Request, room_id: str) -> int:
+    shown = printable(room_id)
+    if args.stop_on_interrupt:
+        request(args, "POST", room_path(room_id, "stop"))
+        print(f"mesh: interrupted; room {shown} stopped", file=sys.stderr)
+    else:
+        print(
+            f"mesh: interrupted; room {shown} is still running on the daemon. "
+            f"Stop it with: mesh room stop {shown} (POST {printable(room_path(room_id, 'stop'))})",
+            file=sys.stderr,
+        )
+    return EXIT_INTERRUPTED
 
 
 def cmd_room_watch(args: argparse.Namespace, request: Request) -> int:
-    request(args, "GET", f"/rooms/{args.room}")  # a missing room is exit 4, before any WebSocket
-    reason = anyio.run(_follow, args, args.room, sys.stdout.isatty(), args.since)
-    print(f"room {printable(args.room)} stopped: {reason}", file=sys.stderr)
-    return 0
+    request(args, "GET", room_path(args.room))  # a missing room is exit 4, before any WebSocket
+    code = _follow(args, args.room, args.since)
+    if code is None:
+        print(f"mesh: interrupted; room {printable(args.room)} runs on", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return code
 
 
 def _snapshot(
     args: argparse.Namespace, request: Request
 ) -> tuple[RoomSnapshot, list[MessageEvent]]:
-    shown = request(args, "GET", f"/rooms/{args.room}")
+    shown = request(args, "GET", room_path(args.room))
     snapshot = msgspec.convert(shown["room"], RoomSnapshot)
     messages = [msgspec.convert(m, MessageEvent) for m in shown["transcript"]]
     return snapshot, messages
@@ -118,7 +154,7 @@ def cmd_room_export(args: argparse.Namespace, request: Request) -> int:
         snapshot, messages = _snapshot(args, request)
         sys.stdout.write(transcript_markdown(snapshot, messages))
         return 0
-    events = request(args, "GET", f"/rooms/{args.room}/events")["events"]
+    events = request(args, "GET", room_path(args.room, "events"))["events"]
     for event in events:
         line = encode_event(decode_event(msgspec.json.encode(event))).decode()
         sys.stdout.write(safe_json(line) + "\n")
@@ -150,7 +186,7 @@ def cmd_room_list(args: argparse.Namespace, request: Request) -> int:
 
 def _steer(verb: str) -> Callable[[argparse.Namespace, Request], int]:
     def command(args: argparse.Namespace, request: Request) -> int:
-        steered = request(args, "POST", f"/rooms/{args.room}/{verb}")
+        steered = request(args, "POST", room_path(args.room, verb))
         snapshot = msgspec.convert(steered, RoomSnapshot)
         print(f"room {printable(snapshot.id)}: {_status_line(snapshot)}")
         return 0
@@ -159,7 +195,7 @@ def _steer(verb: str) -> Callable[[argparse.Namespace, Request], int]:
 
 
 def cmd_room_delete(args: argparse.Namespace, request: Request) -> int:
-    request(args, "DELETE", f"/rooms/{args.room}")
+    request(args, "DELETE", room_path(args.room))
     print(f"room {printable(args.room)} deleted")
     return 0
 
@@ -185,6 +221,11 @@ def add_room_commands(
     run.add_argument("--max-turns", type=int)
     run.add_argument("--mode", choices=("chat", "review"), default="chat")
     run.add_argument("--id", help="the room's id (default: generated)")
+    run.add_argument(
+        "--stop-on-interrupt",
+        action="store_true",
+        help="Ctrl-C stops the room too (by default it detaches and the room runs on)",
+    )
 
     watch = command("watch", "print a room's events live until it stops", cmd_room_watch)
     watch.add_argument("room")
