@@ -69,3 +69,14 @@ def test_a_persona_agent_starts_without_warnings(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "Warning" not in result.stderr
     assert "--provider" in result.stdout
+
+
+def test_library_code_logs_only_through_the_quiet_loggers() -> None:
+    """``structlog.get_logger`` straight would print to stdout before configuration."""
+    offenders = [
+        str(path.relative_to(ROOT))
+        for package in ("mesh", "transports", "registry")
+        for path in (ROOT / package).rglob("*.py")
+        if path.name != "_logging.py" and "structlog.get_logger(" in path.read_text()
+    ]
+    assert offenders == [], "use mesh._logging.get_logger (or the package's _logging)"

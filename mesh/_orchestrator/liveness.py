@@ -15,15 +15,15 @@ from collections.abc import Mapping
 from typing import Final
 
 import anyio
-import structlog
 
 from mesh._errors import MeshError
+from mesh._logging import get_logger
 from mesh._orchestrator.view import Link
 from registry import AgentId, ChangeKind, Registry, StatusChange
 
 __all__ = ["PROBE_AT", "fail_calls_when_offline", "probe"]
 
-log = structlog.get_logger("mesh.orchestrator")
+log = get_logger("mesh.orchestrator")
 
 #: Probes go out this far into an interval after the last beat: the answer then has
 #: the other half to arrive before the registry's stale deadline (``last_seen +

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-import structlog
+from mesh._logging import get_logger
 
 __all__ = ["LOG_WINDOW", "InputComplaints"]
 
-log = structlog.get_logger("mesh.session")
+log = get_logger("mesh.session")
 
 #: One line per connection per this many seconds: a flood of 20,000 bad frames
 #: costs a handful of lines, and a single bad frame is still logged at once.

@@ -30,11 +30,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
 import anyio
-import structlog
 
 from mesh._errors import MeshError
 from mesh._gc import tune_for_serving
-from mesh._logging import configure_logging
+from mesh._logging import configure_logging, get_logger
 from mesh._rpc.session import SessionConfig
 from mesh._sdk.agent import Agent
 from mesh._sdk.serve import open_agent_server, serve_agent_dial_in
@@ -43,7 +42,7 @@ from transports._groups import unwrap_single_error
 
 __all__ = ["run_agent"]
 
-log = structlog.get_logger("mesh.agent")
+log = get_logger("mesh.agent")
 
 #: Exit status when the agent cannot start or was refused (scripts can rely on it).
 EXIT_REFUSED = 3

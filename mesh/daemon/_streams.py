@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import anyio
-import structlog
 
+from mesh._logging import get_logger
 from transports import FrameTooLarge, TransportClosed, WebSocketStream
 
 __all__ = ["serve_watcher"]
 
-log = structlog.get_logger("mesh.daemon")
+log = get_logger("mesh.daemon")
 
 
 async def serve_watcher(stream: WebSocketStream, produce: Callable[[], Awaitable[None]]) -> None:
