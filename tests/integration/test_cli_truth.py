@@ -13,7 +13,6 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
-import httpx
 import pytest
 
 from mesh.cli._codes import (
@@ -23,7 +22,7 @@ from mesh.cli._codes import (
     EXIT_INTERRUPTED,
     EXIT_UNAVAILABLE,
 )
-from mesh.testing import spawn_daemon
+from mesh.testing import Daemon, spawn_daemon
 from tests.integration._daemon import persona_manifest
 from transports import HttpRequest, HttpResponse, open_http_server
 
@@ -40,13 +39,19 @@ args = ["-m", "mesh.agents.echo", "--stdio", "--id", "{id}"]
 """
 
 
-async def mesh(*args: str, url: str | None = None) -> anyio.abc.Process:
-    env = {**os.environ, **({"MESH_URL": url} if url else {})}
-    return await anyio.open_process([*MESH, *args], env=env)
+def cli_env(url: str | Daemon | None) -> dict[str, str]:
+    """A daemon's URL and admin token (``Daemon.env``), a bare URL, or neither."""
+    if isinstance(url, Daemon):
+        return url.env()
+    return {**os.environ, **({"MESH_URL": url} if url else {})}
 
 
-async def run(*args: str, url: str | None = None) -> tuple[int, str, str]:
-    env = {**os.environ, **({"MESH_URL": url} if url else {})}
+async def mesh(*args: str, url: str | Daemon | None = None) -> anyio.abc.Process:
+    return await anyio.open_process([*MESH, *args], env=cli_env(url))
+
+
+async def run(*args: str, url: str | Daemon | None = None) -> tuple[int, str, str]:
+    env = cli_env(url)
     with anyio.fail_after(60):
         done = await anyio.run_process([*MESH, *args], env=env, check=False)
     return done.returncode, done.stdout.decode(), done.stderr.decode()
@@ -89,7 +94,7 @@ async def test_ping_reports_the_round_trip_the_daemon_measured(tmp_path: Path) -
     (tmp_path / "echo.toml").write_text(ECHO.format(id="echo"))
     async with spawn_daemon(tmp_path) as daemon:
         await daemon.wait_online("echo")
-        async with httpx.AsyncClient(base_url=daemon.http) as http:
+        async with daemon.client() as http:
             reply = await http.post("/rpc", json={"agent": "echo", "method": "ping"})
         assert reply.headers["server-timing"].startswith("call;dur=")
         assert reply.json().keys() == {"result"}
@@ -97,7 +102,7 @@ async def test_ping_reports_the_round_trip_the_daemon_measured(tmp_path: Path) -
 
 async def test_a_room_id_is_escaped_not_resolved_as_a_path(tmp_path: Path) -> None:
     async with spawn_daemon(tmp_path, extra_args=["--data-dir", str(tmp_path / "d")]) as daemon:
-        code, out, err = await run("room", "show", "../health", url=daemon.http)
+        code, out, err = await run("room", "show", "../health", url=daemon)
     assert code == EXIT_UNAVAILABLE, out + err
     assert err.strip() == "mesh: no room '../health'"
 
@@ -137,7 +142,7 @@ async def test_room_run_exits_1_when_the_room_stops_with_error(tmp_path: Path) -
     async with spawn_daemon(tmp_path, extra_args=args) as daemon:
         await daemon.wait_online("alpha", "beta")
         code, _, err = await run(
-            "room", "run", "--topic", "x", "--agent", "alpha", "--agent", "beta", url=daemon.http
+            "room", "run", "--topic", "x", "--agent", "alpha", "--agent", "beta", url=daemon
         )
     assert code == EXIT_FAILED, err
     assert "stopped: ERROR" in err and "Traceback" not in err
@@ -163,14 +168,14 @@ async def test_ctrl_c_detaches_cleanly_and_says_how_to_stop_the_room(
         await daemon.wait_online("alice", "bob")
         flags = ["--id", "tea", "--agent", "alice", "--agent", "bob", "--topic", "Tea?"]
         flags += ["--stop-on-interrupt"] if stop else []
-        cli = await mesh("room", "run", *flags, url=daemon.http)
+        cli = await mesh("room", "run", *flags, url=daemon)
         async with cli:
             with anyio.fail_after(30):
                 await read_until(cli, b"Bob")  # joined: the room is running
                 cli.send_signal(signal.SIGINT)
                 code = await cli.wait()
                 err = (await read_all(cli.stderr)).decode()
-        async with httpx.AsyncClient(base_url=daemon.http) as http:
+        async with daemon.client() as http:
             room = (await http.get("/rooms/tea")).json()["room"]
     assert code == EXIT_INTERRUPTED
     assert "Traceback" not in err
@@ -194,7 +199,8 @@ async def test_room_run_follows_through_a_daemon_restart_printing_every_turn_onc
         await first.wait_online("alice", "bob")
         port = first.http.rsplit(":", 1)[1]
         flags = ["--id", "r", "--agent", "alice", "--agent", "bob", "--topic", "Tea?"]
-        cli = await mesh("room", "run", *flags, "--max-turns", "10", url=first.http)
+        # The restarted daemon keeps its data directory, so the same admin token.
+        cli = await mesh("room", "run", *flags, "--max-turns", "10", url=first)
         with anyio.fail_after(60):
             printed = await read_until(cli, b"), turn 3")
         first.process.send_signal(signal.SIGKILL)  # the observer stream drops mid-room
