@@ -26,7 +26,7 @@ import msgspec
 
 from mesh._errors import AgentUnavailable, MeshError, Unauthorized
 from mesh._logging import get_logger
-from mesh._orchestrator.links import links_from_manifests
+from mesh._orchestrator.links import ManifestLinks, links_from_manifests
 from mesh._orchestrator.liveness import fail_calls_when_offline, probe
 from mesh._orchestrator.router import Router
 from mesh._orchestrator.spec import AgentSpec, Outcome
@@ -117,7 +117,14 @@ class MeshOrchestrator:
         tokens of agents that dial in go to ``dial_in_tokens``. ``kwargs`` go to
         the constructor.
         """
-        links = links_from_manifests(directory, environ=environ)
+        return cls.from_links(links_from_manifests(directory, environ=environ), **kwargs)
+
+    @classmethod
+    def from_links(cls, links: ManifestLinks, **kwargs: Any) -> Self:
+        """Link what :func:`links_from_manifests` loaded, keeping why an agent cannot connect.
+
+        For a caller that needs ``links`` itself (the daemon's gate takes its tokens).
+        """
         orchestrator = cls(links.specs, **kwargs)
         orchestrator._unusable.update(links.unusable)
         orchestrator.manifest_errors.extend(links.errors)

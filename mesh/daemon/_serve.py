@@ -101,8 +101,7 @@ async def serve_daemon(
     # Logs each broken manifest (invalid, unusable, or a dial-in token unset) and goes on.
     links = links_from_manifests(settings.manifests, environ=environ)
     gate = _gate(settings, links.tokens)
-    admin_file = gate.store.ensure_admin()
-    orchestrator = MeshOrchestrator(links.specs)
+    orchestrator = MeshOrchestrator.from_links(links)
     rooms = RoomManager.for_orchestrator(orchestrator, settings.data_dir)
     dial_ins: set[WebSocketStream] = set()
 
@@ -162,6 +161,8 @@ async def serve_daemon(
     async with AsyncExitStack() as stack:
         # The port first: a busy port must fail before any agent process is started.
         server = await _listen(stack, settings, api.handle, upgrade, http_config, ssl_context)
+        # After the port: a daemon that cannot listen leaves no token behind and says one line.
+        admin_file = gate.store.ensure_admin()
         await stack.enter_async_context(orchestrator)
         await stack.enter_async_context(rooms)
         background = await stack.enter_async_context(anyio.create_task_group())

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 
 from mesh.daemon import DaemonSettings, serve_daemon
-from transports import open_websocket
+from transports import WebSocketStream, open_websocket
 
 
 def persona_manifest(
@@ -45,14 +46,33 @@ delay = {delay}
 
 @dataclass(frozen=True, slots=True)
 class InProcessDaemon:
+    """The daemon's URLs and the admin token it wrote to ``<data_dir>/admin.token``."""
+
     http: str
     ws: str
+    token: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def client(self) -> httpx.AsyncClient:
+        """An HTTP client on the daemon that presents the admin token."""
+        return httpx.AsyncClient(base_url=self.http, headers=self.headers)
+
+    def events_url(self, path: str) -> str:
+        """The WebSocket URL of ``path`` with the token in ``?token=`` (as a browser sends it)."""
+        return f"{self.ws.removesuffix('/ws')}{path}?token={self.token}"
+
+    def open_events(self, path: str) -> AbstractAsyncContextManager[WebSocketStream]:
+        """A WebSocket on ``path`` (``/agents/events``, ``/rooms/ID/events``) with the token."""
+        return open_websocket(self.ws.removesuffix("/ws") + path, token=self.token)
 
     async def wait_online(self, *agent_ids: str, timeout: float = 20) -> dict[str, Any]:
         """Until every named agent is online, watching ``/agents/events`` (no polling)."""
         agents: dict[str, Any] = {}
         with anyio.fail_after(timeout):
-            async with open_websocket(self.ws.removesuffix("/ws") + "/agents/events") as events:
+            async with self.open_events("/agents/events") as events:
                 while not all(agents.get(a, {}).get("status") == "online" for a in agent_ids):
                     event = json.loads(await events.receive())
                     shown = event["agents"] if event["type"] == "snapshot" else [event["agent"]]
@@ -68,5 +88,7 @@ async def serve_in_process(
     chosen = DaemonSettings(port=0, manifests=str(manifests), data_dir=str(data_dir), **settings)
     async with anyio.create_task_group() as tg:
         url = await tg.start(partial(serve_daemon, chosen, handle_signals=False))
-        yield InProcessDaemon(url, "ws" + url.removeprefix("http") + "/ws")
+        # The daemon wrote its admin token before it started listening.
+        token = (await (anyio.Path(data_dir) / "admin.token").read_text()).strip()
+        yield InProcessDaemon(url, "ws" + url.removeprefix("http") + "/ws", token)
         tg.cancel_scope.cancel()

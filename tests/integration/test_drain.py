@@ -44,7 +44,7 @@ async def test_sigterm_answers_dial_in_calls_and_cuts_the_late_one_with_a_503(
                     "params": {"name": "hold", "arguments": {"seconds": seconds}},
                     "timeout": 120,
                 }
-                async with httpx.AsyncClient(base_url=daemon.http, timeout=60) as http:
+                async with daemon.client(timeout=60) as http:
                     replies[seconds] = await http.post("/rpc", json=body)
 
             async with anyio.create_task_group() as tg:

@@ -13,7 +13,6 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import httpx
 import pytest
 import sniffio
 
@@ -80,7 +79,7 @@ async def test_after_a_restart_a_room_waits_for_dial_in_members_and_finishes(
                 )
             await first.wait_online("alice", "bob")
             port = first.http.rsplit(":", 1)[1]
-            async with httpx.AsyncClient(base_url=first.http) as http:
+            async with first.client() as http:
                 spec: dict[str, Any] = {"id": "r", "topic": "Tea?", "members": ["alice", "bob"]}
                 spec["limits"] = {"max_turns": 10}
                 assert (await http.post("/rooms", json=spec)).status_code == 201

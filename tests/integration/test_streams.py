@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import anyio
-import httpx
 import pytest
 
 from tests.integration._daemon import persona_manifest, serve_in_process
@@ -30,14 +29,13 @@ async def test_watchers_and_observers_stay_up_through_many_keepalive_rounds(
     settings = {"ping_interval": PING, "ping_timeout": PONG_WAIT}
     async with serve_in_process(manifests, tmp_path / "data", **settings) as daemon:
         await daemon.wait_online("alice", "bob")
-        async with httpx.AsyncClient(base_url=daemon.http) as http:
+        async with daemon.client() as http:
             spec = {"id": "long", "topic": "Tea?", "members": ["alice", "bob"]}
             assert (await http.post("/rooms", json=spec)).status_code == 201
-        base = daemon.ws.removesuffix("/ws")
         with anyio.fail_after(30):
             async with (
-                open_raw_websocket(f"{base}/agents/events") as agents,
-                open_raw_websocket(f"{base}/rooms/long/events") as room,
+                open_raw_websocket(daemon.events_url("/agents/events")) as agents,
+                open_raw_websocket(daemon.events_url("/rooms/long/events")) as room,
             ):
                 seen: dict[str, list[bytes]] = {}
 

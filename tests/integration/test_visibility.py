@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import anyio
-import httpx
 import pytest
 
 from mesh import Agent
@@ -47,7 +46,7 @@ async def test_configured_agents_are_listed_counted_and_answered_503_with_the_re
     env = {"CALLER_TOKEN": DIAL_IN_TOKEN}
     async with (
         spawn_daemon(tmp_path, env=env) as daemon,
-        httpx.AsyncClient(base_url=daemon.http) as http,
+        daemon.client() as http,
     ):
         listed = {a["id"]: a for a in (await http.get("/agents")).json()["agents"]}
         assert listed["echo-http"]["status"] == "connecting"
@@ -93,7 +92,9 @@ async def test_mesh_agents_lists_configured_agents_that_never_connected(tmp_path
     async with spawn_daemon(tmp_path, env={"CALLER_TOKEN": DIAL_IN_TOKEN}) as daemon:
         with anyio.fail_after(60):
             done = await anyio.run_process(
-                [sys.executable, "-m", "mesh.cli", "agents", "--url", daemon.http], check=False
+                [sys.executable, "-m", "mesh.cli", "agents", "--url", daemon.http],
+                env=daemon.env(),
+                check=False,
             )
     rows = done.stdout.decode().splitlines()
     assert done.returncode == 0, done.stderr.decode()
