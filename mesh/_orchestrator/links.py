@@ -7,8 +7,9 @@ the daemon's :class:`~transports.TokenAuthenticator`, as digests).
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from mesh.manifests._load import (
     DialInSection,
     HttpSection,
     Manifest,
+    ManifestError,
     StdioSection,
     WebSocketSection,
     load_manifests,
@@ -30,7 +32,20 @@ from transports import (
     open_websocket,
 )
 
-__all__ = ["dial_in_tokens", "spec_from_manifest", "specs_from_manifests"]
+__all__ = [
+    "PROTOCOL_ADAPTERS",
+    "ProtocolAdapter",
+    "dial_in_tokens",
+    "spec_from_manifest",
+    "specs_from_manifests",
+]
+
+#: Builds the connector for an agent whose transport speaks another protocol
+#: (``protocol = "mcp"``): given the manifest, the spec made so far and the environment.
+ProtocolAdapter = Callable[[Manifest, AgentSpec, Mapping[str, str] | None], Connector]
+#: By protocol name. :mod:`mesh.mcp` adds "mcp" when imported (``import mesh`` does);
+#: the wing that knows a protocol sits above this one, so it registers itself here.
+PROTOCOL_ADAPTERS: dict[str, ProtocolAdapter] = {}
 
 
 def spec_from_manifest(
@@ -62,7 +77,7 @@ def spec_from_manifest(
         kind, endpoint = "websocket", transport.endpoint
     else:
         connector, kind = None, "websocket"  # dial-in is a direction; the wire is WebSocket
-    return AgentSpec(
+    spec = AgentSpec(
         manifest.id,
         connector,
         name=manifest.name,
@@ -75,6 +90,17 @@ def spec_from_manifest(
         max_frame_size=limit,
         metadata=dict(manifest.metadata),
     )
+    protocol = getattr(transport, "protocol", "mesh")
+    if protocol == "mesh":
+        return spec
+    adapter = PROTOCOL_ADAPTERS.get(protocol)
+    if adapter is None:
+        raise ManifestError(
+            f"no adapter for protocol {protocol!r} is loaded (import mesh.mcp)",
+            field="$.transport.protocol",
+            agent=manifest.id,
+        )
+    return dataclasses.replace(spec, connector=adapter(manifest, spec, environ))
 
 
 def specs_from_manifests(

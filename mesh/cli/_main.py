@@ -202,6 +202,28 @@ def cmd_ping(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from functools import partial
+
+    import anyio
+
+    from mesh._errors import ConnectionLost
+    from mesh._logging import configure_logging
+    from mesh.mcp._relay import relay_stdio
+
+    configure_logging(level="warning")  # stderr: stdout carries the MCP frames
+    token = args.token or os.environ.get("MESH_TOKEN") or None
+    try:
+        anyio.run(partial(relay_stdio, args.url, token=token), backend=args.backend)
+    except ConnectionLost as exc:
+        _fail(EXIT_UNREACHABLE, str(exc))
+    except ValueError as exc:
+        _fail(EXIT_USAGE, str(exc))
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from mesh.manifests._validate import validate_manifests
 
@@ -288,6 +310,16 @@ def build_parser() -> argparse.ArgumentParser:
     ping.set_defaults(func=cmd_ping)
 
     add_room_commands(sub, client, _request)
+
+    mcp = client(
+        "mcp",
+        "serve the daemon's agents to an MCP host over stdio (docs/mcp.md)",
+    )
+    mcp.add_argument("--token", help="the daemon token to present (default $MESH_TOKEN)")
+    mcp.add_argument(
+        "--backend", choices=("asyncio", "trio"), default=os.environ.get("MESH_BACKEND", "asyncio")
+    )
+    mcp.set_defaults(func=cmd_mcp)
 
     validate = sub.add_parser(
         "validate", help="check manifests", description="Check every manifest in a directory."

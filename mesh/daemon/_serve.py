@@ -11,6 +11,8 @@ run), links every agent through a :class:`~mesh.MeshOrchestrator`, and serves:
 ``DELETE /agents/{id}``                   an agent leaves
 ``POST /rpc``                             call an agent through the mesh
 ``/ws``                                   agents dial in (token from their manifest)
+``/mcp``                                  the agents' tools to MCP clients (HTTP, or a
+                                          WebSocket that ``mesh mcp`` relays stdio onto)
 ========================================  =============================================
 
 SIGINT or SIGTERM shuts it down gracefully: stop accepting, close dial-in
@@ -37,12 +39,14 @@ from mesh._errors import MeshError
 from mesh._orchestrator.links import dial_in_tokens, spec_from_manifest
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.daemon._api import DaemonApi
+from mesh.daemon._mcp import MCP_PATH, DaemonMcp
 from mesh.daemon._rooms import RoomRoutes, observer_room_id
 from mesh.manifests._load import load_manifests
 from mesh.rooms import RoomManager
 from transports import (
     CloseCode,
     HttpRequest,
+    HttpResponse,
     HttpServerConfig,
     WebSocketStream,
     open_http_server,
@@ -140,7 +144,13 @@ async def serve_daemon(
     rooms = RoomManager.for_orchestrator(orchestrator, settings.data_dir)
     room_routes = RoomRoutes(rooms)
     api = DaemonApi(orchestrator, room_routes)
+    mcp = DaemonMcp(orchestrator, rooms)
     dial_ins: set[WebSocketStream] = set()
+
+    async def handle(request: HttpRequest) -> HttpResponse:
+        if request.path.rstrip("/") == MCP_PATH:
+            return await mcp.handle(request)
+        return await api.handle(request)
 
     async def dial_in(stream: WebSocketStream, agent_id: str | None) -> None:
         assert agent_id is not None  # the authenticator named it
@@ -165,12 +175,15 @@ async def serve_daemon(
 
     watch_upgrade = websocket_upgrade_handler(watch_agents, authenticator=None, paths=None)
     observer_upgrade = websocket_upgrade_handler(observe_room, authenticator=None, paths=None)
+    mcp_upgrade = websocket_upgrade_handler(mcp.serve_websocket, authenticator=None, paths=None)
 
     async def upgrade(stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes) -> None:
         # /ws is for agents (token required); /agents/events and /rooms/{id}/events
         # are for observers.
         if request.path.rstrip("/") == AGENT_EVENTS:
             chosen = watch_upgrade
+        elif request.path.rstrip("/") == MCP_PATH:
+            chosen = mcp_upgrade
         elif observer_room_id(request.path):
             chosen = observer_upgrade
         else:
@@ -182,7 +195,7 @@ async def serve_daemon(
         orchestrator,
         rooms,
         open_http_server(
-            api.handle,
+            handle,
             host=settings.host,
             port=settings.port,
             upgrade_handler=upgrade,
@@ -194,6 +207,7 @@ async def serve_daemon(
         log.info(
             "daemon.listening", url=server.url, agents=len(specs), manifests=settings.manifests
         )
+        mcp.attach()
         task_status.started(server.url)
         if handle_signals:
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

@@ -1,0 +1,204 @@
+"""The mesh's tools as one MCP server offers them: every reachable agent's, under MCP names.
+
+A :class:`ToolCatalog` lists the tools of every agent the registry holds online
+(or stale: late with a beat, still callable), names them (:mod:`mesh.mcp._names`),
+and turns an MCP ``tools/call`` back into a call to the agent. It follows the
+registry, so when agents come or go every MCP connection is told
+``list_changed``. ``extra`` tools (the daemon's room tools) are offered beside
+the agents' under names of their own, which never contain ``__``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import anyio
+import structlog
+
+from mesh._errors import MeshError
+from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh.mcp._names import SEPARATOR, exposed_names
+from registry import AgentStatus, StatusChange
+
+__all__ = ["ExtraTool", "ToolCatalog", "call_result", "error_result"]
+
+log = structlog.get_logger("mesh.mcp")
+
+#: An agent that does not answer ``tools/list`` this fast is left out of one listing.
+LIST_TIMEOUT: Final = 5.0
+_REACHABLE: Final = (AgentStatus.ONLINE, AgentStatus.STALE)
+_ANY_OBJECT: Final = {"type": "object"}
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraTool:
+    """A tool the server offers besides the agents' (``call(arguments)`` answers it)."""
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    call: Callable[[dict[str, Any]], Awaitable[Any]]
+
+    def __post_init__(self) -> None:
+        if SEPARATOR in self.name:
+            raise ValueError(f"extra tool names must not contain {SEPARATOR!r}: {self.name!r}")
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": dict(self.input_schema),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    agent: str
+    tool: str
+    #: The agent's output schema is not an object, so results travel as {"result": ...}.
+    wrapped: bool = False
+
+
+@dataclass(slots=True)
+class _Listing:
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    targets: dict[str, _Target] = field(default_factory=dict)
+
+
+def call_result(result: Any, *, wrapped: bool = False) -> dict[str, Any]:
+    """A mesh result as MCP's ``CallToolResult``: text for every client, and the
+    structure for those that read ``structuredContent``."""
+    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+    answer: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
+    if wrapped:
+        answer["structuredContent"] = {"result": result}
+    elif isinstance(result, dict):
+        answer["structuredContent"] = result
+    return answer
+
+
+def error_result(message: str) -> dict[str, Any]:
+    """A failed call as MCP wants it: a result with ``isError``, so the model reads why."""
+    return {"content": [{"type": "text", "text": message}], "isError": True}
+
+
+def _describe(name: str, agent: str, tool: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """One agent tool as an MCP tool entry, and whether its results are wrapped."""
+    description = str(tool.get("description") or "")
+    entry: dict[str, Any] = {
+        "name": name,
+        "title": f"{tool.get('title') or tool.get('name')} ({agent})",
+        "description": f"[agent {agent}] {description}".rstrip(),
+    }
+    schema = tool.get("inputSchema")
+    entry["inputSchema"] = schema if isinstance(schema, dict) and schema else _ANY_OBJECT
+    output = tool.get("outputSchema")
+    wrapped = False
+    if isinstance(output, dict) and output:
+        if output.get("type") == "object":
+            entry["outputSchema"] = output
+        else:  # MCP wants an object; the mesh allows any value
+            wrapped = True
+            entry["outputSchema"] = {
+                "type": "object",
+                "properties": {"result": output},
+                "required": ["result"],
+            }
+    if isinstance(tool.get("annotations"), dict):
+        entry["annotations"] = tool["annotations"]
+    return entry, wrapped
+
+
+class ToolCatalog:
+    """Lists and calls the mesh's tools for MCP clients (see the module docstring)."""
+
+    def __init__(self, orchestrator: MeshOrchestrator, *, extra: Iterable[ExtraTool] = ()) -> None:
+        self._mesh = orchestrator
+        self._extra = {tool.name: tool for tool in extra}
+        self._listing = _Listing()
+        self._changed = anyio.Event()
+        #: Bumped whenever the set of reachable agents changes.
+        self.version = 0
+
+    # -- following the registry ---------------------------------------------------------
+
+    def attach(self) -> None:
+        """Start following the registry (until :meth:`detach`)."""
+        self._mesh.registry.add_listener(self._on_change)
+
+    def detach(self) -> None:
+        self._mesh.registry.remove_listener(self._on_change)
+
+    def _on_change(self, change: StatusChange) -> None:
+        was = change.old in _REACHABLE
+        now = change.new in _REACHABLE
+        if was != now or change.old is None:
+            self.version += 1
+            self._changed.set()
+            self._changed = anyio.Event()
+
+    async def wait_changed(self, since: int) -> int:
+        """Until the set of agents differs from version ``since``; the new version."""
+        while self.version == since:
+            await self._changed.wait()
+        return self.version
+
+    # -- listing and calling ------------------------------------------------------------
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        """Every reachable agent's tools (asked now), then the extra tools."""
+        agents = [str(r.id) for r in self._mesh.registry.find(status=_REACHABLE)]
+        found: dict[str, list[dict[str, Any]]] = {}
+
+        async def list_one(agent: str) -> None:
+            try:
+                found[agent] = await self._mesh.list_tools(agent, timeout=LIST_TIMEOUT)
+            except MeshError as exc:
+                log.info("mcp.agent_tools_unavailable", agent=agent, error=str(exc))
+
+        async with anyio.create_task_group() as tg:
+            for agent in agents:
+                tg.start_soon(list_one, agent)
+        self._listing = self._build(agents, found)
+        return list(self._listing.tools)
+
+    def _build(self, agents: list[str], found: dict[str, list[dict[str, Any]]]) -> _Listing:
+        pairs = [
+            (agent, str(tool.get("name")))
+            for agent in agents
+            for tool in found.get(agent, ())
+            if isinstance(tool, dict) and tool.get("name")
+        ]
+        by_pair = {(a, str(t.get("name"))): t for a in agents for t in found.get(a, ())}
+        listing = _Listing()
+        for name, (agent, tool_name) in exposed_names(pairs).items():
+            entry, wrapped = _describe(name, agent, by_pair[(agent, tool_name)])
+            listing.tools.append(entry)
+            listing.targets[name] = _Target(agent, tool_name, wrapped)
+        listing.tools.extend(tool.describe() for tool in self._extra.values())
+        return listing
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any] | None:
+        """The ``CallToolResult`` for ``name``; None if no tool has that name."""
+        extra = self._extra.get(name)
+        if extra is not None:
+            return await _answer(extra.call(arguments), wrapped=False)
+        target = self._listing.targets.get(name)
+        if target is None:
+            await self.list_tools()  # the client may not have listed since agents changed
+            target = self._listing.targets.get(name)
+            if target is None:
+                return None
+        params = {"name": target.tool, "arguments": arguments}
+        return await _answer(self._mesh.call(target.agent, "tools/call", params), target.wrapped)
+
+
+async def _answer(pending: Awaitable[Any], wrapped: bool) -> dict[str, Any]:
+    try:
+        result = await pending
+    except MeshError as exc:
+        return error_result(str(exc))
+    return call_result(result, wrapped=wrapped)
