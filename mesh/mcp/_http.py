@@ -39,6 +39,7 @@ from transports import (
     TransportError,
     TransportInfo,
 )
+from transports._groups import unwrap_single_error
 
 __all__ = ["McpHttpStream", "open_mcp_http_client"]
 
@@ -139,6 +140,7 @@ class McpHttpStream:
                 await self._client.delete(self._url, headers=self._headers())
             self.session_id = None
         self._send_received.close()
+        self._received.close()
 
     # -- one POST -----------------------------------------------------------------------
 
@@ -309,14 +311,15 @@ async def open_mcp_http_client(
 ) -> AsyncIterator[McpHttpStream]:
     """Talk to the MCP server at ``url`` (its streamable HTTP endpoint, e.g. ``.../mcp``)."""
     timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT)
-    async with (
-        httpx.AsyncClient(timeout=timeout, verify=verify) as client,
-        anyio.create_task_group() as tasks,
-    ):
-        stream = McpHttpStream(client, url, tasks, token=token, max_frame_size=max_frame_size)
-        try:
-            yield stream
-        finally:
-            with anyio.CancelScope(shield=True):
-                await stream.aclose()
-            tasks.cancel_scope.cancel()
+    with unwrap_single_error():
+        async with (
+            httpx.AsyncClient(timeout=timeout, verify=verify) as client,
+            anyio.create_task_group() as tasks,
+        ):
+            stream = McpHttpStream(client, url, tasks, token=token, max_frame_size=max_frame_size)
+            try:
+                yield stream
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await stream.aclose()
+                tasks.cancel_scope.cancel()

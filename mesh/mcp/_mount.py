@@ -53,6 +53,7 @@ from mesh.mcp._revisions import (
     envelope,
 )
 from transports import Connector, FrameStream, TransportClosed, memory_stream_pair
+from transports._groups import unwrap_single_error
 
 __all__ = ["McpMount", "Revision", "mcp_connector", "tool_result"]
 
@@ -420,26 +421,27 @@ async def open_mcp_mount(
 ) -> AsyncIterator[MountStream]:
     """Connect, negotiate and list tools; yield the stream the orchestrator talks over."""
     mount = McpMount(agent, revision=revision)
-    async with (
-        connector() as wire,
-        open_peer(
-            wire,
-            handler=mount.server_requests,
-            config=config,
-            codec=MCP_CODEC,
-            agent=agent,
-        ) as mcp,
-    ):
-        await mount.attach(mcp, timeout=connect_timeout)
-        ours, theirs = memory_stream_pair(max_frame_size=wire.max_frame_size)
-        inner = SessionConfig(heartbeat_interval=None, max_frame_size=wire.max_frame_size)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_serve_mesh_side, theirs, mount, mcp, inner)
-            tg.start_soon(mount.listen_for_changes)
-            try:
-                yield MountStream(ours, wire, mcp)
-            finally:
-                tg.cancel_scope.cancel()
+    with unwrap_single_error():
+        async with (
+            connector() as wire,
+            open_peer(
+                wire,
+                handler=mount.server_requests,
+                config=config,
+                codec=MCP_CODEC,
+                agent=agent,
+            ) as mcp,
+        ):
+            await mount.attach(mcp, timeout=connect_timeout)
+            ours, theirs = memory_stream_pair(max_frame_size=wire.max_frame_size)
+            inner = SessionConfig(heartbeat_interval=None, max_frame_size=wire.max_frame_size)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_serve_mesh_side, theirs, mount, mcp, inner)
+                tg.start_soon(mount.listen_for_changes)
+                try:
+                    yield MountStream(ours, wire, mcp)
+                finally:
+                    tg.cancel_scope.cancel()
 
 
 async def _serve_mesh_side(

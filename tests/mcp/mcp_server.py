@@ -1,13 +1,13 @@
 """An MCP server built with the `mcp` SDK (``MCPServer``): the peer the mount tests run against.
 
 ``python tests/mcp/mcp_server.py`` serves stdio; ``... http`` serves streamable HTTP on
-127.0.0.1 and an ephemeral port, printing ``PORT <n>`` once it listens.
+127.0.0.1 and an ephemeral port (uvicorn says which on stderr once it listens:
+``Uvicorn running on http://127.0.0.1:<port>``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import socket
 import sys
 
 import anyio
@@ -43,11 +43,24 @@ async def slow(steps: int, ctx: Context) -> str:
     return "done"
 
 
+CANCELLED: list[float] = []
+
+
 @app.tool()
 async def wait(seconds: float) -> str:
     """Sleep (tests cancel it, time it out, or kill the server under it)."""
-    await anyio.sleep(seconds)
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        CANCELLED.append(seconds)
+        raise
     return "woke"
+
+
+@app.tool()
+def cancelled() -> int:
+    """How many `wait` calls were cancelled so far."""
+    return len(CANCELLED)
 
 
 @app.tool()
@@ -72,16 +85,8 @@ async def grow(name: str, ctx: Context) -> str:
     return "grown"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "http":
-        port = _free_port()
-        print(f"PORT {port}", flush=True)
-        app.run(transport="streamable-http", host="127.0.0.1", port=port)
+        app.run(transport="streamable-http", host="127.0.0.1", port=0)
     else:
         app.run()
