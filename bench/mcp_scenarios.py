@@ -72,7 +72,8 @@ async def mesh_mcp_mount(ctx: RunContext) -> Measurement:
     quiet_logs()
     command = python_module("bench.baselines.mcp_peer", "stdio")
     wire = partial(open_stdio_process, command[0], command[1:], env=stdio_env(), cwd=REPO_ROOT)
-    spec = AgentSpec("echo", mcp_connector(wire, agent="echo", revision=REVISION), transport="stdio")
+    connector = mcp_connector(wire, agent="echo", revision=REVISION)
+    spec = AgentSpec("echo", connector, transport="stdio")
     async with MeshOrchestrator([spec], connect_timeout=30) as mesh:
         first = await mesh.call_tool("echo", "echo", text=TEXT)
         if TEXT not in str(first):
