@@ -56,7 +56,7 @@ def _write_manifests(root: Path) -> Path:
     (manifests / "echo.toml").write_text(ECHO)
     (manifests / "units.toml").write_text(
         f'id = "units"\n[transport]\ntype = "stdio"\ncommand = "python"\n'
-        f"args = [{json.dumps(str(root / 'units_server.py'))}]\nprotocol = \"mcp\"\n"
+        f'args = [{json.dumps(str(root / "units_server.py"))}]\nprotocol = "mcp"\n'
     )
     return manifests
 
