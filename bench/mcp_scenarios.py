@@ -75,12 +75,12 @@ async def mesh_mcp_mount(ctx: RunContext) -> Measurement:
     connector = mcp_connector(wire, agent="echo", revision=REVISION)
     spec = AgentSpec("echo", connector, transport="stdio")
     async with MeshOrchestrator([spec], connect_timeout=30) as mesh:
-        first = await mesh.call_tool("echo", "echo", text=TEXT)
+        first = await mesh.call_tool("echo", "echo", {"text": TEXT})
         if TEXT not in str(first):
             raise RuntimeError(f"the mounted echo tool answered {first!r}")
 
         async def call() -> None:
-            await mesh.call_tool("echo", "echo", text=TEXT)
+            await mesh.call_tool("echo", "echo", {"text": TEXT})
 
         result = await measure_calls(call, ctx)
         result.notes["revision"] = str(REVISION)

@@ -7,11 +7,12 @@ a daemon and conversation rooms built on top. The wire types are in
 MCP both ways (mount MCP servers, serve agents to MCP clients) in :mod:`mesh.mcp`.
 """
 
-# mesh.mcp also registers the manifests' `protocol = "mcp"` with the loader.
-from mesh import mcp
+# Imported for its effect too: mesh.mcp registers the manifests' `protocol = "mcp"`.
+from mesh import mcp as mcp
 from mesh._errors import (
     AgentUnavailable,
     CallTimeout,
+    ConnectFailed,
     ConnectionLost,
     ErrorCode,
     InvalidParams,
@@ -23,8 +24,10 @@ from mesh._errors import (
     ToolError,
     Unauthorized,
 )
-from mesh._orchestrator.orchestrator import AgentSpec, MeshOrchestrator, Outcome, local_connector
+from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh._orchestrator.spec import AgentSpec, Outcome, local_connector
 from mesh._public import publish
+from mesh._rpc.caller import Caller
 from mesh._rpc.connect import open_http_peer, open_stdio_peer, open_websocket_peer
 from mesh._rpc.peer import Peer, RequestContext, RequestHandler, open_peer, serve_peer
 from mesh._rpc.reconnect import (
@@ -73,6 +76,8 @@ __all__ = [
     "AgentSpec",
     "AgentUnavailable",
     "CallTimeout",
+    "Caller",
+    "ConnectFailed",
     "ConnectionEvent",
     "ConnectionLost",
     "DialInSection",
@@ -120,7 +125,6 @@ __all__ = [
     "load_manifest",
     "load_manifests",
     "local_connector",
-    "mcp",
     "open_agent_server",
     "open_http_peer",
     "open_peer",

@@ -9,14 +9,24 @@
     │   └── ToolError               -32000  the handler raised
     ├── CallTimeout                 -32001  the call's deadline passed (also a TimeoutError)
     ├── ConnectionLost              -32003  the link died: closed, child exited, peer silent
+    │   └── ConnectFailed           -32003  the link never came up: refused, unreachable,
+    │                                       TLS rejected, command missing, died while starting
     ├── AgentUnavailable            -32004  unknown agent, or known to be offline
     ├── Unauthorized                -32005  missing, wrong or revoked token
+    │                                       (HTTP 401/403, WebSocket close 4001/4003)
     ├── MessageTooLarge             -32006  a frame over the size limit
     └── ProtocolError               -32700 / -32600  a frame that does not decode or validate
 
+The wings add their own branches under :class:`MeshError`: ``ManifestError``
+(:mod:`mesh.manifests`), ``RoomError`` (:mod:`mesh.rooms`), ``ProviderError``
+(:mod:`mesh.providers`) and the daemon's ``SettingsError``.
+
 Errors a peer sends us become the class that matches their code, so a timeout
 reported by a router is a :class:`CallTimeout` here too. Every error can carry the
-agent, method and transport it concerns; ``str()`` names them.
+agent, method and transport it concerns; ``str()`` names them. What transports,
+sockets, TLS and child processes raise is translated into this tree where the mesh
+dials (``mesh._rpc.boundary``) and chained with ``from``, so the original is one
+``__cause__`` away.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from typing import Any, ClassVar
 __all__ = [
     "AgentUnavailable",
     "CallTimeout",
+    "ConnectFailed",
     "ConnectionLost",
     "ErrorCode",
     "InvalidParams",
@@ -146,12 +157,26 @@ class ConnectionLost(MeshError):
     stderr_tail: tuple[str, ...] = ()
 
 
+class ConnectFailed(ConnectionLost):
+    """Opening the link failed: nothing to talk to, or it died before answering ``agent/info``.
+
+    A refused or unreachable dial, a TLS handshake that failed (the message holds
+    the TLS reason), a stdio command that does not exist or cannot run, or a child
+    that exited while starting (``exit_code`` and ``stderr_tail`` say how). A
+    :class:`ConnectionLost`, so code that only asks "is the link down?" need not
+    tell the two apart; the transport's own exception is the ``__cause__``.
+    """
+
+
 class AgentUnavailable(MeshError):
     default_code = ErrorCode.UNAVAILABLE
 
 
 class Unauthorized(MeshError):
+    """The credentials were refused; ``close_code`` is 4001/4003 when a WebSocket close said so."""
+
     default_code = ErrorCode.UNAUTHORIZED
+    close_code: int | None = None
 
 
 class MessageTooLarge(MeshError):

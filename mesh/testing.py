@@ -22,6 +22,7 @@ import anyio
 import anyio.abc
 import sniffio
 
+from mesh._orchestrator.spec import open_local_stream
 from mesh._rpc.connect import handshake, open_stdio_peer
 from mesh._rpc.peer import Peer, RequestContext, open_peer, serve_peer
 from mesh._rpc.session import SessionConfig
@@ -37,9 +38,9 @@ from transports import (
     memory_stream_pair,
     open_http_server,
     open_websocket,
+    unwrap_single_error,
     websocket_upgrade_handler,
 )
-from transports._groups import unwrap_single_error
 
 __all__ = [
     "Daemon",
@@ -58,11 +59,18 @@ __all__ = [
 
 #: Starting a Python process on a loaded machine can take seconds; not minutes.
 SPAWN_TIMEOUT = 20.0
+#: The live echo agent, as ``python -m`` runs it.
+ECHO_MODULE = "mesh.agents.echo"
 
 
-def echo_agent_command(*extra: str) -> tuple[str, list[str]]:
-    """The command line that runs the live echo agent over stdio with this Python."""
-    return sys.executable, ["-m", "mesh.agents.echo", "--stdio", *extra]
+def echo_agent_command(*extra: str, backend: str | None = None) -> tuple[str, list[str]]:
+    """The command line that runs the live echo agent over stdio with this Python.
+
+    ``backend`` (``"asyncio"`` or ``"trio"``) picks the agent's event loop; tests pass
+    ``sniffio.current_async_library()`` to run it on their own.
+    """
+    chosen = ["--backend", backend] if backend is not None else []
+    return sys.executable, ["-m", ECHO_MODULE, "--stdio", *chosen, *extra]
 
 
 class NotificationRecorder:
@@ -107,7 +115,7 @@ async def open_echo_agent(
     ``backend`` picks the agent's event loop (default: the caller's).
     """
     command, args = echo_agent_command(
-        "--backend", backend or sniffio.current_async_library(), *extra_args
+        *extra_args, backend=backend or sniffio.current_async_library()
     )
     async with open_stdio_peer(command, args, agent="echo", config=config, handler=handler) as peer:
         yield peer
@@ -116,7 +124,10 @@ async def open_echo_agent(
 class KillableConnector:
     """A connector (see :class:`mesh.AgentSpec`) to ``agent`` served in this process, over
     the memory transport, that a test can kill for good: the link drops and every
-    later connection attempt fails, as with an agent process that died."""
+    later connection attempt fails, as with an agent process that died.
+
+    It is :func:`mesh.local_connector` with a kill switch.
+    """
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
@@ -131,21 +142,8 @@ class KillableConnector:
     async def __call__(self) -> AsyncIterator[FrameStream]:
         if self.dead:
             raise TransportClosed("the agent is dead")
-        ours, theirs = memory_stream_pair()
-        async with anyio.create_task_group() as tg:
-
-            async def serve_until_killed() -> None:
-                async with anyio.create_task_group() as inner:
-                    inner.start_soon(self.agent.serve, theirs)
-                    await self._kill.wait()
-                    inner.cancel_scope.cancel()
-                await theirs.aclose()
-
-            tg.start_soon(serve_until_killed)
-            try:
-                yield ours
-            finally:
-                tg.cancel_scope.cancel()
+        async with open_local_stream(self.agent, stop=self._kill) as stream:
+            yield stream
 
 
 @asynccontextmanager
@@ -185,11 +183,16 @@ async def spawn_echo_server(
     backend: str | None = None,
     address: str = "127.0.0.1:0",
     extra_args: Sequence[str] = (),
+    module: str = ECHO_MODULE,
 ) -> AsyncIterator[EchoServer]:
-    """Run ``python -m mesh.agents.echo --http ADDRESS`` (port 0: any) and yield its addresses."""
-    command, args = echo_agent_command()
-    args = [a for a in args if a != "--stdio"]
-    args += ["--http", address, "--backend", backend or sniffio.current_async_library()]
+    """Run ``python -m mesh.agents.echo --http ADDRESS`` (port 0: any) and yield its addresses.
+
+    ``module`` runs another agent module the same way (one that adds tools to the echo
+    agent, say); it must take ``run_agent``'s flags and be importable from here.
+    """
+    command = sys.executable
+    args = ["-m", module, "--http", address]
+    args += ["--backend", backend or sniffio.current_async_library()]
     env = dict(os.environ)
     if token is not None:
         args += ["--token-env", "ECHO_TOKEN"]
@@ -244,8 +247,7 @@ async def spawn_dial_in_echo(
         return HttpResponse.error(404, "only /ws here")
 
     upgrade = websocket_upgrade_handler(accept, authenticator=TokenAuthenticator({token: "echo"}))
-    command, args = echo_agent_command()
-    args = [a for a in args if a != "--stdio"]
+    command, args = sys.executable, ["-m", ECHO_MODULE]
     async with links, incoming, open_http_server(no_http, upgrade_handler=upgrade) as server:
         args += ["--connect", f"{server.ws_url}/ws", "--token-env", "ECHO_TOKEN"]
         args += ["--backend", backend or sniffio.current_async_library()]

@@ -297,6 +297,7 @@ class Registry:
             subscribers=len(self._hub.subscribers),
             subscriber_overflows=self._hub.overflows,
             listener_errors=self._hub.listener_errors,
+            deadline_watchers=len(self._deadline_watchers),
         )
 
     # -- events ----------------------------------------------------------------

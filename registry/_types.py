@@ -177,3 +177,5 @@ class RegistryStatistics:
     subscribers: int
     subscriber_overflows: int
     listener_errors: int
+    #: Expiry drivers (``run_expiry``) waiting to hear of an earlier deadline.
+    deadline_watchers: int

@@ -17,6 +17,7 @@ from transports._base import (
     TransportError,
     TransportInfo,
 )
+from transports._groups import unwrap_single_error
 from transports._http_client import HttpClientStream, open_http_client
 from transports._http_server import (
     HttpRequest,
@@ -68,6 +69,7 @@ __all__ = [
     "open_stdio_process",
     "open_stdio_server",
     "open_websocket",
+    "unwrap_single_error",
     "websocket_upgrade_handler",
 ]
 

@@ -16,6 +16,13 @@ __all__ = ["unwrap_single_error"]
 
 @contextmanager
 def unwrap_single_error() -> Iterator[None]:
+    """Around a task group: re-raise a group's only error (however deeply nested) as itself.
+
+    Public because every ``open_*`` that owns a task group needs it: ours, the
+    mesh's, and a third-party transport's, so that they all raise alike. A group
+    of two or more errors is re-raised untouched; the leaf keeps its own
+    ``__cause__`` and drops the group as its context.
+    """
     try:
         yield
     except BaseExceptionGroup as group:

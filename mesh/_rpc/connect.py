@@ -1,18 +1,27 @@
-"""Opening a :class:`~mesh.Peer` to an agent in one step, per transport."""
+"""Opening a :class:`~mesh.Peer` to an agent in one step, per transport.
+
+Each ``open_*`` dials, starts the session and runs the ``agent/info`` handshake
+under :func:`~mesh._rpc.boundary.map_transport_errors`, so a failure to connect is
+always a :class:`~mesh.MeshError`: :class:`~mesh.ConnectFailed` (refused,
+unreachable, TLS, missing command, died while starting), :class:`~mesh.Unauthorized`
+(token refused) or :class:`~mesh.CallTimeout` (no answer in ``connect_timeout``).
+"""
 
 from __future__ import annotations
 
 import os
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any, Final
 
 from mesh._errors import CallTimeout, MethodNotFound
+from mesh._rpc.boundary import map_transport_errors
 from mesh._rpc.peer import Peer, RequestHandler, open_peer
 from mesh._rpc.session import SessionConfig
 from transports import (
     DEFAULT_MAX_FRAME_SIZE,
+    FrameStream,
     WebSocketConfig,
     open_http_client,
     open_stdio_process,
@@ -68,21 +77,18 @@ async def open_stdio_peer(
 ) -> AsyncIterator[Peer]:
     """Spawn an agent program and talk to it over its stdin/stdout.
 
-    Returns once the agent has answered ``agent/info`` (see :func:`handshake`);
-    an agent that dies while starting raises :class:`~mesh.ConnectionLost` with
-    its exit status and last stderr lines. ``agent`` names it in errors
-    (default: the command's file name).
+    Returns once the agent has answered ``agent/info`` (see :func:`handshake`).
+    A command that does not exist or cannot run, or an agent that dies while
+    starting, raises :class:`~mesh.ConnectFailed` (with the exit status and last
+    stderr lines when it ran). ``agent`` names it in errors (default: the
+    command's file name).
     """
     max_frame_size = config.max_frame_size if config else DEFAULT_MAX_FRAME_SIZE
-    async with (
-        open_stdio_process(
-            command, args, env=env, inherit_env=inherit_env, cwd=cwd, max_frame_size=max_frame_size
-        ) as stream,
-        open_peer(
-            stream, handler=handler, config=config, agent=agent or os.path.basename(command)
-        ) as peer,
-    ):
-        await handshake(peer, timeout=connect_timeout)
+    dial = open_stdio_process(
+        command, args, env=env, inherit_env=inherit_env, cwd=cwd, max_frame_size=max_frame_size
+    )
+    name = agent or os.path.basename(command)
+    async with _open(dial, "stdio", name, config, handler, connect_timeout) as peer:
         yield peer
 
 
@@ -96,15 +102,16 @@ async def open_http_peer(
     config: SessionConfig | None = None,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
 ) -> AsyncIterator[Peer]:
-    """Talk to an agent served over HTTP (``POST {endpoint}/rpc``)."""
+    """Talk to an agent served over HTTP (``POST {endpoint}/rpc``).
+
+    An unreachable server or a certificate that does not verify raises
+    :class:`~mesh.ConnectFailed`; a refused token (401/403), :class:`~mesh.Unauthorized`.
+    """
     config = config or SessionConfig()
-    async with (
-        open_http_client(
-            endpoint, token=token, ssl_context=ssl_context, max_frame_size=config.max_frame_size
-        ) as stream,
-        open_peer(stream, config=config, agent=agent or endpoint) as peer,
-    ):
-        await handshake(peer, timeout=connect_timeout)
+    dial = open_http_client(
+        endpoint, token=token, ssl_context=ssl_context, max_frame_size=config.max_frame_size
+    )
+    async with _open(dial, "http", agent or endpoint, config, None, connect_timeout) as peer:
         yield peer
 
 
@@ -121,16 +128,42 @@ async def open_websocket_peer(
     handler: RequestHandler | None = None,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
 ) -> AsyncIterator[Peer]:
-    """Dial an agent's WebSocket endpoint with its token."""
+    """Dial an agent's WebSocket endpoint with its token.
+
+    A refused or unreachable dial, or a certificate that does not verify, raises
+    :class:`~mesh.ConnectFailed`; a refused token (close 4001/4003),
+    :class:`~mesh.Unauthorized` with its ``close_code``.
+    """
     config = config or SessionConfig()
     ws_config = websocket_config or WebSocketConfig(
         max_frame_size=config.max_frame_size, connect_timeout=connect_timeout
     )
-    async with (
-        open_websocket(
-            url, token=token, headers=headers, ssl_context=ssl_context, config=ws_config
-        ) as stream,
-        open_peer(stream, config=config, agent=agent or url, handler=handler) as peer,
-    ):
-        await handshake(peer, timeout=connect_timeout)
+    dial = open_websocket(
+        url, token=token, headers=headers, ssl_context=ssl_context, config=ws_config
+    )
+    async with _open(dial, "websocket", agent or url, config, handler, connect_timeout) as peer:
+        yield peer
+
+
+@asynccontextmanager
+async def _open(
+    dial: AbstractAsyncContextManager[FrameStream],
+    transport: str,
+    agent: str,
+    config: SessionConfig | None,
+    handler: RequestHandler | None,
+    connect_timeout: float,
+) -> AsyncIterator[Peer]:
+    """Dial, start the session and handshake, translating any failure; then hand the peer out.
+
+    The translation covers the opening only (an exit stack, not nested ``async
+    with``, so the caller's body runs outside it).
+    """
+    async with AsyncExitStack() as stack:
+        with map_transport_errors(agent=agent, transport=transport):
+            stream = await stack.enter_async_context(dial)
+            peer = await stack.enter_async_context(
+                open_peer(stream, handler=handler, config=config, agent=agent)
+            )
+            await handshake(peer, timeout=connect_timeout)
         yield peer

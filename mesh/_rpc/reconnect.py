@@ -28,11 +28,12 @@ import structlog
 
 from mesh._backoff import DEFAULT_BASE, DEFAULT_CAP, backoff
 from mesh._errors import CallTimeout, ConnectionLost, MeshError
+from mesh._rpc.boundary import map_transport_errors
+from mesh._rpc.caller import ProgressCallback
 from mesh._rpc.connect import DEFAULT_CONNECT_TIMEOUT, handshake
-from mesh._rpc.peer import Peer, ProgressCallback, RequestHandler, open_peer
+from mesh._rpc.peer import Peer, RequestHandler, open_peer
 from mesh._rpc.session import SessionConfig, SessionStatistics
-from transports import Connector, TransportError
-from transports._groups import unwrap_single_error
+from transports import Connector, TransportError, unwrap_single_error
 
 __all__ = [
     "ConnectionEvent",
@@ -113,7 +114,9 @@ _WARNINGS: Final = frozenset({"disconnected", "gave_up"})
 class ReconnectingPeer:
     """A :class:`~mesh.Peer` that redials when its link dies.
 
-    Made by :func:`open_reconnecting_peer`; calls go to the current connection.
+    Made by :func:`open_reconnecting_peer`; a :class:`~mesh.Caller` whose calls go
+    to the current connection (``call_tool``, ``list_tools`` and ``ping`` are that
+    connection's own, once it is there).
     """
 
     def __init__(
@@ -219,24 +222,16 @@ class ReconnectingPeer:
         on_progress: ProgressCallback | None = None,
         wait_for_connection: bool | None = None,
     ) -> Any:
-        """Call one of the agent's tools (``tools/call``) and return its result."""
-        params = {"name": name, "arguments": dict(arguments or {})}
-        return await self.call(
-            "tools/call",
-            params,
-            timeout=timeout,
-            on_progress=on_progress,
-            wait_for_connection=wait_for_connection,
-        )
+        """Call one of the agent's tools (``tools/call``); see :meth:`mesh.Peer.call_tool`."""
+        peer, remaining = await self._peer_for("tools/call", timeout, wait_for_connection)
+        return await peer.call_tool(name, arguments, timeout=remaining, on_progress=on_progress)
 
     async def list_tools(
         self, *, timeout: float | None = None, wait_for_connection: bool | None = None
     ) -> list[dict[str, Any]]:
         """The agent's tools: name, description and JSON Schema of the arguments."""
-        result = await self.call(
-            "tools/list", timeout=timeout, wait_for_connection=wait_for_connection
-        )
-        return list(result["tools"])
+        peer, remaining = await self._peer_for("tools/list", timeout, wait_for_connection)
+        return await peer.list_tools(timeout=remaining)
 
     async def ping(
         self, *, timeout: float | None = None, wait_for_connection: bool | None = None
@@ -263,6 +258,11 @@ class ReconnectingPeer:
         if peer is None:
             raise self._unavailable(method)
         peer.notify_nowait(method, params)
+
+    async def wait_closed(self) -> None:
+        """Wait until it will never connect again: closed, or gave up (see ``closed``)."""
+        while self._ended is None:
+            await self._changed.wait()
 
     async def aclose(self) -> None:
         """Stop reconnecting and close the connection; bounded, and safe to call twice."""
@@ -376,7 +376,12 @@ class ReconnectingPeer:
         peer: Peer | None = None
         try:
             # One deadline bounds the dial, the handshake and the hook; lifted once up.
-            with anyio.CancelScope(deadline=anyio.current_time() + self._connect_timeout) as bound:
+            # What escapes is translated into the mesh's tree. No agent or transport: the
+            # messages built from it name the agent, and an opaque connector's own names where.
+            with (
+                anyio.CancelScope(deadline=anyio.current_time() + self._connect_timeout) as bound,
+                map_transport_errors(agent=None),
+            ):
                 async with (
                     self._connector() as stream,
                     open_peer(
@@ -396,7 +401,7 @@ class ReconnectingPeer:
                     finally:
                         self._went_down(peer)
             if peer is None and bound.cancelled_caught:
-                self._failed(TimeoutError(f"not connected within {self._connect_timeout:g} s"))
+                self._failed(CallTimeout(f"not connected within {self._connect_timeout:g} s"))
         except Exception as exc:
             if peer is None:
                 self._failed(exc)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from functools import partial
 
 from mesh._orchestrator.links import PROTOCOL_ADAPTERS
-from mesh._orchestrator.orchestrator import AgentSpec
+from mesh._orchestrator.spec import AgentSpec
 from mesh._public import publish
 from mesh.manifests import HttpSection, Manifest
 from mesh.mcp._catalog import ExtraTool, ToolCatalog, call_result, error_result

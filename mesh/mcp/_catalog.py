@@ -20,6 +20,7 @@ import structlog
 
 from mesh._errors import MeshError
 from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh._rpc.caller import ProgressCallback
 from mesh.mcp._names import SEPARATOR, exposed_names
 from registry import AgentStatus, StatusChange
 
@@ -181,8 +182,17 @@ class ToolCatalog:
         listing.tools.extend(tool.describe() for tool in self._extra.values())
         return listing
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any] | None:
-        """The ``CallToolResult`` for ``name``; None if no tool has that name."""
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        on_progress: ProgressCallback | None = None,
+    ) -> dict[str, Any] | None:
+        """The ``CallToolResult`` for ``name``; None if no tool has that name.
+
+        ``on_progress`` hears the agent's progress reports while the call runs.
+        """
         extra = self._extra.get(name)
         if extra is not None:
             return await _answer(extra.call(arguments), wrapped=False)
@@ -192,8 +202,9 @@ class ToolCatalog:
             target = self._listing.targets.get(name)
             if target is None:
                 return None
-        params = {"name": target.tool, "arguments": arguments}
-        return await _answer(self._mesh.call(target.agent, "tools/call", params), target.wrapped)
+        mesh = self._mesh
+        called = mesh.call_tool(target.agent, target.tool, arguments, on_progress=on_progress)
+        return await _answer(called, target.wrapped)
 
 
 async def _answer(pending: Awaitable[Any], wrapped: bool) -> dict[str, Any]:

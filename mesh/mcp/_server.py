@@ -14,12 +14,14 @@ handshake-era client ``notifications/tools/list_changed`` whenever agents come o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 import anyio
 import structlog
 
 from mesh._errors import InvalidParams, MeshError, MethodNotFound
+from mesh._rpc.caller import ProgressCallback
 from mesh._rpc.peer import Peer, RequestContext, open_peer
 from mesh._rpc.session import SessionConfig
 from mesh.mcp._catalog import ToolCatalog
@@ -49,6 +51,7 @@ _CAPABILITIES: Final = {"tools": {"listChanged": True}}
 _MODERN_RESULT: Final = {"resultType": "complete"}
 _MODERN_LIST: Final = {"resultType": "complete", "cacheScope": "private", "ttlMs": 0}
 _LIST_CHANGED: Final = "notifications/tools/list_changed"
+_PROGRESS: Final = "notifications/progress"
 
 
 def _unsupported(requested: Any) -> MeshError:
@@ -88,7 +91,7 @@ class McpServer:
         if method == "tools/list":
             return self._list(modern)
         if method == "tools/call":
-            return self._call(params, modern)
+            return self._call(ctx, params, modern)
         if method == "subscriptions/listen" and modern:
             return self._listen(ctx, params)
         raise MethodNotFound(f"the mesh's MCP server does not serve {method!r}")
@@ -124,7 +127,7 @@ class McpServer:
             answer.update(_MODERN_LIST)
         return answer
 
-    async def _call(self, params: Any, modern: bool) -> dict[str, Any]:
+    async def _call(self, ctx: RequestContext, params: Any, modern: bool) -> dict[str, Any]:
         name = params.get("name") if isinstance(params, dict) else None
         if not isinstance(name, str) or not name:
             raise InvalidParams("tools/call needs the tool's `name` - at `$.params.name`")
@@ -133,7 +136,7 @@ class McpServer:
             arguments = {}
         if not isinstance(arguments, dict):
             raise InvalidParams("tool arguments must be an object - at `$.params.arguments`")
-        answer = await self.catalog.call_tool(name, arguments)
+        answer = await self.catalog.call_tool(name, arguments, on_progress=_progress(ctx, params))
         if answer is None:
             raise InvalidParams(f"unknown tool {name!r}; tools/list names them all")
         if modern:
@@ -154,6 +157,21 @@ class McpServer:
             version = await self.catalog.wait_changed(version)
             if tools:
                 ctx.notify_nowait(_LIST_CHANGED, {"_meta": meta})
+
+
+def _progress(ctx: RequestContext, params: dict[str, Any]) -> ProgressCallback | None:
+    """Relays an agent's progress to the client, under the token the client chose."""
+    meta = params.get("_meta")
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    if not isinstance(token, int | str):
+        return None  # the client asked for none
+
+    def relay(update: Mapping[str, Any]) -> None:
+        params = {"progressToken": token, "progress": update.get("progress", 0)}
+        params.update((k, update[k]) for k in ("total", "message") if update.get(k) is not None)
+        ctx.notify_nowait(_PROGRESS, params)
+
+    return relay
 
 
 #: An MCP client link has no mesh heartbeats: MCP's liveness is the client's business.

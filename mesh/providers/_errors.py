@@ -2,21 +2,28 @@
 
 ::
 
-    ProviderError                 anything that went wrong talking to a model
-    ├── ProviderUnreachable       no connection (refused, reset, DNS) after the retries
-    ├── ProviderTimeout           an httpx timeout (connect, read, write, pool)
-    ├── ProviderAuthError         the key's env var is missing, or the provider refused the key
-    ├── ProviderRateLimited       429 after the retries; ``retry_after`` says what it last asked
-    ├── ProviderStatusError       any other error status (4xx, or 5xx after the retries)
-    └── ProviderResponseError     a success status with a body we cannot use
+    MeshError
+    └── ProviderError             anything that went wrong talking to a model
+        ├── ProviderUnreachable   no connection (refused, reset, DNS) after the retries
+        ├── ProviderTimeout       an httpx timeout (connect, read, write, pool)
+        ├── ProviderAuthError     the key's env var is missing, or the provider refused the key
+        ├── ProviderRateLimited   429 after the retries; ``retry_after`` says what it last asked
+        ├── ProviderStatusError   any other error status (4xx, or 5xx after the retries)
+        └── ProviderResponseError a success status with a body we cannot use
 
 Every error names the provider, the model and the URL (never a key: the URL
 carries none, and a key that a provider echoes back is redacted before it gets
 here), plus the HTTP status and the provider's own message when there is one.
-``ProviderError`` is a plain ``Exception`` for now; the mesh's error tree adopts it.
+
+A ``ProviderError`` is a :class:`~mesh.MeshError` with code ``-32000`` (the
+handler failed): to whoever called the persona agent, a model that could not be
+reached is a tool that failed, not a call that timed out or credentials of
+theirs that were refused, so every subclass keeps that one code.
 """
 
 from __future__ import annotations
+
+from mesh._errors import ErrorCode, MeshError
 
 __all__ = [
     "ProviderAuthError",
@@ -29,12 +36,14 @@ __all__ = [
 ]
 
 
-class ProviderError(Exception):
+class ProviderError(MeshError):
     """Base class: a chat completion could not be had from a provider.
 
     ``reason`` says what went wrong in words; the other fields are the evidence
     (``status`` and ``detail`` only when the provider answered).
     """
+
+    default_code = ErrorCode.TOOL_ERROR
 
     def __init__(
         self,

@@ -1,40 +1,33 @@
-"""What the fault tests share: a process's memory, bad frames, pipelined floods, kernel events.
+"""What the fault tests share: a process's memory, bad frames, pipelined floods, kernel events,
+and agents that tell which calls reached them.
 
+Launching agents is ``mesh.testing``'s job; this adds only what faults need on top.
 Nothing here waits with ``sleep``: peer closes are the kernel's ``POLLRDHUP``, calls in
 an agent's hands are its own word on stdout, and every wait is bounded by its caller.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
 import socket
-import sys
 import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager, suppress
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 import anyio
-import anyio.abc
 import msgspec
-import sniffio
 
 from mesh import Agent, RequestContext
-from mesh.testing import SPAWN_TIMEOUT, echo_agent_command, spawn_dial_in_echo
-from transports import (
-    FrameStream,
-)
+from mesh.testing import EchoServer, spawn_echo_server
+from transports import FrameStream
 
 #: The agent's message limit in the flood tests: small, so oversized frames are cheap to send.
 SMALL_LIMIT: Final = 4096
 MiB: Final = 1 << 20
-#: Where ``python -m tests.faults...`` finds its modules, wherever pytest was started.
-REPOSITORY: Final = Path(__file__).resolve().parents[2]
 
 
 def vm_rss(pid: int) -> int:
@@ -265,48 +258,21 @@ def recording_agent(calls: list[str]) -> Agent:
 
 # -- HTTP: know when the agent holds a call ----------------------------------------------------
 
-
-@dataclass(frozen=True, slots=True)
-class HoldingServer:
-    """``tests.faults._holding_agent`` serving HTTP and WebSocket, and its process."""
-
-    http: str
-    process: anyio.abc.Process
-
-    async def wait_holding(self, count: int) -> None:
-        """Return once ``count`` calls of ``hold`` have started (it says so on stdout)."""
-        assert self.process.stdout is not None
-        lines = b""
-        while lines.count(b"holding\n") < count:  # the caller bounds the wait
-            lines += await self.process.stdout.receive()
+#: The echo agent plus ``hold``, which says on stdout when each call starts.
+HOLDING_AGENT: Final = "tests.faults._holding_agent"
 
 
-@asynccontextmanager
-async def spawn_holding_server() -> AsyncIterator[HoldingServer]:
-    command = [sys.executable, "-m", "tests.faults._holding_agent", "--http", "127.0.0.1:0"]
-    command += ["--backend", sniffio.current_async_library()]
-    process = await anyio.open_process(command, stderr=None, cwd=REPOSITORY)
-    try:
-        assert process.stdout is not None
-        with anyio.fail_after(SPAWN_TIMEOUT):
-            line = b""
-            while not line.endswith(b"\n"):
-                line += await process.stdout.receive(1)
-        yield HoldingServer(json.loads(line)["http"], process)
-    finally:
-        with anyio.CancelScope(shield=True):
-            stop_and_kill(process.pid)
-            await process.wait()
-            await process.aclose()
+def spawn_holding_server() -> AbstractAsyncContextManager[EchoServer]:
+    """``tests.faults._holding_agent`` serving HTTP and WebSocket, and its process.
+
+    Run from the repository root (as pytest is), where ``tests`` is importable.
+    """
+    return spawn_echo_server(module=HOLDING_AGENT)
 
 
-# -- the echo agent dialling in, with its process ------------------------------------------------
-
-
-#: The echo agent dialling in to us, with its process (for SIGKILL / SIGSTOP).
-open_dial_in_echo_process = spawn_dial_in_echo
-
-
-def echo_command(*extra: str) -> tuple[str, list[str]]:
-    """The stdio echo agent on the caller's event loop."""
-    return echo_agent_command("--backend", sniffio.current_async_library(), *extra)
+async def wait_holding(server: EchoServer, count: int) -> None:
+    """Return once ``count`` calls of ``hold`` have started (the agent says so on stdout)."""
+    assert server.process.stdout is not None
+    lines = b""
+    while lines.count(b"holding\n") < count:  # the caller bounds the wait
+        lines += await server.process.stdout.receive()

@@ -12,10 +12,11 @@ from __future__ import annotations
 import anyio
 import msgspec
 import pytest
+from sniffio import current_async_library
 
 from mesh import SessionConfig, open_agent_server
 from mesh.agents.echo import agent as echo_agent
-from mesh.testing import spawn_echo_server
+from mesh.testing import echo_agent_command, spawn_echo_server
 from tests.faults._helpers import (
     DEEP,
     SMALL_LIMIT,
@@ -23,7 +24,6 @@ from tests.faults._helpers import (
     MiB,
     bad_frames,
     check_error_answers,
-    echo_command,
     flood,
     ping_frame,
     post_pipelined,
@@ -60,7 +60,9 @@ async def _flood_and_check(stream: FrameStream, pid: int, frames: list[BadFrame]
 
 
 async def test_stdio_answers_every_bad_frame_and_stays_flat() -> None:
-    command, args = echo_command("--max-frame-size", str(SMALL_LIMIT))
+    command, args = echo_agent_command(
+        "--max-frame-size", str(SMALL_LIMIT), backend=current_async_library()
+    )
     async with open_stdio_process(command, args) as stream:
         with anyio.fail_after(FLOOD_TIMEOUT):
             growth = await _flood_and_check(stream, stream.pid, bad_frames(FRAMES))
@@ -144,7 +146,7 @@ async def test_a_deeply_nested_frame_is_answered_and_the_agent_lives(transport: 
     """2 KB nested 1,000 deep: once a RecursionError that killed the agent (500 over HTTP)."""
     with anyio.fail_after(10):
         if transport == "stdio":
-            command, args = echo_command()
+            command, args = echo_agent_command(backend=current_async_library())
             async with open_stdio_process(command, args) as stream:
                 answers = await flood(stream, [DEEP, ping_frame("alive?")])
         else:

@@ -1,19 +1,23 @@
 """Row 5: slow, idle and half-open clients do not pin the server.
 
-Against ``mesh.open_agent_server`` with 0.3 s request and keep-alive timeouts: 50
-connections that send half a request, 50 that send nothing, 50 that send a request
-and never read the answer. While they hang on, a normal client's calls are answered
-at once; and the server closes every one of them within its timeout. The closes are
-seen by the kernel (``POLLRDHUP``), so even a client that never reads knows.
+Against ``mesh.open_agent_server``: 50 connections that send half a request, 50 that
+send nothing, 50 that send a request and never read the answer. While they hang on
+(under 30 s timeouts), a normal client's calls are answered; and under 0.3 s timeouts
+the server closes every one of them. The closes are seen by the kernel
+(``POLLRDHUP``), so even a client that never reads knows.
 
 Then the clients that defeat a timeout on one step only: half a request *head* under a
 long keep-alive timeout (408 after the request timeout all the same), and clients that
 never read large answers, over HTTP and WebSocket, until the server's writes block.
+
+No bound here is a measured latency: each is a hang guard far from the timeouts the
+test is about, so a loaded machine cannot trip it and a wrong server cannot pass.
 """
 
 from __future__ import annotations
 
 import json
+import select
 import socket
 import time
 from collections.abc import Iterator
@@ -32,15 +36,12 @@ pytestmark = pytest.mark.anyio
 
 TIMEOUT = 0.3
 QUICK = HttpServerConfig(request_timeout=TIMEOUT, keepalive_timeout=TIMEOUT)
+#: Timeouts that cannot fire during a test: a server that waited for them would hang.
+PATIENT = HttpServerConfig(request_timeout=30, keepalive_timeout=30)
 EACH = 50
-#: A loopback round trip takes a millisecond; this allows a loaded machine 250 of them
-#: and is still under the timeouts, so a server pinned until they fire would fail it.
-ANSWERED_WITHIN = 0.25
-#: The server's timers are exact; its event loop, on a shared two-core machine, is not.
-SLACK = 1.0
-
-#: For the clients that need the server to act on its own: 0.3 s timeouts, 1 s is plenty.
-CUT_OFF_WITHIN = 1.0
+#: A hang guard: far above the 0.3 s timeouts (a loaded machine's delays fit many
+#: times over), far below the 30 s ones (so what it bounds cannot be their doing).
+WITHIN = 10.0
 
 HALF_HEAD = b"POST /rpc HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le"
 HALF_BODY = b'POST /rpc HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{"type":'
@@ -71,53 +72,74 @@ def _connections(port: int, first_bytes: bytes, count: int) -> Iterator[list[Ope
         yield opened
 
 
-async def _normal_calls(server: HttpServer) -> list[float]:
-    """Latencies of calls over HTTP and WebSocket made while the bad connections hang on."""
-    latencies = []
+@contextmanager
+def _bad_clients(port: int) -> Iterator[dict[str, list[Opened]]]:
+    """The 150 connections, by kind: half heads, half bodies, idle, never reading."""
+    with (
+        _connections(port, HALF_HEAD, EACH // 2) as half_heads,
+        _connections(port, HALF_BODY, EACH // 2) as half_bodies,
+        _connections(port, b"", EACH) as idle,
+        _connections(port, WHOLE, EACH) as unread,
+    ):
+        yield {
+            "half head": half_heads,
+            "half body": half_bodies,
+            "idle": idle,
+            "never read": unread,
+        }
+
+
+def _closed_by_peer_now(sockets: list[socket.socket]) -> list[socket.socket]:
+    """The sockets whose peer has closed them, without waiting."""
+    poller = select.poll()
+    for sock in sockets:
+        poller.register(sock, select.POLLRDHUP)
+    closed = {fd for fd, _ in poller.poll(0)}
+    return [sock for sock in sockets if sock.fileno() in closed]
+
+
+async def _normal_calls(server: HttpServer) -> None:
+    """Calls over HTTP and WebSocket, made while the bad connections hang on."""
     async with open_http_peer(server.url, agent="echo") as over_http:
-        latencies += [await over_http.ping() for _ in range(10)]
+        for _ in range(10):
+            await over_http.ping()
     async with open_websocket_peer(server.ws_url + "/ws", agent="echo") as over_ws:
-        latencies += [await over_ws.ping() for _ in range(10)]
-    return latencies
+        for _ in range(10):
+            await over_ws.ping()
 
 
 def _received(sock: socket.socket) -> bytes:
     return sock.recv(4096, socket.MSG_DONTWAIT)  # the peer has closed: all of it is here
 
 
-async def test_slow_idle_and_unread_connections_are_closed_and_do_not_pin_the_server() -> None:
+async def test_slow_idle_and_unread_connections_do_not_pin_the_server() -> None:
+    async with open_agent_server(echo_agent, http_config=PATIENT) as server:
+        with _bad_clients(server.port) as groups:
+            everyone = [opened.sock for group in groups.values() for opened in group]
+            # The bad clients hold on for 30 s: answered within WITHIN, the calls did
+            # not wait for them.
+            with anyio.fail_after(WITHIN):
+                await _normal_calls(server)
+            assert _closed_by_peer_now(everyone) == [], "the calls ran while all were open"
+
+
+async def test_slow_idle_and_unread_connections_are_closed_by_the_timeouts() -> None:
     closed_at: dict[int, float] = {}
     async with open_agent_server(echo_agent, http_config=QUICK) as server:
-        port = server.port
-        with (
-            _connections(port, HALF_HEAD, EACH // 2) as half_heads,
-            _connections(port, HALF_BODY, EACH // 2) as half_bodies,
-            _connections(port, b"", EACH) as idle,
-            _connections(port, WHOLE, EACH) as unread,
-        ):
-            groups = {"half head": half_heads, "half body": half_bodies}
-            groups |= {"idle": idle, "never read": unread}
+        with _bad_clients(server.port) as groups:
             everyone = [opened.sock for group in groups.values() for opened in group]
-
-            async def watch() -> None:
+            with anyio.fail_after(WITHIN):
                 closed_at.update(await wait_closed_by_peer(everyone))
-
-            with anyio.fail_after(TIMEOUT + SLACK + 2):
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(watch)
-                    calls_started = time.monotonic()
-                    latencies = await _normal_calls(server)
             for name, group in groups.items():
                 for opened in group:
                     lived = closed_at[opened.sock.fileno()] - opened.connected_at
-                    # Closed by its timeout: not at once, and not long after it.
-                    assert 0.2 < lived < TIMEOUT + SLACK, (name, lived)
-            for opened in half_heads + half_bodies:
+                    # Closed by its timeout, not at once. A lower bound only: the server's
+                    # timer starts after we connected, and timers do not fire early.
+                    assert lived > TIMEOUT - 0.1, (name, lived)
+            for opened in groups["half head"] + groups["half body"]:
                 assert _received(opened.sock).startswith(b"HTTP/1.1 408 ")
-            for opened in unread:
+            for opened in groups["never read"]:
                 assert _received(opened.sock).startswith(b"HTTP/1.1 200 ")
-    assert calls_started < min(closed_at.values()), "the calls began while all were open"
-    assert max(latencies) < ANSWERED_WITHIN, latencies
 
 
 async def test_half_a_request_head_gets_408_within_the_request_timeout() -> None:
@@ -128,7 +150,7 @@ async def test_half_a_request_head_gets_408_within_the_request_timeout() -> None
         await anyio.connect_tcp("127.0.0.1", server.port) as stream,
     ):
         await stream.send(HALF_HEAD)
-        with anyio.fail_after(CUT_OFF_WITHIN):
+        with anyio.fail_after(WITHIN):  # and before the 30 s keep-alive
             reply = await stream.receive()
     assert reply.startswith(b"HTTP/1.1 408 ")
 
@@ -164,7 +186,7 @@ async def test_an_http_client_that_never_reads_large_answers_is_cut_off() -> Non
             await stream.send(
                 b"POST /rpc HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body
             )
-        assert await _wait_for_no_connections(server, CUT_OFF_WITHIN)
+        assert await _wait_for_no_connections(server, WITHIN)
 
 
 async def test_a_websocket_client_that_never_reads_is_cut_off() -> None:
@@ -177,4 +199,4 @@ async def test_a_websocket_client_that_never_reads_is_cut_off() -> None:
         open_websocket(server.ws_url + "/ws", config=WebSocketConfig(ping_interval=None)) as ws,
     ):
         await ws.send_many([_blob_request(n) for n in range(20)])
-        assert await _wait_for_no_connections(server, CUT_OFF_WITHIN)
+        assert await _wait_for_no_connections(server, WITHIN)

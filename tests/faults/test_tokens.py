@@ -22,8 +22,6 @@ pytestmark = pytest.mark.anyio
 REFUSED = 100
 #: The good connection's calls, while the storm lasts (a bound, not a target).
 MAX_GOOD_CALLS = 2_000
-#: A call takes a millisecond; the storm may slow it, not stall it.
-GOOD_CALL_WITHIN = 1.0
 
 
 def _touch(request_id: str) -> bytes:
@@ -52,7 +50,10 @@ async def _refused_with(url: str, token: str | None, n: int) -> int | None:
 async def test_a_storm_of_refused_connections_does_not_disturb_a_good_one() -> None:
     calls: list[str] = []
     codes: list[int | None] = []
-    latencies: list[float] = []
+    # How many good calls had been answered when each refused link ended: the storm
+    # may slow the good connection, not stall it, so the count grows during the storm.
+    good_answered_at_refusal: list[int] = []
+    good_answered = 0
     storm_over = anyio.Event()
     tokens = TokenAuthenticator({"good": "guarded"})
     async with (
@@ -62,15 +63,16 @@ async def test_a_storm_of_refused_connections_does_not_disturb_a_good_one() -> N
         url = server.ws_url + "/ws"
 
         async def good_calls() -> None:
+            nonlocal good_answered
             for _ in range(MAX_GOOD_CALLS):
-                started = anyio.current_time()
                 assert await good.call_tool("touch") == "touched"
-                latencies.append(anyio.current_time() - started)
+                good_answered += 1
                 if storm_over.is_set():
                     return
 
         async def refused(n: int) -> None:
             codes.append(await _refused_with(url, None if n % 2 else f"wrong-{n}", n))
+            good_answered_at_refusal.append(good_answered)
 
         with anyio.fail_after(20):
             async with anyio.create_task_group() as tg:
@@ -82,8 +84,9 @@ async def test_a_storm_of_refused_connections_does_not_disturb_a_good_one() -> N
         assert not good.closed
     assert codes == [CloseCode.UNAUTHORIZED] * REFUSED
     assert not [request_id for request_id in calls if request_id.startswith("refused-")]
-    assert len(calls) == len(latencies) >= 2, "the good connection kept calling throughout"
-    assert max(latencies) < GOOD_CALL_WITHIN, max(latencies)
+    assert len(calls) == good_answered >= 2, "the good connection kept calling throughout"
+    first, last = good_answered_at_refusal[0], good_answered_at_refusal[-1]
+    assert first < last, "good calls were answered between the first refusal and the last"
 
 
 async def test_rpc_without_a_valid_token_is_401_and_runs_nothing() -> None:

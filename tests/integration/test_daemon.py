@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from mesh.testing import Daemon, EchoServer, echo_agent_command, spawn_daemon, spawn_echo_server
-from tests.faults._helpers import spawn_holding_server
+from tests.faults._helpers import spawn_holding_server, wait_holding
 from transports import open_websocket
 
 pytestmark = pytest.mark.anyio
@@ -231,7 +231,7 @@ async def test_sigterm_lets_calls_in_flight_finish_and_exits_0(tmp_path: Path) -
                 for _ in range(3):
                     tg.start_soon(slow_call)
                 with anyio.fail_after(10):
-                    await holder.wait_holding(3)  # all three are in flight through the daemon
+                    await wait_holding(holder, 3)  # all three are in flight through the daemon
                 daemon.process.send_signal(signal.SIGTERM)
             with anyio.fail_after(15):
                 code = await daemon.process.wait()

@@ -195,8 +195,8 @@ async def scripted_server(script: Callable[[int, int], Action]) -> AsyncIterator
                     return
                 if action == "cut_short":  # an answer that stops halfway through its body
                     head = h11.Response(status_code=200, headers=[("content-length", "100")])
-                    events = (head, h11.Data(data=b"0123456789"))
-                    await stream.send(b"".join(conn.send(event) or b"" for event in events))
+                    cut = (head, h11.Data(data=b"0123456789"))
+                    await stream.send(b"".join(conn.send(event) or b"" for event in cut))
                     return
                 head = h11.Response(status_code=200, headers=[("content-length", str(len(body)))])
                 events = (head, h11.Data(data=body), h11.EndOfMessage())

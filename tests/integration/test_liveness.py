@@ -5,49 +5,58 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from functools import partial
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import anyio
 import pytest
 
-from mesh import AgentSpec, AgentUnavailable, MeshOrchestrator, ReconnectingPeer
+from mesh import AgentSpec, AgentUnavailable, MeshOrchestrator
 from registry import AgentId, AgentStatus, ChangeKind
-from transports import StdioProcessStream, open_stdio_process
+from transports import FrameStream, StdioProcessStream, open_stdio_process
 
 pytestmark = pytest.mark.anyio
+
+#: A hang guard: the agent's heartbeat TTL is 0.9 s, and a loaded machine may take many
+#: times that to notice and report; nothing else can make the agent stale or offline.
+GUARD = 15.0
 
 
 async def test_sigstop_goes_stale_then_offline_and_sigcont_brings_it_back() -> None:
     interval, ttl = 0.3, 0.9
-    command = partial(open_stdio_process, sys.executable, ["-m", "mesh.agents.echo", "--stdio"])
+    links: list[StdioProcessStream] = []
+
+    @asynccontextmanager
+    async def command() -> AsyncIterator[FrameStream]:
+        # The connector the orchestrator dials with: it shows us each process it starts.
+        async with open_stdio_process(sys.executable, ["-m", "mesh.agents.echo", "--stdio"]) as s:
+            links.append(s)
+            yield s
+
     spec = AgentSpec(
         "frozen", command, transport="stdio", heartbeat_interval=interval, heartbeat_ttl=ttl
     )
     async with MeshOrchestrator([spec]) as mesh, mesh.registry.subscribe() as changes:
-        peer = mesh._links["frozen"].peer
-        assert isinstance(peer, ReconnectingPeer) and peer.current is not None
-        stream = peer.current.stream
-        assert isinstance(stream, StdioProcessStream)
-        stopped_at = anyio.current_time()
+        (stream,) = links
         os.kill(stream.pid, signal.SIGSTOP)
         try:
-            seen: list[tuple[ChangeKind, float]] = []
-            with anyio.fail_after(ttl + 3):
+            seen: list[ChangeKind] = []
+            with anyio.fail_after(GUARD):
                 async for change in changes:
-                    seen.append((change.kind, anyio.current_time() - stopped_at))
+                    seen.append(change.kind)
                     if change.kind is ChangeKind.OFFLINE:
                         break
-            assert [kind for kind, _ in seen] == [ChangeKind.STALE, ChangeKind.OFFLINE]
-            assert seen[-1][1] <= ttl + 1.0, "offline within its TTL (plus one probe of slack)"
+            assert seen == [ChangeKind.STALE, ChangeKind.OFFLINE]
             with pytest.raises(AgentUnavailable, match="offline"):
                 await mesh.call("frozen", "ping")
         finally:
             os.kill(stream.pid, signal.SIGCONT)
-        with anyio.fail_after(interval * 3 + 3):
+        with anyio.fail_after(GUARD):
             async for change in changes:
                 if change.kind is ChangeKind.ONLINE:
                     break
         record = mesh.registry.get(AgentId("frozen"))
         assert record is not None and record.status is AgentStatus.ONLINE
-        assert await mesh.call_tool("frozen", "echo", message="thawed") == {"message": "thawed"}
-        assert peer.current is not None and peer.current.stream is stream, "the same link came back"
+        thawed = {"message": "thawed"}
+        assert await mesh.call_tool("frozen", "echo", thawed) == thawed
+        assert links == [stream], "the same link came back: no second process was started"

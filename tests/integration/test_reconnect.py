@@ -17,7 +17,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_the_agent_is_killed_mid_session_and_the_next_call_succeeds() -> None:
-    command, args = echo_agent_command("--backend", sniffio.current_async_library())
+    command, args = echo_agent_command(backend=sniffio.current_async_library())
     pids: list[int] = []
     events: list[ConnectionEvent] = []
     dropped = anyio.Event()

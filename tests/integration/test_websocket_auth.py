@@ -11,7 +11,7 @@ import anyio
 import pytest
 import trustme
 
-from mesh import ConnectionLost, open_agent_server, open_websocket_peer
+from mesh import Unauthorized, open_agent_server, open_websocket_peer
 from tests.faults._helpers import recording_agent
 from transports import (
     CloseCode,
@@ -73,9 +73,10 @@ async def test_no_message_of_a_rejected_connection_reaches_a_handler() -> None:
     calls: list[str] = []
     async with guarded_server(TokenAuthenticator({"good": "guarded"}), calls) as server:
         for token in (None, "bad"):
-            with pytest.raises(ConnectionLost, match="4001"):
+            with pytest.raises(Unauthorized, match="4001") as refused:
                 async with open_websocket_peer(server.ws_url + "/ws", token=token, agent="guarded"):
                     pass
+            assert refused.value.close_code == CloseCode.UNAUTHORIZED
     assert calls == []
 
 

@@ -37,8 +37,8 @@ protocol = "mcp"
         assert info["name"] == "Everything Reference Server"
         tools = {tool["name"] for tool in await mesh.list_tools("everything")}
         assert len(tools) == 13 and {"echo", "get-sum"} <= tools
-        assert await mesh.call_tool("everything", "echo", message="hi") == "Echo: hi"
-        assert "3" in str(await mesh.call_tool("everything", "get-sum", a=1, b=2))
+        assert await mesh.call_tool("everything", "echo", {"message": "hi"}) == "Echo: hi"
+        assert "3" in str(await mesh.call_tool("everything", "get-sum", {"a": 1, "b": 2}))
         with pytest.raises(ToolError, match="nope"):
             await mesh.call_tool("everything", "nope")
         # resources and prompts pass through as they are

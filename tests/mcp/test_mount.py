@@ -75,12 +75,12 @@ async def check_agent(mesh: MeshOrchestrator, revision: str, transport: str) -> 
     tools = {tool["name"]: tool for tool in await mesh.list_tools("peer")}
     assert {"add", "shout", "boom", "slow", "wait"} <= set(tools)
     assert tools["add"]["inputSchema"]["required"] == ["a", "b"]
-    assert await mesh.call_tool("peer", "add", a=2, b=3) == {"result": 5}
+    assert await mesh.call_tool("peer", "add", {"a": 2, "b": 3}) == {"result": 5}
     with pytest.raises(ToolError, match="Error executing tool boom") as raised:
         await mesh.call_tool("peer", "boom")
     assert raised.value.agent == "peer"
     with pytest.raises(ToolError, match="validation error"):  # MCP: bad arguments are isError
-        await mesh.call_tool("peer", "add", a="two")
+        await mesh.call_tool("peer", "add", {"a": "two"})
     assert await mesh.ping("peer") >= 0
     outcomes = await mesh.broadcast("tools/call", {"name": "shout", "arguments": {"text": "hi"}})
     assert outcomes["peer"].result == {"result": "HI"}
@@ -101,7 +101,7 @@ async def test_mcpserver_over_streamable_http(tmp_path: Path, requested: str, ag
             await check_agent(mesh, agreed, "http")
             # a deadline becomes a cancel the server acts on, and the link lives on
             with pytest.raises(CallTimeout):
-                await mesh.call_tool("peer", "wait", seconds=30, timeout=0.3)
+                await mesh.call_tool("peer", "wait", {"seconds": 30}, timeout=0.3)
             await wait_until_cancelled(mesh)
 
 
@@ -150,11 +150,11 @@ async def test_a_server_killed_mid_call_fails_the_call_at_once(tmp_path: Path) -
     stdio_manifest(tmp_path)
     async with MeshOrchestrator.from_manifests(tmp_path) as mesh:
         pid = (await mesh.call_tool("peer", "pid"))["result"]
-        failure: list[BaseException] = []
+        failure: list[ConnectionLost] = []
 
         async def call() -> None:
             try:
-                await mesh.call_tool("peer", "wait", seconds=60)
+                await mesh.call_tool("peer", "wait", {"seconds": 60})
             except ConnectionLost as exc:
                 failure.append(exc)
 

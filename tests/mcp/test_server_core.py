@@ -16,8 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mesh import MeshError, MeshOrchestrator, open_peer
-from mesh._orchestrator.orchestrator import AgentSpec, local_connector
+from mesh import AgentSpec, MeshError, MeshOrchestrator, local_connector, open_peer
 from mesh.agents.echo import agent as echo_agent
 from mesh.mcp import MCP_CODEC, ExtraTool, ToolCatalog, serve_mcp
 from mesh.mcp._http_server import McpHttpEndpoint
@@ -34,13 +33,30 @@ async def twice(arguments: dict[str, Any]) -> Any:
     return {"twice": 2 * arguments["n"]}
 
 
+class Recording:
+    """A client's end of the link that keeps every frame it receives, raw."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.frames: list[dict[str, Any]] = []
+        self.info, self.max_frame_size = stream.info, stream.max_frame_size
+        self.send, self.send_many, self.aclose = stream.send, stream.send_many, stream.aclose
+
+    async def receive(self) -> bytes:
+        frame: bytes = await self._stream.receive()
+        self.frames.append(json.loads(frame))
+        return frame
+
+
 @asynccontextmanager
 async def mcp_client(catalog: ToolCatalog) -> AsyncIterator[tuple[Any, NotificationRecorder]]:
     ours, theirs = memory_stream_pair()
     recorder = NotificationRecorder()
+    wire = Recording(ours)
     async with anyio.create_task_group() as tg:
         tg.start_soon(serve_mcp, theirs, catalog)
-        async with open_peer(ours, handler=recorder, codec=MCP_CODEC) as peer:
+        async with open_peer(wire, handler=recorder, codec=MCP_CODEC) as peer:
+            peer.wire = wire  # type: ignore[attr-defined]
             yield peer, recorder
         tg.cancel_scope.cancel()
 
@@ -76,6 +92,15 @@ async def test_a_handshake_client_is_told_when_agents_come() -> None:
             await heard.wait_for("notifications/tools/list_changed")
         listed = await peer.call("tools/list")
         assert "echo2__echo" in {t["name"] for t in listed["tools"]}
+        # an agent's progress reaches the client under the token the client chose
+        arguments = {"seconds": 0.3, "progress_every": 0.1}
+        slow = {"name": "echo__sleep", "arguments": arguments, "_meta": {"progressToken": "t"}}
+        assert (await peer.call("tools/call", slow))["isError"] is False
+        # (a Peer hands progress for tokens it did not mint to no one: read the wire)
+        updates = [
+            f["params"] for f in peer.wire.frames if f.get("method") == "notifications/progress"
+        ]
+        assert updates and updates[0]["progressToken"] == "t" and updates[0]["total"] == 0.3
 
 
 async def test_a_2026_client_discovers_and_listens() -> None:

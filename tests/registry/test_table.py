@@ -421,6 +421,7 @@ def test_mark_offline_takes_effect_at_once_and_a_beat_revives() -> None:
     assert seen[-1] == (str(ChangeKind.OFFLINE), str(AgentStatus.OFFLINE))
     assert sum(1 for kind, _ in seen if kind == str(ChangeKind.OFFLINE)) == 1
     registry.heartbeat(AgentId("a"), now=1.0)
-    assert registry.get(AgentId("a")).status is AgentStatus.ONLINE  # type: ignore[union-attr]
+    back = registry.get(AgentId("a"))
+    assert back is not None and back.status is AgentStatus.ONLINE
     registry.mark_offline(AgentId("a"), now=1.5)
     assert [c.kind for c in registry.expire(1.0 + 3.0 + 5.0)] == [ChangeKind.REMOVED]

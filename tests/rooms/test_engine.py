@@ -8,14 +8,18 @@ import pytest
 
 from mesh import AgentUnavailable, CallTimeout
 from mesh.rooms import (
+    ErrorEvent,
     ExitRules,
     Limits,
+    RoomId,
     RoomRunner,
     RoomStatus,
+    StoppedEvent,
     StopReason,
     TurnReply,
     TurnRequest,
 )
+from registry import AgentId
 
 from ._helpers import (
     GUARD,
@@ -51,8 +55,8 @@ async def test_two_agents_talk_until_the_turn_limit() -> None:
     assert messages[0].score == 0.0 and 0 < messages[1].score < 1
     assert runner.verdict is not None and runner.verdict.reason is StopReason.MAX_TURNS
     stopped = recorder.events[-1]
-    assert recorder.types()[-1] == "STOPPED"
-    assert (stopped.reason, stopped.turn) == (StopReason.MAX_TURNS, 12)  # type: ignore[union-attr]
+    assert isinstance(stopped, StoppedEvent)
+    assert (stopped.reason, stopped.turn) == (StopReason.MAX_TURNS, 12)
     assert log.state.status is RoomStatus.STOPPED and log.state.current_turn == 12
     assert [e.seq for e in recorder.events] == list(range(1, len(recorder.events) + 1))
 
@@ -78,7 +82,7 @@ async def test_three_agents_take_turns_in_order() -> None:
     [
         (
             {"alice": ["Is it done?", "And now?"], "bob": ["Not yet.", "Verified: done."]},
-            ExitRules(verifier="bob"),
+            ExitRules(verifier=AgentId("bob")),
             StopReason.CONVERGED,
             4,
         ),
@@ -124,14 +128,14 @@ async def test_a_reply_for_another_turn_is_dropped_and_the_turn_asked_again() ->
             # a duplicate of turn 2's reply arriving late, then one from another room
             return TurnReply(room_id=request.room_id, turn=2, text="late duplicate")
         if request.turn == 3 and asked.count(3) == 2:
-            return TurnReply(room_id="elsewhere", turn=3, text="wrong room")
+            return TurnReply(room_id=RoomId("elsewhere"), turn=3, text="wrong room")
         return TurnReply(room_id=request.room_id, turn=request.turn, text=f"turn {request.turn}")
 
     log, recorder = journal(room)
     await run(RoomRunner(log, speak))
     assert [m.text for m in recorder.messages()] == ["turn 1", "turn 2", "turn 3", "turn 4"]
-    errors = [e for e in recorder.events if type(e).__name__ == "ErrorEvent"]
-    assert [e.message for e in errors] == [  # type: ignore[attr-defined]
+    errors = [e for e in recorder.events if isinstance(e, ErrorEvent)]
+    assert [e.message for e in errors] == [
         "dropped a reply for turn 2 of room 'r1': expected turn 3 of 'r1'",
         "dropped a reply for turn 3 of room 'elsewhere': expected turn 3 of 'r1'",
     ]
@@ -153,8 +157,8 @@ async def test_a_provider_that_keeps_failing_stops_the_room_with_error() -> None
     await run(RoomRunner(log, speak))
     assert log.state.stop_reason is StopReason.ERROR
     assert log.state.detail.startswith("turn 2 failed 3 times in a row: CallTimeout: no response")
-    errors = [e for e in recorder.events if type(e).__name__ == "ErrorEvent"]
-    assert [(e.turn, e.attempt, e.code, e.agent_id) for e in errors] == [  # type: ignore[attr-defined]
+    errors = [e for e in recorder.events if isinstance(e, ErrorEvent)]
+    assert [(e.turn, e.attempt, e.code, e.agent_id) for e in errors] == [
         (2, 1, -32001, "bob"),
         (2, 2, -32001, "bob"),
         (2, 3, -32001, "bob"),
@@ -176,7 +180,8 @@ async def test_a_turn_past_its_deadline_fails_and_a_retry_succeeds() -> None:
     log, recorder = journal(room)
     await run(RoomRunner(log, speak))
     assert recorder.types() == ["MESSAGE", "ERROR", "MESSAGE", "STOPPED"]
-    assert recorder.events[1].message == "no reply within 0.05 s"  # type: ignore[union-attr]
+    timed_out = recorder.events[1]
+    assert isinstance(timed_out, ErrorEvent) and timed_out.message == "no reply within 0.05 s"
     assert log.state.stop_reason is StopReason.MAX_TURNS
 
 
@@ -192,7 +197,7 @@ async def test_dropped_and_empty_replies_count_as_failures() -> None:
 
     log, recorder = journal(room)
     await run(RoomRunner(log, speak))
-    messages = [e.message for e in recorder.events if type(e).__name__ == "ErrorEvent"]  # type: ignore[attr-defined]
+    messages = [e.message for e in recorder.events if isinstance(e, ErrorEvent)]
     assert messages == ["the agent dropped the turn: stale"] * 2
     assert log.state.stop_reason is StopReason.ERROR
 

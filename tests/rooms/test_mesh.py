@@ -27,6 +27,7 @@ from mesh.rooms import (
     perspective_messages,
 )
 from mesh.testing import KillableConnector
+from registry import AgentId
 
 from ._helpers import GUARD, assert_log_and_db_agree, seat_agent
 
@@ -62,7 +63,7 @@ async def test_a_room_through_the_orchestrator_with_persona_agents(tmp_path: Pat
         last = TurnRequest(
             room_id=room.id,
             turn=12,
-            agent_id="bob",
+            agent_id=AgentId("bob"),
             system="",
             messages=perspective_messages(room, transcript[:11], "bob"),
         )

@@ -14,6 +14,7 @@ from mesh.rooms import (
     Member,
     MessageEvent,
     ResumedEvent,
+    RoomEvent,
     RoomSpec,
     StoppedEvent,
     StopReason,
@@ -65,7 +66,7 @@ def test_a_spec_built_in_python_is_checked_too() -> None:
 
 def test_every_event_round_trips_through_one_tagged_union() -> None:
     room = make_room()
-    events = [
+    events: list[RoomEvent] = [
         WelcomeEvent(room_id=ROOM, seq=1, timestamp=5, room=room),
         AgentJoinedEvent(room_id=ROOM, seq=2, agent_id="alice", name="Alice", role="participant"),
         MessageEvent(room_id=ROOM, seq=3, agent_id="alice", turn=1, text="hi", score=0.25),

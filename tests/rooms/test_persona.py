@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
 
 import anyio
@@ -14,9 +15,10 @@ from mesh import ToolError, open_stdio_peer
 from mesh.agents.persona import PersonaAgent, admit, build_agent, main, read_script
 from mesh.agents.persona import _parser as persona_parser
 from mesh.agents.persona import _Seat as Seat
-from mesh.manifests._types import Persona
+from mesh.manifests import Persona
 from mesh.providers import ChatMessage, Completion, ProviderConfig, ProviderUnreachable
-from mesh.rooms import ROLE_PROMPTS, TurnReply, TurnRequest, role_persona
+from mesh.rooms import ROLE_PROMPTS, RoomId, TurnReply, TurnRequest, role_persona
+from registry import AgentId
 
 from ._helpers import GUARD, persona_agent
 
@@ -25,9 +27,9 @@ pytestmark = pytest.mark.anyio
 
 def request(turn: int, room: str = "r1") -> TurnRequest:
     return TurnRequest(
-        room_id=room,
+        room_id=RoomId(room),
         turn=turn,
-        agent_id="bob",
+        agent_id=AgentId("bob"),
         system="You are Bob.",
         messages=(ChatMessage(role="user", content="hi", name="Alice"),),
     )
@@ -35,7 +37,7 @@ def request(turn: int, room: str = "r1") -> TurnRequest:
 
 def test_admission_rules() -> None:
     assert admit(None, 7) == "speak"  # a room it has not seen: whatever turn it is at
-    answered = Seat(turn=5, reply=TurnReply(room_id="r", turn=5, text="x"), busy=False)
+    answered = Seat(turn=5, reply=TurnReply(room_id=RoomId("r"), turn=5, text="x"), busy=False)
     assert admit(answered, 6) == "speak"
     assert admit(answered, 9) == "speak"  # others spoke in between
     assert admit(answered, 5) == "replay"
@@ -81,8 +83,8 @@ async def test_a_concurrent_duplicate_is_dropped() -> None:
     assert [(r.status, r.text) for r in replies] == [("spoken", "slow answer")]
 
 
-async def _append(replies: list[TurnReply], reply: object) -> None:
-    replies.append(await reply)  # type: ignore[misc]
+async def _append(replies: list[TurnReply], reply: Awaitable[TurnReply]) -> None:
+    replies.append(await reply)
 
 
 async def test_one_persona_sits_in_many_rooms_at_once() -> None:

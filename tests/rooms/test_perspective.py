@@ -13,6 +13,7 @@ from mesh.rooms import (
     perspective_messages,
     system_prompt,
 )
+from registry import AgentId
 
 from ._helpers import make_room, said
 
@@ -87,7 +88,7 @@ def test_the_room_level_wins_over_the_persona_level() -> None:
 
 
 def test_the_verifier_is_told_how_to_converge() -> None:
-    room = make_room("alice", "bob", rules=ExitRules(verifier="bob", goodbye=None))
+    room = make_room("alice", "bob", rules=ExitRules(verifier=AgentId("bob"), goodbye=None))
     assert 'start your message with "Verified"' in system_prompt(room, room.member("bob"))
     assert "Verified" not in system_prompt(room, room.member("alice"))
     assert "Goodbye" not in system_prompt(room, room.member("alice"))

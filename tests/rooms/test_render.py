@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from mesh.rooms import (
     AgentJoinedEvent,
@@ -10,6 +11,7 @@ from mesh.rooms import (
     ErrorEvent,
     MessageEvent,
     ResumedEvent,
+    RoomEvent,
     RoomSnapshot,
     RoomStatus,
     StoppedEvent,
@@ -27,8 +29,8 @@ HHMMSS = time.strftime("%H:%M:%S", time.localtime(AT / 1000))
 
 def test_each_event_as_a_line() -> None:
     room = make_room()
-    bob = {"agent_id": "bob", "name": "Bob", "role": "critic"}
-    cases = [
+    bob: dict[str, Any] = {"agent_id": "bob", "name": "Bob", "role": "critic"}
+    cases: list[tuple[RoomEvent, str]] = [
         (
             WelcomeEvent(room_id=ROOM, timestamp=AT, room=room),
             'room r1: "tabs or spaces" with Alice (participant), Bob (participant); '

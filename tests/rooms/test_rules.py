@@ -19,6 +19,7 @@ from mesh.rooms import (
     similarity,
 )
 from mesh.rooms._rules import check_agent_lost, check_failures, lost_deadline
+from registry import AgentId
 
 from ._helpers import make_room, said
 
@@ -47,7 +48,7 @@ def test_the_score_compares_every_members_latest_message() -> None:
 
 
 def test_verified_prefix_converges_only_for_the_verifier() -> None:
-    room = make_room(rules=ExitRules(verifier="bob"))
+    room = make_room(rules=ExitRules(verifier=AgentId("bob")))
     verdict = after_message(room, said(room, "Verified by me?", "**Verified**: all good"))
     assert verdict is not None and verdict.reason is StopReason.CONVERGED
     assert "Bob verified at turn 2" in verdict.detail

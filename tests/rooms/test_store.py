@@ -12,6 +12,7 @@ from mesh.rooms import (
     MessageEvent,
     ResumedEvent,
     RoomEvent,
+    RoomId,
     RoomState,
     RoomStatus,
     RoomStore,
@@ -79,7 +80,7 @@ def test_writes_are_idempotent_by_seq_and_by_turn(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="seq 10 does not follow 8"):
             store.append(ResumedEvent(room_id=ROOM, seq=10, next_turn=5))
         with pytest.raises(ValueError, match="no WELCOME"):
-            store.append(ResumedEvent(room_id="other", seq=1, next_turn=1))
+            store.append(ResumedEvent(room_id=RoomId("other"), seq=1, next_turn=1))
     assert len(read_log(tmp_path / "rooms" / "r1.jsonl")) == 8
     assert_log_and_db_agree(tmp_path, ROOM)
 

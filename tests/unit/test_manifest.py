@@ -21,7 +21,7 @@ from mesh import (
     load_manifest,
     load_manifests,
 )
-from mesh.manifests._validate import ValidateExit, validate_manifests
+from mesh.manifests import ValidateExit, validate_manifests
 from mesh.providers import ProviderConfig
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -90,6 +90,7 @@ def test_our_calls_cancels_and_progress_speak_mcp() -> None:
 def test_a_peer_cancel_names_our_request_by_its_wire_id() -> None:
     peer = server()
     (request,) = peer.receive_frame(frame(id=0, method="tools/call", params={}), 0.0)
+    assert isinstance(request, IncomingRequest)
     cancel = frame(method="notifications/cancelled", params={"requestId": 0, "reason": "bored"})
     (event,) = peer.receive_frame(cancel, 0.0)
     assert isinstance(event, CancelRequested)
@@ -103,9 +104,11 @@ def test_errors_map_both_ways() -> None:
     ours.data_to_send()
     answer = frame(id=rid, error={"code": -32602, "message": "Unknown tool: x"})
     (done,) = ours.receive_frame(answer, 0.0)
+    assert isinstance(done, CallDone)
     assert isinstance(done.error, InvalidParams) and "Unknown tool" in str(done.error)
     peer = server()
     (request,) = peer.receive_frame(frame(id=3, method="x"), 0.0)
+    assert isinstance(request, IncomingRequest)
     peer.send_error(request.id, -32601, "no", {"why": 1})
     assert sent(peer) == [
         {"jsonrpc": "2.0", "id": 3, "error": {"code": -32601, "message": "no", "data": {"why": 1}}}
@@ -163,7 +166,7 @@ def test_a_broken_response_fails_its_call_and_is_never_answered() -> None:
     ours.data_to_send()
     both = frame(id=rid, result={}, error={"code": 1, "message": "m"})
     (done,) = ours.receive_frame(both, 0.0)
-    assert isinstance(done.error, ProtocolError)
+    assert isinstance(done, CallDone) and isinstance(done.error, ProtocolError)
     assert ours.data_to_send() == []
 
 

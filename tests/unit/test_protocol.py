@@ -9,7 +9,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mesh._errors import ErrorCode, error_from_code
+from mesh import ErrorCode
+from mesh._errors import error_from_code  # internal: the code -> class table itself
 from mesh.protocol import (
     MESH_CODEC,
     DecodeFailure,

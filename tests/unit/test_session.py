@@ -10,13 +10,21 @@ from mesh import CallTimeout, ConnectionLost, ErrorCode, MessageTooLarge, ToolEr
 from mesh._rpc.session import (
     CallDone,
     CancelRequested,
+    Event,
     IncomingNotification,
     IncomingRequest,
     ProgressReported,
     Session,
     SessionConfig,
 )
-from mesh.protocol import MESH_CODEC, Request, RequestPayload, Response, ResponsePayload
+from mesh.protocol import (
+    MESH_CODEC,
+    Request,
+    RequestId,
+    RequestPayload,
+    Response,
+    ResponsePayload,
+)
 
 QUIET = SessionConfig(heartbeat_interval=None)
 
@@ -34,6 +42,12 @@ def deliver(src: Session, dst: Session, now: float = 0.0) -> list[Any]:
     for frame in src.data_to_send():
         events.extend(dst.receive_frame(frame, now))
     return events
+
+
+def calls_done(events: list[Event]) -> list[CallDone]:
+    """The events, each asserted to be a finished call of ours."""
+    assert all(isinstance(e, CallDone) for e in events), events
+    return [e for e in events if isinstance(e, CallDone)]
 
 
 def decoded(session: Session) -> list[Any]:
@@ -71,7 +85,7 @@ def test_deadline_expiry_fails_the_call_and_tells_the_peer() -> None:
     (request,) = deliver(client, server)
     assert client.next_deadline() == 2.0
     assert client.tick(1.999) == []
-    (done,) = client.tick(2.0)
+    (done,) = calls_done(client.tick(2.0))
     assert done.id == rid and isinstance(done.error, CallTimeout)
     assert "no response within 2 s" in str(done.error) and "tools/call sleep" in str(done.error)
     (cancel,) = deliver(client, server)
@@ -109,7 +123,7 @@ def test_progress_extends_the_deadline_up_to_the_hard_maximum() -> None:
     server.report_progress(request.id, 2)
     deliver(server, client, now=4.0)
     assert client.deadline_of(rid) == 5.0  # capped: started at 0, max 5 s
-    (done,) = client.tick(5.0)
+    (done,) = calls_done(client.tick(5.0))
     assert isinstance(done.error, CallTimeout)
 
 
@@ -126,10 +140,10 @@ def test_heartbeats_are_sent_every_interval_and_silence_kills_the_link() -> None
     client.receive_frame(MESH_CODEC.encode(beat), 2.5)
     client.tick(5.4)
     assert not client.closed
-    (done,) = client.tick(5.5)
+    (done,) = calls_done(client.tick(5.5))
     assert done.id == rid and isinstance(done.error, ConnectionLost)
     assert "peer sent nothing for 3.0 s (heartbeat TTL 3 s)" in str(done.error)
-    assert client.closed
+    assert client.close_error is not None  # closed, remembering why
     with pytest.raises(ConnectionLost, match="heartbeat TTL"):
         client.send_request("ping", None, now=6.0)
 
@@ -140,7 +154,7 @@ def test_connection_lost_fails_every_pending_call_with_the_cause() -> None:
     cause = ConnectionLost("agent process 42 was killed by SIGKILL (exit status -9)")
     cause.exit_code = -9
     cause.stderr_tail = ("last words",)
-    events = client.connection_lost(cause)
+    events = calls_done(client.connection_lost(cause))
     assert {e.id for e in events} == ids
     for event in events:
         assert isinstance(event.error, ConnectionLost)
@@ -200,7 +214,7 @@ def test_a_broken_response_is_never_answered_but_fails_its_call() -> None:
     rid = client.send_request("m", None, now=0.0)
     client.data_to_send()
     bad = b'{"type":"response","id":"%s","timestamp":1,"payload":{"success":false}}' % rid.encode()
-    (done,) = client.receive_frame(bad, 0.0)
+    (done,) = calls_done(client.receive_frame(bad, 0.0))
     assert done.id == rid and "needs an error" in str(done.error)
     assert client.data_to_send() == []
     assert client.receive_frame(b'{"type":"response","id":"zzz","payload":1}', 0.0) == []
@@ -235,7 +249,7 @@ def test_oversized_response_fails_the_call_it_belongs_to() -> None:
         b'{"type":"response","id":"%s","timestamp":1,"payload":{"success":true,"result":"'
         % rid.encode()
     )
-    (done,) = client.receive_oversized(5_000_000, head, 0.0)
+    (done,) = calls_done(client.receive_oversized(5_000_000, head, 0.0))
     assert done.id == rid and isinstance(done.error, MessageTooLarge)
     assert client.data_to_send() == []
 
@@ -245,8 +259,8 @@ def test_notifications_and_duplicate_ids() -> None:
     client.send_notification("room/event", {"n": 1})
     (note,) = deliver(client, server)
     assert note == IncomingNotification("room/event", {"n": 1})
-    client.send_request("m", None, now=0.0, request_id="dup")  # type: ignore[arg-type]
-    client.send_request("m", None, now=0.0, request_id="dup2")  # type: ignore[arg-type]
+    client.send_request("m", None, now=0.0, request_id=RequestId("dup"))
+    client.send_request("m", None, now=0.0, request_id=RequestId("dup2"))
     frames = client.data_to_send()
     server.receive_frame(frames[0], 0.0)
     server.receive_frame(frames[0], 0.0)
