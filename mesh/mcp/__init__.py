@@ -25,7 +25,8 @@ from mesh.manifests import HttpSection, Manifest
 from mesh.mcp._catalog import ExtraTool, ToolCatalog, call_result, error_result
 from mesh.mcp._codec import MCP_CODEC, McpCodec
 from mesh.mcp._http import McpHttpStream, open_mcp_http_client
-from mesh.mcp._mount import McpMount, Revision, mcp_connector, open_mcp_mount, tool_result
+from mesh.mcp._link import MountStream, mcp_connector, open_mcp_mount
+from mesh.mcp._mount import McpMount, Revision, tool_result
 from mesh.mcp._names import exposed_names
 from mesh.mcp._revisions import HANDSHAKE_REVISIONS, MODERN, REVISIONS
 from mesh.mcp._server import McpServer, serve_mcp
@@ -41,6 +42,7 @@ __all__ = [
     "McpHttpStream",
     "McpMount",
     "McpServer",
+    "MountStream",
     "Revision",
     "ToolCatalog",
     "call_result",

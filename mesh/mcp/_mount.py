@@ -24,13 +24,10 @@ anything else       passed through as is (``resources/read``, ``prompts/get``, .
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-import anyio
-import anyio.abc
 import structlog
 
 from mesh._errors import (
@@ -42,9 +39,7 @@ from mesh._errors import (
     RemoteError,
     ToolError,
 )
-from mesh._rpc.peer import Peer, RequestContext, open_peer
-from mesh._rpc.session import SessionConfig
-from mesh.mcp._codec import MCP_CODEC
+from mesh._rpc.peer import Peer, RequestContext
 from mesh.mcp._revisions import (
     HANDSHAKE_REVISIONS,
     IMPLEMENTATION,
@@ -52,10 +47,8 @@ from mesh.mcp._revisions import (
     MODERN,
     envelope,
 )
-from transports import Connector, FrameStream, TransportClosed, memory_stream_pair
-from transports._groups import unwrap_single_error
 
-__all__ = ["McpMount", "Revision", "mcp_connector", "tool_result"]
+__all__ = ["REVISION_CHOICES", "McpMount", "Revision", "tool_result"]
 
 log = structlog.get_logger("mesh.mcp")
 
@@ -332,121 +325,3 @@ _INNER_CEILING: Final = 3600.0
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-# -- the connector --------------------------------------------------------------------------
-
-
-class MountStream:
-    """The orchestrator's end of a mount: frames go to the mount, and when the MCP
-    link dies, the reason (exit status, last stderr lines) comes out of ``receive``."""
-
-    def __init__(self, inner: FrameStream, wire: FrameStream, mcp: Peer) -> None:
-        self._inner = inner
-        self.wire = wire  # the MCP server's own stream (a stdio child's has its ``pid``)
-        self._mcp = mcp
-        send_nowait = getattr(inner, "send_nowait", None)
-        if send_nowait is not None:
-            self.send_nowait = send_nowait
-
-    @property
-    def info(self) -> Any:
-        return self.wire.info
-
-    @property
-    def max_frame_size(self) -> int:
-        return self._inner.max_frame_size
-
-    async def send(self, frame: bytes) -> None:
-        await self._inner.send(frame)
-
-    async def send_many(self, frames: Any) -> None:
-        await self._inner.send_many(frames)
-
-    async def receive(self) -> bytes:
-        try:
-            return await self._inner.receive()
-        except TransportClosed:
-            raise self._why() from None
-
-    def _why(self) -> TransportClosed:
-        error = self._mcp.close_error
-        if error is None:
-            return TransportClosed("the MCP mount closed")
-        return TransportClosed(
-            error.message,
-            exit_code=error.exit_code,
-            close_code=error.close_code,
-            stderr_tail=error.stderr_tail,
-        )
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-def mcp_connector(
-    connector: Connector,
-    *,
-    agent: str,
-    config: SessionConfig | None = None,
-    revision: Revision = "auto",
-    connect_timeout: float = 10.0,
-) -> Connector:
-    """A connector that mounts the MCP server ``connector`` reaches (see the module docstring).
-
-    ``config`` is the MCP link's session: its heartbeats are ``ping`` requests
-    (pass ``heartbeat_interval=None`` over HTTP, where there is no idle link).
-    """
-
-    def connect() -> Any:
-        return open_mcp_mount(
-            connector,
-            agent=agent,
-            config=config,
-            revision=revision,
-            connect_timeout=connect_timeout,
-        )
-
-    return connect
-
-
-@asynccontextmanager
-async def open_mcp_mount(
-    connector: Connector,
-    *,
-    agent: str,
-    config: SessionConfig | None = None,
-    revision: Revision = "auto",
-    connect_timeout: float = 10.0,
-) -> AsyncIterator[MountStream]:
-    """Connect, negotiate and list tools; yield the stream the orchestrator talks over."""
-    mount = McpMount(agent, revision=revision)
-    with unwrap_single_error():
-        async with (
-            connector() as wire,
-            open_peer(
-                wire,
-                handler=mount.server_requests,
-                config=config,
-                codec=MCP_CODEC,
-                agent=agent,
-            ) as mcp,
-        ):
-            await mount.attach(mcp, timeout=connect_timeout)
-            ours, theirs = memory_stream_pair(max_frame_size=wire.max_frame_size)
-            inner = SessionConfig(heartbeat_interval=None, max_frame_size=wire.max_frame_size)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_serve_mesh_side, theirs, mount, mcp, inner)
-                tg.start_soon(mount.listen_for_changes)
-                try:
-                    yield MountStream(ours, wire, mcp)
-                finally:
-                    tg.cancel_scope.cancel()
-
-
-async def _serve_mesh_side(
-    stream: FrameStream, mount: McpMount, mcp: Peer, config: SessionConfig
-) -> None:
-    async with open_peer(stream, handler=mount, config=config, agent=mount.agent):
-        await mcp.wait_closed()
-    await stream.aclose()
