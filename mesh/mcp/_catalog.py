@@ -30,6 +30,9 @@ log = structlog.get_logger("mesh.mcp")
 
 #: An agent that does not answer ``tools/list`` this fast is left out of one listing.
 LIST_TIMEOUT: Final = 5.0
+#: A listing is reused this long while the set of agents stays the same, so clients
+#: that list in a loop cost the agents one listing per second at most.
+LIST_FRESH: Final = 1.0
 _REACHABLE: Final = (AgentStatus.ONLINE, AgentStatus.STALE)
 _ANY_OBJECT: Final = {"type": "object"}
 
@@ -67,6 +70,8 @@ class _Target:
 class _Listing:
     tools: list[dict[str, Any]] = field(default_factory=list)
     targets: dict[str, _Target] = field(default_factory=dict)
+    version: int = -1  # the catalog's version when it was made
+    made_at: float = float("-inf")
 
 
 def call_result(result: Any, *, wrapped: bool = False) -> dict[str, Any]:
@@ -150,7 +155,18 @@ class ToolCatalog:
     # -- listing and calling ------------------------------------------------------------
 
     async def list_tools(self) -> list[dict[str, Any]]:
-        """Every reachable agent's tools (asked now), then the extra tools."""
+        """Every reachable agent's tools, then the extra tools.
+
+        Each agent is asked, unless a listing made under the same set of agents is
+        under ``LIST_FRESH`` seconds old: however often clients list, the agents
+        are asked at most that often (an agent's own list changing, as a mounted
+        MCP server's can, shows within that time).
+        """
+        now = anyio.current_time()
+        listing = self._listing
+        if listing.version == self.version and now - listing.made_at < LIST_FRESH:
+            return list(listing.tools)
+        version = self.version
         agents = [str(r.id) for r in self._mesh.registry.find(status=_REACHABLE)]
         found: dict[str, list[dict[str, Any]]] = {}
 
@@ -164,6 +180,7 @@ class ToolCatalog:
             for agent in agents:
                 tg.start_soon(list_one, agent)
         self._listing = self._build(agents, found)
+        self._listing.version, self._listing.made_at = version, now
         return list(self._listing.tools)
 
     def _build(self, agents: list[str], found: dict[str, list[dict[str, Any]]]) -> _Listing:
@@ -198,7 +215,8 @@ class ToolCatalog:
             return await _answer(extra.call(arguments), wrapped=False)
         target = self._listing.targets.get(name)
         if target is None:
-            await self.list_tools()  # the client may not have listed since agents changed
+            # The client may not have listed since agents changed (bounded: see list_tools).
+            await self.list_tools()
             target = self._listing.targets.get(name)
             if target is None:
                 return None
