@@ -62,7 +62,7 @@ def _mount_manifest(
     """The connector for a manifest with ``protocol = "mcp"``."""
     transport = manifest.transport
     config = spec.session_config()
-    wire = spec.connector  # stdio: the child, spawned as for any agent
+    wire: Connector | None = spec.connector  # stdio: the child, spawned as for any agent
     if isinstance(transport, HttpSection):
         # The endpoint is the MCP URL itself, and an HTTP link has no idle line to watch.
         wire = partial(

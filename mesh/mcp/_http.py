@@ -114,10 +114,15 @@ class McpHttpStream:
         await self.send_many([frame])
 
     async def send_many(self, frames: Sequence[bytes]) -> None:
+        self.send_nowait(frames)
+
+    def send_nowait(self, frames: Sequence[bytes]) -> bool:
+        """Each frame becomes a POST of its own, at once: nothing is ever left to write."""
         if self._closed is not None:
             raise self._closed
         for frame in frames:
             self._tasks.start_soon(self._post, frame)
+        return True
 
     async def receive(self) -> bytes:
         if self._closed is not None:

@@ -39,9 +39,6 @@ class MountStream:
         self._inner = inner
         self.wire = wire  # the MCP server's own stream (a stdio child's has its ``pid``)
         self._mcp = mcp
-        send_nowait = getattr(inner, "send_nowait", None)
-        if send_nowait is not None:
-            self.send_nowait = send_nowait
 
     @property
     def info(self) -> TransportInfo:
@@ -56,6 +53,9 @@ class MountStream:
 
     async def send_many(self, frames: Sequence[bytes]) -> None:
         await self._inner.send_many(frames)
+
+    def send_nowait(self, frames: Sequence[bytes]) -> bool:
+        return self._inner.send_nowait(frames)
 
     async def receive(self) -> bytes:
         try:

@@ -41,6 +41,7 @@ class Recording:
         self.frames: list[dict[str, Any]] = []
         self.info, self.max_frame_size = stream.info, stream.max_frame_size
         self.send, self.send_many, self.aclose = stream.send, stream.send_many, stream.aclose
+        self.send_nowait = stream.send_nowait
 
     async def receive(self) -> bytes:
         frame: bytes = await self._stream.receive()
