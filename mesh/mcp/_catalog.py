@@ -24,7 +24,7 @@ from mesh._rpc.caller import ProgressCallback
 from mesh.mcp._names import SEPARATOR, exposed_names
 from registry import AgentStatus, StatusChange
 
-__all__ = ["ExtraTool", "ToolCatalog", "call_result", "error_result"]
+__all__ = ["Authorize", "ExtraTool", "ToolCatalog", "call_result", "error_result"]
 
 log = structlog.get_logger("mesh.mcp")
 
@@ -35,6 +35,11 @@ LIST_TIMEOUT: Final = 5.0
 LIST_FRESH: Final = 1.0
 _REACHABLE: Final = (AgentStatus.ONLINE, AgentStatus.STALE)
 _ANY_OBJECT: Final = {"type": "object"}
+
+
+#: Who may call what, for one client: ``authorize(agent, tool)`` raises a MeshError
+#: to refuse (``agent`` is None for an extra tool, ``tool`` then its name).
+Authorize = Callable[[str | None, str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +159,8 @@ class ToolCatalog:
 
     # -- listing and calling ------------------------------------------------------------
 
-    async def list_tools(self) -> list[dict[str, Any]]:
-        """Every reachable agent's tools, then the extra tools.
+    async def list_tools(self, *, authorize: Authorize | None = None) -> list[dict[str, Any]]:
+        """Every reachable agent's tools, then the extra tools (those ``authorize`` allows).
 
         Each agent is asked, unless a listing made under the same set of agents is
         under ``LIST_FRESH`` seconds old: however often clients list, the agents
@@ -164,8 +169,13 @@ class ToolCatalog:
         """
         now = anyio.current_time()
         listing = self._listing
-        if listing.version == self.version and now - listing.made_at < LIST_FRESH:
+        if listing.version != self.version or now - listing.made_at >= LIST_FRESH:
+            listing = await self._list_agents(now)
+        if authorize is None:
             return list(listing.tools)
+        return [tool for tool in listing.tools if _allowed(authorize, listing, tool["name"])]
+
+    async def _list_agents(self, now: float) -> _Listing:
         version = self.version
         agents = [str(r.id) for r in self._mesh.registry.find(status=_REACHABLE)]
         found: dict[str, list[dict[str, Any]]] = {}
@@ -179,9 +189,9 @@ class ToolCatalog:
         async with anyio.create_task_group() as tg:
             for agent in agents:
                 tg.start_soon(list_one, agent)
-        self._listing = self._build(agents, found)
-        self._listing.version, self._listing.made_at = version, now
-        return list(self._listing.tools)
+        listing = self._listing = self._build(agents, found)
+        listing.version, listing.made_at = version, now
+        return listing
 
     def _build(self, agents: list[str], found: dict[str, list[dict[str, Any]]]) -> _Listing:
         pairs = [
@@ -205,13 +215,19 @@ class ToolCatalog:
         arguments: dict[str, Any],
         *,
         on_progress: ProgressCallback | None = None,
+        authorize: Authorize | None = None,
     ) -> dict[str, Any] | None:
         """The ``CallToolResult`` for ``name``; None if no tool has that name.
 
-        ``on_progress`` hears the agent's progress reports while the call runs.
+        ``on_progress`` hears the agent's progress reports while the call runs;
+        ``authorize`` may refuse the call (its error becomes the ``isError`` answer).
         """
         extra = self._extra.get(name)
         if extra is not None:
+            if authorize is not None:
+                refused = _refusal(authorize, None, name)
+                if refused is not None:
+                    return refused
             return await _answer(extra.call(arguments), wrapped=False)
         target = self._listing.targets.get(name)
         if target is None:
@@ -220,9 +236,27 @@ class ToolCatalog:
             target = self._listing.targets.get(name)
             if target is None:
                 return None
+        if authorize is not None:
+            refused = _refusal(authorize, target.agent, target.tool)
+            if refused is not None:
+                return refused
         mesh = self._mesh
         called = mesh.call_tool(target.agent, target.tool, arguments, on_progress=on_progress)
         return await _answer(called, target.wrapped)
+
+
+def _refusal(authorize: Authorize, agent: str | None, tool: str) -> dict[str, Any] | None:
+    try:
+        authorize(agent, tool)
+    except MeshError as exc:
+        return error_result(str(exc))
+    return None
+
+
+def _allowed(authorize: Authorize, listing: _Listing, name: str) -> bool:
+    target = listing.targets.get(name)
+    agent, tool = (target.agent, target.tool) if target is not None else (None, name)
+    return _refusal(authorize, agent, tool) is None
 
 
 async def _answer(pending: Awaitable[Any], wrapped: bool) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from mesh._errors import ErrorCode, MethodNotFound
 from mesh._rpc.exchange import Exchange
 from mesh._rpc.peer import RequestContext
 from mesh._rpc.session import SessionConfig
-from mesh.mcp._catalog import ToolCatalog
+from mesh.mcp._catalog import Authorize, ToolCatalog
 from mesh.mcp._codec import MCP_CODEC
 from mesh.mcp._revisions import MODERN, requested_revision
 from mesh.mcp._server import McpServer
@@ -44,7 +44,10 @@ DEFAULT_MAX_SESSIONS: Final = 256
 #: A session unused this long is forgotten (its client gets 404 and starts again).
 DEFAULT_SESSION_IDLE: Final = 3600.0
 _SESSION_HEADER: Final = "mcp-session-id"
-_CONFIG: Final = SessionConfig(heartbeat_interval=None)
+_EXCHANGE: Final[dict[str, Any]] = {
+    "config": SessionConfig(heartbeat_interval=None),
+    "codec": MCP_CODEC,
+}
 _LIST_CHANGED_FRAME: Final = b'{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}'
 
 
@@ -75,6 +78,7 @@ class _Session:
     exchange: Exchange
     last_used: float
     seen_version: int
+    owner: str | None  # whoever opened it; nobody else may use it
 
 
 def _rpc_error(status: int, code: int, message: str, request_id: Any = None) -> HttpResponse:
@@ -100,17 +104,25 @@ class McpHttpEndpoint:
         self._max_sessions = max_sessions
         self._idle = session_idle
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
-        self._stateless = Exchange(_HttpServer(catalog), config=_CONFIG, codec=MCP_CODEC)
+        self._stateless = Exchange(_HttpServer(catalog), **_EXCHANGE)
 
     @property
     def sessions(self) -> int:
         return len(self._sessions)
 
-    async def handle(self, request: HttpRequest) -> HttpResponse:
+    async def handle(
+        self,
+        request: HttpRequest,
+        *,
+        owner: str | None = None,
+        authorize: Authorize | None = None,
+    ) -> HttpResponse:
+        """Answer one request. ``owner`` names the caller (a session opened by one
+        owner is unknown to every other); ``authorize`` says what it may call."""
         if request.method == "POST":
-            return await self._post(request)
+            return await self._post(request, owner, authorize)
         if request.method == "DELETE":
-            return self._delete(request)
+            return self._delete(request, owner)
         allow = [("allow", "POST, DELETE")]
         if request.method == "GET":
             message = "this server offers no GET stream; POST one JSON-RPC message"
@@ -118,13 +130,19 @@ class McpHttpEndpoint:
             message = f"{request.method} is not allowed on /mcp; POST a JSON-RPC message"
         return HttpResponse(405, HttpResponse.error(405, message).body, headers=allow)
 
-    def _delete(self, request: HttpRequest) -> HttpResponse:
+    def _delete(self, request: HttpRequest, owner: str | None) -> HttpResponse:
         session_id = request.header(_SESSION_HEADER)
-        if session_id is None or self._sessions.pop(session_id, None) is None:
+        if session_id is None:
+            return HttpResponse.error(400, "DELETE /mcp needs the Mcp-Session-Id header")
+        session = self._sessions.get(session_id)
+        if session is None or session.owner != owner:
             return HttpResponse.error(404, "no such MCP session")
+        del self._sessions[session_id]
         return HttpResponse(204)
 
-    async def _post(self, request: HttpRequest) -> HttpResponse:
+    async def _post(
+        self, request: HttpRequest, owner: str | None, authorize: Authorize | None
+    ) -> HttpResponse:
         kind = (request.header("content-type") or "").split(";")[0].strip().lower()
         if kind != "application/json":
             return HttpResponse.error(415, "POST /mcp takes Content-Type: application/json")
@@ -136,16 +154,21 @@ class McpHttpEndpoint:
         session: _Session | None = None
         headers: list[tuple[str, str]] = []
         if peek.method == "initialize":
-            session, session_id = self._open(now)
+            session, session_id = self._open(now, owner, authorize)
             headers.append(("mcp-session-id", session_id))
         elif requested_revision(peek.params) == MODERN or peek.method == "server/discover":
             pass  # 2026-07-28: every request stands alone
         elif peek.method is not None or peek.id is not None:
-            found = self._find(request, now)
+            found = self._find(request, now, owner)
             if isinstance(found, HttpResponse):
                 return found
             session = found
-        exchange = session.exchange if session is not None else self._stateless
+        if session is not None:
+            exchange = session.exchange
+        elif authorize is None:
+            exchange = self._stateless
+        else:  # one request's server, with its caller's rights
+            exchange = Exchange(_HttpServer(self._catalog, authorize=authorize), **_EXCHANGE)
         answer, invalid = await exchange.answer(request.body)
         if answer is None:
             return HttpResponse(202, headers=headers)
@@ -156,18 +179,20 @@ class McpHttpEndpoint:
             return HttpResponse(200, body, content_type="text/event-stream", headers=headers)
         return HttpResponse(200, answer, headers=headers)
 
-    def _open(self, now: float) -> tuple[_Session, str]:
+    def _open(
+        self, now: float, owner: str | None, authorize: Authorize | None
+    ) -> tuple[_Session, str]:
         self._forget_idle(now)
         while len(self._sessions) >= self._max_sessions:
             self._sessions.popitem(last=False)
         session_id = secrets.token_urlsafe(24)
-        server = _HttpServer(self._catalog)
-        exchange = Exchange(server, config=_CONFIG, codec=MCP_CODEC)
-        session = _Session(server, exchange, now, self._catalog.version)
+        server = _HttpServer(self._catalog, authorize=authorize)
+        exchange = Exchange(server, **_EXCHANGE)
+        session = _Session(server, exchange, now, self._catalog.version, owner)
         self._sessions[session_id] = session
         return session, session_id
 
-    def _find(self, request: HttpRequest, now: float) -> _Session | HttpResponse:
+    def _find(self, request: HttpRequest, now: float, owner: str | None) -> _Session | HttpResponse:
         session_id = request.header(_SESSION_HEADER)
         if session_id is None:
             return _rpc_error(
@@ -177,8 +202,12 @@ class McpHttpEndpoint:
                 f" (or, in {MODERN}, the revision in params._meta)",
             )
         session = self._sessions.get(session_id)
-        if session is None or now - session.last_used > self._idle:
-            self._sessions.pop(session_id, None)
+        if session is not None and session.owner != owner:
+            session = None  # another caller's session is, to this one, no session at all
+        elif session is not None and now - session.last_used > self._idle:
+            del self._sessions[session_id]
+            session = None
+        if session is None:
             return _rpc_error(
                 404, ErrorCode.INVALID_REQUEST, "no such MCP session; initialize again"
             )

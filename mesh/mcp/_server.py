@@ -24,7 +24,7 @@ from mesh._errors import InvalidParams, MeshError, MethodNotFound
 from mesh._rpc.caller import ProgressCallback
 from mesh._rpc.peer import Peer, RequestContext, open_peer
 from mesh._rpc.session import SessionConfig
-from mesh.mcp._catalog import ToolCatalog
+from mesh.mcp._catalog import Authorize, ToolCatalog
 from mesh.mcp._codec import MCP_CODEC, to_wire_id
 from mesh.mcp._revisions import (
     HANDSHAKE_REVISIONS,
@@ -66,8 +66,10 @@ def _unsupported(requested: Any) -> MeshError:
 class McpServer:
     """The MCP server side of one client connection (a :class:`~mesh.RequestHandler`)."""
 
-    def __init__(self, catalog: ToolCatalog) -> None:
+    def __init__(self, catalog: ToolCatalog, *, authorize: Authorize | None = None) -> None:
         self.catalog = catalog
+        #: Who this client is allowed to call (None: everything); see :data:`Authorize`.
+        self.authorize = authorize
         #: The handshake-era revision agreed by ``initialize`` (None: none yet).
         self.revision: str | None = None
         self.initialized = False
@@ -122,7 +124,7 @@ class McpServer:
         }
 
     async def _list(self, modern: bool) -> dict[str, Any]:
-        answer: dict[str, Any] = {"tools": await self.catalog.list_tools()}
+        answer: dict[str, Any] = {"tools": await self.catalog.list_tools(authorize=self.authorize)}
         if modern:
             answer.update(_MODERN_LIST)
         return answer
@@ -136,7 +138,10 @@ class McpServer:
             arguments = {}
         if not isinstance(arguments, dict):
             raise InvalidParams("tool arguments must be an object - at `$.params.arguments`")
-        answer = await self.catalog.call_tool(name, arguments, on_progress=_progress(ctx, params))
+        progress = _progress(ctx, params)
+        answer = await self.catalog.call_tool(
+            name, arguments, on_progress=progress, authorize=self.authorize
+        )
         if answer is None:
             raise InvalidParams(f"unknown tool {name!r}; tools/list names them all")
         if modern:
@@ -179,10 +184,14 @@ SERVE_CONFIG: Final = SessionConfig(heartbeat_interval=None)
 
 
 async def serve_mcp(
-    stream: FrameStream, catalog: ToolCatalog, *, config: SessionConfig = SERVE_CONFIG
+    stream: FrameStream,
+    catalog: ToolCatalog,
+    *,
+    authorize: Authorize | None = None,
+    config: SessionConfig = SERVE_CONFIG,
 ) -> None:
     """Serve the mesh's tools to the MCP client on ``stream`` until it leaves."""
-    server = McpServer(catalog)
+    server = McpServer(catalog, authorize=authorize)
     async with (
         open_peer(stream, handler=server, config=config, codec=MCP_CODEC) as peer,
         anyio.create_task_group() as tg,

@@ -183,3 +183,31 @@ async def test_the_http_endpoint_keeps_sessions_and_refuses_plainly() -> None:
         assert bad.status == 400 and b"batches" in bad.body
         delete = HttpRequest("DELETE", "/mcp", (("mcp-session-id", "gone"),))
         assert (await endpoint.handle(delete)).status == 404
+
+
+async def test_a_session_belongs_to_its_owner_and_rights_filter_tools() -> None:
+    def only_twice(agent: str | None, tool: str) -> None:
+        if tool != "twice":
+            raise MeshError(f"not for you: {agent}/{tool}")
+
+    async with mesh_with_catalog() as (_, catalog):
+        endpoint = McpHttpEndpoint(catalog)
+        hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t"}}
+        init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}
+        opened = await endpoint.handle(post(init), owner="ann", authorize=only_twice)
+        session = dict(opened.headers)["mcp-session-id"]
+        listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        theirs = await endpoint.handle(post(listing, session), owner="bob")
+        assert theirs.status == 404  # bob cannot use ann's session, nor learn that it exists
+        mine = json.loads((await endpoint.handle(post(listing, session), owner="ann")).body)
+        assert [tool["name"] for tool in mine["result"]["tools"]] == ["twice"]
+        call = {"name": "echo__echo", "arguments": {"message": "x"}}
+        refused = await endpoint.handle(
+            post({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}, session),
+            owner="ann",
+        )
+        answer = json.loads(refused.body)["result"]
+        assert answer["isError"] is True and "not for you" in answer["content"][0]["text"]
+        delete = HttpRequest("DELETE", "/mcp", (("mcp-session-id", session),))
+        assert (await endpoint.handle(delete, owner="bob")).status == 404
+        assert (await endpoint.handle(delete, owner="ann")).status == 204
