@@ -180,3 +180,23 @@ def test_mesh_mcp_without_a_daemon_says_so() -> None:
     )
     assert result.returncode == 3
     assert b"cannot reach the daemon" in result.stderr and result.stdout == b""
+
+
+async def test_mesh_mcp_says_so_when_the_daemon_goes_away(tmp_path: Path) -> None:
+    async with daemon_with_echo(tmp_path) as daemon:
+        command = [sys.executable, "-m", "mesh.cli", "mcp", "--url", daemon.http]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        async with await anyio.open_process(command, env=env) as relay:
+            assert relay.stdin is not None and relay.stdout is not None
+            await relay.stdin.send(b'{"jsonrpc":"2.0","id":0,"method":"ping"}\n')
+            with anyio.fail_after(30):
+                assert json.loads(await relay.stdout.receive()) == {
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "result": {},
+                }
+                daemon.process.terminate()
+                assert await relay.wait() == 3
+            assert relay.stderr is not None
+            said = (await relay.stderr.receive()).decode()
+            assert "closed the link" in said, said
