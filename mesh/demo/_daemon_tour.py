@@ -23,7 +23,8 @@ import httpx
 
 from mesh.testing import spawn_daemon, spawn_echo_server
 
-MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
+# The repository's manifests/ (this file is mesh/demo/_daemon_tour.py: three levels down).
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 AGENTS = ("echo-stdio", "echo-http", "echo-ws")
 
 
