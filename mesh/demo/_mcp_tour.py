@@ -17,8 +17,6 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from mesh.testing import spawn_daemon
 
 #: The MCP server the tour mounts: a stand-in for any of the thousands that exist.
@@ -74,7 +72,8 @@ async def mcp_tour() -> None:
         data = ["--data-dir", str(Path(tmp, "data")), "--log-level", "warning"]
         async with spawn_daemon(manifests, extra_args=data) as daemon:
             await daemon.wait_online("echo", "units")
-            async with httpx.AsyncClient(base_url=daemon.http, timeout=15) as http:
+            token = daemon.token or ""  # an MCP host would hold a client token
+            async with daemon.client() as http:
                 body = {
                     "agent": "units",
                     "method": "tools/call",
@@ -86,7 +85,7 @@ async def mcp_tour() -> None:
             host = StdioServerParameters(
                 command=sys.executable,
                 args=["-m", "mesh.cli", "mcp", "--url", daemon.http],
-                env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+                env={"PYTHONPATH": os.environ.get("PYTHONPATH", ""), "MESH_TOKEN": token},
             )
             async with Client(host) as client:
                 names = [tool.name for tool in (await client.list_tools()).tools]

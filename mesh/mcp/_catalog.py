@@ -44,12 +44,16 @@ Authorize = Callable[[str | None, str], None]
 
 @dataclass(frozen=True, slots=True)
 class ExtraTool:
-    """A tool the server offers besides the agents' (``call(arguments)`` answers it)."""
+    """A tool the server offers besides the agents'.
+
+    ``call(arguments, caller)`` answers it; ``caller`` is whoever the server was
+    told it serves (the daemon's token identity; None when embedded).
+    """
 
     name: str
     description: str
     input_schema: Mapping[str, Any]
-    call: Callable[[dict[str, Any]], Awaitable[Any]]
+    call: Callable[[dict[str, Any], Any], Awaitable[Any]]
 
     def __post_init__(self) -> None:
         if SEPARATOR in self.name:
@@ -216,6 +220,7 @@ class ToolCatalog:
         *,
         on_progress: ProgressCallback | None = None,
         authorize: Authorize | None = None,
+        caller: Any = None,
     ) -> dict[str, Any] | None:
         """The ``CallToolResult`` for ``name``; None if no tool has that name.
 
@@ -228,7 +233,7 @@ class ToolCatalog:
                 refused = _refusal(authorize, None, name)
                 if refused is not None:
                     return refused
-            return await _answer(extra.call(arguments), wrapped=False)
+            return await _answer(extra.call(arguments, caller), wrapped=False)
         target = self._listing.targets.get(name)
         if target is None:
             # The client may not have listed since agents changed (bounded: see list_tools).

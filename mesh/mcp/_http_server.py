@@ -104,7 +104,6 @@ class McpHttpEndpoint:
         self._max_sessions = max_sessions
         self._idle = session_idle
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
-        self._stateless = Exchange(_HttpServer(catalog), **_EXCHANGE)
 
     @property
     def sessions(self) -> int:
@@ -116,11 +115,14 @@ class McpHttpEndpoint:
         *,
         owner: str | None = None,
         authorize: Authorize | None = None,
+        caller: Any = None,
     ) -> HttpResponse:
         """Answer one request. ``owner`` names the caller (a session opened by one
-        owner is unknown to every other); ``authorize`` says what it may call."""
+        owner is unknown to every other); ``authorize`` says what it may call and
+        ``caller`` is handed to the extra tools (see :class:`~mesh.mcp.McpServer`)."""
         if request.method == "POST":
-            return await self._post(request, owner, authorize)
+            fresh = _HttpServer(self._catalog, authorize=authorize, caller=caller)
+            return await self._post(request, owner, fresh)
         if request.method == "DELETE":
             return self._delete(request, owner)
         allow = [("allow", "POST, DELETE")]
@@ -141,8 +143,9 @@ class McpHttpEndpoint:
         return HttpResponse(204)
 
     async def _post(
-        self, request: HttpRequest, owner: str | None, authorize: Authorize | None
+        self, request: HttpRequest, owner: str | None, fresh: _HttpServer
     ) -> HttpResponse:
+        """``fresh``: the server a new session or a sessionless request runs on."""
         kind = (request.header("content-type") or "").split(";")[0].strip().lower()
         if kind != "application/json":
             return HttpResponse.error(415, "POST /mcp takes Content-Type: application/json")
@@ -154,7 +157,7 @@ class McpHttpEndpoint:
         session: _Session | None = None
         headers: list[tuple[str, str]] = []
         if peek.method == "initialize":
-            session, session_id = self._open(now, owner, authorize)
+            session, session_id = self._open(now, owner, fresh)
             headers.append(("mcp-session-id", session_id))
         elif requested_revision(peek.params) == MODERN or peek.method == "server/discover":
             pass  # 2026-07-28: every request stands alone
@@ -163,12 +166,8 @@ class McpHttpEndpoint:
             if isinstance(found, HttpResponse):
                 return found
             session = found
-        if session is not None:
-            exchange = session.exchange
-        elif authorize is None:
-            exchange = self._stateless
-        else:  # one request's server, with its caller's rights
-            exchange = Exchange(_HttpServer(self._catalog, authorize=authorize), **_EXCHANGE)
+        # A 2026-07-28 request stands alone: one exchange, with its caller's rights.
+        exchange = session.exchange if session is not None else Exchange(fresh, **_EXCHANGE)
         answer, invalid = await exchange.answer(request.body)
         if answer is None:
             return HttpResponse(202, headers=headers)
@@ -179,14 +178,11 @@ class McpHttpEndpoint:
             return HttpResponse(200, body, content_type="text/event-stream", headers=headers)
         return HttpResponse(200, answer, headers=headers)
 
-    def _open(
-        self, now: float, owner: str | None, authorize: Authorize | None
-    ) -> tuple[_Session, str]:
+    def _open(self, now: float, owner: str | None, server: _HttpServer) -> tuple[_Session, str]:
         self._forget_idle(now)
         while len(self._sessions) >= self._max_sessions:
             self._sessions.popitem(last=False)
         session_id = secrets.token_urlsafe(24)
-        server = _HttpServer(self._catalog, authorize=authorize)
         exchange = Exchange(server, **_EXCHANGE)
         session = _Session(server, exchange, now, self._catalog.version, owner)
         self._sessions[session_id] = session

@@ -11,6 +11,7 @@ give. Library code never writes to stdout except the frames themselves.
 
 from __future__ import annotations
 
+import ssl
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
@@ -18,9 +19,10 @@ import anyio
 import anyio.abc
 import msgspec
 
-from mesh._errors import ConnectionLost, ErrorCode
+from mesh._errors import ConnectionLost, ErrorCode, Unauthorized
 from mesh.mcp._codec import salvage_text, to_wire_id
 from transports import (
+    CloseCode,
     ConnectFailed,
     FrameStream,
     FrameTooLarge,
@@ -29,7 +31,6 @@ from transports import (
     open_stdio_server,
     open_websocket,
 )
-from transports._groups import unwrap_single_error
 
 __all__ = ["mcp_websocket_url", "relay_stdio"]
 
@@ -47,40 +48,60 @@ def mcp_websocket_url(daemon_url: str) -> str:
 
 
 class _Ended(Exception):
-    """One side closed; ``daemon`` says which."""
+    """One side closed; ``daemon`` says which (and its close code, if it gave one)."""
 
-    def __init__(self, daemon: bool, reason: str) -> None:
+    def __init__(self, daemon: bool, reason: str, close_code: int | None = None) -> None:
         self.daemon = daemon
         self.reason = reason
+        self.close_code = close_code
         super().__init__(reason)
 
 
-async def relay_stdio(daemon_url: str, *, token: str | None = None) -> None:
+_REFUSED: Final = (CloseCode.UNAUTHORIZED, CloseCode.FORBIDDEN)
+
+
+async def relay_stdio(
+    daemon_url: str, *, token: str | None = None, ssl_context: ssl.SSLContext | None = None
+) -> None:
     """Relay this process's stdin/stdout to the daemon until either side closes.
 
-    Returns when the MCP host closes stdin; raises :class:`~mesh.ConnectionLost`
-    (naming the daemon and why) when the daemon cannot be reached or goes away.
+    Returns when the MCP host closes stdin. Raises :class:`~mesh.Unauthorized`
+    when the daemon refuses ``token`` (4001/4003), and :class:`~mesh.ConnectionLost`
+    (naming the daemon and why) when it cannot be reached or goes away.
     """
     url = mcp_websocket_url(daemon_url)
     config = WebSocketConfig(connect_timeout=CONNECT_TIMEOUT)
     try:
         async with (
-            open_websocket(url, token=token, config=config) as daemon,
+            open_websocket(url, token=token, ssl_context=ssl_context, config=config) as daemon,
             open_stdio_server(max_frame_size=daemon.max_frame_size) as host,
         ):
             await _relay(host, daemon)
     except ConnectFailed as exc:
         raise ConnectionLost(f"cannot reach the daemon's MCP endpoint: {exc}") from None
     except _Ended as ended:
-        if ended.daemon:
-            raise ConnectionLost(f"the daemon at {url} closed the link: {ended.reason}") from None
+        if not ended.daemon:
+            return  # the host closed stdin: done
+        if ended.close_code in _REFUSED:
+            raise Unauthorized(f"the daemon at {url} refused the token: {ended.reason}") from None
+        raise ConnectionLost(f"the daemon at {url} closed the link: {ended.reason}") from None
 
 
 async def _relay(host: FrameStream, daemon: FrameStream) -> None:
-    with unwrap_single_error():
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_pump, host, daemon, False)
-            tg.start_soon(_pump, daemon, host, True)
+    """Pump both ways until one side ends; raise how it ended (the daemon's word first)."""
+    ended: list[_Ended] = []
+
+    async def pump(source: FrameStream, sink: FrameStream, from_daemon: bool) -> None:
+        try:
+            await _pump(source, sink, from_daemon)
+        except _Ended as end:
+            ended.append(end)
+            tg.cancel_scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pump, host, daemon, False)
+        tg.start_soon(pump, daemon, host, True)
+    raise min(ended, key=lambda end: not end.daemon)
 
 
 async def _pump(source: FrameStream, sink: FrameStream, from_daemon: bool) -> None:
@@ -92,11 +113,11 @@ async def _pump(source: FrameStream, sink: FrameStream, from_daemon: bool) -> No
                 await _refuse(host=source, exc=exc)
             continue
         except TransportClosed as exc:
-            raise _Ended(from_daemon, exc.describe()) from None
+            raise _Ended(from_daemon, exc.describe(), exc.close_code) from None
         try:
             await sink.send(frame)
         except TransportClosed as exc:
-            raise _Ended(not from_daemon, exc.describe()) from None
+            raise _Ended(not from_daemon, exc.describe(), exc.close_code) from None
 
 
 async def _refuse(*, host: FrameStream, exc: FrameTooLarge) -> None:

@@ -66,10 +66,14 @@ def _unsupported(requested: Any) -> MeshError:
 class McpServer:
     """The MCP server side of one client connection (a :class:`~mesh.RequestHandler`)."""
 
-    def __init__(self, catalog: ToolCatalog, *, authorize: Authorize | None = None) -> None:
+    def __init__(
+        self, catalog: ToolCatalog, *, authorize: Authorize | None = None, caller: Any = None
+    ) -> None:
         self.catalog = catalog
         #: Who this client is allowed to call (None: everything); see :data:`Authorize`.
         self.authorize = authorize
+        #: Who the client is, for the extra tools (opaque here).
+        self.caller = caller
         #: The handshake-era revision agreed by ``initialize`` (None: none yet).
         self.revision: str | None = None
         self.initialized = False
@@ -140,7 +144,7 @@ class McpServer:
             raise InvalidParams("tool arguments must be an object - at `$.params.arguments`")
         progress = _progress(ctx, params)
         answer = await self.catalog.call_tool(
-            name, arguments, on_progress=progress, authorize=self.authorize
+            name, arguments, on_progress=progress, authorize=self.authorize, caller=self.caller
         )
         if answer is None:
             raise InvalidParams(f"unknown tool {name!r}; tools/list names them all")
@@ -188,10 +192,11 @@ async def serve_mcp(
     catalog: ToolCatalog,
     *,
     authorize: Authorize | None = None,
+    caller: Any = None,
     config: SessionConfig = SERVE_CONFIG,
 ) -> None:
     """Serve the mesh's tools to the MCP client on ``stream`` until it leaves."""
-    server = McpServer(catalog, authorize=authorize)
+    server = McpServer(catalog, authorize=authorize, caller=caller)
     async with (
         open_peer(stream, handler=server, config=config, codec=MCP_CODEC) as peer,
         anyio.create_task_group() as tg,

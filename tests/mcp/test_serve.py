@@ -44,12 +44,34 @@ async def daemon_with_echo(tmp_path: Path) -> AsyncIterator[Daemon]:
 
 
 def mesh_mcp(daemon: Daemon) -> StdioServerParameters:
-    """What an MCP host's config says: run `mesh mcp` against the daemon."""
+    """What an MCP host's config says: run `mesh mcp` against the daemon, with a token."""
+    assert daemon.token is not None
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "mesh.cli", "mcp", "--url", daemon.http],
-        env={"PYTHONPATH": str(ROOT)},
+        env={"PYTHONPATH": str(ROOT), "MESH_TOKEN": daemon.token},
     )
+
+
+def relay_env(daemon: Daemon, token: str | None = None) -> dict[str, str]:
+    """`mesh mcp`'s environment: ours, the repo importable, and the token (admin's by default)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MESH_TOKEN": token or daemon.token or ""}
+    env.pop("MESH_DATA_DIR", None)
+    return env
+
+
+@asynccontextmanager
+async def over_http(daemon: Daemon) -> AsyncIterator[Any]:
+    """The SDK's streamable HTTP transport to ``/mcp``, presenting the admin token."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"Authorization": f"Bearer {daemon.token}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        streamable_http_client(f"{daemon.http}/mcp", http_client=http) as streams,
+    ):
+        yield streams
 
 
 async def check_client(client: Client) -> None:
@@ -79,7 +101,7 @@ async def test_the_sdk_client_through_mesh_mcp(tmp_path: Path, mode: Any) -> Non
         async with Client(mesh_mcp(daemon), mode=mode, message_handler=on_message) as client:
             await check_client(client)
             if mode == "legacy":  # a handshake-era client hears of agents coming and going
-                async with httpx.AsyncClient(base_url=daemon.http) as http:
+                async with daemon.client() as http:
                     await http.post("/agents/register", json={"id": "newcomer"})
                 with anyio.fail_after(10):
                     while not changes:
@@ -91,7 +113,7 @@ async def test_the_sdk_client_through_mesh_mcp(tmp_path: Path, mode: Any) -> Non
 async def test_the_sdk_client_over_http(tmp_path: Path, mode: Any) -> None:
     async with (
         daemon_with_echo(tmp_path) as daemon,
-        Client(f"{daemon.http}/mcp", mode=mode) as client,
+        Client(over_http(daemon), mode=mode) as client,
     ):
         await check_client(client)
 
@@ -103,30 +125,23 @@ async def run_inspector(*args: str) -> Any:
     return json.loads(result.stdout)
 
 
-async def test_the_inspector_cli_through_mesh_mcp_and_http(tmp_path: Path) -> None:
+async def test_the_inspector_cli_through_mesh_mcp(tmp_path: Path) -> None:
+    # (The inspector 0.15 CLI sends no headers, so it cannot present a token to /mcp;
+    # over HTTP the SDK's Client is the real client.)
     async with daemon_with_echo(tmp_path) as daemon:
         target = [sys.executable, "-m", "mesh.cli", "mcp", "--url", daemon.http]
-        env = ["-e", f"PYTHONPATH={ROOT}"]
-        for how in ([*env, *target], [f"{daemon.http}/mcp"]):
-            listed = await run_inspector(*how, "--method", "tools/list")
-            assert "echo__echo" in {tool["name"] for tool in listed["tools"]}
-            called = await run_inspector(
-                *how,
-                "--method",
-                "tools/call",
-                "--tool-name",
-                "echo__echo",
-                "--tool-arg",
-                "message=yo",
-            )
-            assert called["structuredContent"] == {"message": "yo"}
+        how = ["-e", f"PYTHONPATH={ROOT}", "-e", f"MESH_TOKEN={daemon.token}", *target]
+        listed = await run_inspector(*how, "--method", "tools/list")
+        assert "echo__echo" in {tool["name"] for tool in listed["tools"]}
+        yo = ["--tool-name", "echo__echo", "--tool-arg", "message=yo"]
+        called = await run_inspector(*how, "--method", "tools/call", *yo)
+        assert called["structuredContent"] == {"message": "yo"}
 
 
 async def mcp_lines(daemon: Daemon, lines: list[bytes]) -> list[dict[str, Any]]:
     """Write raw lines to `mesh mcp` and read one answer per line, as a host would."""
     command = [sys.executable, "-m", "mesh.cli", "mcp", "--url", daemon.http]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    async with await anyio.open_process(command, env=env, stderr=None) as process:
+    async with await anyio.open_process(command, env=relay_env(daemon), stderr=None) as process:
         assert process.stdin is not None and process.stdout is not None
         await process.stdin.send(b"".join(line + b"\n" for line in lines))
         received = b""
@@ -155,7 +170,7 @@ async def test_malformed_messages_get_jsonrpc_errors_and_the_link_lives(tmp_path
         by_id = {a["id"]: a for a in answers if "result" in a}
         assert by_id[0]["result"] == {}
         assert by_id["0"]["result"]["structuredContent"] == {"message": "still here"}
-        async with httpx.AsyncClient(base_url=daemon.http) as http:
+        async with daemon.client() as http:
             bad = await http.post("/mcp", content=b"{nope", headers=JSON)
             assert bad.status_code == 400 and bad.json()["error"]["code"] == -32700
             unsessioned = await http.post("/mcp", json=PING, headers=JSON)
@@ -185,8 +200,7 @@ def test_mesh_mcp_without_a_daemon_says_so() -> None:
 async def test_mesh_mcp_says_so_when_the_daemon_goes_away(tmp_path: Path) -> None:
     async with daemon_with_echo(tmp_path) as daemon:
         command = [sys.executable, "-m", "mesh.cli", "mcp", "--url", daemon.http]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        async with await anyio.open_process(command, env=env) as relay:
+        async with await anyio.open_process(command, env=relay_env(daemon)) as relay:
             assert relay.stdin is not None and relay.stdout is not None
             await relay.stdin.send(b'{"jsonrpc":"2.0","id":0,"method":"ping"}\n')
             with anyio.fail_after(30):
@@ -200,3 +214,25 @@ async def test_mesh_mcp_says_so_when_the_daemon_goes_away(tmp_path: Path) -> Non
             assert relay.stderr is not None
             said = (await relay.stderr.receive()).decode()
             assert "closed the link" in said, said
+
+
+async def test_mcp_is_behind_the_daemons_tokens(tmp_path: Path) -> None:
+    async with daemon_with_echo(tmp_path) as daemon:
+        async with httpx.AsyncClient(base_url=daemon.http) as anonymous:
+            refused = await anonymous.post("/mcp", json=PING, headers=JSON)
+            assert refused.status_code == 401
+        async with daemon.client() as admin:
+            made = await admin.post("/tokens", json={"role": "observer", "name": "watcher"})
+            observer = made.json()["token"]
+        async with httpx.AsyncClient(base_url=daemon.http) as http:
+            headers = {**JSON, "Authorization": f"Bearer {observer}"}
+            forbidden = await http.post("/mcp", json=PING, headers=headers)
+            assert forbidden.status_code == 403  # reading is not calling
+        command = [sys.executable, "-m", "mesh.cli", "mcp", "--url", daemon.http]
+        for token in ("not-a-token", observer):  # stdin stays open, as a host keeps it
+            async with await anyio.open_process(command, env=relay_env(daemon, token)) as relay:
+                with anyio.fail_after(30):
+                    assert await relay.wait() == 6
+                assert relay.stderr is not None
+                said = await relay.stderr.receive()
+                assert b"refused the token" in said, said

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.anyio
 MODERN_META = {"_meta": envelope()}
 
 
-async def twice(arguments: dict[str, Any]) -> Any:
+async def twice(arguments: dict[str, Any], caller: Any) -> Any:
     return {"twice": 2 * arguments["n"]}
 
 
