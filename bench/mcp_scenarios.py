@@ -165,8 +165,10 @@ async def mcp_server_raw(ctx: RunContext) -> Measurement:
 
 
 @contextlib.asynccontextmanager
-async def open_daemon(backend: str) -> AsyncIterator[str]:
-    """``mesh serve`` with the echo agent over stdio; yields its URL once the agent is online."""
+async def open_daemon(backend: str) -> AsyncIterator[tuple[str, str]]:
+    """``mesh serve`` with the echo agent over stdio; yields its URL and admin token once
+    the agent is online."""
+    from mesh.daemon._tokens import ADMIN_TOKEN_FILE
     from mesh.testing import Daemon
 
     with tempfile.TemporaryDirectory(prefix="bench-mcp-") as tmp:
@@ -185,15 +187,17 @@ async def open_daemon(backend: str) -> AsyncIterator[str]:
         ]
         async with open_server(command, port_line=LISTENING_LINE) as server:
             url = f"http://127.0.0.1:{server.port}"
-            await Daemon(url, f"ws://127.0.0.1:{server.port}/ws", server.process).wait_online(
-                "echo"
-            )
-            yield url
+            token = Path(tmp, "data", ADMIN_TOKEN_FILE).read_text().strip()  # noqa: ASYNC240
+            daemon = Daemon(url, f"ws://127.0.0.1:{server.port}/ws", server.process, token=token)
+            await daemon.wait_online("echo")
+            yield url, token
 
 
-def _env() -> dict[str, str]:
+def _env(token: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO_ROOT)
+    if token is not None:
+        env["MESH_TOKEN"] = token
     return env
 
 
@@ -206,12 +210,12 @@ def _env() -> dict[str, str]:
     setup_allowance_s=60.0,
 )
 async def mesh_mcp_serve(ctx: RunContext) -> Measurement:
-    async with open_daemon(ctx.backend) as url:
+    async with open_daemon(ctx.backend) as (url, token):
         command = [
             *python_module("mesh.cli", "mcp", "--url", url),
             *("--backend", ctx.backend),
         ]
-        process = await anyio.open_process(command, stderr=None, env=_env())
+        process = await anyio.open_process(command, stderr=None, env=_env(token))
         try:
             return await drive_stdio(process, "echo__echo", {"message": TEXT}, ctx)
         finally:
@@ -222,13 +226,15 @@ async def mesh_mcp_serve(ctx: RunContext) -> Measurement:
 
 
 async def drive_http(
-    url: str, tool: str, arguments: dict[str, Any], ctx: RunContext
+    url: str, tool: str, arguments: dict[str, Any], ctx: RunContext, token: str | None = None
 ) -> Measurement:
     """The same calls as POSTs (httpx, keep-alive pool of 64); JSON or SSE answers."""
     import httpx
 
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    if token is not None:
+        headers["authorization"] = f"Bearer {token}"
     async with httpx.AsyncClient(limits=limits, timeout=30) as http:
         hello = await http.post(url, content=_HELLO.split(b"\n")[0], headers=headers)
         hello.raise_for_status()
@@ -277,5 +283,5 @@ async def mcp_server_http(ctx: RunContext) -> Measurement:
     setup_allowance_s=60.0,
 )
 async def mesh_mcp_http(ctx: RunContext) -> Measurement:
-    async with open_daemon(ctx.backend) as url:
-        return await drive_http(f"{url}/mcp", "echo__echo", {"message": TEXT}, ctx)
+    async with open_daemon(ctx.backend) as (url, token):
+        return await drive_http(f"{url}/mcp", "echo__echo", {"message": TEXT}, ctx, token)
