@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 PEERS       := tests/mcp/peers
 PEERS_STAMP := $(PEERS)/node_modules/.installed
 
-.PHONY: test demo bench bench-smoke lint typecheck peers clean
+.PHONY: test demo bench bench-smoke soak lint typecheck peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ bench: $(STAMP)
 
 bench-smoke: $(STAMP)
 	$(BIN)/python -m bench --smoke
+
+# Five minutes of the daemon under load and faults (not in CI): see soak/__init__.py.
+soak: $(STAMP)
+	$(BIN)/python -m soak
 
 clean:
 	rm -rf $(VENV) build dist $(PEERS)/node_modules

@@ -18,6 +18,7 @@ import pytest
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
+from mesh.cli._codes import EXIT_DENIED
 from mesh.testing import Daemon, spawn_daemon
 from tests.mcp._peers import ROOT, inspector_command
 
@@ -232,7 +233,7 @@ async def test_mcp_is_behind_the_daemons_tokens(tmp_path: Path) -> None:
         for token in ("not-a-token", observer):  # stdin stays open, as a host keeps it
             async with await anyio.open_process(command, env=relay_env(daemon, token)) as relay:
                 with anyio.fail_after(30):
-                    assert await relay.wait() == 6
+                    assert await relay.wait() == EXIT_DENIED
                 assert relay.stderr is not None
                 said = await relay.stderr.receive()
                 assert b"refused the token" in said, said
