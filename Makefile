@@ -4,7 +4,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo bench bench-smoke soak lint typecheck clean
+# The npm MCP peers the tests run against (tests/mcp/peers), pinned by its lockfile.
+# Installed once (the stamp) wherever node is; without node those tests skip and say so.
+PEERS       := tests/mcp/peers
+PEERS_STAMP := $(PEERS)/node_modules/.installed
+
+.PHONY: test demo bench bench-smoke soak lint typecheck peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +24,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck
+$(PEERS_STAMP): $(PEERS)/package.json $(PEERS)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		cd $(PEERS) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	else \
+		echo "node/npm not found: the tests that need the npm MCP peers will be skipped"; \
+	fi
+
+peers: $(PEERS_STAMP)
+
+test: lint typecheck peers
 	$(BIN)/python -m pytest
 
 demo: $(STAMP)
@@ -36,4 +50,4 @@ soak: $(STAMP)
 	$(BIN)/python -m soak
 
 clean:
-	rm -rf $(VENV) build dist
+	rm -rf $(VENV) build dist $(PEERS)/node_modules

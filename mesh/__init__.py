@@ -3,9 +3,12 @@
 RPC correlated by id over stdio, HTTP and WebSocket, with deadlines, cancellation,
 progress and heartbeats; an SDK for writing agents; a registry, an orchestrator,
 a daemon and conversation rooms built on top. The wire types are in
-:mod:`mesh.protocol`; manifests in :mod:`mesh.manifests`; rooms in :mod:`mesh.rooms`.
+:mod:`mesh.protocol`; manifests in :mod:`mesh.manifests`; rooms in :mod:`mesh.rooms`;
+MCP both ways (mount MCP servers, serve agents to MCP clients) in :mod:`mesh.mcp`.
 """
 
+# Imported for its effect too: mesh.mcp registers the manifests' `protocol = "mcp"`.
+from mesh import mcp as mcp
 from mesh._errors import (
     AgentUnavailable,
     CallTimeout,

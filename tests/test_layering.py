@@ -33,6 +33,8 @@ WINGS = (
     Wing("mesh._daemon_client", 5),  # the daemon's HTTP API from outside: tests and scripts
     Wing("mesh._orchestrator", 6),
     Wing("mesh.rooms", 7),
+    # MCP both ways: serving needs the orchestrator; `mesh` imports it to register "mcp"
+    Wing("mesh.mcp", 7),
     Wing("mesh", 8, package=False),  # the curated public surface
     Wing("mesh.agents", 9),
     Wing("mesh.testing", 10),

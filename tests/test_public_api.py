@@ -85,6 +85,7 @@ PUBLIC_PACKAGES = (
     "mesh.rooms",
     "mesh.providers",
     "mesh.daemon",
+    "mesh.mcp",
     "transports",
     "registry",
 )

@@ -7,8 +7,9 @@ the orchestrator's :class:`~transports.TokenAuthenticator`, as digests).
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -34,9 +35,23 @@ from transports import (
     open_websocket,
 )
 
-__all__ = ["ManifestLinks", "dial_in_tokens", "links_from_manifests", "spec_from_manifest"]
+__all__ = [
+    "PROTOCOL_ADAPTERS",
+    "ManifestLinks",
+    "ProtocolAdapter",
+    "dial_in_tokens",
+    "links_from_manifests",
+    "spec_from_manifest",
+]
 
 log = get_logger("mesh.orchestrator")
+
+#: Builds the connector for an agent whose transport speaks another protocol
+#: (``protocol = "mcp"``): given the manifest, the spec made so far and the environment.
+ProtocolAdapter = Callable[[Manifest, AgentSpec, Mapping[str, str] | None], Connector]
+#: By protocol name. :mod:`mesh.mcp` adds "mcp" when imported (``import mesh`` does);
+#: the wing that knows a protocol sits above this one, so it registers itself here.
+PROTOCOL_ADAPTERS: dict[str, ProtocolAdapter] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +104,18 @@ def spec_from_manifest(
         kind, endpoint = "websocket", transport.endpoint
     else:
         connector, kind = None, "websocket"  # dial-in is a direction; the wire is WebSocket
-    return _spec(manifest, connector, kind, endpoint)
+    spec = _spec(manifest, connector, kind, endpoint)
+    protocol = getattr(transport, "protocol", "mesh")
+    if protocol == "mesh":
+        return spec
+    adapter = PROTOCOL_ADAPTERS.get(protocol)
+    if adapter is None:
+        raise ManifestError(
+            f"no adapter for protocol {protocol!r} is loaded (import mesh.mcp)",
+            field="$.transport.protocol",
+            agent=manifest.id,
+        )
+    return dataclasses.replace(spec, connector=adapter(manifest, spec, environ))
 
 
 def unusable_spec(manifest: Manifest) -> AgentSpec:

@@ -250,6 +250,30 @@ def _server_timing(header: str) -> float | None:
     return None
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from functools import partial
+
+    import anyio
+
+    from mesh._errors import ConnectionLost, Unauthorized
+    from mesh._logging import configure_logging
+    from mesh.cli._connection import token_for
+    from mesh.mcp._relay import relay_stdio
+
+    configure_logging(level="warning")  # stderr: stdout carries the MCP frames
+    token = token_for(args)
+    relay = partial(relay_stdio, args.url, token=token, ssl_context=ssl_context(args))
+    try:
+        anyio.run(relay, backend=args.backend)
+    except Unauthorized as exc:
+        _fail(EXIT_DENIED, str(exc) + ("" if token else NO_TOKEN_HINT))
+    except ConnectionLost as exc:
+        _fail(EXIT_UNREACHABLE, str(exc))
+    except ValueError as exc:
+        _fail(EXIT_USAGE, str(exc))
+    return EXIT_OK
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from mesh.manifests._validate import validate_manifests
 
@@ -336,6 +360,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_room_commands(sub, client, _request)
     add_token_commands(sub, client, _request)
     add_dev_commands(sub, client, _request)
+
+    mcp = client(
+        "mcp",
+        "serve the daemon's agents to an MCP host over stdio (docs/mcp.md)",
+    )
+    mcp.add_argument(
+        "--backend", choices=("asyncio", "trio"), default=os.environ.get("MESH_BACKEND", "asyncio")
+    )
+    mcp.set_defaults(func=cmd_mcp)
 
     validate = sub.add_parser(
         "validate", help="check manifests", description="Check every manifest in a directory."

@@ -34,6 +34,7 @@ from mesh.daemon._agents import AgentRoutes
 from mesh.daemon._auth import Gate, Identity
 from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._limits import check_id
+from mesh.daemon._mcp import DaemonMcp
 from mesh.daemon._rooms import RoomRoutes
 from mesh.daemon._routes import Dispatcher, Params, WebSocketHandler
 from mesh.daemon._settings import DaemonSettings
@@ -116,6 +117,8 @@ class DaemonApi:
         self.calls_in_flight = 0
         self.lifecycle = Lifecycle()
         agents = self.agents
+        room_handlers = rooms.http_handlers()
+        self.mcp = DaemonMcp(orchestrator, room_handlers, self._check_call)
         self.dispatcher = Dispatcher(
             gate,
             http={
@@ -130,12 +133,14 @@ class DaemonApi:
                 "tokens": self.handle_tokens,
                 "create_token": self.handle_create_token,
                 "revoke_token": self.handle_revoke_token,
-                **rooms.http_handlers(),
+                "mcp": self.mcp.handle_http,
+                **room_handlers,
             },
             websocket={
                 "watch_agents": agents.watch_agents,
                 "observe_room": rooms.observe,
                 "dial_in": dial_in,
+                "mcp_stream": self.mcp.serve_stream,
             },
             ws_config=WebSocketConfig(
                 ping_interval=settings.ping_interval, ping_timeout=settings.ping_timeout

@@ -91,6 +91,11 @@ ROUTES: Final = (
     Route("POST", "/tokens", Right.ADMIN, "create_token"),
     Route("DELETE", "/tokens/{id}", Right.ADMIN, "revoke_token"),
     Route("WS", "/ws", Right.DIAL, "dial_in"),
+    # MCP (docs/mcp.md): one JSON-RPC message per POST, DELETE ends a session; the
+    # WebSocket is the same server as a stream, for `mesh mcp`. GET is 405.
+    Route("POST", "/mcp", Right.CALL, "mcp"),
+    Route("DELETE", "/mcp", Right.CALL, "mcp"),
+    Route("WS", "/mcp", Right.CALL, "mcp_stream"),
 )
 
 

@@ -1,8 +1,9 @@
 """``make demo``: the mesh doing its job, narrated.
 
 First the SDK (:mod:`mesh.demo._sdk_tour`), once on asyncio and once on trio;
-then the daemon (:mod:`mesh.demo._daemon_tour`) and two offline rooms
-(:mod:`mesh.demo._rooms_tour`). Exits non-zero if anything does not behave.
+then the daemon (:mod:`mesh.demo._daemon_tour`), MCP both ways
+(:mod:`mesh.demo._mcp_tour`) and two offline rooms (:mod:`mesh.demo._rooms_tour`).
+Exits non-zero if anything does not behave.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import anyio
 
 from mesh._logging import configure_logging
 from mesh.demo._daemon_tour import daemon_tour
+from mesh.demo._mcp_tour import mcp_tour
 from mesh.demo._rooms_tour import rooms_tour
 from mesh.demo._sdk_tour import say, tour
 
@@ -22,6 +24,7 @@ def main() -> None:
     for backend in ("asyncio", "trio"):
         anyio.run(tour, backend, backend=backend)
     anyio.run(daemon_tour)
+    anyio.run(mcp_tour)
     anyio.run(rooms_tour, backend="trio")
     say("\ndemo finished: every call behaved.")
 

@@ -52,6 +52,9 @@ _ID = re.compile(r"[a-z0-9][a-z0-9._-]*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 _Seconds = Annotated[float, msgspec.Meta(gt=0)]
+#: What the far end speaks: the mesh's envelope, or MCP (the mesh mounts it; docs/mcp.md).
+Protocol: TypeAlias = Literal["mesh", "mcp"]
+McpRevision: TypeAlias = Literal["auto", "2026-07-28", "2025-11-25", "2025-06-18"]
 _NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 
 
@@ -158,6 +161,11 @@ def _check_env_name(field: str, name: str | None) -> None:
         )
 
 
+def _check_revision(protocol: str, revision: str) -> None:
+    if protocol != "mcp" and revision != "auto":
+        raise _FieldError("mcp_revision", 'Only meaningful with `protocol = "mcp"`')
+
+
 def _read_token(name: str, environ: Mapping[str, str] | None) -> str:
     value = (os.environ if environ is None else environ).get(name)
     if not value:
@@ -194,10 +202,13 @@ class StdioSection(_SectionBase, frozen=True, kw_only=True, tag="stdio"):
     args: tuple[str, ...] = ()
     env: dict[str, str] = {}
     cwd: str | None = None
+    protocol: Protocol = "mesh"
+    mcp_revision: McpRevision = "auto"
 
     def __post_init__(self) -> None:
         if self.command in INTERPRETER_COMMANDS and sys.executable:
             msgspec.structs.force_setattr(self, "command", sys.executable)
+        _check_revision(self.protocol, self.mcp_revision)
 
     def resolve(self, base: str | os.PathLike[str]) -> StdioSection:
         """This transport with a relative (or ``~``) ``cwd`` made absolute against ``base``."""
@@ -208,15 +219,21 @@ class StdioSection(_SectionBase, frozen=True, kw_only=True, tag="stdio"):
 
 
 class HttpSection(_SectionBase, frozen=True, kw_only=True, tag="http"):
-    """Reach the agent at ``POST {endpoint}/rpc``; ``token_env`` names its bearer token."""
+    """Reach the agent at ``POST {endpoint}/rpc``; ``token_env`` names its bearer token.
+
+    With ``protocol = "mcp"``, ``endpoint`` is the MCP server's streamable HTTP URL itself.
+    """
 
     endpoint: str
     token_env: str | None = None
+    protocol: Protocol = "mesh"
+    mcp_revision: McpRevision = "auto"
 
     def __post_init__(self) -> None:
         _check_all(
             partial(_check_url, "endpoint", self.endpoint, ("http", "https")),
             partial(_check_env_name, "token_env", self.token_env),
+            partial(_check_revision, self.protocol, self.mcp_revision),
         )
 
     def token(self, environ: Mapping[str, str] | None = None) -> str | None:

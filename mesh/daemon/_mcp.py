@@ -1,0 +1,138 @@
+"""The daemon's MCP face: ``/mcp`` over HTTP, and over WebSocket for ``mesh mcp``.
+
+Every agent's tools (see :class:`~mesh.mcp.ToolCatalog`), plus three room tools:
+``mesh_start_room`` (the body of ``POST /rooms``), ``mesh_room_transcript`` and
+``mesh_list_rooms``. ``mesh mcp`` relays an MCP host's stdio onto the WebSocket
+``/mcp``, where a link is a stream: changes arrive as they happen.
+
+Both routes need the ``call`` right, and an MCP client gets exactly what its
+token gets from the rest of the API: it sees and calls only the agents whose
+access section admits it (the check of ``POST /rpc``), and the room tools are
+the room routes themselves, answered as tools, with their rights, bounds and
+ownership. An HTTP session belongs to the token that opened it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+
+from mesh._errors import Forbidden, InvalidParams, ToolError
+from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh.daemon._auth import Identity, Right
+from mesh.daemon._routes import HttpHandler, Params
+from mesh.mcp import ExtraTool, ToolCatalog, serve_mcp
+from mesh.mcp._catalog import Authorize
+from mesh.mcp._http_server import McpHttpEndpoint
+from mesh.rooms import RoomSpec
+from transports import HttpRequest, HttpResponse, WebSocketStream
+
+__all__ = ["DaemonMcp", "room_tools"]
+
+#: What each room tool is, as a room route: the route's handler name and its right.
+_ROOM_TOOLS: Final = {
+    "mesh_start_room": ("create_room", Right.ROOMS),
+    "mesh_room_transcript": ("room", Right.READ),
+    "mesh_list_rooms": ("rooms", Right.READ),
+}
+
+#: ``check(who, agent, method, via)`` raises :class:`~mesh.Forbidden` to refuse (``/rpc``'s check).
+CheckCall = Callable[[Identity, str, str, str], None]
+
+
+def _schema(tp: Any) -> dict[str, Any]:
+    """A self-contained object schema: the top-level ``$ref`` inlined, ``$defs`` kept."""
+    schema = msgspec.json.schema(tp)
+    ref = schema.get("$ref")
+    defs: dict[str, Any] = schema.get("$defs", {})
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        top = dict(defs.pop(ref.removeprefix("#/$defs/")))
+        if defs:
+            top["$defs"] = defs
+        return top
+    return schema
+
+
+async def _as_tool(handler: HttpHandler, who: Identity, body: bytes, params: Params) -> Any:
+    """A room route's answer as a tool's: its JSON on success, its message as the error."""
+    response = await handler(HttpRequest("POST", "/mcp", (), body), who, params)
+    answer = msgspec.json.decode(response.body) if response.body else None
+    if response.status >= 400:
+        error = answer.get("error", {}) if isinstance(answer, dict) else {}
+        raise ToolError(str(error.get("message") or f"HTTP {response.status}"))
+    return answer
+
+
+def room_tools(handlers: dict[str, HttpHandler]) -> list[ExtraTool]:
+    """Starting a room and reading it, as tools; ``handlers`` are the room routes'."""
+
+    async def start(arguments: dict[str, Any], who: Identity) -> Any:
+        return await _as_tool(handlers["create_room"], who, msgspec.json.encode(arguments), {})
+
+    async def transcript(arguments: dict[str, Any], who: Identity) -> Any:
+        room_id = arguments.get("room_id")
+        if not isinstance(room_id, str) or not room_id:
+            raise InvalidParams("`room_id` must be a room's id - at `$.params.arguments.room_id`")
+        return await _as_tool(handlers["room"], who, b"", {"id": room_id})
+
+    async def listing(arguments: dict[str, Any], who: Identity) -> Any:
+        return await _as_tool(handlers["rooms"], who, b"", {})
+
+    by_id = {
+        "type": "object",
+        "properties": {"room_id": {"type": "string", "description": "the room's id"}},
+        "required": ["room_id"],
+    }
+    return [
+        ExtraTool(
+            "mesh_start_room",
+            "Start a conversation room: agents take turns on a topic (members are agent ids).",
+            _schema(RoomSpec),
+            start,
+        ),
+        ExtraTool(
+            "mesh_room_transcript",
+            "A room's status and its messages so far, in turn order.",
+            by_id,
+            transcript,
+        ),
+        ExtraTool("mesh_list_rooms", "Every room and its status.", {"type": "object"}, listing),
+    ]
+
+
+class DaemonMcp:
+    """The handlers of ``/mcp`` (HTTP and WebSocket); follows the registry from the start."""
+
+    def __init__(
+        self,
+        orchestrator: MeshOrchestrator,
+        room_handlers: dict[str, HttpHandler],
+        check_call: CheckCall,
+    ) -> None:
+        self.catalog = ToolCatalog(orchestrator, extra=room_tools(room_handlers))
+        self.catalog.attach()
+        self.http = McpHttpEndpoint(self.catalog)
+        self._check_call = check_call
+
+    def authorize(self, who: Identity) -> Authorize:
+        """What ``who`` may call: agents by their access sections, room tools by right."""
+
+        def authorize(agent: str | None, tool: str) -> None:
+            if agent is not None:
+                self._check_call(who, agent, "tools/call", "/mcp")
+                return
+            right = _ROOM_TOOLS.get(tool, (None, Right.ADMIN))[1]
+            if not who.may(right):
+                raise Forbidden(f"tool {tool!r} needs the {right} right, which this token lacks")
+
+        return authorize
+
+    async def handle_http(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
+        return await self.http.handle(
+            request, owner=who.owner, authorize=self.authorize(who), caller=who
+        )
+
+    async def serve_stream(self, stream: WebSocketStream, who: Identity, _: Params) -> None:
+        await serve_mcp(stream, self.catalog, authorize=self.authorize(who), caller=who)

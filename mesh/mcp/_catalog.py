@@ -1,0 +1,272 @@
+"""The mesh's tools as one MCP server offers them: every reachable agent's, under MCP names.
+
+A :class:`ToolCatalog` lists the tools of every agent the registry holds online
+(or stale: late with a beat, still callable), names them (:mod:`mesh.mcp._names`),
+and turns an MCP ``tools/call`` back into a call to the agent. It follows the
+registry, so when agents come or go every MCP connection is told
+``list_changed``. ``extra`` tools (the daemon's room tools) are offered beside
+the agents' under names of their own, which never contain ``__``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import anyio
+import structlog
+
+from mesh._errors import MeshError
+from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh._rpc.caller import ProgressCallback
+from mesh.mcp._names import SEPARATOR, exposed_names
+from registry import AgentStatus, StatusChange
+
+__all__ = ["Authorize", "ExtraTool", "ToolCatalog", "call_result", "error_result"]
+
+log = structlog.get_logger("mesh.mcp")
+
+#: An agent that does not answer ``tools/list`` this fast is left out of one listing.
+LIST_TIMEOUT: Final = 5.0
+#: A listing is reused this long while the set of agents stays the same, so clients
+#: that list in a loop cost the agents one listing per second at most.
+LIST_FRESH: Final = 1.0
+_REACHABLE: Final = (AgentStatus.ONLINE, AgentStatus.STALE)
+_ANY_OBJECT: Final = {"type": "object"}
+
+
+#: Who may call what, for one client: ``authorize(agent, tool)`` raises a MeshError
+#: to refuse (``agent`` is None for an extra tool, ``tool`` then its name).
+Authorize = Callable[[str | None, str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraTool:
+    """A tool the server offers besides the agents'.
+
+    ``call(arguments, caller)`` answers it; ``caller`` is whoever the server was
+    told it serves (the daemon's token identity; None when embedded).
+    """
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    call: Callable[[dict[str, Any], Any], Awaitable[Any]]
+
+    def __post_init__(self) -> None:
+        if SEPARATOR in self.name:
+            raise ValueError(f"extra tool names must not contain {SEPARATOR!r}: {self.name!r}")
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": dict(self.input_schema),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    agent: str
+    tool: str
+    #: The agent's output schema is not an object, so results travel as {"result": ...}.
+    wrapped: bool = False
+
+
+@dataclass(slots=True)
+class _Listing:
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    targets: dict[str, _Target] = field(default_factory=dict)
+    version: int = -1  # the catalog's version when it was made
+    made_at: float = float("-inf")
+
+
+def call_result(result: Any, *, wrapped: bool = False) -> dict[str, Any]:
+    """A mesh result as MCP's ``CallToolResult``: text for every client, and the
+    structure for those that read ``structuredContent``."""
+    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+    answer: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
+    if wrapped:
+        answer["structuredContent"] = {"result": result}
+    elif isinstance(result, dict):
+        answer["structuredContent"] = result
+    return answer
+
+
+def error_result(message: str) -> dict[str, Any]:
+    """A failed call as MCP wants it: a result with ``isError``, so the model reads why."""
+    return {"content": [{"type": "text", "text": message}], "isError": True}
+
+
+def _describe(name: str, agent: str, tool: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """One agent tool as an MCP tool entry, and whether its results are wrapped."""
+    description = str(tool.get("description") or "")
+    entry: dict[str, Any] = {
+        "name": name,
+        "title": f"{tool.get('title') or tool.get('name')} ({agent})",
+        "description": f"[agent {agent}] {description}".rstrip(),
+    }
+    schema = tool.get("inputSchema")
+    entry["inputSchema"] = schema if isinstance(schema, dict) and schema else _ANY_OBJECT
+    output = tool.get("outputSchema")
+    wrapped = False
+    if isinstance(output, dict) and output:
+        if output.get("type") == "object":
+            entry["outputSchema"] = output
+        else:  # MCP wants an object; the mesh allows any value
+            wrapped = True
+            entry["outputSchema"] = {
+                "type": "object",
+                "properties": {"result": output},
+                "required": ["result"],
+            }
+    if isinstance(tool.get("annotations"), dict):
+        entry["annotations"] = tool["annotations"]
+    return entry, wrapped
+
+
+class ToolCatalog:
+    """Lists and calls the mesh's tools for MCP clients (see the module docstring)."""
+
+    def __init__(self, orchestrator: MeshOrchestrator, *, extra: Iterable[ExtraTool] = ()) -> None:
+        self._mesh = orchestrator
+        self._extra = {tool.name: tool for tool in extra}
+        self._listing = _Listing()
+        self._changed = anyio.Event()
+        #: Bumped whenever the set of reachable agents changes.
+        self.version = 0
+
+    # -- following the registry ---------------------------------------------------------
+
+    def attach(self) -> None:
+        """Start following the registry (until :meth:`detach`)."""
+        self._mesh.registry.add_listener(self._on_change)
+
+    def detach(self) -> None:
+        self._mesh.registry.remove_listener(self._on_change)
+
+    def _on_change(self, change: StatusChange) -> None:
+        was = change.old in _REACHABLE
+        now = change.new in _REACHABLE
+        if was != now or change.old is None:
+            self.version += 1
+            self._changed.set()
+            self._changed = anyio.Event()
+
+    async def wait_changed(self, since: int) -> int:
+        """Until the set of agents differs from version ``since``; the new version."""
+        while self.version == since:
+            await self._changed.wait()
+        return self.version
+
+    # -- listing and calling ------------------------------------------------------------
+
+    async def list_tools(self, *, authorize: Authorize | None = None) -> list[dict[str, Any]]:
+        """Every reachable agent's tools, then the extra tools (those ``authorize`` allows).
+
+        Each agent is asked, unless a listing made under the same set of agents is
+        under ``LIST_FRESH`` seconds old: however often clients list, the agents
+        are asked at most that often (an agent's own list changing, as a mounted
+        MCP server's can, shows within that time).
+        """
+        now = anyio.current_time()
+        listing = self._listing
+        if listing.version != self.version or now - listing.made_at >= LIST_FRESH:
+            listing = await self._list_agents(now)
+        if authorize is None:
+            return list(listing.tools)
+        return [tool for tool in listing.tools if _allowed(authorize, listing, tool["name"])]
+
+    async def _list_agents(self, now: float) -> _Listing:
+        version = self.version
+        agents = [str(r.id) for r in self._mesh.registry.find(status=_REACHABLE)]
+        found: dict[str, list[dict[str, Any]]] = {}
+
+        async def list_one(agent: str) -> None:
+            try:
+                found[agent] = await self._mesh.list_tools(agent, timeout=LIST_TIMEOUT)
+            except MeshError as exc:
+                log.info("mcp.agent_tools_unavailable", agent=agent, error=str(exc))
+
+        async with anyio.create_task_group() as tg:
+            for agent in agents:
+                tg.start_soon(list_one, agent)
+        listing = self._listing = self._build(agents, found)
+        listing.version, listing.made_at = version, now
+        return listing
+
+    def _build(self, agents: list[str], found: dict[str, list[dict[str, Any]]]) -> _Listing:
+        pairs = [
+            (agent, str(tool.get("name")))
+            for agent in agents
+            for tool in found.get(agent, ())
+            if isinstance(tool, dict) and tool.get("name")
+        ]
+        by_pair = {(a, str(t.get("name"))): t for a in agents for t in found.get(a, ())}
+        listing = _Listing()
+        for name, (agent, tool_name) in exposed_names(pairs).items():
+            entry, wrapped = _describe(name, agent, by_pair[(agent, tool_name)])
+            listing.tools.append(entry)
+            listing.targets[name] = _Target(agent, tool_name, wrapped)
+        listing.tools.extend(tool.describe() for tool in self._extra.values())
+        return listing
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        on_progress: ProgressCallback | None = None,
+        authorize: Authorize | None = None,
+        caller: Any = None,
+    ) -> dict[str, Any] | None:
+        """The ``CallToolResult`` for ``name``; None if no tool has that name.
+
+        ``on_progress`` hears the agent's progress reports while the call runs;
+        ``authorize`` may refuse the call (its error becomes the ``isError`` answer).
+        """
+        extra = self._extra.get(name)
+        if extra is not None:
+            if authorize is not None:
+                refused = _refusal(authorize, None, name)
+                if refused is not None:
+                    return refused
+            return await _answer(extra.call(arguments, caller), wrapped=False)
+        target = self._listing.targets.get(name)
+        if target is None:
+            # The client may not have listed since agents changed (bounded: see list_tools).
+            await self.list_tools()
+            target = self._listing.targets.get(name)
+            if target is None:
+                return None
+        if authorize is not None:
+            refused = _refusal(authorize, target.agent, target.tool)
+            if refused is not None:
+                return refused
+        mesh = self._mesh
+        called = mesh.call_tool(target.agent, target.tool, arguments, on_progress=on_progress)
+        return await _answer(called, target.wrapped)
+
+
+def _refusal(authorize: Authorize, agent: str | None, tool: str) -> dict[str, Any] | None:
+    try:
+        authorize(agent, tool)
+    except MeshError as exc:
+        return error_result(str(exc))
+    return None
+
+
+def _allowed(authorize: Authorize, listing: _Listing, name: str) -> bool:
+    target = listing.targets.get(name)
+    agent, tool = (target.agent, target.tool) if target is not None else (None, name)
+    return _refusal(authorize, agent, tool) is None
+
+
+async def _answer(pending: Awaitable[Any], wrapped: bool) -> dict[str, Any]:
+    try:
+        result = await pending
+    except MeshError as exc:
+        return error_result(str(exc))
+    return call_result(result, wrapped=wrapped)

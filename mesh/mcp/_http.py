@@ -1,0 +1,330 @@
+"""MCP's streamable HTTP, client side, as a frame stream the MCP codec runs over.
+
+Each frame we send is one ``POST`` to the server's URL; what comes back (a JSON
+body, or a ``text/event-stream`` of messages ending with the answer) is what
+``receive`` yields, in arrival order, so the session correlates it like any
+other link. The transport's own state is the little the spec asks of a client:
+the ``Mcp-Session-Id`` an ``initialize`` answer hands out (sent on every later
+request, and ended with ``DELETE`` on close), the agreed ``MCP-Protocol-Version``,
+a 2026-07-28 request's ``Mcp-Method`` / ``Mcp-Name`` headers, and the optional
+``GET`` stream a handshake-era server pushes notifications on.
+
+Cancelling a call also closes its response stream (on 2026-07-28 that *is* the
+cancel; earlier revisions get ``notifications/cancelled`` as well). A server that
+has forgotten our session (404) or cannot be reached ends the stream, so the
+mesh reconnects and negotiates again.
+
+httpx, not the mesh's own HTTP client: this is a different wire (SSE replies, a
+GET stream), and the figures that matter for MCP are the stdio ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+import httpx
+import msgspec
+import structlog
+
+from mesh.mcp._revisions import PROTOCOL_VERSION_KEY
+from transports import (
+    DEFAULT_MAX_FRAME_SIZE,
+    FrameTooLarge,
+    TransportClosed,
+    TransportError,
+    TransportInfo,
+)
+from transports._groups import unwrap_single_error
+
+__all__ = ["McpHttpStream", "open_mcp_http_client"]
+
+log = structlog.get_logger("mesh.mcp")
+
+#: Dialling must succeed this fast; reading has no deadline of its own (the session's bounds it).
+CONNECT_TIMEOUT: Final = 10.0
+#: Ending the session with DELETE on close is a courtesy: bounded.
+CLOSE_TIMEOUT: Final = 2.0
+_NAME_PARAMS: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+
+class _Params(msgspec.Struct):
+    name: Any = None
+    uri: Any = None
+    requestId: Any = None  # the wire's spelling
+    meta: Any = msgspec.field(default=None, name="_meta")
+
+
+class _Outgoing(msgspec.Struct):
+    """What the transport needs to know of a frame we send (headers, cancels)."""
+
+    id: Any = None
+    method: Any = None
+    params: _Params | None = None
+
+
+class _Answer(msgspec.Struct):
+    result: Any = None
+
+
+_read_outgoing = msgspec.json.Decoder(_Outgoing).decode
+_read_answer = msgspec.json.Decoder(_Answer).decode
+
+
+class McpHttpStream:
+    """Frames over MCP streamable HTTP; opened by :func:`open_mcp_http_client`."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        tasks: anyio.abc.TaskGroup,
+        *,
+        token: str | None,
+        max_frame_size: int,
+    ) -> None:
+        self._client = client
+        self._url = url
+        self._tasks = tasks
+        self._token = token
+        self._max = max_frame_size
+        self._info = TransportInfo("http", url)
+        self._send_received, self._received = anyio.create_memory_object_stream[
+            bytes | TransportError
+        ](float("inf"))
+        self.session_id: str | None = None
+        self.protocol_version: str | None = None
+        self._posts: dict[Any, anyio.CancelScope] = {}
+        self._listening = False
+        self._closed: TransportClosed | None = None
+
+    @property
+    def info(self) -> TransportInfo:
+        return self._info
+
+    @property
+    def max_frame_size(self) -> int:
+        return self._max
+
+    async def send(self, frame: bytes) -> None:
+        await self.send_many([frame])
+
+    async def send_many(self, frames: Sequence[bytes]) -> None:
+        self.send_nowait(frames)
+
+    def send_nowait(self, frames: Sequence[bytes]) -> bool:
+        """Each frame becomes a POST of its own, at once: nothing is ever left to write."""
+        if self._closed is not None:
+            raise self._closed
+        for frame in frames:
+            self._tasks.start_soon(self._post, frame)
+        return True
+
+    async def receive(self) -> bytes:
+        if self._closed is not None:
+            raise self._closed
+        try:
+            item = await self._received.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise self._closed or TransportClosed("closed locally") from None
+        if isinstance(item, TransportError):
+            if isinstance(item, TransportClosed):
+                self._closed = item
+            raise item
+        return item
+
+    async def aclose(self) -> None:
+        if self._closed is None:
+            self._closed = TransportClosed("closed locally")
+        if self.session_id is not None:
+            with anyio.move_on_after(CLOSE_TIMEOUT), contextlib.suppress(httpx.HTTPError):
+                await self._client.delete(self._url, headers=self._headers())
+            self.session_id = None
+        self._send_received.close()
+        self._received.close()
+
+    # -- one POST -----------------------------------------------------------------------
+
+    def _headers(self, outgoing: _Outgoing | None = None) -> dict[str, str]:
+        headers = {"accept": "application/json, text/event-stream"}
+        if self._token is not None:
+            headers["authorization"] = f"Bearer {self._token}"
+        if self.session_id is not None:
+            headers["mcp-session-id"] = self.session_id
+        version = self.protocol_version
+        params = outgoing.params if outgoing is not None else None
+        meta = params.meta if params is not None else None
+        if isinstance(meta, dict) and isinstance(meta.get(PROTOCOL_VERSION_KEY), str):
+            version = meta[PROTOCOL_VERSION_KEY]
+            # 2026-07-28 repeats the method and the name it acts on in headers.
+            headers["mcp-method"] = str(outgoing.method) if outgoing else ""
+            name_key = _NAME_PARAMS.get(str(outgoing.method) if outgoing else "")
+            value = getattr(params, name_key) if name_key and params is not None else None
+            if isinstance(value, str) and value.isascii() and value == value.strip():
+                headers["mcp-name"] = value
+        if version is not None:
+            headers["mcp-protocol-version"] = version
+        return headers
+
+    async def _post(self, frame: bytes) -> None:
+        try:
+            outgoing = _read_outgoing(frame)
+        except msgspec.DecodeError:
+            outgoing = _Outgoing()
+        if outgoing.method == "notifications/cancelled" and outgoing.params is not None:
+            scope = self._posts.get(outgoing.params.requestId)
+            if scope is not None:
+                scope.cancel()  # on 2026-07-28, closing the response *is* the cancel
+            if self.session_id is None:
+                return  # ... and the only one: a sessionless server has nowhere to route it
+        scope = anyio.CancelScope()
+        if outgoing.id is not None:
+            self._posts[outgoing.id] = scope
+        try:
+            with scope:
+                await self._exchange(frame, outgoing)
+            if outgoing.method == "notifications/initialized":
+                self._tasks.start_soon(self._listen)
+        except httpx.HTTPError as exc:
+            self._end(TransportClosed(f"MCP server at {self._url} unreachable: {_why(exc)}"))
+        finally:
+            if outgoing.id is not None:
+                self._posts.pop(outgoing.id, None)
+
+    async def _exchange(self, frame: bytes, outgoing: _Outgoing) -> None:
+        headers = {**self._headers(outgoing), "content-type": "application/json"}
+        request = self._client.build_request("POST", self._url, content=frame, headers=headers)
+        response = await self._client.send(request, stream=True)
+        try:
+            session = response.headers.get("mcp-session-id")
+            if session and outgoing.method == "initialize":
+                self.session_id = session
+            if response.status_code in (202, 204):
+                return
+            if response.status_code == 404 and self.session_id is not None:
+                self._end(TransportClosed(f"MCP server at {self._url} ended our session (404)"))
+                return
+            kind = response.headers.get("content-type", "")
+            if response.status_code == 200 and kind.startswith("text/event-stream"):
+                await self._read_events(response, outgoing)
+                return
+            body = await _read_limited(response, self._max)
+            if response.status_code >= 400 and not _is_jsonrpc(body):
+                body = _error_frame(outgoing.id, response.status_code, body)
+            self._deliver(body, outgoing)
+        finally:
+            await response.aclose()
+
+    async def _read_events(self, response: httpx.Response, outgoing: _Outgoing) -> None:
+        async for data in _sse_data(response, self._max):
+            if isinstance(data, FrameTooLarge):
+                self._send_received.send_nowait(data)
+            else:
+                self._deliver(data, outgoing)
+
+    def _deliver(self, body: bytes, outgoing: _Outgoing) -> None:
+        if not body.strip():
+            return
+        if len(body) > self._max:
+            self._send_received.send_nowait(FrameTooLarge(len(body), self._max, body[:512]))
+            return
+        if outgoing.method == "initialize":
+            with contextlib.suppress(msgspec.DecodeError):
+                answer = _read_answer(body)
+                if isinstance(answer.result, dict):
+                    version = answer.result.get("protocolVersion")
+                    self.protocol_version = version if isinstance(version, str) else None
+        with contextlib.suppress(anyio.ClosedResourceError):
+            self._send_received.send_nowait(body)
+
+    async def _listen(self) -> None:
+        """The GET stream a handshake-era server may push notifications on (405: none)."""
+        if self._listening:
+            return
+        self._listening = True
+        headers = {**self._headers(), "accept": "text/event-stream"}
+        try:
+            async with self._client.stream("GET", self._url, headers=headers) as response:
+                if response.status_code != 200:
+                    return  # 405: the server offers no such stream; that is allowed
+                await self._read_events(response, _Outgoing())
+        except httpx.HTTPError as exc:
+            log.debug("mcp.http_listen_ended", url=self._url, error=_why(exc))
+
+    def _end(self, error: TransportClosed) -> None:
+        with contextlib.suppress(anyio.ClosedResourceError):
+            self._send_received.send_nowait(error)
+
+
+async def _read_limited(response: httpx.Response, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limit + 1:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _sse_data(response: httpx.Response, limit: int) -> AsyncIterator[bytes | FrameTooLarge]:
+    """The ``data`` of each server-sent event, as it arrives."""
+    data: list[str] = []
+    size = 0
+    async for line in response.aiter_lines():
+        if not line:
+            if data:
+                payload = "\n".join(data).encode()
+                yield payload if size <= limit else FrameTooLarge(size, limit, payload[:512])
+            data, size = [], 0
+        elif line.startswith("data:"):
+            chunk = line[5:].removeprefix(" ")
+            size += len(chunk)
+            if size <= limit:
+                data.append(chunk)
+    if data:
+        yield "\n".join(data).encode()
+
+
+def _is_jsonrpc(body: bytes) -> bool:
+    return b'"jsonrpc"' in body[:256]
+
+
+def _error_frame(request_id: Any, status: int, body: bytes) -> bytes:
+    """An HTTP refusal with no JSON-RPC body, as the JSON-RPC error it stands for."""
+    text = body[:200].decode("utf-8", "replace").strip() or "no body"
+    code = -32600 if 400 <= status < 500 else -32603
+    error = {"code": code, "message": f"HTTP {status} from the MCP server: {text}"}
+    return msgspec.json.encode({"jsonrpc": "2.0", "id": request_id, "error": error})
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+@asynccontextmanager
+async def open_mcp_http_client(
+    url: str,
+    *,
+    token: str | None = None,
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    verify: Any = True,
+) -> AsyncIterator[McpHttpStream]:
+    """Talk to the MCP server at ``url`` (its streamable HTTP endpoint, e.g. ``.../mcp``)."""
+    timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT)
+    with unwrap_single_error():
+        async with (
+            httpx.AsyncClient(timeout=timeout, verify=verify) as client,
+            anyio.create_task_group() as tasks,
+        ):
+            stream = McpHttpStream(client, url, tasks, token=token, max_frame_size=max_frame_size)
+            try:
+                yield stream
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await stream.aclose()
+                tasks.cancel_scope.cancel()

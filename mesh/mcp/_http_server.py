@@ -1,0 +1,226 @@
+"""``/mcp`` on the daemon: MCP's streamable HTTP, server side.
+
+One JSON-RPC message per ``POST``; the answer is the response body (JSON). A
+handshake-era client's ``initialize`` opens a session (``Mcp-Session-Id`` in
+the answer, required on every later request, ended by ``DELETE``); a 2026-07-28
+request carries everything it needs and gets no session. Notifications are
+answered ``202``. Each message runs through :class:`~mesh._rpc.exchange.Exchange`
+with the MCP codec, so bad JSON, batches and unknown methods get JSON-RPC errors
+naming why.
+
+Not offered, and refused plainly: the ``GET`` stream (405: this server keeps no
+connection open per client; a session's ``list_changed`` instead rides, as an
+event, in front of the answer to its next request, when it accepts
+``text/event-stream``) and 2026-07-28's ``subscriptions/listen`` (use ``mesh mcp``,
+whose link is a stream). Bounds: at most ``max_sessions`` sessions (the least
+recently used is dropped), each forgotten after ``session_idle`` seconds unused;
+bodies are bounded by the daemon's ``max_body_size``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Final
+
+import anyio
+import msgspec
+
+from mesh._errors import ErrorCode, MethodNotFound
+from mesh._rpc.exchange import Exchange
+from mesh._rpc.peer import RequestContext
+from mesh._rpc.session import SessionConfig
+from mesh.mcp._catalog import Authorize, ToolCatalog
+from mesh.mcp._codec import MCP_CODEC
+from mesh.mcp._revisions import MODERN, requested_revision
+from mesh.mcp._server import McpServer
+from transports import HttpRequest, HttpResponse
+
+__all__ = ["McpHttpEndpoint"]
+
+#: Sessions kept at once; one client normally holds one.
+DEFAULT_MAX_SESSIONS: Final = 256
+#: A session unused this long is forgotten (its client gets 404 and starts again).
+DEFAULT_SESSION_IDLE: Final = 3600.0
+_SESSION_HEADER: Final = "mcp-session-id"
+_EXCHANGE: Final[dict[str, Any]] = {
+    "config": SessionConfig(heartbeat_interval=None),
+    "codec": MCP_CODEC,
+}
+_LIST_CHANGED_FRAME: Final = b'{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}'
+
+
+class _Peek(msgspec.Struct):
+    id: Any = None
+    method: Any = None
+    params: Any = None
+
+
+_peek = msgspec.json.Decoder(_Peek).decode
+
+
+class _HttpServer(McpServer):
+    """An MCP server whose link cannot stream: no ``subscriptions/listen``."""
+
+    def handle_request(self, ctx: RequestContext, method: str, params: Any) -> Any:
+        if method == "subscriptions/listen":
+            raise MethodNotFound(
+                "subscriptions/listen needs a stream, which /mcp does not hold open;"
+                " run `mesh mcp` (stdio) to hear of changes"
+            )
+        return super().handle_request(ctx, method, params)
+
+
+@dataclass(slots=True)
+class _Session:
+    server: _HttpServer
+    exchange: Exchange
+    last_used: float
+    seen_version: int
+    owner: str | None  # whoever opened it; nobody else may use it
+
+
+def _rpc_error(status: int, code: int, message: str, request_id: Any = None) -> HttpResponse:
+    error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+    return HttpResponse(status, msgspec.json.encode(error))
+
+
+def _sse(*frames: bytes) -> bytes:
+    return b"".join(b"event: message\ndata: " + frame + b"\n\n" for frame in frames)
+
+
+class McpHttpEndpoint:
+    """Answers ``/mcp`` requests for one daemon (see the module docstring)."""
+
+    def __init__(
+        self,
+        catalog: ToolCatalog,
+        *,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        session_idle: float = DEFAULT_SESSION_IDLE,
+    ) -> None:
+        self._catalog = catalog
+        self._max_sessions = max_sessions
+        self._idle = session_idle
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+
+    @property
+    def sessions(self) -> int:
+        return len(self._sessions)
+
+    async def handle(
+        self,
+        request: HttpRequest,
+        *,
+        owner: str | None = None,
+        authorize: Authorize | None = None,
+        caller: Any = None,
+    ) -> HttpResponse:
+        """Answer one request. ``owner`` names the caller (a session opened by one
+        owner is unknown to every other); ``authorize`` says what it may call and
+        ``caller`` is handed to the extra tools (see :class:`~mesh.mcp.McpServer`)."""
+        if request.method == "POST":
+            fresh = _HttpServer(self._catalog, authorize=authorize, caller=caller)
+            return await self._post(request, owner, fresh)
+        if request.method == "DELETE":
+            return self._delete(request, owner)
+        allow = [("allow", "POST, DELETE")]
+        if request.method == "GET":
+            message = "this server offers no GET stream; POST one JSON-RPC message"
+        else:
+            message = f"{request.method} is not allowed on /mcp; POST a JSON-RPC message"
+        return HttpResponse(405, HttpResponse.error(405, message).body, headers=allow)
+
+    def _delete(self, request: HttpRequest, owner: str | None) -> HttpResponse:
+        session_id = request.header(_SESSION_HEADER)
+        if session_id is None:
+            return HttpResponse.error(400, "DELETE /mcp needs the Mcp-Session-Id header")
+        session = self._sessions.get(session_id)
+        if session is None or session.owner != owner:
+            return HttpResponse.error(404, "no such MCP session")
+        del self._sessions[session_id]
+        return HttpResponse(204)
+
+    async def _post(
+        self, request: HttpRequest, owner: str | None, fresh: _HttpServer
+    ) -> HttpResponse:
+        """``fresh``: the server a new session or a sessionless request runs on."""
+        kind = (request.header("content-type") or "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            return HttpResponse.error(415, "POST /mcp takes Content-Type: application/json")
+        try:
+            peek = _peek(request.body)
+        except (msgspec.DecodeError, RecursionError):
+            peek = _Peek()  # not one JSON object: the exchange says exactly why
+        now = anyio.current_time()
+        session: _Session | None = None
+        headers: list[tuple[str, str]] = []
+        if peek.method == "initialize":
+            session, session_id = self._open(now, owner, fresh)
+            headers.append(("mcp-session-id", session_id))
+        elif requested_revision(peek.params) == MODERN or peek.method == "server/discover":
+            pass  # 2026-07-28: every request stands alone
+        elif peek.method is not None or peek.id is not None:
+            found = self._find(request, now, owner)
+            if isinstance(found, HttpResponse):
+                return found
+            session = found
+        # A 2026-07-28 request stands alone: one exchange, with its caller's rights.
+        exchange = session.exchange if session is not None else Exchange(fresh, **_EXCHANGE)
+        answer, invalid = await exchange.answer(request.body)
+        if answer is None:
+            return HttpResponse(202, headers=headers)
+        if invalid:
+            return HttpResponse(400, answer, headers=headers)
+        if session is not None and self._owes_list_changed(session, request):
+            body = _sse(_LIST_CHANGED_FRAME, answer)
+            return HttpResponse(200, body, content_type="text/event-stream", headers=headers)
+        return HttpResponse(200, answer, headers=headers)
+
+    def _open(self, now: float, owner: str | None, server: _HttpServer) -> tuple[_Session, str]:
+        self._forget_idle(now)
+        while len(self._sessions) >= self._max_sessions:
+            self._sessions.popitem(last=False)
+        session_id = secrets.token_urlsafe(24)
+        exchange = Exchange(server, **_EXCHANGE)
+        session = _Session(server, exchange, now, self._catalog.version, owner)
+        self._sessions[session_id] = session
+        return session, session_id
+
+    def _find(self, request: HttpRequest, now: float, owner: str | None) -> _Session | HttpResponse:
+        session_id = request.header(_SESSION_HEADER)
+        if session_id is None:
+            return _rpc_error(
+                400,
+                ErrorCode.INVALID_REQUEST,
+                "Bad Request: send initialize first and then its Mcp-Session-Id header"
+                f" (or, in {MODERN}, the revision in params._meta)",
+            )
+        session = self._sessions.get(session_id)
+        if session is not None and session.owner != owner:
+            session = None  # another caller's session is, to this one, no session at all
+        elif session is not None and now - session.last_used > self._idle:
+            del self._sessions[session_id]
+            session = None
+        if session is None:
+            return _rpc_error(
+                404, ErrorCode.INVALID_REQUEST, "no such MCP session; initialize again"
+            )
+        session.last_used = now
+        self._sessions.move_to_end(session_id)
+        return session
+
+    def _forget_idle(self, now: float) -> None:
+        stale = [k for k, s in self._sessions.items() if now - s.last_used > self._idle]
+        for key in stale:
+            del self._sessions[key]
+
+    def _owes_list_changed(self, session: _Session, request: HttpRequest) -> bool:
+        version = self._catalog.version
+        if version == session.seen_version or not session.server.wants_list_changed:
+            return False
+        if "text/event-stream" not in (request.header("accept") or ""):
+            return False  # it will see the new list when it next asks
+        session.seen_version = version
+        return True

@@ -1,0 +1,91 @@
+"""The MCP peers the tests run against, and ways to start them.
+
+- ``mcp_server.py``: an ``MCPServer`` from the ``mcp`` SDK (a dev dependency), over
+  stdio or streamable HTTP.
+- ``peers/``: the npm packages ``@modelcontextprotocol/server-everything`` and
+  ``@modelcontextprotocol/inspector``, pinned by ``package-lock.json`` and installed by
+  ``make test`` (``npm ci``) wherever ``node`` is. Without node those tests skip, and
+  say so; with node but without the install they fail, and say how to fix it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+MCP_SERVER = HERE / "mcp_server.py"
+PEERS = HERE / "peers"
+#: Starting a Python process that imports the mcp SDK takes a second or two; a loaded
+#: machine may take several.
+START_TIMEOUT = 30.0
+
+_LISTENING = re.compile(rb"Uvicorn running on (http://\S+)")
+
+
+def mcp_server_command() -> tuple[str, list[str]]:
+    return sys.executable, [str(MCP_SERVER)]
+
+
+def node_bin(package: str, script: str) -> list[str]:
+    """``node <script>`` of an installed npm peer (skips without node, fails without install)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the npm MCP peers need Node.js 20 (see tests/mcp)")
+    path = PEERS / "node_modules" / package / script
+    if not path.exists():
+        pytest.fail(
+            f"the npm MCP peers are not installed ({path} is missing): "
+            "run `make test`, or `npm ci` in tests/mcp/peers"
+        )
+    return [node, str(path)]
+
+
+def everything_command() -> list[str]:
+    return [*node_bin("@modelcontextprotocol/server-everything", "dist/index.js"), "stdio"]
+
+
+def inspector_command() -> list[str]:
+    """The inspector in CLI mode (a real MCP client); append the target and ``--method ...``."""
+    return [*node_bin("@modelcontextprotocol/inspector", "cli/build/cli.js"), "--cli"]
+
+
+@asynccontextmanager
+async def spawn_mcp_http_server() -> AsyncIterator[str]:
+    """``mcp_server.py http`` as a child; yields its MCP URL once it listens."""
+    process = await anyio.open_process(
+        [sys.executable, str(MCP_SERVER), "http"],
+        stdout=None,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert process.stderr is not None
+        seen = b""
+        with anyio.fail_after(START_TIMEOUT):
+            while not (match := _LISTENING.search(seen)):
+                seen += await process.stderr.receive()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_drain, process.stderr)
+            yield match.group(1).decode() + "/mcp"
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            process.kill()
+            await process.wait()
+            await process.aclose()
+
+
+async def _drain(stream: anyio.abc.ByteReceiveStream) -> None:
+    """Keep reading the server's log so its pipe never fills and blocks it."""
+    async for _ in stream:
+        pass

@@ -1,0 +1,92 @@
+"""An MCP server built with the `mcp` SDK (``MCPServer``): the peer the mount tests run against.
+
+``python tests/mcp/mcp_server.py`` serves stdio; ``... http`` serves streamable HTTP on
+127.0.0.1 and an ephemeral port (uvicorn says which on stderr once it listens:
+``Uvicorn running on http://127.0.0.1:<port>``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+
+app = MCPServer("test-peer", instructions="A server the mesh's tests mount.")
+
+
+@app.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@app.tool()
+def shout(text: str) -> str:
+    """Upper-case the text."""
+    return text.upper()
+
+
+@app.tool()
+def boom() -> str:
+    """Always fails."""
+    raise ValueError("it broke on purpose")
+
+
+@app.tool()
+async def slow(steps: int, ctx: Context) -> str:
+    """Report progress `steps` times, then finish."""
+    for step in range(steps):
+        await ctx.report_progress(step + 1, steps, f"step {step + 1}")
+        await anyio.sleep(0.05)
+    return "done"
+
+
+CANCELLED: list[float] = []
+
+
+@app.tool()
+async def wait(seconds: float) -> str:
+    """Sleep (tests cancel it, time it out, or kill the server under it)."""
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        CANCELLED.append(seconds)
+        raise
+    return "woke"
+
+
+@app.tool()
+def cancelled() -> int:
+    """How many `wait` calls were cancelled so far."""
+    return len(CANCELLED)
+
+
+@app.tool()
+def pid() -> int:
+    """The server's process id."""
+    import os
+
+    return os.getpid()
+
+
+@app.tool()
+async def grow(name: str, ctx: Context) -> str:
+    """Add a tool called `name` and say the list changed (both eras' ways)."""
+
+    def extra() -> str:
+        return f"{name} here"
+
+    app.add_tool(extra, name=name, description="Added at run time.")
+    await ctx.notify_tools_changed()  # 2026-07-28: subscriptions/listen streams
+    with contextlib.suppress(Exception):  # the handshake era: a plain notification
+        await ctx.request_context.session.send_tool_list_changed()
+    return "grown"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "http":
+        app.run(transport="streamable-http", host="127.0.0.1", port=0)
+    else:
+        app.run()

@@ -1,0 +1,48 @@
+"""The reference TypeScript server (npm ``@modelcontextprotocol/server-everything``), mounted.
+
+It negotiates a handshake-era revision, sends ``notifications/tools/list_changed``
+before it answers ``tools/list``, lists 13 tools, and answers an unknown tool with
+a *result* carrying ``isError``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mesh import MeshOrchestrator, ToolError
+from tests.mcp._peers import everything_command
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_server_everything_over_stdio(tmp_path: Path) -> None:
+    command, *args = everything_command()
+    (tmp_path / "everything.toml").write_text(
+        f"""id = "everything"
+[transport]
+type = "stdio"
+command = {json.dumps(command)}
+args = {json.dumps(args)}
+protocol = "mcp"
+"""
+    )
+    async with MeshOrchestrator.from_manifests(tmp_path, connect_timeout=30) as mesh:
+        (record,) = mesh.agents()
+        assert str(record.status) == "online", mesh.link_error("everything")
+        info = await mesh.call("everything", "agent/info")
+        assert info["revision"] in ("2025-06-18", "2025-11-25")
+        assert info["name"] == "Everything Reference Server"
+        tools = {tool["name"] for tool in await mesh.list_tools("everything")}
+        assert len(tools) == 13 and {"echo", "get-sum"} <= tools
+        assert await mesh.call_tool("everything", "echo", {"message": "hi"}) == "Echo: hi"
+        assert "3" in str(await mesh.call_tool("everything", "get-sum", {"a": 1, "b": 2}))
+        with pytest.raises(ToolError, match="nope"):
+            await mesh.call_tool("everything", "nope")
+        # resources and prompts pass through as they are
+        listed = await mesh.call("everything", "resources/list")
+        assert listed["resources"]
+        prompts = await mesh.call("everything", "prompts/list")
+        assert prompts["prompts"]
