@@ -18,7 +18,7 @@ import dataclasses
 import os
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Final, Self
+from typing import Any, Final, Protocol, Self
 
 import anyio
 import anyio.abc
@@ -36,7 +36,7 @@ from mesh._rpc.reconnect import ConnectionEvent, ReconnectPolicy, open_reconnect
 from registry import AgentId, AgentRecord, AgentStatus, Registry, run_expiry
 from transports import FrameStream, TokenAuthenticator, unwrap_single_error
 
-__all__ = ["MeshOrchestrator"]
+__all__ = ["MeshOrchestrator", "RemoteAgents"]
 
 log = structlog.get_logger("mesh.orchestrator")
 
@@ -44,6 +44,18 @@ log = structlog.get_logger("mesh.orchestrator")
 DEFAULT_BROADCAST_TIMEOUT: Final = 10.0
 #: Closing every link at shutdown (stdio children included) gets this long in total.
 CLOSE_LINKS_TIMEOUT: Final = 10.0
+
+
+class RemoteAgents(Protocol):
+    """Agents another daemon holds (``mesh.cluster`` is one), asked for ids with no local link."""
+
+    def caller(self, agent_id: str, method: str) -> Caller | None:
+        """A Caller for ``agent_id`` if another daemon holds it, else None.
+
+        Raises :class:`~mesh.AgentUnavailable` when it is held elsewhere but
+        cannot be called (offline, or the way there is down).
+        """
+        ...
 
 
 class _Link:
@@ -76,7 +88,7 @@ class MeshOrchestrator:
         policy: ReconnectPolicy | None = None,
         connect_timeout: float = 10.0,
     ) -> None:
-        self.registry = registry or Registry()
+        self.registry = registry if registry is not None else Registry()  # an empty one is falsy
         # The orchestrator checks the registry before each call, so a call that
         # finds its link down between two redials fails at once, never waits.
         self._policy = dataclasses.replace(policy or ReconnectPolicy(), wait_for_connection=False)
@@ -89,6 +101,8 @@ class MeshOrchestrator:
         self.manifest_errors: list[MeshError] = []
         #: The tokens agents that dial in must present (filled by :meth:`from_manifests`).
         self.dial_in_tokens = TokenAuthenticator()
+        #: Agents held by other daemons (set by ``mesh.cluster`` while it runs).
+        self.remote: RemoteAgents | None = None
 
     @classmethod
     def from_manifests(
@@ -247,6 +261,10 @@ class MeshOrchestrator:
 
     def _caller(self, agent_id: str, method: str) -> Caller:
         """The link to call ``agent_id`` on; AgentUnavailable (saying why) if there is none."""
+        if self.remote is not None and agent_id not in self._links:
+            remote = self.remote.caller(agent_id, method)
+            if remote is not None:
+                return remote
         caller = self._available(agent_id, method).peer
         assert caller is not None  # _available checked that it is connected
         return caller
@@ -368,6 +386,11 @@ class MeshOrchestrator:
     def linked_agents(self) -> list[str]:
         """Every agent linked or awaited (dial-in), registered or not; in the order added."""
         return [*self._links, *(spec.id for spec in self._pending_specs)]
+
+    def call_timeout_of(self, agent_id: str) -> float | None:
+        """The deadline calls to a linked agent get unless they name one (None if not linked)."""
+        link = self._links.get(agent_id)
+        return None if link is None else link.spec.call_timeout
 
     def link_error(self, agent_id: str) -> str | None:
         link = self._links.get(agent_id)
