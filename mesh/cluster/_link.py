@@ -272,7 +272,11 @@ class NatsLink:
 
         js = self.js
         config = KeyValueConfig(
-            bucket=bucket, history=1, storage=StorageType.FILE, limit_marker_ttl=MARKER_TTL
+            bucket=bucket,
+            history=1,
+            storage=StorageType.FILE,
+            limit_marker_ttl=MARKER_TTL,
+            direct=True,  # reads of one key are answered by any replica, without the API
         )
         try:
             await self.run(f"create bucket {bucket}", lambda: js.create_key_value(config))
