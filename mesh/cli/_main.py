@@ -90,6 +90,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "data_dir": args.data_dir,
         "log_level": args.log_level,
         "log_format": args.log_format,
+        "nats": args.nats,
+        "cluster_id": args.cluster_id,
+        "daemon_id": args.daemon_id,
+        "nats_creds": args.nats_creds,
+        "nats_tls_ca": args.nats_tls_ca,
+        "nats_tls_cert": args.nats_tls_cert,
+        "nats_tls_key": args.nats_tls_key,
+        "room_lease_ttl": args.room_lease_ttl,
     }
     try:
         settings = load_settings(args.config, environ=os.environ, overrides=overrides)
@@ -110,18 +118,19 @@ def cmd_agents(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(agents, indent=2))
         return EXIT_OK
-    rows = [("ID", "TRANSPORT", "STATUS", "LAST SEEN", "CAPABILITIES")]
+    clustered = any("daemon" in agent for agent in agents)
+    header: tuple[str, ...] = ("ID", "TRANSPORT", "STATUS", "LAST SEEN", "CAPABILITIES")
+    rows = [(*header, "DAEMON") if clustered else header]
     for agent in agents:
         seen = f"{agent['last_seen_ago']:.1f}s ago"
-        rows.append(
-            (
-                agent["id"],
-                agent["transport"],
-                agent["status"],
-                seen,
-                ",".join(agent["capabilities"]),
-            )
+        row: tuple[str, ...] = (
+            agent["id"],
+            agent["transport"],
+            agent["status"],
+            seen,
+            ",".join(agent["capabilities"]),
         )
+        rows.append((*row, agent.get("daemon", "")) if clustered else row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print(
@@ -251,6 +260,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--backend", choices=("asyncio", "trio"), default=os.environ.get("MESH_BACKEND", "asyncio")
+    )
+    cluster = serve.add_argument_group(
+        "cluster",
+        "join other daemons over NATS (docs/cluster.md); credentials: $MESH_NATS_TOKEN, "
+        "$MESH_NATS_USER and $MESH_NATS_PASSWORD, or the settings file",
+    )
+    cluster.add_argument("--nats", metavar="URL", help="NATS URL(s), comma-separated ($MESH_NATS)")
+    cluster.add_argument("--cluster-id", help="daemons with one id are one mesh (default mesh)")
+    cluster.add_argument("--daemon-id", help="this daemon's id (default <hostname>-<random>)")
+    cluster.add_argument("--nats-creds", metavar="FILE", help="a NATS .creds file")
+    cluster.add_argument("--nats-tls-ca", metavar="FILE", help="CA bundle for NATS over TLS")
+    cluster.add_argument("--nats-tls-cert", metavar="FILE", help="client certificate for NATS")
+    cluster.add_argument("--nats-tls-key", metavar="FILE", help="its private key")
+    cluster.add_argument(
+        "--room-lease-ttl", type=float, help="seconds before a dead daemon's rooms move (10)"
     )
     serve.set_defaults(func=cmd_serve)
 

@@ -115,6 +115,8 @@ class DaemonApi:
         self._mesh = orchestrator
         self._rooms = rooms
         self._started = anyio.current_time()
+        #: The mesh.cluster.Cluster this daemon belongs to, if it runs with --nats.
+        self.cluster: Any = None
         self.calls_in_flight = 0
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
@@ -152,15 +154,24 @@ class DaemonApi:
                 "uptime": round(anyio.current_time() - self._started, 3),
                 "calls_in_flight": self.calls_in_flight,
                 "agents": {"online": stats.online, "stale": stats.stale, "offline": stats.offline},
+                **({"cluster": self.cluster.describe()} if self.cluster is not None else {}),
             },
         )
+
+    def _describe(
+        self, record: AgentRecord, now: float, link_error: str | None = None
+    ) -> dict[str, Any]:
+        shown = describe(record, now, link_error)
+        if self.cluster is not None:  # which daemon of the mesh holds it
+            shown["daemon"] = self.cluster.holder(record.id)
+        return shown
 
     def _list(self) -> HttpResponse:
         return _json(200, {"agents": self._described()})
 
     def _described(self) -> list[dict[str, Any]]:
         now = anyio.current_time()
-        return [describe(r, now, self._mesh.link_error(r.id)) for r in self._mesh.agents()]
+        return [self._describe(r, now, self._mesh.link_error(r.id)) for r in self._mesh.agents()]
 
     async def watch_agents(self, stream: WebSocketStream) -> None:
         """Send every agent as it is now, then each change of status, until the watcher leaves.
@@ -174,7 +185,7 @@ class DaemonApi:
                 await stream.send(msgspec.json.encode(snapshot))
                 async for change in changes:
                     link_error = self._mesh.link_error(change.agent_id)
-                    shown = describe(change.record, anyio.current_time(), link_error)
+                    shown = self._describe(change.record, anyio.current_time(), link_error)
                     event = {"type": str(change.kind), "old": change.old, "agent": shown}
                     await stream.send(msgspec.json.encode(event))
         except SubscriberOverflow:
@@ -186,7 +197,9 @@ class DaemonApi:
         record = self._mesh.registry.get(AgentId(agent_id))
         if record is None:
             return _error(404, f"no agent {agent_id!r} is registered")
-        return _json(200, describe(record, anyio.current_time(), self._mesh.link_error(agent_id)))
+        return _json(
+            200, self._describe(record, anyio.current_time(), self._mesh.link_error(agent_id))
+        )
 
     def _register(self, body: bytes) -> HttpResponse:
         try:
@@ -226,7 +239,7 @@ class DaemonApi:
                     heartbeat_ttl=stored.heartbeat_ttl,
                 )
             )
-        return _json(200 if known else 201, describe(stored, anyio.current_time()))
+        return _json(200 if known else 201, self._describe(stored, anyio.current_time()))
 
     def _heartbeat(self, agent_id: str) -> HttpResponse:
         try:

@@ -24,6 +24,7 @@ import json
 import signal
 import sys
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager, nullcontext
 from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import parse_qs, urlsplit
@@ -63,7 +64,25 @@ ENV_SETTINGS: Final = {
     "MESH_LOG_LEVEL": "log_level",
     "MESH_LOG_FORMAT": "log_format",
     "MESH_DATA_DIR": "data_dir",
+    # Joining a mesh of daemons over NATS (docs/cluster.md); secrets only here or in the file.
+    "MESH_NATS": "nats",
+    "MESH_CLUSTER_ID": "cluster_id",
+    "MESH_DAEMON_ID": "daemon_id",
+    "MESH_NATS_TOKEN": "nats_token",
+    "MESH_NATS_USER": "nats_user",
+    "MESH_NATS_PASSWORD": "nats_password",
+    "MESH_NATS_CREDS": "nats_creds",
+    "MESH_NATS_TLS_CA": "nats_tls_ca",
+    "MESH_NATS_TLS_CERT": "nats_tls_cert",
+    "MESH_NATS_TLS_KEY": "nats_tls_key",
+    "MESH_ROOM_LEASE_TTL": "room_lease_ttl",
 }
+#: The settings that go to the cluster (mesh.cluster.ClusterSettings) when ``nats`` is set.
+CLUSTER_SETTINGS: Final = tuple(
+    name
+    for name in ENV_SETTINGS.values()
+    if name.startswith(("nats", "cluster_", "daemon_", "room_lease"))
+)
 
 
 class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -77,6 +96,19 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     max_body_size: int = 1 << 20
     #: Where rooms keep their transcripts (JSONL per room + SQLite); rooms resume from here.
     data_dir: str = ".mesh"
+    #: Join the mesh of daemons at this NATS URL (several: comma-separated); "" runs alone.
+    nats: str = ""
+    cluster_id: str = "mesh"
+    #: Unique per daemon; "" picks ``<hostname>-<random>``.
+    daemon_id: str = ""
+    nats_token: str | None = None
+    nats_user: str | None = None
+    nats_password: str | None = None
+    nats_creds: str | None = None
+    nats_tls_ca: str | None = None
+    nats_tls_cert: str | None = None
+    nats_tls_key: str | None = None
+    room_lease_ttl: float = 10.0
 
 
 class SettingsError(MeshError):
@@ -108,9 +140,34 @@ def load_settings(
             source = f"{source} + ${variable}"
     merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
-        return msgspec.convert(merged, DaemonSettings, strict=False)
+        settings = msgspec.convert(merged, DaemonSettings, strict=False)
     except msgspec.ValidationError as exc:
         raise SettingsError(f"invalid settings ({source}): {exc}") from None
+    if settings.nats:
+        cluster_settings(settings)  # checked now, so a bad one stops `mesh serve` at once
+    return settings
+
+
+def cluster_settings(settings: DaemonSettings, url: str = "") -> Any:
+    """The daemon's settings for ``mesh.cluster`` (a SettingsError if they do not fit)."""
+    from mesh.cluster import ClusterError, ClusterSettings
+
+    values = {name: getattr(settings, name) for name in CLUSTER_SETTINGS}
+    try:
+        return ClusterSettings(**values, daemon_url=url)
+    except ClusterError as exc:
+        raise SettingsError(f"invalid cluster settings: {exc}") from None
+
+
+def _join_cluster(
+    settings: DaemonSettings, orchestrator: MeshOrchestrator, rooms: RoomManager, url: str
+) -> AbstractAsyncContextManager[Any]:
+    """``mesh.cluster.open_cluster`` when ``--nats`` is set; nothing otherwise."""
+    if not settings.nats:
+        return nullcontext()
+    from mesh.cluster import open_cluster
+
+    return open_cluster(orchestrator, cluster_settings(settings, url), rooms=rooms)
 
 
 async def serve_daemon(
@@ -122,8 +179,16 @@ async def serve_daemon(
 ) -> None:
     """Run the daemon until SIGINT/SIGTERM (or cancellation); returns after a graceful stop."""
     # Logs each broken manifest (invalid, unusable, or a dial-in token unset) and goes on.
-    orchestrator = MeshOrchestrator.from_manifests(settings.manifests, environ=environ)
-    rooms = RoomManager.for_orchestrator(orchestrator, settings.data_dir)
+    registry = None
+    if settings.nats:  # heartbeats must reach the other daemons: a registry that tells
+        from mesh.cluster import ClusterRegistry
+
+        registry = ClusterRegistry()
+    orchestrator = MeshOrchestrator.from_manifests(
+        settings.manifests, environ=environ, registry=registry
+    )
+    # In a cluster, rooms are resumed by whichever daemon takes their lease.
+    rooms = RoomManager.for_orchestrator(orchestrator, settings.data_dir, resume=not settings.nats)
     room_routes = RoomRoutes(rooms)
     api = DaemonApi(orchestrator, room_routes)
     dial_ins: set[WebSocketStream] = set()
@@ -174,7 +239,9 @@ async def serve_daemon(
             upgrade_handler=upgrade,
             config=http_config,
         ) as server,
+        _join_cluster(settings, orchestrator, rooms, server.url) as cluster,
     ):
+        api.cluster = cluster
         announcement = {"event": "listening", "http": server.url, "ws": f"{server.ws_url}/ws"}
         print(json.dumps(announcement), flush=True)
         log.info(

@@ -40,9 +40,7 @@ async def open_member(
     """
     config = ClusterSettings(nats=nats_url, daemon_id=daemon_id, **settings)  # type: ignore[arg-type]
     async with AsyncExitStack() as stack:
-        mesh = await stack.enter_async_context(
-            MeshOrchestrator(specs, registry=ClusterRegistry())
-        )
+        mesh = await stack.enter_async_context(MeshOrchestrator(specs, registry=ClusterRegistry()))
         rooms = None
         if data_dir is not None:
             manager = RoomManager.for_orchestrator(mesh, data_dir / daemon_id, resume=False)
