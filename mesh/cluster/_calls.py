@@ -152,6 +152,8 @@ class RemoteCalls:
         entry = self._sync.entry(agent_id)
         if entry is None:
             return None
+        if not self._link.connected:
+            raise self._unreachable(entry.daemon, agent_id, method)
         record = self._registry.get(AgentId(agent_id))
         if record is not None and record.status is AgentStatus.OFFLINE:
             raise AgentUnavailable(
@@ -160,6 +162,14 @@ class RemoteCalls:
                 method=method,
             )
         return RemoteCaller(self, agent_id, entry.daemon, entry.call_timeout)
+
+    def _unreachable(self, holder: str, agent: str, method: str) -> AgentUnavailable:
+        return AgentUnavailable(
+            f"agent {agent!r} is held by daemon {holder!r}, and {self._link.describe()}; "
+            "only this daemon's own agents answer until NATS is back",
+            agent=agent,
+            method=method,
+        )
 
     # -- calling ----------------------------------------------------------------------------
 
@@ -176,12 +186,7 @@ class RemoteCalls:
     ) -> Any:
         """Call ``method`` on ``agent``, held by daemon ``holder``; see the module docstring."""
         if not self._link.connected or not self._inbox:
-            raise AgentUnavailable(
-                f"agent {agent!r} is held by daemon {holder!r}, and {self._link.describe()}; "
-                "only this daemon's own agents answer until NATS is back",
-                agent=agent,
-                method=method,
-            )
+            raise self._unreachable(holder, agent, method)
         reply = f"{self._inbox}.{next(self._numbers)}"
         pending = self._pending_for(reply, holder, on_progress)
         request = CallRequest(
