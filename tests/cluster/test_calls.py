@@ -1,4 +1,4 @@
-"""Calls across members of a cluster, in one process: deadline, progress, cancel, routing, broadcast."""
+"""Calls across members of a cluster, in one process: deadline, progress, cancel, broadcast."""
 
 from __future__ import annotations
 
