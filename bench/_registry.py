@@ -46,6 +46,7 @@ SCENARIO_MODULES: tuple[str, ...] = (
     "bench.baselines.http_echo",
     "bench.baselines.ws_crowd",
     "bench.mesh_scenarios",
+    "bench.cluster_scenarios",
 )
 
 

@@ -83,6 +83,7 @@ PUBLIC_PACKAGES = (
     "mesh.rooms",
     "mesh.providers",
     "mesh.daemon",
+    "mesh.cluster",
     "transports",
     "registry",
 )
