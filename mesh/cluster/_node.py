@@ -86,6 +86,7 @@ class Cluster:
             },
             "daemons": dict(sorted(daemons.items())),
             "remote_agents": len(self.sync.remote),
+            "rooms": self.rooms.held() if self.rooms is not None else [],
             "calls_sent": self.calls.calls_sent,
             "calls_served": self.calls.calls_served,
         }

@@ -119,6 +119,10 @@ class RoomReplication:
         for snapshot in await self._rooms.list(RoomStatus.RUNNING):
             self._spawn_take_over(snapshot.id)
 
+    def held(self) -> list[str]:
+        """The rooms whose lease this daemon holds, sorted."""
+        return sorted(self._held)
+
     async def release_all(self) -> None:
         """A graceful stop: stop our engines (recording nothing), then give every lease back."""
         for room_id in list(self._held):
