@@ -395,6 +395,8 @@ class NatsServer:
 
     binary: str
     store_dir: Path
+    #: More ``nats-server`` flags (``--user``/``--pass``, ``--auth``, ``--tls*``).
+    args: Sequence[str] = ()
     port: int = 0
     process: anyio.abc.Process | None = None
     log: list[bytes] = field(default_factory=list)
@@ -409,7 +411,7 @@ class NatsServer:
         assert self._tasks is not None, "start it through spawn_nats_server"
         assert self.process is None, "it is running already"
         command = [self.binary, "-a", "127.0.0.1", "-p", str(self.port or -1)]
-        command += ["-js", "-sd", str(self.store_dir)]
+        command += ["-js", "-sd", str(self.store_dir), *self.args]
         limit = shutil.which("timeout")
         if limit is not None:  # a bounded lifetime, even if the test process dies
             command = [limit, "-k", "5", str(NATS_LIFETIME), *command]
@@ -449,14 +451,17 @@ class NatsServer:
 
 @asynccontextmanager
 async def spawn_nats_server(
-    store_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None, *, args: Sequence[str] = ()
 ) -> AsyncIterator[NatsServer]:
-    """Run ``nats-server -js`` on a free loopback port with its store in a temporary directory."""
+    """Run ``nats-server -js`` on a free loopback port with its store in a temporary directory.
+
+    ``args`` are further flags, e.g. ``["--user", "u", "--pass", "p"]``.
+    """
     binary = nats_server_binary()
     version = await anyio.run_process([binary, "--version"])
     _check_version(binary, version.stdout)
     with tempfile.TemporaryDirectory(prefix="mesh-nats-") as temporary:
-        server = NatsServer(binary, Path(store_dir or temporary))
+        server = NatsServer(binary, Path(store_dir or temporary), args)
         async with anyio.create_task_group() as tg:
             server._tasks = tg
             try:

@@ -108,8 +108,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not Path(settings.manifests).is_dir():
         _fail(EXIT_USAGE, f"no manifests directory at {settings.manifests!r}")
     tune_for_serving()
-    with suppress(KeyboardInterrupt):  # SIGINT is handled inside; this covers start-up
-        anyio.run(serve_daemon, settings, backend=args.backend)
+    from mesh._errors import MeshError
+
+    try:
+        with suppress(KeyboardInterrupt):  # SIGINT is handled inside; this covers start-up
+            anyio.run(serve_daemon, settings, backend=args.backend)
+    except MeshError as exc:  # e.g. NATS refused the daemon's credentials
+        _fail(EXIT_USAGE, str(exc))
     return EXIT_OK
 
 

@@ -106,6 +106,12 @@ async def open_cluster(
     and the first snapshot of the registry; past that it serves local agents
     and joins when NATS answers. Leaving withdraws this daemon's entries.
     """
+    try:
+        import nats  # noqa: F401  (the optional extra: say so now, not at the first connect)
+    except ImportError:
+        raise ClusterError(
+            "joining a cluster needs nats-py: pip install 'agent-mesh[cluster]'"
+        ) from None
     registry = orchestrator.registry
     if not isinstance(registry, ClusterRegistry):
         raise ClusterError(

@@ -135,3 +135,19 @@ async def test_a_member_that_leaves_takes_its_agents_with_it(nats: NatsServer) -
         await wait_status(c.mesh.registry, "b1", gone=True)  # withdrawn, not left to expire
         with pytest.raises(AgentUnavailable):
             await c.mesh.call("b1", "ping")
+
+
+async def test_an_agent_its_holder_sees_go_offline_is_offline_everywhere(
+    nats: NatsServer,
+) -> None:
+    from mesh.testing import KillableConnector
+    from registry import AgentStatus
+
+    connector = KillableConnector(echo_agent)
+    spec = AgentSpec("fragile", connector, heartbeat_interval=5.0)
+    async with open_member(nats.url, "a", [spec]), open_member(nats.url, "b") as b:
+        await wait_status(b.mesh.registry, "fragile")
+        connector.kill()  # the link drops: a marks it offline at once, and says so
+        await wait_status(b.mesh.registry, "fragile", AgentStatus.OFFLINE)
+        with pytest.raises(AgentUnavailable, match="'fragile' \\(held by daemon 'a'\\) is offline"):
+            await b.mesh.call("fragile", "ping")
