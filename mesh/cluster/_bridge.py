@@ -25,12 +25,15 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 import sniffio
+import structlog
 
 from mesh.cluster._errors import ClusterError
 
 __all__ = ["NatsLoop", "open_nats_loop"]
 
 T = TypeVar("T")
+
+log = structlog.get_logger("mesh.cluster")
 
 #: The NATS thread's loop gets this long to start, and to finish at shutdown.
 THREAD_TIMEOUT: Final = 10.0
@@ -65,7 +68,7 @@ class _SameLoop:
         self._tasks.start_soon(factory)
 
     def to_mesh(self, function: Callable[..., None], *args: Any) -> None:
-        function(*args)
+        _call_safely(function, *args)
 
 
 class _ThreadLoop:
@@ -142,7 +145,19 @@ class _ThreadLoop:
 
         # RunFinishedError: the mesh's loop has ended, and nobody is left to tell.
         with contextlib.suppress(trio.RunFinishedError):
-            self._token.run_sync_soon(function, *args)
+            self._token.run_sync_soon(_call_safely, function, *args)
+
+
+def _call_safely(function: Callable[..., None], *args: Any) -> None:
+    """Run a delivery callback; a bug in it is logged, never raised into either loop.
+
+    (Raised from ``run_sync_soon`` it would end the whole trio run; raised into
+    nats-py it would only reach its error callback.)
+    """
+    try:
+        function(*args)
+    except Exception:
+        log.exception("cluster.callback_failed", callback=getattr(function, "__qualname__", "?"))
 
 
 @asynccontextmanager

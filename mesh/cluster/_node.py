@@ -159,7 +159,7 @@ async def _follow_connection(cluster: Cluster, ready: anyio.Event) -> None:
         while link.connected:
             try:
                 await _on_connected(cluster)
-            except ClusterError as exc:
+            except (ClusterError, TimeoutError) as exc:
                 log.warning("cluster.setup_failed", error=str(exc))
                 with anyio.move_on_after(next(delays)):
                     await link.wait_changed()

@@ -287,7 +287,10 @@ class RegistrySync:
             return
         now = anyio.current_time()
         seen = now - min(change.age, entry.heartbeat_ttl) if self._snapshot is not None else now
-        self._apply(agent_id, entry, seen, now)
+        try:
+            self._apply(agent_id, entry, seen, now)
+        except ValueError as exc:  # InvalidAgentRecord: intervals no record may have
+            log.warning("cluster.bad_agent_entry", key=change.key, error=str(exc))
 
     def _apply(self, agent_id: AgentId, entry: AgentEntry, seen: float, now: float) -> None:
         record = entry.record({HOLDER: entry.daemon})
