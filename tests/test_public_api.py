@@ -10,6 +10,7 @@ import pytest
 import mesh
 import mesh.protocol
 import transports
+import transports.testing
 
 MESH = {
     "Agent",
@@ -118,18 +119,51 @@ def test_exports_carry_a_public_module(package: str) -> None:
 
 
 def test_transports_public_names() -> None:
-    assert set(transports.__all__) >= {
+    assert set(transports.__all__) == {
+        "DEFAULT_MAX_FRAME_SIZE",
+        "CloseCode",
+        "ConnectFailed",
+        "Connector",
+        "FrameRejected",
         "FrameStream",
-        "TransportClosed",
         "FrameTooLarge",
+        "HttpClientStream",
+        "HttpRequest",
+        "HttpResponse",
+        "HttpServer",
+        "HttpServerConfig",
+        "MemoryFrameStream",
+        "StdioProcessStream",
+        "TokenAuthenticator",
+        "TransportClosed",
+        "TransportError",
         "TransportInfo",
+        "UpgradeHandler",
+        "WebSocketConfig",
+        "WebSocketStream",
+        "bearer_token",
         "memory_stream_pair",
+        "open_http_client",
+        "open_http_server",
         "open_stdio_process",
         "open_stdio_server",
-        "DEFAULT_MAX_FRAME_SIZE",
+        "open_websocket",
+        "unwrap_single_error",
+        "websocket_upgrade_handler",
     }
+    assert len(transports.__all__) == len(set(transports.__all__))
     for name in transports.__all__:
         assert hasattr(transports, name), name
+
+
+def test_transports_testing_public_names() -> None:
+    assert set(transports.testing.__all__) == {
+        "CHECK_TIMEOUT",
+        "MIN_FRAME_SIZE",
+        "PairFactory",
+        "check_frame_stream",
+        "check_request_reply_stream",
+    }
 
 
 def test_error_tree() -> None:

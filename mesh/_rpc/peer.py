@@ -178,9 +178,7 @@ class Peer(CallMethods):
         self._background = anyio.CancelScope()
         # A stream that can write without blocking lets callers send with no task
         # switch; the writer task only finishes what the transport could not take.
-        self._send_nowait: Callable[[Sequence[bytes]], bool] | None = getattr(
-            stream, "send_nowait", None
-        )
+        self._send_nowait: Callable[[Sequence[bytes]], bool] = stream.send_nowait
         self._now, self._new_event, self._new_scope = _loop_factories()
         #: What the peer said of itself in the handshake (``agent/info``), if any.
         self.remote_info: dict[str, Any] = {}
@@ -312,9 +310,8 @@ class Peer(CallMethods):
         while not session.closed:
             await self._send_wakeup.wait()
             self._send_wakeup = self._new_event()
+            # Even with no new frames: send_many([]) finishes what send_nowait queued.
             frames = session.data_to_send()
-            if not frames and self._send_nowait is None:
-                continue
             try:
                 await self._stream.send_many(frames)
             except TransportClosed as exc:
@@ -407,7 +404,7 @@ class Peer(CallMethods):
     def _wake_writer(self) -> None:
         """Send what the session queued: at once if the stream can, else via the writer task."""
         send_nowait = self._send_nowait
-        if send_nowait is not None and not self._session.closed:
+        if not self._session.closed:
             frames = self._session.data_to_send()
             if not frames:
                 return
