@@ -111,6 +111,9 @@ class NatsLink:
         self.loop = loop
         self.connected = False
         self.last_error: str | None = None
+        #: The last time NATS refused our credentials (kept: later errors of the same
+        #: attempt, "connection closed" and the like, would hide it).
+        self.refused: str | None = None
         self.server: str | None = None
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
@@ -155,6 +158,8 @@ class NatsLink:
         if error != self.last_error:
             log.info("cluster.nats_error", error=error)
         self.last_error = error
+        if _is_authorization(error):
+            self.refused = error
 
     # -- running operations -----------------------------------------------------------------
 
@@ -488,10 +493,10 @@ async def open_nats_link(settings: ClusterSettings, loop: NatsLoop) -> AsyncIter
         with anyio.move_on_after(settings.connect_timeout):
             await connected.wait()
         if not connected.is_set():
-            if _is_authorization(link.last_error):
+            if link.refused is not None:
                 tg.cancel_scope.cancel()
                 raise ClusterError(
-                    f"NATS at {settings.nats} refused this daemon's credentials: {link.last_error}"
+                    f"NATS at {settings.nats} refused this daemon's credentials: {link.refused}"
                 )
             log.warning("cluster.nats_unreachable", servers=settings.servers, error=link.last_error)
         try:
