@@ -68,13 +68,22 @@ class Cluster:
     def daemon_id(self) -> str:
         return self.settings.daemon_id
 
+    @property
+    def daemon_url(self) -> str:
+        """Where this daemon's HTTP API answers, as the other daemons are told."""
+        return self.sync.daemon_url
+
+    @daemon_url.setter
+    def daemon_url(self, url: str) -> None:
+        self.sync.daemon_url = url
+
     def holder(self, agent_id: str) -> str:
         """The daemon that holds ``agent_id`` (this one unless another's entry says so)."""
         return self.sync.holder(agent_id) or self.daemon_id
 
     def describe(self) -> dict[str, Any]:
         """For ``GET /health``: who we are, NATS, and the daemons we see."""
-        daemons = {self.daemon_id: self.settings.daemon_url}
+        daemons = {self.daemon_id: self.daemon_url}
         daemons.update({d: entry.url for d, entry in self.sync.daemons.items()})
         return {
             "id": self.settings.cluster_id,
@@ -132,7 +141,8 @@ async def open_cluster(
         async with anyio.create_task_group() as tg:
             await tg.start(calls.serve)
             tg.start_soon(sync.run_publisher)
-            tg.start_soon(sync.run_daemon_entry, settings.daemon_url)
+            sync.daemon_url = settings.daemon_url
+            tg.start_soon(sync.run_daemon_entry)
             if replication is not None:
                 await tg.start(replication.run)
             ready = anyio.Event()

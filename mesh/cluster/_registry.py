@@ -96,6 +96,8 @@ class RegistrySync:
         self._snapshot: set[AgentId] | None = None
         self._watch: Watch | None = None
         self.synced = anyio.Event()
+        #: Where this daemon's HTTP API answers (in its own entry; set once it listens).
+        self.daemon_url = ""
         self._writes = 0
         self._started = now_ms()
         registry.add_listener(self._on_local_change)
@@ -194,12 +196,12 @@ class RegistrySync:
                 log.info("cluster.publish_failed", agent=agent_id, error=str(exc))
                 self._dirty[agent_id] = None  # written again at the next wake or reconnect
 
-    async def run_daemon_entry(self, url: str) -> None:
+    async def run_daemon_entry(self) -> None:
         """Keep this daemon's own entry alive (who is up, and where its API answers)."""
-        entry = DaemonEntry(id=self._names.daemon, url=url, started=self._started)
         key = DAEMON_PREFIX + self._names.daemon
         await self.synced.wait()  # the bucket exists from the first snapshot on
         while True:
+            entry = DaemonEntry(id=self._names.daemon, url=self.daemon_url, started=self._started)
             if self._link.connected:
                 try:
                     await self._link.kv_put(

@@ -160,14 +160,17 @@ def cluster_settings(settings: DaemonSettings, url: str = "") -> Any:
 
 
 def _join_cluster(
-    settings: DaemonSettings, orchestrator: MeshOrchestrator, rooms: RoomManager, url: str
+    settings: DaemonSettings, orchestrator: MeshOrchestrator, rooms: RoomManager
 ) -> AbstractAsyncContextManager[Any]:
-    """``mesh.cluster.open_cluster`` when ``--nats`` is set; nothing otherwise."""
+    """``mesh.cluster.open_cluster`` when ``--nats`` is set; nothing otherwise.
+
+    Joined before the HTTP server listens, so that no room is created unshared.
+    """
     if not settings.nats:
         return nullcontext()
     from mesh.cluster import open_cluster
 
-    return open_cluster(orchestrator, cluster_settings(settings, url), rooms=rooms)
+    return open_cluster(orchestrator, cluster_settings(settings), rooms=rooms)
 
 
 async def serve_daemon(
@@ -232,6 +235,7 @@ async def serve_daemon(
     async with (
         orchestrator,
         rooms,
+        _join_cluster(settings, orchestrator, rooms) as cluster,
         open_http_server(
             api.handle,
             host=settings.host,
@@ -239,8 +243,9 @@ async def serve_daemon(
             upgrade_handler=upgrade,
             config=http_config,
         ) as server,
-        _join_cluster(settings, orchestrator, rooms, server.url) as cluster,
     ):
+        if cluster is not None:
+            cluster.daemon_url = server.url  # what the other daemons show for this one
         api.cluster = cluster
         announcement = {"event": "listening", "http": server.url, "ws": f"{server.ws_url}/ws"}
         print(json.dumps(announcement), flush=True)
