@@ -29,7 +29,8 @@ from mesh.testing import (
 )
 from transports import open_websocket
 
-pytestmark = pytest.mark.anyio
+#: Three daemons, NATS and their agents as processes: 10-20 s each alone, more under load.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(180)]
 
 #: Every wait on the daemons is bounded by this (processes on a loaded machine).
 GUARD = 60.0
