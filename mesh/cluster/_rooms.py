@@ -225,6 +225,13 @@ class RoomReplication:
         if revision is None:
             return False
         self._held[room_id] = revision
+        try:
+            await self._catch_up(room_id)  # before this daemon records anything in the room
+        except TimeoutError:
+            await self.release(room_id)
+            raise RoomConflict(
+                f"room {room_id!r}: could not catch up on its events in time", room=room_id
+            ) from None
         return True
 
     async def release(self, room_id: str) -> None:
@@ -286,7 +293,6 @@ class RoomReplication:
             snapshot = await self._rooms.get(room_id)
             if snapshot.status is not RoomStatus.RUNNING or not await self.claim(room_id):
                 return
-            await self._catch_up(room_id)
             if not await self._rooms.take_over(room_id):
                 await self.release(room_id)
         except (RoomError, ClusterError, TimeoutError) as exc:

@@ -273,9 +273,11 @@ class RoomManager:
                     f"room {room_id!r} has finished ({state.stop_reason}); it cannot be resumed",
                     room=room_id,
                 )
-            if self.replica is not None and not await self.replica.claim(room_id):
-                forwarded = await self.replica.forward(room_id, "resume")
-                return forwarded or state.snapshot()  # another daemon runs it
+            if self.replica is not None:
+                if not await self.replica.claim(room_id):
+                    forwarded = await self.replica.forward(room_id, "resume")
+                    return forwarded or state.snapshot()  # another daemon runs it
+                await self._refresh(room)  # the claim caught the store up: so must memory
             if state.status is not RoomStatus.RUNNING:
                 await room.journal.emit(
                     ResumedEvent(room_id=state.room.id, next_turn=state.current_turn + 1)
@@ -454,6 +456,8 @@ class RoomManager:
                 finished = True
         except RoomLeaseLost as exc:
             log.info("room.taken_over", room=room_id, detail=str(exc))
+            if self.replica is not None:  # if the lease is still ours, let whoever is right take it
+                await self.replica.release(room_id)
         except Exception:
             # A broken store (disk full, say) stops this room's engine, not the daemon;
             # the room stays "running" in the store and is resumed by the next start.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
-from mesh.rooms._errors import RoomError
+from mesh.rooms._errors import RoomConflict
 from mesh.rooms._events import RoomEvent
 from mesh.rooms._model import RoomSnapshot
 
@@ -21,15 +21,15 @@ __all__ = ["RoomLeaseLost", "RoomOp", "RoomReplica"]
 RoomOp = Literal["pause", "stop", "resume"]
 
 
-class RoomLeaseLost(RoomError):
-    """Another daemon recorded this room's next event first: it runs the room now."""
+class RoomLeaseLost(RoomConflict):
+    """Another daemon recorded this room's next event first: it runs the room now (HTTP 409)."""
 
 
 class RoomReplica(Protocol):
     """Leases and the shared record of room events; see the module docstring."""
 
     async def claim(self, room_id: str) -> bool:
-        """Take the room's lease: True if this daemon holds it now."""
+        """Take the room's lease: True if this daemon holds it now, its store caught up."""
         ...
 
     async def release(self, room_id: str) -> None:

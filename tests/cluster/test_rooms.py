@@ -67,3 +67,34 @@ async def test_a_room_moves_to_another_member_when_its_holder_leaves(
             assert [m.turn for m in transcript] == list(range(1, 13))
         texts = [msgspec.to_builtins(e)["type"] for e in seen]
         assert texts.count("RESUMED") == 1
+
+
+async def test_pause_stop_and_resume_reach_the_daemon_that_runs_the_room(
+    nats: NatsServer, tmp_path: Path
+) -> None:
+    spec = RoomSpec(id="long", topic="Tea?", members=("alice", "bob"), limits=Limits(max_turns=40))
+    async with (
+        open_member(nats.url, "a", [persona("alice", 0.05)], data_dir=tmp_path) as a,
+        open_member(nats.url, "b", [persona("bob", 0.05)], data_dir=tmp_path) as b,
+        open_member(nats.url, "c", data_dir=tmp_path) as c,
+    ):
+        assert a.rooms is not None and b.rooms is not None and c.rooms is not None
+        await wait_status(a.mesh.registry, "bob")
+        await wait_status(b.mesh.registry, "alice")
+        await a.rooms.create(spec)
+        async with c.rooms.subscribe("long") as events:
+            with anyio.fail_after(SPREAD_TIMEOUT):
+                async for event in events:
+                    if isinstance(event, MessageEvent) and event.turn >= 2:
+                        break
+        paused = await c.rooms.pause("long")  # c does not run it: a does, and pauses it
+        assert paused.status is RoomStatus.PAUSED
+        assert a.rooms.running_here() == [] and a.cluster.rooms is not None
+        assert a.cluster.rooms.held() == []  # a paused room is nobody's
+        resumed = await b.rooms.resume("long")  # any daemon may resume it: b runs it now
+        assert resumed.status is RoomStatus.RUNNING and b.rooms.running_here() == ["long"]
+        stopped = await c.rooms.stop("long")  # forwarded to b
+        assert stopped.status is RoomStatus.STOPPED
+        transcript = await a.rooms.transcript("long")
+    turns = [m.turn for m in transcript]
+    assert turns == list(range(1, len(turns) + 1)) and len(turns) >= 2
