@@ -57,6 +57,7 @@ from mesh.cluster._wire import (
     CallResult,
     CancelCall,
 )
+from mesh.manifests._types import AccessSection
 from registry import AgentId, AgentStatus, Registry
 
 __all__ = ["LocalCalls", "RemoteCaller", "RemoteCalls"]
@@ -170,6 +171,22 @@ class RemoteCalls:
             agent=agent,
             method=method,
         )
+
+    def access_of(self, agent_id: str) -> AccessSection | None:
+        """The access section an agent's holder published (None if no other daemon holds it).
+
+        One that does not validate admits nobody: a refusal is safer than a guess.
+        """
+        entry = self._sync.entry(agent_id)
+        if entry is None:
+            return None
+        if entry.access is None:
+            return AccessSection()
+        try:
+            return msgspec.convert(entry.access, AccessSection)
+        except (msgspec.ValidationError, ValueError, TypeError):
+            log.warning("cluster.bad_access_section", agent=agent_id, holder=entry.daemon)
+            return AccessSection(callers=(), calls=())
 
     # -- calling ----------------------------------------------------------------------------
 

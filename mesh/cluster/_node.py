@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import anyio.abc
+import msgspec
 import structlog
 
 from mesh._backoff import backoff
@@ -130,7 +131,13 @@ async def open_cluster(
     settings = settings.with_daemon()
     names = Names(settings.cluster_id, settings.daemon_id)
     async with open_nats_loop() as loop, open_nats_link(settings, loop) as link:
-        sync = RegistrySync(link, names, registry, call_timeout_of=orchestrator.call_timeout_of)
+        sync = RegistrySync(
+            link,
+            names,
+            registry,
+            call_timeout_of=orchestrator.call_timeout_of,
+            access_of=lambda agent: _access(orchestrator, agent),
+        )
         calls = RemoteCalls(link, names, sync, registry, orchestrator)
         replication = None
         if rooms is not None:
@@ -159,6 +166,14 @@ async def open_cluster(
                 with anyio.CancelScope(shield=True), anyio.move_on_after(WITHDRAW_TIMEOUT * 2):
                     await _leave(cluster)
                 tg.cancel_scope.cancel()
+
+
+def _access(orchestrator: MeshOrchestrator, agent_id: str) -> dict[str, Any] | None:
+    """A local agent's access section as JSON builtins (None for the defaults)."""
+    from mesh.manifests._types import AccessSection
+
+    access = orchestrator.access_of(agent_id)
+    return None if access == AccessSection() else msgspec.to_builtins(access)
 
 
 async def _follow_connection(cluster: Cluster, ready: anyio.Event) -> None:

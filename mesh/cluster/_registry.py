@@ -78,11 +78,13 @@ class RegistrySync:
         registry: Registry,
         *,
         call_timeout_of: Callable[[str], float | None] = lambda _: None,
+        access_of: Callable[[str], dict[str, Any] | None] = lambda _: None,
     ) -> None:
         self._link = link
         self._names = names
         self._registry = registry
         self._call_timeout_of = call_timeout_of
+        self._access_of = access_of
         #: Mirrored agents, and the daemon that holds each.
         self.remote: dict[AgentId, AgentEntry] = {}
         #: Live daemons (from their own entries), by id.
@@ -188,7 +190,12 @@ class RegistrySync:
                         await self._link.kv_delete(bucket, key)
                     return
                 self._last_write[agent_id] = anyio.current_time()
-                entry = AgentEntry.of(record, self._names.daemon, self._call_timeout_of(agent_id))
+                entry = AgentEntry.of(
+                    record,
+                    self._names.daemon,
+                    self._call_timeout_of(agent_id),
+                    self._access_of(agent_id),
+                )
                 await self._link.kv_put(bucket, key, ENCODER.encode(entry), ttl=_ttl(record))
                 self._published.add(agent_id)
                 self._writes += 1

@@ -44,9 +44,18 @@ class AgentEntry(msgspec.Struct, frozen=True, kw_only=True):
     grace: float = 60.0
     #: The holder's default deadline for calls to it, so a remote caller waits as long.
     call_timeout: float | None = None
+    #: Its manifest's access section (who may call it, whom it may call), so that the
+    #: daemon a call enters checks it as the holder would; None: the defaults.
+    access: dict[str, Any] | None = None
 
     @classmethod
-    def of(cls, record: AgentRecord, daemon: str, call_timeout: float | None) -> AgentEntry:
+    def of(
+        cls,
+        record: AgentRecord,
+        daemon: str,
+        call_timeout: float | None,
+        access: dict[str, Any] | None = None,
+    ) -> AgentEntry:
         return cls(
             daemon=daemon,
             id=record.id,
@@ -60,6 +69,7 @@ class AgentEntry(msgspec.Struct, frozen=True, kw_only=True):
             heartbeat_ttl=record.heartbeat_ttl,
             grace=record.grace,
             call_timeout=call_timeout,
+            access=access,
         )
 
     def record(self, metadata: dict[str, Any]) -> AgentRecord:

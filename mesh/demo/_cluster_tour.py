@@ -11,7 +11,6 @@ the room resuming on another daemon and finishing with every turn once.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import tempfile
@@ -20,11 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 
 from mesh.rooms import MessageEvent, ResumedEvent, StoppedEvent, decode_event
 from mesh.testing import Daemon, spawn_daemon, spawn_echo_server, spawn_nats_server
-from transports import open_websocket
 
 #: Each step of the tour is bounded by this (three daemons on a loaded laptop).
 STEP_TIMEOUT = 60.0
@@ -79,14 +76,14 @@ def _manifests(root: Path, endpoint: str) -> dict[str, Path]:
 
 
 async def _post(daemon: Daemon, path: str, body: Any) -> Any:
-    async with httpx.AsyncClient(base_url=daemon.http, timeout=30) as http:
+    async with daemon.client(timeout=30) as http:
         return (await http.post(path, json=body)).json()
 
 
 async def _held_by(daemons: dict[str, Daemon], room_id: str) -> str | None:
-    async with httpx.AsyncClient(timeout=10) as http:
-        for name, daemon in daemons.items():
-            health = (await http.get(f"{daemon.http}/health")).json()
+    for name, daemon in daemons.items():
+        async with daemon.client(timeout=10) as http:
+            health = (await http.get("/health")).json()
             if room_id in health["cluster"].get("rooms", []):
                 return name
     return None
@@ -131,7 +128,7 @@ async def _calls(daemons: dict[str, Daemon]) -> None:
         say(f"    {agent:<7} {json.dumps(answer)}")
     done = await anyio.run_process(
         [sys.executable, "-m", "mesh.cli", "agents"],
-        env={**os.environ, "MESH_URL": daemons["a"].http},
+        env=daemons["a"].env(),
     )
     say("  $ mesh agents   (asked of daemon a)")
     for line in done.stdout.decode().splitlines():
@@ -143,9 +140,8 @@ async def _room(daemons: dict[str, Daemon]) -> None:
     spec["limits"] = {"max_turns": TURNS}
     await _post(daemons["b"], "/rooms", spec)
     say(f"  b: POST /rooms tea (alice on a, bob on c, {TURNS} turns); watching it from a:")
-    url = f"{daemons['a'].ws.removesuffix('/ws')}/rooms/tea/events"
     killed = False
-    async with open_websocket(url) as watch:
+    async with daemons["a"].open_events("/rooms/tea/events") as watch:
         while True:
             event = decode_event(await watch.receive())
             if isinstance(event, MessageEvent):
@@ -161,7 +157,7 @@ async def _room(daemons: dict[str, Daemon]) -> None:
             elif isinstance(event, StoppedEvent):
                 say(f"  STOPPED: {event.reason} after turn {event.turn}")
                 break
-    async with httpx.AsyncClient(base_url=daemons["c"].http, timeout=10) as http:
+    async with daemons["c"].client(timeout=10) as http:
         shown = (await http.get("/rooms/tea")).json()
     turns = [m["turn"] for m in shown["transcript"]]
     if turns != list(range(1, TURNS + 1)):

@@ -14,6 +14,7 @@ is what the daemon uses.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -175,11 +176,12 @@ class RoomManager:
 
     # -- the API -------------------------------------------------------------------------
 
-    async def create(self, spec: RoomSpec) -> RoomSnapshot:
+    async def create(self, spec: RoomSpec, *, owner: str | None = None) -> RoomSnapshot:
         """Create a room and start it; returns once its ``WELCOME`` is recorded.
 
         Raises :class:`InvalidRoomSpec` when a member cannot be reached or
-        described, :class:`RoomConflict` when ``spec.id`` is taken.
+        described, :class:`RoomConflict` when ``spec.id`` is taken. ``owner`` is
+        recorded with the room (the daemon puts the creating token there).
         """
         if self._tasks is None:
             raise RuntimeError("use the RoomManager as `async with RoomManager(...) as rooms:`")
@@ -205,6 +207,7 @@ class RoomManager:
                 limits=limits,
                 rules=spec.rules,
                 created_at=self._clock(),
+                owner=owner,
             )
             handle = self._handle(RoomState(room=room))
             try:
@@ -284,6 +287,38 @@ class RoomManager:
                 )
             self._start(room)
             return state.snapshot()
+
+    async def delete(self, room_id: str) -> None:
+        """Remove a stopped room, its transcript and its rows; :class:`RoomConflict` if it
+        is running or paused (stop it first), :class:`RoomNotFound` if there is none."""
+        room = await self._room(room_id)
+        async with room.control:
+            if room.runner is not None or room.state.status is not RoomStatus.STOPPED:
+                raise RoomConflict(
+                    f"room {room_id!r} is {room.state.status}; only a stopped room can be "
+                    "deleted (stop it first)",
+                    room=room_id,
+                )
+            room.observers.close()
+            if self._rooms.get(room_id) is room:
+                del self._rooms[room_id]
+            await self._thread(self._store.delete, room_id)
+        log.info("room.deleted", room=room_id)
+
+    async def delete_finished(self, older_than_ms: int) -> list[str]:
+        """Delete every stopped room last changed more than ``older_than_ms`` ago."""
+        cutoff = self._clock() - older_than_ms
+        deleted: list[str] = []
+        for snapshot in await self.list(RoomStatus.STOPPED):
+            if snapshot.updated_at < cutoff:
+                with contextlib.suppress(RoomConflict, RoomNotFound):
+                    await self.delete(snapshot.id)
+                    deleted.append(snapshot.id)
+        return deleted
+
+    async def active_count(self) -> int:
+        """Rooms running or paused (those that hold, or may again hold, an engine)."""
+        return await self._thread(self._store.count, RoomStatus.RUNNING, RoomStatus.PAUSED)
 
     async def wait(self, room_id: str) -> RoomSnapshot:
         """Wait until the room is no longer taking turns (paused or stopped)."""

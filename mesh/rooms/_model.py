@@ -194,6 +194,9 @@ class Room(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     limits: Limits = Limits()
     rules: ExitRules = ExitRules()
     created_at: int = 0  # epoch milliseconds
+    #: Who created it through the daemon (``token:<id>``); None: the operator's. Only the
+    #: owner or an admin may pause, resume, stop or delete it over HTTP.
+    owner: str | None = None
 
     @property
     def max_turns(self) -> int:

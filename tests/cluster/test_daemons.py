@@ -27,7 +27,6 @@ from mesh.testing import (
     spawn_echo_server,
     spawn_nats_server,
 )
-from transports import open_websocket
 
 #: Three daemons, NATS and their agents as processes: 10-20 s each alone, more under load.
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(180)]
@@ -94,15 +93,14 @@ async def rpc(daemon: Daemon, agent: str, message: str, timeout: float = 5.0) ->
         "params": {"name": "echo", "arguments": {"message": message}},
         "timeout": timeout,
     }
-    async with httpx.AsyncClient(base_url=daemon.http, timeout=timeout + 5) as http:
+    async with daemon.client(timeout=timeout + 5) as http:
         return await http.post("/rpc", json=body)
 
 
 async def watch_room(daemon: Daemon, room_id: str, until: Callable[[Any], bool]) -> list[Any]:
     events: list[Any] = []
-    url = f"{daemon.ws.removesuffix('/ws')}/rooms/{room_id}/events"
     with anyio.fail_after(GUARD):
-        async with open_websocket(url) as watch:
+        async with daemon.open_events(f"/rooms/{room_id}/events") as watch:
             while not events or not until(events[-1]):
                 events.append(decode_event(await watch.receive()))
     return events
@@ -110,8 +108,7 @@ async def watch_room(daemon: Daemon, room_id: str, until: Callable[[Any], bool])
 
 async def wait_gone(daemon: Daemon, agent_ids: set[str]) -> None:
     """Until none of ``agent_ids`` is in the daemon's registry (watching /agents/events)."""
-    url = daemon.ws.removesuffix("/ws") + "/agents/events"
-    async with open_websocket(url) as events:
+    async with daemon.open_events("/agents/events") as events:
         present: set[str] = set()
         while True:
             event = json.loads(await events.receive())
@@ -146,7 +143,7 @@ async def test_calls_from_anywhere_and_a_broadcast_over_thirty_agents(
             called = await rpc(daemons["c"], "a-3", "across")
             assert called.status_code == 200, called.text
             assert called.json()["result"] == {"message": "across"}
-            async with httpx.AsyncClient(base_url=daemons["b"].http, timeout=30) as http:
+            async with daemons["b"].client(timeout=30) as http:
                 cast = await http.post(
                     "/broadcast",
                     json={
@@ -186,7 +183,7 @@ async def test_sigkill_a_daemon_its_agents_leave_and_its_room_resumes_elsewhere(
             await b.wait_online("alice", "bob", timeout=GUARD)
             spec = {"id": "long", "topic": "Tea?", "members": ["alice", "bob"]}
             spec["limits"] = {"max_turns": 12}  # type: ignore[assignment]
-            async with httpx.AsyncClient(base_url=b.http) as http:
+            async with b.client() as http:
                 created = await http.post("/rooms", json=spec)
             assert created.status_code == 201, created.text
             await watch_room(b, "long", lambda e: isinstance(e, MessageEvent) and e.turn >= 3)
@@ -199,7 +196,7 @@ async def test_sigkill_a_daemon_its_agents_leave_and_its_room_resumes_elsewhere(
             assert anyio.current_time() - killed < TTL + 2.5
             # its room resumes on A or C, every turn once
             events = await watch_room(a, "long", lambda e: isinstance(e, StoppedEvent))
-            async with httpx.AsyncClient(base_url=c.http) as http:
+            async with c.client() as http:
                 shown = (await http.get("/rooms/long")).json()
     turns = [e.turn for e in events if isinstance(e, MessageEvent)]
     assert turns == list(range(1, 13)), turns
@@ -234,7 +231,7 @@ async def test_nats_away_for_five_seconds(tmp_path: Path, nats: NatsServer) -> N
                     assert anyio.current_time() - started < 1.0
                     assert "NATS" in remote.json()["error"]["message"]
                     remote_failures += 1
-            async with httpx.AsyncClient(base_url=c.http) as http:
+            async with c.client() as http:
                 health = (await http.get("/health")).json()
             assert health["cluster"]["nats"]["connected"] is False
             await nats.start()

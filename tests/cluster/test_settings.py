@@ -17,19 +17,19 @@ from tests.cluster._helpers import open_member
 
 
 def test_flags_and_variables_reach_the_cluster_settings(tmp_path: Path) -> None:
-    from mesh.daemon._serve import cluster_settings
+    from mesh.daemon._settings import cluster_settings
 
     config = tmp_path / "mesh.toml"
     config.write_text('nats = "nats://file:4222"\nnats_user = "svc"\nroom_lease_ttl = 4\n')
     env = {"MESH_NATS_PASSWORD": "pw", "MESH_CLUSTER_ID": "prod"}
     settings = load_settings(config, environ=env, overrides={"daemon_id": "d1"})
-    cluster = cluster_settings(settings, "http://127.0.0.1:8700")
+    cluster = cluster_settings(settings)
     assert (cluster.nats, cluster.cluster_id, cluster.daemon_id) == (
         "nats://file:4222",
         "prod",
         "d1",
     )
-    assert (cluster.room_lease_ttl, cluster.daemon_url) == (4.0, "http://127.0.0.1:8700")
+    assert cluster.room_lease_ttl == 4.0
     assert cluster.connect_options() == {"user": "svc", "password": "pw"}
     assert load_settings(environ={}).nats == ""  # alone by default: nothing to install
 
