@@ -151,3 +151,19 @@ async def test_an_agent_its_holder_sees_go_offline_is_offline_everywhere(
         await wait_status(b.mesh.registry, "fragile", AgentStatus.OFFLINE)
         with pytest.raises(AgentUnavailable, match="'fragile' \\(held by daemon 'a'\\) is offline"):
             await b.mesh.call("fragile", "ping")
+
+
+async def test_access_sections_hold_across_daemons(nats: NatsServer) -> None:
+    from mesh import Forbidden
+    from mesh.manifests import AccessSection
+
+    guarded = AccessSection(callers=("agent:relay",), calls=())
+    specs_a = [echo("guarded", access=guarded)]
+    specs_b = [echo("relay"), echo("other")]
+    async with open_member(nats.url, "a", specs_a), open_member(nats.url, "b", specs_b) as b:
+        await wait_status(b.mesh.registry, "guarded")
+        assert b.mesh.access_of("guarded") == guarded  # as its holder published it
+        allowed = await b.mesh.call_tool("relay", "relay", {"to": "guarded", "message": "ok"})
+        assert allowed == {"from": "guarded", "message": "ok"}
+        with pytest.raises(Forbidden, match="does not accept calls from agent 'other'"):
+            await b.mesh.call_tool("other", "relay", {"to": "guarded", "message": "no"})

@@ -134,6 +134,9 @@ async def test_calls_from_anywhere_and_a_broadcast_over_thirty_agents(
             d: {f"{d}-{n}.toml": echo_manifest(f"{d}-{n}", echo) for n in range(10)}
             for d in ("a", "b", "c")
         }
+        # an agent on A that only agents may call: C's clients are refused, as A's would be
+        guarded = echo_manifest("guarded", echo).replace('capabilities = ["echo"]', "")
+        manifests["a"]["guarded.toml"] = guarded + '[access]\ncallers = ["agents"]\n'
         async with open_daemons(tmp_path, nats, manifests) as daemons:
             everyone = [f"{d}-{n}" for d in "abc" for n in range(10)]
             shown = await daemons["c"].wait_online(*everyone, timeout=GUARD)
@@ -161,6 +164,19 @@ async def test_calls_from_anywhere_and_a_broadcast_over_thirty_agents(
             assert sorted(health["cluster"]["daemons"]) == ["a", "b", "c"]
             missing = await rpc(daemons["a"], "nobody", "?")
             assert missing.status_code == 404
+            await daemons["c"].wait_online("guarded", timeout=GUARD)
+            async with daemons["c"].client() as admin:
+                made = await admin.post("/tokens", json={"role": "client", "name": "carol"})
+            token = made.json()["token"]
+            async with daemons["c"].client(token=token) as carol:
+                body = {"agent": "guarded", "method": "ping"}
+                refused = await carol.post("/rpc", json=body)
+                assert refused.status_code == 403, refused.text
+                assert "does not accept calls from client token 'carol'" in refused.text
+                assert (
+                    await carol.post("/rpc", json={"agent": "a-1", "method": "ping"})
+                ).is_success
+            assert (await rpc(daemons["c"], "guarded", "admin may")).status_code == 200
 
 
 async def test_sigkill_a_daemon_its_agents_leave_and_its_room_resumes_elsewhere(
