@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo demo-cluster bench bench-smoke lint typecheck clean
+.PHONY: test demo demo-cluster bench bench-smoke soak lint typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ bench: $(STAMP)
 
 bench-smoke: $(STAMP)
 	$(BIN)/python -m bench --smoke
+
+# Five minutes of the daemon under load and faults (not in CI): see soak/__init__.py.
+soak: $(STAMP)
+	$(BIN)/python -m soak
 
 clean:
 	rm -rf $(VENV) build dist

@@ -43,7 +43,7 @@ from mesh._rpc.caller import CallMethods, ProgressCallback
 from mesh._rpc.session import SessionStatistics
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._link import Message, NatsLink, Watch
-from mesh.cluster._registry import RegistrySync
+from mesh.cluster._registry import HOLDER, RegistrySync
 from mesh.cluster._settings import Names
 from mesh.cluster._wire import (
     CALL_REPLY,
@@ -58,7 +58,7 @@ from mesh.cluster._wire import (
     CancelCall,
 )
 from mesh.manifests._types import AccessSection
-from registry import AgentId, AgentStatus, Registry
+from registry import AgentId, AgentStatus, ChangeKind, Registry, StatusChange
 
 __all__ = ["LocalCalls", "RemoteCaller", "RemoteCalls"]
 
@@ -74,6 +74,8 @@ ROUTE_MARGIN: Final = 1.0
 CANCEL_TIMEOUT: Final = 1.0
 #: At a graceful stop, calls we are serving get this long to finish.
 SERVE_DRAIN: Final = 5.0
+#: Changes of a mirrored agent that end the calls waiting on it.
+_GONE: Final = frozenset({ChangeKind.OFFLINE, ChangeKind.REMOVED, ChangeKind.DEREGISTERED})
 
 
 class LocalCalls(Protocol):
@@ -137,7 +139,7 @@ class RemoteCalls:
         self._inbox = ""
         self._inbox_watch: Watch | None = None
         self._numbers = itertools.count(1)
-        self._pending: dict[str, tuple[_Pending, str]] = {}
+        self._pending: dict[str, tuple[_Pending, str, str]] = {}  # reply: (call, holder, agent)
         self._serving: dict[str, anyio.CancelScope] = {}
         self._idle = anyio.Event()
         self._tasks: anyio.abc.TaskGroup | None = None
@@ -145,6 +147,7 @@ class RemoteCalls:
         self.calls_sent = 0
         self.calls_served = 0
         link.add_listener(self._on_connection)
+        registry.add_listener(self._on_registry_change)
 
     # -- the orchestrator's hook ------------------------------------------------------------
 
@@ -205,7 +208,7 @@ class RemoteCalls:
         if not self._link.connected or not self._inbox:
             raise self._unreachable(holder, agent, method)
         reply = f"{self._inbox}.{next(self._numbers)}"
-        pending = self._pending_for(reply, holder, on_progress)
+        pending = self._pending_for(reply, holder, agent, on_progress)
         request = CallRequest(
             agent=agent,
             method=method,
@@ -231,11 +234,36 @@ class RemoteCalls:
         return pending.result
 
     def _pending_for(
-        self, reply: str, holder: str, on_progress: ProgressCallback | None
+        self, reply: str, holder: str, agent: str, on_progress: ProgressCallback | None
     ) -> _Pending:
         pending = _Pending(on_progress)
-        self._pending[reply] = (pending, holder)
+        self._pending[reply] = (pending, holder, agent)
         return pending
+
+    def fail_pending(self, agent: str, reason: str) -> int:
+        """Fail every call in flight to ``agent`` now with ``AgentUnavailable`` ``reason``."""
+        failed = 0
+        for reply, (pending, _, target) in list(self._pending.items()):
+            if target == agent:
+                del self._pending[reply]
+                pending.finish(error=AgentUnavailable(reason, agent=agent))
+                failed += 1
+        return failed
+
+    def _on_registry_change(self, change: StatusChange) -> None:
+        # A mirrored agent went offline or left: the calls waiting on it end now, as
+        # local ones do (its holder may be dead and never answer).
+        if change.kind not in _GONE or not self._pending:
+            return
+        holder = change.record.metadata.get(HOLDER)
+        if holder is None:
+            return
+        failed = self.fail_pending(
+            change.agent_id,
+            f"agent {change.agent_id!r} (held by daemon {holder!r}) went {change.new}",
+        )
+        if failed:
+            log.warning("cluster.calls_failed_offline", agent=change.agent_id, calls=failed)
 
     async def _wait(
         self, pending: _Pending, timeout: float, holder: str, agent: str, method: str
@@ -272,7 +300,7 @@ class RemoteCalls:
         found = self._pending.get(message.subject)
         if found is None:
             return  # an answer to a call we gave up on
-        pending, holder = found
+        pending, holder, _ = found
         if message.no_responders:
             pending.finish(error=AgentUnavailable(f"daemon {holder!r} does not answer on NATS"))
             return
@@ -292,7 +320,7 @@ class RemoteCalls:
     def _on_connection(self, connected: bool) -> None:
         if connected:
             return
-        for reply, (pending, holder) in list(self._pending.items()):
+        for reply, (pending, holder, _) in list(self._pending.items()):
             self._pending.pop(reply, None)
             pending.finish(
                 error=ConnectionLost(
@@ -493,6 +521,9 @@ class RemoteCaller(CallMethods):
 
     async def notify(self, method: str, params: Any = None) -> None:
         self.notify_nowait(method, params)
+
+    def fail_pending(self, reason: str) -> int:
+        return self._calls.fail_pending(self._agent, reason)
 
     def notify_nowait(self, method: str, params: Any = None) -> None:
         raise AgentUnavailable(

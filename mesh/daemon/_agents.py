@@ -21,10 +21,12 @@ import structlog
 
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.spec import AgentSpec
+from mesh._orchestrator.view import AgentView
 from mesh.daemon._auth import Identity
 from mesh.daemon._limits import check_endpoint, check_id
 from mesh.daemon._routes import Params
 from mesh.daemon._settings import DaemonSettings
+from mesh.daemon._streams import serve_watcher
 from registry import (
     AgentId,
     AgentRecord,
@@ -38,7 +40,6 @@ from transports import (
     CloseCode,
     HttpRequest,
     HttpResponse,
-    TransportClosed,
     WebSocketStream,
     open_http_client,
 )
@@ -75,23 +76,39 @@ def _error(status: int, message: str, **extra: Any) -> HttpResponse:
     return HttpResponse.error(status, message, **extra)
 
 
-def describe(record: AgentRecord, now: float, link_error: str | None = None) -> dict[str, Any]:
-    """An agent as the API shows it (times as seconds ago: the registry's clock is monotonic)."""
+def describe(
+    record: AgentRecord,
+    now: float,
+    link_error: str | None = None,
+    *,
+    status: str | None = None,
+    registered: bool = True,
+) -> dict[str, Any]:
+    """An agent as the API shows it (times as seconds ago: the registry's clock is monotonic).
+
+    An agent the registry does not hold (configured, not connected) has no times.
+    """
     shown: dict[str, Any] = {
         "id": record.id,
         "name": record.name,
         "transport": record.transport,
         "endpoint": record.endpoint,
-        "status": str(record.status),
+        "status": status or str(record.status),
         "capabilities": sorted(record.capabilities),
-        "last_seen_ago": round(max(0.0, now - record.last_seen), 3),
-        "registered_ago": round(max(0.0, now - record.registered_at), 3),
+        "last_seen_ago": round(max(0.0, now - record.last_seen), 3) if registered else None,
+        "registered_ago": round(max(0.0, now - record.registered_at), 3) if registered else None,
         "heartbeat_interval": record.heartbeat_interval,
         "heartbeat_ttl": record.heartbeat_ttl,
     }
     if link_error:
         shown["link_error"] = link_error
     return shown
+
+
+def describe_view(view: AgentView, now: float) -> dict[str, Any]:
+    return describe(
+        view.record, now, view.link_error, status=view.status, registered=view.registered
+    )
 
 
 class AgentRoutes:
@@ -115,39 +132,43 @@ class AgentRoutes:
 
     def described(self) -> list[dict[str, Any]]:
         now = anyio.current_time()
-        return [self._describe(r, now) for r in self._mesh.agents()]
+        return [self._with_holder(describe_view(view, now)) for view in self._mesh.views()]
 
-    def _describe(self, record: AgentRecord, now: float) -> dict[str, Any]:
-        shown = describe(record, now, self._mesh.link_error(record.id))
+    def _with_holder(self, shown: dict[str, Any]) -> dict[str, Any]:
+        """In a cluster (``mesh serve --nats``), which daemon holds the agent."""
         if self.holder is not None:
-            shown["daemon"] = self.holder(record.id)
+            shown["daemon"] = self.holder(shown["id"])
         return shown
 
     async def handle_agent(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
-        record = self._mesh.registry.get(AgentId(p["id"]))
-        if record is None:
-            return _error(404, f"no agent {p['id']!r} is registered")
-        now = anyio.current_time()
-        return _json(200, self._describe(record, now))
+        view = self._mesh.view(p["id"])
+        if view is None:
+            return _error(404, f"no agent {p['id']!r} is configured or registered")
+        return _json(200, self._with_holder(describe_view(view, anyio.current_time())))
 
     async def watch_agents(self, stream: WebSocketStream, who: Identity, _: Params) -> None:
         """Send every agent as it is now, then each change of status, until the watcher leaves.
 
         Subscribed before the snapshot is taken, so no change falls between the two.
+        The watcher's socket is read all along, so its pongs keep the link alive.
         """
+        await serve_watcher(stream, lambda: self._send_agent_changes(stream))
+
+    async def _send_agent_changes(self, stream: WebSocketStream) -> None:
         registry = self._mesh.registry
         try:
             async with registry.subscribe() as changes:
                 snapshot = {"type": "snapshot", "agents": self.described()}
                 await stream.send(msgspec.json.encode(snapshot))
                 async for change in changes:
-                    shown = self._describe(change.record, anyio.current_time())
+                    link_error = self._mesh.link_error(change.agent_id)
+                    shown = self._with_holder(
+                        describe(change.record, anyio.current_time(), link_error)
+                    )
                     event = {"type": str(change.kind), "old": change.old, "agent": shown}
                     await stream.send(msgspec.json.encode(event))
         except SubscriberOverflow:
             await stream.aclose(CloseCode.FELL_BEHIND, "fell behind the registry's changes")
-        except TransportClosed:
-            log.debug("daemon.watcher_left")
 
     # -- owned ids --------------------------------------------------------------------
 
@@ -222,7 +243,9 @@ class AgentRoutes:
             self._held[who.owner] += 1
         if body.endpoint is not None:
             self._link(body, stored)
-        return _json(200 if known else 201, self._describe(stored, anyio.current_time()))
+        return _json(
+            200 if known else 201, self._with_holder(describe(stored, anyio.current_time()))
+        )
 
     def _check(self, body: RegisterBody, who: Identity) -> HttpResponse | None:
         settings = self._settings

@@ -200,7 +200,9 @@ class RoomRunner:
         if self._presence is not None:
             for member in self._room.members:
                 if not self._presence(member.id):
-                    await self.set_presence(member.id, False, "not connected")
+                    grace = self._room.rules.agent_grace
+                    why = f"not connected; the room waits up to {grace:g} s for it"
+                    await self.set_presence(member.id, False, why)
         failures = 0
         while True:
             transcript = self._state.transcript

@@ -167,3 +167,30 @@ async def test_access_sections_hold_across_daemons(nats: NatsServer) -> None:
         assert allowed == {"from": "guarded", "message": "ok"}
         with pytest.raises(Forbidden, match="does not accept calls from agent 'other'"):
             await b.mesh.call_tool("other", "relay", {"to": "guarded", "message": "no"})
+
+
+async def test_a_call_in_flight_ends_when_its_agent_goes_offline(nats: NatsServer) -> None:
+    from registry import AgentId
+
+    started = anyio.Event()
+    blocker = Agent("blocker")
+
+    @blocker.tool
+    async def hold(seconds: float) -> dict[str, float]:
+        started.set()
+        await anyio.sleep(seconds)
+        return {"held": seconds}
+
+    spec = AgentSpec("blocker", local_connector(blocker))
+    async with open_member(nats.url, "a", [spec]) as a, open_member(nats.url, "b") as b:
+        await wait_status(b.mesh.registry, "blocker")
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            async with anyio.create_task_group() as tg:
+
+                async def call() -> None:
+                    with pytest.raises(AgentUnavailable, match=r"'blocker'.*offline"):
+                        await b.mesh.call_tool("blocker", "hold", {"seconds": 60}, timeout=60)
+
+                tg.start_soon(call)
+                await started.wait()
+                a.mesh.registry.mark_offline(AgentId("blocker"), anyio.current_time())
