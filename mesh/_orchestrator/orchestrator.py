@@ -18,7 +18,7 @@ import dataclasses
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Final, Self
+from typing import Any, Final, Protocol, Self
 
 import anyio
 import anyio.abc
@@ -46,7 +46,7 @@ from registry import (
 )
 from transports import FrameStream, TokenAuthenticator, unwrap_single_error
 
-__all__ = ["MeshOrchestrator"]
+__all__ = ["MeshOrchestrator", "RemoteAgents"]
 
 log = get_logger("mesh.orchestrator")
 
@@ -57,6 +57,22 @@ CLOSE_LINKS_TIMEOUT: Final = 10.0
 #: A dial-in connection that another took over gets at most this long to finish
 #: the calls it has in flight before it is closed.
 TAKEOVER_DRAIN_TIMEOUT: Final = 30.0
+
+
+class RemoteAgents(Protocol):
+    """Agents another daemon holds (``mesh.cluster`` is one), asked for ids with no local link."""
+
+    def caller(self, agent_id: str, method: str) -> Caller | None:
+        """A Caller for ``agent_id`` if another daemon holds it, else None.
+
+        Raises :class:`~mesh.AgentUnavailable` when it is held elsewhere but
+        cannot be called (offline, or the way there is down).
+        """
+        ...
+
+    def access_of(self, agent_id: str) -> AccessSection | None:
+        """The access section of an agent another daemon holds (None if none does)."""
+        ...
 
 
 Refuse = Callable[[str], Awaitable[None]]
@@ -102,6 +118,8 @@ class MeshOrchestrator:
         self.manifest_errors: list[MeshError] = []
         #: The tokens agents that dial in must present (filled by :meth:`from_manifests`).
         self.dial_in_tokens = TokenAuthenticator()
+        #: Agents held by other daemons (set by ``mesh.cluster`` while it runs).
+        self.remote: RemoteAgents | None = None
 
     @classmethod
     def from_manifests(
@@ -274,6 +292,10 @@ class MeshOrchestrator:
 
     def _caller(self, agent_id: str, method: str) -> Caller:
         """The link to call ``agent_id`` on; AgentUnavailable (saying why) if there is none."""
+        if self.remote is not None and agent_id not in self._links:
+            remote = self.remote.caller(agent_id, method)
+            if remote is not None:
+                return remote
         caller = self._available(agent_id, method).peer
         assert caller is not None  # _available checked that it is connected
         return caller
@@ -478,10 +500,21 @@ class MeshOrchestrator:
         """Every agent linked or awaited (dial-in), registered or not; in the order added."""
         return [*self._links, *(spec.id for spec in self._pending_specs)]
 
+    def call_timeout_of(self, agent_id: str) -> float | None:
+        """The deadline calls to a linked agent get unless they name one (None if not linked)."""
+        link = self._links.get(agent_id)
+        return None if link is None else link.spec.call_timeout
+
     def access_of(self, agent: str) -> AccessSection:
-        """Who may call ``agent`` and whom it may call (the default for an unknown id)."""
+        """Who may call ``agent`` and whom it may call (the default for an unknown id).
+
+        For an agent another daemon holds, the access section its holder published.
+        """
         link = self._links.get(agent)
-        return link.spec.access if link is not None else AccessSection()
+        if link is not None:
+            return link.spec.access
+        remote = self.remote.access_of(agent) if self.remote is not None else None
+        return remote if remote is not None else AccessSection()
 
     def link_error(self, agent_id: str) -> str | None:
         link = self._links.get(agent_id)

@@ -132,6 +132,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "log_format": args.log_format,
         "tls_cert": args.tls_cert,
         "tls_key": args.tls_key,
+        "nats": args.nats,
+        "cluster_id": args.cluster_id,
+        "daemon_id": args.daemon_id,
+        "nats_creds": args.nats_creds,
+        "nats_tls_ca": args.nats_tls_ca,
+        "nats_tls_cert": args.nats_tls_cert,
+        "nats_tls_key": args.nats_tls_key,
+        "room_lease_ttl": args.room_lease_ttl,
     }
     try:
         settings = load_settings(args.config, environ=os.environ, overrides=overrides)
@@ -142,11 +150,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not Path(settings.manifests).is_dir():
         _fail(EXIT_USAGE, f"no manifests directory at {settings.manifests!r}")
     tune_for_serving()
+    from mesh._errors import MeshError
+
     try:
         with suppress(KeyboardInterrupt):  # SIGINT is handled inside; this covers start-up
             anyio.run(serve_daemon, settings, backend=args.backend)
     except ListenError as exc:
         _fail(EXIT_CANNOT_LISTEN, str(exc))
+    except MeshError as exc:  # e.g. NATS refused the daemon's credentials
+        _fail(EXIT_USAGE, str(exc))
     return EXIT_OK
 
 
@@ -155,13 +167,23 @@ def cmd_agents(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(agents, indent=2))
         return EXIT_OK
-    rows: list[tuple[str, ...]] = [("ID", "TRANSPORT", "STATUS", "LAST SEEN", "CAPABILITIES")]
+    clustered = any("daemon" in agent for agent in agents)
+    header: tuple[str, ...] = ("ID", "TRANSPORT", "STATUS", "LAST SEEN", "CAPABILITIES")
+    rows: list[tuple[str, ...]] = [(*header, "DAEMON") if clustered else header]
     for agent in agents:
         ago = agent.get("last_seen_ago")
         seen = "never" if ago is None else f"{ago:.1f}s ago"  # configured, not yet connected
         # Ids and capabilities registered over HTTP are whatever a client sent.
         capabilities = ",".join(agent["capabilities"])
-        cells = (agent["id"], agent["transport"], agent["status"], seen, capabilities)
+        cells: tuple[str, ...] = (
+            agent["id"],
+            agent["transport"],
+            agent["status"],
+            seen,
+            capabilities,
+        )
+        if clustered:
+            cells = (*cells, agent.get("daemon", ""))
         rows.append(tuple(printable(cell) for cell in cells))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
@@ -321,6 +343,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--backend", choices=("asyncio", "trio"), default=os.environ.get("MESH_BACKEND", "asyncio")
+    )
+    cluster = serve.add_argument_group(
+        "cluster",
+        "join other daemons over NATS (docs/cluster.md); credentials: $MESH_NATS_TOKEN, "
+        "$MESH_NATS_USER and $MESH_NATS_PASSWORD, or the settings file",
+    )
+    cluster.add_argument("--nats", metavar="URL", help="NATS URL(s), comma-separated ($MESH_NATS)")
+    cluster.add_argument("--cluster-id", help="daemons with one id are one mesh (default mesh)")
+    cluster.add_argument("--daemon-id", help="this daemon's id (default <hostname>-<random>)")
+    cluster.add_argument("--nats-creds", metavar="FILE", help="a NATS .creds file")
+    cluster.add_argument("--nats-tls-ca", metavar="FILE", help="CA bundle for NATS over TLS")
+    cluster.add_argument("--nats-tls-cert", metavar="FILE", help="client certificate for NATS")
+    cluster.add_argument("--nats-tls-key", metavar="FILE", help="its private key")
+    cluster.add_argument(
+        "--room-lease-ttl", type=float, help="seconds before a dead daemon's rooms move (10)"
     )
     serve.set_defaults(func=cmd_serve)
 

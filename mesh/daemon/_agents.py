@@ -12,6 +12,7 @@ each identity holds, where its endpoint points), each refusal naming its limit.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Annotated, Any, Final, Literal
 
 import anyio
@@ -120,6 +121,8 @@ class AgentRoutes:
         #: Ids registered over HTTP, and the identity (Identity.owner) each belongs to.
         self.owners: dict[str, str] = {}
         self._held: Counter[str] = Counter()
+        #: In a cluster (``mesh serve --nats``): the daemon that holds an agent.
+        self.holder: Callable[[str], str] | None = None
         orchestrator.registry.add_listener(self._on_change)
 
     # -- reading --------------------------------------------------------------------
@@ -129,13 +132,19 @@ class AgentRoutes:
 
     def described(self) -> list[dict[str, Any]]:
         now = anyio.current_time()
-        return [describe_view(view, now) for view in self._mesh.views()]
+        return [self._with_holder(describe_view(view, now)) for view in self._mesh.views()]
+
+    def _with_holder(self, shown: dict[str, Any]) -> dict[str, Any]:
+        """In a cluster (``mesh serve --nats``), which daemon holds the agent."""
+        if self.holder is not None:
+            shown["daemon"] = self.holder(shown["id"])
+        return shown
 
     async def handle_agent(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
         view = self._mesh.view(p["id"])
         if view is None:
             return _error(404, f"no agent {p['id']!r} is configured or registered")
-        return _json(200, describe_view(view, anyio.current_time()))
+        return _json(200, self._with_holder(describe_view(view, anyio.current_time())))
 
     async def watch_agents(self, stream: WebSocketStream, who: Identity, _: Params) -> None:
         """Send every agent as it is now, then each change of status, until the watcher leaves.
@@ -153,7 +162,9 @@ class AgentRoutes:
                 await stream.send(msgspec.json.encode(snapshot))
                 async for change in changes:
                     link_error = self._mesh.link_error(change.agent_id)
-                    shown = describe(change.record, anyio.current_time(), link_error)
+                    shown = self._with_holder(
+                        describe(change.record, anyio.current_time(), link_error)
+                    )
                     event = {"type": str(change.kind), "old": change.old, "agent": shown}
                     await stream.send(msgspec.json.encode(event))
         except SubscriberOverflow:
@@ -232,7 +243,9 @@ class AgentRoutes:
             self._held[who.owner] += 1
         if body.endpoint is not None:
             self._link(body, stored)
-        return _json(200 if known else 201, describe(stored, anyio.current_time()))
+        return _json(
+            200 if known else 201, self._with_holder(describe(stored, anyio.current_time()))
+        )
 
     def _check(self, body: RegisterBody, who: Identity) -> HttpResponse | None:
         settings = self._settings

@@ -116,6 +116,7 @@ class DaemonApi:
         self._started = anyio.current_time()
         self.calls_in_flight = 0
         self.lifecycle = Lifecycle()
+        self._cluster: Any = None
         agents = self.agents
         room_handlers = rooms.http_handlers()
         self.mcp = DaemonMcp(orchestrator, room_handlers, self._check_call)
@@ -150,6 +151,16 @@ class DaemonApi:
     async def handle(self, request: HttpRequest) -> HttpResponse:
         return await self.lifecycle.run(request, self.dispatcher.handle)
 
+    @property
+    def cluster(self) -> Any:
+        """The ``mesh.cluster.Cluster`` this daemon belongs to (``--nats``), or None."""
+        return self._cluster
+
+    @cluster.setter
+    def cluster(self, cluster: Any) -> None:
+        self._cluster = cluster
+        self.agents.holder = None if cluster is None else cluster.holder
+
     async def handle_health(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
         counts = dict.fromkeys(LINK_STATUSES, 0)
         for view in self._mesh.views():
@@ -161,6 +172,7 @@ class DaemonApi:
                 "uptime": round(anyio.current_time() - self._started, 3),
                 "calls_in_flight": self.calls_in_flight,
                 "agents": counts,
+                **({"cluster": self._cluster.describe()} if self._cluster is not None else {}),
             },
         )
 

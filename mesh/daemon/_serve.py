@@ -22,7 +22,7 @@ import signal
 import ssl
 import sys
 from collections.abc import Mapping
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, nullcontext
 from pathlib import Path
 from typing import Any, Final
 
@@ -38,7 +38,13 @@ from mesh.daemon._auth import Gate, Identity
 from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._rooms import RoomRoutes
 from mesh.daemon._routes import Params
-from mesh.daemon._settings import DaemonSettings, ListenError, SettingsError, load_settings
+from mesh.daemon._settings import (
+    DaemonSettings,
+    ListenError,
+    SettingsError,
+    cluster_settings,
+    load_settings,
+)
 from mesh.daemon._tokens import TokenStore
 from mesh.rooms import RoomManager
 from transports import (
@@ -89,6 +95,29 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def _registry(settings: DaemonSettings) -> Any:
+    """In a cluster, a registry that tells the other daemons of heartbeats; else the default."""
+    if not settings.nats:
+        return None
+    from mesh.cluster import ClusterRegistry
+
+    return ClusterRegistry()
+
+
+def _join_cluster(
+    settings: DaemonSettings, orchestrator: MeshOrchestrator, rooms: RoomManager
+) -> AbstractAsyncContextManager[Any]:
+    """``mesh.cluster.open_cluster`` when ``--nats`` is set; nothing otherwise.
+
+    Joined before the HTTP server listens, so that no room is created unshared.
+    """
+    if not settings.nats:
+        return nullcontext()
+    from mesh.cluster import open_cluster
+
+    return open_cluster(orchestrator, cluster_settings(settings), rooms=rooms)
+
+
 async def serve_daemon(
     settings: DaemonSettings,
     *,
@@ -101,8 +130,9 @@ async def serve_daemon(
     # Logs each broken manifest (invalid, unusable, or a dial-in token unset) and goes on.
     links = links_from_manifests(settings.manifests, environ=environ)
     gate = _gate(settings, links.tokens)
-    orchestrator = MeshOrchestrator.from_links(links)
-    rooms = RoomManager.for_orchestrator(orchestrator, settings.data_dir)
+    orchestrator = MeshOrchestrator.from_links(links, registry=_registry(settings))
+    # In a cluster, rooms are resumed by whichever daemon takes their lease.
+    rooms = RoomManager.for_orchestrator(orchestrator, settings.data_dir, resume=not settings.nats)
     dial_ins: set[WebSocketStream] = set()
 
     async def dial_in(stream: WebSocketStream, who: Identity, _: Params) -> None:
@@ -165,6 +195,11 @@ async def serve_daemon(
         admin_file = gate.store.ensure_admin()
         await stack.enter_async_context(orchestrator)
         await stack.enter_async_context(rooms)
+        # Joined before serving, so that no room is ever created unshared.
+        cluster = await stack.enter_async_context(_join_cluster(settings, orchestrator, rooms))
+        if cluster is not None:
+            cluster.daemon_url = server.url  # what the other daemons show for this one
+        api.cluster = cluster
         background = await stack.enter_async_context(anyio.create_task_group())
         api.lifecycle.start_serving()
         if settings.room_retention is not None:

@@ -15,7 +15,14 @@ import msgspec
 
 from mesh._errors import MeshError
 
-__all__ = ["ENV_SETTINGS", "DaemonSettings", "ListenError", "SettingsError", "load_settings"]
+__all__ = [
+    "ENV_SETTINGS",
+    "DaemonSettings",
+    "ListenError",
+    "SettingsError",
+    "cluster_settings",
+    "load_settings",
+]
 
 #: Environment variables that set daemon settings (flags win over them, they win over the file).
 ENV_SETTINGS: Final = {
@@ -28,7 +35,25 @@ ENV_SETTINGS: Final = {
     "MESH_DATA_DIR": "data_dir",
     "MESH_TLS_CERT": "tls_cert",
     "MESH_TLS_KEY": "tls_key",
+    # Joining a mesh of daemons over NATS (docs/cluster.md); secrets only here or in the file.
+    "MESH_NATS": "nats",
+    "MESH_CLUSTER_ID": "cluster_id",
+    "MESH_DAEMON_ID": "daemon_id",
+    "MESH_NATS_TOKEN": "nats_token",
+    "MESH_NATS_USER": "nats_user",
+    "MESH_NATS_PASSWORD": "nats_password",
+    "MESH_NATS_CREDS": "nats_creds",
+    "MESH_NATS_TLS_CA": "nats_tls_ca",
+    "MESH_NATS_TLS_CERT": "nats_tls_cert",
+    "MESH_NATS_TLS_KEY": "nats_tls_key",
+    "MESH_ROOM_LEASE_TTL": "room_lease_ttl",
 }
+#: The settings that go to the cluster (mesh.cluster.ClusterSettings) when ``nats`` is set.
+CLUSTER_SETTINGS: Final = tuple(
+    name
+    for name in ENV_SETTINGS.values()
+    if name.startswith(("nats", "cluster_", "daemon_", "room_lease"))
+)
 
 _Positive = Annotated[int, msgspec.Meta(gt=0)]
 _Seconds = Annotated[float, msgspec.Meta(gt=0)]
@@ -83,6 +108,21 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: Finished rooms older than this many seconds are deleted; None keeps them.
     room_retention: _Seconds | None = None
 
+    # -- many daemons as one mesh over NATS (docs/cluster.md) -------------------------------
+    #: Join the mesh of daemons at this NATS URL (several: comma-separated); "" runs alone.
+    nats: str = ""
+    cluster_id: str = "mesh"
+    #: Unique per daemon; "" picks ``<hostname>-<random>``.
+    daemon_id: str = ""
+    nats_token: str | None = None
+    nats_user: str | None = None
+    nats_password: str | None = None
+    nats_creds: str | None = None
+    nats_tls_ca: str | None = None
+    nats_tls_cert: str | None = None
+    nats_tls_key: str | None = None
+    room_lease_ttl: float = 10.0
+
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both or neither")
@@ -121,6 +161,20 @@ def load_settings(
             source = f"{source} + ${variable}"
     merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
-        return msgspec.convert(merged, DaemonSettings, strict=False)
+        settings = msgspec.convert(merged, DaemonSettings, strict=False)
     except msgspec.ValidationError as exc:
         raise SettingsError(f"invalid settings ({source}): {exc}") from None
+    if settings.nats:
+        cluster_settings(settings)  # checked now, so a bad one stops `mesh serve` at once
+    return settings
+
+
+def cluster_settings(settings: DaemonSettings) -> Any:
+    """The daemon's settings for ``mesh.cluster`` (a SettingsError if they do not fit)."""
+    from mesh.cluster import ClusterError, ClusterSettings
+
+    values = {name: getattr(settings, name) for name in CLUSTER_SETTINGS}
+    try:
+        return ClusterSettings(**values)
+    except ClusterError as exc:
+        raise SettingsError(f"invalid cluster settings: {exc}") from None

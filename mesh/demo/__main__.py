@@ -3,6 +3,8 @@
 First the SDK (:mod:`mesh.demo._sdk_tour`), once on asyncio and once on trio;
 then the daemon (:mod:`mesh.demo._daemon_tour`), MCP both ways
 (:mod:`mesh.demo._mcp_tour`) and two offline rooms (:mod:`mesh.demo._rooms_tour`).
+``python -m mesh.demo cluster`` (``make demo-cluster``) is three daemons over NATS
+instead (:mod:`mesh.demo._cluster_tour`).
 Exits non-zero if anything does not behave.
 """
 
@@ -21,6 +23,11 @@ from mesh.demo._sdk_tour import say, tour
 
 def main() -> None:
     configure_logging(level="warning")  # the narration is the output; logs only if something is off
+    if sys.argv[1:] == ["cluster"]:
+        from mesh.demo._cluster_tour import cluster_tour
+
+        anyio.run(cluster_tour)
+        return
     for backend in ("asyncio", "trio"):
         anyio.run(tour, backend, backend=backend)
     anyio.run(daemon_tour)

@@ -57,6 +57,7 @@ from mesh.rooms._model import (
     StopReason,
 )
 from mesh.rooms._observers import DEFAULT_OBSERVER_BUFFER, Observers, RoomEvents
+from mesh.rooms._replica import RoomLeaseLost, RoomOp, RoomReplica
 from mesh.rooms._state import RoomState
 from mesh.rooms._store import RoomStore
 from registry import AgentId, Registry, StatusChange, SubscriberOverflow
@@ -80,6 +81,7 @@ class _Room:
         self.journal = journal
         self.observers = observers
         self.runner: RoomRunner | None = None
+        self.scope: anyio.CancelScope | None = None  # the runner's, to drop it without a record
         self.control = anyio.Lock()  # one pause / resume / stop at a time
 
 
@@ -118,6 +120,9 @@ class RoomManager:
         self._rooms: dict[str, _Room] = {}
         self._reserved: set[str] = set()
         self._tasks: anyio.abc.TaskGroup | None = None
+        #: Leases and a shared record of events when daemons share rooms (``mesh.cluster``
+        #: sets it; the manager is then opened with ``resume=False``: the replica resumes).
+        self.replica: RoomReplica | None = None
 
     @classmethod
     def for_orchestrator(
@@ -187,7 +192,10 @@ class RoomManager:
         room_id = RoomId(spec.id or f"room-{uuid.uuid4().hex[:12]}")
         if room_id in self._reserved or await self._thread(self._store.has_room, room_id):
             raise RoomConflict(f"room {room_id!r} already exists", room=room_id)
+        if self.replica is not None and not await self.replica.claim(room_id):
+            raise RoomConflict(f"room {room_id!r} already exists on another daemon", room=room_id)
         self._reserved.add(room_id)
+        started = False
         try:
             members = tuple([await self._member(entry) for entry in spec.members])
             limits = spec.limits
@@ -211,8 +219,12 @@ class RoomManager:
             except BaseException:
                 del self._rooms[room_id]
                 raise
+            started = True
         finally:
             self._reserved.discard(room_id)
+            if not started and self.replica is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.replica.release(room_id)
         log.info("room.created", room=room_id, members=[m.id for m in members], mode=room.mode)
         self._start(handle)
         return handle.state.snapshot()
@@ -268,6 +280,11 @@ class RoomManager:
                     f"room {room_id!r} has finished ({state.stop_reason}); it cannot be resumed",
                     room=room_id,
                 )
+            if self.replica is not None:
+                if not await self.replica.claim(room_id):
+                    forwarded = await self.replica.forward(room_id, "resume")
+                    return forwarded or state.snapshot()  # another daemon runs it
+                await self._refresh(room)  # the claim caught the store up: so must memory
             if state.status is not RoomStatus.RUNNING:
                 await room.journal.emit(
                     ResumedEvent(room_id=state.room.id, next_turn=state.current_turn + 1)
@@ -332,6 +349,62 @@ class RoomManager:
             room.observers.detach(events)
             self._forget_if_idle(room)
 
+    # -- for the replica (rooms shared between daemons) ----------------------------------
+
+    async def absorb(self, event: RoomEvent, *, ours: bool = False) -> None:
+        """Store an event from the shared record, and show others' to this daemon's observers.
+
+        ``ours``: this daemon recorded it (its journal has applied it already).
+        """
+        try:
+            await self._thread(self._store.append, event)
+        except ValueError as exc:  # a gap: the stream and this store disagree
+            log.error("room.absorb_failed", room=event.room_id, seq=event.seq, error=str(exc))
+            return
+        room = self._rooms.get(event.room_id)
+        if ours or room is None or room.runner is not None:
+            return
+        if event.seq == room.state.last_seq + 1:
+            room.state.apply(event)
+            room.observers.publish(event)
+        else:
+            await self._refresh(room)
+
+    async def take_over(self, room_id: str) -> bool:
+        """Resume a running room whose lease this daemon now holds; False if it is not running."""
+        room = await self._room(room_id)
+        async with room.control:
+            if room.runner is not None:
+                return True
+            await self._refresh(room)
+            state = room.state
+            if state.status is not RoomStatus.RUNNING:
+                return False
+            log.info("room.taking_over", room=room_id, next_turn=state.current_turn + 1)
+            await room.journal.emit(
+                ResumedEvent(room_id=state.room.id, next_turn=state.current_turn + 1)
+            )
+            self._start(room)
+            return True
+
+    def relinquish(self, room_id: str) -> None:
+        """Stop running the room here without recording anything (its lease went elsewhere)."""
+        room = self._rooms.get(room_id)
+        if room is not None and room.scope is not None:
+            room.scope.cancel()
+
+    def running_here(self) -> list[str]:
+        """The rooms whose engine runs in this manager."""
+        return [room_id for room_id, room in self._rooms.items() if room.runner is not None]
+
+    async def _refresh(self, room: _Room) -> None:
+        """Apply to the room in memory what the store has that it lacks (others' events)."""
+        state = room.state
+        for event in await self._thread(self._store.events, state.room.id, state.last_seq):
+            if event.seq == state.last_seq + 1:
+                state.apply(event)
+                room.observers.publish(event)
+
     # -- internals -----------------------------------------------------------------------
 
     async def _halt(self, room_id: str, reason: StopReason) -> RoomSnapshot:
@@ -342,6 +415,11 @@ class RoomManager:
                 room.runner.request_stop(reason)
                 await room.runner.done.wait()
                 return state.snapshot()
+            op: RoomOp = "pause" if reason is StopReason.PAUSED else "stop"
+            if self.replica is not None:
+                forwarded = await self.replica.forward(room_id, op)
+                if forwarded is not None:
+                    return forwarded  # the daemon that runs it did it
             if reason is StopReason.PAUSED and state.status is RoomStatus.STOPPED:
                 raise RoomConflict(
                     f"room {room_id!r} has stopped ({state.stop_reason}); "
@@ -383,6 +461,8 @@ class RoomManager:
         observers = Observers(state.room.id)
 
         async def record(event: RoomEvent) -> None:
+            if self.replica is not None:
+                await self.replica.record(event)  # first: it decides who recorded turn n
             await self._thread(self._store.append, event)
 
         journal = Journal(state, record, observers.publish, clock=self._clock)
@@ -403,19 +483,31 @@ class RoomManager:
         if self._tasks is None:
             raise RuntimeError("use the RoomManager as `async with RoomManager(...) as rooms:`")
         runner = room.runner = RoomRunner(room.journal, self._speak, presence=self._presence)
-        self._tasks.start_soon(self._run_room, room, runner)
+        room.scope = anyio.CancelScope()
+        self._tasks.start_soon(self._run_room, room, runner, room.scope)
 
-    async def _run_room(self, room: _Room, runner: RoomRunner) -> None:
+    async def _run_room(self, room: _Room, runner: RoomRunner, scope: anyio.CancelScope) -> None:
+        room_id = room.state.room.id
+        finished = False
         try:
-            await runner.run()
+            with scope:
+                await runner.run()
+                finished = True
+        except RoomLeaseLost as exc:
+            log.info("room.taken_over", room=room_id, detail=str(exc))
+            if self.replica is not None:  # if the lease is still ours, let whoever is right take it
+                await self.replica.release(room_id)
         except Exception:
             # A broken store (disk full, say) stops this room's engine, not the daemon;
             # the room stays "running" in the store and is resumed by the next start.
-            log.exception("room.engine_failed", room=room.state.room.id)
+            log.exception("room.engine_failed", room=room_id)
         finally:
             if room.runner is runner:
                 room.runner = None
+                room.scope = None
             self._forget_if_idle(room)
+        if finished and self.replica is not None:
+            await self.replica.release(room_id)  # stopped or paused here: anyone may resume it
 
     def _forget_if_idle(self, room: _Room) -> None:
         # A room nobody runs or watches is dropped from memory (the store has it

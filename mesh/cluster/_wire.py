@@ -1,0 +1,169 @@
+"""What daemons tell each other over NATS: registry entries, calls, their answers.
+
+All JSON, encoded and decoded by msgspec with one encoder and decoder per type,
+so a daemon of a later version with extra fields is read by an older one
+(unknown fields are ignored) and bad bytes are an error naming the path.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+import msgspec
+
+from registry import AgentId, AgentRecord
+
+__all__ = [
+    "AgentEntry",
+    "CallFailed",
+    "CallProgress",
+    "CallReply",
+    "CallRequest",
+    "CallResult",
+    "CancelCall",
+    "DaemonEntry",
+    "LeaseEntry",
+    "RoomControl",
+    "RoomControlReply",
+]
+
+
+class AgentEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One agent in the agents bucket: its record as its holder sees it, and the holder."""
+
+    daemon: str
+    id: str
+    name: str
+    status: str
+    transport: str = "memory"
+    endpoint: str | None = None
+    capabilities: tuple[str, ...] = ()
+    metadata: dict[str, Any] = {}
+    heartbeat_interval: float = 10.0
+    heartbeat_ttl: float = 30.0
+    grace: float = 60.0
+    #: The holder's default deadline for calls to it, so a remote caller waits as long.
+    call_timeout: float | None = None
+    #: Its manifest's access section (who may call it, whom it may call), so that the
+    #: daemon a call enters checks it as the holder would; None: the defaults.
+    access: dict[str, Any] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        record: AgentRecord,
+        daemon: str,
+        call_timeout: float | None,
+        access: dict[str, Any] | None = None,
+    ) -> AgentEntry:
+        return cls(
+            daemon=daemon,
+            id=record.id,
+            name=record.name,
+            status=str(record.status),
+            transport=record.transport,
+            endpoint=record.endpoint,
+            capabilities=tuple(sorted(record.capabilities)),
+            metadata=dict(record.metadata),
+            heartbeat_interval=record.heartbeat_interval,
+            heartbeat_ttl=record.heartbeat_ttl,
+            grace=record.grace,
+            call_timeout=call_timeout,
+            access=access,
+        )
+
+    def record(self, metadata: dict[str, Any]) -> AgentRecord:
+        """The registry record a mirror keeps (``metadata`` says which daemon holds it)."""
+        return AgentRecord(
+            id=AgentId(self.id),
+            name=self.name,
+            transport=self.transport,
+            endpoint=self.endpoint,
+            capabilities=frozenset(self.capabilities),
+            metadata={**self.metadata, **metadata},
+            heartbeat_interval=self.heartbeat_interval,
+            heartbeat_ttl=self.heartbeat_ttl,
+            grace=self.grace,
+        )
+
+
+class DaemonEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """A live daemon: its id and where its HTTP API answers."""
+
+    id: str
+    url: str = ""
+    started: int = 0  # epoch ms
+
+
+class LeaseEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """Who holds a room (a key of the leases bucket that expires unless renewed)."""
+
+    daemon: str
+
+
+class CallRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """A call to an agent the receiving daemon holds; answers go to the message's reply subject."""
+
+    agent: str
+    method: str
+    params: Any = None
+    timeout: float | None = None
+    #: The daemon the call came from, and who asked there (``agent:ID``, ``client:NAME``,
+    #: ``daemon`` for the daemon's own calls, e.g. a room's turn).
+    origin: str = ""
+    caller: str | None = None
+
+
+class CancelCall(msgspec.Struct, frozen=True, kw_only=True):
+    """The caller gave up on the call whose answers go to ``reply``."""
+
+    reply: str
+    reason: str = "cancelled"
+
+
+class CallProgress(msgspec.Struct, frozen=True, kw_only=True, tag="progress"):
+    params: dict[str, Any] = {}
+
+
+class CallResult(msgspec.Struct, frozen=True, kw_only=True, tag="result"):
+    result: Any = None
+
+
+class CallFailed(msgspec.Struct, frozen=True, kw_only=True, tag="error"):
+    """The call failed: the error's code and message, and where (as the holder saw it)."""
+
+    code: int
+    message: str
+    data: Any = None
+    agent: str | None = None
+    method: str | None = None
+    transport: str | None = None
+
+
+CallReply = CallProgress | CallResult | CallFailed
+
+
+class RoomControl(msgspec.Struct, frozen=True, kw_only=True):
+    """Pause, stop or resume a room its holder runs (asked by another daemon)."""
+
+    room: str
+    op: Literal["pause", "stop", "resume"]
+
+
+class RoomControlReply(msgspec.Struct, frozen=True, kw_only=True):
+    """The room's snapshot after the op (as JSON builtins), or why not."""
+
+    snapshot: Any = None
+    error: str | None = None
+    kind: Literal["not_found", "conflict", "invalid", "other"] | None = None
+
+
+ENCODER: Final = msgspec.json.Encoder()
+AGENT_ENTRY: Final = msgspec.json.Decoder(AgentEntry)
+DAEMON_ENTRY: Final = msgspec.json.Decoder(DaemonEntry)
+LEASE_ENTRY: Final = msgspec.json.Decoder(LeaseEntry)
+CALL_REQUEST: Final = msgspec.json.Decoder(CallRequest)
+CANCEL_CALL: Final = msgspec.json.Decoder(CancelCall)
+CALL_REPLY: Final = msgspec.json.Decoder(CallReply)
+ROOM_CONTROL: Final = msgspec.json.Decoder(RoomControl)
+ROOM_CONTROL_REPLY: Final = msgspec.json.Decoder(RoomControlReply)

@@ -1,0 +1,49 @@
+"""The seam through which rooms outlive their daemon: a lease, and a shared record of events.
+
+A :class:`RoomManager` given a :class:`RoomReplica` (``mesh.cluster`` provides
+one) runs a room only while it holds the room's lease, records each event in the
+shared record before its own store (a compare-and-set on the room's last event,
+so two daemons can never both record turn *n*), asks the holder to pause, stop
+or resume a room it does not run, and leaves resuming rooms to the replica,
+which takes them over when their holder's lease expires.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+from mesh.rooms._errors import RoomConflict
+from mesh.rooms._events import RoomEvent
+from mesh.rooms._model import RoomSnapshot
+
+__all__ = ["RoomLeaseLost", "RoomOp", "RoomReplica"]
+
+RoomOp = Literal["pause", "stop", "resume"]
+
+
+class RoomLeaseLost(RoomConflict):
+    """Another daemon recorded this room's next event first: it runs the room now (HTTP 409)."""
+
+
+class RoomReplica(Protocol):
+    """Leases and the shared record of room events; see the module docstring."""
+
+    async def claim(self, room_id: str) -> bool:
+        """Take the room's lease: True if this daemon holds it now, its store caught up."""
+        ...
+
+    async def release(self, room_id: str) -> None:
+        """Give the lease back (the room stopped or paused here)."""
+        ...
+
+    async def record(self, event: RoomEvent) -> None:
+        """Record ``event`` where every daemon reads it, only if it follows the last one there.
+
+        Raises :class:`~mesh.rooms.RoomConflict` for a ``WELCOME`` whose room exists,
+        and :class:`RoomLeaseLost` when another daemon recorded first.
+        """
+        ...
+
+    async def forward(self, room_id: str, op: RoomOp) -> RoomSnapshot | None:
+        """Ask the daemon that runs the room to ``op`` it; None if no other daemon runs it."""
+        ...

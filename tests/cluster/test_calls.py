@@ -1,0 +1,196 @@
+"""Calls across members of a cluster, in one process: deadline, progress, cancel, broadcast."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import pytest
+
+from mesh import Agent, AgentSpec, AgentUnavailable, CallTimeout, ToolError, local_connector
+from mesh.agents.echo import agent as echo_agent
+from mesh.testing import NatsServer, spawn_nats_server
+from tests.cluster._helpers import SPREAD_TIMEOUT, open_member, wait_status
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def nats() -> NatsServer:  # type: ignore[misc]
+    async with spawn_nats_server() as server:
+        yield server
+
+
+def echo(agent_id: str, **fields: Any) -> AgentSpec:
+    return AgentSpec(
+        agent_id, local_connector(echo_agent), capabilities=frozenset({"echo"}), **fields
+    )
+
+
+async def test_an_agent_on_one_member_is_called_from_another(nats: NatsServer) -> None:
+    async with open_member(nats.url, "a", [echo("echo")]) as a, open_member(nats.url, "b") as b:
+        await wait_status(b.mesh.registry, "echo")
+        record = b.mesh.registry.get("echo")  # type: ignore[arg-type]
+        assert record is not None and record.metadata["mesh.daemon"] == "a"
+        assert await b.mesh.call_tool("echo", "echo", {"message": "hi"}) == {"message": "hi"}
+        assert await b.mesh.call_tool("echo", "reverse", {"text": "abc"}) == {"text": "cba"}
+        assert b.cluster.holder("echo") == "a" and a.cluster.holder("echo") == "a"
+        assert a.cluster.calls.calls_served == 2
+        with pytest.raises(ToolError) as failed:
+            await b.mesh.call_tool("echo", "fail", {"message": "on purpose"})
+        assert "on purpose" in str(failed.value) and "via daemon 'a'" in str(failed.value)
+        with pytest.raises(AgentUnavailable, match="no agent 'nobody'"):
+            await b.mesh.call("nobody", "ping")
+
+
+async def test_the_deadline_progress_and_cancel_cross_daemons(nats: NatsServer) -> None:
+    cancelled = anyio.Event()
+    blocker = Agent("blocker")
+
+    @blocker.tool
+    async def hold(seconds: float) -> dict[str, float]:
+        try:
+            await anyio.sleep(seconds)
+        except anyio.get_cancelled_exc_class():
+            cancelled.set()
+            raise
+        return {"held": seconds}
+
+    specs = [echo("echo"), AgentSpec("blocker", local_connector(blocker))]
+    async with open_member(nats.url, "a", specs), open_member(nats.url, "b") as b:
+        await wait_status(b.mesh.registry, "blocker")
+        await wait_status(b.mesh.registry, "echo")
+        # progress crosses, and pushes the wait out past timeout + margin (1.6 s) on both sides
+        progress: list[Mapping[str, Any]] = []
+        slept = await b.mesh.call_tool(
+            "echo",
+            "sleep",
+            {"seconds": 2.0, "progress_every": 0.2},
+            timeout=0.6,
+            on_progress=progress.append,
+        )
+        assert slept == {"slept": 2.0} and len(progress) >= 8
+        # the deadline is the holder's verdict, naming the agent; the agent is told to stop
+        with pytest.raises(CallTimeout) as timed_out:
+            await b.mesh.call_tool("blocker", "hold", {"seconds": 30}, timeout=0.3)
+        assert "blocker" in str(timed_out.value)
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            await cancelled.wait()
+
+
+async def test_a_caller_that_gives_up_cancels_the_remote_call(nats: NatsServer) -> None:
+    cancelled = anyio.Event()
+    started = anyio.Event()
+    blocker = Agent("blocker")
+
+    @blocker.tool
+    async def hold(seconds: float) -> dict[str, float]:
+        started.set()
+        try:
+            await anyio.sleep(seconds)
+        except anyio.get_cancelled_exc_class():
+            cancelled.set()
+            raise
+        return {"held": seconds}
+
+    async with (
+        open_member(nats.url, "a", [AgentSpec("blocker", local_connector(blocker))]),
+        open_member(nats.url, "b") as b,
+    ):
+        await wait_status(b.mesh.registry, "blocker")
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(b.mesh.call_tool, "blocker", "hold", {"seconds": 30})
+                await started.wait()
+                tg.cancel_scope.cancel()
+            await cancelled.wait()
+
+
+async def test_agents_call_agents_across_daemons_and_broadcast_reaches_all(
+    nats: NatsServer,
+) -> None:
+    async with (
+        open_member(nats.url, "a", [echo("relay"), echo("a1"), echo("a2")]) as a,
+        open_member(nats.url, "b", [echo("b1"), echo("b2")]),
+        open_member(nats.url, "c", [echo("c1")]) as c,
+    ):
+        for agent_id in ("relay", "a1", "a2", "b1", "b2"):
+            await wait_status(c.mesh.registry, agent_id)
+        await wait_status(a.mesh.registry, "c1")
+        # relay (on a) asks the mesh to call c1 (on c): agent to agent, across daemons
+        relayed = await a.mesh.call_tool("relay", "relay", {"to": "c1", "message": "hop"})
+        assert relayed == {"from": "c1", "message": "hop"}
+        outcomes = await c.mesh.broadcast(
+            "tools/call", {"name": "echo", "arguments": {"message": "all"}}, capability="echo"
+        )
+        assert sorted(outcomes) == ["a1", "a2", "b1", "b2", "c1", "relay"]
+        assert all(o.result == {"message": "all"} for o in outcomes.values())
+
+
+async def test_a_member_that_leaves_takes_its_agents_with_it(nats: NatsServer) -> None:
+    async with open_member(nats.url, "c") as c:
+        async with open_member(nats.url, "b", [echo("b1")]):
+            await wait_status(c.mesh.registry, "b1")
+        await wait_status(c.mesh.registry, "b1", gone=True)  # withdrawn, not left to expire
+        with pytest.raises(AgentUnavailable):
+            await c.mesh.call("b1", "ping")
+
+
+async def test_an_agent_its_holder_sees_go_offline_is_offline_everywhere(
+    nats: NatsServer,
+) -> None:
+    from mesh.testing import KillableConnector
+    from registry import AgentStatus
+
+    connector = KillableConnector(echo_agent)
+    spec = AgentSpec("fragile", connector, heartbeat_interval=5.0)
+    async with open_member(nats.url, "a", [spec]), open_member(nats.url, "b") as b:
+        await wait_status(b.mesh.registry, "fragile")
+        connector.kill()  # the link drops: a marks it offline at once, and says so
+        await wait_status(b.mesh.registry, "fragile", AgentStatus.OFFLINE)
+        with pytest.raises(AgentUnavailable, match="'fragile' \\(held by daemon 'a'\\) is offline"):
+            await b.mesh.call("fragile", "ping")
+
+
+async def test_access_sections_hold_across_daemons(nats: NatsServer) -> None:
+    from mesh import Forbidden
+    from mesh.manifests import AccessSection
+
+    guarded = AccessSection(callers=("agent:relay",), calls=())
+    specs_a = [echo("guarded", access=guarded)]
+    specs_b = [echo("relay"), echo("other")]
+    async with open_member(nats.url, "a", specs_a), open_member(nats.url, "b", specs_b) as b:
+        await wait_status(b.mesh.registry, "guarded")
+        assert b.mesh.access_of("guarded") == guarded  # as its holder published it
+        allowed = await b.mesh.call_tool("relay", "relay", {"to": "guarded", "message": "ok"})
+        assert allowed == {"from": "guarded", "message": "ok"}
+        with pytest.raises(Forbidden, match="does not accept calls from agent 'other'"):
+            await b.mesh.call_tool("other", "relay", {"to": "guarded", "message": "no"})
+
+
+async def test_a_call_in_flight_ends_when_its_agent_goes_offline(nats: NatsServer) -> None:
+    from registry import AgentId
+
+    started = anyio.Event()
+    blocker = Agent("blocker")
+
+    @blocker.tool
+    async def hold(seconds: float) -> dict[str, float]:
+        started.set()
+        await anyio.sleep(seconds)
+        return {"held": seconds}
+
+    spec = AgentSpec("blocker", local_connector(blocker))
+    async with open_member(nats.url, "a", [spec]) as a, open_member(nats.url, "b") as b:
+        await wait_status(b.mesh.registry, "blocker")
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            async with anyio.create_task_group() as tg:
+
+                async def call() -> None:
+                    with pytest.raises(AgentUnavailable, match=r"'blocker'.*offline"):
+                        await b.mesh.call_tool("blocker", "hold", {"seconds": 60}, timeout=60)
+
+                tg.start_soon(call)
+                await started.wait()
+                a.mesh.registry.mark_offline(AgentId("blocker"), anyio.current_time())

@@ -1,0 +1,73 @@
+"""The registry through the KV bucket: what a member sees of the others, and of bad input."""
+
+from __future__ import annotations
+
+import anyio
+import msgspec
+import pytest
+
+from mesh import AgentSpec, local_connector
+from mesh.agents.echo import agent as echo_agent
+from mesh.cluster._link import Message
+from mesh.cluster._wire import CALL_REPLY, CallFailed
+from mesh.testing import NatsServer, spawn_nats_server
+from registry import AgentId, AgentRecord, AgentStatus
+from tests.cluster._helpers import SPREAD_TIMEOUT, open_member, wait_status
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def nats() -> NatsServer:  # type: ignore[misc]
+    async with spawn_nats_server() as server:
+        yield server
+
+
+async def test_bad_entries_in_the_bucket_are_skipped_and_the_rest_mirrors(
+    nats: NatsServer,
+) -> None:
+    async with open_member(nats.url, "a") as a, open_member(nats.url, "b") as b:
+        link, bucket = a.cluster.link, "mesh-mesh-agents"
+        await link.kv_put(bucket, "agent.garbage", b"{not json", ttl=30)
+        negative = {"daemon": "x", "id": "neg", "name": "n", "status": "online"}
+        negative["heartbeat_interval"] = -1  # type: ignore[assignment]
+        await link.kv_put(bucket, "agent.neg", msgspec.json.encode(negative), ttl=30)
+        a.mesh.registry.register(AgentRecord(id=AgentId("good"), name="good"), anyio.current_time())
+        await wait_status(b.mesh.registry, "good")
+        assert b.mesh.registry.get(AgentId("garbage")) is None
+        assert b.mesh.registry.get(AgentId("neg")) is None
+        assert b.cluster.holder("good") == "a"
+
+
+async def test_a_call_that_does_not_decode_is_answered_with_the_reason(nats: NatsServer) -> None:
+    async with open_member(nats.url, "a", [AgentSpec("echo", local_connector(echo_agent))]) as a:
+        link = a.cluster.link
+        answers: list[Message] = []
+        got = anyio.Event()
+
+        def on_answer(message: Message) -> None:
+            answers.append(message)
+            got.set()
+
+        inbox = link.new_inbox()
+        await link.subscribe(inbox, on_answer)
+        await link.publish("mesh.mesh.call.a", b'{"agent": 7}', reply=inbox)
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            await got.wait()
+        failed = CALL_REPLY.decode(answers[0].data)
+        assert isinstance(failed, CallFailed) and failed.code == -32600
+        assert "invalid call" in failed.message and "$.agent" in failed.message
+
+
+async def test_a_registration_and_a_deregistration_spread(nats: NatsServer) -> None:
+    async with open_member(nats.url, "a") as a, open_member(nats.url, "b") as b:
+        record = AgentRecord(id=AgentId("x"), name="X", capabilities=frozenset({"cap"}))
+        a.mesh.registry.register(record, anyio.current_time())
+        await wait_status(b.mesh.registry, "x")
+        mirrored = b.mesh.registry.get(AgentId("x"))
+        assert mirrored is not None and mirrored.capabilities == {"cap"}
+        assert [r.id for r in b.mesh.registry.find("cap")] == ["x"]
+        a.mesh.registry.mark_offline(AgentId("x"), anyio.current_time())
+        await wait_status(b.mesh.registry, "x", AgentStatus.OFFLINE)
+        a.mesh.registry.deregister(AgentId("x"), anyio.current_time())
+        await wait_status(b.mesh.registry, "x", gone=True)

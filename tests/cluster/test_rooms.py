@@ -1,0 +1,100 @@
+"""Rooms shared by members of a cluster, in one process: any member reads, one runs, handover."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import msgspec
+import pytest
+
+from mesh import AgentSpec, local_connector
+from mesh.agents.persona import PersonaAgent
+from mesh.providers import ProviderConfig
+from mesh.rooms import Limits, MessageEvent, RoomSpec, RoomStatus, StoppedEvent, role_persona
+from mesh.testing import NatsServer, spawn_nats_server
+from tests.cluster._helpers import SPREAD_TIMEOUT, open_member, wait_status
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def nats() -> NatsServer:  # type: ignore[misc]
+    async with spawn_nats_server() as server:
+        yield server
+
+
+def persona(agent_id: str, delay: float = 0.0) -> AgentSpec:
+    lines = (f"{agent_id} says {{turn}}",)
+    config = ProviderConfig(provider="scripted", script=lines, delay=delay)
+    agent = PersonaAgent(agent_id, role_persona("participant", config), name=agent_id.title())
+    return AgentSpec(agent_id, local_connector(agent), name=agent_id)
+
+
+async def test_a_room_moves_to_another_member_when_its_holder_leaves(
+    nats: NatsServer, tmp_path: Path
+) -> None:
+    spec = RoomSpec(id="tea", topic="Tea?", members=("alice", "bob"), limits=Limits(max_turns=12))
+    async with (
+        open_member(nats.url, "a", [persona("alice", 0.05)], data_dir=tmp_path) as a,
+        open_member(nats.url, "c", [persona("bob", 0.05)], data_dir=tmp_path) as c,
+    ):
+        assert a.rooms is not None and c.rooms is not None
+        async with open_member(nats.url, "b", data_dir=tmp_path) as b:
+            assert b.rooms is not None
+            await wait_status(b.mesh.registry, "alice")
+            await wait_status(b.mesh.registry, "bob")
+            await b.rooms.create(spec)
+            async with a.rooms.subscribe("tea") as events:  # a reads what b records
+                with anyio.fail_after(SPREAD_TIMEOUT):
+                    async for event in events:
+                        if isinstance(event, MessageEvent) and event.turn >= 3:
+                            break
+        # b left (gracefully): a or c takes the room over and finishes it
+        async with a.rooms.subscribe("tea", since=0) as events:
+            with anyio.fail_after(SPREAD_TIMEOUT * 2):
+                seen = [event async for event in events]
+        assert isinstance(seen[-1], StoppedEvent), seen[-1]
+        assert seen[-1].reason == "MAX_TURNS"
+        turns = [e.turn for e in seen if isinstance(e, MessageEvent)]
+        assert turns == list(range(1, 13))
+        assert [e.seq for e in seen] == list(range(1, len(seen) + 1))
+        for member in (a, c):
+            assert member.rooms is not None
+            snapshot = await member.rooms.get("tea")
+            assert snapshot.status is RoomStatus.STOPPED
+            transcript = await member.rooms.transcript("tea")
+            assert [m.turn for m in transcript] == list(range(1, 13))
+        texts = [msgspec.to_builtins(e)["type"] for e in seen]
+        assert texts.count("RESUMED") == 1
+
+
+async def test_pause_stop_and_resume_reach_the_daemon_that_runs_the_room(
+    nats: NatsServer, tmp_path: Path
+) -> None:
+    spec = RoomSpec(id="long", topic="Tea?", members=("alice", "bob"), limits=Limits(max_turns=40))
+    async with (
+        open_member(nats.url, "a", [persona("alice", 0.05)], data_dir=tmp_path) as a,
+        open_member(nats.url, "b", [persona("bob", 0.05)], data_dir=tmp_path) as b,
+        open_member(nats.url, "c", data_dir=tmp_path) as c,
+    ):
+        assert a.rooms is not None and b.rooms is not None and c.rooms is not None
+        await wait_status(a.mesh.registry, "bob")
+        await wait_status(b.mesh.registry, "alice")
+        await a.rooms.create(spec)
+        async with c.rooms.subscribe("long") as events:
+            with anyio.fail_after(SPREAD_TIMEOUT):
+                async for event in events:
+                    if isinstance(event, MessageEvent) and event.turn >= 2:
+                        break
+        paused = await c.rooms.pause("long")  # c does not run it: a does, and pauses it
+        assert paused.status is RoomStatus.PAUSED
+        assert a.rooms.running_here() == [] and a.cluster.rooms is not None
+        assert a.cluster.rooms.held() == []  # a paused room is nobody's
+        resumed = await b.rooms.resume("long")  # any daemon may resume it: b runs it now
+        assert resumed.status is RoomStatus.RUNNING and b.rooms.running_here() == ["long"]
+        stopped = await c.rooms.stop("long")  # forwarded to b
+        assert stopped.status is RoomStatus.STOPPED
+        transcript = await a.rooms.transcript("long")
+    turns = [m.turn for m in transcript]
+    assert turns == list(range(1, len(turns) + 1)) and len(turns) >= 2
