@@ -8,7 +8,7 @@ that chat shaped lives in the provider's own module.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self, TypeAlias, runtime_checkable
 
@@ -137,9 +137,18 @@ class Provider(Protocol):
     def config(self) -> ProviderConfig: ...
 
     async def complete(
-        self, messages: Sequence[ChatMessage], *, system: str | None = None
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        system: str | None = None,
+        on_delta: Callable[[str], None] | None = None,
     ) -> Completion:
-        """Answer ``messages`` (oldest first) as the assistant, under ``system``."""
+        """Answer ``messages`` (oldest first) as the assistant, under ``system``.
+
+        With ``on_delta`` the reply is streamed where the API can: each piece of
+        text is passed to it as it arrives, and the returned completion holds the
+        whole text. A stream cut off before its end raises ``ProviderStreamCut``.
+        """
         ...
 
     async def aclose(self) -> None:

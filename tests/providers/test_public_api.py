@@ -29,6 +29,7 @@ PUBLIC = {
     "ProviderRateLimited",
     "ProviderResponseError",
     "ProviderStatusError",
+    "ProviderStreamCut",
     "ProviderTimeout",
     "ProviderUnreachable",
     "RetryPolicy",
