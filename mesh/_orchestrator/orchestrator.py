@@ -26,7 +26,7 @@ import msgspec
 import structlog
 
 from mesh._errors import AgentUnavailable, InvalidParams, MeshError, MethodNotFound
-from mesh._rpc.peer import Peer, RequestContext, open_peer
+from mesh._rpc.peer import Peer, ProgressCallback, RequestContext, open_peer
 from mesh._rpc.reconnect import (
     ConnectionEvent,
     ReconnectingPeer,
@@ -233,15 +233,30 @@ class MeshOrchestrator:
     # -- calling ----------------------------------------------------------------------
 
     async def call(
-        self, agent_id: str, method: str, params: Any = None, *, timeout: float | None = None
+        self,
+        agent_id: str,
+        method: str,
+        params: Any = None,
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> Any:
-        """Call ``method`` on an agent. Unknown or offline agents fail at once."""
+        """Call ``method`` on an agent. Unknown or offline agents fail at once.
+
+        ``on_progress`` receives the params of each ``progress`` the agent reports.
+        """
         link = self._available(agent_id, method)
         peer = link.peer
         assert peer is not None
         if isinstance(peer, ReconnectingPeer):
-            return await peer.call(method, params, timeout=timeout, wait_for_connection=False)
-        return await peer.call(method, params, timeout=timeout)
+            return await peer.call(
+                method,
+                params,
+                timeout=timeout,
+                on_progress=on_progress,
+                wait_for_connection=False,
+            )
+        return await peer.call(method, params, timeout=timeout, on_progress=on_progress)
 
     async def call_tool(
         self, agent_id: str, name: str, /, *, timeout: float | None = None, **arguments: Any

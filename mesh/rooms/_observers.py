@@ -10,6 +10,11 @@ An observer is attached *before* the history is read, and events are told apart
 by ``seq``, so an event recorded while the history was being read is seen once,
 not twice and not never. Iteration ends when the room stops for a reason other
 than ``PAUSED`` (a paused room is still followed), or when the manager closes.
+
+An observer attached with ``deltas=True`` also receives ``DELTA`` events, the
+pieces of a reply being written. They are best effort: one is skipped, not
+queued, for an observer whose buffer is half full, so a slow reader of a
+chatty stream falls behind on pieces, never on the recorded events.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from mesh.rooms._errors import ObserverTooSlow
-from mesh.rooms._events import RoomEvent, StoppedEvent
+from mesh.rooms._events import DeltaEvent, LiveEvent, RoomEvent, StoppedEvent
 from mesh.rooms._model import StopReason
 
 __all__ = ["DEFAULT_OBSERVER_BUFFER", "Observers", "RoomEvents"]
@@ -31,7 +36,7 @@ __all__ = ["DEFAULT_OBSERVER_BUFFER", "Observers", "RoomEvents"]
 DEFAULT_OBSERVER_BUFFER: Final = 1024
 
 
-def _ends(event: RoomEvent) -> bool:
+def _ends(event: LiveEvent) -> bool:
     return isinstance(event, StoppedEvent) and event.reason is not StopReason.PAUSED
 
 
@@ -41,7 +46,7 @@ class RoomEvents:
     def __init__(
         self,
         room_id: str,
-        receive: MemoryObjectReceiveStream[RoomEvent],
+        receive: MemoryObjectReceiveStream[LiveEvent],
         observer: _Observer,
         *,
         since: int,
@@ -65,13 +70,15 @@ class RoomEvents:
     def __aiter__(self) -> RoomEvents:
         return self
 
-    async def __anext__(self) -> RoomEvent:
+    async def __anext__(self) -> LiveEvent:
         if self._finished:
             raise StopAsyncIteration
         if self._history:
-            event = self._history.popleft()
+            event: LiveEvent = self._history.popleft()
         else:
             event = await self._next_live()
+            if isinstance(event, DeltaEvent):
+                return event  # unrecorded: it neither moves last_seq nor ends anything
         self._last = event.seq
         if _ends(event) and not self._history and not self._pending():
             self._finished = True
@@ -80,7 +87,7 @@ class RoomEvents:
     def _pending(self) -> bool:
         return self._receive.statistics().current_buffer_used > 0
 
-    async def _next_live(self) -> RoomEvent:
+    async def _next_live(self) -> LiveEvent:
         while True:
             try:
                 event = await self._receive.receive()
@@ -88,15 +95,32 @@ class RoomEvents:
                 if self._observer.overflowed:
                     raise ObserverTooSlow(self.room_id, self._observer.max_buffer) from None
                 raise StopAsyncIteration from None
-            if event.seq > self._last:
+            if isinstance(event, DeltaEvent):
+                # A piece of a turn already recorded (seen in the history) is stale.
+                if event.seq >= self._last:
+                    return event
+            elif event.seq > self._last:
                 return event
 
 
 class _Observer:
-    def __init__(self, send: MemoryObjectSendStream[RoomEvent], max_buffer: int) -> None:
+    def __init__(
+        self, send: MemoryObjectSendStream[LiveEvent], max_buffer: int, deltas: bool
+    ) -> None:
         self.send = send
         self.max_buffer = max_buffer
+        self.deltas = deltas
         self.overflowed = False
+
+    def offer_live(self, event: DeltaEvent) -> None:
+        if not self.deltas:
+            return
+        if self.send.statistics().current_buffer_used * 2 >= self.max_buffer:
+            return  # best effort: the recorded events keep the room in the buffer
+        try:
+            self.send.send_nowait(event)
+        except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return
 
     def offer(self, event: RoomEvent) -> bool:
         try:
@@ -120,11 +144,13 @@ class Observers:
     def __len__(self) -> int:
         return len(self._observers)
 
-    def attach(self, *, since: int, max_buffer: int = DEFAULT_OBSERVER_BUFFER) -> RoomEvents:
+    def attach(
+        self, *, since: int, max_buffer: int = DEFAULT_OBSERVER_BUFFER, deltas: bool = False
+    ) -> RoomEvents:
         if max_buffer < 1:
             raise ValueError(f"max_buffer must be at least 1, not {max_buffer}")
-        send, receive = anyio.create_memory_object_stream[RoomEvent](max_buffer)
-        observer = _Observer(send, max_buffer)
+        send, receive = anyio.create_memory_object_stream[LiveEvent](max_buffer)
+        observer = _Observer(send, max_buffer, deltas)
         self._observers.add(observer)
         return RoomEvents(self.room_id, receive, observer, since=since)
 
@@ -138,6 +164,12 @@ class Observers:
         for observer in tuple(self._observers):
             if not observer.offer(event):
                 self._observers.discard(observer)
+
+    def publish_live(self, event: LiveEvent) -> None:
+        """Offer an unrecorded event (a ``DELTA``) to the observers that asked for them."""
+        if isinstance(event, DeltaEvent):
+            for observer in tuple(self._observers):
+                observer.offer_live(event)
 
     def close(self) -> None:
         """End every observer's iteration (the manager is closing)."""
