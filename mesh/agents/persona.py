@@ -154,9 +154,9 @@ class PersonaAgent(Agent):
             self._seats.popitem(last=False)
         system = f"{self.persona.system_prompt}\n\n{request.system}".strip()
         try:
-            completion = await self.provider.complete(
-                request.messages, system=system, on_delta=on_delta
-            )
+            # on_delta only when streaming: a provider written before it takes two arguments.
+            streaming = {"on_delta": on_delta} if on_delta is not None else {}
+            completion = await self.provider.complete(request.messages, system=system, **streaming)
         except ProviderError as exc:
             raise ToolError(str(exc), data={"type": type(exc).__name__}) from exc
         finally:

@@ -18,7 +18,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, cast
 
 import anyio
 import anyio.abc
@@ -33,6 +33,7 @@ from mesh.rooms._errors import InvalidRoomSpec, RoomConflict, RoomNotFound
 from mesh.rooms._events import (
     AgentJoinedEvent,
     AgentLeftEvent,
+    LiveEvent,
     MessageEvent,
     ResumedEvent,
     RoomEvent,
@@ -200,6 +201,7 @@ class RoomManager:
                 awareness=spec.awareness,
                 limits=limits,
                 rules=spec.rules,
+                people=spec.people,
                 created_at=self._clock(),
             )
             handle = self._handle(RoomState(room=room))
@@ -281,19 +283,28 @@ class RoomManager:
 
     @asynccontextmanager
     async def subscribe(
-        self,
-        room_id: str,
-        *,
-        since: int = 0,
-        max_buffer: int = DEFAULT_OBSERVER_BUFFER,
-        deltas: bool = False,
-    ) -> AsyncIterator[RoomEvents]:
+        self, room_id: str, *, since: int = 0, max_buffer: int = DEFAULT_OBSERVER_BUFFER
+    ) -> AsyncIterator[RoomEvents[RoomEvent]]:
         """``async with rooms.subscribe(id) as events: async for event in events: ...``
 
         Yields the recorded events after ``since``, then live ones, each once and
-        in ``seq`` order; see :mod:`mesh.rooms._observers` for when it ends. With
-        ``deltas``, also the ``DELTA`` pieces of replies being written.
+        in ``seq`` order; see :mod:`mesh.rooms._observers` for when it ends.
         """
+        async with self._observe(room_id, since, max_buffer, deltas=False) as events:
+            yield cast(RoomEvents[RoomEvent], events)
+
+    @asynccontextmanager
+    async def subscribe_live(
+        self, room_id: str, *, since: int = 0, max_buffer: int = DEFAULT_OBSERVER_BUFFER
+    ) -> AsyncIterator[RoomEvents[LiveEvent]]:
+        """:meth:`subscribe`, plus the ``DELTA`` pieces of replies as they are written."""
+        async with self._observe(room_id, since, max_buffer, deltas=True) as events:
+            yield events
+
+    @asynccontextmanager
+    async def _observe(
+        self, room_id: str, since: int, max_buffer: int, *, deltas: bool
+    ) -> AsyncIterator[RoomEvents[LiveEvent]]:
         room = await self._room(room_id)
         events = room.observers.attach(since=since, max_buffer=max_buffer, deltas=deltas)
         try:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, Generic, TypeVar, cast
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -36,11 +36,15 @@ __all__ = ["DEFAULT_OBSERVER_BUFFER", "Observers", "RoomEvents"]
 DEFAULT_OBSERVER_BUFFER: Final = 1024
 
 
+#: What an observer yields: ``RoomEvent``, or ``LiveEvent`` when it takes deltas.
+E = TypeVar("E", bound=LiveEvent)
+
+
 def _ends(event: LiveEvent) -> bool:
     return isinstance(event, StoppedEvent) and event.reason is not StopReason.PAUSED
 
 
-class RoomEvents:
+class RoomEvents(Generic[E]):
     """An async iterator of one room's events: ``async for event in events: ...``."""
 
     def __init__(
@@ -67,10 +71,10 @@ class RoomEvents:
         """The ``seq`` of the last event yielded (or ``since``)."""
         return self._last
 
-    def __aiter__(self) -> RoomEvents:
+    def __aiter__(self) -> RoomEvents[E]:
         return self
 
-    async def __anext__(self) -> LiveEvent:
+    async def __anext__(self) -> E:
         if self._finished:
             raise StopAsyncIteration
         if self._history:
@@ -78,11 +82,11 @@ class RoomEvents:
         else:
             event = await self._next_live()
             if isinstance(event, DeltaEvent):
-                return event  # unrecorded: it neither moves last_seq nor ends anything
+                return cast(E, event)  # unrecorded: it neither moves last_seq nor ends anything
         self._last = event.seq
         if _ends(event) and not self._history and not self._pending():
             self._finished = True
-        return event
+        return cast(E, event)
 
     def _pending(self) -> bool:
         return self._receive.statistics().current_buffer_used > 0
@@ -146,7 +150,8 @@ class Observers:
 
     def attach(
         self, *, since: int, max_buffer: int = DEFAULT_OBSERVER_BUFFER, deltas: bool = False
-    ) -> RoomEvents:
+    ) -> RoomEvents[LiveEvent]:
+        """An observer; it yields ``DELTA`` events too when ``deltas`` (else only recorded ones)."""
         if max_buffer < 1:
             raise ValueError(f"max_buffer must be at least 1, not {max_buffer}")
         send, receive = anyio.create_memory_object_stream[LiveEvent](max_buffer)
@@ -154,7 +159,7 @@ class Observers:
         self._observers.add(observer)
         return RoomEvents(self.room_id, receive, observer, since=since)
 
-    def detach(self, events: RoomEvents) -> None:
+    def detach(self, events: RoomEvents[RoomEvent] | RoomEvents[LiveEvent]) -> None:
         observer = events._observer
         self._observers.discard(observer)
         observer.send.close()

@@ -128,7 +128,8 @@ def _who(member: Member, others: Sequence[Member], level: Awareness) -> str:
     agents = [f"{m.name} ({m.role})" for m in others if not m.human]
     people = [m.name for m in others if m.human]
     company = [f"other AI agents: {_names(agents)}"] if agents else []
-    company += [f"{'a person' if len(people) == 1 else 'people'}: {_names(people)}"] * bool(people)
+    if people:
+        company.append(f"{'a person' if len(people) == 1 else 'people'}: {_names(people)}")
     return (
         f"You are {member.name}, the {member.role}. You are talking with "
         f"{', and with '.join(company)}. Their messages reach you prefixed with their names."
