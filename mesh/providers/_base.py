@@ -98,7 +98,8 @@ class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     timeout: float = 60.0
     max_retries: int = 3
     script: tuple[str, ...] = ()
-    #: Scripted only: seconds to "think" before each reply, to stand in for a slow model.
+    #: Scripted only: seconds each reply takes, to stand in for a slow model (before the
+    #: reply, or spread over its words when it is streamed).
     delay: float = 0.0
 
     def __post_init__(self) -> None:

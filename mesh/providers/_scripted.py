@@ -16,7 +16,8 @@ is left alone (a reply may hold code or JSON):
 ``{turn}``     this reply's number, starting at 1
 ``{model}``    the configured model name (``scripted`` by default)
 
-Asked to stream (``on_delta``), it hands the reply over word by word.
+Asked to stream (``on_delta``), it hands the reply over word by word, with the
+configured ``delay`` spread over the words rather than spent before them.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class ScriptedProvider(ProviderBase):
     ) -> Completion:
         # A real provider would yield to the event loop here; so does this one,
         # so that cancellation and deadlines behave the same in offline rooms.
-        if self.config.delay:
+        if self.config.delay and on_delta is None:
             await anyio.sleep(self.config.delay)
         else:
             await anyio.lowlevel.checkpoint()
@@ -88,10 +89,14 @@ class ScriptedProvider(ProviderBase):
         )
         self.calls.append(ScriptedCall(messages=tuple(messages), system=system))
         if on_delta is not None:
-            # Word by word, yielding between words, as a real stream arrives.
-            for piece in _PIECE.findall(text):
+            # Word by word, as a real stream arrives; the delay is spread over the words.
+            pieces = _PIECE.findall(text)
+            for piece in pieces:
                 on_delta(piece)
-                await anyio.lowlevel.checkpoint()
+                if self.config.delay:
+                    await anyio.sleep(self.config.delay / len(pieces))
+                else:
+                    await anyio.lowlevel.checkpoint()
         return Completion(
             text=text, model=self.model, provider="scripted", usage=Usage(), finish_reason="stop"
         )
