@@ -1,4 +1,4 @@
-"""``mesh room run|show|export``: conversation rooms from the command line.
+"""``mesh room run|show|export|join``: conversation rooms from the command line.
 
 ``run`` creates a room on the daemon and prints it live (coloured on a TTY) by
 watching ``/rooms/{id}/events`` over WebSocket, until it stops; it prints the stop
@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from mesh.cli._join import cmd_room_join
 from mesh.rooms import (
     MessageEvent,
     Room,
@@ -127,3 +128,8 @@ def add_room_commands(
     export.add_argument("room")
     export.add_argument("--format", choices=("md", "jsonl"), default="md")
     export.set_defaults(func=lambda a: cmd_room_export(a, request))
+
+    join = command("join", "take part in a room as a person (lines you type are sent)")
+    join.add_argument("room")
+    join.add_argument("--as", dest="as_name", required=True, metavar="NAME", help="your name")
+    join.set_defaults(func=lambda a: cmd_room_join(a, request))

@@ -114,8 +114,8 @@ def test_a_person_joins_from_the_page_and_the_next_persona_answers(
     page: Any, echo_daemon: LiveDaemon
 ) -> None:
     with _client(echo_daemon) as http:
-        spec = {"id": "visit", "topic": "Tea or coffee?", "members": ["alice", "bob"]}
-        spec["limits"] = {"max_turns": 8}
+        spec: dict[str, object] = {"id": "visit", "topic": "Tea or coffee?"}
+        spec |= {"members": ["alice", "bob"], "limits": {"max_turns": 8}}
         assert http.post("/rooms", json=spec).status_code == 201
     _open(page, echo_daemon, "room=visit")
     page.fill("#join-name", "Carol")
@@ -141,8 +141,8 @@ def test_text_from_an_agent_is_shown_as_text_never_run(page: Any, tmp_path: Path
     daemon = start_daemon(tmp_path, scripts, backend="asyncio", delay=0.0)
     try:
         with _client(daemon) as http:
-            spec = {"id": "xss", "topic": "<script>alert(1)</script>", "members": ["alice", "bob"]}
-            spec["limits"] = {"max_turns": 2}
+            spec: dict[str, object] = {"id": "xss", "topic": "<script>alert(1)</script>"}
+            spec |= {"members": ["alice", "bob"], "limits": {"max_turns": 2}}
             assert http.post("/rooms", json=spec).status_code == 201
         _open(page, daemon, "room=xss")
         page.wait_for_selector("#stop-reason:not([hidden])")
