@@ -21,8 +21,10 @@ from mesh._errors import (
     ToolError,
     Unauthorized,
 )
-from mesh._orchestrator.orchestrator import AgentSpec, MeshOrchestrator, Outcome, local_connector
+from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh._orchestrator.spec import AgentSpec, Outcome, local_connector
 from mesh._public import publish
+from mesh._rpc.caller import Caller
 from mesh._rpc.connect import open_http_peer, open_stdio_peer, open_websocket_peer
 from mesh._rpc.peer import Peer, RequestContext, RequestHandler, open_peer, serve_peer
 from mesh._rpc.reconnect import (
@@ -71,6 +73,7 @@ __all__ = [
     "AgentSpec",
     "AgentUnavailable",
     "CallTimeout",
+    "Caller",
     "ConnectFailed",
     "ConnectionEvent",
     "ConnectionLost",

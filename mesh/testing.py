@@ -22,6 +22,7 @@ import anyio
 import anyio.abc
 import sniffio
 
+from mesh._orchestrator.spec import open_local_stream
 from mesh._rpc.connect import handshake, open_stdio_peer
 from mesh._rpc.peer import Peer, RequestContext, open_peer, serve_peer
 from mesh._rpc.session import SessionConfig
@@ -123,7 +124,10 @@ async def open_echo_agent(
 class KillableConnector:
     """A connector (see :class:`mesh.AgentSpec`) to ``agent`` served in this process, over
     the memory transport, that a test can kill for good: the link drops and every
-    later connection attempt fails, as with an agent process that died."""
+    later connection attempt fails, as with an agent process that died.
+
+    It is :func:`mesh.local_connector` with a kill switch.
+    """
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
@@ -138,21 +142,8 @@ class KillableConnector:
     async def __call__(self) -> AsyncIterator[FrameStream]:
         if self.dead:
             raise TransportClosed("the agent is dead")
-        ours, theirs = memory_stream_pair()
-        async with anyio.create_task_group() as tg:
-
-            async def serve_until_killed() -> None:
-                async with anyio.create_task_group() as inner:
-                    inner.start_soon(self.agent.serve, theirs)
-                    await self._kill.wait()
-                    inner.cancel_scope.cancel()
-                await theirs.aclose()
-
-            tg.start_soon(serve_until_killed)
-            try:
-                yield ours
-            finally:
-                tg.cancel_scope.cancel()
+        async with open_local_stream(self.agent, stop=self._kill) as stream:
+            yield stream
 
 
 @asynccontextmanager

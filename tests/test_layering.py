@@ -1,38 +1,101 @@
-"""Dependencies point one way: ``mesh`` uses ``transports`` and ``registry``, never the reverse."""
+"""The tree is the map: layers point one way and no module imports itself round a cycle.
+
+``transports`` and ``registry`` import nothing of ours; ``mesh`` is wings ranked from the
+core up to the programs. An arrow may point down the ranks or stay inside its wing.
+A module in no wing fails too, so a new wing is placed on purpose.
+"""
 
 from __future__ import annotations
 
-import pkgutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.layers.graph import Wing, cycles, read_graph, wrong_arrows
+
 ROOT = Path(__file__).resolve().parent.parent
 
-
-def _modules(package: str) -> list[str]:
-    walk = pkgutil.walk_packages([str(ROOT / package)], prefix=f"{package}.")
-    return [package, *(info.name for info in walk)]
-
-
-@pytest.mark.parametrize(
-    ("package", "forbidden"),
-    [("transports", ("mesh", "registry")), ("registry", ("mesh", "transports"))],
+WINGS = (
+    Wing("transports", 0),
+    Wing("registry", 0),
+    # the core: errors, wire types and small pure helpers everything may use
+    Wing("mesh._errors", 1),
+    Wing("mesh._public", 1),
+    Wing("mesh._backoff", 1),
+    Wing("mesh._logging", 1),
+    Wing("mesh._gc", 1),
+    Wing("mesh.protocol", 2),
+    Wing("mesh.providers", 3),
+    Wing("mesh._rpc", 4),
+    Wing("mesh._sdk", 5),
+    Wing("mesh.manifests", 5),
+    Wing("mesh._orchestrator", 6),
+    Wing("mesh.rooms", 7),
+    Wing("mesh", 8, package=False),  # the curated public surface
+    Wing("mesh.agents", 9),
+    Wing("mesh.testing", 10),
+    Wing("mesh.daemon", 10),
+    Wing("mesh.cli", 11),
+    Wing("mesh.demo", 12),
 )
-def test_lower_layers_import_nothing_from_above(package: str, forbidden: tuple[str, ...]) -> None:
-    if not (ROOT / package).exists():
-        pytest.fail(f"{package}/ is missing")
-    modules = _modules(package)
-    code = (
-        "import importlib, sys\n"
-        f"for name in {modules!r}:\n"
-        "    importlib.import_module(name)\n"
-        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {forbidden!r})\n"
-        "print(','.join(bad))\n"
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, frozenset[str]]:
+    return read_graph(ROOT, ["mesh", "transports", "registry"])
+
+
+def test_no_import_cycles(graph: dict[str, frozenset[str]]) -> None:
+    assert cycles(graph) == []
+
+
+def test_every_arrow_points_down_the_wings(graph: dict[str, frozenset[str]]) -> None:
+    assert wrong_arrows(graph, WINGS) == []
+
+
+def test_the_lower_packages_import_nothing_of_ours(graph: dict[str, frozenset[str]]) -> None:
+    for source, targets in graph.items():
+        top = source.split(".")[0]
+        if top in ("transports", "registry"):
+            assert {t.split(".")[0] for t in targets} <= {top}, (source, targets)
+
+
+# -- the checker itself fails where it should ---------------------------------------
+
+
+def test_the_checker_finds_a_cycle() -> None:
+    graph = {"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"}), "d": frozenset()}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_checker_finds_an_upward_arrow_and_a_stray_module() -> None:
+    wings = (Wing("p.low", 1), Wing("p.high", 2), Wing("p", 3, package=False))
+    graph = {
+        "p.low.x": frozenset({"p.high.y"}),  # up: wrong
+        "p.high.y": frozenset({"p.low.x", "p"}),  # down: fine; to p (rank 3): wrong
+        "p": frozenset({"p.high.y"}),
+        "p.stray": frozenset(),
+    }
+    assert wrong_arrows(graph, wings) == [
+        "p.high.y (p.high, rank 2) imports p (p, rank 3)",
+        "p.low.x (p.low, rank 1) imports p.high.y (p.high, rank 2)",
+        "p.stray belongs to no wing: add it to the map in test_layering.py",
+    ]
+
+
+def test_the_checker_reads_lazy_imports_but_not_type_checking_ones(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("def f():\n    from pkg import b\n")
+    (package / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import f\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
-    )
-    assert result.stdout.strip() == "", f"{package} imported {result.stdout.strip()}"
+    (package / "c.py").write_text("from . import a\nfrom .b import TYPE_CHECKING\n")
+    graph = read_graph(tmp_path, ["pkg"])
+    assert graph == {
+        "pkg": frozenset(),
+        "pkg.a": frozenset({"pkg.b"}),
+        "pkg.b": frozenset(),
+        "pkg.c": frozenset({"pkg.a", "pkg.b"}),
+    }

@@ -2,27 +2,24 @@
 
 A transport moves *frames*: the bytes of one message. It knows nothing of RPC,
 JSON or retries. A stream is opened by an ``open_*`` async context manager (a
-*connector*) or handed to a handler by a *listener*; either way the owner of the
-``async with`` owns every task the stream needs.
+*connector*) or handed to the handler a server runs for each connection; either
+way the owner of the ``async with`` owns every task the stream needs.
+:mod:`transports.testing` checks that a stream keeps this contract.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-import anyio.abc
-
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "Connector",
-    "FrameHandler",
     "FrameRejected",
     "FrameStream",
     "FrameTooLarge",
-    "Listener",
     "TransportClosed",
     "TransportError",
     "TransportInfo",
@@ -104,10 +101,21 @@ class FrameRejected(TransportError):
 class FrameStream(Protocol):
     """A bidirectional stream of frames.
 
-    ``receive`` raises :class:`TransportClosed` once the stream has ended and
-    :class:`FrameTooLarge` for a discarded oversized frame (after which it may be
-    called again). ``send`` raises :class:`TransportClosed` if the stream can no
-    longer carry frames. ``aclose`` is idempotent and bounded in time.
+    Receiving: ``receive`` returns the next whole frame, in the order the far end
+    sent them; it raises :class:`TransportClosed` once the stream has ended and
+    :class:`FrameTooLarge` for a discarded frame over ``max_frame_size`` (after
+    which it may be called again). One task receives at a time.
+
+    Sending: ``send``, ``send_many`` and ``send_nowait`` may be called from several
+    tasks at once; each call's frames go out whole and in order, and after the
+    frames of any call that returned before it. They raise :class:`TransportClosed`
+    once the stream can no longer carry frames (closed by either end).
+
+    ``aclose`` is idempotent and bounded in time. Afterwards every method raises
+    :class:`TransportClosed`, a task waiting in ``receive`` included. On a duplex
+    stream the frames sent before it are still delivered, and then the far end's
+    ``receive`` raises :class:`TransportClosed` too (a request/reply transport such
+    as HTTP drops requests still in flight, and its server sees no close).
     """
 
     @property
@@ -119,7 +127,24 @@ class FrameStream(Protocol):
     async def send(self, frame: bytes) -> None: ...
 
     async def send_many(self, frames: Sequence[bytes]) -> None:
-        """Send several frames, as few writes as the transport allows."""
+        """Send several frames, as few writes as the transport allows.
+
+        Frames that an earlier :meth:`send_nowait` left queued go out first, so
+        ``send_many([])`` finishes what it started.
+        """
+        ...
+
+    def send_nowait(self, frames: Sequence[bytes]) -> bool:
+        """Take ``frames`` now, without waiting; True if nothing of them is left to write.
+
+        The stream always takes all the frames: what it cannot write without
+        blocking it queues, in order, ahead of anything sent later, and returns
+        False. The caller must then await :meth:`send_many` (``send_many([])`` if
+        it has nothing new) to finish the writing and learn of any error; until
+        then queued frames may sit unsent. A transport with no non-blocking write
+        queues everything and returns False. Raises :class:`TransportClosed` like
+        ``send``.
+        """
         ...
 
     async def receive(self) -> bytes: ...
@@ -129,17 +154,3 @@ class FrameStream(Protocol):
 
 #: Opens one stream; the stream lives as long as the ``async with``.
 Connector = Callable[[], AbstractAsyncContextManager[FrameStream]]
-
-#: Serves one accepted stream; the listener closes the stream when it returns.
-FrameHandler = Callable[[FrameStream], Awaitable[None]]
-
-
-class Listener(Protocol):
-    """Accepts streams and hands each to a handler, in a task of its own."""
-
-    async def serve(
-        self,
-        handler: FrameHandler,
-        *,
-        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-    ) -> None: ...

@@ -54,6 +54,7 @@ class LineChannel:
         self._discarding: int | None = None  # bytes of an oversized frame skipped so far
         self._discard_head = b""
         self._out = bytearray()
+        self._flushing = anyio.Lock(fast_acquire=True)
         self._closed: TransportClosed | None = None
 
     @property
@@ -153,7 +154,8 @@ class LineChannel:
     def send_nowait(self, frames: Sequence[bytes]) -> bool:
         """Queue frames and write what the pipe takes now; True if nothing is left over."""
         self._append(frames)
-        self._write_some()
+        if self._out:
+            self._write_some()
         return not self._out
 
     async def send(self, frame: bytes) -> None:
@@ -165,13 +167,21 @@ class LineChannel:
 
     async def flush(self) -> None:
         """Write everything queued, waiting while the pipe is full."""
-        while self._out:
+        if self._out:
             self._write_some()
-            if self._out:
+        if not self._out:
+            return
+        # One task waits on the pipe at a time (a second waiter on the same fd is
+        # an error in anyio); the others find their frames written when it is done.
+        async with self._flushing:
+            while self._out:
+                if self._wfd < 0:
+                    raise TransportClosed("closed locally")
                 try:
                     await anyio.wait_writable(self._wfd)
                 except anyio.ClosedResourceError:
                     raise TransportClosed("closed locally") from None
+                self._write_some()
 
     def _append(self, frames: Sequence[bytes]) -> None:
         if self._closed is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
 
 import anyio
@@ -34,7 +35,9 @@ class MemoryFrameStream:
         self._info = TransportInfo("memory", name)
         self._max = max_frame_size
         self._closed_reason: str | None = None
-        self._backlog: list[bytes] = []
+        #: Frames taken by send_nowait (or a send_many in progress) not yet handed over.
+        self._backlog: deque[bytes] = deque()
+        self._draining = anyio.Lock(fast_acquire=True)
 
     @property
     def info(self) -> TransportInfo:
@@ -45,42 +48,56 @@ class MemoryFrameStream:
         return self._max
 
     async def send(self, frame: bytes) -> None:
-        if self._closed_reason is not None:
-            raise TransportClosed(self._closed_reason)
-        try:
-            await self._send.send(frame)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            raise TransportClosed("peer closed the in-memory link") from None
+        await self.send_many((frame,))
 
     async def send_many(self, frames: Sequence[bytes]) -> None:
-        backlog, self._backlog = self._backlog, []
-        for frame in (*backlog, *frames):
-            await self.send(frame)
+        self._check_open()
+        backlog = self._backlog
+        backlog.extend(frames)
+        # One task drains the backlog at a time, so no frame is sent twice or
+        # overtakes another; what others add meanwhile rides along.
+        async with self._draining:
+            while backlog:
+                await self._put(backlog[0])
+                backlog.popleft()
 
     def send_nowait(self, frames: Sequence[bytes]) -> bool:
-        """Hand frames over without waiting; True unless the buffer was full (see send_many)."""
-        if self._closed_reason is not None:
-            raise TransportClosed(self._closed_reason)
-        if self._backlog:
-            self._backlog.extend(frames)
+        """Hand frames over without waiting; False if some wait for ``send_many`` (buffer full)."""
+        self._check_open()
+        backlog = self._backlog
+        if backlog or self._draining.locked():
+            backlog.extend(frames)
             return False
         for n, frame in enumerate(frames):
             try:
                 self._send.send_nowait(frame)
             except anyio.WouldBlock:
-                self._backlog.extend(frames[n:])
+                backlog.extend(frames[n:])
                 return False
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                raise TransportClosed("peer closed the in-memory link") from None
+                raise self._peer_closed() from None
         return True
 
-    async def receive(self) -> bytes:
+    def _check_open(self) -> None:
         if self._closed_reason is not None:
             raise TransportClosed(self._closed_reason)
+
+    async def _put(self, frame: bytes) -> None:
+        try:
+            await self._send.send(frame)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._backlog.clear()  # nothing will carry it now; send_nowait must raise too
+            raise self._peer_closed() from None
+
+    def _peer_closed(self) -> TransportClosed:
+        return TransportClosed(self._closed_reason or "peer closed the in-memory link")
+
+    async def receive(self) -> bytes:
+        self._check_open()
         try:
             frame = await self._receive.receive()
         except anyio.EndOfStream:
-            raise TransportClosed("peer closed the in-memory link") from None
+            raise self._peer_closed() from None
         except anyio.ClosedResourceError:
             raise TransportClosed(self._closed_reason or "closed") from None
         if len(frame) > self._max:

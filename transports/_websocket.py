@@ -56,7 +56,7 @@ _HEAD: Final = 512
 
 
 class CloseCode(enum.IntEnum):
-    """Every close code the mesh sends, and what it means."""
+    """Every close code the mesh sends or reports, and what it means."""
 
     NORMAL = 1000
     """The link was closed on purpose."""
@@ -64,6 +64,10 @@ class CloseCode(enum.IntEnum):
     """The daemon (or agent) is shutting down."""
     PROTOCOL_ERROR = 1002
     """The peer broke the WebSocket protocol."""
+    ABNORMAL_CLOSURE = 1006
+    """Never sent: reported when the connection dropped without a close frame."""
+    INVALID_DATA = 1007
+    """A text frame was not valid UTF-8 (RFC 6455 8.1); the connection is failed."""
     MESSAGE_TOO_BIG = 1009
     """A frame exceeded the hard size limit (see the module docstring)."""
     INTERNAL_ERROR = 1011
@@ -76,6 +80,23 @@ class CloseCode(enum.IntEnum):
     """Nothing to watch there (e.g. an unknown room id)."""
     FELL_BEHIND = 4008
     """A watcher read too slowly and missed changes; reconnect for a fresh snapshot."""
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _check_utf8(frame: bytes) -> None:
+    try:
+        frame.decode()
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"a WebSocket frame is sent as text and must be UTF-8: {exc.reason} at byte {exc.start}"
+        ) from None
 
 
 class ConnectFailed(TransportClosed):
@@ -119,6 +140,7 @@ class WebSocketStream:
         self._ready: deque[bytes | FrameTooLarge] = deque()
         self._fragments: list[bytes] = []
         self._fragment_size = 0
+        self._text = True  # the message being assembled began with a TEXT frame
         self._closed: TransportClosed | None = None
         self._closing = False
         # The read or send right after an uncontended acquire is a checkpoint of its
@@ -149,13 +171,28 @@ class WebSocketStream:
         await self.send_many((frame,))
 
     async def send_many(self, frames: Sequence[bytes]) -> None:
+        self._queue(frames)
+        await self._flush()
+
+    def send_nowait(self, frames: Sequence[bytes]) -> bool:
+        """Queue frames in the protocol; False: they go out with the next ``send_many``.
+
+        Writing to the socket is always a wait here, so this never writes; it lets
+        a caller queue frames with no task switch and flush them from one writer.
+        """
+        self._queue(frames)
+        return not frames
+
+    def _queue(self, frames: Sequence[bytes]) -> None:
         if self._closed is not None:
             raise self._closed
         if self._protocol.state is not State.OPEN:
             raise self._mark_closed()
+        send_text = self._protocol.send_text
         for frame in frames:
-            self._protocol.send_text(frame)
-        await self._flush()
+            if not frame.isascii():
+                _check_utf8(frame)  # a peer would close with 1007: refuse it here
+            send_text(frame)
 
     async def _flush(self) -> None:
         chunks = self._protocol.data_to_send()
@@ -205,21 +242,23 @@ class WebSocketStream:
     def process_events(self) -> None:
         """Move what the protocol parsed into the frame queue."""
         for event in self._protocol.events_received():
-            if isinstance(event, Frame):
-                self._handle_frame(event)
+            if isinstance(event, Frame) and not self._handle_frame(event):
+                break  # the connection failed: nothing after the bad frame counts
         if self._protocol.state in (State.CLOSING, State.CLOSED):
             self._mark_closed()  # no data frame follows a close frame
 
-    def _handle_frame(self, frame: Frame) -> None:
+    def _handle_frame(self, frame: Frame) -> bool:
+        """Queue what a data frame completes; False if it failed the connection."""
         opcode = frame.opcode
         if opcode is Opcode.PONG:
             self._pong.set()
-            return
+            return True
         if opcode not in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT):
-            return  # pings are answered by the protocol; close is handled by its state
+            return True  # pings are answered by the protocol; close is handled by its state
         if opcode is not Opcode.CONT:
             self._fragments.clear()
             self._fragment_size = 0
+            self._text = opcode is Opcode.TEXT
         self._fragment_size += len(frame.data)
         if self._fragment_size <= self._config.max_frame_size:
             self._fragments.append(bytes(frame.data))
@@ -228,22 +267,34 @@ class WebSocketStream:
         else:
             self._fragments.append(bytes(frame.data[:_HEAD]))
         if not frame.fin:
-            return
+            return True
         size = self._fragment_size
         message = b"".join(self._fragments)
         self._fragments.clear()
         self._fragment_size = 0
         if size > self._config.max_frame_size:
+            # Dropped unread, so not checked for UTF-8 either: only its head was kept.
             self._ready.append(FrameTooLarge(size, self._config.max_frame_size, message[:_HEAD]))
+        elif self._text and not message.isascii() and not _is_utf8(message):
+            self._fail(CloseCode.INVALID_DATA, "invalid UTF-8 in a text frame")
+            return False
         else:
             self._ready.append(message)
+        return True
 
-    def _mark_closed(self, why: str | None = None) -> TransportClosed:
+    def _fail(self, code: CloseCode, reason: str) -> None:
+        """Fail the connection (RFC 6455 7.1.7): the close frame goes out with the next flush."""
+        log.info("websocket.failed", peer=self._info.peer, code=int(code), reason=reason)
+        self._protocol.fail(code, reason)
+        self._mark_closed(f"closed with code {int(code)} ({reason})", code=code)
+
+    def _mark_closed(self, why: str | None = None, *, code: int | None = None) -> TransportClosed:
         if self._closed is None:
             protocol = self._protocol
             # The peer's close frame, as soon as it arrived (``close_code`` waits for CLOSED).
             received = protocol.close_rcvd
-            code = received.code if received is not None else protocol.close_code
+            if code is None:
+                code = received.code if received is not None else protocol.close_code
             if why is None:
                 reason = received.reason if received is not None else ""
                 if code is None:
@@ -297,8 +348,8 @@ class WebSocketStream:
             with anyio.move_on_after(self._config.close_timeout):
                 if protocol.state is State.OPEN:
                     protocol.send_close(code, reason)
-                    with suppress(TransportClosed):
-                        await self._flush()
+                with suppress(TransportClosed):
+                    await self._flush()  # our close frame, or one a failure queued
                 async with self._read_lock:
                     while protocol.state is not State.CLOSED and self._closed is None:
                         await self._read_some()
@@ -396,7 +447,8 @@ async def open_websocket(
         raise ConnectFailed(f"WebSocket handshake with {shown} failed: {status}")
     ws = WebSocketStream(stream, protocol, info=TransportInfo("websocket", shown), config=config)
     for frame in early_frames:  # frames that arrived with the handshake (even a close)
-        ws._handle_frame(frame)
+        if not ws._handle_frame(frame):
+            break
     ws.process_events()
     with unwrap_single_error():
         async with anyio.create_task_group() as tg:

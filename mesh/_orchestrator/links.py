@@ -2,27 +2,32 @@
 
 Tokens are read here, from the environment variables the manifests name, and
 never stored anywhere but in the connectors (and, for agents that dial in, in
-the daemon's :class:`~transports.TokenAuthenticator`, as digests).
+the orchestrator's :class:`~transports.TokenAuthenticator`, as digests).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import structlog
+
 from mesh._errors import MeshError
-from mesh._orchestrator.orchestrator import AgentSpec, Connector
+from mesh._orchestrator.spec import AgentSpec
 from mesh.manifests._load import (
     DialInSection,
     HttpSection,
     Manifest,
+    ManifestError,
     StdioSection,
     WebSocketSection,
     load_manifests,
 )
 from transports import (
+    Connector,
     TokenAuthenticator,
     WebSocketConfig,
     open_http_client,
@@ -30,7 +35,23 @@ from transports import (
     open_websocket,
 )
 
-__all__ = ["dial_in_tokens", "spec_from_manifest", "specs_from_manifests"]
+__all__ = ["ManifestLinks", "dial_in_tokens", "links_from_manifests", "spec_from_manifest"]
+
+log = structlog.get_logger("mesh.orchestrator")
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestLinks:
+    """What a directory of manifests gives an orchestrator.
+
+    ``specs`` links every usable agent; ``tokens`` are those that agents which dial
+    in must present; ``errors`` holds every manifest that did not load, could not
+    be linked, or names a dial-in token variable that is unset (none is fatal).
+    """
+
+    specs: list[AgentSpec]
+    tokens: TokenAuthenticator
+    errors: list[MeshError]
 
 
 def spec_from_manifest(
@@ -77,22 +98,36 @@ def spec_from_manifest(
     )
 
 
-def specs_from_manifests(
+def links_from_manifests(
     directory: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None
-) -> tuple[list[AgentSpec], list[MeshError]]:
-    """Every good manifest in ``directory`` as a spec; every problem as an error (none fatal)."""
+) -> ManifestLinks:
+    """Load ``directory`` once: a spec per good manifest, the dial-in tokens, every problem.
+
+    Each problem is logged as it is found: ``mesh.manifest_invalid`` (the file does
+    not load), ``mesh.manifest_unusable`` (it loads but cannot be linked, e.g. its
+    token variable is unset), ``mesh.token_missing`` (a dial-in token is unset).
+    """
     loaded = load_manifests(Path(directory))
+    errors: list[MeshError] = []
+    for invalid in loaded.errors:
+        log.error("mesh.manifest_invalid", error=str(invalid))
+        errors.append(invalid)
     specs: list[AgentSpec] = []
-    errors: list[MeshError] = list(loaded.errors)
     for agent_id, manifest in loaded.manifests.items():
         try:
             specs.append(spec_from_manifest(manifest, environ=environ))
         except MeshError as exc:
             source = loaded.sources.get(agent_id)
-            errors.append(
-                exc.in_file(source) if source is not None and hasattr(exc, "in_file") else exc
-            )
-    return specs, errors
+            unusable = exc
+            if isinstance(exc, ManifestError) and source is not None:
+                unusable = exc.in_file(source)
+            log.error("mesh.manifest_unusable", agent=agent_id, error=str(unusable))
+            errors.append(unusable)
+    tokens, token_errors = dial_in_tokens(loaded.manifests, environ=environ)
+    for missing in token_errors:
+        log.error("mesh.token_missing", error=str(missing))
+        errors.append(missing)
+    return ManifestLinks(specs, tokens, errors)
 
 
 def dial_in_tokens(

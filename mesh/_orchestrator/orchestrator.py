@@ -14,10 +14,10 @@ every link, with the deadline carried along.
 
 from __future__ import annotations
 
-import math
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass, field
+import dataclasses
+import os
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
 from typing import Any, Final, Self
 
 import anyio
@@ -25,20 +25,18 @@ import anyio.abc
 import msgspec
 import structlog
 
-from mesh._errors import AgentUnavailable, InvalidParams, MeshError, MethodNotFound
-from mesh._rpc.peer import Peer, ProgressCallback, RequestContext, open_peer
-from mesh._rpc.reconnect import (
-    ConnectionEvent,
-    ReconnectingPeer,
-    ReconnectPolicy,
-    open_reconnecting_peer,
-)
-from mesh._rpc.session import SessionConfig
-from mesh._sdk.agent import Agent
+from mesh._errors import AgentUnavailable, MeshError
+from mesh._orchestrator.links import links_from_manifests
+from mesh._orchestrator.router import Router
+from mesh._orchestrator.spec import AgentSpec, Outcome
+from mesh._rpc.caller import Caller, ProgressCallback
+from mesh._rpc.connect import handshake
+from mesh._rpc.peer import Peer, open_peer
+from mesh._rpc.reconnect import ConnectionEvent, ReconnectPolicy, open_reconnecting_peer
 from registry import AgentId, AgentRecord, AgentStatus, Registry, run_expiry
-from transports import FrameStream, memory_stream_pair, unwrap_single_error
+from transports import FrameStream, TokenAuthenticator, unwrap_single_error
 
-__all__ = ["AgentSpec", "MeshOrchestrator", "Outcome", "local_connector"]
+__all__ = ["MeshOrchestrator"]
 
 log = structlog.get_logger("mesh.orchestrator")
 
@@ -46,91 +44,20 @@ log = structlog.get_logger("mesh.orchestrator")
 DEFAULT_BROADCAST_TIMEOUT: Final = 10.0
 #: Closing every link at shutdown (stdio children included) gets this long in total.
 CLOSE_LINKS_TIMEOUT: Final = 10.0
-#: A link is only torn down for silence this long after the registry's TTL: the
-#: registry says offline first, and a frozen agent that thaws comes back on the
-#: same link (seen in tests with SIGSTOP / SIGCONT).
-LINK_SILENCE_GRACE: Final = 60.0
-
-Connector = Callable[[], AbstractAsyncContextManager[FrameStream]]
-
-
-@dataclass(frozen=True, slots=True)
-class AgentSpec:
-    """What the orchestrator needs to know to link one agent (a manifest, distilled)."""
-
-    id: str
-    connector: Connector | None
-    name: str = ""
-    transport: str = "memory"
-    endpoint: str | None = None
-    capabilities: frozenset[str] = frozenset()
-    heartbeat_interval: float = 10.0
-    #: Seconds of silence before the agent is offline; 0 means three intervals.
-    heartbeat_ttl: float = 0.0
-    call_timeout: float = 30.0
-    max_frame_size: int = 1 << 20
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.heartbeat_ttl == 0.0:
-            object.__setattr__(self, "heartbeat_ttl", 3 * self.heartbeat_interval)
-
-    def session_config(self) -> SessionConfig:
-        return SessionConfig(
-            call_timeout=self.call_timeout,
-            heartbeat_interval=self.heartbeat_interval,
-            heartbeat_ttl=self.heartbeat_ttl + LINK_SILENCE_GRACE,
-            max_frame_size=self.max_frame_size,
-        )
-
-    def record(self) -> AgentRecord:
-        return AgentRecord(
-            id=AgentId(self.id),
-            name=self.name or self.id,
-            transport=self.transport,
-            endpoint=self.endpoint,
-            capabilities=self.capabilities,
-            metadata=dict(self.metadata),
-            heartbeat_interval=self.heartbeat_interval,
-            heartbeat_ttl=self.heartbeat_ttl,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """One agent's answer to a broadcast: a result, or the error that names why not."""
-
-    agent: str
-    result: Any = None
-    error: MeshError | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-class _RouteParams(msgspec.Struct, forbid_unknown_fields=True):
-    agent: str
-    method: str
-    params: Any = None
-    timeout: float | None = None
 
 
 class _Link:
-    """One agent's connection, whichever side dialled."""
+    """One agent's connection, whichever side dialled: a Caller either way."""
 
     def __init__(self, spec: AgentSpec) -> None:
         self.spec = spec
-        self.peer: ReconnectingPeer | Peer | None = None
+        self.peer: Caller | None = None
         self.last_error: str | None = None
         self.settled = anyio.Event()  # first connection attempt finished, either way
 
     @property
     def connected(self) -> bool:
-        peer = self.peer
-        if peer is None:
-            return False
-        return peer.connected if isinstance(peer, ReconnectingPeer) else not peer.closed
+        return self.peer is not None and self.peer.connected
 
 
 class MeshOrchestrator:
@@ -150,26 +77,37 @@ class MeshOrchestrator:
         connect_timeout: float = 10.0,
     ) -> None:
         self.registry = registry or Registry()
-        self._policy = policy or ReconnectPolicy()
+        # The orchestrator checks the registry before each call, so a call that
+        # finds its link down between two redials fails at once, never waits.
+        self._policy = dataclasses.replace(policy or ReconnectPolicy(), wait_for_connection=False)
         self._connect_timeout = connect_timeout
         self._links: dict[str, _Link] = {}
         self._pending_specs = list(specs)
         self._tasks: anyio.abc.TaskGroup | None = None
-        self._router = _Router(self)
+        self._router = Router(self)
+        #: What :meth:`from_manifests` could not use (each also logged), in file order.
         self.manifest_errors: list[MeshError] = []
+        #: The tokens agents that dial in must present (filled by :meth:`from_manifests`).
+        self.dial_in_tokens = TokenAuthenticator()
 
     @classmethod
     def from_manifests(
-        cls, directory: str | Any, *, environ: Mapping[str, str] | None = None, **kwargs: Any
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        environ: Mapping[str, str] | None = None,
+        **kwargs: Any,
     ) -> Self:
-        """Load every manifest in ``directory``; broken ones are kept in ``manifest_errors``."""
-        from mesh._orchestrator.links import specs_from_manifests
+        """Link every agent ``directory``'s manifests describe (see :func:`links_from_manifests`).
 
-        specs, errors = specs_from_manifests(directory, environ=environ)
-        orchestrator = cls(specs, **kwargs)
-        orchestrator.manifest_errors.extend(errors)
-        for error in errors:
-            log.error("mesh.manifest_invalid", error=str(error))
+        Broken manifests are skipped, logged and kept in ``manifest_errors``; the
+        tokens of agents that dial in go to ``dial_in_tokens``. ``kwargs`` go to
+        the constructor.
+        """
+        links = links_from_manifests(directory, environ=environ)
+        orchestrator = cls(links.specs, **kwargs)
+        orchestrator.manifest_errors.extend(links.errors)
+        orchestrator.dial_in_tokens = links.tokens
         return orchestrator
 
     # -- lifetime ----------------------------------------------------------------------
@@ -234,48 +172,41 @@ class MeshOrchestrator:
 
     async def call(
         self,
-        agent_id: str,
+        agent: str,
         method: str,
         params: Any = None,
         *,
         timeout: float | None = None,
         on_progress: ProgressCallback | None = None,
     ) -> Any:
-        """Call ``method`` on an agent. Unknown or offline agents fail at once.
-
-        ``on_progress`` receives the params of each ``progress`` the agent reports.
-        """
-        link = self._available(agent_id, method)
-        peer = link.peer
-        assert peer is not None
-        if isinstance(peer, ReconnectingPeer):
-            return await peer.call(
-                method,
-                params,
-                timeout=timeout,
-                on_progress=on_progress,
-                wait_for_connection=False,
-            )
-        return await peer.call(method, params, timeout=timeout, on_progress=on_progress)
+        """Call ``method`` on ``agent``. Unknown or offline agents fail at once."""
+        caller = self._caller(agent, method)
+        return await caller.call(method, params, timeout=timeout, on_progress=on_progress)
 
     async def call_tool(
-        self, agent_id: str, name: str, /, *, timeout: float | None = None, **arguments: Any
+        self,
+        agent: str,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> Any:
-        """Call one of an agent's tools: ``await mesh.call_tool("echo", "echo", message="hi")``."""
-        return await self.call(
-            agent_id, "tools/call", {"name": name, "arguments": arguments}, timeout=timeout
-        )
+        """Call one of an agent's tools: ``await mesh.call_tool("a", "echo", {"message": "hi"})``.
 
-    async def list_tools(
-        self, agent_id: str, *, timeout: float | None = None
-    ) -> list[dict[str, Any]]:
-        result = await self.call(agent_id, "tools/list", timeout=timeout)
-        return list(result["tools"])
+        ``arguments`` go to the tool as they are (a tool argument may be named
+        ``timeout``); ``timeout`` and ``on_progress`` are the call's own.
+        """
+        caller = self._caller(agent, "tools/call")
+        return await caller.call_tool(name, arguments, timeout=timeout, on_progress=on_progress)
 
-    async def ping(self, agent_id: str, *, timeout: float | None = None) -> float:
-        started = anyio.current_time()
-        await self.call(agent_id, "ping", timeout=timeout)
-        return anyio.current_time() - started
+    async def list_tools(self, agent: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        """``agent``'s tools: name, description and JSON Schema of the arguments."""
+        return await self._caller(agent, "tools/list").list_tools(timeout=timeout)
+
+    async def ping(self, agent: str, *, timeout: float | None = None) -> float:
+        """Round-trip a ``ping`` to ``agent``; returns the seconds it took."""
+        return await self._caller(agent, "ping").ping(timeout=timeout)
 
     async def broadcast(
         self,
@@ -313,6 +244,12 @@ class MeshOrchestrator:
             for agent_id in ids:
                 tg.start_soon(one, agent_id)
         return {agent_id: outcomes[agent_id] for agent_id in ids}
+
+    def _caller(self, agent_id: str, method: str) -> Caller:
+        """The link to call ``agent_id`` on; AgentUnavailable (saying why) if there is none."""
+        caller = self._available(agent_id, method).peer
+        assert caller is not None  # _available checked that it is connected
+        return caller
 
     def _available(self, agent_id: str, method: str) -> _Link:
         record = self.registry.get(AgentId(agent_id))
@@ -373,8 +310,6 @@ class MeshOrchestrator:
 
     async def serve_dial_in(self, stream: FrameStream, agent_id: str) -> None:
         """Serve a link an agent dialled in on (its token already said who it is)."""
-        from mesh._rpc.connect import handshake
-
         link = self._links.get(agent_id) or _Link(AgentSpec(agent_id, None, transport="websocket"))
         self._links[agent_id] = link
         spec = link.spec
@@ -411,12 +346,12 @@ class MeshOrchestrator:
         assert peer is not None
         while not peer.closed:
             with anyio.move_on_after(spec.heartbeat_interval):
-                await _wait_closed(peer)
+                await peer.wait_closed()
                 return
             if not link.connected or self.registry.get(agent_id) is None:
                 continue
             try:
-                await peer.call("ping", timeout=spec.heartbeat_interval, **_no_wait(peer))
+                await peer.call("ping", timeout=spec.heartbeat_interval)
             except MeshError:
                 continue  # no beat: the registry's clock takes it stale, then offline
             if self.registry.get(agent_id) is not None:
@@ -430,56 +365,10 @@ class MeshOrchestrator:
     def has_link(self, agent_id: str) -> bool:
         return agent_id in self._links
 
+    def linked_agents(self) -> list[str]:
+        """Every agent linked or awaited (dial-in), registered or not; in the order added."""
+        return [*self._links, *(spec.id for spec in self._pending_specs)]
+
     def link_error(self, agent_id: str) -> str | None:
         link = self._links.get(agent_id)
         return None if link is None else link.last_error
-
-
-def _no_wait(peer: ReconnectingPeer | Peer) -> dict[str, Any]:
-    return {"wait_for_connection": False} if isinstance(peer, ReconnectingPeer) else {}
-
-
-async def _wait_closed(peer: ReconnectingPeer | Peer) -> None:
-    if isinstance(peer, Peer):
-        await peer.wait_closed()
-    else:
-        await anyio.sleep(math.inf)  # a reconnecting peer is closed only by its owner
-
-
-class _Router:
-    """What the orchestrator serves on every link: agent-to-agent calls."""
-
-    def __init__(self, orchestrator: MeshOrchestrator) -> None:
-        self._orchestrator = orchestrator
-
-    async def handle_request(self, ctx: RequestContext, method: str, params: Any) -> Any:
-        if method != "mesh/call":
-            raise MethodNotFound(f"the mesh serves 'mesh/call', not {method!r}")
-        try:
-            route = msgspec.convert(params, _RouteParams)
-        except msgspec.ValidationError as exc:
-            raise InvalidParams(f"invalid mesh/call params: {exc}") from None
-        log.debug("mesh.route", to=route.agent, method=route.method)
-        return await self._orchestrator.call(
-            route.agent, route.method, route.params, timeout=route.timeout
-        )
-
-    def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:
-        log.debug("mesh.notification", method=method)
-
-
-@asynccontextmanager
-async def _serve_locally(agent: Agent) -> AsyncIterator[FrameStream]:
-    ours, theirs = memory_stream_pair()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(agent.serve, theirs)
-        try:
-            yield ours
-        finally:
-            await theirs.aclose()
-            tg.cancel_scope.cancel()
-
-
-def local_connector(agent: Agent) -> Connector:
-    """A connector that serves ``agent`` in this process over the memory transport."""
-    return lambda: _serve_locally(agent)

@@ -9,16 +9,17 @@ that :func:`open_peer` owns; nothing outlives its ``async with``.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, Final, Protocol
 
 import anyio
 import anyio.abc
+import sniffio
 import structlog
-from anyio._core._eventloop import get_async_backend  # public as anyio.lowlevel's, typed here
 
 from mesh._errors import (
     AgentUnavailable,
@@ -30,6 +31,7 @@ from mesh._errors import (
     Unauthorized,
     error_from_code,
 )
+from mesh._rpc.caller import CallMethods, ProgressCallback
 from mesh._rpc.session import (
     CallDone,
     CancelRequested,
@@ -40,6 +42,7 @@ from mesh._rpc.session import (
     Session,
     SessionConfig,
     SessionStatistics,
+    link_lost,
 )
 from mesh.protocol import MESH_CODEC, Codec, RequestId
 from transports import (
@@ -59,8 +62,6 @@ log = structlog.get_logger("mesh.peer")
 FLUSH_ON_CLOSE: Final = 0.5
 #: A routed call waits this much beyond the target's deadline for the mesh's answer.
 ROUTE_MARGIN: Final = 1.0
-
-ProgressCallback = Callable[[Mapping[str, Any]], None]
 
 
 class RequestHandler(Protocol):
@@ -144,8 +145,11 @@ class _Waiter:
         self.on_progress = on_progress
 
 
-class Peer:
-    """One live connection: call the other side, and serve its calls if given a handler."""
+class Peer(CallMethods):
+    """One live connection: call the other side, and serve its calls if given a handler.
+
+    A :class:`~mesh.Caller`: ``call_tool``, ``list_tools`` and ``ping`` are built on ``call``.
+    """
 
     def __init__(
         self,
@@ -174,15 +178,8 @@ class Peer:
         self._background = anyio.CancelScope()
         # A stream that can write without blocking lets callers send with no task
         # switch; the writer task only finishes what the transport could not take.
-        self._send_nowait: Callable[[Sequence[bytes]], bool] | None = getattr(
-            stream, "send_nowait", None
-        )
-        # The backend's own factories: anyio.Event() and friends look the backend
-        # up on every call, which is a measurable share of a call's cost.
-        backend = get_async_backend()
-        self._now = backend.current_time
-        self._new_event = backend.create_event
-        self._new_scope = backend.create_cancel_scope
+        self._send_nowait: Callable[[Sequence[bytes]], bool] = stream.send_nowait
+        self._now, self._new_event, self._new_scope = _loop_factories()
         #: What the peer said of itself in the handshake (``agent/info``), if any.
         self.remote_info: dict[str, Any] = {}
 
@@ -200,6 +197,11 @@ class Peer:
     @property
     def agent(self) -> str | None:
         return self._session.agent
+
+    @property
+    def connected(self) -> bool:
+        """True while the link is up (a peer never reconnects: then ``closed`` for good)."""
+        return not self._session.closed
 
     @property
     def closed(self) -> bool:
@@ -244,29 +246,6 @@ class Peer:
         if waiter.error is not None:
             raise waiter.error
         return waiter.result
-
-    async def call_tool(
-        self,
-        name: str,
-        arguments: Mapping[str, Any] | None = None,
-        *,
-        timeout: float | None = None,
-        on_progress: ProgressCallback | None = None,
-    ) -> Any:
-        """Call one of the peer's tools (``tools/call``) and return its result."""
-        params = {"name": name, "arguments": dict(arguments or {})}
-        return await self.call("tools/call", params, timeout=timeout, on_progress=on_progress)
-
-    async def list_tools(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
-        """The peer's tools: name, description and JSON Schema of the arguments."""
-        result = await self.call("tools/list", timeout=timeout)
-        return list(result["tools"])
-
-    async def ping(self, *, timeout: float | None = None) -> float:
-        """Round-trip a ``ping``; returns the seconds it took."""
-        started = anyio.current_time()
-        await self.call("ping", timeout=timeout)
-        return anyio.current_time() - started
 
     async def notify(self, method: str, params: Any = None) -> None:
         """Send a notification (no answer comes back)."""
@@ -331,9 +310,8 @@ class Peer:
         while not session.closed:
             await self._send_wakeup.wait()
             self._send_wakeup = self._new_event()
+            # Even with no new frames: send_many([]) finishes what send_nowait queued.
             frames = session.data_to_send()
-            if not frames and self._send_nowait is None:
-                continue
             try:
                 await self._stream.send_many(frames)
             except TransportClosed as exc:
@@ -426,7 +404,7 @@ class Peer:
     def _wake_writer(self) -> None:
         """Send what the session queued: at once if the stream can, else via the writer task."""
         send_nowait = self._send_nowait
-        if send_nowait is not None and not self._session.closed:
+        if not self._session.closed:
             frames = self._session.data_to_send()
             if not frames:
                 return
@@ -523,11 +501,27 @@ def _rejection_error(exc: FrameRejected) -> MeshError:
 
 
 def _lost_from(exc: TransportClosed) -> ConnectionLost:
-    error = ConnectionLost(exc.describe())
-    error.exit_code = exc.exit_code
-    error.close_code = exc.close_code
-    error.stderr_tail = exc.stderr_tail
-    return error
+    return link_lost(exc.describe(), exc)
+
+
+def _loop_factories() -> tuple[
+    Callable[[], float], Callable[[], anyio.Event], Callable[[], anyio.CancelScope]
+]:
+    """The running loop's clock, and its own ``Event`` and ``CancelScope`` classes.
+
+    ``anyio.current_time()``, ``anyio.Event()`` and ``anyio.CancelScope()`` look the
+    backend up on every call (sniffio, then a dict): about a microsecond each, a
+    measurable share of one call. So look it up once: the clock is the loop's own
+    (what ``anyio.current_time`` returns), and an instance's type is the backend's
+    class, which builds the next one directly.
+    """
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        clock: Callable[[], float] = trio.current_time
+    else:
+        clock = asyncio.get_running_loop().time
+    return clock, type(anyio.Event()), type(anyio.CancelScope())
 
 
 @asynccontextmanager

@@ -27,10 +27,11 @@ import anyio.abc
 import structlog
 
 from mesh._backoff import DEFAULT_BASE, DEFAULT_CAP, backoff
-from mesh._errors import CallTimeout, ConnectionLost, MeshError
+from mesh._errors import CallTimeout, ConnectionLost, MeshError, Unauthorized
 from mesh._rpc.boundary import map_transport_errors
+from mesh._rpc.caller import ProgressCallback
 from mesh._rpc.connect import DEFAULT_CONNECT_TIMEOUT, handshake
-from mesh._rpc.peer import Peer, ProgressCallback, RequestHandler, open_peer
+from mesh._rpc.peer import Peer, RequestHandler, open_peer
 from mesh._rpc.session import SessionConfig, SessionStatistics
 from transports import Connector, TransportError, unwrap_single_error
 
@@ -70,6 +71,11 @@ class ReconnectPolicy:
     #: What a call made while disconnected does unless it says otherwise: True waits
     #: for the connection (bounded by the call's own timeout), False fails at once.
     wait_for_connection: bool = True
+    #: A link closed with one of these codes, or a dial answered ``Unauthorized``, is
+    #: never redialled: the other side refused us (a wrong or revoked token, an id it
+    #: will not accept) and asking again cannot change its mind. 4001 and 4003 are
+    #: the mesh's "unauthorized" and "forbidden" close codes.
+    refusal_close_codes: frozenset[int] = frozenset({4001, 4003})
     #: Returns a float in [0, 1); replace it to make the schedule reproducible.
     random: Callable[[], float] = dataclasses.field(
         default=_random.random, compare=False, repr=False
@@ -113,7 +119,9 @@ _WARNINGS: Final = frozenset({"disconnected", "gave_up"})
 class ReconnectingPeer:
     """A :class:`~mesh.Peer` that redials when its link dies.
 
-    Made by :func:`open_reconnecting_peer`; calls go to the current connection.
+    Made by :func:`open_reconnecting_peer`; a :class:`~mesh.Caller` whose calls go
+    to the current connection (``call_tool``, ``list_tools`` and ``ping`` are that
+    connection's own, once it is there).
     """
 
     def __init__(
@@ -182,6 +190,15 @@ class ReconnectingPeer:
         return _sum(self._earlier, self._latest.statistics())
 
     @property
+    def close_error(self) -> ConnectionLost | None:
+        """Why it will never connect again (gave up, or closed locally); None until then.
+
+        When it gave up because the other side refused it, ``__cause__`` is the
+        refusal (an :class:`~mesh.Unauthorized`, or the close that said so).
+        """
+        return self._ended
+
+    @property
     def current(self) -> Peer | None:
         """The live connection underneath, if any (e.g. ``current.stream.pid`` over stdio)."""
         return self._live_peer()
@@ -219,24 +236,16 @@ class ReconnectingPeer:
         on_progress: ProgressCallback | None = None,
         wait_for_connection: bool | None = None,
     ) -> Any:
-        """Call one of the agent's tools (``tools/call``) and return its result."""
-        params = {"name": name, "arguments": dict(arguments or {})}
-        return await self.call(
-            "tools/call",
-            params,
-            timeout=timeout,
-            on_progress=on_progress,
-            wait_for_connection=wait_for_connection,
-        )
+        """Call one of the agent's tools (``tools/call``); see :meth:`mesh.Peer.call_tool`."""
+        peer, remaining = await self._peer_for("tools/call", timeout, wait_for_connection)
+        return await peer.call_tool(name, arguments, timeout=remaining, on_progress=on_progress)
 
     async def list_tools(
         self, *, timeout: float | None = None, wait_for_connection: bool | None = None
     ) -> list[dict[str, Any]]:
         """The agent's tools: name, description and JSON Schema of the arguments."""
-        result = await self.call(
-            "tools/list", timeout=timeout, wait_for_connection=wait_for_connection
-        )
-        return list(result["tools"])
+        peer, remaining = await self._peer_for("tools/list", timeout, wait_for_connection)
+        return await peer.list_tools(timeout=remaining)
 
     async def ping(
         self, *, timeout: float | None = None, wait_for_connection: bool | None = None
@@ -263,6 +272,11 @@ class ReconnectingPeer:
         if peer is None:
             raise self._unavailable(method)
         peer.notify_nowait(method, params)
+
+    async def wait_closed(self) -> None:
+        """Wait until it will never connect again: closed, or gave up (see ``closed``)."""
+        while self._ended is None:
+            await self._changed.wait()
 
     async def aclose(self) -> None:
         """Stop reconnecting and close the connection; bounded, and safe to call twice."""
@@ -362,7 +376,13 @@ class ReconnectingPeer:
                 await anyio.sleep(delay)
             wait_first = True
             self._attempt += 1
-            if await self._connection(task_status if not started else None):
+            came_up = await self._connection(task_status if not started else None)
+            if self._refused():
+                self._give_up()
+                if not started:
+                    task_status.started()
+                return
+            if came_up:
                 started = True
                 delays, limit = policy.delays(), policy.max_attempts
             elif limit is not None and self._attempt >= limit:
@@ -436,12 +456,18 @@ class ReconnectingPeer:
         # Not logged here: the "reconnecting" or "gave_up" line that follows names it.
         self._last_error = error
 
+    def _refused(self) -> bool:
+        """Did the other side refuse us (see ``ReconnectPolicy.refusal_close_codes``)?"""
+        error = self._last_error
+        close_code = getattr(error, "close_code", None)
+        return isinstance(error, Unauthorized) or close_code in self._policy.refusal_close_codes
+
     def _give_up(self) -> None:
         verb = "reconnecting" if self._ever_connected else "connecting"
         plural = "" if self._attempt == 1 else "s"
+        why = f"after {self._attempt} attempt{plural}" + (", refused" if self._refused() else "")
         error = ConnectionLost(
-            f"gave up {verb} to agent {self._agent!r} after {self._attempt} attempt{plural}: "
-            f"{_describe(self._last_error)}"
+            f"gave up {verb} to agent {self._agent!r} {why}: {_describe(self._last_error)}"
         )
         error.__cause__ = self._last_error
         self._ended = error

@@ -15,7 +15,7 @@ import dataclasses
 import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import structlog
 
@@ -59,6 +59,7 @@ __all__ = [
     "Session",
     "SessionConfig",
     "SessionStatistics",
+    "link_lost",
 ]
 
 log = structlog.get_logger("mesh.session")
@@ -638,13 +639,41 @@ class Session:
         """A fresh ConnectionLost for one call, carrying the link's cause."""
         cause = self._close_error
         assert cause is not None
-        failure = ConnectionLost(
-            cause.message, agent=self._label.agent, method=method, transport=self._label.transport
+        return link_lost(
+            cause.message,
+            cause,
+            agent=self._label.agent,
+            method=method,
+            transport=self._label.transport,
         )
-        failure.exit_code = cause.exit_code
-        failure.close_code = cause.close_code
-        failure.stderr_tail = cause.stderr_tail
-        return failure
+
+
+class LinkEnding(Protocol):
+    """How a link ended, as :class:`transports.TransportClosed` and ConnectionLost tell it."""
+
+    @property
+    def exit_code(self) -> int | None: ...
+    @property
+    def close_code(self) -> int | None: ...
+    @property
+    def stderr_tail(self) -> tuple[str, ...]: ...
+
+
+def link_lost(
+    message: str,
+    ending: LinkEnding,
+    *,
+    agent: str | None = None,
+    method: str | None = None,
+    transport: str | None = None,
+) -> ConnectionLost:
+    """A ConnectionLost saying ``message`` that carries how the link ended (exit code,
+    close code, last stderr lines), so every error a dead link causes names its cause."""
+    error = ConnectionLost(message, agent=agent, method=method, transport=transport)
+    error.exit_code = ending.exit_code
+    error.close_code = ending.close_code
+    error.stderr_tail = ending.stderr_tail
+    return error
 
 
 def _describe(method: str, params: Any) -> str:

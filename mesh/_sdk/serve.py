@@ -11,18 +11,17 @@ from __future__ import annotations
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
-import anyio
 import structlog
 
 from mesh._errors import ConnectionLost, Unauthorized
 from mesh._rpc.exchange import Exchange
-from mesh._rpc.reconnect import ReconnectPolicy
+from mesh._rpc.reconnect import ReconnectPolicy, open_reconnecting_peer
 from mesh._rpc.session import SessionConfig
 from mesh._sdk.agent import Agent
 from transports import (
     CloseCode,
-    ConnectFailed,
     HttpRequest,
     HttpResponse,
     HttpServer,
@@ -119,36 +118,44 @@ async def serve_agent_dial_in(
 ) -> None:
     """Dial in to a daemon's ``/ws`` and serve ``agent`` over that link, for ever.
 
-    When the link drops the agent redials with backoff (``policy``); every dial
-    re-authenticates. A 4001 or 4003 close means the token is wrong for this
-    agent: retrying cannot help, so :class:`~mesh.Unauthorized` is raised.
+    The link is a :class:`~mesh.ReconnectingPeer` serving the agent: when it drops
+    the agent redials with backoff (``policy``), and every dial re-authenticates. A
+    refusal (close 4001 or 4003, see ``ReconnectPolicy.refusal_close_codes``) means
+    the token is wrong for this agent: retrying cannot help, so
+    :class:`~mesh.Unauthorized` is raised; running out of attempts raises
+    :class:`~mesh.ConnectionLost`.
     """
-    policy = policy or ReconnectPolicy()
     session_config = config or SessionConfig()
     ws_config = websocket_config or WebSocketConfig(max_frame_size=session_config.max_frame_size)
-    failures = 0
-    delays = policy.delays()
-    while True:
-        try:
-            async with open_websocket(
-                url,
-                token=token,
-                headers=[("X-Agent-Id", agent.id)],
-                ssl_context=ssl_context,
-                config=ws_config,
-            ) as stream:
-                log.info("agent.dial_ins", agent=agent.id, url=stream.info.peer)
-                failures, delays = 0, policy.delays()
-                await agent.serve(stream, config=session_config)
-                code = stream.close_code
-            if code in (CloseCode.UNAUTHORIZED, CloseCode.FORBIDDEN):
-                raise Unauthorized(f"{url} refused the token (close code {code})", agent=agent.id)
-            log.warning("agent.link_lost", agent=agent.id, close_code=code)
-        except ConnectFailed as exc:
-            failures += 1
-            log.warning("agent.dial_failed", agent=agent.id, attempt=failures, error=str(exc))
-            if policy.max_attempts is not None and failures >= policy.max_attempts:
-                raise ConnectionLost(
-                    f"gave up dialling {url} after {failures} attempts: {exc}", agent=agent.id
-                ) from exc
-        await anyio.sleep(next(delays))
+    connector = partial(
+        open_websocket,
+        url,
+        token=token,
+        headers=[("X-Agent-Id", agent.id)],
+        ssl_context=ssl_context,
+        config=ws_config,
+    )
+    try:
+        async with open_reconnecting_peer(
+            connector,
+            agent=agent.id,
+            policy=policy or ReconnectPolicy(),
+            config=session_config,
+            handler=agent,
+        ) as link:
+            await link.wait_closed()
+            error = link.close_error
+    except ConnectionLost as exc:  # the first connection never came up
+        error = exc
+    if error is not None:
+        raise _refusal(error, url, agent.id) or error
+
+
+def _refusal(error: ConnectionLost, url: str, agent_id: str) -> Unauthorized | None:
+    cause = error.__cause__
+    code = getattr(cause, "close_code", None)
+    if isinstance(cause, Unauthorized) or code in (CloseCode.UNAUTHORIZED, CloseCode.FORBIDDEN):
+        refused = Unauthorized(f"{url} refused the token ({cause})", agent=agent_id)
+        refused.__cause__ = cause
+        return refused
+    return None

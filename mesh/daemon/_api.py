@@ -22,7 +22,8 @@ from mesh._errors import (
     MessageTooLarge,
     RemoteError,
 )
-from mesh._orchestrator.orchestrator import AgentSpec, MeshOrchestrator
+from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh._orchestrator.spec import AgentSpec
 from mesh.daemon._rooms import RoomRoutes
 from registry import AgentId, AgentRecord, InvalidAgentRecord, SubscriberOverflow, UnknownAgent
 from transports import (

@@ -35,12 +35,10 @@ import msgspec
 import structlog
 
 from mesh._errors import MeshError
-from mesh._orchestrator.links import dial_in_tokens, spec_from_manifest
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.daemon._api import DaemonApi
 from mesh.daemon._page import PageFiles, PeopleRoutes
 from mesh.daemon._rooms import RoomRoutes, observer_room_id
-from mesh.manifests._load import load_manifests
 from mesh.rooms import RoomManager
 from transports import (
     CloseCode,
@@ -126,20 +124,8 @@ async def serve_daemon(
     task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the daemon until SIGINT/SIGTERM (or cancellation); returns after a graceful stop."""
-    loaded = load_manifests(Path(settings.manifests))
-    for error in loaded.errors:
-        log.error("daemon.manifest_invalid", error=str(error))
-    specs = []
-    for agent_id, manifest in loaded.manifests.items():
-        try:
-            specs.append(spec_from_manifest(manifest, environ=environ))
-        except MeshError as exc:
-            log.error("daemon.manifest_unusable", agent=agent_id, error=str(exc))
-    tokens, token_errors = dial_in_tokens(loaded.manifests, environ=environ)
-    for token_error in token_errors:
-        log.error("daemon.token_missing", error=str(token_error))
-
-    orchestrator = MeshOrchestrator(specs)
+    # Logs each broken manifest (invalid, unusable, or a dial-in token unset) and goes on.
+    orchestrator = MeshOrchestrator.from_manifests(settings.manifests, environ=environ)
     rooms = RoomManager.for_orchestrator(orchestrator, settings.data_dir)
     room_routes = RoomRoutes(rooms)
     api = DaemonApi(orchestrator, room_routes)
@@ -163,7 +149,7 @@ async def serve_daemon(
         finally:
             dial_ins.discard(stream)
 
-    dial_in_upgrade = websocket_upgrade_handler(dial_in, authenticator=tokens)
+    dial_in_upgrade = websocket_upgrade_handler(dial_in, authenticator=orchestrator.dial_in_tokens)
 
     async def watch_agents(stream: WebSocketStream, _: str | None) -> None:
         await api.watch_agents(stream)
@@ -203,7 +189,10 @@ async def serve_daemon(
         announcement = {"event": "listening", "http": server.url, "ws": f"{server.ws_url}/ws"}
         print(json.dumps(announcement), flush=True)
         log.info(
-            "daemon.listening", url=server.url, agents=len(specs), manifests=settings.manifests
+            "daemon.listening",
+            url=server.url,
+            agents=len(orchestrator.linked_agents()),
+            manifests=settings.manifests,
         )
         task_status.started(server.url)
         if handle_signals:

@@ -24,8 +24,8 @@ from typing import Final
 
 import anyio
 
+from mesh import AgentSpec, MeshOrchestrator, local_connector
 from mesh._logging import configure_logging
-from mesh._orchestrator.orchestrator import AgentSpec, MeshOrchestrator, local_connector
 from mesh.agents.persona import PersonaAgent
 from mesh.demo._llama import LlamaServer, LlamaUnavailable, open_llama_server
 from mesh.manifests._types import Persona

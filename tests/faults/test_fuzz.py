@@ -84,6 +84,19 @@ oversized = st.builds(
 frames = st.binary(max_size=200) | near_misses | valid | oversized
 
 
+def _is_utf8(frame: bytes) -> bool:
+    try:
+        frame.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+#: WebSocket sends text frames, which must be UTF-8 (otherwise: 1007, see
+#: test_websocket_invalid_utf8.py).
+text_frames = frames.filter(_is_utf8)
+
+
 @dataclass(frozen=True, slots=True)
 class Owed:
     """What a frame deserves: an answer (with this id and, if known, this code), or none."""
@@ -236,7 +249,7 @@ async def test_every_rpc_body_gets_a_json_answer_and_never_a_5xx(live: Live, bod
 
 
 @LIVE
-@given(frame=frames)
+@given(frame=text_frames)
 async def test_every_websocket_frame_gets_its_answer_and_the_link_lives(
     live: Live, frame: bytes
 ) -> None:

@@ -57,5 +57,6 @@ async def test_sigstop_goes_stale_then_offline_and_sigcont_brings_it_back() -> N
                     break
         record = mesh.registry.get(AgentId("frozen"))
         assert record is not None and record.status is AgentStatus.ONLINE
-        assert await mesh.call_tool("frozen", "echo", message="thawed") == {"message": "thawed"}
+        thawed = {"message": "thawed"}
+        assert await mesh.call_tool("frozen", "echo", thawed) == thawed
         assert links == [stream], "the same link came back: no second process was started"

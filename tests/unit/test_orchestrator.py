@@ -7,15 +7,19 @@ import pytest
 
 from mesh import (
     Agent,
+    AgentSpec,
     AgentUnavailable,
+    Caller,
     CallTimeout,
     ConnectionLost,
+    MeshOrchestrator,
     ReconnectPolicy,
     RequestContext,
+    local_connector,
+    open_reconnecting_peer,
 )
-from mesh._orchestrator.orchestrator import AgentSpec, MeshOrchestrator, local_connector
 from mesh.agents.echo import agent as echo_agent
-from mesh.testing import KillableConnector
+from mesh.testing import KillableConnector, open_memory_peer
 from registry import AgentId, AgentStatus
 
 pytestmark = pytest.mark.anyio
@@ -27,16 +31,16 @@ def spec(agent_id: str, agent: Agent = echo_agent) -> AgentSpec:
 
 async def test_call_route_and_fail_fast() -> None:
     async with MeshOrchestrator([spec("a"), spec("b")]) as mesh:
-        assert await mesh.call_tool("a", "echo", message="hi") == {"message": "hi"}
+        assert await mesh.call_tool("a", "echo", {"message": "hi"}) == {"message": "hi"}
         # agent a asks agent b, through the mesh
-        assert await mesh.call_tool("a", "relay", to="b", message="via a") == {
+        assert await mesh.call_tool("a", "relay", {"to": "b", "message": "via a"}) == {
             "from": "b",
             "message": "via a",
         }
         with pytest.raises(AgentUnavailable, match="no agent 'nobody' is registered"):
             await mesh.call("nobody", "ping")
         with pytest.raises(AgentUnavailable, match="no agent 'ghost'"):
-            await mesh.call_tool("a", "relay", to="ghost", message="x")
+            await mesh.call_tool("a", "relay", {"to": "ghost", "message": "x"})
         assert {r.id for r in mesh.agents()} == {"a", "b"}
         assert all(r.status is AgentStatus.ONLINE for r in mesh.agents())
 
@@ -56,7 +60,7 @@ async def test_routed_calls_keep_their_deadline_and_name_the_target() -> None:
             anyio.fail_after(10),
             pytest.raises(CallTimeout, match=r"no response within 0\.3 s") as timed_out,
         ):
-            await mesh.call_tool("r", "slow_relay", to="b")
+            await mesh.call_tool("r", "slow_relay", {"to": "b"})
         assert "agent 'b'" in timed_out.value.message or "agent 'b'" in str(timed_out.value)
 
 
@@ -96,3 +100,54 @@ async def test_an_offline_agent_fails_at_once() -> None:
         # A wait would end in CallTimeout (30 s) or the 10 s guard, not AgentUnavailable.
         with anyio.fail_after(10), pytest.raises(AgentUnavailable, match="offline"):
             await mesh.call("a", "ping")
+
+
+#: An agent whose one tool takes arguments named like the call's own options.
+options_agent = Agent("options")
+
+
+@options_agent.tool
+def options(timeout: float, on_progress: str) -> dict[str, object]:
+    return {"timeout": timeout, "on_progress": on_progress}
+
+
+OPTION_NAMED = {"timeout": 600.0, "on_progress": "not a callback"}
+
+
+async def test_a_tool_argument_named_timeout_reaches_the_tool() -> None:
+    async with MeshOrchestrator([spec("o", options_agent)]) as mesh:
+        assert await mesh.call_tool("o", "options", OPTION_NAMED, timeout=5) == OPTION_NAMED
+    async with open_memory_peer(options_agent) as peer:
+        assert await peer.call_tool("options", OPTION_NAMED, timeout=5) == OPTION_NAMED
+    connector = local_connector(options_agent)
+    async with open_reconnecting_peer(connector, agent="options") as reconnecting:
+        assert await reconnecting.call_tool("options", OPTION_NAMED, timeout=5) == OPTION_NAMED
+
+
+async def call_everything(caller: Caller) -> None:
+    """Every Caller method, written once against the protocol, for either kind of peer."""
+    assert caller.connected and not caller.closed and caller.agent == "echo"
+    before = caller.statistics().calls_succeeded  # a reconnecting peer's handshake is one
+    assert await caller.call("tools/call", {"name": "echo", "arguments": {"message": "a"}}) == {
+        "message": "a"
+    }
+    assert await caller.call_tool("echo", {"message": "b"}) == {"message": "b"}
+    assert "echo" in {tool["name"] for tool in await caller.list_tools()}
+    assert await caller.ping() >= 0
+    await caller.notify("hello")
+    caller.notify_nowait("hello again")
+    assert caller.statistics().calls_succeeded == before + 4
+    await caller.aclose()
+    with anyio.fail_after(5):
+        await caller.wait_closed()
+    assert (caller.closed, caller.connected) == (True, False)  # read again after closing
+
+
+async def test_both_peers_are_callers() -> None:
+    async with open_memory_peer(echo_agent) as peer:
+        assert isinstance(peer, Caller)
+        await call_everything(peer)
+    connector = local_connector(echo_agent)
+    async with open_reconnecting_peer(connector, agent="echo") as reconnecting:
+        assert isinstance(reconnecting, Caller)
+        await call_everything(reconnecting)

@@ -6,7 +6,7 @@ wait for a condition: tests wait on connection events, guarded by ``fail_after``
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,6 +23,7 @@ from mesh import (
     Peer,
     ReconnectingPeer,
     ReconnectPolicy,
+    Unauthorized,
     open_reconnecting_peer,
     serve_peer,
 )
@@ -45,6 +46,7 @@ class MemoryServer:
         self.refuse = 0  # the next N dials fail
         self.down = False  # every dial fails until start()
         self.hang = False  # dials never complete
+        self.refusal: BaseException | None = None  # every dial fails with this
         self.dials = 0
 
     @asynccontextmanager
@@ -52,6 +54,8 @@ class MemoryServer:
         self.dials += 1
         if self.hang:
             await anyio.sleep_forever()
+        if self.refusal is not None:
+            raise self.refusal
         if self.down or self.refuse:
             self.refuse = max(0, self.refuse - 1)
             raise TransportClosed(f"connection refused (dial {self.dials})")
@@ -75,6 +79,31 @@ class MemoryServer:
 
     def start(self) -> None:
         self.down = False
+
+
+class ClosesWith:
+    """A stream whose other side closes at once with a given reason (e.g. a close code)."""
+
+    def __init__(self, inner: MemoryFrameStream, closed: TransportClosed) -> None:
+        self._inner = inner
+        self._closed = closed
+        self.info = inner.info
+        self.max_frame_size = inner.max_frame_size
+
+    async def send(self, frame: bytes) -> None:
+        await self._inner.send(frame)
+
+    async def send_many(self, frames: Sequence[bytes]) -> None:
+        await self._inner.send_many(frames)
+
+    def send_nowait(self, frames: Sequence[bytes]) -> bool:
+        return self._inner.send_nowait(frames)
+
+    async def receive(self) -> bytes:
+        raise self._closed
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 class EventLog:
@@ -271,6 +300,7 @@ async def test_giving_up_fails_waiters_and_new_calls_and_says_so(server: MemoryS
                 tg.start_soon(waiter)
                 await events.wait_for("gave_up")
             assert peer.closed and peer.state == "gave_up" and not peer.connected
+            await peer.wait_closed()  # returns at once: it will never connect again
             with pytest.raises(ConnectionLost, match="gave up reconnecting") as new_call:
                 await echo(peer, "still there?")
             with pytest.raises(ConnectionLost, match="gave up reconnecting"):
@@ -311,6 +341,44 @@ async def test_without_initial_retries_the_open_raises_at_once(server: MemorySer
         "gave up connecting to agent 'echo' after 1 attempt: connection refused (dial 1)"
     )
     assert events.kinds == ["gave_up", "closed"] and server.dials == 1
+
+
+async def test_a_refused_dial_is_never_retried(server: MemoryServer) -> None:
+    events = EventLog()
+    refusal = Unauthorized("token refused")
+    refusal.close_code = 4001
+    server.refusal = refusal
+    with anyio.fail_after(GUARD), pytest.raises(ConnectionLost) as caught:
+        async with opener(server, events)():  # the policy would retry for ever
+            pytest.fail("should not connect")
+    assert server.dials == 1 and events.kinds == ["gave_up", "closed"]
+    assert str(caught.value).startswith(
+        "gave up connecting to agent 'echo' after 1 attempt, refused: "
+    )
+    assert caught.value.__cause__ is refusal
+
+
+async def test_a_link_closed_with_a_refusal_code_is_not_redialled() -> None:
+    dials = 0
+
+    @asynccontextmanager
+    async def closed_with_4003() -> AsyncIterator[FrameStream]:
+        nonlocal dials
+        dials += 1
+        client, server = memory_stream_pair()
+        closed = TransportClosed("closed with code 4003: impostor", close_code=4003)
+        try:
+            yield ClosesWith(client, closed)
+        finally:
+            await server.aclose()
+
+    events = EventLog()
+    connect = open_reconnecting_peer(closed_with_4003, agent="echo", on_event=events, policy=FAST)
+    with anyio.fail_after(GUARD), pytest.raises(ConnectionLost) as caught:
+        async with connect:
+            pytest.fail("should not connect")
+    assert dials == 1 and events.kinds == ["gave_up", "closed"]
+    assert "refused" in str(caught.value) and "4003" in str(caught.value)
 
 
 async def test_a_dial_that_hangs_is_bounded_by_the_connect_timeout(server: MemoryServer) -> None:
