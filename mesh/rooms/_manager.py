@@ -321,7 +321,10 @@ class RoomManager:
         theirs again. Their id is the name's slug. Raises :class:`RoomConflict` for a
         review or a stopped room, a name an agent of the room holds, or a full room."""
         name = _checked(clean_name, name)
-        room = await self._room(room_id)
+        return await self._take_seat(await self._room(room_id), AgentId(person_id(name)), name)
+
+    async def _take_seat(self, room: _Room, member_id: AgentId, name: str) -> Member:
+        room_id = room.state.room.id
         async with room.control:
             state = room.state
             if state.room.mode == "review":
@@ -332,7 +335,6 @@ class RoomManager:
                 raise RoomConflict(
                     f"room {room_id!r} has stopped ({state.stop_reason})", room=room_id
                 )
-            member_id = AgentId(person_id(name))
             seat = next((m for m in state.room.members if m.id == member_id), None)
             if seat is not None and not seat.human:
                 raise RoomConflict(
@@ -395,7 +397,7 @@ class RoomManager:
                 room=room_id,
             )
         if member.id not in room.desk.present:
-            await self.join(room_id, member.name)
+            await self._take_seat(room, member.id, member.name)  # back: present again
         awaited = room.desk.awaiting()
         status = room.desk.offer(member.id, text, interject=room.state.room.people.interject)
         turn = awaited[1] if status == "turn" and awaited else room.state.current_turn + 1

@@ -277,3 +277,31 @@ async def test_observers_see_a_reply_written_and_a_cut_reply_is_never_a_message(
     assert not any(isinstance(e, DeltaEvent) for e in recorded)
     transcript = assert_log_and_db_agree(tmp_path, "talk")
     assert transcript[0].text == "Half a reply, whole."
+
+
+async def test_a_seat_named_in_the_spec_is_taken_by_speaking(tmp_path: Path) -> None:
+    seat = Member(id=AgentId("cz"), name="Carol Z", kind="human")
+    spec = RoomSpec(
+        id="talk",
+        topic="Tea or coffee?",
+        members=("alice", seat, "bob"),
+        limits=Limits(retry_delay=0, max_turns=4),
+    )
+    speak = Held(personas(), at=2)
+    async with manager(tmp_path, speak) as rooms:
+        created = await rooms.create(spec)
+        assert created.room.member("cz") == Member(
+            id=AgentId("cz"), name="Carol Z", role="person", kind="human"
+        )
+        with anyio.fail_after(GUARD):
+            await speak.reached.wait()  # Carol Z is away, so Bob has turn 2
+        assert (await rooms.say("talk", "cz", "Hello, both."))["status"] == "queued"
+        speak.release.set()
+        snapshot = await rooms.wait("talk")
+    transcript = assert_log_and_db_agree(tmp_path, "talk")
+    assert [(m.agent_id, m.name) for m in transcript][:3] == [
+        ("alice", "Alice"),
+        ("bob", "Bob"),
+        ("cz", "Carol Z"),
+    ]
+    assert [m.id for m in snapshot.room.members] == ["alice", "cz", "bob"]
