@@ -189,6 +189,8 @@ class RoomRunner:
         self._finishing = False
         self.done = anyio.Event()
         self.verdict: Verdict | None = None
+        #: Whose turn is in flight (and which): an observer arriving now is told.
+        self.turn_open: tuple[Member, int] | None = None
 
     @property
     def _room(self) -> Room:
@@ -307,6 +309,7 @@ class RoomRunner:
     async def _attempt(self, request: TurnRequest) -> tuple[str | None, str, int | None]:
         """``(text, "", None)`` for a good reply, else ``(None, why, error code)``."""
         speaker = self._room.member(request.agent_id)
+        self.turn_open = (speaker, request.turn)
         self._delta(speaker, request.turn, "")  # the turn has begun: "… is writing"
         token = _DELTAS.set(partial(self._delta, speaker, request.turn))
         try:
@@ -321,6 +324,7 @@ class RoomRunner:
             return None, f"{type(exc).__name__}: {exc}", None
         finally:
             _DELTAS.reset(token)
+            self.turn_open = None
         if reply.room_id != request.room_id or reply.turn != request.turn:
             log.info(
                 "room.stale_reply_dropped", room=self._room.id, turn=request.turn, got=reply.turn
@@ -339,16 +343,26 @@ class RoomRunner:
             return None, "the agent replied with no text", None
         return reply.text, "", None
 
+    def opening(self) -> DeltaEvent | None:
+        """The ``DELTA`` that opened the turn in flight, for an observer arriving now."""
+        if self.turn_open is None:
+            return None
+        member, turn = self.turn_open
+        return msgspec.structs.replace(
+            self._delta_event(member, turn, ""), seq=self._state.last_seq
+        )
+
     def _delta(self, member: Member, turn: int, text: str) -> None:
-        self._journal.broadcast(
-            DeltaEvent(
-                room_id=self._room.id,
-                agent_id=member.id,
-                name=member.name,
-                role=member.role,
-                turn=turn,
-                text=text,
-            )
+        self._journal.broadcast(self._delta_event(member, turn, text))
+
+    def _delta_event(self, member: Member, turn: int, text: str) -> DeltaEvent:
+        return DeltaEvent(
+            room_id=self._room.id,
+            agent_id=member.id,
+            name=member.name,
+            role=member.role,
+            turn=turn,
+            text=text,
         )
 
     def _message(self, request: TurnRequest, agent_id: str, text: str) -> MessageEvent:
@@ -413,12 +427,16 @@ class RoomRunner:
     async def _human_turn(self, plan: TurnPlan) -> Verdict | None:
         """Wait for a person's message; record it, or skip them, or pause, at the deadline."""
         member, people = plan.speaker, self._room.people
+        self.turn_open = (member, plan.turn)
         self._delta(member, plan.turn, "")  # the turn is theirs: pages show "your turn"
         text: str | None = None
-        with anyio.move_on_after(people.turn_timeout):
-            text = await self._desk.wait_for(member.id, plan.turn)
-            if text is None:
-                return None  # they left (recorded by whoever saw them go): plan again
+        try:
+            with anyio.move_on_after(people.turn_timeout):
+                text = await self._desk.wait_for(member.id, plan.turn)
+                if text is None:
+                    return None  # they left (recorded by whoever saw them go): plan again
+        finally:
+            self.turn_open = None
         if text is None:
             why = f"did not answer turn {plan.turn} within {people.turn_timeout:g} s"
             if people.at_timeout == "pause":

@@ -309,6 +309,9 @@ class RoomManager:
         events = room.observers.attach(since=since, max_buffer=max_buffer, deltas=deltas)
         try:
             events.add_history(await self._thread(self._store.events, room_id, since))
+            opening = room.runner.opening() if deltas and room.runner is not None else None
+            if opening is not None:
+                events.add_opening(opening)  # whose turn it is, for a page opened mid-turn
             yield events
         finally:
             room.observers.detach(events)

@@ -58,13 +58,17 @@ class RoomEvents(Generic[E]):
         self.room_id = room_id
         self._receive = receive
         self._observer = observer
-        self._history: deque[RoomEvent] = deque()
+        self._history: deque[LiveEvent] = deque()
         self._last = since
         self._finished = False
 
     def add_history(self, events: Iterable[RoomEvent]) -> None:
         """Queue recorded events to yield before the live ones (older than ``since`` skipped)."""
         self._history.extend(e for e in events if e.seq > self._last)
+
+    def add_opening(self, event: DeltaEvent) -> None:
+        """Queue, after the history, the ``DELTA`` that opened the turn in flight."""
+        self._history.append(event)
 
     @property
     def last_seq(self) -> int:
@@ -77,12 +81,9 @@ class RoomEvents(Generic[E]):
     async def __anext__(self) -> E:
         if self._finished:
             raise StopAsyncIteration
-        if self._history:
-            event: LiveEvent = self._history.popleft()
-        else:
-            event = await self._next_live()
-            if isinstance(event, DeltaEvent):
-                return cast(E, event)  # unrecorded: it neither moves last_seq nor ends anything
+        event = self._history.popleft() if self._history else await self._next_live()
+        if isinstance(event, DeltaEvent):
+            return cast(E, event)  # unrecorded: it neither moves last_seq nor ends anything
         self._last = event.seq
         if _ends(event) and not self._history and not self._pending():
             self._finished = True

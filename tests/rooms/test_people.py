@@ -265,6 +265,7 @@ async def test_observers_see_a_reply_written_and_a_cut_reply_is_never_a_message(
     shown = (DeltaEvent, ErrorEvent, MessageEvent)
     pieces = [(type(e).__name__, getattr(e, "text", "")) for e in seen if isinstance(e, shown)]
     assert pieces == [
+        ("DeltaEvent", ""),  # watching mid-turn, an observer is told whose turn it is
         ("DeltaEvent", "Half a "),  # first attempt: the stream is cut after this
         ("ErrorEvent", ""),
         ("DeltaEvent", ""),  # the turn is asked again
