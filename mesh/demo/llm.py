@@ -83,8 +83,9 @@ def room_spec(max_turns: int) -> RoomSpec:
         members=("ada", "ben"),
         # A small context keeps the prompt short for a 2048-token window.
         limits=Limits(max_turns=max_turns, context_messages=4, turn_timeout=120, retry_delay=1),
-        # A tiny model says "goodbye" at random; the turn limit ends this room.
-        rules=ExitRules(goodbye=None),
+        # A 135 M model says "goodbye" at random and soon quotes its partner word for word
+        # (NO_IMPROVEMENT): the turn limit ends this room, and the scores show the echo.
+        rules=ExitRules(goodbye=None, no_improvement=False),
     )
 
 
