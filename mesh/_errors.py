@@ -14,6 +14,7 @@
     ├── AgentUnavailable            -32004  unknown agent, or known to be offline
     ├── Unauthorized                -32005  missing, wrong or revoked token
     │                                       (HTTP 401/403, WebSocket close 4001/4003)
+    ├── Forbidden                   -32007  a valid identity without the right (access, reserved)
     ├── MessageTooLarge             -32006  a frame over the size limit
     └── ProtocolError               -32700 / -32600  a frame that does not decode or validate
 
@@ -40,6 +41,7 @@ __all__ = [
     "ConnectFailed",
     "ConnectionLost",
     "ErrorCode",
+    "Forbidden",
     "InvalidParams",
     "MeshError",
     "MessageTooLarge",
@@ -79,6 +81,9 @@ class ErrorCode(enum.IntEnum):
     """Missing, wrong or revoked credentials."""
     TOO_LARGE = -32006
     """A message exceeded the size limit."""
+    FORBIDDEN = -32007
+    """The caller is known but may not do this: a manifest's access section refuses it,
+    or the method is one only the daemon sends (``room/turn``, ``room/persona``, ``mesh/``)."""
 
 
 class MeshError(Exception):
@@ -179,6 +184,12 @@ class Unauthorized(MeshError):
     close_code: int | None = None
 
 
+class Forbidden(MeshError):
+    """Authenticated, but not allowed: the access section or a reserved method refuses it."""
+
+    default_code = ErrorCode.FORBIDDEN
+
+
 class MessageTooLarge(MeshError):
     default_code = ErrorCode.TOO_LARGE
 
@@ -199,6 +210,7 @@ _BY_CODE: dict[int, type[MeshError]] = {
     ErrorCode.UNAVAILABLE: AgentUnavailable,
     ErrorCode.UNAUTHORIZED: Unauthorized,
     ErrorCode.TOO_LARGE: MessageTooLarge,
+    ErrorCode.FORBIDDEN: Forbidden,
 }
 
 

@@ -183,7 +183,9 @@ class Registry:
         self._remove(entry)
         self._maybe_compact()
         self._publish(entry, _DEREGISTERED, old, now)
-        return entry.snapshot()
+        final = entry.snapshot()
+        _bury(entry)
+        return final
 
     def mark_offline(self, agent_id: AgentId, now: float) -> AgentRecord:
         """Take an agent OFFLINE at once, e.g. because its connection was lost.
@@ -346,9 +348,11 @@ class Registry:
         new, kind = _NEXT[old]
         if new is _REMOVED:
             self._remove(entry)
-        else:
-            self._set_status(entry, new)
-            self._schedule(entry, notify=False)
+            change = _change(entry, kind, old, at)
+            _bury(entry)
+            return change
+        self._set_status(entry, new)
+        self._schedule(entry, notify=False)
         return _change(entry, kind, old, at)
 
     def _set_status(self, entry: _Entry, status: AgentStatus) -> None:
@@ -409,6 +413,13 @@ def _change(entry: _Entry, kind: ChangeKind, old: AgentStatus | None, at: float)
     return StatusChange(
         kind=kind, agent_id=record.id, old=old, new=record.status, time=at, record=record
     )
+
+
+def _bury(entry: _Entry) -> None:
+    """Drop what a removed entry no longer needs: heap items may keep the entry itself
+    alive until they surface or the heap is compacted (up to ``_COMPACT_SLACK`` of them),
+    and its metadata may be large. Its final snapshot was already taken and published."""
+    entry.record = msgspec.structs.replace(entry.record, metadata={}, capabilities=frozenset())
 
 
 def _stamp(record: AgentRecord, registered_at: float, last_seen: float) -> AgentRecord:

@@ -23,6 +23,7 @@ MESH = {
     "ConnectionLost",
     "DialInSection",
     "ErrorCode",
+    "Forbidden",
     "HttpSection",
     "InvalidParams",
     "InvalidRoomSpec",
@@ -172,6 +173,7 @@ def test_error_tree() -> None:
         mesh.ConnectionLost,
         mesh.AgentUnavailable,
         mesh.Unauthorized,
+        mesh.Forbidden,
         mesh.MessageTooLarge,
         mesh.ProtocolError,
     ):

@@ -8,7 +8,11 @@ to an ``HttpHandler``: a plain ``async (HttpRequest) -> HttpResponse`` function.
 Slow and half-open clients cannot pin the server: the head and body of a request
 must arrive within ``request_timeout`` of its first byte, an idle keep-alive
 connection is closed after ``keepalive_timeout``, and bodies over
-``max_body_size`` are refused with 413 before they are read.
+``max_body_size`` are refused with 413 before they are read. A request head
+(request line and headers) longer than ``max_header_size`` is refused with 431,
+exactly: a head of that many bytes is read, one byte more is not. Past
+``max_connections`` open connections a new one gets 503 and is closed, so a
+flood of connections meets a refusal rather than the process's file limit.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import json
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
@@ -43,14 +47,18 @@ log = structlog.get_logger("transports.http")
 
 _READ_SIZE: Final = 64 * 1024
 _SERVER_HEADER: Final = (b"server", b"agent-mesh")
+#: What sending to a client that already left raises.
+_GONE: Final = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 
 
 @dataclass(frozen=True, slots=True)
 class HttpServerConfig:
     #: Largest request body accepted (the mesh's message limit, by default).
     max_body_size: int = DEFAULT_MAX_FRAME_SIZE
-    #: Request line plus headers; h11 refuses anything longer with 431.
+    #: Request line plus headers (through the blank line); longer is refused with 431.
     max_header_size: int = 64 * 1024
+    #: Connections open at once (idle keep-alives and WebSockets count); more get 503.
+    max_connections: int = 1000
     #: A request must be complete this long after its first byte (slow-loris guard).
     request_timeout: float = 30.0
     #: An idle keep-alive connection is closed after this long.
@@ -137,16 +145,17 @@ class _HttpConnection:
         config = self._config
         # Idle keep-alive: the next request's first byte has keepalive_timeout to come...
         event = await self._poll()  # a pipelined request may be buffered already
+        fed = 0
         if event is h11.NEED_DATA:
             with anyio.move_on_after(config.keepalive_timeout) as idle:
-                data = await self._receive_chunk()
+                data = await self._receive_chunk(min(_READ_SIZE, config.max_header_size))
             if idle.cancelled_caught:
                 return False  # close quietly
             self._h11.receive_data(data)
-            event = None
+            event, fed = None, len(data)
         # ...and from that byte on, the whole request (head and body) has request_timeout.
         with anyio.move_on_after(config.request_timeout) as slow:
-            request = event if event is not None else await self._next_event()
+            request = event if event is not None else await self._read_head(fed)
             if not isinstance(request, h11.Request):
                 return False
             upgrade = self._is_websocket_upgrade(request)
@@ -189,9 +198,27 @@ class _HttpConnection:
             await self._send_error(exc.error_status_hint, f"bad request: {exc}")
             raise _Closed from None
 
-    async def _receive_chunk(self) -> bytes:
+    async def _read_head(self, fed: int) -> Any:
+        """The request's head event; never reads more than ``max_header_size`` for it."""
+        limit = self._config.max_header_size
+        while True:
+            event = await self._poll()
+            if isinstance(event, h11.ConnectionClosed):
+                raise _Closed
+            if event is not h11.NEED_DATA:
+                return event
+            if fed >= limit:
+                await self._send_error(431, f"request head exceeds the {limit}-byte limit")
+                raise _Closed
+            data = await self._receive_chunk(min(_READ_SIZE, limit - fed))
+            self._h11.receive_data(data)
+            fed += len(data)
+            if not data:
+                raise _Closed
+
+    async def _receive_chunk(self, size: int = _READ_SIZE) -> bytes:
         try:
-            return await self._stream.receive(_READ_SIZE)
+            return await self._stream.receive(size)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             return b""
         except ssl.SSLError:
@@ -346,6 +373,9 @@ class HttpServer:
         self.port = port
         self.secure = secure
         self.connections = 0
+        #: Connections turned away with 503 because max_connections were open.
+        self.refused_connections = 0
+        self._last_busy_log = float("-inf")
         #: Requests being handled right now (not idle keep-alive connections).
         self.active_requests = 0
         self._accepting = anyio.CancelScope()
@@ -403,8 +433,11 @@ class HttpServer:
             self._idle.set()
 
     async def _handle(self, stream: anyio.abc.ByteStream) -> None:
-        self.connections += 1
         client = _peer_name(stream)
+        if self.connections >= self.config.max_connections:
+            await self._refuse_busy(stream, client)
+            return
+        self.connections += 1
         try:
             await _HttpConnection(stream, self, client).run()
         except Exception:
@@ -414,6 +447,38 @@ class HttpServer:
             self.connections -= 1
             self._connection_closed.set()
             self._connection_closed = anyio.Event()
+
+    async def _refuse_busy(self, stream: anyio.abc.ByteStream, client: str) -> None:
+        """503 and close: one log line per second of refusals, not one per refusal."""
+        self.refused_connections += 1
+        now = anyio.current_time()
+        if now - self._last_busy_log >= 1.0:
+            self._last_busy_log = now
+            log.warning(
+                "http.too_many_connections",
+                limit=self.config.max_connections,
+                refused=self.refused_connections,
+                client=client,
+            )
+        limit = self.config.max_connections
+        body = json.dumps(
+            {
+                "error": {
+                    "status": 503,
+                    "message": f"too many connections: {limit} are open (max_connections)",
+                }
+            }
+        ).encode()
+        head = (
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\nretry-after: 1\r\n\r\n"
+        )
+        with (
+            anyio.move_on_after(1),
+            suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError),
+        ):
+            await stream.send(head.encode() + body)
+        await anyio.aclose_forcefully(stream)
 
 
 def _peer_name(stream: anyio.abc.ByteStream) -> str:

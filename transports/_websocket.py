@@ -80,6 +80,9 @@ class CloseCode(enum.IntEnum):
     """Nothing to watch there (e.g. an unknown room id)."""
     FELL_BEHIND = 4008
     """A watcher read too slowly and missed changes; reconnect for a fresh snapshot."""
+    TAKEN_OVER = 4009
+    """Another connection with a valid token took this agent id over (a rolling restart);
+    the calls this one had in flight were answered first. Do not redial."""
 
 
 def _is_utf8(data: bytes) -> bool:

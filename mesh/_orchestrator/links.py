@@ -47,11 +47,13 @@ class ManifestLinks:
     ``specs`` links every usable agent; ``tokens`` are those that agents which dial
     in must present; ``errors`` holds every manifest that did not load, could not
     be linked, or names a dial-in token variable that is unset (none is fatal).
+    ``ids`` is every id a manifest that loaded defines, linked or not: the operator's.
     """
 
     specs: list[AgentSpec]
     tokens: TokenAuthenticator
     errors: list[MeshError]
+    ids: frozenset[str] = frozenset()
 
 
 def spec_from_manifest(
@@ -95,6 +97,7 @@ def spec_from_manifest(
         call_timeout=manifest.call_timeout,
         max_frame_size=limit,
         metadata=dict(manifest.metadata),
+        access=manifest.access,
     )
 
 
@@ -127,7 +130,7 @@ def links_from_manifests(
     for missing in token_errors:
         log.error("mesh.token_missing", error=str(missing))
         errors.append(missing)
-    return ManifestLinks(specs, tokens, errors)
+    return ManifestLinks(specs, tokens, errors, frozenset(loaded.manifests))
 
 
 def dial_in_tokens(

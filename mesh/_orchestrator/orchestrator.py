@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final, Self
 
@@ -33,6 +33,7 @@ from mesh._rpc.caller import Caller, ProgressCallback
 from mesh._rpc.connect import handshake
 from mesh._rpc.peer import Peer, open_peer
 from mesh._rpc.reconnect import ConnectionEvent, ReconnectPolicy, open_reconnecting_peer
+from mesh.manifests._types import AccessSection
 from registry import AgentId, AgentRecord, AgentStatus, Registry, run_expiry
 from transports import FrameStream, TokenAuthenticator, unwrap_single_error
 
@@ -44,6 +45,9 @@ log = structlog.get_logger("mesh.orchestrator")
 DEFAULT_BROADCAST_TIMEOUT: Final = 10.0
 #: Closing every link at shutdown (stdio children included) gets this long in total.
 CLOSE_LINKS_TIMEOUT: Final = 10.0
+#: A dial-in connection that another took over gets at most this long to finish
+#: the calls it has in flight before it is closed.
+TAKEOVER_DRAIN_TIMEOUT: Final = 30.0
 
 
 class _Link:
@@ -54,6 +58,10 @@ class _Link:
         self.peer: Caller | None = None
         self.last_error: str | None = None
         self.settled = anyio.Event()  # first connection attempt finished, either way
+        #: Cancelled when the agent is removed, so a link still dialling stops for good.
+        self.scope = anyio.CancelScope()
+        #: Set when a newer dial-in connection took this agent's id over.
+        self.replaced: dict[Peer, anyio.Event] = {}
 
     @property
     def connected(self) -> bool:
@@ -159,12 +167,14 @@ class MeshOrchestrator:
             self._pending_specs.append(spec)
             del self._links[spec.id]
             return
-        self._tasks.start_soon(self._maintain, link)
+        self._tasks.start_soon(self._maintain_until_removed, link)
 
     async def remove_agent(self, agent_id: str) -> None:
         link = self._links.pop(agent_id, None)
-        if link is not None and link.peer is not None:
-            await link.peer.aclose()
+        if link is not None:
+            if link.peer is not None:
+                await link.peer.aclose()
+            link.scope.cancel()
         if self.registry.get(AgentId(agent_id)) is not None:
             self.registry.deregister(AgentId(agent_id), anyio.current_time())
 
@@ -272,6 +282,12 @@ class MeshOrchestrator:
 
     # -- links -----------------------------------------------------------------------------
 
+    async def _maintain_until_removed(self, link: _Link) -> None:
+        # remove_agent cancels the scope: a link still dialling would otherwise
+        # keep trying for ever and re-register the agent when it got through.
+        with link.scope:
+            await self._maintain(link)
+
     async def _maintain(self, link: _Link) -> None:
         spec = link.spec
         assert spec.connector is not None
@@ -308,9 +324,26 @@ class MeshOrchestrator:
         finally:
             link.settled.set()
 
-    async def serve_dial_in(self, stream: FrameStream, agent_id: str) -> None:
-        """Serve a link an agent dialled in on (its token already said who it is)."""
+    async def serve_dial_in(
+        self,
+        stream: FrameStream,
+        agent_id: str,
+        *,
+        on_replaced: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Serve a link an agent dialled in on (its token already said who it is).
+
+        A second connection for the same id takes over (a rolling restart): calls
+        go to it at once, this one finishes the calls it has in flight (bounded),
+        then ``on_replaced`` is awaited (the daemon closes the WebSocket with its
+        code) and this returns; the agent stays online throughout.
+        """
         link = self._links.get(agent_id) or _Link(AgentSpec(agent_id, None, transport="websocket"))
+        if link.spec.connector is not None:
+            raise AgentUnavailable(
+                f"agent {agent_id!r} is linked by the mesh over {link.spec.transport}; "
+                "it cannot also dial in"
+            )
         self._links[agent_id] = link
         spec = link.spec
         async with open_peer(
@@ -321,7 +354,7 @@ class MeshOrchestrator:
                 raise AgentUnavailable(
                     f"the token is for {agent_id!r} but the agent says it is {info.get('id')!r}"
                 )
-            link.peer = peer
+            self._take_over(link, peer)
             record = spec.record()
             if info:
                 record = msgspec.structs.replace(
@@ -332,11 +365,44 @@ class MeshOrchestrator:
             self.registry.register(record, anyio.current_time())
             link.settled.set()
             try:
-                await self._probe(link)
+                await self._serve_until_replaced(link, peer, on_replaced)
             finally:
-                if self.registry.get(AgentId(agent_id)) is not None:
-                    self.registry.mark_offline(AgentId(agent_id), anyio.current_time())
-                link.peer = None
+                if link.peer is peer:  # else a newer connection holds the id: still online
+                    if self.registry.get(AgentId(agent_id)) is not None:
+                        self.registry.mark_offline(AgentId(agent_id), anyio.current_time())
+                    link.peer = None
+
+    def _take_over(self, link: _Link, peer: Peer) -> None:
+        """Route the agent's calls to ``peer`` from now on; tell the previous one to go."""
+        previous = link.peer
+        link.peer = peer
+        link.replaced[peer] = anyio.Event()
+        if isinstance(previous, Peer) and previous in link.replaced:
+            log.info("mesh.dial_in_taken_over", agent=link.spec.id)
+            link.replaced.pop(previous).set()
+
+    async def _serve_until_replaced(
+        self, link: _Link, peer: Peer, on_replaced: Callable[[], Awaitable[None]] | None
+    ) -> None:
+        """Probe ``peer`` until it closes, or until a newer connection takes over."""
+        replaced = link.replaced.get(peer) or anyio.Event()
+
+        async def stop_when_replaced(scope: anyio.CancelScope) -> None:
+            await replaced.wait()
+            scope.cancel()
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stop_when_replaced, tg.cancel_scope)
+                await self._probe(link)
+                tg.cancel_scope.cancel()
+            if replaced.is_set():
+                with anyio.move_on_after(min(link.spec.call_timeout, TAKEOVER_DRAIN_TIMEOUT)):
+                    await peer.wait_calls_finished()
+                if on_replaced is not None:
+                    await on_replaced()
+        finally:
+            link.replaced.pop(peer, None)
 
     async def _probe(self, link: _Link) -> None:
         """Ping every interval; each answer is a heartbeat. Returns once the link is gone."""
@@ -368,6 +434,11 @@ class MeshOrchestrator:
     def linked_agents(self) -> list[str]:
         """Every agent linked or awaited (dial-in), registered or not; in the order added."""
         return [*self._links, *(spec.id for spec in self._pending_specs)]
+
+    def access_of(self, agent: str) -> AccessSection:
+        """Who may call ``agent`` and whom it may call (the default for an unknown id)."""
+        link = self._links.get(agent)
+        return link.spec.access if link is not None else AccessSection()
 
     def link_error(self, agent_id: str) -> str | None:
         link = self._links.get(agent_id)

@@ -13,7 +13,9 @@ import msgspec
 import structlog
 
 from mesh._errors import InvalidParams, MethodNotFound
+from mesh._orchestrator.access import check_agent_call, check_relayable
 from mesh._rpc.peer import Peer, RequestContext
+from mesh.manifests._types import AccessSection
 
 __all__ = ["CallsAgents", "Router"]
 
@@ -29,6 +31,10 @@ class CallsAgents(Protocol):
     async def call(
         self, agent: str, method: str, params: Any = None, *, timeout: float | None = None
     ) -> Any: ...
+
+    def access_of(self, agent: str) -> AccessSection:
+        """Who may call ``agent`` and whom it may call (a manifest's ``[access]``)."""
+        ...
 
 
 class _RouteParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -51,6 +57,18 @@ class Router:
             route = msgspec.convert(params, _RouteParams)
         except msgspec.ValidationError as exc:
             raise InvalidParams(f"invalid {ROUTE_METHOD} params: {exc}") from None
+        # Methods the daemon sends itself never come from an agent, and both the
+        # caller's access.calls and the target's access.callers must agree.
+        check_relayable(route.method, agent=route.agent, via=ROUTE_METHOD)
+        caller = ctx.peer.agent if ctx.peer is not None else None
+        if caller is not None:
+            check_agent_call(
+                self._mesh.access_of(caller),
+                self._mesh.access_of(route.agent),
+                caller_id=caller,
+                agent=route.agent,
+                method=route.method,
+            )
         log.debug("mesh.route", to=route.agent, method=route.method)
         return await self._mesh.call(route.agent, route.method, route.params, timeout=route.timeout)
 

@@ -17,6 +17,7 @@ import anyio
 from mesh._errors import MeshError
 from mesh._rpc.session import SessionConfig
 from mesh._sdk.agent import Agent
+from mesh.manifests._types import AccessSection
 from registry import AgentId, AgentRecord
 from transports import Connector, FrameStream, memory_stream_pair
 
@@ -44,6 +45,8 @@ class AgentSpec:
     call_timeout: float = 30.0
     max_frame_size: int = 1 << 20
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    #: Who may call this agent and whom it may call (a manifest's ``[access]``).
+    access: AccessSection = field(default_factory=AccessSection)
 
     def __post_init__(self) -> None:
         if self.heartbeat_ttl == 0.0:

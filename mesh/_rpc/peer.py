@@ -255,6 +255,11 @@ class Peer(CallMethods):
         self._session.send_notification(method, params)
         self._wake_writer()
 
+    async def wait_calls_finished(self) -> None:
+        """Until every call made on this peer so far has its outcome (bound it yourself)."""
+        for waiter in list(self._waiters.values()):
+            await waiter.event.wait()
+
     async def wait_closed(self) -> None:
         """Wait until the connection has ended, for whatever reason."""
         await self._closed.wait()

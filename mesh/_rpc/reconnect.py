@@ -377,13 +377,15 @@ class ReconnectingPeer:
             wait_first = True
             self._attempt += 1
             came_up = await self._connection(task_status if not started else None)
+            # A link that came up has said started(); a refusal after that (a token
+            # revoked, an id taken over) must not say it twice.
+            started = started or came_up
             if self._refused():
                 self._give_up()
                 if not started:
                     task_status.started()
                 return
             if came_up:
-                started = True
                 delays, limit = policy.delays(), policy.max_attempts
             elif limit is not None and self._attempt >= limit:
                 self._give_up()

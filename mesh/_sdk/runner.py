@@ -9,8 +9,10 @@ transport and the event loop:
 * ``--connect ws://…/ws``: dial in to a daemon and serve over that link.
 
 ``--token-env VAR`` names the environment variable holding the token (required
-for ``--connect``; for ``--http`` it turns authentication on). Logging is
-configured here (an application), never in the library.
+for ``--connect``; for ``--http`` it turns authentication on). ``--ca FILE`` (or
+``$MESH_CA``) is the CA bundle to trust when dialling a ``wss://`` daemon whose
+certificate the system does not know. Logging is configured here (an
+application), never in the library.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import sys
 from collections.abc import Sequence
 from functools import partial
@@ -51,6 +54,12 @@ def _parser(agent: Agent) -> argparse.ArgumentParser:
         "--connect", metavar="URL", help="dial in to a daemon's ws:// or wss:// endpoint"
     )
     parser.add_argument("--token-env", metavar="VAR", help="environment variable holding the token")
+    parser.add_argument(
+        "--ca",
+        metavar="FILE",
+        default=os.environ.get("MESH_CA"),
+        help="CA bundle (PEM) to trust for a wss:// daemon (default $MESH_CA)",
+    )
     parser.add_argument("--id", help=f"serve under another agent id (default {agent.id!r})")
     parser.add_argument(
         "--backend",
@@ -111,7 +120,10 @@ def run_agent(agent: Agent, argv: Sequence[str] | None = None) -> None:
         )
     elif args.connect:
         token = _token(parser, args.token_env, required=True)
-        main = partial(serve_agent_dial_in, agent, args.connect, token=token, config=config)
+        tls = ssl.create_default_context(cafile=args.ca) if args.ca else None
+        main = partial(
+            serve_agent_dial_in, agent, args.connect, token=token, config=config, ssl_context=tls
+        )
     else:
         main = partial(_serve_stdio, agent, config)
     tune_for_serving()

@@ -8,6 +8,7 @@ are served like any other stream. With tokens configured, both ``/rpc`` and
 
 from __future__ import annotations
 
+import dataclasses
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -123,7 +124,9 @@ async def serve_agent_dial_in(
     refusal (close 4001 or 4003, see ``ReconnectPolicy.refusal_close_codes``) means
     the token is wrong for this agent: retrying cannot help, so
     :class:`~mesh.Unauthorized` is raised; running out of attempts raises
-    :class:`~mesh.ConnectionLost`.
+    :class:`~mesh.ConnectionLost`. A 4009 close means a newer connection took the
+    agent's id over (a rolling restart): the work of this process is done, and
+    this returns.
     """
     session_config = config or SessionConfig()
     ws_config = websocket_config or WebSocketConfig(max_frame_size=session_config.max_frame_size)
@@ -139,7 +142,7 @@ async def serve_agent_dial_in(
         async with open_reconnecting_peer(
             connector,
             agent=agent.id,
-            policy=policy or ReconnectPolicy(),
+            policy=_stop_when_taken_over(policy or ReconnectPolicy()),
             config=session_config,
             handler=agent,
         ) as link:
@@ -147,8 +150,21 @@ async def serve_agent_dial_in(
             error = link.close_error
     except ConnectionLost as exc:  # the first connection never came up
         error = exc
+    if error is not None and _close_code(error) == CloseCode.TAKEN_OVER:
+        log.info("agent.taken_over", agent=agent.id, url=url)
+        return
     if error is not None:
         raise _refusal(error, url, agent.id) or error
+
+
+def _stop_when_taken_over(policy: ReconnectPolicy) -> ReconnectPolicy:
+    codes = policy.refusal_close_codes | {CloseCode.TAKEN_OVER}
+    return dataclasses.replace(policy, refusal_close_codes=codes)
+
+
+def _close_code(error: ConnectionLost) -> int | None:
+    code: int | None = getattr(error.__cause__, "close_code", None)
+    return code
 
 
 def _refusal(error: ConnectionLost, url: str, agent_id: str) -> Unauthorized | None:

@@ -10,7 +10,6 @@ room; the command also ends when the room stops for good.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from typing import Any, Final
@@ -18,6 +17,7 @@ from typing import Any, Final
 import anyio
 import httpx
 
+from mesh.cli._connection import auth_headers, ssl_context, token_for, ws_url
 from mesh.rooms import (
     DeltaEvent,
     Room,
@@ -37,17 +37,6 @@ Request = Callable[..., Any]
 SAY_TIMEOUT: Final = 15.0
 
 
-def _ws_url(http_url: str, path: str) -> str:
-    url = "ws" + http_url.rstrip("/").removeprefix("http") + path + "?deltas=1"
-    token = os.environ.get("MESH_TOKEN")
-    return url + (f"&token={token}" if token else "")
-
-
-def _headers() -> dict[str, str]:
-    token = os.environ.get("MESH_TOKEN")
-    return {"authorization": f"Bearer {token}"} if token else {}
-
-
 def cmd_room_join(args: argparse.Namespace, request: Request) -> int:
     joined = request(args, "POST", f"/rooms/{args.room}/join", {"name": args.as_name})
     member = joined["member"]
@@ -58,7 +47,7 @@ def cmd_room_join(args: argparse.Namespace, request: Request) -> int:
     )
     reason: str | None = None
     try:
-        reason = anyio.run(_take_part, args.url, args.room, member["id"], sys.stdout.isatty())
+        reason = anyio.run(_take_part, args, member["id"], sys.stdout.isatty())
     except KeyboardInterrupt:
         reason = None
     finally:
@@ -68,22 +57,30 @@ def cmd_room_join(args: argparse.Namespace, request: Request) -> int:
     return 0
 
 
-async def _take_part(url: str, room_id: str, member: str, color: bool) -> str | None:
+async def _take_part(args: argparse.Namespace, member: str, color: bool) -> str | None:
     outcome: list[str | None] = [None]
+    tls = ssl_context(args)
     async with (
-        httpx.AsyncClient(base_url=url, headers=_headers(), timeout=SAY_TIMEOUT) as http,
+        httpx.AsyncClient(
+            base_url=args.url,
+            headers=auth_headers(args),
+            timeout=SAY_TIMEOUT,
+            verify=tls if tls is not None else True,
+        ) as http,
         anyio.create_task_group() as tg,
     ):
-        tg.start_soon(_say_lines, http, room_id, member, tg.cancel_scope)
-        outcome[0] = await _watch(url, room_id, member, color)
+        tg.start_soon(_say_lines, http, args.room, member, tg.cancel_scope)
+        outcome[0] = await _watch(args, member, color)
         tg.cancel_scope.cancel()
     return outcome[0]
 
 
-async def _watch(url: str, room_id: str, member: str, color: bool) -> str | None:
+async def _watch(args: argparse.Namespace, member: str, color: bool) -> str | None:
     """Print the room until it stops for good; its stop reason (None if the link closed)."""
     room: Room | None = None
-    async with open_websocket(_ws_url(url, f"/rooms/{room_id}/events")) as stream:
+    url = f"{ws_url(args.url)}/rooms/{args.room}/events?deltas=1"
+    tls = ssl_context(args)
+    async with open_websocket(url, token=token_for(args), ssl_context=tls) as stream:
         while True:
             try:
                 event = decode_live_event(await stream.receive())

@@ -9,7 +9,11 @@ Exit codes scripts can rely on:
 3     the daemon could not be reached
 4     the agent is unknown, offline or unreachable
 5     the call timed out
+6     the daemon refused the token (missing, unknown, or without the right)
 ====  ==========================================================
+
+Every client command presents a token: ``$MESH_TOKEN``, ``--token-file``, or the
+admin token ``mesh serve`` wrote into ``.mesh/`` (see :mod:`mesh.cli._connection`).
 """
 
 from __future__ import annotations
@@ -25,7 +29,14 @@ from typing import Any, Final, NoReturn
 
 import httpx
 
+from mesh.cli._connection import (
+    DEFAULT_URL,
+    add_connection_arguments,
+    auth_headers,
+    ssl_context,
+)
 from mesh.cli._rooms import add_room_commands
+from mesh.cli._tokens import add_token_commands
 
 __all__ = ["main"]
 
@@ -35,8 +46,13 @@ EXIT_USAGE: Final = 2
 EXIT_UNREACHABLE: Final = 3
 EXIT_UNAVAILABLE: Final = 4
 EXIT_TIMEOUT: Final = 5
+EXIT_DENIED: Final = 6
 
-DEFAULT_URL: Final = "http://127.0.0.1:8700"
+#: What to say when the daemon wants a token and none was presented.
+NO_TOKEN_HINT: Final = (
+    " (no token was found: set $MESH_TOKEN, give --token-file, or run from the directory "
+    "whose .mesh/ holds the daemon's admin.token)"
+)
 #: The CLI's own patience with the daemon, on top of a call's timeout.
 HTTP_SLACK: Final = 5.0
 
@@ -47,17 +63,25 @@ def _fail(code: int, message: str) -> NoReturn:
 
 
 def _status_exit(status: int) -> int:
-    return {404: EXIT_UNAVAILABLE, 503: EXIT_UNAVAILABLE, 504: EXIT_TIMEOUT}.get(
-        status, EXIT_FAILED
-    )
+    return {
+        401: EXIT_DENIED,
+        403: EXIT_DENIED,
+        404: EXIT_UNAVAILABLE,
+        503: EXIT_UNAVAILABLE,
+        504: EXIT_TIMEOUT,
+    }.get(status, EXIT_FAILED)
 
 
 def _request(
     args: argparse.Namespace, method: str, path: str, body: Any = None, timeout: float = 10.0
 ) -> Any:
     url = args.url.rstrip("/") + path
+    headers = auth_headers(args)
+    verify: Any = ssl_context(args) or True
     try:
-        response = httpx.request(method, url, json=body, timeout=timeout + HTTP_SLACK)
+        response = httpx.request(
+            method, url, json=body, headers=headers, timeout=timeout + HTTP_SLACK, verify=verify
+        )
     except httpx.TransportError as exc:
         _fail(EXIT_UNREACHABLE, f"cannot reach the daemon at {args.url}: {exc}")
     if response.status_code == 204:
@@ -68,7 +92,10 @@ def _request(
         _fail(EXIT_FAILED, f"the daemon answered HTTP {response.status_code} without JSON")
     if response.status_code >= 400:
         error = payload.get("error", {}) if isinstance(payload, dict) else {}
-        _fail(_status_exit(response.status_code), str(error.get("message", payload)))
+        message = str(error.get("message", payload))
+        if response.status_code == 401 and not headers:
+            message += NO_TOKEN_HINT
+        _fail(_status_exit(response.status_code), message)
     return payload
 
 
@@ -90,6 +117,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "data_dir": args.data_dir,
         "log_level": args.log_level,
         "log_format": args.log_format,
+        "tls_cert": args.tls_cert,
+        "tls_key": args.tls_key,
     }
     try:
         settings = load_settings(args.config, environ=os.environ, overrides=overrides)
@@ -219,11 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def client(name: str, help_text: str) -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=help_text, description=help_text)
-        command.add_argument(
-            "--url",
-            default=os.environ.get("MESH_URL", DEFAULT_URL),
-            help=f"the daemon (default $MESH_URL or {DEFAULT_URL})",
-        )
+        add_connection_arguments(command, url_default=os.environ.get("MESH_URL", DEFAULT_URL))
         return command
 
     serve = sub.add_parser(
@@ -243,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--data-dir", help="where rooms keep transcripts (default .mesh; $MESH_DATA_DIR)"
     )
+    serve.add_argument("--tls-cert", help="PEM certificate chain: serve https:// and wss://")
+    serve.add_argument("--tls-key", help="the certificate's PEM private key")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     serve.add_argument(
         "--log-format",
@@ -288,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     ping.set_defaults(func=cmd_ping)
 
     add_room_commands(sub, client, _request)
+    add_token_commands(sub, client, _request)
 
     validate = sub.add_parser(
         "validate", help="check manifests", description="Check every manifest in a directory."

@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from mesh.cli._connection import add_connection_arguments, ssl_context, token_for, ws_url
 from mesh.cli._join import cmd_room_join
 from mesh.rooms import (
     MessageEvent,
@@ -35,14 +36,11 @@ __all__ = ["add_room_commands"]
 Request = Callable[..., Any]
 
 
-def _ws_url(http_url: str) -> str:
-    return "ws" + http_url.rstrip("/").removeprefix("http")
-
-
-async def _follow(url: str, room_id: str, color: bool) -> str:
+async def _follow(args: argparse.Namespace, room_id: str, color: bool) -> str:
     """Print a room's events as they happen; returns the stop reason."""
     room: Room | None = None
-    async with open_websocket(f"{_ws_url(url)}/rooms/{room_id}/events") as stream:
+    url = f"{ws_url(args.url)}/rooms/{room_id}/events"
+    async with open_websocket(url, token=token_for(args), ssl_context=ssl_context(args)) as stream:
         while True:
             try:
                 event = decode_event(await stream.receive())
@@ -64,7 +62,7 @@ def cmd_room_run(args: argparse.Namespace, request: Request) -> int:
     created = request(args, "POST", "/rooms", body)
     room_id = created["room"]["id"]
     print(f"room {room_id}: {args.topic!r} with {', '.join(args.agent)}", file=sys.stderr)
-    reason = anyio.run(_follow, args.url, room_id, sys.stdout.isatty())
+    reason = anyio.run(_follow, args, room_id, sys.stdout.isatty())
     print(f"room {room_id} stopped: {reason}", file=sys.stderr)
     return 0
 
@@ -109,7 +107,7 @@ def add_room_commands(
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         parser = commands.add_parser(name, help=help_text, description=help_text)
-        parser.add_argument("--url", default=url_default, help="the daemon")
+        add_connection_arguments(parser, url_default=url_default)
         return parser
 
     run = command("run", "start a room and print it live until it stops")

@@ -3,12 +3,17 @@
 Bodies are decoded by msgspec into typed requests, so a wrong field is reported
 with its path (``$.heartbeat_interval``). Mesh errors map to statuses: unknown
 agent 404, offline or unreachable 503, timeout 504, an error the agent answered
-502, too large 413. Nothing here ever returns a stack trace.
+502, too large 413, forbidden 403. Nothing here ever returns a stack trace.
+
+Calls through ``/rpc`` and ``/broadcast`` are checked before they leave: a
+method reserved to the daemon is refused, and so is a target whose manifest's
+``access.callers`` does not admit the caller's token.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Any
 
 import anyio
 import msgspec
@@ -18,41 +23,27 @@ from mesh._errors import (
     AgentUnavailable,
     CallTimeout,
     ConnectionLost,
+    Forbidden,
     MeshError,
     MessageTooLarge,
     RemoteError,
+    Unauthorized,
 )
+from mesh._orchestrator.access import check_client_call, check_relayable
 from mesh._orchestrator.orchestrator import MeshOrchestrator
-from mesh._orchestrator.spec import AgentSpec
+from mesh._orchestrator.spec import Outcome
+from mesh.daemon._agents import AgentRoutes
+from mesh.daemon._auth import Gate, Identity
+from mesh.daemon._limits import check_id
 from mesh.daemon._rooms import RoomRoutes
-from registry import AgentId, AgentRecord, InvalidAgentRecord, SubscriberOverflow, UnknownAgent
-from transports import (
-    CloseCode,
-    HttpRequest,
-    HttpResponse,
-    TransportClosed,
-    WebSocketStream,
-    open_http_client,
-)
+from mesh.daemon._routes import Dispatcher, HttpHandler, Params, WebSocketHandler
+from mesh.daemon._settings import DaemonSettings
+from mesh.daemon._tokens import Role, TokenError
+from transports import HttpRequest, HttpResponse
 
-__all__ = ["DaemonApi"]
+__all__ = ["DaemonApi", "mesh_error_status"]
 
 log = structlog.get_logger("mesh.daemon")
-
-_JSON: Final = msgspec.json.Encoder()
-
-
-class RegisterBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    id: str = msgspec.field()
-    name: str = ""
-    endpoint: str | None = None
-    transport: str = "http"
-    capabilities: list[str] = []
-    heartbeat_interval: float = 10.0
-    heartbeat_ttl: float = 0.0
-    metadata: dict[str, Any] = {}
-    #: For the mesh to call the agent's endpoint with (never echoed back or logged).
-    token: str | None = None
 
 
 class BroadcastBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -69,31 +60,18 @@ class RpcBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     timeout: float | None = None
 
 
+class TokenBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    role: Role
+    name: str
+    agent: str | None = None
+
+
 def _json(status: int, payload: Any) -> HttpResponse:
-    return HttpResponse(status, _JSON.encode(payload))
+    return HttpResponse(status, msgspec.json.encode(payload))
 
 
 def _error(status: int, message: str, **extra: Any) -> HttpResponse:
-    return _json(status, {"error": {"status": status, "message": message, **extra}})
-
-
-def describe(record: AgentRecord, now: float, link_error: str | None = None) -> dict[str, Any]:
-    """An agent as the API shows it (times as seconds ago: the registry's clock is monotonic)."""
-    shown: dict[str, Any] = {
-        "id": record.id,
-        "name": record.name,
-        "transport": record.transport,
-        "endpoint": record.endpoint,
-        "status": str(record.status),
-        "capabilities": sorted(record.capabilities),
-        "last_seen_ago": round(max(0.0, now - record.last_seen), 3),
-        "registered_ago": round(max(0.0, now - record.registered_at), 3),
-        "heartbeat_interval": record.heartbeat_interval,
-        "heartbeat_ttl": record.heartbeat_ttl,
-    }
-    if link_error:
-        shown["link_error"] = link_error
-    return shown
+    return HttpResponse.error(status, message, **extra)
 
 
 def mesh_error_status(exc: MeshError) -> int:
@@ -105,45 +83,68 @@ def mesh_error_status(exc: MeshError) -> int:
         return 503
     if isinstance(exc, MessageTooLarge):
         return 413
+    if isinstance(exc, Forbidden):
+        return 403
+    if isinstance(exc, Unauthorized):
+        return 401
     if isinstance(exc, RemoteError):
         return 502
     return 500
 
 
+def _mesh_error(exc: MeshError) -> HttpResponse:
+    return _error(mesh_error_status(exc), str(exc), code=exc.code, data=exc.data)
+
+
 class DaemonApi:
-    def __init__(self, orchestrator: MeshOrchestrator, rooms: RoomRoutes | None = None) -> None:
+    """Every route's handler, behind one :class:`~mesh.daemon._routes.Dispatcher`."""
+
+    def __init__(
+        self,
+        orchestrator: MeshOrchestrator,
+        rooms: RoomRoutes,
+        gate: Gate,
+        settings: DaemonSettings,
+        *,
+        dial_in: WebSocketHandler,
+        manifest_ids: frozenset[str] = frozenset(),
+        more_http: Mapping[str, HttpHandler] | None = None,
+    ) -> None:
         self._mesh = orchestrator
-        self._rooms = rooms
+        self._gate = gate
+        self._settings = settings
+        self.agents = AgentRoutes(orchestrator, settings, manifest_ids)
         self._started = anyio.current_time()
         self.calls_in_flight = 0
+        agents = self.agents
+        self.dispatcher = Dispatcher(
+            gate,
+            http={
+                "health": self.handle_health,
+                "agents": agents.handle_agents,
+                "agent": agents.handle_agent,
+                "register": agents.handle_register,
+                "heartbeat": agents.handle_heartbeat,
+                "deregister": agents.handle_deregister,
+                "rpc": self.handle_rpc,
+                "broadcast": self.handle_broadcast,
+                "tokens": self.handle_tokens,
+                "create_token": self.handle_create_token,
+                "revoke_token": self.handle_revoke_token,
+                **rooms.http_handlers(),
+                **(more_http or {}),
+            },
+            websocket={
+                "watch_agents": agents.watch_agents,
+                "observe_room": rooms.observe,
+                "dial_in": dial_in,
+            },
+        )
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
-        parts = [p for p in request.path.split("/") if p]
-        route = (request.method, *parts)
-        match route:
-            case ("GET", "health"):
-                return self._health()
-            case ("GET", "agents"):
-                return self._list()
-            case ("POST", "agents", "register"):
-                return self._register(request.body)
-            case ("GET", "agents", agent_id):
-                return self._get(agent_id)
-            case ("DELETE", "agents", agent_id):
-                return await self._delete(agent_id)
-            case ("POST", "agents", agent_id, "heartbeat"):
-                return self._heartbeat(agent_id)
-            case ("POST", "rpc"):
-                return await self._rpc(request.body)
-            case ("POST", "broadcast"):
-                return await self._broadcast(request.body)
-            case (_, "rooms", *_) if self._rooms is not None:
-                return await self._rooms.handle(request, parts)
-            case (_, "health" | "agents" | "rpc" | "broadcast", *_):
-                return _error(405, f"{request.method} is not allowed on {request.path}")
-        return _error(404, f"no route {request.method} {request.path}")
+        return await self.dispatcher.handle(request)
 
-    def _health(self) -> HttpResponse:
+    async def handle_health(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
         stats = self._mesh.registry.statistics()
         return _json(
             200,
@@ -155,120 +156,70 @@ class DaemonApi:
             },
         )
 
-    def _list(self) -> HttpResponse:
-        return _json(200, {"agents": self._described()})
+    # -- calls ----------------------------------------------------------------------
 
-    def _described(self) -> list[dict[str, Any]]:
-        now = anyio.current_time()
-        return [describe(r, now, self._mesh.link_error(r.id)) for r in self._mesh.agents()]
-
-    async def watch_agents(self, stream: WebSocketStream) -> None:
-        """Send every agent as it is now, then each change of status, until the watcher leaves.
-
-        Subscribed before the snapshot is taken, so no change falls between the two.
-        """
-        registry = self._mesh.registry
-        try:
-            async with registry.subscribe() as changes:
-                snapshot = {"type": "snapshot", "agents": self._described()}
-                await stream.send(msgspec.json.encode(snapshot))
-                async for change in changes:
-                    link_error = self._mesh.link_error(change.agent_id)
-                    shown = describe(change.record, anyio.current_time(), link_error)
-                    event = {"type": str(change.kind), "old": change.old, "agent": shown}
-                    await stream.send(msgspec.json.encode(event))
-        except SubscriberOverflow:
-            await stream.aclose(CloseCode.FELL_BEHIND, "fell behind the registry's changes")
-        except TransportClosed:
-            log.debug("daemon.watcher_left")
-
-    def _get(self, agent_id: str) -> HttpResponse:
-        record = self._mesh.registry.get(AgentId(agent_id))
-        if record is None:
-            return _error(404, f"no agent {agent_id!r} is registered")
-        return _json(200, describe(record, anyio.current_time(), self._mesh.link_error(agent_id)))
-
-    def _register(self, body: bytes) -> HttpResponse:
-        try:
-            spec = msgspec.json.decode(body, type=RegisterBody)
-        except msgspec.DecodeError as exc:
-            return _error(400, f"invalid registration: {exc}")
-        if spec.endpoint is not None and not spec.endpoint.startswith(("http://", "https://")):
+    def _timeout_refused(self, timeout: float | None) -> HttpResponse | None:
+        limit = self._settings.max_call_timeout
+        if timeout is not None and not 0 < timeout <= limit:
             return _error(
-                400, "invalid registration: endpoint must be http:// or https:// - at `$.endpoint`"
+                400,
+                f"timeout must be > 0 and at most {limit:g} s (max_call_timeout), got {timeout:g}",
+                limit="max_call_timeout",
             )
-        known = self._mesh.registry.get(AgentId(spec.id)) is not None
-        record = {
-            "id": spec.id,
-            "name": spec.name or spec.id,
-            "transport": spec.transport,
-            "endpoint": spec.endpoint,
-            "capabilities": spec.capabilities,
-            "metadata": spec.metadata,
-            "heartbeat_interval": spec.heartbeat_interval,
-            "heartbeat_ttl": spec.heartbeat_ttl,
-        }
-        try:
-            stored = self._mesh.registry.register(record, anyio.current_time())
-        except (InvalidAgentRecord, msgspec.ValidationError, ValueError) as exc:
-            return _error(400, f"invalid registration: {exc}")
-        if spec.endpoint is not None and not self._mesh.has_link(spec.id):
-            endpoint, token = spec.endpoint, spec.token
-            self._mesh.add_agent(
-                AgentSpec(
-                    spec.id,
-                    lambda: open_http_client(endpoint, token=token),
-                    name=stored.name,
-                    transport="http",
-                    endpoint=endpoint,
-                    capabilities=stored.capabilities,
-                    heartbeat_interval=stored.heartbeat_interval,
-                    heartbeat_ttl=stored.heartbeat_ttl,
-                )
-            )
-        return _json(200 if known else 201, describe(stored, anyio.current_time()))
+        return None
 
-    def _heartbeat(self, agent_id: str) -> HttpResponse:
-        try:
-            self._mesh.registry.heartbeat(AgentId(agent_id), anyio.current_time())
-        except UnknownAgent:
-            return _error(404, f"no agent {agent_id!r} is registered; POST /agents/register first")
-        record = self._mesh.registry.get(AgentId(agent_id))
-        assert record is not None
-        return _json(200, {"id": agent_id, "status": str(record.status)})
+    def _check_call(self, who: Identity, agent: str, method: str, via: str) -> None:
+        check_relayable(method, agent=agent, via=via)
+        access = self._mesh.access_of(agent)
+        check_client_call(access, client=who.name, admin=who.admin, agent=agent, method=method)
 
-    async def _delete(self, agent_id: str) -> HttpResponse:
-        if self._mesh.registry.get(AgentId(agent_id)) is None:
-            return _error(404, f"no agent {agent_id!r} is registered")
-        await self._mesh.remove_agent(agent_id)
-        return HttpResponse(204)
-
-    async def _rpc(self, body: bytes) -> HttpResponse:
+    async def handle_rpc(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
         try:
-            call = msgspec.json.decode(body, type=RpcBody)
+            call = msgspec.json.decode(request.body, type=RpcBody)
         except msgspec.DecodeError as exc:
             return _error(400, f"invalid call: {exc}")
+        refused = self._timeout_refused(call.timeout)
+        if refused is not None:
+            return refused
         self.calls_in_flight += 1
         try:
+            self._check_call(who, call.agent, call.method, "/rpc")
             result = await self._mesh.call(
                 call.agent, call.method, call.params, timeout=call.timeout
             )
         except MeshError as exc:
-            status = mesh_error_status(exc)
-            return _error(status, str(exc), code=exc.code, data=exc.data)
+            return _mesh_error(exc)
         finally:
             self.calls_in_flight -= 1
         return _json(200, {"result": result})
 
-    async def _broadcast(self, body: bytes) -> HttpResponse:
+    async def handle_broadcast(
+        self, request: HttpRequest, who: Identity, _: Params
+    ) -> HttpResponse:
         try:
-            cast = msgspec.json.decode(body, type=BroadcastBody)
+            cast = msgspec.json.decode(request.body, type=BroadcastBody)
         except msgspec.DecodeError as exc:
             return _error(400, f"invalid broadcast: {exc}")
+        refused = self._timeout_refused(cast.timeout)
+        if refused is not None:
+            return refused
+        try:
+            check_relayable(cast.method, agent="*", via="/broadcast")
+        except Forbidden as exc:
+            return _mesh_error(exc)
+        allowed: list[str] = []
+        outcomes: dict[str, Outcome] = {}
+        for record in self._mesh.registry.find(cast.capability):
+            try:
+                self._check_call(who, record.id, cast.method, "/broadcast")
+            except Forbidden as exc:
+                outcomes[record.id] = Outcome(record.id, error=exc)
+            else:
+                allowed.append(record.id)
         self.calls_in_flight += 1
         try:
-            outcomes = await self._mesh.broadcast(
-                cast.method, cast.params, capability=cast.capability, timeout=cast.timeout
+            outcomes |= await self._mesh.multicast(
+                allowed, cast.method, cast.params, timeout=cast.timeout
             )
         finally:
             self.calls_in_flight -= 1
@@ -280,3 +231,32 @@ class DaemonApi:
                 error = outcome.error
                 answers[agent_id] = {"error": {"code": error.code, "message": str(error)}}
         return _json(200, {"agents": answers})
+
+    # -- tokens (admin) -------------------------------------------------------------------
+
+    async def handle_tokens(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
+        return _json(200, {"tokens": [entry.shown() for entry in self._gate.store.entries()]})
+
+    async def handle_create_token(
+        self, request: HttpRequest, who: Identity, _: Params
+    ) -> HttpResponse:
+        try:
+            body = msgspec.json.decode(request.body, type=TokenBody)
+        except msgspec.DecodeError as exc:
+            return _error(400, f"invalid token request: {exc}")
+        if body.agent is not None and (why := check_id(body.agent)) is not None:
+            return _error(400, why)
+        try:
+            entry, token = self._gate.store.create(body.role, body.name, agent=body.agent)
+        except TokenError as exc:
+            return _error(400, str(exc))
+        return _json(201, {**entry.shown(), "token": token})
+
+    async def handle_revoke_token(
+        self, request: HttpRequest, who: Identity, p: Params
+    ) -> HttpResponse:
+        try:
+            revoked = await self._gate.revoke(p["id"])
+        except TokenError as exc:
+            return _error(404, str(exc))
+        return _json(200, {"revoked": [entry.shown() for entry in revoked]})

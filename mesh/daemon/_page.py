@@ -1,12 +1,13 @@
 """The room page: static files shipped in the package, and the routes people use in rooms.
 
 ``GET /`` serves ``static/index.html``; ``GET /static/{name}`` its script, style
-and icon. The page is a plain HTML, CSS and JavaScript application (no build
-step, nothing fetched from elsewhere) that signs in with a token, watches
-``/agents/events`` and ``/rooms/{id}/events`` and drives the room API, so it
-carries no data itself and may be served to anyone: every request it makes
-carries the token. Its Content-Security-Policy allows scripts and styles from
-the daemon alone, so text from an agent can never become markup that runs.
+and icon. Both are public routes of the route table, like ``GET /health``: the
+page is plain HTML, CSS and JavaScript (no build step, nothing fetched from
+elsewhere) that signs in with a token, watches ``/agents/events`` and
+``/rooms/{id}/events`` and drives the room API, so it carries no data itself:
+every request it makes carries the token. Its Content-Security-Policy allows
+scripts and styles from the daemon alone, so text from an agent can never become
+markup that runs.
 
 The people routes (see :mod:`mesh.rooms._people`):
 
@@ -17,6 +18,10 @@ The people routes (see :mod:`mesh.rooms._people`):
                                     it answers your turn, 202 when it waits for
                                     the turn in flight (an interjection)
 ==================================  ============================================
+
+They need the ``rooms`` right (client and admin tokens), not the room's
+ownership: joining someone else's room is the point. A person's seat is held by
+the identity that joined it while they are present.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from typing import Any, Final
 
 import msgspec
 
+from mesh.daemon._auth import Identity
+from mesh.daemon._routes import HttpHandler, Params
 from mesh.rooms import InvalidRoomSpec, RoomConflict, RoomError, RoomManager, RoomNotFound
 from transports import HttpRequest, HttpResponse
 
@@ -77,15 +84,14 @@ class PageFiles:
         body, content_type = found
         return HttpResponse(200, body, content_type=content_type, headers=PAGE_HEADERS)
 
-    async def handle(self, request: HttpRequest, parts: list[str]) -> HttpResponse | None:
-        """``GET /`` and ``GET /static/{name}``; None for any other request."""
-        if request.method != "GET":
-            return None
-        if not parts:
-            return self.get("")
-        if len(parts) == 2 and parts[0] == "static":
-            return self.get(parts[1])
-        return None
+    def http_handlers(self) -> dict[str, HttpHandler]:
+        return {"page": self.handle_page, "page_file": self.handle_file}
+
+    async def handle_page(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
+        return self.get("")
+
+    async def handle_file(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        return self.get(p["name"])
 
 
 class JoinBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -114,34 +120,49 @@ def _status(exc: RoomError) -> int:
 
 
 class PeopleRoutes:
-    """``POST /rooms/{id}/join|leave|say``: people taking part in a room."""
+    """``POST /rooms/{id}/join|leave|say``: people taking part in a room.
+
+    A seat is held by the identity (token) that joined it: only that identity
+    (or an admin) may speak or leave as that person while they are present.
+    """
 
     def __init__(self, rooms: RoomManager) -> None:
         self._rooms = rooms
 
-    async def handle(self, request: HttpRequest, parts: list[str]) -> HttpResponse | None:
-        """The answer to a people route; None when the request is not one."""
-        match (request.method, *parts):
-            case ("POST", "rooms", room_id, "join" | "leave" | "say" as action):
-                pass
-            case _:
-                return None
+    def http_handlers(self) -> dict[str, HttpHandler]:
+        return {
+            "join_room": self.handle_join,
+            "leave_room": self.handle_leave,
+            "say_in_room": self.handle_say,
+        }
+
+    async def handle_join(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        return await self._act("join", request, who, p["id"])
+
+    async def handle_leave(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        return await self._act("leave", request, who, p["id"])
+
+    async def handle_say(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        return await self._act("say", request, who, p["id"])
+
+    async def _act(
+        self, action: str, request: HttpRequest, who: Identity, room_id: str
+    ) -> HttpResponse:
+        holder = None if who.admin else who.owner
+        rooms, body = self._rooms, request.body
         try:
-            return await self._act(action, room_id, request.body)
+            if action == "join":
+                joined = msgspec.json.decode(body, type=JoinBody)
+                member = await rooms.join(room_id, joined.name, holder=holder)
+                return _json(200, {"member": member})
+            if action == "leave":
+                leaving = msgspec.json.decode(body, type=LeaveBody)
+                await rooms.leave(room_id, leaving.member, holder=holder)
+                return HttpResponse(204)
+            said = msgspec.json.decode(body, type=SayBody)
+            outcome = await rooms.say(room_id, said.member, said.text, holder=holder)
+            return _json(200 if outcome["status"] == "turn" else 202, outcome)
         except msgspec.DecodeError as exc:
             return HttpResponse.error(400, f"invalid {action} body: {exc}")
         except RoomError as exc:
             return HttpResponse.error(_status(exc), str(exc))
-
-    async def _act(self, action: str, room_id: str, body: bytes) -> HttpResponse:
-        rooms = self._rooms
-        if action == "join":
-            joined = msgspec.json.decode(body, type=JoinBody)
-            return _json(200, {"member": await rooms.join(room_id, joined.name)})
-        if action == "leave":
-            leaving = msgspec.json.decode(body, type=LeaveBody)
-            await rooms.leave(room_id, leaving.member)
-            return HttpResponse(204)
-        said = msgspec.json.decode(body, type=SayBody)
-        outcome = await rooms.say(room_id, said.member, said.text)
-        return _json(200 if outcome["status"] == "turn" else 202, outcome)

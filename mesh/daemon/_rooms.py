@@ -1,42 +1,49 @@
 """The daemon's room routes and the WebSocket observers of a room's events.
 
-``POST /rooms`` creates (and starts) a room; ``GET /rooms`` and ``GET /rooms/{id}``
-(with its transcript) read them; ``POST /rooms/{id}/pause|resume|stop`` steer
-them; ``/rooms/{id}/events`` is a WebSocket that sends every event of the room,
-in order, from ``?since=SEQ`` on, then live until the room stops.
+``POST /rooms`` creates (and starts) a room owned by the caller's token; ``GET
+/rooms`` and ``GET /rooms/{id}`` (with its transcript) read them; ``POST
+/rooms/{id}/pause|resume|stop`` steer them and ``DELETE /rooms/{id}`` removes a
+stopped one (owner or admin only); ``/rooms/{id}/events`` is a WebSocket that
+sends every event of the room, in order, from ``?since=SEQ`` on, then live
+until the room stops. Creation is bounded: topic length, members, turns, and
+how many rooms may be active at once.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgspec
 import structlog
 
+from mesh.daemon._auth import Identity
+from mesh.daemon._routes import HttpHandler, Params
+from mesh.daemon._settings import DaemonSettings
 from mesh.rooms import (
     InvalidRoomSpec,
     RoomConflict,
     RoomError,
     RoomManager,
     RoomNotFound,
+    RoomSnapshot,
+    RoomSpec,
     decode_room_spec,
     encode_event,
 )
 from transports import CloseCode, HttpRequest, HttpResponse, TransportClosed, WebSocketStream
 
-__all__ = ["RoomRoutes", "observer_room_id"]
+__all__ = ["RoomRoutes"]
 
 log = structlog.get_logger("mesh.daemon")
 
-_JSON: Final = msgspec.json.Encoder()
-
 
 def _json(status: int, payload: Any) -> HttpResponse:
-    return HttpResponse(status, _JSON.encode(payload))
+    return HttpResponse(status, msgspec.json.encode(payload))
 
 
-def _error(status: int, message: str) -> HttpResponse:
-    return _json(status, {"error": {"status": status, "message": message}})
+def _error(status: int, message: str, **extra: Any) -> HttpResponse:
+    return HttpResponse.error(status, message, **extra)
 
 
 def _status(exc: RoomError) -> int:
@@ -49,55 +56,116 @@ def _status(exc: RoomError) -> int:
     return 500
 
 
-def observer_room_id(path: str) -> str | None:
-    """``/rooms/{id}/events`` → ``id``; anything else → None."""
-    parts = [p for p in path.split("/") if p]
-    if len(parts) == 3 and parts[0] == "rooms" and parts[2] == "events":
-        return parts[1]
-    return None
+def _since(request: HttpRequest) -> int:
+    """``?since=SEQ`` (0 if absent or not a number)."""
+    try:
+        return max(0, int(request.query_value("since") or 0))
+    except ValueError:
+        return 0
 
 
-class RoomRoutes:
-    def __init__(self, rooms: RoomManager) -> None:
-        self._rooms = rooms
+RoomHandler = Callable[[HttpRequest, Identity, Params], Awaitable[HttpResponse]]
 
-    async def handle(self, request: HttpRequest, parts: list[str]) -> HttpResponse:
+
+def _room_errors(handler: RoomHandler) -> HttpHandler:
+    async def handle(request: HttpRequest, who: Identity, params: Params) -> HttpResponse:
         try:
-            return await self._route(request, parts)
+            return await handler(request, who, params)
         except RoomError as exc:
             return _error(_status(exc), str(exc))
 
-    async def _route(self, request: HttpRequest, parts: list[str]) -> HttpResponse:
-        rooms = self._rooms
-        match (request.method, *parts):
-            case ("POST", "rooms"):
-                spec = decode_room_spec(request.body)
-                return _json(201, await rooms.create(spec))
-            case ("GET", "rooms"):
-                return _json(200, {"rooms": await rooms.list()})
-            case ("GET", "rooms", room_id):
-                snapshot = await rooms.get(room_id)
-                return _json(200, {"room": snapshot, "transcript": await rooms.transcript(room_id)})
-            case ("GET", "rooms", room_id, "events"):
-                since = int(request.query_value("since") or 0)
-                return _json(200, {"events": await rooms.events(room_id, since=since)})
-            case ("POST", "rooms", room_id, "pause"):
-                return _json(200, await rooms.pause(room_id))
-            case ("POST", "rooms", room_id, "resume"):
-                return _json(200, await rooms.resume(room_id))
-            case ("POST", "rooms", room_id, "stop"):
-                return _json(200, await rooms.stop(room_id))
-        return _error(
-            405 if parts[:1] == ["rooms"] else 404, f"no route {request.method} {request.path}"
-        )
+    return handle
 
-    async def observe(
-        self, stream: WebSocketStream, room_id: str, since: int, *, deltas: bool = False
-    ) -> None:
+
+class RoomRoutes:
+    def __init__(self, rooms: RoomManager, settings: DaemonSettings) -> None:
+        self._rooms = rooms
+        self._settings = settings
+
+    def http_handlers(self) -> dict[str, HttpHandler]:
+        handlers: dict[str, RoomHandler] = {
+            "create_room": self.handle_create,
+            "rooms": self.handle_list,
+            "room": self.handle_show,
+            "room_events": self.handle_events,
+            "pause_room": self.handle_pause,
+            "resume_room": self.handle_resume,
+            "stop_room": self.handle_stop,
+            "delete_room": self.handle_delete,
+        }
+        return {name: _room_errors(handler) for name, handler in handlers.items()}
+
+    # -- creating -----------------------------------------------------------------------
+
+    async def handle_create(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
+        spec = decode_room_spec(request.body)
+        refused = self._bounds(spec)
+        if refused is not None:
+            return refused
+        active, limit = await self._rooms.active_count(), self._settings.max_active_rooms
+        if active >= limit:
+            return _error(
+                429,
+                f"{active} rooms are running or paused, the limit (max_active_rooms = {limit}); "
+                "stop one first",
+                limit="max_active_rooms",
+            )
+        return _json(201, await self._rooms.create(spec, owner=who.owner))
+
+    def _bounds(self, spec: RoomSpec) -> HttpResponse | None:
+        settings = self._settings
+        if len(spec.topic) > settings.max_topic_length:
+            return _error(
+                413,
+                f"topic of {len(spec.topic)} characters exceeds the limit of "
+                f"{settings.max_topic_length} (max_topic_length)",
+                limit="max_topic_length",
+            )
+        if len(spec.members) > settings.max_room_members:
+            return _error(
+                400,
+                f"{len(spec.members)} members exceed the limit of {settings.max_room_members} "
+                "(max_room_members)",
+                limit="max_room_members",
+            )
+        limits = spec.limits
+        for name, value in (
+            ("max_turns", limits.max_turns),
+            ("max_messages_per_agent", limits.max_messages_per_agent),
+        ):
+            if value is not None and value > settings.max_room_turns:
+                return _error(
+                    400,
+                    f"limits.{name} = {value} exceeds the limit of {settings.max_room_turns} "
+                    "(max_room_turns)",
+                    limit="max_room_turns",
+                )
+        return None
+
+    # -- reading ------------------------------------------------------------------------
+
+    async def handle_list(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
+        return _json(200, {"rooms": await self._rooms.list()})
+
+    async def handle_show(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        snapshot = await self._rooms.get(p["id"])
+        transcript = await self._rooms.transcript(p["id"])
+        return _json(200, {"room": snapshot, "transcript": transcript})
+
+    async def handle_events(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        events = await self._rooms.events(p["id"], since=_since(request))
+        return _json(200, {"events": events})
+
+    async def observe(self, stream: WebSocketStream, who: Identity, p: Params) -> None:
         """Send the room's events to one observer, in order, until the room stops.
 
-        With ``deltas`` (``?deltas=1``) the pieces of replies being written too.
+        With ``?deltas=1`` the pieces of replies being written too.
         """
+        room_id = p["id"]
+        target = HttpRequest("GET", stream.request_target, ())
+        since = _since(target)
+        # ?deltas=1: the pieces of replies being written too (the page asks for them).
+        deltas = target.query_value("deltas") in ("1", "true")
         watch = self._rooms.subscribe_live if deltas else self._rooms.subscribe
         try:
             async with watch(room_id, since=since) as events:
@@ -107,3 +175,40 @@ class RoomRoutes:
             await stream.aclose(CloseCode.NOT_FOUND, str(exc)[:120])
         except TransportClosed:
             log.debug("rooms.observer_left", room=room_id)
+
+    # -- steering (owner or admin) -----------------------------------------------------
+
+    async def _owned(self, room_id: str, who: Identity) -> RoomSnapshot | HttpResponse:
+        snapshot = await self._rooms.get(room_id)
+        if not who.owns(snapshot.room.owner):
+            return _error(
+                403,
+                f"room {room_id!r} belongs to another identity; only its owner or an admin "
+                "may change it",
+                missing="ownership",
+            )
+        return snapshot
+
+    async def _steer(
+        self, room_id: str, who: Identity, action: Callable[[str], Awaitable[Any]]
+    ) -> HttpResponse:
+        owned = await self._owned(room_id, who)
+        if isinstance(owned, HttpResponse):
+            return owned
+        return _json(200, await action(room_id))
+
+    async def handle_pause(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        return await self._steer(p["id"], who, self._rooms.pause)
+
+    async def handle_resume(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        return await self._steer(p["id"], who, self._rooms.resume)
+
+    async def handle_stop(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        return await self._steer(p["id"], who, self._rooms.stop)
+
+    async def handle_delete(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        owned = await self._owned(p["id"], who)
+        if isinstance(owned, HttpResponse):
+            return owned
+        await self._rooms.delete(p["id"])
+        return HttpResponse(204)

@@ -1,18 +1,11 @@
 """``mesh serve``: the daemon. One port for the HTTP API and for agents dialling in.
 
 It loads ``manifests/`` (a broken manifest is reported and skipped; the others
-run), links every agent through a :class:`~mesh.MeshOrchestrator`, and serves:
-
-========================================  =============================================
-``GET  /health``                          liveness and agent counts
-``GET  /agents`` / ``GET /agents/{id}``   the registry
-``POST /agents/register``                 an agent joins (with an HTTP endpoint, or none)
-``POST /agents/{id}/heartbeat``           an agent says it is alive
-``DELETE /agents/{id}``                   an agent leaves
-``POST /rpc``                             call an agent through the mesh
-``/ws``                                   agents dial in (token from their manifest)
-``GET  /``                                the room page (see :mod:`mesh.daemon._page`)
-========================================  =============================================
+run), links every agent through a :class:`~mesh.MeshOrchestrator`, and serves
+the routes of :data:`~mesh.daemon._routes.ROUTES` (``docs/daemon.md``), every
+one but ``GET /health`` behind a token (``docs/security.md``). On first start
+it writes an admin token into its data directory and names the file in the
+line it prints when it listens.
 
 SIGINT or SIGTERM shuts it down gracefully: stop accepting, close dial-in
 agents with 1001, let calls in flight finish (up to ``drain_timeout``), stop
@@ -21,99 +14,70 @@ the children, exit 0.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import signal
+import ssl
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Literal
-from urllib.parse import parse_qs, urlsplit
+from typing import Any, Final
 
 import anyio
 import anyio.abc
-import msgspec
 import structlog
 
 from mesh._errors import MeshError
+from mesh._orchestrator.links import links_from_manifests
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.daemon._api import DaemonApi
+from mesh.daemon._auth import Gate, Identity
 from mesh.daemon._page import PageFiles, PeopleRoutes
-from mesh.daemon._rooms import RoomRoutes, observer_room_id
+from mesh.daemon._rooms import RoomRoutes
+from mesh.daemon._routes import Params
+from mesh.daemon._settings import DaemonSettings, SettingsError, load_settings
+from mesh.daemon._tokens import TokenStore
 from mesh.rooms import RoomManager
 from transports import (
     CloseCode,
-    HttpRequest,
-    HttpResponse,
     HttpServerConfig,
+    TokenAuthenticator,
     WebSocketStream,
     open_http_server,
-    websocket_upgrade_handler,
 )
 
 __all__ = ["DaemonSettings", "SettingsError", "load_settings", "serve_daemon"]
 
 log = structlog.get_logger("mesh.daemon")
 
-#: The WebSocket that streams the agent table: a snapshot, then every status change.
-AGENT_EVENTS: Final = "/agents/events"
-
-#: Environment variables that set daemon settings (flags win over them, they win over the file).
-ENV_SETTINGS: Final = {
-    "MESH_HOST": "host",
-    "MESH_PORT": "port",
-    "MESH_MANIFESTS": "manifests",
-    "MESH_DRAIN_TIMEOUT": "drain_timeout",
-    "MESH_LOG_LEVEL": "log_level",
-    "MESH_LOG_FORMAT": "log_format",
-    "MESH_DATA_DIR": "data_dir",
-}
+#: How often finished rooms are checked against ``room_retention``, at most.
+RETENTION_CHECK_INTERVAL: Final = 60.0
 
 
-class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    host: str = "127.0.0.1"
-    port: int = msgspec.field(default=8700)
-    manifests: str = "manifests"
-    #: SIGTERM waits this long for calls in flight before stopping anyway.
-    drain_timeout: float = 10.0
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["auto", "json", "console"] = "auto"
-    max_body_size: int = 1 << 20
-    #: Where rooms keep their transcripts (JSONL per room + SQLite); rooms resume from here.
-    data_dir: str = ".mesh"
+def _gate(settings: DaemonSettings, dial_in_tokens: TokenAuthenticator) -> Gate:
+    store = TokenStore(settings.data_dir)
+    store.load()
+    return Gate(store, dial_in_tokens)
 
 
-class SettingsError(MeshError):
-    """A settings file, variable or flag that does not fit; says which and why."""
-
-
-def load_settings(
-    config: str | Path | None = None,
-    *,
-    environ: Mapping[str, str] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-) -> DaemonSettings:
-    """Settings from a TOML file, then ``MESH_*`` variables, then flags (``overrides``)."""
-    merged: dict[str, Any] = {}
-    source = "defaults"
-    if config is not None:
-        path = Path(config)
-        try:
-            merged.update(msgspec.toml.decode(path.read_bytes()))
-        except OSError as exc:
-            raise SettingsError(f"cannot read settings file {path}: {exc.strerror}") from None
-        except msgspec.DecodeError as exc:
-            raise SettingsError(f"{path}: {exc}") from None
-        source = str(path)
-    env = environ if environ is not None else {}
-    for variable, name in ENV_SETTINGS.items():
-        if variable in env:
-            merged[name] = env[variable]
-            source = f"{source} + ${variable}"
-    merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
+def _ssl_context(settings: DaemonSettings) -> ssl.SSLContext | None:
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
-        return msgspec.convert(merged, DaemonSettings, strict=False)
-    except msgspec.ValidationError as exc:
-        raise SettingsError(f"invalid settings ({source}): {exc}") from None
+        context.load_cert_chain(settings.tls_cert, settings.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise SettingsError(f"cannot load tls_cert / tls_key: {exc}") from None
+    return context
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 async def serve_daemon(
@@ -124,84 +88,79 @@ async def serve_daemon(
     task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the daemon until SIGINT/SIGTERM (or cancellation); returns after a graceful stop."""
+    ssl_context = _ssl_context(settings)
     # Logs each broken manifest (invalid, unusable, or a dial-in token unset) and goes on.
-    orchestrator = MeshOrchestrator.from_manifests(settings.manifests, environ=environ)
+    links = links_from_manifests(settings.manifests, environ=environ)
+    gate = _gate(settings, links.tokens)
+    admin_file = gate.store.ensure_admin()
+    orchestrator = MeshOrchestrator(links.specs)
     rooms = RoomManager.for_orchestrator(orchestrator, settings.data_dir)
-    room_routes = RoomRoutes(rooms)
-    api = DaemonApi(orchestrator, room_routes)
-    page, people = PageFiles(), PeopleRoutes(rooms)
-
-    async def handle(request: HttpRequest) -> HttpResponse:
-        parts = [p for p in request.path.split("/") if p]
-        answer = await page.handle(request, parts) or await people.handle(request, parts)
-        return answer or await api.handle(request)
-
     dial_ins: set[WebSocketStream] = set()
 
-    async def dial_in(stream: WebSocketStream, agent_id: str | None) -> None:
-        assert agent_id is not None  # the authenticator named it
+    async def dial_in(stream: WebSocketStream, who: Identity, _: Params) -> None:
+        agent_id = who.agent
+        assert agent_id is not None  # only agent tokens hold the dial right
+        if agent_id in api.agents.owners:
+            await stream.aclose(CloseCode.FORBIDDEN, f"{agent_id!r} is registered over HTTP")
+            return
+
+        async def taken_over() -> None:
+            await stream.aclose(CloseCode.TAKEN_OVER, "another connection took this agent over")
+
         dial_ins.add(stream)
         try:
-            await orchestrator.serve_dial_in(stream, agent_id)
+            await orchestrator.serve_dial_in(stream, agent_id, on_replaced=taken_over)
         except MeshError as exc:
             log.warning("daemon.dial_in_refused", agent=agent_id, error=str(exc))
             await stream.aclose(CloseCode.FORBIDDEN, str(exc)[:120])
         finally:
             dial_ins.discard(stream)
 
-    dial_in_upgrade = websocket_upgrade_handler(dial_in, authenticator=orchestrator.dial_in_tokens)
-
-    async def watch_agents(stream: WebSocketStream, _: str | None) -> None:
-        await api.watch_agents(stream)
-
-    async def observe_room(stream: WebSocketStream, _: str | None) -> None:
-        target = stream.request_target
-        room_id = observer_room_id(target.split("?", 1)[0]) or ""
-        deltas = parse_qs(urlsplit(target).query).get("deltas", [""])[0] in ("1", "true")
-        await room_routes.observe(stream, room_id, _since(target), deltas=deltas)
-
-    watch_upgrade = websocket_upgrade_handler(watch_agents, authenticator=None, paths=None)
-    observer_upgrade = websocket_upgrade_handler(observe_room, authenticator=None, paths=None)
-
-    async def upgrade(stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes) -> None:
-        # /ws is for agents (token required); /agents/events and /rooms/{id}/events
-        # are for observers.
-        if request.path.rstrip("/") == AGENT_EVENTS:
-            chosen = watch_upgrade
-        elif observer_room_id(request.path):
-            chosen = observer_upgrade
-        else:
-            chosen = dial_in_upgrade
-        await chosen(stream, request, trailing)
-
-    http_config = HttpServerConfig(max_body_size=settings.max_body_size)
+    api = DaemonApi(
+        orchestrator,
+        RoomRoutes(rooms, settings),
+        gate,
+        settings,
+        dial_in=dial_in,
+        manifest_ids=links.ids,
+        more_http={**PageFiles().http_handlers(), **PeopleRoutes(rooms).http_handlers()},
+    )
+    http_config = HttpServerConfig(
+        max_body_size=settings.max_body_size,
+        max_header_size=settings.max_head_size,
+        max_connections=settings.max_connections,
+    )
     async with (
         orchestrator,
         rooms,
+        anyio.create_task_group() as background,
         open_http_server(
-            handle,
+            api.handle,
             host=settings.host,
             port=settings.port,
-            upgrade_handler=upgrade,
+            upgrade_handler=api.dispatcher.upgrade,
+            ssl_context=ssl_context,
             config=http_config,
         ) as server,
     ):
-        announcement = {"event": "listening", "http": server.url, "ws": f"{server.ws_url}/ws"}
-        print(json.dumps(announcement), flush=True)
+        if settings.room_retention is not None:
+            background.start_soon(_delete_old_rooms, rooms, settings.room_retention)
+        _announce(server.url, server.ws_url, admin_file)
+        if ssl_context is None and not _loopback(settings.host):
+            log.warning(
+                "daemon.plaintext_on_network",
+                host=settings.host,
+                hint="tokens cross the network in clear: give --tls-cert and --tls-key",
+            )
         log.info(
             "daemon.listening",
             url=server.url,
             agents=len(orchestrator.linked_agents()),
             manifests=settings.manifests,
+            admin_token_file=str(admin_file) if admin_file else None,
         )
         task_status.started(server.url)
-        if handle_signals:
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for signum in signals:
-                    log.info("daemon.stopping", signal=signal.Signals(signum).name)
-                    break
-        else:
-            await anyio.sleep_forever()
+        await _wait_for_stop(handle_signals)
         with anyio.CancelScope(shield=True):
             server.stop_accepting()
             for stream in list(dial_ins):
@@ -212,14 +171,33 @@ async def serve_daemon(
                 in_flight=server.active_requests,
             )
             server.close_all()
+        background.cancel_scope.cancel()
     log.info("daemon.stopped")
     sys.stdout.flush()
 
 
-def _since(target: str) -> int:
-    """``?since=SEQ`` from an observer's request target (0 if absent or not a number)."""
-    values = parse_qs(urlsplit(target).query).get("since")
-    try:
-        return max(0, int(values[0])) if values else 0
-    except ValueError:
-        return 0
+def _announce(url: str, ws_url: str, admin_file: Path | None) -> None:
+    """The one line on stdout: where the daemon listens, and where its admin token is."""
+    announcement: dict[str, Any] = {"event": "listening", "http": url, "ws": f"{ws_url}/ws"}
+    if admin_file is not None:
+        announcement["admin_token_file"] = str(admin_file.resolve())
+    print(json.dumps(announcement), flush=True)
+
+
+async def _wait_for_stop(handle_signals: bool) -> None:
+    if not handle_signals:
+        await anyio.sleep_forever()
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("daemon.stopping", signal=signal.Signals(signum).name)
+            return
+
+
+async def _delete_old_rooms(rooms: RoomManager, retention: float) -> None:
+    """Delete finished rooms older than ``retention`` seconds, checking now and then."""
+    interval = min(RETENTION_CHECK_INTERVAL, max(retention / 4, 0.1))
+    while True:
+        deleted = await rooms.delete_finished(int(retention * 1000))
+        if deleted:
+            log.info("daemon.rooms_expired", rooms=deleted, retention=retention)
+        await anyio.sleep(interval)

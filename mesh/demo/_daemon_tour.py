@@ -10,7 +10,6 @@ daemon and checks it exits 0.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import signal
 import sys
@@ -21,9 +20,10 @@ from typing import Any
 import anyio
 import httpx
 
-from mesh.testing import spawn_daemon, spawn_echo_server
+from mesh.testing import Daemon, spawn_daemon, spawn_echo_server
 
-MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
+# mesh/demo/ -> the repository root, where the shipped manifests/ live.
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 AGENTS = ("echo-stdio", "echo-http", "echo-ws")
 
 
@@ -51,9 +51,9 @@ async def _call(http: httpx.AsyncClient, agent: str, tool: str, **arguments: Any
     return payload.get("result", payload.get("error"))
 
 
-async def _mesh_cli(url: str, *args: str) -> str:
+async def _mesh_cli(daemon: Daemon, *args: str) -> str:
     done = await anyio.run_process(
-        [sys.executable, "-m", "mesh.cli", *args], env={**os.environ, "MESH_URL": url}, check=True
+        [sys.executable, "-m", "mesh.cli", *args], env=daemon.env(), check=True
     )
     return done.stdout.decode()
 
@@ -69,8 +69,12 @@ async def daemon_tour() -> None:
                 MANIFESTS, env={"ECHO_WS_TOKEN": token}, extra_args=["--log-level", "warning"]
             )
         )
-        http = await stack.enter_async_context(httpx.AsyncClient(base_url=daemon.http, timeout=15))
+        http = await stack.enter_async_context(daemon.client())
         say(f"  daemon listening on {daemon.http} (HTTP API) and {daemon.ws} (agents dial in)")
+        say(f"  its admin token is in {daemon.data_dir}/admin.token; the CLI finds it there")
+        async with httpx.AsyncClient(base_url=daemon.http) as stranger:
+            refused = await stranger.get("/agents")
+        say(f"  GET /agents without a token -> {refused.status_code} {refused.json()['error']}")
         await _wait_online(http)
         for agent in AGENTS:
             result = await _call(
@@ -90,7 +94,7 @@ async def daemon_tour() -> None:
         for agent, answer in cast.json()["agents"].items():
             say(f"    {agent:<11} {json.dumps(answer)}")
         say("  $ mesh agents")
-        for line in (await _mesh_cli(daemon.http, "agents")).splitlines():
+        for line in (await _mesh_cli(daemon, "agents")).splitlines():
             say(f"    {line}")
         daemon.process.send_signal(signal.SIGTERM)
         with anyio.fail_after(20):

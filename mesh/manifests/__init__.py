@@ -8,6 +8,7 @@ job (:mod:`mesh._orchestrator.links`); this wing is data only.
 
 from mesh._public import publish
 from mesh.manifests._load import (
+    AccessSection,
     DialInSection,
     HttpSection,
     Manifest,
@@ -23,6 +24,7 @@ from mesh.manifests._load import (
 from mesh.manifests._validate import ValidateExit, validate_manifests
 
 __all__ = [
+    "AccessSection",
     "DialInSection",
     "HttpSection",
     "Manifest",

@@ -22,6 +22,7 @@ import msgspec
 from mesh.manifests._types import (
     INTERPRETER_COMMANDS,
     TRANSPORT_TYPES,
+    AccessSection,
     DialInSection,
     HttpSection,
     Manifest,
@@ -37,6 +38,7 @@ from mesh.providers._base import ProviderConfig
 __all__ = [
     "INTERPRETER_COMMANDS",
     "TRANSPORT_TYPES",
+    "AccessSection",
     "DialInSection",
     "HttpSection",
     "Manifest",
@@ -67,6 +69,7 @@ _FIELDS_AT: Final[Mapping[str, tuple[str, ...]]] = {
         *dict.fromkeys(_field_names(StdioSection, HttpSection, WebSocketSection, DialInSection)),
     ),
     "$.persona": _field_names(Persona),
+    "$.access": _field_names(AccessSection),
     "$.persona.provider": _field_names(ProviderConfig),
 }
 

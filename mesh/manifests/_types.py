@@ -27,8 +27,11 @@ from mesh.providers._base import ProviderConfig
 from transports import DEFAULT_MAX_FRAME_SIZE
 
 __all__ = [
+    "ANY_AGENT",
+    "ANY_CLIENT",
     "INTERPRETER_COMMANDS",
     "TRANSPORT_TYPES",
+    "AccessSection",
     "DialInSection",
     "HttpSection",
     "Manifest",
@@ -223,6 +226,43 @@ TransportSection: TypeAlias = StdioSection | HttpSection | WebSocketSection | Di
 TRANSPORT_TYPES: Final = ("stdio", "http", "websocket", "dial-in")
 
 
+#: In ``access.callers``: any client token (role ``client`` or ``admin``).
+ANY_CLIENT: Final = "clients"
+#: In ``access.callers``: any agent, calling through ``mesh/call``.
+ANY_AGENT: Final = "agents"
+_CLIENT_NAME = re.compile(r"client:[A-Za-z0-9._-]{1,64}")
+
+
+def _check_caller(index: int, entry: str) -> None:
+    if entry in (ANY_CLIENT, ANY_AGENT) or _CLIENT_NAME.fullmatch(entry):
+        return
+    if entry.startswith("agent:") and _ID.fullmatch(entry.removeprefix("agent:")):
+        return
+    raise _FieldError(
+        f"callers[{index}]",
+        f"Expected `{ANY_CLIENT}`, `{ANY_AGENT}`, `agent:ID` or `client:TOKEN-NAME`, got {entry!r}",
+    )
+
+
+class AccessSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Who may call this agent, and which agents it may call through ``mesh/call``.
+
+    ``callers`` lists ``clients`` (any client token), ``agents`` (any agent),
+    ``agent:ID`` or ``client:TOKEN-NAME``; an admin token may always call.
+    ``calls`` lists agent ids, or ``*`` for every agent. See ``docs/security.md``.
+    """
+
+    callers: tuple[str, ...] = (ANY_CLIENT, ANY_AGENT)
+    calls: tuple[str, ...] = ("*",)
+
+    def __post_init__(self) -> None:
+        for index, entry in enumerate(self.callers):
+            _check_caller(index, entry)
+        for index, target in enumerate(self.calls):
+            if target != "*" and not _ID.fullmatch(target):
+                raise _FieldError(f"calls[{index}]", f"Expected an agent id or `*`, got {target!r}")
+
+
 class Persona(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Who a chat agent is in a room, and which model speaks for it."""
 
@@ -251,6 +291,7 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     max_frame_size: Annotated[int, msgspec.Meta(gt=0)] = DEFAULT_MAX_FRAME_SIZE
     persona: Persona | None = None
     metadata: dict[str, str] = {}
+    access: AccessSection = AccessSection()
 
     def __post_init__(self) -> None:
         if not _ID.fullmatch(self.id):

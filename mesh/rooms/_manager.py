@@ -14,6 +14,7 @@ is what the daemon uses.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -175,11 +176,12 @@ class RoomManager:
 
     # -- the API -------------------------------------------------------------------------
 
-    async def create(self, spec: RoomSpec) -> RoomSnapshot:
+    async def create(self, spec: RoomSpec, *, owner: str | None = None) -> RoomSnapshot:
         """Create a room and start it; returns once its ``WELCOME`` is recorded.
 
         Raises :class:`InvalidRoomSpec` when a member cannot be reached or
-        described, :class:`RoomConflict` when ``spec.id`` is taken.
+        described, :class:`RoomConflict` when ``spec.id`` is taken. ``owner`` is
+        recorded with the room (the daemon puts the creating token there).
         """
         if self._tasks is None:
             raise RuntimeError("use the RoomManager as `async with RoomManager(...) as rooms:`")
@@ -203,6 +205,7 @@ class RoomManager:
                 rules=spec.rules,
                 people=spec.people,
                 created_at=self._clock(),
+                owner=owner,
             )
             handle = self._handle(RoomState(room=room))
             try:
@@ -274,6 +277,38 @@ class RoomManager:
             self._start(room)
             return state.snapshot()
 
+    async def delete(self, room_id: str) -> None:
+        """Remove a stopped room, its transcript and its rows; :class:`RoomConflict` if it
+        is running or paused (stop it first), :class:`RoomNotFound` if there is none."""
+        room = await self._room(room_id)
+        async with room.control:
+            if room.runner is not None or room.state.status is not RoomStatus.STOPPED:
+                raise RoomConflict(
+                    f"room {room_id!r} is {room.state.status}; only a stopped room can be "
+                    "deleted (stop it first)",
+                    room=room_id,
+                )
+            room.observers.close()
+            if self._rooms.get(room_id) is room:
+                del self._rooms[room_id]
+            await self._thread(self._store.delete, room_id)
+        log.info("room.deleted", room=room_id)
+
+    async def delete_finished(self, older_than_ms: int) -> list[str]:
+        """Delete every stopped room last changed more than ``older_than_ms`` ago."""
+        cutoff = self._clock() - older_than_ms
+        deleted: list[str] = []
+        for snapshot in await self.list(RoomStatus.STOPPED):
+            if snapshot.updated_at < cutoff:
+                with contextlib.suppress(RoomConflict, RoomNotFound):
+                    await self.delete(snapshot.id)
+                    deleted.append(snapshot.id)
+        return deleted
+
+    async def active_count(self) -> int:
+        """Rooms running or paused (those that hold, or may again hold, an engine)."""
+        return await self._thread(self._store.count, RoomStatus.RUNNING, RoomStatus.PAUSED)
+
     async def wait(self, room_id: str) -> RoomSnapshot:
         """Wait until the room is no longer taking turns (paused or stopped)."""
         room = await self._room(room_id)
@@ -319,14 +354,19 @@ class RoomManager:
 
     # -- people --------------------------------------------------------------------------
 
-    async def join(self, room_id: str, name: str) -> Member:
+    async def join(self, room_id: str, name: str, *, holder: str | None = None) -> Member:
         """A person takes part as ``name``: a new seat (a member of kind ``human``), or
         theirs again. Their id is the name's slug. Raises :class:`RoomConflict` for a
-        review or a stopped room, a name an agent of the room holds, or a full room."""
+        review or a stopped room, a name an agent of the room holds, or a full room.
+        ``holder`` (a daemon identity) holds the seat while they are present: another
+        holder may not speak or leave as them (None: no check, for embedders)."""
         name = _checked(clean_name, name)
-        return await self._take_seat(await self._room(room_id), AgentId(person_id(name)), name)
+        seat_id = AgentId(person_id(name))
+        return await self._take_seat(await self._room(room_id), seat_id, name, holder)
 
-    async def _take_seat(self, room: _Room, member_id: AgentId, name: str) -> Member:
+    async def _take_seat(
+        self, room: _Room, member_id: AgentId, name: str, holder: str | None
+    ) -> Member:
         room_id = room.state.room.id
         async with room.control:
             state = room.state
@@ -353,7 +393,7 @@ class RoomManager:
                         room=room_id,
                     )
                 seat = Member(id=member_id, name=name, role="person", kind="human")
-            if not room.desk.arrive(seat.id):
+            if not room.desk.arrive(seat.id, holder):
                 return seat  # already here (a second tab, a reconnect)
             new = seat if all(m.id != seat.id for m in state.room.members) else None
             await room.journal.emit(
@@ -368,10 +408,11 @@ class RoomManager:
             log.info("room.person_joined", room=room_id, member=seat.id, new=new is not None)
             return seat
 
-    async def leave(self, room_id: str, member_id: str) -> None:
+    async def leave(self, room_id: str, member_id: str, *, holder: str | None = None) -> None:
         """A person leaves (their turns are passed over until they join again)."""
         room = await self._room(room_id)
         member = self._person(room, member_id)
+        room.desk.check_holder(member.id, holder)
         async with room.control:
             if room.desk.depart(member.id):
                 await room.journal.emit(
@@ -384,7 +425,9 @@ class RoomManager:
                     )
                 )
 
-    async def say(self, room_id: str, member_id: str, text: str) -> dict[str, Any]:
+    async def say(
+        self, room_id: str, member_id: str, text: str, *, holder: str | None = None
+    ) -> dict[str, Any]:
         """A person's message: the answer to their turn, or an interjection between turns.
 
         Returns ``{"status": "turn" | "queued", "turn": N}`` (the turn it will be
@@ -399,8 +442,9 @@ class RoomManager:
                 f"room {room_id!r} is {room.state.status}: messages are taken while it runs",
                 room=room_id,
             )
+        room.desk.check_holder(member.id, holder)
         if member.id not in room.desk.present:
-            await self._take_seat(room, member.id, member.name)  # back: present again
+            await self._take_seat(room, member.id, member.name, holder)  # back: present again
         awaited = room.desk.awaiting()
         status = room.desk.offer(member.id, text, interject=room.state.room.people.interject)
         turn = awaited[1] if status == "turn" and awaited else room.state.current_turn + 1

@@ -233,6 +233,9 @@ class Room(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     rules: ExitRules = ExitRules()
     people: People = People()
     created_at: int = 0  # epoch milliseconds
+    #: Who created it through the daemon (``token:<id>``); None: the operator's. Only the
+    #: owner or an admin may pause, resume, stop or delete it over HTTP.
+    owner: str | None = None
 
     @property
     def max_turns(self) -> int:

@@ -74,6 +74,8 @@ class Desk:
 
     def __init__(self) -> None:
         self.present: set[str] = set()
+        #: Who holds each present person's seat (a daemon identity; None: anyone may).
+        self.holders: dict[str, str | None] = {}
         self._queued: dict[str, str] = {}
         self._awaited: tuple[str, int] | None = None
         self._answer: str | None = None
@@ -81,17 +83,28 @@ class Desk:
 
     # -- what people do --------------------------------------------------------------------
 
-    def arrive(self, member_id: str) -> bool:
-        """Mark ``member_id`` present; True if they were not."""
+    def check_holder(self, member_id: str, holder: str | None) -> None:
+        """Refuse ``holder`` speaking for a person present under another identity."""
+        held = self.holders.get(member_id)
+        if holder is not None and member_id in self.present and held not in (None, holder):
+            raise RoomConflict(
+                f"{member_id!r} is in the room under another identity: join under another name"
+            )
+
+    def arrive(self, member_id: str, holder: str | None = None) -> bool:
+        """Mark ``member_id`` present (held by ``holder``); True if they were not."""
+        self.check_holder(member_id, holder)
         if member_id in self.present:
             return False
         self.present.add(member_id)
+        self.holders[member_id] = holder
         self._wake()
         return True
 
     def depart(self, member_id: str) -> bool:
         """Mark ``member_id`` away (their queued words are dropped); True if they were here."""
         self._queued.pop(member_id, None)
+        self.holders.pop(member_id, None)
         if member_id not in self.present:
             return False
         self.present.discard(member_id)

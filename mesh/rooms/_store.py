@@ -193,6 +193,18 @@ class RoomStore:
             _fsync_directory(path.parent)  # so the new file's name survives a power cut too
         return offset
 
+    def delete(self, room_id: str) -> bool:
+        """Remove a room for good: its rows, then its log. False if there was no such room."""
+        with self._lock:
+            known = self._connection().execute("SELECT 1 FROM rooms WHERE id = ?", (room_id,))
+            if known.fetchone() is None:
+                return False
+            # Rows first: a crash between the two leaves a log that the next open
+            # replays into a room again, rather than rows that point at no log.
+            self._forget(room_id)
+            self.log_path(room_id).unlink(missing_ok=True)
+            return True
+
     # -- reading -------------------------------------------------------------------------
 
     def has_room(self, room_id: str) -> bool:
@@ -214,6 +226,14 @@ class RoomStore:
         with self._lock:
             rows = self._connection().execute(query + " ORDER BY created_at, id", params).fetchall()
         return [_snapshot(row) for row in rows]
+
+    def count(self, *statuses: RoomStatus) -> int:
+        """How many rooms have one of ``statuses``."""
+        marks = ", ".join("?" * len(statuses))
+        query = f"SELECT COUNT(*) FROM rooms WHERE status IN ({marks})"
+        with self._lock:
+            row = self._connection().execute(query, tuple(map(str, statuses))).fetchone()
+        return int(row[0])
 
     def messages(self, room_id: str) -> list[MessageEvent]:
         """The room's transcript from SQLite, in turn order."""

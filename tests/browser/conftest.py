@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import threading
@@ -89,15 +90,16 @@ def _announcement(process: subprocess.Popen[bytes]) -> dict[str, Any]:
     return announced
 
 
-def wait_online(url: str, *agent_ids: str, token: str | None = None) -> None:
+def wait_online(url: str, *agent_ids: str, token: str | None = None, ca: str | None = None) -> None:
     """Until the named agents are online, watching /agents/events (no polling)."""
     from websockets.sync.client import connect
 
     ws = "ws" + url.removeprefix("http") + "/agents/events"
     if token:
         ws += f"?token={token}"
+    tls = ssl.create_default_context(cafile=ca) if ca else None
     status: dict[str, str] = {}
-    with connect(ws, open_timeout=SPAWN_TIMEOUT) as events:
+    with connect(ws, open_timeout=SPAWN_TIMEOUT, ssl=tls) as events:
         while not all(status.get(a) == "online" for a in agent_ids):
             event = json.loads(events.recv(timeout=SPAWN_TIMEOUT))
             shown = event["agents"] if event["type"] == "snapshot" else [event["agent"]]
@@ -114,7 +116,13 @@ def _admin_token(data_dir: Path) -> str | None:
 
 
 def start_daemon(
-    tmp_path: Path, scripts: dict[str, tuple[str, str, list[str]]], *, backend: str, delay: float
+    tmp_path: Path,
+    scripts: dict[str, tuple[str, str, list[str]]],
+    *,
+    backend: str,
+    delay: float,
+    extra_args: tuple[str, ...] = (),
+    ca: str | None = None,
 ) -> LiveDaemon:
     manifests = tmp_path / "manifests"
     manifests.mkdir()
@@ -124,11 +132,12 @@ def start_daemon(
     command = [sys.executable, "-m", "mesh.cli", "serve", "--port", "0"]
     command += ["--manifests", str(manifests), "--data-dir", str(data_dir)]
     command += ["--backend", backend, "--log-format", "json", "--log-level", "warning"]
+    command += extra_args
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         url = _announcement(process)["http"]
         daemon = LiveDaemon(url, process, data_dir, _admin_token(data_dir))
-        wait_online(url, *scripts, token=daemon.token)
+        wait_online(url, *scripts, token=daemon.token, ca=ca)
     except BaseException:
         _stop(process)
         raise

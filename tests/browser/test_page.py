@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -153,4 +154,49 @@ def test_text_from_an_agent_is_shown_as_text_never_run(page: Any, tmp_path: Path
         assert re.search(r"Bob <i>the</i> critic", page.inner_text("#transcript"))
         assert page.evaluate("window.__pwned") is None
     finally:
+        stop_daemon(daemon)
+
+
+def test_the_page_signs_in_with_a_token_over_tls(chromium: Any, tmp_path: Path) -> None:
+    trustme = pytest.importorskip("trustme")
+    authority = trustme.CA()
+    issued = authority.issue_cert("127.0.0.1", "localhost")
+    cert, key, bundle = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
+    issued.private_key_pem.write_to_path(str(key))
+    cert.write_bytes(b"".join(blob.bytes() for blob in issued.cert_chain_pems))
+    authority.cert_pem.write_to_path(str(bundle))
+    scripts = {"alice": ("Alice", "participant", ECHO), "bob": ("Bob", "participant", ECHO)}
+    tls = ("--tls-cert", str(cert), "--tls-key", str(key))
+    daemon = start_daemon(
+        tmp_path, scripts, backend="asyncio", delay=0.0, extra_args=tls, ca=str(bundle)
+    )
+    # The test's own CA is not in Chromium's store: the context accepts it instead.
+    context = chromium.new_context(ignore_https_errors=True)
+    context.set_default_timeout(20_000)
+    try:
+        assert daemon.url.startswith("https://") and daemon.token
+        page = context.new_page()
+        page.goto(daemon.page_url())
+        page.wait_for_selector("#signin:not([hidden])")
+        page.fill("#token", "mesh_not-a-token")
+        page.click("#signin-form button")
+        page.wait_for_selector("#signin-error:has-text('token')")
+        screenshot(page, "signin")
+        page.fill("#token", daemon.token)
+        page.click("#signin-form button")
+        page.wait_for_selector('#agents tr[data-agent="alice"] .badge.online')  # over wss://
+        with httpx.Client(
+            base_url=daemon.url,
+            headers={"authorization": f"Bearer {daemon.token}"},
+            verify=ssl.create_default_context(cafile=str(bundle)),
+        ) as http:
+            spec = {"id": "secure", "topic": "Tea over TLS?", "members": ["alice", "bob"]}
+            assert http.post("/rooms", json=spec | {"limits": {"max_turns": 2}}).status_code == 201
+        page.click('#rooms li[data-room="secure"]')
+        page.wait_for_selector("#stop-reason:has-text('MAX_TURNS')")
+        page.locator("#transcript .message").nth(1).wait_for()  # the history, over wss://
+        page.wait_for_selector("#transcript .event.stopped")
+        assert page.locator("#transcript .message").count() == 2
+    finally:
+        context.close()
         stop_daemon(daemon)

@@ -18,7 +18,6 @@ import pytest
 
 from mesh.testing import Daemon, EchoServer, echo_agent_command, spawn_daemon, spawn_echo_server
 from tests.faults._helpers import spawn_holding_server, wait_holding
-from transports import open_websocket
 
 pytestmark = pytest.mark.anyio
 
@@ -45,7 +44,7 @@ def write(directory: Path, name: str, text: str) -> None:
 async def rpc(
     daemon: Daemon, agent: str, method: str, params: Any = None, timeout: float = 10
 ) -> httpx.Response:
-    async with httpx.AsyncClient(base_url=daemon.http, timeout=timeout + 5) as http:
+    async with daemon.client(timeout=timeout + 5) as http:
         return await http.post(
             "/rpc", json={"agent": agent, "method": method, "params": params, "timeout": timeout}
         )
@@ -95,7 +94,7 @@ async def full_mesh(tmp_path: Path) -> AsyncIterator[tuple[Daemon, dict[str, Any
             stderr=None,
         )
         stack.push_async_callback(_terminate, dialler)
-        async with httpx.AsyncClient(base_url=daemon.http) as http:
+        async with daemon.client() as http:
             joined = await http.post(
                 "/agents/register",
                 json={
@@ -146,7 +145,7 @@ async def test_echo_over_every_transport_through_the_daemon(tmp_path: Path) -> N
 async def test_the_cli_against_a_running_daemon(tmp_path: Path) -> None:
     async with full_mesh(tmp_path) as (daemon, _):
         mesh = [sys.executable, "-m", "mesh.cli"]
-        env = {**os.environ, "MESH_URL": daemon.http}
+        env = daemon.env()
 
         def run(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
@@ -186,7 +185,7 @@ async def test_the_cli_against_a_running_daemon(tmp_path: Path) -> None:
 
 async def test_http_api_registration_heartbeat_and_bad_requests(tmp_path: Path) -> None:
     write(tmp_path, "echo-stdio.toml", stdio_manifest("echo-stdio"))
-    async with spawn_daemon(tmp_path) as daemon, httpx.AsyncClient(base_url=daemon.http) as http:
+    async with spawn_daemon(tmp_path) as daemon, daemon.client() as http:
         bad = await http.post("/agents/register", json={"id": "x", "heartbeat_interval": "soon"})
         assert bad.status_code == 400 and "$.heartbeat_interval" in bad.json()["error"]["message"]
         assert (await http.post("/agents/register", content=b"{not json")).status_code == 400
@@ -266,18 +265,25 @@ async def test_agent_events_stream_a_snapshot_then_every_change(tmp_path: Path) 
     write(tmp_path, "echo-stdio.toml", stdio_manifest("echo-stdio"))
     async with spawn_daemon(tmp_path) as daemon:
         await daemon.wait_online("echo-stdio")
-        url = daemon.ws.removesuffix("/ws") + "/agents/events"
-        async with open_websocket(url) as events, httpx.AsyncClient(base_url=daemon.http) as http:
+        async with daemon.open_events("/agents/events") as events, daemon.client() as http:
             with anyio.fail_after(10):
                 snapshot = json.loads(await events.receive())
                 assert snapshot["type"] == "snapshot"
                 assert [(a["id"], a["status"]) for a in snapshot["agents"]] == [
                     ("echo-stdio", "online")
                 ]
-                assert (await http.delete("/agents/echo-stdio")).status_code == 204
+                joined = await http.post("/agents/register", json={"id": "pusher"})
+                assert joined.status_code == 201, joined.text
+                registered = json.loads(await events.receive())
+                assert (await http.delete("/agents/pusher")).status_code == 204
                 change = json.loads(await events.receive())
+    assert (registered["type"], registered["old"], registered["agent"]["id"]) == (
+        "registered",
+        None,
+        "pusher",
+    )
     assert (change["type"], change["old"], change["agent"]["id"]) == (
         "deregistered",
         "online",
-        "echo-stdio",
+        "pusher",
     )

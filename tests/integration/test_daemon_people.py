@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -13,7 +12,6 @@ import pytest
 
 from mesh.rooms import DeltaEvent, MessageEvent, decode_live_event
 from mesh.testing import Daemon, spawn_daemon
-from transports import open_websocket
 
 from .test_daemon_rooms import persona_manifest
 
@@ -34,7 +32,7 @@ async def _echo_daemon(tmp_path: Path, delay: float = 0.0) -> tuple[Path, list[s
 async def _create(daemon: Daemon, room_id: str, max_turns: int) -> None:
     spec = {"id": room_id, "topic": "Tea or coffee?", "members": ["alice", "bob"]}
     spec["limits"] = {"max_turns": max_turns}  # type: ignore[assignment]
-    async with httpx.AsyncClient(base_url=daemon.http) as http:
+    async with daemon.client() as http:
         created = await http.post("/rooms", json=spec)
         assert created.status_code == 201, created.text
 
@@ -46,9 +44,8 @@ async def test_replies_stream_to_observers_and_the_people_routes_answer(tmp_path
         await _create(daemon, "flow", 4)
         pieces: dict[int, str] = {}
         messages: dict[int, str] = {}
-        url = f"{daemon.ws.removesuffix('/ws')}/rooms/flow/events?deltas=1"
         with anyio.fail_after(GUARD):
-            async with open_websocket(url) as watch:
+            async with daemon.open_events("/rooms/flow/events?deltas=1") as watch:
                 while len(messages) < 4:
                     event = decode_live_event(await watch.receive())
                     if isinstance(event, DeltaEvent):
@@ -58,13 +55,15 @@ async def test_replies_stream_to_observers_and_the_people_routes_answer(tmp_path
         # Turn 1 may have begun before the observer connected; the later ones are whole.
         later = {turn: text for turn, text in messages.items() if turn > 1}
         assert {t: pieces.get(t) for t in later} == later, "the pieces make up each message"
-        async with httpx.AsyncClient(base_url=daemon.http) as http:
-            page = await http.get("/")
+        async with httpx.AsyncClient(base_url=daemon.http) as anyone, daemon.client() as http:
+            page = await anyone.get("/")  # the page's files need no token: they hold no data
             assert page.status_code == 200 and "text/html" in page.headers["content-type"]
             assert "script-src 'self'" in page.headers["content-security-policy"]
-            assert (await http.get("/static/app.js")).status_code == 200
-            assert (await http.get("/static/nope.js")).status_code == 404
-            assert (await http.get("/static/..%2Fapp.js")).status_code == 404
+            assert (await anyone.get("/static/app.js")).status_code == 200
+            assert (await anyone.get("/static/nope.js")).status_code == 404
+            assert (await anyone.get("/static/..%2Fapp.js")).status_code == 404
+            assert (await anyone.get("/rooms")).status_code == 401  # the data does
+            assert (await anyone.post("/rooms/x/join", json={"name": "C"})).status_code == 401
             await _create(daemon, "open", 40)
             joined = await http.post("/rooms/open/join", json={"name": "Carol"})
             assert joined.status_code == 200 and joined.json()["member"]["kind"] == "human"
@@ -95,7 +94,7 @@ async def test_a_person_joins_from_the_terminal_and_the_next_persona_answers(
     async with spawn_daemon(manifests, extra_args=args) as daemon:
         await daemon.wait_online("alice", "bob")
         await _create(daemon, "desk", 40)
-        env = {**os.environ, "MESH_URL": daemon.http}
+        env = daemon.env()
         command = [sys.executable, "-m", "mesh.cli", "room", "join", "desk", "--as", "Dave"]
         async with await anyio.open_process(command, env=env) as cli:
             assert cli.stdin is not None and cli.stdout is not None and cli.stderr is not None
@@ -113,6 +112,6 @@ async def test_a_person_joins_from_the_terminal_and_the_next_persona_answers(
         assert cli.returncode == 0, errors
         printed = "".join(out)
         assert "Dave (person) joined" in printed and "Dave (person), turn " in printed
-        async with httpx.AsyncClient(base_url=daemon.http) as http:
+        async with daemon.client() as http:
             transcript = (await http.get("/rooms/desk")).json()["transcript"]
         assert any(m["agent_id"] == "dave" for m in transcript)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import sys
@@ -12,12 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 
 from mesh.rooms import MessageEvent, StoppedEvent, WelcomeEvent, decode_event
 from mesh.testing import Daemon, spawn_daemon
-from transports import open_websocket
 
 pytestmark = pytest.mark.anyio
 
@@ -54,9 +51,8 @@ delay = {delay}
 async def watch_room(daemon: Daemon, room_id: str, until: Callable[[Any], bool]) -> list[Any]:
     """The room's events, from its first, up to the first one ``until`` accepts (bounded)."""
     events: list[Any] = []
-    url = f"{daemon.ws.removesuffix('/ws')}/rooms/{room_id}/events"
     with anyio.fail_after(60):
-        async with open_websocket(url) as watch:
+        async with daemon.open_events(f"/rooms/{room_id}/events") as watch:
             while not events or not until(events[-1]):
                 events.append(decode_event(await watch.receive()))
     return events
@@ -70,7 +66,7 @@ async def test_a_room_runs_and_an_observer_sees_every_event_in_order(tmp_path: P
     data = tmp_path / "data"
     async with spawn_daemon(manifests, extra_args=["--data-dir", str(data)]) as daemon:
         await daemon.wait_online("alice", "bob")
-        async with httpx.AsyncClient(base_url=daemon.http) as http:
+        async with daemon.client() as http:
             spec = {
                 "id": "tea",
                 "topic": "Tea or coffee?",
@@ -92,7 +88,7 @@ async def test_a_room_runs_and_an_observer_sees_every_event_in_order(tmp_path: P
             assert (await http.get("/rooms/nope")).status_code == 404
             bad = await http.post("/rooms", json={"topic": "x", "members": ["alice"]})
             assert bad.status_code == 400 and "two members" in bad.json()["error"]["message"]
-        env = {**os.environ, "MESH_URL": daemon.http}
+        env = daemon.env()
         run = await anyio.run_process(
             [
                 sys.executable,
@@ -131,7 +127,7 @@ async def test_sigkill_mid_room_then_restart_resumes_with_every_turn_once(tmp_pa
     args = ["--data-dir", str(data)]
     async with spawn_daemon(manifests, extra_args=args) as daemon:
         await daemon.wait_online("alice", "bob")
-        async with httpx.AsyncClient(base_url=daemon.http) as http:
+        async with daemon.client() as http:
             spec = {
                 "id": "long",
                 "topic": "Tea or coffee?",
@@ -144,7 +140,7 @@ async def test_sigkill_mid_room_then_restart_resumes_with_every_turn_once(tmp_pa
         await daemon.process.wait()
     async with spawn_daemon(manifests, extra_args=args) as daemon:
         await watch_room(daemon, "long", lambda e: isinstance(e, StoppedEvent))
-        async with httpx.AsyncClient(base_url=daemon.http) as http:
+        async with daemon.client() as http:
             final = (await http.get("/rooms/long")).json()
     turns = [m["turn"] for m in final["transcript"]]
     assert turns == list(range(1, 13)), turns

@@ -1,0 +1,71 @@
+"""How the CLI reaches a daemon: its URL, the token it presents, the CA it trusts.
+
+The token is found with nothing handled by hand: ``$MESH_TOKEN``, else the
+admin token the daemon wrote into its data directory (``$MESH_DATA_DIR``, else
+``.mesh`` — where ``mesh serve`` keeps it when started in the same directory).
+``--token-file`` names another file. For ``https://`` daemons with a private CA,
+``--ca`` (or ``$MESH_CA``) names the CA bundle; the system's CAs are used otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import ssl
+from pathlib import Path
+from typing import Final
+
+from mesh.daemon._tokens import find_token
+
+__all__ = [
+    "DEFAULT_URL",
+    "add_connection_arguments",
+    "auth_headers",
+    "ssl_context",
+    "token_for",
+    "ws_url",
+]
+
+DEFAULT_URL: Final = "http://127.0.0.1:8700"
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser, *, url_default: str) -> None:
+    parser.add_argument(
+        "--url", default=url_default, help=f"the daemon (default $MESH_URL or {DEFAULT_URL})"
+    )
+    parser.add_argument(
+        "--token-file",
+        default=os.environ.get("MESH_TOKEN_FILE"),
+        help="file holding the token (default $MESH_TOKEN, else .mesh/admin.token)",
+    )
+    parser.add_argument(
+        "--ca",
+        default=os.environ.get("MESH_CA"),
+        help="CA bundle (PEM) to trust for an https:// daemon (default $MESH_CA)",
+    )
+
+
+def token_for(args: argparse.Namespace) -> str | None:
+    path = getattr(args, "token_file", None)
+    if path:
+        try:
+            return Path(path).read_text().strip() or None
+        except OSError:
+            return None
+    return find_token()
+
+
+def auth_headers(args: argparse.Namespace) -> dict[str, str]:
+    token = token_for(args)
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The context for an https:// or wss:// daemon (None: plain, or the system's CAs)."""
+    ca = getattr(args, "ca", None)
+    return ssl.create_default_context(cafile=ca) if ca else None
+
+
+def ws_url(http_url: str) -> str:
+    """``http(s)://host:port`` → ``ws(s)://host:port``."""
+    return "ws" + http_url.rstrip("/").removeprefix("http")

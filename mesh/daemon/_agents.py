@@ -1,0 +1,301 @@
+"""The agent routes: list, show, watch, and register / heartbeat / delete over HTTP.
+
+Ids have owners. An id a manifest defines belongs to the operator: it cannot be
+registered, heart-beaten or deleted over HTTP (409). An id registered over HTTP
+belongs to the identity that registered it: only it or an admin may update,
+heartbeat or delete it (403 for anyone else). An id held by a dial-in
+connection without a manifest is the connection's (409). What a registration
+may say is bounded (the id rule, the heartbeat floor, metadata size, how many
+each identity holds, where its endpoint points), each refusal naming its limit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Annotated, Any, Final, Literal
+
+import anyio
+import msgspec
+import structlog
+
+from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh._orchestrator.spec import AgentSpec
+from mesh.daemon._auth import Identity
+from mesh.daemon._limits import check_endpoint, check_id
+from mesh.daemon._routes import Params
+from mesh.daemon._settings import DaemonSettings
+from registry import (
+    AgentId,
+    AgentRecord,
+    ChangeKind,
+    InvalidAgentRecord,
+    StatusChange,
+    SubscriberOverflow,
+    UnknownAgent,
+)
+from transports import (
+    CloseCode,
+    HttpRequest,
+    HttpResponse,
+    TransportClosed,
+    WebSocketStream,
+    open_http_client,
+)
+
+__all__ = ["AgentRoutes", "describe"]
+
+log = structlog.get_logger("mesh.daemon")
+
+#: Fixed bounds on a registration's smaller fields (the configurable ones are settings).
+MAX_NAME: Final = 128
+MAX_CAPABILITIES: Final = 64
+_Capability = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+
+
+class RegisterBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    id: str
+    name: Annotated[str, msgspec.Meta(max_length=MAX_NAME)] = ""
+    endpoint: str | None = None
+    #: Only HTTP: the registry must not be told a transport the daemon does not use.
+    transport: Literal["http"] = "http"
+    capabilities: Annotated[list[_Capability], msgspec.Meta(max_length=MAX_CAPABILITIES)] = []
+    heartbeat_interval: float = 10.0
+    heartbeat_ttl: float = 0.0
+    metadata: dict[str, Any] = {}
+    #: For the mesh to call the agent's endpoint with (never echoed back or logged).
+    token: str | None = None
+
+
+def _json(status: int, payload: Any) -> HttpResponse:
+    return HttpResponse(status, msgspec.json.encode(payload))
+
+
+def _error(status: int, message: str, **extra: Any) -> HttpResponse:
+    return HttpResponse.error(status, message, **extra)
+
+
+def describe(record: AgentRecord, now: float, link_error: str | None = None) -> dict[str, Any]:
+    """An agent as the API shows it (times as seconds ago: the registry's clock is monotonic)."""
+    shown: dict[str, Any] = {
+        "id": record.id,
+        "name": record.name,
+        "transport": record.transport,
+        "endpoint": record.endpoint,
+        "status": str(record.status),
+        "capabilities": sorted(record.capabilities),
+        "last_seen_ago": round(max(0.0, now - record.last_seen), 3),
+        "registered_ago": round(max(0.0, now - record.registered_at), 3),
+        "heartbeat_interval": record.heartbeat_interval,
+        "heartbeat_ttl": record.heartbeat_ttl,
+    }
+    if link_error:
+        shown["link_error"] = link_error
+    return shown
+
+
+class AgentRoutes:
+    def __init__(
+        self, orchestrator: MeshOrchestrator, settings: DaemonSettings, manifest_ids: frozenset[str]
+    ) -> None:
+        self._mesh = orchestrator
+        self._settings = settings
+        self.manifest_ids = manifest_ids
+        #: Ids registered over HTTP, and the identity (Identity.owner) each belongs to.
+        self.owners: dict[str, str] = {}
+        self._held: Counter[str] = Counter()
+        orchestrator.registry.add_listener(self._on_change)
+
+    # -- reading --------------------------------------------------------------------
+
+    async def handle_agents(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
+        return _json(200, {"agents": self.described()})
+
+    def described(self) -> list[dict[str, Any]]:
+        now = anyio.current_time()
+        return [describe(r, now, self._mesh.link_error(r.id)) for r in self._mesh.agents()]
+
+    async def handle_agent(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        record = self._mesh.registry.get(AgentId(p["id"]))
+        if record is None:
+            return _error(404, f"no agent {p['id']!r} is registered")
+        now = anyio.current_time()
+        return _json(200, describe(record, now, self._mesh.link_error(p["id"])))
+
+    async def watch_agents(self, stream: WebSocketStream, who: Identity, _: Params) -> None:
+        """Send every agent as it is now, then each change of status, until the watcher leaves.
+
+        Subscribed before the snapshot is taken, so no change falls between the two.
+        """
+        registry = self._mesh.registry
+        try:
+            async with registry.subscribe() as changes:
+                snapshot = {"type": "snapshot", "agents": self.described()}
+                await stream.send(msgspec.json.encode(snapshot))
+                async for change in changes:
+                    link_error = self._mesh.link_error(change.agent_id)
+                    shown = describe(change.record, anyio.current_time(), link_error)
+                    event = {"type": str(change.kind), "old": change.old, "agent": shown}
+                    await stream.send(msgspec.json.encode(event))
+        except SubscriberOverflow:
+            await stream.aclose(CloseCode.FELL_BEHIND, "fell behind the registry's changes")
+        except TransportClosed:
+            log.debug("daemon.watcher_left")
+
+    # -- owned ids --------------------------------------------------------------------
+
+    def _may_change(self, agent_id: str, who: Identity) -> HttpResponse | None:
+        """None if ``who`` may change ``agent_id`` over HTTP; else the 409 or 403 saying why."""
+        if agent_id in self.manifest_ids:
+            return _error(
+                409,
+                f"agent {agent_id!r} is defined by a manifest; it cannot be registered, "
+                "heart-beaten or deleted over HTTP",
+            )
+        owner = self.owners.get(agent_id)
+        if owner is None:
+            known = self._mesh.has_link(agent_id) or self._mesh.registry.get(AgentId(agent_id))
+            if known:
+                return _error(
+                    409, f"agent {agent_id!r} is held by its own connection, not over HTTP"
+                )
+            return None
+        if not who.owns(owner):
+            return _error(
+                403,
+                f"agent {agent_id!r} was registered by another identity; only it or an admin "
+                "may change it",
+                missing="ownership",
+            )
+        return None
+
+    def _on_change(self, change: StatusChange) -> None:
+        # An endpoint-less registration that expired is gone for good: so is its ownership.
+        agent_id = change.agent_id
+        if change.kind is ChangeKind.REMOVED and not self._mesh.has_link(agent_id):
+            self._release(agent_id)
+
+    def _release(self, agent_id: str) -> None:
+        owner = self.owners.pop(agent_id, None)
+        if owner is not None:
+            self._held[owner] -= 1
+            if self._held[owner] <= 0:
+                del self._held[owner]
+
+    # -- changing -----------------------------------------------------------------------
+
+    async def handle_register(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
+        try:
+            body = msgspec.json.decode(request.body, type=RegisterBody)
+        except msgspec.DecodeError as exc:
+            return _error(400, f"invalid registration: {exc}")
+        refused = self._check(body, who) or self._may_change(body.id, who)
+        if refused is not None:
+            return refused
+        known = body.id in self.owners
+        if known:
+            await self._mesh.remove_agent(body.id)  # a new endpoint or token needs a new link
+        record = {
+            "id": body.id,
+            "name": body.name or body.id,
+            "transport": body.transport,
+            "endpoint": body.endpoint,
+            "capabilities": body.capabilities,
+            "metadata": body.metadata,
+            "heartbeat_interval": body.heartbeat_interval,
+            "heartbeat_ttl": body.heartbeat_ttl,
+        }
+        try:
+            stored = self._mesh.registry.register(record, anyio.current_time())
+        except (InvalidAgentRecord, msgspec.ValidationError, ValueError) as exc:
+            self._release(body.id)
+            return _error(400, f"invalid registration: {exc}")
+        if not known:
+            self.owners[body.id] = who.owner
+            self._held[who.owner] += 1
+        if body.endpoint is not None:
+            self._link(body, stored)
+        return _json(200 if known else 201, describe(stored, anyio.current_time()))
+
+    def _check(self, body: RegisterBody, who: Identity) -> HttpResponse | None:
+        settings = self._settings
+        if (why := check_id(body.id)) is not None:
+            return _error(400, f"invalid registration: {why}")
+        if body.heartbeat_interval < settings.min_heartbeat_interval:
+            return _error(
+                400,
+                f"heartbeat_interval {body.heartbeat_interval:g} s is below the daemon's floor "
+                f"of {settings.min_heartbeat_interval:g} s (min_heartbeat_interval)",
+                limit="min_heartbeat_interval",
+            )
+        size = len(msgspec.json.encode(body.metadata))
+        if size > settings.max_metadata_size:
+            return _error(
+                413,
+                f"metadata of {size} bytes exceeds the {settings.max_metadata_size}-byte limit "
+                "(max_metadata_size)",
+                limit="max_metadata_size",
+            )
+        if body.endpoint is not None:
+            why = check_endpoint(body.endpoint, settings.endpoint_hosts)
+            if why is not None:
+                return _error(400, f"invalid registration: {why} - at `$.endpoint`")
+        held = self._held[who.owner]
+        limit = settings.max_registrations_per_identity
+        if body.id not in self.owners and held >= limit:
+            return _error(
+                429,
+                f"this identity already holds {held} registrations, the limit "
+                f"(max_registrations_per_identity = {limit}); delete some first",
+                limit="max_registrations_per_identity",
+            )
+        return None
+
+    def _link(self, body: RegisterBody, stored: AgentRecord) -> None:
+        endpoint, token = body.endpoint, body.token
+        assert endpoint is not None
+        self._mesh.add_agent(
+            AgentSpec(
+                body.id,
+                lambda: open_http_client(endpoint, token=token),
+                name=stored.name,
+                transport="http",
+                endpoint=endpoint,
+                capabilities=stored.capabilities,
+                heartbeat_interval=stored.heartbeat_interval,
+                heartbeat_ttl=stored.heartbeat_ttl,
+            )
+        )
+
+    async def handle_heartbeat(
+        self, request: HttpRequest, who: Identity, p: Params
+    ) -> HttpResponse:
+        agent_id = p["id"]
+        if agent_id not in self.owners and agent_id not in self.manifest_ids:
+            known = self._mesh.registry.get(AgentId(agent_id)) is not None
+            if not known:
+                return _error(
+                    404, f"no agent {agent_id!r} is registered; POST /agents/register first"
+                )
+        refused = self._may_change(agent_id, who)
+        if refused is not None:
+            return refused
+        try:
+            self._mesh.registry.heartbeat(AgentId(agent_id), anyio.current_time())
+        except UnknownAgent:
+            return _error(404, f"no agent {agent_id!r} is registered; POST /agents/register first")
+        record = self._mesh.registry.get(AgentId(agent_id))
+        assert record is not None
+        return _json(200, {"id": agent_id, "status": str(record.status)})
+
+    async def handle_deregister(
+        self, request: HttpRequest, who: Identity, p: Params
+    ) -> HttpResponse:
+        agent_id = p["id"]
+        if agent_id not in self.owners and self._mesh.registry.get(AgentId(agent_id)) is None:
+            return _error(404, f"no agent {agent_id!r} is registered")
+        refused = self._may_change(agent_id, who)
+        if refused is not None:
+            return refused
+        await self._mesh.remove_agent(agent_id)
+        self._release(agent_id)
+        return HttpResponse(204)

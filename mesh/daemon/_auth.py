@@ -1,0 +1,178 @@
+"""Who is asking, and may they: identities from bearer tokens, rights by role.
+
+Every request but ``GET /health`` carries ``Authorization: Bearer <token>``
+(``?token=`` on WebSocket upgrades, which browsers cannot give headers). A
+token is either one the daemon issued (:class:`~mesh.daemon._tokens.TokenStore`:
+admin, client, observer or agent) or a dial-in agent's token from its
+manifest's variable. No token or an unknown one: 401 (WebSocket close 4001).
+A token without the route's right: 403 (close 4003). Both bodies say which.
+
+:class:`Gate` also remembers the live WebSocket connections of each issued
+token, so revoking one closes them with 4001 at once.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Final
+
+import anyio
+import structlog
+
+from mesh.daemon._tokens import Role, TokenEntry, TokenStore
+from transports import (
+    CloseCode,
+    HttpRequest,
+    HttpResponse,
+    TokenAuthenticator,
+    WebSocketStream,
+    bearer_token,
+)
+
+__all__ = ["Gate", "Identity", "Right", "refusal"]
+
+log = structlog.get_logger("mesh.daemon")
+
+#: Closing a revoked token's connections is bounded: each close handshake is.
+REVOKE_CLOSE_TIMEOUT: Final = 1.0
+
+
+class Right(enum.StrEnum):
+    """What a route needs; a role holds a set of these."""
+
+    PUBLIC = "public"  # GET /health only
+    READ = "read"  # list and watch agents and rooms
+    CALL = "call"  # /rpc and /broadcast
+    REGISTER = "register"  # register agents over HTTP (which the identity then owns)
+    ROOMS = "rooms"  # create rooms, and control the ones it owns
+    ADMIN = "admin"  # tokens; any agent or room regardless of owner
+    DIAL = "dial"  # /ws: serve as an agent
+
+
+RIGHTS: Final[dict[Role, frozenset[Right]]] = {
+    Role.ADMIN: frozenset(
+        {Right.PUBLIC, Right.READ, Right.CALL, Right.REGISTER, Right.ROOMS, Right.ADMIN}
+    ),
+    Role.CLIENT: frozenset({Right.PUBLIC, Right.READ, Right.CALL, Right.REGISTER, Right.ROOMS}),
+    Role.OBSERVER: frozenset({Right.PUBLIC, Right.READ}),
+    Role.AGENT: frozenset({Right.PUBLIC, Right.DIAL}),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a request comes from. ``owner`` is the key of what it creates."""
+
+    role: Role
+    name: str  # the token's name, or the agent id of an agent token
+    token_id: str | None = None  # None for a manifest's dial-in token
+    agent: str | None = None  # the agent id, for agent tokens
+
+    @property
+    def admin(self) -> bool:
+        return self.role is Role.ADMIN
+
+    @property
+    def owner(self) -> str:
+        return f"token:{self.token_id}" if self.token_id else f"agent:{self.agent}"
+
+    def may(self, right: Right) -> bool:
+        return right in RIGHTS[self.role]
+
+    def owns(self, owner: str | None) -> bool:
+        """Whether this identity may change what ``owner`` created (admins may change all)."""
+        return self.admin or (owner is not None and owner == self.owner)
+
+
+def _identity(entry: TokenEntry) -> Identity:
+    return Identity(role=entry.role, name=entry.name, token_id=entry.id, agent=entry.agent)
+
+
+def refusal(status: int, message: str, **extra: object) -> HttpResponse:
+    return HttpResponse.error(status, message, **extra)
+
+
+class Gate:
+    """Turns a request's token into an :class:`Identity` and checks its rights."""
+
+    def __init__(self, store: TokenStore, dial_in_tokens: TokenAuthenticator) -> None:
+        self.store = store
+        self._dial_in = dial_in_tokens
+        self._streams: dict[str, set[WebSocketStream]] = {}
+
+    def identify(self, request: HttpRequest, *, websocket: bool = False) -> Identity | None:
+        query = request.query_value("token") if websocket else None
+        token = bearer_token(request.header("authorization"), query)
+        if token is None:
+            return None
+        entry = self.store.identify(token)
+        if entry is not None:
+            return _identity(entry)
+        agent = self._dial_in.identify(token)
+        return None if agent is None else Identity(role=Role.AGENT, name=agent, agent=agent)
+
+    def check(self, request: HttpRequest, right: Right) -> Identity | HttpResponse:
+        """The identity if it has ``right``; else the 401 or 403 that says what is missing."""
+        identity = self.identify(request)
+        if identity is None:
+            has_token = request.header("authorization") is not None
+            log.info("daemon.unauthorized", client=request.client, path=request.path)
+            return refusal(
+                401,
+                "this token is not valid (unknown or revoked)"
+                if has_token
+                else "missing token: send `Authorization: Bearer <token>` (see docs/security.md)",
+                missing="token",
+            )
+        if not identity.may(right):
+            return forbidden(identity, right)
+        return identity
+
+    @contextmanager
+    def track(self, identity: Identity, stream: WebSocketStream) -> Iterator[None]:
+        """Remember a live connection of an issued token, so revoking it closes it."""
+        if identity.token_id is None:
+            yield
+            return
+        streams = self._streams.setdefault(identity.token_id, set())
+        streams.add(stream)
+        try:
+            yield
+        finally:
+            streams.discard(stream)
+            if not streams:
+                self._streams.pop(identity.token_id, None)
+
+    async def revoke(self, id_or_name: str) -> list[TokenEntry]:
+        """Revoke tokens (see :meth:`TokenStore.revoke`) and close their connections (4001)."""
+        revoked = self.store.revoke(id_or_name)
+        async with anyio.create_task_group() as tg:
+            for entry in revoked:
+                for stream in self._streams.pop(entry.id, set()):
+                    tg.start_soon(_close_revoked, stream)
+        return revoked
+
+
+def forbidden(identity: Identity, right: Right) -> HttpResponse:
+    holders = sorted(str(role) for role, rights in RIGHTS.items() if right in rights)
+    return refusal(
+        403,
+        f"a {identity.role} token may not do this: it needs the {right!r} right "
+        f"(held by {', '.join(holders)})",
+        missing=str(right),
+    )
+
+
+async def _close_revoked(stream: WebSocketStream) -> None:
+    with anyio.move_on_after(REVOKE_CLOSE_TIMEOUT):
+        await stream.aclose(CloseCode.UNAUTHORIZED, "token revoked")
+
+
+def websocket_refusal(identity: Identity | None, right: Right) -> tuple[int, str]:
+    """The close code and reason for a WebSocket that may not stay open."""
+    if identity is None:
+        return CloseCode.UNAUTHORIZED, "missing or unknown token"
+    return CloseCode.FORBIDDEN, f"a {identity.role} token lacks the {right!r} right"

@@ -1,0 +1,201 @@
+"""The daemon's route table, and the one place every request is authenticated.
+
+Every route the daemon serves is a row of :data:`ROUTES`: its method (``WS``
+for a WebSocket upgrade), its path, the :class:`~mesh.daemon._auth.Right` it
+needs, and its handler's name. :class:`Dispatcher` checks the token before it
+even looks for a route (so a stranger learns nothing, not even which paths
+exist), then the right, then calls the handler; a route without a handler, or
+a handler without a route, stops the daemon at start. A test walks this table
+and expects 401 on every row but ``GET /health``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Final
+
+import anyio.abc
+import structlog
+
+from mesh.daemon._auth import Gate, Identity, Right, forbidden, refusal, websocket_refusal
+from mesh.daemon._tokens import Role
+from transports import (
+    CloseCode,
+    HttpRequest,
+    HttpResponse,
+    WebSocketStream,
+    websocket_upgrade_handler,
+)
+
+__all__ = ["ROUTES", "Dispatcher", "HttpHandler", "Route", "WebSocketHandler"]
+
+log = structlog.get_logger("mesh.daemon")
+
+Params = Mapping[str, str]
+HttpHandler = Callable[[HttpRequest, Identity, Params], Awaitable[HttpResponse]]
+WebSocketHandler = Callable[[WebSocketStream, Identity, Params], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    method: str  # GET, POST, DELETE, or WS for a WebSocket upgrade
+    path: str  # segments in braces are parameters: /agents/{id}
+    right: Right
+    name: str  # the handler's key
+    segments: tuple[str, ...] = field(init=False)
+    #: How many segments are fixed: /agents/events beats /agents/{id}.
+    literal: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        segments = tuple(p for p in self.path.split("/") if p)
+        object.__setattr__(self, "segments", segments)
+        object.__setattr__(self, "literal", sum(not s.startswith("{") for s in segments))
+
+    def match(self, parts: tuple[str, ...]) -> dict[str, str] | None:
+        segments = self.segments
+        if len(segments) != len(parts):
+            return None
+        params: dict[str, str] = {}
+        for segment, part in zip(segments, parts, strict=True):
+            if segment[0] == "{":
+                params[segment[1:-1]] = part
+            elif segment != part:
+                return None
+        return params
+
+
+ROUTES: Final = (
+    Route("GET", "/health", Right.PUBLIC, "health"),
+    Route("GET", "/agents", Right.READ, "agents"),
+    Route("WS", "/agents/events", Right.READ, "watch_agents"),
+    Route("POST", "/agents/register", Right.REGISTER, "register"),
+    Route("GET", "/agents/{id}", Right.READ, "agent"),
+    Route("DELETE", "/agents/{id}", Right.REGISTER, "deregister"),
+    Route("POST", "/agents/{id}/heartbeat", Right.REGISTER, "heartbeat"),
+    Route("POST", "/rpc", Right.CALL, "rpc"),
+    Route("POST", "/broadcast", Right.CALL, "broadcast"),
+    Route("POST", "/rooms", Right.ROOMS, "create_room"),
+    Route("GET", "/rooms", Right.READ, "rooms"),
+    Route("GET", "/rooms/{id}", Right.READ, "room"),
+    Route("DELETE", "/rooms/{id}", Right.ROOMS, "delete_room"),
+    Route("GET", "/rooms/{id}/events", Right.READ, "room_events"),
+    Route("WS", "/rooms/{id}/events", Right.READ, "observe_room"),
+    Route("POST", "/rooms/{id}/pause", Right.ROOMS, "pause_room"),
+    Route("POST", "/rooms/{id}/resume", Right.ROOMS, "resume_room"),
+    Route("POST", "/rooms/{id}/stop", Right.ROOMS, "stop_room"),
+    Route("POST", "/rooms/{id}/join", Right.ROOMS, "join_room"),
+    Route("POST", "/rooms/{id}/leave", Right.ROOMS, "leave_room"),
+    Route("POST", "/rooms/{id}/say", Right.ROOMS, "say_in_room"),
+    # The room page: files with no data in them (everything it shows comes with a token).
+    Route("GET", "/", Right.PUBLIC, "page"),
+    Route("GET", "/static/{name}", Right.PUBLIC, "page_file"),
+    Route("GET", "/tokens", Right.ADMIN, "tokens"),
+    Route("POST", "/tokens", Right.ADMIN, "create_token"),
+    Route("DELETE", "/tokens/{id}", Right.ADMIN, "revoke_token"),
+    Route("WS", "/ws", Right.DIAL, "dial_in"),
+)
+
+
+def resolve(method: str, path: str) -> tuple[Route, dict[str, str]] | HttpResponse:
+    """The route for ``method path``, or the 404 / 405 / 426 that says why none."""
+    parts = tuple(p for p in path.split("/") if p)
+    matches = [(r, params) for r in ROUTES if (params := r.match(parts)) is not None]
+    if not matches:
+        return refusal(404, f"no route {method} {path}")
+    best = max(r.literal for r, _ in matches)
+    matches = [(r, params) for r, params in matches if r.literal == best]
+    for route, params in matches:
+        if route.method == method:
+            return route, params
+    methods = sorted({r.method for r, _ in matches})
+    if methods == ["WS"]:
+        return refusal(426, f"{path} is a WebSocket: send an upgrade request")
+    return refusal(405, f"{method} is not allowed on {path} (allowed: {', '.join(methods)})")
+
+
+class Dispatcher:
+    """Authenticates, authorizes and routes every HTTP request and WebSocket upgrade."""
+
+    def __init__(
+        self,
+        gate: Gate,
+        http: Mapping[str, HttpHandler],
+        websocket: Mapping[str, WebSocketHandler],
+    ) -> None:
+        wanted = {r.name for r in ROUTES}
+        given = set(http) | set(websocket)
+        if wanted != given:
+            raise RuntimeError(
+                f"route table and handlers disagree: no handler for {sorted(wanted - given)}, "
+                f"no route for {sorted(given - wanted)}"
+            )
+        self.gate = gate
+        self._http = dict(http)
+        self._websocket = dict(websocket)
+
+    async def handle(self, request: HttpRequest) -> HttpResponse:
+        found = resolve(request.method, request.path)
+        if not isinstance(found, HttpResponse) and found[0].right is Right.PUBLIC:
+            # /health and the page's files: a stranger learns only that they exist.
+            return await self._http[found[0].name](request, _NOBODY, found[1])
+        checked = self.gate.check(request, Right.PUBLIC)
+        if isinstance(checked, HttpResponse):
+            return checked
+        found = resolve(request.method, request.path)
+        if isinstance(found, HttpResponse):
+            return found
+        route, params = found
+        if not checked.may(route.right):
+            return forbidden(checked, route.right)
+        return await self._http[route.name](request, checked, params)
+
+    async def upgrade(
+        self, stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes
+    ) -> None:
+        found = resolve("WS", request.path)
+        handler: Callable[[WebSocketStream, str | None], Awaitable[None]]
+        if isinstance(found, HttpResponse):
+            handler = _reject_later  # websocket_upgrade_handler answers 404 (paths=())
+            paths: tuple[str, ...] | None = ()
+        else:
+            route, params = found
+            identity = self.gate.identify(request, websocket=True)
+            claimed = request.header("x-agent-id") or request.query_value("agent")
+            if identity is None or not identity.may(route.right):
+                code, reason = websocket_refusal(identity, route.right)
+                log.info("websocket.unauthorized", client=request.client, path=request.path)
+                handler = partial(_close, code, reason)
+            elif route.right is Right.DIAL and claimed is not None and claimed != identity.agent:
+                log.warning("websocket.impersonation", client=request.client, claimed=claimed)
+                reason = f"token does not belong to agent {claimed[:64]!r}"
+                handler = partial(_close, CloseCode.FORBIDDEN, reason)
+            else:
+                handler = partial(self._serve, route, identity, params)
+            paths = None
+        upgrade = websocket_upgrade_handler(handler, authenticator=None, paths=paths)
+        await upgrade(stream, request, trailing)
+
+    async def _serve(
+        self,
+        route: Route,
+        identity: Identity,
+        params: Params,
+        stream: WebSocketStream,
+        _: str | None,
+    ) -> None:
+        with self.gate.track(identity, stream):
+            await self._websocket[route.name](stream, identity, params)
+
+
+#: Stands in for the caller of the one public route.
+_NOBODY: Final = Identity(role=Role.OBSERVER, name="")
+
+
+async def _close(code: int, reason: str, stream: WebSocketStream, _: str | None) -> None:
+    await stream.aclose(code, reason)
+
+
+async def _reject_later(stream: WebSocketStream, _: str | None) -> None:
+    """Never called: with no allowed path the upgrade is answered with 404."""

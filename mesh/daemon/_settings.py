@@ -1,0 +1,118 @@
+"""The daemon's settings: a TOML file, then ``MESH_*`` variables, then flags.
+
+Besides where to listen and what to load, the settings hold every bound on what
+a client controls (``docs/security.md`` lists each with its refusal). The
+defaults are safe for a daemon on a laptop; raise them on purpose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+
+import msgspec
+
+from mesh._errors import MeshError
+
+__all__ = ["ENV_SETTINGS", "DaemonSettings", "SettingsError", "load_settings"]
+
+#: Environment variables that set daemon settings (flags win over them, they win over the file).
+ENV_SETTINGS: Final = {
+    "MESH_HOST": "host",
+    "MESH_PORT": "port",
+    "MESH_MANIFESTS": "manifests",
+    "MESH_DRAIN_TIMEOUT": "drain_timeout",
+    "MESH_LOG_LEVEL": "log_level",
+    "MESH_LOG_FORMAT": "log_format",
+    "MESH_DATA_DIR": "data_dir",
+    "MESH_TLS_CERT": "tls_cert",
+    "MESH_TLS_KEY": "tls_key",
+}
+
+_Positive = Annotated[int, msgspec.Meta(gt=0)]
+_Seconds = Annotated[float, msgspec.Meta(gt=0)]
+
+#: The hosts an endpoint registered over HTTP may point at, by default: this machine.
+LOOPBACK: Final = ("localhost", "127.0.0.0/8", "::1")
+
+
+class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    host: str = "127.0.0.1"
+    port: int = msgspec.field(default=8700)
+    manifests: str = "manifests"
+    #: SIGTERM waits this long for calls in flight before stopping anyway.
+    drain_timeout: float = 10.0
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["auto", "json", "console"] = "auto"
+    max_body_size: _Positive = 1 << 20
+    #: Rooms (JSONL per room + SQLite) and tokens (tokens.json, admin.token) live here.
+    data_dir: str = ".mesh"
+    #: TLS on the daemon's port: a PEM certificate chain and its key (both or neither).
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+    # -- bounds on what clients control (docs/security.md) --------------------------------
+    #: Request line plus headers; a longer head is refused with 431.
+    max_head_size: _Positive = 64 * 1024
+    #: Connections open at once (HTTP and WebSocket); more are refused with 503.
+    max_connections: _Positive = 1000
+    #: The shortest heartbeat_interval an agent may register with (the daemon probes
+    #: an endpoint that often).
+    min_heartbeat_interval: _Seconds = 1.0
+    #: A registration's metadata, as JSON, in bytes.
+    max_metadata_size: _Positive = 16 * 1024
+    #: Agents one identity may hold registered over HTTP at once.
+    max_registrations_per_identity: _Positive = 100
+    #: Hosts a registered endpoint may point at: names, addresses, CIDR networks, or "*".
+    endpoint_hosts: tuple[str, ...] = LOOPBACK
+    #: Longest deadline a caller may give a call through /rpc or /broadcast, seconds.
+    max_call_timeout: _Seconds = 300.0
+    #: Rooms running or paused at once.
+    max_active_rooms: _Positive = 32
+    #: A room's topic, in characters.
+    max_topic_length: _Positive = 4096
+    #: A room's max_turns (and max_messages_per_agent).
+    max_room_turns: _Positive = 1000
+    #: Members of one room.
+    max_room_members: _Positive = 16
+    #: Finished rooms older than this many seconds are deleted; None keeps them.
+    room_retention: _Seconds | None = None
+
+    def __post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: give both or neither")
+
+
+class SettingsError(MeshError):
+    """A settings file, variable or flag that does not fit; says which and why."""
+
+
+def load_settings(
+    config: str | Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> DaemonSettings:
+    """Settings from a TOML file, then ``MESH_*`` variables, then flags (``overrides``)."""
+    merged: dict[str, Any] = {}
+    source = "defaults"
+    if config is not None:
+        path = Path(config)
+        try:
+            merged.update(msgspec.toml.decode(path.read_bytes()))
+        except OSError as exc:
+            raise SettingsError(f"cannot read settings file {path}: {exc.strerror}") from None
+        except msgspec.DecodeError as exc:
+            raise SettingsError(f"{path}: {exc}") from None
+        source = str(path)
+    env = environ if environ is not None else {}
+    for variable, name in ENV_SETTINGS.items():
+        if variable in env:
+            merged[name] = env[variable]
+            source = f"{source} + ${variable}"
+    merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return msgspec.convert(merged, DaemonSettings, strict=False)
+    except msgspec.ValidationError as exc:
+        raise SettingsError(f"invalid settings ({source}): {exc}") from None

@@ -1,0 +1,212 @@
+"""The daemon's token store: client and agent tokens, kept hashed in the data directory.
+
+Layout under the data directory (both files mode 0600)::
+
+    tokens.json    every token the daemon issued: id, name, role, agent, SHA-256 digest
+    admin.token    the admin token written on first start (plain text, for local tools)
+
+A token is ``mesh_`` plus 32 random bytes (URL-safe base64): guessing is hopeless,
+so one SHA-256 is enough and no slow KDF is needed. Only digests are stored.
+A presented token is looked up by its digest and the stored digest is then
+compared with :func:`hmac.compare_digest`, so no timing depends on a stored
+secret. Tokens are never logged; ids and names are not secrets.
+
+The daemon is the only writer of ``tokens.json`` (``mesh token`` goes through
+its admin routes), so a change is live at once and no file is watched.
+:func:`find_token` is how clients (the CLI, :mod:`mesh.testing`, the demo) find
+a token with nothing handled by hand: ``$MESH_TOKEN``, else the admin token file.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import os
+import secrets
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+import msgspec
+import structlog
+
+from mesh._errors import MeshError
+
+__all__ = [
+    "ADMIN_TOKEN_FILE",
+    "TOKENS_FILE",
+    "Role",
+    "TokenEntry",
+    "TokenError",
+    "TokenStore",
+    "find_token",
+    "token_digest",
+]
+
+log = structlog.get_logger("mesh.daemon")
+
+TOKENS_FILE: Final = "tokens.json"
+ADMIN_TOKEN_FILE: Final = "admin.token"
+#: Where the daemon keeps its data unless told otherwise (``data_dir``).
+DEFAULT_DATA_DIR: Final = ".mesh"
+_PREFIX: Final = "mesh_"
+_NAME_LIMIT: Final = 64
+
+
+class Role(enum.StrEnum):
+    """What a token may do; see ``docs/security.md`` for the rights of each."""
+
+    ADMIN = "admin"  # everything, tokens included
+    CLIENT = "client"  # call, broadcast, register agents, run its own rooms, observe
+    OBSERVER = "observer"  # read and watch only
+    AGENT = "agent"  # dial in on /ws as one agent id
+
+
+class TokenError(MeshError):
+    """A token request that cannot be done (unknown id, bad role or name)."""
+
+
+class TokenEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One issued token, as stored: never the token itself."""
+
+    id: str
+    name: str
+    role: Role
+    digest: str
+    #: For ``agent`` tokens: the one agent id it may dial in as.
+    agent: str | None = None
+    created_at: int = 0  # epoch seconds
+
+    def shown(self) -> dict[str, object]:
+        """The entry as the API lists it (no digest)."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "role": str(self.role),
+            "agent": self.agent,
+            "created_at": self.created_at,
+        }
+
+
+class _TokenFile(msgspec.Struct, kw_only=True):
+    tokens: list[TokenEntry] = []
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically, readable by the owner only (0600)."""
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+class TokenStore:
+    """Every token the daemon issued, by digest; see the module docstring."""
+
+    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+        self.directory = Path(data_dir)
+        self.path = self.directory / TOKENS_FILE
+        self.admin_path = self.directory / ADMIN_TOKEN_FILE
+        self._by_digest: dict[str, TokenEntry] = {}
+
+    def load(self) -> None:
+        """Read ``tokens.json`` if there is one; a broken file stops the daemon, saying why."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise TokenError(f"cannot read {self.path}: {exc.strerror}") from None
+        try:
+            stored = msgspec.json.decode(data, type=_TokenFile)
+        except msgspec.DecodeError as exc:
+            raise TokenError(f"{self.path}: {exc}") from None
+        self._by_digest = {entry.digest: entry for entry in stored.tokens}
+        if self.path.stat().st_mode & 0o077:
+            log.warning("daemon.tokens_file_readable", path=str(self.path), want="0600")
+
+    def ensure_admin(self) -> Path | None:
+        """First start: with no client tokens at all, create an admin token and write it
+        to ``admin.token`` (0600). Returns the file's path when one exists, else None."""
+        if not any(e.role is not Role.AGENT for e in self._by_digest.values()):
+            _, token = self.create(Role.ADMIN, "admin")
+            _write_private(self.admin_path, token.encode() + b"\n")
+            log.info("daemon.admin_token_created", path=str(self.admin_path))
+        return self.admin_path if self.admin_path.exists() else None
+
+    def identify(self, token: str) -> TokenEntry | None:
+        """The entry ``token`` belongs to, or None."""
+        digest = token_digest(token)
+        entry = self._by_digest.get(digest)
+        if entry is None or not hmac.compare_digest(entry.digest, digest):
+            return None
+        return entry
+
+    def create(self, role: Role, name: str, *, agent: str | None = None) -> tuple[TokenEntry, str]:
+        """Issue a token; returns its entry and the token (shown once, never stored)."""
+        if not name or len(name) > _NAME_LIMIT or not name.isprintable():
+            raise TokenError(f"a token name is 1-{_NAME_LIMIT} printable characters")
+        if (role is Role.AGENT) != (agent is not None):
+            raise TokenError("an agent token names its agent id, and only an agent token does")
+        token = _PREFIX + secrets.token_urlsafe(32)
+        entry = TokenEntry(
+            id=secrets.token_hex(4),
+            name=name,
+            role=role,
+            digest=token_digest(token),
+            agent=agent,
+            created_at=int(time.time()),
+        )
+        self._by_digest[entry.digest] = entry
+        self._save()
+        log.info("daemon.token_created", id=entry.id, name=name, role=str(role))
+        return entry, token
+
+    def revoke(self, id_or_name: str) -> list[TokenEntry]:
+        """Forget every token with this id (or, failing that, this name); returns them."""
+        doomed = [e for e in self._by_digest.values() if e.id == id_or_name]
+        doomed = doomed or [e for e in self._by_digest.values() if e.name == id_or_name]
+        if not doomed:
+            raise TokenError(f"no token with id or name {id_or_name!r}")
+        for entry in doomed:
+            del self._by_digest[entry.digest]
+        self._save()
+        for entry in doomed:
+            log.info("daemon.token_revoked", id=entry.id, name=entry.name)
+        return doomed
+
+    def entries(self) -> list[TokenEntry]:
+        return sorted(self._by_digest.values(), key=lambda e: (e.created_at, e.id))
+
+    def _save(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        data = msgspec.json.encode(_TokenFile(tokens=self.entries()))
+        _write_private(self.path, data)
+
+
+def find_token(
+    environ: Mapping[str, str] | None = None, *, data_dir: str | os.PathLike[str] | None = None
+) -> str | None:
+    """The token a local client uses by default: ``$MESH_TOKEN``, else the admin token
+    file in ``data_dir`` (default ``$MESH_DATA_DIR``, else ``.mesh``); None if neither."""
+    env = os.environ if environ is None else environ
+    if env.get("MESH_TOKEN"):
+        return env["MESH_TOKEN"]
+    directory = Path(data_dir or env.get("MESH_DATA_DIR") or DEFAULT_DATA_DIR)
+    try:
+        return (directory / ADMIN_TOKEN_FILE).read_text().strip() or None
+    except OSError:
+        return None

@@ -1,0 +1,122 @@
+"""Who may call whom: reserved methods and the access section, through mesh/call."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from mesh import Agent, AgentSpec, ErrorCode, Forbidden, MeshOrchestrator, RequestContext
+from mesh._orchestrator.access import (
+    check_agent_call,
+    check_client_call,
+    check_relayable,
+    is_reserved,
+)
+from mesh.manifests import AccessSection
+from mesh.testing import KillableConnector
+
+pytestmark = pytest.mark.anyio
+
+#: The default access section: any client, any agent; calls anyone.
+OPEN = AccessSection()
+
+
+def test_reserved_methods() -> None:
+    assert is_reserved("room/turn") and is_reserved("room/persona")
+    assert is_reserved("mesh/call") and is_reserved("mesh/anything/new")
+    assert not is_reserved("tools/call") and not is_reserved("ping")
+    with pytest.raises(Forbidden, match=r"'room/turn' is reserved.*through /rpc") as caught:
+        check_relayable("room/turn", agent="bob", via="/rpc")
+    assert caught.value.code == ErrorCode.FORBIDDEN
+    assert int(ErrorCode.FORBIDDEN) == -32007
+
+
+def test_client_access() -> None:
+    default = AccessSection()
+    check_client_call(default, client="ann", admin=False, agent="a", method="ping")
+    only_bob = AccessSection(callers=("client:bob", "agents"))
+    check_client_call(only_bob, client="bob", admin=False, agent="a", method="ping")
+    check_client_call(only_bob, client="ann", admin=True, agent="a", method="ping")
+    with pytest.raises(Forbidden, match=r"does not accept calls from client token 'ann'"):
+        check_client_call(only_bob, client="ann", admin=False, agent="a", method="ping")
+
+
+def test_agent_access() -> None:
+    default = AccessSection()
+    check_agent_call(default, default, caller_id="x", agent="y", method="ping")
+    narrow = AccessSection(calls=("z",))
+    with pytest.raises(Forbidden, match=r"agent 'x' may not call 'y' \(its access.calls is"):
+        check_agent_call(narrow, default, caller_id="x", agent="y", method="ping")
+    picky = AccessSection(callers=("clients", "agent:w"))
+    with pytest.raises(Forbidden, match=r"agent 'y' does not accept calls from agent 'x'"):
+        check_agent_call(default, picky, caller_id="x", agent="y", method="ping")
+    check_agent_call(default, picky, caller_id="w", agent="y", method="ping")
+
+
+def _forwarder() -> Agent:
+    agent = Agent("fwd")
+
+    @agent.tool
+    async def forward(to: str, method: str, ctx: RequestContext) -> Any:
+        return await ctx.call_agent(to, method, {"name": "hello", "arguments": {}}, timeout=5)
+
+    return agent
+
+
+def _greeter() -> Agent:
+    agent = Agent("greeter")
+
+    @agent.tool
+    def hello() -> str:
+        return "hi"
+
+    @agent.method("room/turn")
+    def turn(ctx: RequestContext, params: Any) -> str:  # a stranger's text in a room, if relayed
+        return "spoken"
+
+    return agent
+
+
+@asynccontextmanager
+async def two_agents(
+    fwd: AccessSection = OPEN, greeter: AccessSection = OPEN
+) -> AsyncIterator[MeshOrchestrator]:
+    specs = [
+        AgentSpec("fwd", KillableConnector(_forwarder()), access=fwd),
+        AgentSpec("greeter", KillableConnector(_greeter()), access=greeter),
+    ]
+    async with MeshOrchestrator(specs) as mesh:
+        yield mesh
+
+
+async def forward(mesh: MeshOrchestrator, method: str) -> Any:
+    with anyio.fail_after(10):
+        return await mesh.call_tool("fwd", "forward", {"to": "greeter", "method": method})
+
+
+async def test_mesh_call_relays_an_allowed_call() -> None:
+    async with two_agents() as mesh:
+        assert await forward(mesh, "tools/call") == "hi"
+
+
+@pytest.mark.parametrize("method", ["room/turn", "room/persona", "mesh/call"])
+async def test_mesh_call_refuses_reserved_methods(method: str) -> None:
+    async with two_agents() as mesh:
+        with pytest.raises(Forbidden, match="reserved to the daemon") as caught:
+            await forward(mesh, method)
+    assert caught.value.code == ErrorCode.FORBIDDEN
+
+
+async def test_mesh_call_follows_both_access_sections() -> None:
+    async with two_agents(fwd=AccessSection(calls=("someone-else",))) as mesh:
+        with pytest.raises(Forbidden, match=r"its access\.calls is"):
+            await forward(mesh, "tools/call")
+    async with two_agents(greeter=AccessSection(callers=("clients",))) as mesh:
+        with pytest.raises(Forbidden, match="does not accept calls from agent 'fwd'"):
+            await forward(mesh, "tools/call")
+    async with two_agents(greeter=AccessSection(callers=("agent:fwd",))) as mesh:
+        assert await forward(mesh, "tools/call") == "hi"

@@ -1,0 +1,153 @@
+"""The daemon's token store, its identities and rights, and the endpoint rules."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from mesh.daemon._auth import Gate, Identity, Right
+from mesh.daemon._limits import check_endpoint, check_id, host_allowed
+from mesh.daemon._routes import ROUTES, resolve
+from mesh.daemon._serve import _loopback
+from mesh.daemon._settings import LOOPBACK
+from mesh.daemon._tokens import Role, TokenError, TokenStore, find_token
+from transports import HttpRequest, HttpResponse, TokenAuthenticator
+
+
+def test_first_start_writes_one_admin_token_readable_by_its_owner_only(tmp_path: Path) -> None:
+    store = TokenStore(tmp_path)
+    store.load()
+    admin_file = store.ensure_admin()
+    assert admin_file == tmp_path / "admin.token"
+    token = admin_file.read_text().strip()
+    assert stat.S_IMODE(admin_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "tokens.json").stat().st_mode) == 0o600
+    assert token not in (tmp_path / "tokens.json").read_text()  # only its digest is stored
+    entry = store.identify(token)
+    assert entry is not None and entry.role is Role.ADMIN
+    again = TokenStore(tmp_path)
+    again.load()
+    assert again.ensure_admin() == admin_file  # no second admin token
+    assert len(again.entries()) == 1 and again.identify(token) == entry
+
+
+def test_a_store_with_client_tokens_creates_no_admin(tmp_path: Path) -> None:
+    store = TokenStore(tmp_path)
+    store.create(Role.CLIENT, "ci")
+    assert store.ensure_admin() is None and not (tmp_path / "admin.token").exists()
+
+
+def test_create_identify_revoke(tmp_path: Path) -> None:
+    store = TokenStore(tmp_path)
+    entry, token = store.create(Role.OBSERVER, "dashboard")
+    assert token.startswith("mesh_") and store.identify(token) == entry
+    assert store.identify(token + "x") is None and store.identify("") is None
+    agent, agent_token = store.create(Role.AGENT, "bob-token", agent="bob")
+    assert store.identify(agent_token) == agent and agent.agent == "bob"
+    assert [e.id for e in store.revoke("dashboard")] == [entry.id]
+    assert store.identify(token) is None
+    reloaded = TokenStore(tmp_path)
+    reloaded.load()
+    assert [e.name for e in reloaded.entries()] == ["bob-token"]
+    with pytest.raises(TokenError, match="no token with id or name 'nope'"):
+        store.revoke("nope")
+    with pytest.raises(TokenError, match="names its agent id"):
+        store.create(Role.AGENT, "x")
+    with pytest.raises(TokenError, match="printable"):
+        store.create(Role.CLIENT, "bad\x1b[31m")
+
+
+def test_find_token(tmp_path: Path) -> None:
+    assert find_token({"MESH_TOKEN": "t1"}) == "t1"
+    assert find_token({}, data_dir=tmp_path) is None
+    (tmp_path / "admin.token").write_text("t2\n")
+    assert find_token({"MESH_DATA_DIR": str(tmp_path)}) == "t2"
+    assert find_token({}, data_dir=tmp_path) == "t2"
+
+
+def test_a_broken_token_file_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "tokens.json").write_text(json.dumps({"tokens": [{"id": 1}]}))
+    with pytest.raises(TokenError, match=r"tokens.json: .*\$\.tokens\[0\]"):
+        TokenStore(tmp_path).load()
+
+
+def _request(token: str | None) -> HttpRequest:
+    headers = (("authorization", f"Bearer {token}"),) if token else ()
+    return HttpRequest("GET", "/agents", headers)
+
+
+def test_gate_identities_and_rights(tmp_path: Path) -> None:
+    store = TokenStore(tmp_path)
+    _, observer = store.create(Role.OBSERVER, "eyes")
+    gate = Gate(store, TokenAuthenticator({"dial-secret": "bob"}))
+    missing = gate.check(_request(None), Right.READ)
+    assert isinstance(missing, HttpResponse) and missing.status == 401
+    assert json.loads(missing.body)["error"]["missing"] == "token"
+    unknown = gate.check(_request("mesh_nope"), Right.READ)
+    assert isinstance(unknown, HttpResponse) and unknown.status == 401
+    assert b"unknown or revoked" in unknown.body
+    who = gate.check(_request(observer), Right.READ)
+    assert isinstance(who, Identity) and who.name == "eyes" and who.owner.startswith("token:")
+    denied = gate.check(_request(observer), Right.CALL)
+    assert isinstance(denied, HttpResponse) and denied.status == 403
+    body = json.loads(denied.body)["error"]
+    assert body["missing"] == "call" and "held by admin, client" in body["message"]
+    agent = gate.identify(_request("dial-secret"))
+    assert agent == Identity(role=Role.AGENT, name="bob", agent="bob")
+    assert agent.may(Right.DIAL) and not agent.may(Right.READ)
+
+
+def test_only_health_and_the_page_are_public_and_routes_resolve() -> None:
+    public = [(r.method, r.path) for r in ROUTES if r.right is Right.PUBLIC]
+    assert public == [("GET", "/health"), ("GET", "/"), ("GET", "/static/{name}")]
+    found = resolve("GET", "/agents/events")
+    assert isinstance(found, HttpResponse) and found.status == 426
+    found = resolve("GET", "/agents/bob")
+    assert not isinstance(found, HttpResponse) and found[1] == {"id": "bob"}
+    found = resolve("PUT", "/agents")
+    assert isinstance(found, HttpResponse) and found.status == 405
+    found = resolve("GET", "/nowhere")
+    assert isinstance(found, HttpResponse) and found.status == 404
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://127.0.0.1:9100", None),
+        ("https://localhost:9100/agent", None),
+        ("http://[::1]:9100", None),
+        ("ftp://127.0.0.1/", "http:// or https://"),
+        ("http://user:pw@127.0.0.1:9100", "user-info"),
+        ("http://127.0.0.1:9100/any/path?x=1", "query string"),
+        ("http://127.0.0.1:9100/#top", "fragment"),
+        ("http://10.0.0.8:9100", "'10.0.0.8' is not in the daemon's endpoint_hosts"),
+        ("http://metadata.internal/", "not in the daemon's endpoint_hosts"),
+        ("http://127.0.0.1:99999", "not a valid URL"),
+    ],
+)
+def test_endpoint_rules(url: str, why: str | None) -> None:
+    refused = check_endpoint(url, LOOPBACK)
+    assert refused is None if why is None else why in (refused or "")
+
+
+def test_host_allow_list() -> None:
+    assert host_allowed("10.1.2.3", ["10.0.0.0/8"]) and not host_allowed("11.0.0.1", ["10.0.0.0/8"])
+    assert host_allowed("Agents.Example", ["agents.example"]) and host_allowed("x", ["*"])
+    assert not host_allowed("127.1", LOOPBACK)  # not an address as written: not guessed at
+
+
+def test_agent_ids_follow_the_manifest_rule() -> None:
+    assert check_id("echo-2.b_c") is None
+    assert "manifest id rule" in (check_id("Echo") or "")
+    assert check_id("x" * 65) is not None and check_id("") is not None
+
+
+def test_only_loopback_addresses_count_as_local() -> None:
+    # The daemon warns at start when it listens beyond these without TLS.
+    assert _loopback("127.0.0.1") and _loopback("127.8.0.1") and _loopback("::1")
+    assert _loopback("localhost")
+    assert not _loopback("0.0.0.0") and not _loopback("::") and not _loopback("10.0.0.2")
+    assert not _loopback("mesh.example")
