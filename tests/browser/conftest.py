@@ -159,7 +159,9 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.stdout.close()
 
 
-@pytest.fixture(scope="session")
+# Module-scoped: Playwright's sync API runs an asyncio loop on this thread while it is
+# open, and the async tests that follow must find none running.
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
     executable = shutil.which("chromium")
     if executable is None:

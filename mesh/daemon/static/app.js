@@ -456,8 +456,14 @@ async function say(submit) {
   const text = $("#say-text").value;
   $("#room-error").textContent = "";
   try {
-    await api("POST", `/rooms/${encodeURIComponent(state.room)}/say`, { member: state.me, text });
+    const said = await api("POST", `/rooms/${encodeURIComponent(state.room)}/say`, {
+      member: state.me,
+      text,
+    });
     $("#say-text").value = "";
+    if (said && said.status === "queued") {
+      $("#say-hint").textContent = "Queued: it is said when the turn in flight ends.";
+    }
   } catch (error) {
     $("#room-error").textContent = error.message;
   }
