@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LLM_STAMP := $(VENV)/.installed-llm
 
-.PHONY: test demo demo-llm test-llm browser bench bench-smoke lint typecheck clean
+.PHONY: test demo demo-llm test-llm browser bench bench-smoke soak lint typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ bench: $(STAMP)
 
 bench-smoke: $(STAMP)
 	$(BIN)/python -m bench --smoke
+
+# Five minutes of the daemon under load and faults (not in CI): see soak/__init__.py.
+soak: $(STAMP)
+	$(BIN)/python -m soak
 
 clean:
 	rm -rf $(VENV) build dist

@@ -176,10 +176,11 @@ def salvage_id(head: bytes) -> tuple[str | None, str | None]:
     head = head[:_SALVAGE_HEAD]
     id_match = _ID_PATTERN.search(head)
     type_match = _TYPE_PATTERN.search(head)
-    return (
-        id_match.group(1).decode("utf-8", "replace") if id_match else None,
-        type_match.group(1).decode("ascii") if type_match else None,
-    )
+    try:
+        request_id = id_match.group(1).decode() if id_match else None
+    except UnicodeDecodeError:
+        request_id = None  # an id we cannot read is not one to answer with
+    return request_id, type_match.group(1).decode("ascii") if type_match else None
 
 
 class MeshCodec:
@@ -211,6 +212,16 @@ class MeshCodec:
             raise DecodeFailure(
                 ErrorCode.PARSE_ERROR, f"not valid JSON: {exc}", request_id=request_id, kind=kind
             ) from None
+        except UnicodeDecodeError as exc:
+            # msgspec checks UTF-8 only when it builds a string, and raises Python's own
+            # error for it: bytes that are not UTF-8 are not JSON text (RFC 8259, 8.1).
+            request_id, kind = salvage_id(frame)
+            raise DecodeFailure(
+                ErrorCode.PARSE_ERROR,
+                f"not valid JSON: a string is not valid UTF-8 ({exc.reason})",
+                request_id=request_id,
+                kind=kind,
+            ) from None
         except RecursionError:
             # msgspec recurses per nesting level; a 2 KB frame of brackets is enough.
             request_id, kind = salvage_id(frame)
@@ -237,7 +248,7 @@ class MeshCodec:
     def _salvage(self, frame: bytes) -> tuple[str | None, str | None]:
         try:
             found = self._salvager.decode(frame)
-        except (msgspec.DecodeError, RecursionError):
+        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
             return salvage_id(frame)
         request_id = found.id if isinstance(found.id, str) and 0 < len(found.id) <= 128 else None
         kind = found.type if isinstance(found.type, str) else None

@@ -128,6 +128,17 @@ class _HttpConnection:
         self._h11 = h11.Connection(
             h11.SERVER, max_incomplete_event_size=self._config.max_header_size
         )
+        # Bytes handed to h11 so far: with what it still buffers, this measures a
+        # request head exactly (h11's own limit only applies while a head is incomplete,
+        # so a head that completes in the read that crosses the limit would get in).
+        self._received = 0
+
+    def _receive(self, data: bytes) -> None:
+        self._received += len(data)
+        self._h11.receive_data(data)
+
+    def _consumed(self) -> int:
+        return self._received - len(self._h11.trailing_data[0])
 
     async def run(self) -> None:
         try:
@@ -143,6 +154,7 @@ class _HttpConnection:
     async def _one_cycle(self) -> bool:
         """Serve one request; False when the connection should close (or was handed over)."""
         config = self._config
+        start = self._consumed()
         # Idle keep-alive: the next request's first byte has keepalive_timeout to come...
         event = await self._poll()  # a pipelined request may be buffered already
         fed = 0
@@ -151,12 +163,17 @@ class _HttpConnection:
                 data = await self._receive_chunk(min(_READ_SIZE, config.max_header_size))
             if idle.cancelled_caught:
                 return False  # close quietly
-            self._h11.receive_data(data)
+            self._receive(data)
             event, fed = None, len(data)
         # ...and from that byte on, the whole request (head and body) has request_timeout.
         with anyio.move_on_after(config.request_timeout) as slow:
             request = event if event is not None else await self._read_head(fed)
             if not isinstance(request, h11.Request):
+                return False
+            head, limit = self._consumed() - start, config.max_header_size
+            if head > limit:
+                why = f"request head of {head} bytes exceeds the {limit}-byte limit"
+                await self._send_error(431, why)
                 return False
             upgrade = self._is_websocket_upgrade(request)
             body = b"" if upgrade else await self._read_body(request)
@@ -167,18 +184,24 @@ class _HttpConnection:
             return await self._upgrade(request)  # the WebSocket lives on without a deadline
         if body is None:
             return False
-        response = await self._respond(
-            HttpRequest(
-                request.method.decode(),
-                request.target.decode(),
-                _headers(request),
-                body,
-                self._client,
+        # A request is in progress until its answer is written: a drain that waits
+        # for requests must not cut an answer that is on its way out.
+        self._server._request_started()
+        try:
+            response = await self._respond(
+                HttpRequest(
+                    request.method.decode(),
+                    request.target.decode(),
+                    _headers(request),
+                    body,
+                    self._client,
+                )
             )
-        )
-        # A client that does not read its answers must not pin the connection either.
-        with anyio.move_on_after(config.request_timeout) as stalled:
-            await self._send(response)
+            # A client that does not read its answers must not pin the connection either.
+            with anyio.move_on_after(config.request_timeout) as stalled:
+                await self._send(response, head_only=request.method == b"HEAD")
+        finally:
+            self._server._request_finished()
         if stalled.cancelled_caught:
             log.info("http.client_not_reading", client=self._client, after=config.request_timeout)
             return False
@@ -211,7 +234,7 @@ class _HttpConnection:
                 await self._send_error(431, f"request head exceeds the {limit}-byte limit")
                 raise _Closed
             data = await self._receive_chunk(min(_READ_SIZE, limit - fed))
-            self._h11.receive_data(data)
+            self._receive(data)
             fed += len(data)
             if not data:
                 raise _Closed
@@ -228,7 +251,7 @@ class _HttpConnection:
         while True:
             event = await self._poll()
             if event is h11.NEED_DATA:
-                self._h11.receive_data(await self._receive_chunk())
+                self._receive(await self._receive_chunk())
                 continue
             if isinstance(event, h11.ConnectionClosed):
                 raise _Closed
@@ -280,17 +303,14 @@ class _HttpConnection:
                 return b"".join(chunks)
 
     async def _respond(self, request: HttpRequest) -> HttpResponse:
-        self._server._request_started()
         try:
             return await self._server.handler(request)
         except Exception:
             # Logged with its traceback for us; the client gets no stack trace.
             log.exception("http.handler_crashed", method=request.method, path=request.path)
             return HttpResponse.error(500, "internal error (see the server log)")
-        finally:
-            self._server._request_finished()
 
-    async def _send(self, response: HttpResponse) -> None:
+    async def _send(self, response: HttpResponse, *, head_only: bool = False) -> None:
         headers = [
             _SERVER_HEADER,
             (b"content-type", response.content_type.encode()),
@@ -300,7 +320,8 @@ class _HttpConnection:
         conn = self._h11
         try:
             data = conn.send(h11.Response(status_code=response.status, headers=headers))
-            if response.body:
+            # HEAD: the headers of the answer GET would get, and no body (RFC 9110, 9.3.2).
+            if response.body and not head_only:
                 data += conn.send(h11.Data(data=response.body))
             data += conn.send(h11.EndOfMessage())
         except h11.LocalProtocolError:

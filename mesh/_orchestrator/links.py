@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -44,15 +44,20 @@ log = structlog.get_logger("mesh.orchestrator")
 class ManifestLinks:
     """What a directory of manifests gives an orchestrator.
 
-    ``specs`` links every usable agent; ``tokens`` are those that agents which dial
-    in must present; ``errors`` holds every manifest that did not load, could not
-    be linked, or names a dial-in token variable that is unset (none is fatal).
-    ``ids`` is every id a manifest that loaded defines, linked or not: the operator's.
+    ``specs`` links every agent; ``tokens`` are those that agents which dial in
+    must present; ``errors`` holds every manifest that did not load, could not be
+    linked, or names a dial-in token variable that is unset (none is fatal).
+    ``unusable`` names the agents whose manifest loaded but which can never
+    connect (a token variable unset), with why: they are in ``specs`` all the same,
+    without a connector, so that they are listed as ``offline`` with that reason
+    rather than missing. ``ids`` is every id a manifest that loaded defines, linked
+    or not: the operator's.
     """
 
     specs: list[AgentSpec]
     tokens: TokenAuthenticator
     errors: list[MeshError]
+    unusable: dict[str, str] = field(default_factory=dict)
     ids: frozenset[str] = frozenset()
 
 
@@ -85,6 +90,25 @@ def spec_from_manifest(
         kind, endpoint = "websocket", transport.endpoint
     else:
         connector, kind = None, "websocket"  # dial-in is a direction; the wire is WebSocket
+    return _spec(manifest, connector, kind, endpoint)
+
+
+def unusable_spec(manifest: Manifest) -> AgentSpec:
+    """The spec of an agent that cannot be linked: its place and description, no connector."""
+    transport = manifest.transport
+    if isinstance(transport, StdioSection):
+        return _spec(manifest, None, "stdio", None)
+    if isinstance(transport, HttpSection):
+        return _spec(manifest, None, "http", transport.endpoint)
+    if isinstance(transport, WebSocketSection):
+        return _spec(manifest, None, "websocket", transport.endpoint)
+    return _spec(manifest, None, "websocket", None)
+
+
+def _spec(
+    manifest: Manifest, connector: Connector | None, kind: str, endpoint: str | None
+) -> AgentSpec:
+    limit = manifest.max_frame_size
     return AgentSpec(
         manifest.id,
         connector,
@@ -116,33 +140,38 @@ def links_from_manifests(
         log.error("mesh.manifest_invalid", error=str(invalid))
         errors.append(invalid)
     specs: list[AgentSpec] = []
+    unusable: dict[str, str] = {}
     for agent_id, manifest in loaded.manifests.items():
         try:
             specs.append(spec_from_manifest(manifest, environ=environ))
         except MeshError as exc:
             source = loaded.sources.get(agent_id)
-            unusable = exc
+            problem = exc
             if isinstance(exc, ManifestError) and source is not None:
-                unusable = exc.in_file(source)
-            log.error("mesh.manifest_unusable", agent=agent_id, error=str(unusable))
-            errors.append(unusable)
+                problem = exc.in_file(source)
+            log.error("mesh.manifest_unusable", agent=agent_id, error=str(problem))
+            errors.append(problem)
+            specs.append(unusable_spec(manifest))
+            unusable[agent_id] = str(exc)
     tokens, token_errors = dial_in_tokens(loaded.manifests, environ=environ)
-    for missing in token_errors:
+    for agent_id, missing in token_errors.items():
         log.error("mesh.token_missing", error=str(missing))
         errors.append(missing)
-    return ManifestLinks(specs, tokens, errors, frozenset(loaded.manifests))
+        unusable[agent_id] = str(missing)
+    return ManifestLinks(specs, tokens, errors, unusable, frozenset(loaded.manifests))
 
 
 def dial_in_tokens(
     manifests: Mapping[str, Manifest], *, environ: Mapping[str, str] | None = None
-) -> tuple[TokenAuthenticator, list[MeshError]]:
-    """The tokens agents that dial in must present, from their manifests' variables."""
+) -> tuple[TokenAuthenticator, dict[str, MeshError]]:
+    """The tokens agents that dial in must present, from their manifests' variables;
+    and, by agent id, why a token could not be read."""
     tokens = TokenAuthenticator()
-    errors: list[MeshError] = []
+    errors: dict[str, MeshError] = {}
     for agent_id, manifest in manifests.items():
         if isinstance(manifest.transport, DialInSection):
             try:
                 tokens.add(manifest.transport.token(environ), agent_id)
             except MeshError as exc:
-                errors.append(exc)
+                errors[agent_id] = exc
     return tokens, errors

@@ -25,16 +25,25 @@ import anyio.abc
 import msgspec
 import structlog
 
-from mesh._errors import AgentUnavailable, MeshError
+from mesh._errors import AgentUnavailable, MeshError, Unauthorized
 from mesh._orchestrator.links import links_from_manifests
+from mesh._orchestrator.liveness import fail_calls_when_offline, probe
 from mesh._orchestrator.router import Router
 from mesh._orchestrator.spec import AgentSpec, Outcome
+from mesh._orchestrator.view import AgentView, Link, view, views
 from mesh._rpc.caller import Caller, ProgressCallback
 from mesh._rpc.connect import handshake
 from mesh._rpc.peer import Peer, open_peer
 from mesh._rpc.reconnect import ConnectionEvent, ReconnectPolicy, open_reconnecting_peer
 from mesh.manifests._types import AccessSection
-from registry import AgentId, AgentRecord, AgentStatus, Registry, run_expiry
+from registry import (
+    AgentId,
+    AgentRecord,
+    AgentStatus,
+    Registry,
+    StatusChange,
+    run_expiry,
+)
 from transports import FrameStream, TokenAuthenticator, unwrap_single_error
 
 __all__ = ["MeshOrchestrator"]
@@ -50,22 +59,12 @@ CLOSE_LINKS_TIMEOUT: Final = 10.0
 TAKEOVER_DRAIN_TIMEOUT: Final = 30.0
 
 
-class _Link:
-    """One agent's connection, whichever side dialled: a Caller either way."""
+Refuse = Callable[[str], Awaitable[None]]
 
-    def __init__(self, spec: AgentSpec) -> None:
-        self.spec = spec
-        self.peer: Caller | None = None
-        self.last_error: str | None = None
-        self.settled = anyio.Event()  # first connection attempt finished, either way
-        #: Cancelled when the agent is removed, so a link still dialling stops for good.
-        self.scope = anyio.CancelScope()
-        #: Set when a newer dial-in connection took this agent's id over.
-        self.replaced: dict[Peer, anyio.Event] = {}
-
-    @property
-    def connected(self) -> bool:
-        return self.peer is not None and self.peer.connected
+#: Agent processes started at once (each start up to its handshake): a Python agent
+#: takes a core for a second or so to start, and twenty started together on a loaded
+#: two-core machine each missed the connect timeout, were killed, and started again.
+SPAWNS_AT_ONCE: Final = max(4, os.cpu_count() or 1)
 
 
 class MeshOrchestrator:
@@ -84,14 +83,20 @@ class MeshOrchestrator:
         policy: ReconnectPolicy | None = None,
         connect_timeout: float = 10.0,
     ) -> None:
-        self.registry = registry or Registry()
+        # `is not None`: an empty Registry is falsy (it has a length), and a caller's
+        # empty registry must be the one used, not silently replaced.
+        self.registry = registry if registry is not None else Registry()
         # The orchestrator checks the registry before each call, so a call that
         # finds its link down between two redials fails at once, never waits.
         self._policy = dataclasses.replace(policy or ReconnectPolicy(), wait_for_connection=False)
         self._connect_timeout = connect_timeout
-        self._links: dict[str, _Link] = {}
+        self._links: dict[str, Link] = {}
+        #: Agents that can never connect (a token variable unset), and why.
+        self._unusable: dict[str, str] = {}
         self._pending_specs = list(specs)
         self._tasks: anyio.abc.TaskGroup | None = None
+        self._spawns: anyio.CapacityLimiter | None = None  # made in the event loop
+        self._linked: anyio.Event | None = None  # likewise
         self._router = Router(self)
         #: What :meth:`from_manifests` could not use (each also logged), in file order.
         self.manifest_errors: list[MeshError] = []
@@ -114,6 +119,7 @@ class MeshOrchestrator:
         """
         links = links_from_manifests(directory, environ=environ)
         orchestrator = cls(links.specs, **kwargs)
+        orchestrator._unusable.update(links.unusable)
         orchestrator.manifest_errors.extend(links.errors)
         orchestrator.dial_in_tokens = links.tokens
         return orchestrator
@@ -133,10 +139,13 @@ class MeshOrchestrator:
         with unwrap_single_error():
             async with anyio.create_task_group() as tg:
                 self._tasks = tg
+                self._spawns = anyio.CapacityLimiter(SPAWNS_AT_ONCE)
+                self.registry.add_listener(self._on_status_change)
                 await tg.start(run_expiry, self.registry)
                 for spec in self._pending_specs:
                     self.add_agent(spec)
                 self._pending_specs.clear()
+                self._linked_event().set()
                 # Give every agent its first chance to connect, bounded.
                 with anyio.move_on_after(self._connect_timeout + 1):
                     for link in list(self._links.values()):
@@ -144,6 +153,7 @@ class MeshOrchestrator:
                 try:
                     yield
                 finally:
+                    self.registry.remove_listener(self._on_status_change)
                     await self._close_links()
                     tg.cancel_scope.cancel()
 
@@ -159,7 +169,7 @@ class MeshOrchestrator:
         """Start linking an agent (connector-based), or reserve its place (dial-in)."""
         if spec.id in self._links:
             raise ValueError(f"agent {spec.id!r} is already linked")
-        link = self._links[spec.id] = _Link(spec)
+        link = self._links[spec.id] = Link(spec, problem=self._unusable.get(spec.id))
         if spec.connector is None:
             link.settled.set()
             return
@@ -261,46 +271,60 @@ class MeshOrchestrator:
         assert caller is not None  # _available checked that it is connected
         return caller
 
-    def _available(self, agent_id: str, method: str) -> _Link:
+    def _available(self, agent_id: str, method: str) -> Link:
         record = self.registry.get(AgentId(agent_id))
         link = self._links.get(agent_id)
-        why = None
+        if record is None and link is None:
+            raise AgentUnavailable(
+                f"no agent {agent_id!r} is registered", agent=agent_id, method=method
+            )
         if record is None:
-            why = f"no agent {agent_id!r} is registered"
-            if link is not None and link.last_error:
-                why += f" (it could not connect: {link.last_error})"
-        elif record.status is AgentStatus.OFFLINE:
-            why = f"agent {agent_id!r} is offline"
+            assert link is not None
+            status = link.status()
+        else:
+            status = str(record.status)
+        why = None
+        if record is None or record.status is AgentStatus.OFFLINE:
+            why = f"agent {agent_id!r} is {status}"
         elif link is None or not link.connected:
             why = f"agent {agent_id!r} has no live connection"
             if record.endpoint is None and link is None:
                 why += " (it registered without an endpoint)"
         if why is not None:
-            raise AgentUnavailable(why, agent=agent_id, method=method)
+            error = link.last_error if link is not None else None
+            why += f" (last link error: {error})" if error else ""
+            data = {"status": status, "link_error": error}
+            raise AgentUnavailable(why, agent=agent_id, method=method, data=data)
         assert link is not None
         return link
 
+    def knows(self, agent_id: str) -> bool:
+        """Whether a manifest, a registration or a dial-in names ``agent_id``."""
+        return agent_id in self._links or self.registry.get(AgentId(agent_id)) is not None
+
     # -- links -----------------------------------------------------------------------------
 
-    async def _maintain_until_removed(self, link: _Link) -> None:
+    async def _maintain_until_removed(self, link: Link) -> None:
         # remove_agent cancels the scope: a link still dialling would otherwise
         # keep trying for ever and re-register the agent when it got through.
         with link.scope:
             await self._maintain(link)
 
-    async def _maintain(self, link: _Link) -> None:
+    async def _maintain(self, link: Link) -> None:
         spec = link.spec
         assert spec.connector is not None
 
         async def connected(peer: Peer) -> None:
             self.registry.register(spec.record(), anyio.current_time())
             link.last_error = None
+            link.ever_connected = True
 
         def on_event(event: ConnectionEvent) -> None:
             if event.kind == "disconnected" and self.registry.get(AgentId(spec.id)) is not None:
                 self.registry.mark_offline(AgentId(spec.id), anyio.current_time())
             if event.error is not None:
                 link.last_error = str(event.error)
+            link.gave_up = link.gave_up or event.kind == "gave_up"
             if event.kind in ("reconnecting", "gave_up"):
                 link.settled.set()  # the first attempt is over, successful or not
 
@@ -314,31 +338,48 @@ class MeshOrchestrator:
                 on_connect=connected,
                 on_event=on_event,
                 connect_timeout=self._connect_timeout,
+                admission=self._spawns if spec.transport == "stdio" else None,
             ) as peer:
                 link.peer = peer
                 link.settled.set()  # only now can calls be routed to it
-                await self._probe(link)
+                await probe(link, self.registry)
         except MeshError as exc:
             link.last_error = str(exc)
+            link.gave_up = True
             log.warning("mesh.agent_unreachable", agent=spec.id, error=str(exc))
         finally:
             link.settled.set()
+
+    async def wait_linked(self) -> None:
+        """Until every configured agent has its link: early in entering, before the agents
+        that are dialled have connected. From then on :meth:`serve_dial_in` may run."""
+        await self._linked_event().wait()
+
+    def _linked_event(self) -> anyio.Event:
+        if self._linked is None:
+            self._linked = anyio.Event()
+        return self._linked
 
     async def serve_dial_in(
         self,
         stream: FrameStream,
         agent_id: str,
         *,
+        refuse: Refuse | None = None,
         on_replaced: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Serve a link an agent dialled in on (its token already said who it is).
+
+        An agent whose ``agent/info`` names another id is refused: ``refuse(why)``
+        runs first, while the link is still open (the daemon closes it with 4003, so
+        the agent knows that redialling cannot help), then ``Unauthorized`` is raised.
 
         A second connection for the same id takes over (a rolling restart): calls
         go to it at once, this one finishes the calls it has in flight (bounded),
         then ``on_replaced`` is awaited (the daemon closes the WebSocket with its
         code) and this returns; the agent stays online throughout.
         """
-        link = self._links.get(agent_id) or _Link(AgentSpec(agent_id, None, transport="websocket"))
+        link = self._links.get(agent_id) or Link(AgentSpec(agent_id, None, transport="websocket"))
         if link.spec.connector is not None:
             raise AgentUnavailable(
                 f"agent {agent_id!r} is linked by the mesh over {link.spec.transport}; "
@@ -351,10 +392,12 @@ class MeshOrchestrator:
         ) as peer:
             info = await handshake(peer, timeout=self._connect_timeout)
             if info.get("id", agent_id) != agent_id:
-                raise AgentUnavailable(
-                    f"the token is for {agent_id!r} but the agent says it is {info.get('id')!r}"
-                )
+                why = f"the token is for {agent_id!r} but the agent says it is {info.get('id')!r}"
+                if refuse is not None:
+                    await refuse(why)
+                raise Unauthorized(why, agent=agent_id)
             self._take_over(link, peer)
+            link.ever_connected = True
             record = spec.record()
             if info:
                 record = msgspec.structs.replace(
@@ -372,7 +415,7 @@ class MeshOrchestrator:
                         self.registry.mark_offline(AgentId(agent_id), anyio.current_time())
                     link.peer = None
 
-    def _take_over(self, link: _Link, peer: Peer) -> None:
+    def _take_over(self, link: Link, peer: Peer) -> None:
         """Route the agent's calls to ``peer`` from now on; tell the previous one to go."""
         previous = link.peer
         link.peer = peer
@@ -382,7 +425,7 @@ class MeshOrchestrator:
             link.replaced.pop(previous).set()
 
     async def _serve_until_replaced(
-        self, link: _Link, peer: Peer, on_replaced: Callable[[], Awaitable[None]] | None
+        self, link: Link, peer: Peer, on_replaced: Callable[[], Awaitable[None]] | None
     ) -> None:
         """Probe ``peer`` until it closes, or until a newer connection takes over."""
         replaced = link.replaced.get(peer) or anyio.Event()
@@ -394,7 +437,7 @@ class MeshOrchestrator:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(stop_when_replaced, tg.cancel_scope)
-                await self._probe(link)
+                await probe(link, self.registry)
                 tg.cancel_scope.cancel()
             if replaced.is_set():
                 with anyio.move_on_after(min(link.spec.call_timeout, TAKEOVER_DRAIN_TIMEOUT)):
@@ -404,29 +447,22 @@ class MeshOrchestrator:
         finally:
             link.replaced.pop(peer, None)
 
-    async def _probe(self, link: _Link) -> None:
-        """Ping every interval; each answer is a heartbeat. Returns once the link is gone."""
-        spec = link.spec
-        agent_id = AgentId(spec.id)
-        peer = link.peer
-        assert peer is not None
-        while not peer.closed:
-            with anyio.move_on_after(spec.heartbeat_interval):
-                await peer.wait_closed()
-                return
-            if not link.connected or self.registry.get(agent_id) is None:
-                continue
-            try:
-                await peer.call("ping", timeout=spec.heartbeat_interval)
-            except MeshError:
-                continue  # no beat: the registry's clock takes it stale, then offline
-            if self.registry.get(agent_id) is not None:
-                self.registry.heartbeat(agent_id, anyio.current_time())
+    def _on_status_change(self, change: StatusChange) -> None:
+        fail_calls_when_offline(self._links, change)
 
     # -- introspection -------------------------------------------------------------------
 
     def agents(self) -> list[AgentRecord]:
+        """The registry's agents (see :meth:`views` for every configured one as well)."""
         return self.registry.list()
+
+    def views(self) -> list[AgentView]:
+        """Every agent the orchestrator knows, registered or not, with where it stands."""
+        return views(self.registry, self._links)
+
+    def view(self, agent_id: str) -> AgentView | None:
+        """One agent as :meth:`views` shows it; None for an id nobody configured or registered."""
+        return view(self.registry, self._links, agent_id)
 
     def has_link(self, agent_id: str) -> bool:
         return agent_id in self._links

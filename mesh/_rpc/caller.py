@@ -81,6 +81,14 @@ class Caller(Protocol):
         """Send a notification without waiting."""
         ...
 
+    def fail_pending(self, reason: str) -> int:
+        """Fail every call in flight now with ``AgentUnavailable`` ``reason``; keep the link.
+
+        For an agent known to be gone although its link is not (no heartbeat for its
+        TTL). Returns how many calls failed.
+        """
+        ...
+
     async def wait_closed(self) -> None:
         """Wait until ``closed`` is true."""
         ...

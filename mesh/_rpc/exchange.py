@@ -14,6 +14,7 @@ from typing import Final
 
 import anyio
 
+from mesh._rpc.complaints import InputComplaints
 from mesh._rpc.peer import RequestContext, RequestHandler, answer_request
 from mesh._rpc.session import (
     CancelRequested,
@@ -54,6 +55,9 @@ class Exchange:
         )
         self._codec = codec
         self._agent = agent
+        # One bad-input log for every exchange: a client that posts garbage in a loop
+        # must not get one log line per request.
+        self._complaints = InputComplaints()
         # Requests being handled, so a `cancelled` arriving in another exchange stops them.
         self._in_flight: dict[RequestId, anyio.CancelScope] = {}
 
@@ -69,6 +73,7 @@ class Exchange:
             codec=self._codec,
             agent=self._agent,
             transport="http",
+            complaints=self._complaints,
         )
         events = session.receive_frame(frame, anyio.current_time())
         stats = session.statistics()

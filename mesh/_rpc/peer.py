@@ -260,6 +260,17 @@ class Peer(CallMethods):
         for waiter in list(self._waiters.values()):
             await waiter.event.wait()
 
+    def fail_pending(self, reason: str) -> int:
+        """Fail every call in flight now (``AgentUnavailable`` ``reason``); the link stays up.
+
+        Returns how many failed. See :meth:`mesh._rpc.session.Session.fail_pending`.
+        """
+        events: list[Event] = [*self._session.fail_pending(reason)]
+        if events:
+            self._dispatch(events)
+            self._wake_writer()  # the `cancelled` notifications
+        return len(events)
+
     async def wait_closed(self) -> None:
         """Wait until the connection has ended, for whatever reason."""
         await self._closed.wait()

@@ -135,8 +135,10 @@ class ReconnectingPeer:
         on_connect: OnConnect | None,
         on_event: OnEvent | None,
         connect_timeout: float,
+        admission: anyio.CapacityLimiter | None = None,
     ) -> None:
         self._connector = connector
+        self._admission = admission
         self._agent = agent
         self._policy = policy
         self._config = config
@@ -273,6 +275,11 @@ class ReconnectingPeer:
             raise self._unavailable(method)
         peer.notify_nowait(method, params)
 
+    def fail_pending(self, reason: str) -> int:
+        """Fail the calls in flight on the current link (see :meth:`mesh.Peer.fail_pending`)."""
+        peer = self._live_peer()
+        return 0 if peer is None else peer.fail_pending(reason)
+
     async def wait_closed(self) -> None:
         """Wait until it will never connect again: closed, or gave up (see ``closed``)."""
         while self._ended is None:
@@ -396,6 +403,11 @@ class ReconnectingPeer:
     async def _connection(self, task_status: anyio.abc.TaskStatus[None] | None) -> bool:
         """One attempt; if it comes up, serve until the link drops. True if it came up."""
         peer: Peer | None = None
+        # Held from before the dial until the link is up (or the attempt failed): peers
+        # sharing a limiter take turns, and the deadline below starts once admitted.
+        admitted = self._admission
+        if admitted is not None:
+            await admitted.acquire()
         try:
             # One deadline bounds the dial, the handshake and the hook; lifted once up.
             # What escapes is translated into the mesh's tree. No agent or transport: the
@@ -414,6 +426,9 @@ class ReconnectingPeer:
                     if self._on_connect is not None:
                         await self._on_connect(candidate)
                     bound.deadline = math.inf
+                    if admitted is not None:
+                        admitted.release()
+                        admitted = None
                     peer = candidate
                     self._went_up(peer)
                     if task_status is not None:
@@ -429,6 +444,9 @@ class ReconnectingPeer:
                 self._failed(exc)
             else:  # the link was up; closing what was left of it failed, which changes nothing
                 log.debug("mesh.connection_close_failed", agent=self._agent, error=_describe(exc))
+        finally:
+            if admitted is not None:
+                admitted.release()
         return peer is not None
 
     def _went_up(self, peer: Peer) -> None:
@@ -524,6 +542,7 @@ async def open_reconnecting_peer(
     on_connect: OnConnect | None = None,
     on_event: OnEvent | None = None,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    admission: anyio.CapacityLimiter | None = None,
 ) -> AsyncIterator[ReconnectingPeer]:
     """Connect through ``connector`` and stay connected for the ``async with``.
 
@@ -531,6 +550,10 @@ async def open_reconnecting_peer(
     ``open_peer`` and the ``agent/info`` handshake, then awaits ``on_connect(peer)``
     (re-register there, using the peer it is given); only then are calls routed to
     it. ``connect_timeout`` bounds one attempt: dial, handshake and hook together.
+    ``admission``, shared by several peers, limits how many of their attempts run at
+    once (each attempt's deadline starts when it is admitted): a hundred agent
+    processes started together on two cores would each miss a deadline that any
+    one of them meets, and be killed and started again, for ever.
     Entering returns once connected; if the first connection cannot be made
     (after the policy's attempts, see ``retry_initial_connect``) it raises
     :class:`~mesh.ConnectionLost`. Leaving closes the connection and stops the loop.
@@ -544,6 +567,7 @@ async def open_reconnecting_peer(
         on_connect=on_connect,
         on_event=on_event,
         connect_timeout=connect_timeout,
+        admission=admission,
     )
     with unwrap_single_error():
         async with anyio.create_task_group() as tg:

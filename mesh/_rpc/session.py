@@ -20,6 +20,7 @@ from typing import Any, Final, Protocol
 import structlog
 
 from mesh._errors import (
+    AgentUnavailable,
     CallTimeout,
     ConnectionLost,
     ErrorCode,
@@ -28,6 +29,7 @@ from mesh._errors import (
     ProtocolError,
     error_from_code,
 )
+from mesh._rpc.complaints import InputComplaints
 from mesh.protocol import (
     ASK_HEARTBEAT,
     MESH_CODEC,
@@ -185,8 +187,11 @@ class Session:
         codec: Codec = MESH_CODEC,
         agent: str | None = None,
         transport: str = "memory",
+        complaints: InputComplaints | None = None,
     ) -> None:
         self.config = config or SessionConfig()
+        #: Bad input is answered every time but logged sparingly (see InputComplaints).
+        self._complaints = complaints or InputComplaints()
         self._codec = codec
         self._label = _Label(agent, transport)
         self._outbox: list[bytes] = []
@@ -278,6 +283,24 @@ class Session:
             self._notify(CANCELLED, {"id": request_id, "reason": reason})
         return True
 
+    def fail_pending(self, reason: str) -> list[CallDone]:
+        """Fail every call of ours now with :class:`~mesh.AgentUnavailable` ``reason``.
+
+        For when the peer is known to be gone although the link is not (the registry
+        heard no heartbeat for its TTL): waiting out each call's own deadline would
+        only hide that. The peer is told ``cancelled`` for each, and the link stays
+        up, so a peer that was only frozen is usable again when it thaws.
+        """
+        events: list[CallDone] = []
+        for rid, pending in self._pending.items():
+            error = self._error(AgentUnavailable, reason, pending)
+            events.append(CallDone(rid, error=error))
+            if not self.closed:
+                self._notify(CANCELLED, {"id": rid, "reason": reason})
+        self._stats.calls_failed += len(self._pending)
+        self._pending.clear()
+        return events
+
     def send_notification(self, method: str, params: Any = None) -> None:
         self._raise_if_closed(method)
         self._notify(method, params, checked=True)
@@ -340,9 +363,9 @@ class Session:
         try:
             message = self._codec.decode(frame)
         except DecodeFailure as failure:
-            return self._handle_invalid(failure)
+            return self._handle_invalid(failure, now)
         except Exception as exc:  # a codec bug must cost one frame, never the connection
-            log.exception("mesh.codec_failed")
+            self._complain("mesh.codec_failed", now, exc_info=True)
             request_id, kind = salvage_id(frame[:512])
             broken = DecodeFailure(
                 ErrorCode.INVALID_REQUEST,
@@ -350,9 +373,9 @@ class Session:
                 request_id=request_id,
                 kind=kind,
             )
-            return self._handle_invalid(broken)
+            return self._handle_invalid(broken, now)
         if isinstance(message, Response):
-            return self._handle_response(message)
+            return self._handle_response(message, now)
         if isinstance(message, Request):
             return self._handle_request(message)
         if isinstance(message, Notification):
@@ -381,8 +404,8 @@ class Session:
                     )
                 ]
             return []
-        log.warning(
-            "mesh.frame_too_large", size=size, limit=self._frame_limit, request_id=request_id
+        self._complain(
+            "mesh.frame_too_large", now, size=size, limit=self._frame_limit, request_id=request_id
         )
         self._queue_error(request_id, ErrorCode.TOO_LARGE, reason)
         return []
@@ -475,6 +498,7 @@ class Session:
         for rid, pending in self._pending.items():
             events.append(CallDone(rid, error=self._lost(pending.what)))
         self._stats.calls_failed += len(self._pending)
+        self._complaints.close(agent=self._label.agent, transport=self._label.transport)
         self._pending.clear()
         self._deadlines.clear()
         self._incoming.clear()
@@ -483,15 +507,15 @@ class Session:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _handle_response(self, message: Response) -> list[Event]:
+    def _handle_response(self, message: Response, now: float) -> list[Event]:
         rid = RequestId(message.id) if message.id is not None else None
         pending = self._pending.pop(rid, None) if rid is not None else None
         if pending is None:
             self._stats.late_responses += 1
             payload = message.payload
             if rid is None and payload.error is not None:
-                log.warning(
-                    "mesh.peer_error", code=payload.error.code, message=payload.error.message
+                self._complain(
+                    "mesh.peer_error", now, code=payload.error.code, message=payload.error.message
                 )
             else:
                 log.debug("mesh.late_response_dropped", request_id=message.id)
@@ -555,7 +579,7 @@ class Session:
             self._push_deadline(extended, RequestId(rid))  # type: ignore[arg-type]
         return [ProgressReported(RequestId(rid), params)]  # type: ignore[arg-type]
 
-    def _handle_invalid(self, failure: DecodeFailure) -> list[Event]:
+    def _handle_invalid(self, failure: DecodeFailure, now: float) -> list[Event]:
         self._stats.invalid_frames += 1
         if failure.kind == "response":
             # Never answer a response (two peers could trade errors forever);
@@ -563,14 +587,20 @@ class Session:
             rid = failure.request_id
             pending = self._pending.pop(RequestId(rid), None) if rid is not None else None
             if pending is None or rid is None:
-                log.warning("mesh.invalid_response", reason=failure.reason)
+                self._complain("mesh.invalid_response", now, reason=failure.reason)
                 return []
             self._stats.calls_failed += 1
             error = self._error(ProtocolError, "peer sent an " + failure.reason, pending)
             return [CallDone(RequestId(rid), error=error)]
-        log.debug("mesh.invalid_frame", reason=failure.reason, request_id=failure.request_id)
+        self._complain(
+            "mesh.invalid_frame", now, reason=failure.reason, request_id=failure.request_id
+        )
         self._queue_error(failure.request_id, failure.code, failure.reason)
         return []
+
+    def _complain(self, event: str, now: float, **fields: Any) -> None:
+        label = self._label
+        self._complaints.note(event, now, agent=label.agent, transport=label.transport, **fields)
 
     def _queue_error(
         self, request_id: str | None, code: int, message: str, data: Any = None

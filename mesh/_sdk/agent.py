@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from types import UnionType
 from typing import Any, Final, TypeVar, Union, get_args, get_origin, get_type_hints, overload
 
+import anyio
 import msgspec
 import structlog
 
@@ -222,6 +223,9 @@ class Agent:
             "agent/info": self._info,
         }
         self._notification_handlers: dict[str, NotificationHandler] = {}
+        # Requests being answered by a task (async handlers), for draining at shutdown.
+        self._running = 0
+        self._idle: anyio.Event | None = None
 
     # -- declaring -------------------------------------------------------------------------
 
@@ -293,7 +297,28 @@ class Agent:
         handler = self._methods.get(method)
         if handler is None:
             raise MethodNotFound(f"agent {self.id!r} has no method {method!r}")
-        return handler(ctx, params)
+        answer = handler(ctx, params)
+        return self._counted(answer) if inspect.isawaitable(answer) else answer
+
+    async def _counted(self, pending: Awaitable[Any]) -> Any:
+        self._running += 1
+        try:
+            return await pending
+        finally:
+            self._running -= 1
+            if not self._running and self._idle is not None:
+                self._idle.set()
+
+    @property
+    def requests_running(self) -> int:
+        """Requests whose (async) handlers are still running, over every connection."""
+        return self._running
+
+    async def wait_idle(self) -> None:
+        """Until no request is being handled; bound it with a deadline (see ``run_agent``)."""
+        while self._running:
+            self._idle = anyio.Event()
+            await self._idle.wait()
 
     def handle_notification(
         self, peer: Peer | None, method: str, params: Any

@@ -44,7 +44,7 @@ import structlog
 from mesh._errors import InvalidParams, MeshError, ToolError
 from mesh._rpc.peer import RequestContext
 from mesh._sdk.agent import Agent
-from mesh._sdk.runner import run_agent
+from mesh._sdk.runner import EXIT_REFUSED, run_agent
 from mesh.manifests._load import load_manifest
 from mesh.manifests._types import Persona
 from mesh.providers import Provider, ProviderConfig, ProviderError, create_provider
@@ -269,7 +269,10 @@ def build_agent(args: argparse.Namespace) -> PersonaAgent:
     if args.name:
         name = args.name
         agent_id = agent_id if args.manifest else _slug(args.name)
-    return PersonaAgent(agent_id, persona, name=name)
+    # Made now, not at the first turn: a missing API key stops the agent at start-up
+    # (ProviderAuthError), as docs/providers.md promises, instead of failing every turn.
+    provider = create_provider(persona.provider)
+    return PersonaAgent(agent_id, persona, name=name, provider=provider)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -282,6 +285,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args, rest = parser.parse_known_args(argv)
     try:
         agent = build_agent(args)
+    except ProviderError as exc:  # the flags were fine; the provider cannot work
+        print(f"persona: cannot start: {exc}", file=sys.stderr)
+        sys.exit(EXIT_REFUSED)
     except (ValueError, OSError, MeshError) as exc:
         parser.error(str(exc))
     run_agent(agent, rest)

@@ -1,16 +1,8 @@
 """The ``mesh`` command: run the daemon, and talk to a running one.
 
-Exit codes scripts can rely on:
-
-====  ==========================================================
-0     success
-1     the call failed at the agent, or a manifest is invalid
-2     usage error (bad flags or arguments)
-3     the daemon could not be reached
-4     the agent is unknown, offline or unreachable
-5     the call timed out
-6     the daemon refused the token (missing, unknown, or without the right)
-====  ==========================================================
+Exit codes scripts can rely on are in :mod:`mesh.cli._codes` (and docs/daemon.md).
+Errors are one line on stderr, never a traceback: a busy port, an unreachable
+daemon, a refused token, Ctrl-C and a closed pipe each have their code.
 
 Every client command presents a token: ``$MESH_TOKEN``, ``--token-file``, or the
 admin token ``mesh serve`` wrote into ``.mesh/`` (see :mod:`mesh.cli._connection`).
@@ -29,6 +21,18 @@ from typing import Any, Final, NoReturn
 
 import httpx
 
+from mesh.cli._codes import (
+    EXIT_BROKEN_PIPE,
+    EXIT_CANNOT_LISTEN,
+    EXIT_DENIED,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TIMEOUT,
+    EXIT_UNAVAILABLE,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+)
 from mesh.cli._connection import (
     DEFAULT_URL,
     add_connection_arguments,
@@ -39,14 +43,6 @@ from mesh.cli._rooms import add_room_commands
 from mesh.cli._tokens import add_token_commands
 
 __all__ = ["main"]
-
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_USAGE: Final = 2
-EXIT_UNREACHABLE: Final = 3
-EXIT_UNAVAILABLE: Final = 4
-EXIT_TIMEOUT: Final = 5
-EXIT_DENIED: Final = 6
 
 #: What to say when the daemon wants a token and none was presented.
 NO_TOKEN_HINT: Final = (
@@ -75,6 +71,13 @@ def _status_exit(status: int) -> int:
 def _request(
     args: argparse.Namespace, method: str, path: str, body: Any = None, timeout: float = 10.0
 ) -> Any:
+    return _exchange(args, method, path, body, timeout)[0]
+
+
+def _exchange(
+    args: argparse.Namespace, method: str, path: str, body: Any = None, timeout: float = 10.0
+) -> tuple[Any, httpx.Headers]:
+    """The daemon's JSON answer and its headers; any failure is a one-line exit."""
     url = args.url.rstrip("/") + path
     headers = auth_headers(args)
     verify: Any = ssl_context(args) or True
@@ -84,6 +87,10 @@ def _request(
         )
     except httpx.TransportError as exc:
         _fail(EXIT_UNREACHABLE, f"cannot reach the daemon at {args.url}: {exc}")
+    return _payload(response, presented=bool(headers)), response.headers
+
+
+def _payload(response: httpx.Response, *, presented: bool) -> Any:
     if response.status_code == 204:
         return None
     try:
@@ -93,7 +100,7 @@ def _request(
     if response.status_code >= 400:
         error = payload.get("error", {}) if isinstance(payload, dict) else {}
         message = str(error.get("message", payload))
-        if response.status_code == 401 and not headers:
+        if response.status_code == 401 and not presented:
             message += NO_TOKEN_HINT
         _fail(_status_exit(response.status_code), message)
     return payload
@@ -107,7 +114,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from mesh._gc import tune_for_serving
     from mesh._logging import configure_logging
-    from mesh.daemon._serve import SettingsError, load_settings, serve_daemon
+    from mesh.daemon._serve import ListenError, SettingsError, load_settings, serve_daemon
 
     overrides = {
         "host": args.host,
@@ -129,8 +136,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not Path(settings.manifests).is_dir():
         _fail(EXIT_USAGE, f"no manifests directory at {settings.manifests!r}")
     tune_for_serving()
-    with suppress(KeyboardInterrupt):  # SIGINT is handled inside; this covers start-up
-        anyio.run(serve_daemon, settings, backend=args.backend)
+    try:
+        with suppress(KeyboardInterrupt):  # SIGINT is handled inside; this covers start-up
+            anyio.run(serve_daemon, settings, backend=args.backend)
+    except ListenError as exc:
+        _fail(EXIT_CANNOT_LISTEN, str(exc))
     return EXIT_OK
 
 
@@ -141,7 +151,8 @@ def cmd_agents(args: argparse.Namespace) -> int:
         return EXIT_OK
     rows = [("ID", "TRANSPORT", "STATUS", "LAST SEEN", "CAPABILITIES")]
     for agent in agents:
-        seen = f"{agent['last_seen_ago']:.1f}s ago"
+        ago = agent.get("last_seen_ago")
+        seen = "never" if ago is None else f"{ago:.1f}s ago"  # configured, not yet connected
         rows.append(
             (
                 agent["id"],
@@ -217,18 +228,25 @@ def cmd_broadcast(args: argparse.Namespace) -> int:
 
 
 def cmd_ping(args: argparse.Namespace) -> int:
-    import time
-
-    started = time.perf_counter()
-    _request(
-        args,
-        "POST",
-        "/rpc",
-        {"agent": args.agent, "method": "ping", "timeout": args.timeout},
-        args.timeout,
-    )
-    print(f"{args.agent}: pong in {(time.perf_counter() - started) * 1000:.1f} ms (via the daemon)")
+    body = {"agent": args.agent, "method": "ping", "timeout": args.timeout}
+    _, headers = _exchange(args, "POST", "/rpc", body, args.timeout)
+    # The daemon's own measure of the round trip to the agent (Server-Timing): timing
+    # this command's request would add a fresh client and connection (~100 ms) to 2 ms.
+    elapsed = _server_timing(headers.get("server-timing", ""))
+    if elapsed is None:
+        _fail(EXIT_FAILED, "the daemon did not say how long the ping took (Server-Timing)")
+    print(f"{args.agent}: pong in {elapsed:.1f} ms (daemon to agent and back)")
     return EXIT_OK
+
+
+def _server_timing(header: str) -> float | None:
+    """``call;dur=2.345`` → 2.345 (milliseconds)."""
+    for part in header.split(";"):
+        name, _, value = part.strip().partition("=")
+        if name == "dur":
+            with suppress(ValueError):
+                return float(value)
+    return None
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -327,5 +345,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        print("mesh: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return code
+
+
+def _silence_stdout() -> None:
+    """The reader went away (``| head``): point stdout at /dev/null so nothing else fails."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

@@ -1,9 +1,12 @@
 """``mesh room run|show|export|join``: conversation rooms from the command line.
 
 ``run`` creates a room on the daemon and prints it live (coloured on a TTY) by
-watching ``/rooms/{id}/events`` over WebSocket, until it stops; it prints the stop
-reason. ``show`` prints a room and its transcript; ``export`` writes it as
-Markdown or as the JSONL event log.
+watching ``/rooms/{id}/events`` over WebSocket (resuming from the last event it
+printed when the stream drops), until it stops; it prints the stop reason and
+exits with the status that reason maps to (:data:`~mesh.cli._codes.ROOM_EXITS`).
+Ctrl-C detaches and says how to stop the room, or stops it with
+``--stop-on-interrupt``. ``show`` prints a room and its transcript; ``export``
+writes it as Markdown or as the JSONL event log.
 """
 
 from __future__ import annotations
@@ -11,46 +14,36 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import msgspec
 
-from mesh.cli._connection import add_connection_arguments, ssl_context, token_for, ws_url
+from mesh.cli._codes import EXIT_INTERRUPTED, EXIT_UNREACHABLE, ROOM_EXITS
+from mesh.cli._connection import add_connection_arguments, ssl_context, token_for
+from mesh.cli._follow import follow_until_interrupted
 from mesh.cli._join import cmd_room_join
 from mesh.rooms import (
     MessageEvent,
     Room,
+    RoomEvent,
     RoomSnapshot,
-    StoppedEvent,
-    WelcomeEvent,
     decode_event,
     encode_event,
     format_event,
     transcript_markdown,
 )
-from transports import TransportClosed, open_websocket
 
 __all__ = ["add_room_commands"]
 
 Request = Callable[..., Any]
 
 
-async def _follow(args: argparse.Namespace, room_id: str, color: bool) -> str:
-    """Print a room's events as they happen; returns the stop reason."""
-    room: Room | None = None
-    url = f"{ws_url(args.url)}/rooms/{room_id}/events"
-    async with open_websocket(url, token=token_for(args), ssl_context=ssl_context(args)) as stream:
-        while True:
-            try:
-                event = decode_event(await stream.receive())
-            except TransportClosed as closed:
-                return f"observer closed: {closed.reason}"
-            if isinstance(event, WelcomeEvent):
-                room = event.room
-            print(format_event(event, room=room, color=color), flush=True)
-            if isinstance(event, StoppedEvent):
-                return str(event.reason)
+def room_path(room_id: str, *rest: str) -> str:
+    """``/rooms/{id}/...`` with the id escaped: ``../health`` names a room, not a route."""
+    return "/".join(("", "rooms", quote(room_id, safe=""), *rest))
 
 
 def cmd_room_run(args: argparse.Namespace, request: Request) -> int:
@@ -62,15 +55,48 @@ def cmd_room_run(args: argparse.Namespace, request: Request) -> int:
     created = request(args, "POST", "/rooms", body)
     room_id = created["room"]["id"]
     print(f"room {room_id}: {args.topic!r} with {', '.join(args.agent)}", file=sys.stderr)
-    reason = anyio.run(_follow, args, room_id, sys.stdout.isatty())
-    print(f"room {room_id} stopped: {reason}", file=sys.stderr)
-    return 0
+    color = sys.stdout.isatty()
+
+    def show(event: RoomEvent, room: Room | None) -> None:
+        print(format_event(event, room=room, color=color), flush=True)
+
+    followed = anyio.run(
+        partial(
+            follow_until_interrupted,
+            args.url,
+            room_id,
+            show,
+            token=token_for(args),
+            ssl_context=ssl_context(args),
+        )
+    )
+    if followed is None:
+        return _interrupted(args, request, room_id)
+    if followed.reason is None:
+        print(f"mesh: room {room_id}: {followed.detail}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    print(f"room {room_id} stopped: {followed.reason} ({followed.detail})", file=sys.stderr)
+    return ROOM_EXITS[followed.reason]
+
+
+def _interrupted(args: argparse.Namespace, request: Request, room_id: str) -> int:
+    if args.stop_on_interrupt:
+        request(args, "POST", room_path(room_id, "stop"))
+        print(f"mesh: interrupted; room {room_id} stopped", file=sys.stderr)
+    else:
+        print(
+            f"mesh: interrupted; room {room_id} is still running on the daemon. "
+            "Stop it with: curl -X POST -H 'Authorization: Bearer <token>' "
+            f"{args.url.rstrip('/')}{room_path(room_id, 'stop')}",
+            file=sys.stderr,
+        )
+    return EXIT_INTERRUPTED
 
 
 def _snapshot(
     args: argparse.Namespace, request: Request
 ) -> tuple[RoomSnapshot, list[MessageEvent]]:
-    shown = request(args, "GET", f"/rooms/{args.room}")
+    shown = request(args, "GET", room_path(args.room))
     snapshot = msgspec.convert(shown["room"], RoomSnapshot)
     messages = [msgspec.convert(m, MessageEvent) for m in shown["transcript"]]
     return snapshot, messages
@@ -92,7 +118,7 @@ def cmd_room_export(args: argparse.Namespace, request: Request) -> int:
         snapshot, messages = _snapshot(args, request)
         sys.stdout.write(transcript_markdown(snapshot, messages))
         return 0
-    events = request(args, "GET", f"/rooms/{args.room}/events")["events"]
+    events = request(args, "GET", room_path(args.room, "events"))["events"]
     for event in events:
         sys.stdout.write(encode_event(decode_event(msgspec.json.encode(event))).decode() + "\n")
     return 0
@@ -116,6 +142,11 @@ def add_room_commands(
     run.add_argument("--max-turns", type=int)
     run.add_argument("--mode", choices=("chat", "review"), default="chat")
     run.add_argument("--id", help="the room's id (default: generated)")
+    run.add_argument(
+        "--stop-on-interrupt",
+        action="store_true",
+        help="Ctrl-C stops the room too (by default it detaches and the room runs on)",
+    )
     run.set_defaults(func=lambda a: cmd_room_run(a, request))
 
     show = command("show", "print a room and its transcript")

@@ -20,10 +20,12 @@ import structlog
 
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.spec import AgentSpec
+from mesh._orchestrator.view import AgentView
 from mesh.daemon._auth import Identity
 from mesh.daemon._limits import check_endpoint, check_id
 from mesh.daemon._routes import Params
 from mesh.daemon._settings import DaemonSettings
+from mesh.daemon._streams import serve_watcher
 from registry import (
     AgentId,
     AgentRecord,
@@ -37,7 +39,6 @@ from transports import (
     CloseCode,
     HttpRequest,
     HttpResponse,
-    TransportClosed,
     WebSocketStream,
     open_http_client,
 )
@@ -74,23 +75,39 @@ def _error(status: int, message: str, **extra: Any) -> HttpResponse:
     return HttpResponse.error(status, message, **extra)
 
 
-def describe(record: AgentRecord, now: float, link_error: str | None = None) -> dict[str, Any]:
-    """An agent as the API shows it (times as seconds ago: the registry's clock is monotonic)."""
+def describe(
+    record: AgentRecord,
+    now: float,
+    link_error: str | None = None,
+    *,
+    status: str | None = None,
+    registered: bool = True,
+) -> dict[str, Any]:
+    """An agent as the API shows it (times as seconds ago: the registry's clock is monotonic).
+
+    An agent the registry does not hold (configured, not connected) has no times.
+    """
     shown: dict[str, Any] = {
         "id": record.id,
         "name": record.name,
         "transport": record.transport,
         "endpoint": record.endpoint,
-        "status": str(record.status),
+        "status": status or str(record.status),
         "capabilities": sorted(record.capabilities),
-        "last_seen_ago": round(max(0.0, now - record.last_seen), 3),
-        "registered_ago": round(max(0.0, now - record.registered_at), 3),
+        "last_seen_ago": round(max(0.0, now - record.last_seen), 3) if registered else None,
+        "registered_ago": round(max(0.0, now - record.registered_at), 3) if registered else None,
         "heartbeat_interval": record.heartbeat_interval,
         "heartbeat_ttl": record.heartbeat_ttl,
     }
     if link_error:
         shown["link_error"] = link_error
     return shown
+
+
+def describe_view(view: AgentView, now: float) -> dict[str, Any]:
+    return describe(
+        view.record, now, view.link_error, status=view.status, registered=view.registered
+    )
 
 
 class AgentRoutes:
@@ -112,20 +129,23 @@ class AgentRoutes:
 
     def described(self) -> list[dict[str, Any]]:
         now = anyio.current_time()
-        return [describe(r, now, self._mesh.link_error(r.id)) for r in self._mesh.agents()]
+        return [describe_view(view, now) for view in self._mesh.views()]
 
     async def handle_agent(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
-        record = self._mesh.registry.get(AgentId(p["id"]))
-        if record is None:
-            return _error(404, f"no agent {p['id']!r} is registered")
-        now = anyio.current_time()
-        return _json(200, describe(record, now, self._mesh.link_error(p["id"])))
+        view = self._mesh.view(p["id"])
+        if view is None:
+            return _error(404, f"no agent {p['id']!r} is configured or registered")
+        return _json(200, describe_view(view, anyio.current_time()))
 
     async def watch_agents(self, stream: WebSocketStream, who: Identity, _: Params) -> None:
         """Send every agent as it is now, then each change of status, until the watcher leaves.
 
         Subscribed before the snapshot is taken, so no change falls between the two.
+        The watcher's socket is read all along, so its pongs keep the link alive.
         """
+        await serve_watcher(stream, lambda: self._send_agent_changes(stream))
+
+    async def _send_agent_changes(self, stream: WebSocketStream) -> None:
         registry = self._mesh.registry
         try:
             async with registry.subscribe() as changes:
@@ -138,8 +158,6 @@ class AgentRoutes:
                     await stream.send(msgspec.json.encode(event))
         except SubscriberOverflow:
             await stream.aclose(CloseCode.FELL_BEHIND, "fell behind the registry's changes")
-        except TransportClosed:
-            log.debug("daemon.watcher_left")
 
     # -- owned ids --------------------------------------------------------------------
 

@@ -26,20 +26,21 @@ from mesh._errors import (
     Forbidden,
     MeshError,
     MessageTooLarge,
-    RemoteError,
-    Unauthorized,
 )
 from mesh._orchestrator.access import check_client_call, check_relayable
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.spec import Outcome
+from mesh._orchestrator.view import LINK_STATUSES
 from mesh.daemon._agents import AgentRoutes
 from mesh.daemon._auth import Gate, Identity
+from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._limits import check_id
 from mesh.daemon._rooms import RoomRoutes
 from mesh.daemon._routes import Dispatcher, HttpHandler, Params, WebSocketHandler
 from mesh.daemon._settings import DaemonSettings
 from mesh.daemon._tokens import Role, TokenError
-from transports import HttpRequest, HttpResponse
+from mesh.protocol import MethodName
+from transports import HttpRequest, HttpResponse, WebSocketConfig
 
 __all__ = ["DaemonApi", "mesh_error_status"]
 
@@ -47,7 +48,7 @@ log = structlog.get_logger("mesh.daemon")
 
 
 class BroadcastBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    method: str
+    method: MethodName
     params: Any = None
     capability: str | None = None
     timeout: float = 10.0
@@ -55,7 +56,7 @@ class BroadcastBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class RpcBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     agent: str
-    method: str
+    method: MethodName
     params: Any = None
     timeout: float | None = None
 
@@ -74,9 +75,10 @@ def _error(status: int, message: str, **extra: Any) -> HttpResponse:
     return HttpResponse.error(status, message, **extra)
 
 
-def mesh_error_status(exc: MeshError) -> int:
+def mesh_error_status(exc: MeshError, *, known: bool = True) -> int:
+    """The HTTP status for a mesh error; ``known``: whether anyone configured the agent."""
     if isinstance(exc, AgentUnavailable):
-        return 404 if "no agent" in exc.message else 503
+        return 503 if known else 404
     if isinstance(exc, CallTimeout):
         return 504
     if isinstance(exc, ConnectionLost):
@@ -84,16 +86,14 @@ def mesh_error_status(exc: MeshError) -> int:
     if isinstance(exc, MessageTooLarge):
         return 413
     if isinstance(exc, Forbidden):
-        return 403
-    if isinstance(exc, Unauthorized):
-        return 401
-    if isinstance(exc, RemoteError):
-        return 502
-    return 500
+        return 403  # the daemon's own refusal (a reserved method, the access section)
+    # An answer the agent gave (RemoteError), or a refusal or a broken frame from it
+    # (Unauthorized, ProtocolError): the daemon worked, the agent's side did not.
+    return 502
 
 
-def _mesh_error(exc: MeshError) -> HttpResponse:
-    return _error(mesh_error_status(exc), str(exc), code=exc.code, data=exc.data)
+def _mesh_error(exc: MeshError, *, known: bool = True) -> HttpResponse:
+    return _error(mesh_error_status(exc, known=known), str(exc), code=exc.code, data=exc.data)
 
 
 class DaemonApi:
@@ -116,6 +116,7 @@ class DaemonApi:
         self.agents = AgentRoutes(orchestrator, settings, manifest_ids)
         self._started = anyio.current_time()
         self.calls_in_flight = 0
+        self.lifecycle = Lifecycle()
         agents = self.agents
         self.dispatcher = Dispatcher(
             gate,
@@ -139,20 +140,25 @@ class DaemonApi:
                 "observe_room": rooms.observe,
                 "dial_in": dial_in,
             },
+            ws_config=WebSocketConfig(
+                ping_interval=settings.ping_interval, ping_timeout=settings.ping_timeout
+            ),
         )
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
-        return await self.dispatcher.handle(request)
+        return await self.lifecycle.run(request, self.dispatcher.handle)
 
     async def handle_health(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
-        stats = self._mesh.registry.statistics()
+        counts = dict.fromkeys(LINK_STATUSES, 0)
+        for view in self._mesh.views():
+            counts[view.status] = counts.get(view.status, 0) + 1
         return _json(
             200,
             {
-                "status": "ok",
+                "status": self.lifecycle.phase,
                 "uptime": round(anyio.current_time() - self._started, 3),
                 "calls_in_flight": self.calls_in_flight,
-                "agents": {"online": stats.online, "stale": stats.stale, "offline": stats.offline},
+                "agents": counts,
             },
         )
 
@@ -182,16 +188,21 @@ class DaemonApi:
         if refused is not None:
             return refused
         self.calls_in_flight += 1
+        started = anyio.current_time()
         try:
             self._check_call(who, call.agent, call.method, "/rpc")
             result = await self._mesh.call(
                 call.agent, call.method, call.params, timeout=call.timeout
             )
         except MeshError as exc:
-            return _mesh_error(exc)
+            return _mesh_error(exc, known=self._mesh.knows(call.agent))
         finally:
             self.calls_in_flight -= 1
-        return _json(200, {"result": result})
+        # The round trip as the daemon saw it, in the standard header for a server's
+        # own timings (what `mesh ping` reports; the body stays the call's result).
+        elapsed_ms = (anyio.current_time() - started) * 1000
+        timing = (("server-timing", f"call;dur={elapsed_ms:.3f}"),)
+        return HttpResponse(200, msgspec.json.encode({"result": result}), headers=timing)
 
     async def handle_broadcast(
         self, request: HttpRequest, who: Identity, _: Params

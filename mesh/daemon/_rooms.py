@@ -20,8 +20,10 @@ import structlog
 from mesh.daemon._auth import Identity
 from mesh.daemon._routes import HttpHandler, Params
 from mesh.daemon._settings import DaemonSettings
+from mesh.daemon._streams import serve_watcher
 from mesh.rooms import (
     InvalidRoomSpec,
+    ObserverTooSlow,
     RoomConflict,
     RoomError,
     RoomManager,
@@ -31,9 +33,9 @@ from mesh.rooms import (
     decode_room_spec,
     encode_event,
 )
-from transports import CloseCode, HttpRequest, HttpResponse, TransportClosed, WebSocketStream
+from transports import CloseCode, HttpRequest, HttpResponse, WebSocketStream
 
-__all__ = ["RoomRoutes"]
+__all__ = ["RoomRoutes", "parse_since"]
 
 log = structlog.get_logger("mesh.daemon")
 
@@ -56,12 +58,13 @@ def _status(exc: RoomError) -> int:
     return 500
 
 
-def _since(request: HttpRequest) -> int:
-    """``?since=SEQ`` (0 if absent or not a number)."""
-    try:
-        return max(0, int(request.query_value("since") or 0))
-    except ValueError:
+def parse_since(value: str | None) -> int | None:
+    """``?since=SEQ``: absent is 0; anything but a whole number >= 0 is None."""
+    if value is None or value == "":
         return 0
+    if not value.isascii() or not value.isdigit() or len(value) > 18:
+        return None
+    return int(value)
 
 
 RoomHandler = Callable[[HttpRequest, Identity, Params], Awaitable[HttpResponse]]
@@ -153,7 +156,10 @@ class RoomRoutes:
         return _json(200, {"room": snapshot, "transcript": transcript})
 
     async def handle_events(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
-        events = await self._rooms.events(p["id"], since=_since(request))
+        since = parse_since(request.query_value("since"))
+        if since is None:
+            return _error(400, "since must be a sequence number (an integer >= 0)")
+        events = await self._rooms.events(p["id"], since=since)
         return _json(200, {"events": events})
 
     async def observe(self, stream: WebSocketStream, who: Identity, p: Params) -> None:
@@ -163,9 +169,17 @@ class RoomRoutes:
         """
         room_id = p["id"]
         target = HttpRequest("GET", stream.request_target, ())
-        since = _since(target)
+        since = parse_since(target.query_value("since"))
+        if since is None:
+            await stream.aclose(CloseCode.INVALID_DATA, "since must be an integer >= 0")
+            return
         # ?deltas=1: the pieces of replies being written too (the page asks for them).
         deltas = target.query_value("deltas") in ("1", "true")
+        await serve_watcher(stream, lambda: self._send_events(stream, room_id, since, deltas))
+
+    async def _send_events(
+        self, stream: WebSocketStream, room_id: str, since: int, deltas: bool
+    ) -> None:
         watch = self._rooms.subscribe_live if deltas else self._rooms.subscribe
         try:
             async with watch(room_id, since=since) as events:
@@ -173,8 +187,9 @@ class RoomRoutes:
                     await stream.send(encode_event(event))
         except RoomNotFound as exc:
             await stream.aclose(CloseCode.NOT_FOUND, str(exc)[:120])
-        except TransportClosed:
-            log.debug("rooms.observer_left", room=room_id)
+        except ObserverTooSlow:
+            # Every event is durable: the observer reconnects with ?since= its last seq.
+            await stream.aclose(CloseCode.FELL_BEHIND, "fell behind; reconnect with ?since=SEQ")
 
     # -- steering (owner or admin) -----------------------------------------------------
 

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Final
+from urllib.parse import unquote
 
 import anyio.abc
 import structlog
@@ -25,6 +26,7 @@ from transports import (
     CloseCode,
     HttpRequest,
     HttpResponse,
+    WebSocketConfig,
     WebSocketStream,
     websocket_upgrade_handler,
 )
@@ -100,7 +102,8 @@ ROUTES: Final = (
 
 def resolve(method: str, path: str) -> tuple[Route, dict[str, str]] | HttpResponse:
     """The route for ``method path``, or the 404 / 405 / 426 that says why none."""
-    parts = tuple(p for p in path.split("/") if p)
+    # Each segment is percent-decoded after the split: `a%2Fb` is one id, not two.
+    parts = tuple(unquote(p) for p in path.split("/") if p)
     matches = [(r, params) for r in ROUTES if (params := r.match(parts)) is not None]
     if not matches:
         return refusal(404, f"no route {method} {path}")
@@ -123,6 +126,7 @@ class Dispatcher:
         gate: Gate,
         http: Mapping[str, HttpHandler],
         websocket: Mapping[str, WebSocketHandler],
+        ws_config: WebSocketConfig | None = None,
     ) -> None:
         wanted = {r.name for r in ROUTES}
         given = set(http) | set(websocket)
@@ -132,6 +136,7 @@ class Dispatcher:
                 f"no route for {sorted(given - wanted)}"
             )
         self.gate = gate
+        self.ws_config = ws_config
         self._http = dict(http)
         self._websocket = dict(websocket)
 
@@ -174,7 +179,9 @@ class Dispatcher:
             else:
                 handler = partial(self._serve, route, identity, params)
             paths = None
-        upgrade = websocket_upgrade_handler(handler, authenticator=None, paths=paths)
+        upgrade = websocket_upgrade_handler(
+            handler, authenticator=None, paths=paths, config=self.ws_config
+        )
         await upgrade(stream, request, trailing)
 
     async def _serve(

@@ -7,9 +7,11 @@ one but ``GET /health`` behind a token (``docs/security.md``). On first start
 it writes an admin token into its data directory and names the file in the
 line it prints when it listens.
 
-SIGINT or SIGTERM shuts it down gracefully: stop accepting, close dial-in
-agents with 1001, let calls in flight finish (up to ``drain_timeout``), stop
-the children, exit 0.
+It binds its port before it starts any agent, so a busy port is a one-line
+:class:`ListenError` with nothing to clean up. SIGINT or SIGTERM shuts it down
+gracefully: stop accepting, let calls in flight finish over every link, dial-in
+ones included (up to ``drain_timeout``; a call still running then is answered
+503), close dial-in agents with 1001, stop the children, exit 0.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import signal
 import ssl
 import sys
 from collections.abc import Mapping
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, Final
 
@@ -27,31 +30,38 @@ import anyio
 import anyio.abc
 import structlog
 
-from mesh._errors import MeshError
+from mesh._errors import MeshError, Unauthorized
 from mesh._orchestrator.links import links_from_manifests
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.daemon._api import DaemonApi
 from mesh.daemon._auth import Gate, Identity
+from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._page import PageFiles, PeopleRoutes
 from mesh.daemon._rooms import RoomRoutes
 from mesh.daemon._routes import Params
-from mesh.daemon._settings import DaemonSettings, SettingsError, load_settings
+from mesh.daemon._settings import DaemonSettings, ListenError, SettingsError, load_settings
 from mesh.daemon._tokens import TokenStore
 from mesh.rooms import RoomManager
 from transports import (
     CloseCode,
+    HttpRequest,
+    HttpServer,
     HttpServerConfig,
     TokenAuthenticator,
+    UpgradeHandler,
     WebSocketStream,
     open_http_server,
 )
+from transports._http_server import HttpHandler
 
-__all__ = ["DaemonSettings", "SettingsError", "load_settings", "serve_daemon"]
+__all__ = ["DaemonSettings", "ListenError", "SettingsError", "load_settings", "serve_daemon"]
 
 log = structlog.get_logger("mesh.daemon")
 
 #: How often finished rooms are checked against ``room_retention``, at most.
 RETENTION_CHECK_INTERVAL: Final = 60.0
+#: Requests cut at the drain deadline get this long to have their 503 written.
+CUT_ANSWER_TIMEOUT: Final = 2.0
 
 
 def _gate(settings: DaemonSettings, dial_in_tokens: TokenAuthenticator) -> Gate:
@@ -108,11 +118,20 @@ async def serve_daemon(
             await stream.aclose(CloseCode.TAKEN_OVER, "another connection took this agent over")
 
         dial_ins.add(stream)
+
+        async def refuse(why: str) -> None:  # before the link closes: the code tells it why
+            await stream.aclose(CloseCode.FORBIDDEN, why[:120])
+
         try:
-            await orchestrator.serve_dial_in(stream, agent_id, on_replaced=taken_over)
-        except MeshError as exc:
+            await orchestrator.serve_dial_in(
+                stream, agent_id, refuse=refuse, on_replaced=taken_over
+            )
+        except Unauthorized as exc:  # closed with 4003 already, by refuse()
             log.warning("daemon.dial_in_refused", agent=agent_id, error=str(exc))
-            await stream.aclose(CloseCode.FORBIDDEN, str(exc)[:120])
+        except MeshError as exc:
+            # Not a refusal (its handshake timed out, its link dropped): it may dial
+            # again, so no 4003, which would tell it to stop for good.
+            log.info("daemon.dial_in_ended", agent=agent_id, error=str(exc))
         finally:
             dial_ins.discard(stream)
 
@@ -125,24 +144,30 @@ async def serve_daemon(
         manifest_ids=links.ids,
         more_http={**PageFiles().http_handlers(), **PeopleRoutes(rooms).http_handlers()},
     )
+
+    async def upgrade(stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes) -> None:
+        # /ws is for agents: served as soon as the links exist, so an agent that dials
+        # in while the others start is not kept waiting past its own connect timeout.
+        # /agents/events and /rooms/{id}/events are for observers, served once the
+        # daemon is up.
+        if request.path.rstrip("/") == "/ws":
+            await orchestrator.wait_linked()
+        else:
+            await api.lifecycle.wait_serving()
+        await api.dispatcher.upgrade(stream, request, trailing)
+
     http_config = HttpServerConfig(
         max_body_size=settings.max_body_size,
         max_header_size=settings.max_head_size,
         max_connections=settings.max_connections,
     )
-    async with (
-        orchestrator,
-        rooms,
-        anyio.create_task_group() as background,
-        open_http_server(
-            api.handle,
-            host=settings.host,
-            port=settings.port,
-            upgrade_handler=api.dispatcher.upgrade,
-            ssl_context=ssl_context,
-            config=http_config,
-        ) as server,
-    ):
+    async with AsyncExitStack() as stack:
+        # The port first: a busy port must fail before any agent process is started.
+        server = await _listen(stack, settings, api.handle, upgrade, http_config, ssl_context)
+        await stack.enter_async_context(orchestrator)
+        await stack.enter_async_context(rooms)
+        background = await stack.enter_async_context(anyio.create_task_group())
+        api.lifecycle.start_serving()
         if settings.room_retention is not None:
             background.start_soon(_delete_old_rooms, rooms, settings.room_retention)
         _announce(server.url, server.ws_url, admin_file)
@@ -162,15 +187,7 @@ async def serve_daemon(
         task_status.started(server.url)
         await _wait_for_stop(handle_signals)
         with anyio.CancelScope(shield=True):
-            server.stop_accepting()
-            for stream in list(dial_ins):
-                await stream.aclose(CloseCode.GOING_AWAY, "daemon shutting down")
-            drained = await server.drain(settings.drain_timeout)
-            log.info(
-                "daemon.drained" if drained else "daemon.drain_timeout",
-                in_flight=server.active_requests,
-            )
-            server.close_all()
+            await _shut_down(server, api.lifecycle, dial_ins, settings.drain_timeout)
         background.cancel_scope.cancel()
     log.info("daemon.stopped")
     sys.stdout.flush()
@@ -182,6 +199,30 @@ def _announce(url: str, ws_url: str, admin_file: Path | None) -> None:
     if admin_file is not None:
         announcement["admin_token_file"] = str(admin_file.resolve())
     print(json.dumps(announcement), flush=True)
+
+
+async def _listen(
+    stack: AsyncExitStack,
+    settings: DaemonSettings,
+    handler: HttpHandler,
+    upgrade: UpgradeHandler,
+    config: HttpServerConfig,
+    ssl_context: ssl.SSLContext | None,
+) -> HttpServer:
+    try:
+        return await stack.enter_async_context(
+            open_http_server(
+                handler,
+                host=settings.host,
+                port=settings.port,
+                upgrade_handler=upgrade,
+                ssl_context=ssl_context,
+                config=config,
+            )
+        )
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise ListenError(f"cannot listen on {settings.host}:{settings.port}: {why}") from None
 
 
 async def _wait_for_stop(handle_signals: bool) -> None:
@@ -201,3 +242,27 @@ async def _delete_old_rooms(rooms: RoomManager, retention: float) -> None:
         if deleted:
             log.info("daemon.rooms_expired", rooms=deleted, retention=retention)
         await anyio.sleep(interval)
+
+
+async def _shut_down(
+    server: HttpServer, lifecycle: Lifecycle, dial_ins: set[WebSocketStream], drain_timeout: float
+) -> None:
+    """Stop taking work, let calls in flight finish over every link, then close the links.
+
+    Dial-in links stay up while calls drain (calls to those agents are answered
+    too); a call still running at the deadline is answered 503, not dropped.
+    """
+    server.stop_accepting()
+    lifecycle.start_draining()
+    drained = await server.drain(drain_timeout)
+    in_flight = server.active_requests
+    log.info("daemon.drained" if drained else "daemon.drain_timeout", in_flight=in_flight)
+    if not drained:
+        lifecycle.cut(
+            f"the daemon shut down before this call finished (drain timeout {drain_timeout:g} s)"
+        )
+        await server.drain(CUT_ANSWER_TIMEOUT)
+    async with anyio.create_task_group() as tg:
+        for stream in list(dial_ins):
+            tg.start_soon(stream.aclose, CloseCode.GOING_AWAY, "daemon shutting down")
+    server.close_all()

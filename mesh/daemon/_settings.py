@@ -15,7 +15,7 @@ import msgspec
 
 from mesh._errors import MeshError
 
-__all__ = ["ENV_SETTINGS", "DaemonSettings", "SettingsError", "load_settings"]
+__all__ = ["ENV_SETTINGS", "DaemonSettings", "ListenError", "SettingsError", "load_settings"]
 
 #: Environment variables that set daemon settings (flags win over them, they win over the file).
 ENV_SETTINGS: Final = {
@@ -51,6 +51,10 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: TLS on the daemon's port: a PEM certificate chain and its key (both or neither).
     tls_cert: str | None = None
     tls_key: str | None = None
+    #: Every WebSocket the daemon serves (agents, watchers, observers) is pinged this
+    #: often, and closed with 1011 if the pong takes longer than ``ping_timeout``.
+    ping_interval: _Seconds = 20.0
+    ping_timeout: _Seconds = 20.0
 
     # -- bounds on what clients control (docs/security.md) --------------------------------
     #: Request line plus headers; a longer head is refused with 431.
@@ -82,6 +86,10 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both or neither")
+
+
+class ListenError(MeshError):
+    """The daemon cannot listen where it was told to (port in use, no permission, bad host)."""
 
 
 class SettingsError(MeshError):

@@ -269,7 +269,9 @@ class RoomRunner:
         if self._presence is not None:
             for member in self._room.members:
                 if not member.human and not self._presence(member.id):
-                    await self.set_presence(member.id, False, "not connected")
+                    grace = self._room.rules.agent_grace
+                    why = f"not connected; the room waits up to {grace:g} s for it"
+                    await self.set_presence(member.id, False, why)
         failures = 0
         while True:
             await self._record_interjections()

@@ -113,7 +113,11 @@ class RoomManager:
         self._speak = speak
         self._describe = describe
         self._registry = registry
-        self._presence = presence or (registry_presence(registry) if registry else None)
+        # `is not None`: a Registry has a length, and the daemon's is empty when the
+        # manager is made, so `if registry` left every room blind to who is reachable.
+        if presence is None and registry is not None:
+            presence = registry_presence(registry)
+        self._presence = presence
         self._resume = resume
         self._clock = clock
         self._rooms: dict[str, _Room] = {}

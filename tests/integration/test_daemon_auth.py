@@ -139,11 +139,11 @@ async def test_tokens_are_managed_live_and_a_revoked_one_is_cut_off_within_a_sec
         no_token = {k: v for k, v in daemon.env().items() if k != "MESH_TOKEN"}
         no_token["MESH_DATA_DIR"] = str(tmp_path / "elsewhere")
         refused = await anyio.to_thread.run_sync(lambda: _mesh(daemon, "agents", env=no_token))
-        assert refused.returncode == 6 and "no token was found" in refused.stderr
+        assert refused.returncode == 8 and "no token was found" in refused.stderr
         observer = await anyio.to_thread.run_sync(
             lambda: _mesh(daemon, "call", "x", "y", env={**no_token, "MESH_TOKEN": token})
         )
-        assert observer.returncode == 6
+        assert observer.returncode == 8
 
 
 async def test_an_agent_token_from_the_store_dials_in_and_is_cut_off_when_revoked(

@@ -60,13 +60,19 @@ async def test_the_good_manifests_link_and_the_broken_are_named(tmp_path: Path) 
     assert "broken.toml" in described[0] and "$.heartbeat_interval" in described[0]
     assert "far.toml" in described[1] and "MESH_TEST_UNSET_TOKEN" in described[1]
     assert mesh.dial_in_tokens.identify("a-dial-in-token") == "caller"
-    assert mesh.linked_agents() == ["caller", "echo-stdio"]
+    # "far" cannot connect, but it is configured: it is listed, offline, with the reason.
+    assert mesh.linked_agents() == ["caller", "echo-stdio", "far"]
 
     with anyio.fail_after(GUARD):
         async with mesh:
             reply = await mesh.call_tool("echo-stdio", "echo", {"message": "from a manifest"})
             assert reply == {"message": "from a manifest"}
             assert [record.id for record in mesh.agents()] == ["echo-stdio"]
+            far = mesh.view("far")
+            assert far is not None and far.status == "offline" and not far.registered
+            assert far.link_error is not None and "MESH_TEST_UNSET_TOKEN" in far.link_error
+            caller = mesh.view("caller")
+            assert caller is not None and caller.status == "waiting for dial-in"
 
 
 async def test_an_unset_dial_in_token_is_named(tmp_path: Path) -> None:

@@ -122,3 +122,25 @@ async def test_garbage_instead_of_http_gets_400() -> None:
             with anyio.fail_after(5):
                 reply = await stream.receive()
         assert reply.startswith(b"HTTP/1.1 400")
+
+
+def _head_of(size: int) -> bytes:
+    """A GET request head of exactly ``size`` bytes (padded in one header)."""
+    bare = b"GET /health HTTP/1.1\r\nhost: x\r\nx-pad: \r\n\r\n"
+    return bare.replace(b"x-pad: ", b"x-pad: " + b"p" * (size - len(bare)))
+
+
+@pytest.mark.parametrize(("extra", "status"), [(0, 200), (1, 431)])
+async def test_a_request_head_is_accepted_up_to_the_documented_limit_and_not_a_byte_more(
+    extra: int, status: int
+) -> None:
+    limit = HttpServerConfig().max_header_size
+    assert limit == 64 * 1024  # docs/transports.md: head <= 64 KiB
+    async with server(config=HttpServerConfig()) as srv:
+        with anyio.fail_after(10):
+            async with await anyio.connect_tcp(srv.host, srv.port) as tcp:
+                await tcp.send(_head_of(limit + extra))
+                answer = b""
+                while b"\r\n\r\n" not in answer:
+                    answer += await tcp.receive()
+    assert answer.startswith(b"HTTP/1.1 %d " % status), answer[:80]

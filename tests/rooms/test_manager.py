@@ -8,9 +8,13 @@ from typing import Any
 import anyio
 import pytest
 
+from mesh import AgentUnavailable
 from mesh.rooms import (
     DEMO_TOPIC,
     REVIEW_TASK,
+    AgentJoinedEvent,
+    AgentLeftEvent,
+    ErrorEvent,
     InvalidRoomSpec,
     Limits,
     Member,
@@ -30,6 +34,7 @@ from mesh.rooms import (
     demo_chat,
     demo_review,
 )
+from registry import AgentId, Registry
 
 from ._helpers import (
     GUARD,
@@ -332,3 +337,39 @@ async def test_a_room_stopped_by_errors_can_be_resumed(tmp_path: Path) -> None:
         transcript = await finish(rooms, room.id)
         assert (await rooms.get(room.id)).stop_reason is StopReason.MAX_TURNS
     assert [m.text for m in transcript] == ["t1", "t2"]
+
+
+async def test_after_a_restart_a_room_waits_for_members_not_yet_back_instead_of_failing(
+    tmp_path: Path,
+) -> None:
+    """The daemon's registry is empty when its manager is made and resumes rooms."""
+
+    async def speak(agent_id: str, request: TurnRequest) -> TurnReply:
+        if registry.get(AgentId(agent_id)) is None:
+            raise AgentUnavailable(f"no agent {agent_id!r} is registered")
+        return TurnReply(room_id=request.room_id, turn=request.turn, text=f"t{request.turn}")
+
+    registry = Registry()
+    for agent in ("alice", "bob"):
+        registry.register({"id": agent, "name": agent}, anyio.current_time())
+    gate = Gate(speak, at=2)
+    async with RoomManager(tmp_path, speak=gate, registry=registry) as rooms:
+        room = await rooms.create(spec(limits=Limits(max_turns=4, retry_delay=0)))
+        await gate.wait_reached()  # the process dies mid-turn 2
+    registry = Registry()  # the restarted daemon's: nobody has reconnected yet
+    async with (
+        RoomManager(tmp_path, speak=speak, registry=registry) as rooms,
+        rooms.subscribe(room.id, since=room.last_seq) as events,
+    ):
+        with anyio.fail_after(GUARD):
+            async for event in events:
+                if isinstance(event, AgentLeftEvent) and event.agent_id == "bob":
+                    break  # the room waits for its members rather than failing turns
+        for agent in ("alice", "bob"):
+            registry.register({"id": agent, "name": agent}, anyio.current_time())
+        with anyio.fail_after(GUARD):
+            snapshot = await rooms.wait(room.id)
+    logged = read_log(tmp_path / "rooms" / f"{room.id}.jsonl")
+    assert snapshot.stop_reason is StopReason.MAX_TURNS
+    assert not [e for e in logged if isinstance(e, ErrorEvent)]
+    assert {e.agent_id for e in logged if isinstance(e, AgentJoinedEvent)} == {"alice", "bob"}

@@ -234,3 +234,20 @@ def _builtins(value: object) -> object:
     import msgspec
 
     return msgspec.to_builtins(value)
+
+
+def test_a_missing_api_key_stops_the_program_at_start_up() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MESH_TEST_UNSET_KEY"}
+    flags = ["--name", "Bob", "--provider", "openai", "--model", "gpt-x"]
+    flags += ["--api-key-env", "MESH_TEST_UNSET_KEY", "--stdio"]
+    result = subprocess.run(
+        [sys.executable, "-m", "mesh.agents.persona", *flags],
+        capture_output=True,
+        text=True,
+        timeout=GUARD,
+        check=False,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 3, result.stderr
+    assert "MESH_TEST_UNSET_KEY" in result.stderr and "Traceback" not in result.stderr

@@ -497,3 +497,39 @@ async def test_closing_from_the_hook_stops_the_loop_without_hanging(server: Memo
             with pytest.raises(ConnectionLost, match="closed locally"):
                 await peer.wait_connected()
     assert events.kinds == ["connected", "disconnected", "reconnecting", "closed"]
+
+
+async def test_peers_sharing_an_admission_limiter_take_turns_to_connect() -> None:
+    """A hundred agents started at once must not each miss a deadline any one would meet."""
+    gate = anyio.Event()
+    first_dial = anyio.Event()
+    dials: list[int] = []
+    limiter = anyio.CapacityLimiter(1)
+    answered: list[float] = []
+    async with anyio.create_task_group() as tg:
+
+        @asynccontextmanager
+        async def connector() -> AsyncIterator[FrameStream]:
+            dials.append(len(dials))
+            first_dial.set()
+            await gate.wait()  # a slow start: the process is still importing
+            client, server = memory_stream_pair()
+            tg.start_soon(serve_peer, server, echo_agent)
+            yield client
+            await client.aclose()
+
+        async def one() -> None:
+            async with open_reconnecting_peer(
+                connector, agent="slow", policy=FAST, admission=limiter, connect_timeout=GUARD
+            ) as peer:
+                answered.append(await peer.ping())
+
+        with anyio.fail_after(GUARD):
+            tg.start_soon(one)
+            await first_dial.wait()
+            tg.start_soon(one)
+            await anyio.wait_all_tasks_blocked()
+            assert dials == [0], "the second waits for admission; it has not dialled"
+            assert limiter.statistics().tasks_waiting == 1
+            gate.set()
+    assert dials == [0, 1] and len(answered) == 2

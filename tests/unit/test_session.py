@@ -5,8 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
-from mesh import CallTimeout, ConnectionLost, ErrorCode, MessageTooLarge, ToolError
+from mesh import (
+    AgentUnavailable,
+    CallTimeout,
+    ConnectionLost,
+    ErrorCode,
+    MessageTooLarge,
+    ToolError,
+)
+from mesh._rpc.complaints import LOG_WINDOW
 from mesh._rpc.session import (
     CallDone,
     CancelRequested,
@@ -323,3 +332,66 @@ def test_deeply_nested_frames_are_answered_not_fatal() -> None:
     assert server.receive_frame(deep, 0.0) == []
     (reply,) = decoded(server)
     assert reply.id == "deep" and "nested too deeply" in reply.payload.error.message
+
+
+@pytest.mark.parametrize(
+    ("frame", "rid"),
+    [
+        (b'{"type":"request","id":"u1","timestamp":1,"payload":{"method":"\xff"}}', "u1"),
+        (
+            b'{"type":"request","id":"u2","timestamp":1,"payload":{"method":"x","params":"\xc3("}}',
+            "u2",
+        ),
+        (b'{"type":"request","id":"\xc3(","timestamp":1,"payload":{"method":"x"}}', None),
+    ],
+)
+def test_bytes_that_are_not_utf8_are_a_parse_error_without_a_traceback(
+    frame: bytes, rid: str | None
+) -> None:
+    _, server = pair()
+    with capture_logs() as logs:
+        assert server.receive_frame(frame, 0.0) == []
+    (reply,) = decoded(server)
+    assert isinstance(reply, Response) and reply.id == rid
+    assert reply.payload.error is not None
+    assert reply.payload.error.code == ErrorCode.PARSE_ERROR
+    assert "UTF-8" in reply.payload.error.message
+    assert [entry["event"] for entry in logs] == ["mesh.invalid_frame"]
+    assert not any("exc_info" in entry for entry in logs)
+
+
+def test_a_flood_of_bad_frames_is_answered_each_time_but_logged_once_per_window() -> None:
+    _, server = pair()
+    with capture_logs() as logs:
+        for i in range(1000):
+            server.receive_frame(b"not json %d" % i, 0.001 * i)  # one second of garbage
+        answers = server.data_to_send()
+        server.receive_frame(b"more garbage", LOG_WINDOW + 1.0)
+        server.receive_frame(b"and more", LOG_WINDOW + 1.5)
+        server.connection_lost(ConnectionLost("gone"))
+    assert len(answers) == 1000
+    assert [entry["event"] for entry in logs] == [
+        "mesh.invalid_frame",
+        "mesh.invalid_frame",
+        "mesh.bad_input_unlogged",
+    ]
+    assert logs[1]["more_since_last_line"] == 999
+    assert logs[2]["count"] == 1 and logs[2]["total"] == 1002
+    assert all(entry["log_level"] == "warning" for entry in logs)
+
+
+def test_fail_pending_fails_every_call_now_tells_the_peer_and_keeps_the_link() -> None:
+    client, server = pair()
+    first = client.send_request("slow", None, now=0.0)
+    second = client.send_request("slower", None, now=0.0)
+    deliver(client, server)
+    events = client.fail_pending("agent 'server' went offline: no heartbeat for 3.0 s")
+    assert [e.id for e in events] == [first, second]
+    assert all(isinstance(e.error, AgentUnavailable) for e in events)
+    assert "no heartbeat for 3.0 s" in str(events[0].error)
+    assert "method 'slow'" in str(events[0].error)
+    notices = decoded(client)
+    assert {n.payload.params["id"] for n in notices} == {first, second}
+    assert not client.closed and client.statistics().calls_in_flight == 0
+    third = client.send_request("again", None, now=1.0)  # the link is still usable
+    assert client.deadline_of(third) is not None

@@ -1,0 +1,110 @@
+"""Where each agent stands: the registry's word once it has one, the link's before and after.
+
+The registry knows agents that connected (``online``, ``stale``, ``offline``,
+until it removes them). An agent configured by a manifest is the orchestrator's
+from the first moment, connected or not: before it ever connects it is
+``connecting`` (the orchestrator is dialling it) or ``waiting for dial-in``;
+a link that can never come up (a token variable unset), gave up, or dropped
+after the registry forgot the agent is ``offline``. Each comes with the link's
+last error, so nobody has to read the log to learn why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import anyio
+
+from mesh._orchestrator.spec import AgentSpec
+from mesh._rpc.caller import Caller
+from mesh._rpc.peer import Peer
+from registry import AgentId, AgentRecord, Registry
+
+__all__ = [
+    "CONNECTING",
+    "LINK_STATUSES",
+    "OFFLINE",
+    "WAITING",
+    "AgentView",
+    "Link",
+    "view",
+    "views",
+]
+
+#: The orchestrator is dialling the agent and has not reached it yet.
+CONNECTING: Final = "connecting"
+#: The agent dials in, and has not yet.
+WAITING: Final = "waiting for dial-in"
+#: It will not connect by itself: it cannot (see its link error), gave up, or left.
+OFFLINE: Final = "offline"
+#: Every status an agent can have, in the order counts are shown.
+LINK_STATUSES: Final = ("online", "stale", OFFLINE, CONNECTING, WAITING)
+
+
+class Link:
+    """One agent's connection, whichever side dialled: a Caller either way."""
+
+    def __init__(self, spec: AgentSpec, *, problem: str | None = None) -> None:
+        self.spec = spec
+        self.peer: Caller | None = None
+        #: Why it can never connect (a token variable unset); None if it can.
+        self.problem = problem
+        self.last_error: str | None = problem
+        self.ever_connected = False
+        self.gave_up = False
+        self.settled = anyio.Event()  # first connection attempt finished, either way
+        #: Cancelled when the agent is removed, so a link still dialling stops for good.
+        self.scope = anyio.CancelScope()
+        #: Set when a newer dial-in connection took this agent's id over.
+        self.replaced: dict[Peer, anyio.Event] = {}
+
+    @property
+    def connected(self) -> bool:
+        return self.peer is not None and self.peer.connected
+
+    def status(self) -> str:
+        """Where the agent stands when the registry has no record of it."""
+        if self.problem is not None or self.gave_up:
+            return OFFLINE
+        if self.spec.connector is not None:
+            return CONNECTING  # for the first time, or again
+        return OFFLINE if self.ever_connected else WAITING
+
+
+@dataclass(frozen=True, slots=True)
+class AgentView:
+    """One agent as shown: its record (the registry's, else its spec's), status, last error."""
+
+    record: AgentRecord
+    status: str
+    link_error: str | None
+    registered: bool
+
+
+def views(registry: Registry, links: Mapping[str, Link]) -> list[AgentView]:
+    """Every agent: the registry's, then the configured ones it does not hold."""
+    registered = registry.list()
+    shown = [_registered(record, links.get(record.id)) for record in registered]
+    held = {record.id for record in registered}
+    shown.extend(_unregistered(link) for agent_id, link in links.items() if agent_id not in held)
+    return shown
+
+
+def view(registry: Registry, links: Mapping[str, Link], agent_id: str) -> AgentView | None:
+    """One agent as :func:`views` shows it; None for an id nobody configured or registered."""
+    record = registry.get(AgentId(agent_id))
+    link = links.get(agent_id)
+    if record is not None:
+        return _registered(record, link)
+    return None if link is None else _unregistered(link)
+
+
+def _registered(record: AgentRecord, link: Link | None) -> AgentView:
+    error = link.last_error if link is not None else None
+    return AgentView(record, str(record.status), error, registered=True)
+
+
+def _unregistered(link: Link) -> AgentView:
+    return AgentView(link.spec.record(), link.status(), link.last_error, registered=False)

@@ -1,0 +1,46 @@
+"""The ``mesh`` command's exit codes: one table, documented in docs/daemon.md.
+
+====  ======================================================================
+0     success (``room run``: the room finished by its rules)
+1     the call failed at the agent, a manifest is invalid, or the room stopped with ERROR
+2     usage error (bad flags or arguments)
+3     the daemon could not be reached (or was lost for good while following a room)
+4     the agent is unknown, offline or unreachable (``room run``: AGENT_LOST)
+5     the call timed out
+6     ``mesh serve`` cannot listen (the port is in use, not permitted, or the host is wrong)
+7     ``room run``: the room was paused or stopped by request before it finished
+8     the daemon refused the token (missing, unknown, or without the right)
+130   interrupted (Ctrl-C)
+141   stdout was closed early (``mesh agents | head -1``): nothing more is written
+====  ======================================================================
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from mesh.rooms import StopReason
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_UNREACHABLE: Final = 3
+EXIT_UNAVAILABLE: Final = 4
+EXIT_TIMEOUT: Final = 5
+EXIT_CANNOT_LISTEN: Final = 6
+EXIT_ROOM_HALTED: Final = 7
+EXIT_DENIED: Final = 8
+EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT, as shells report it
+EXIT_BROKEN_PIPE: Final = 141  # 128 + SIGPIPE, what `yes | head -1` reports for yes
+
+#: ``mesh room run``'s exit status for each way a room stops.
+ROOM_EXITS: Final = {
+    StopReason.CONVERGED: EXIT_OK,
+    StopReason.NO_IMPROVEMENT: EXIT_OK,
+    StopReason.MAX_TURNS: EXIT_OK,
+    StopReason.GOODBYE: EXIT_OK,
+    StopReason.ERROR: EXIT_FAILED,
+    StopReason.AGENT_LOST: EXIT_UNAVAILABLE,
+    StopReason.PAUSED: EXIT_ROOM_HALTED,
+    StopReason.STOPPED: EXIT_ROOM_HALTED,
+}

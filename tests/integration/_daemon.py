@@ -1,0 +1,72 @@
+"""Running the daemon inside the test's own event loop, with settings a process cannot take."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from mesh.daemon import DaemonSettings, serve_daemon
+from transports import open_websocket
+
+
+def persona_manifest(
+    directory: Path, agent_id: str, name: str, script: list[str], delay: float
+) -> None:
+    """A scripted persona agent over stdio, answering each turn after ``delay`` s."""
+    path = directory / f"{agent_id}.toml"
+    path.write_text(
+        f'''id = "{agent_id}"
+name = "{name}"
+capabilities = ["chat"]
+
+[transport]
+type = "stdio"
+command = "python"
+args = ["-m", "mesh.agents.persona", "--manifest", "{path}", "--stdio"]
+
+[persona]
+system_prompt = "You are {name}. Keep it short."
+role = "participant"
+
+[persona.provider]
+provider = "scripted"
+script = {json.dumps(script)}
+delay = {delay}
+'''
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class InProcessDaemon:
+    http: str
+    ws: str
+
+    async def wait_online(self, *agent_ids: str, timeout: float = 20) -> dict[str, Any]:
+        """Until every named agent is online, watching ``/agents/events`` (no polling)."""
+        agents: dict[str, Any] = {}
+        with anyio.fail_after(timeout):
+            async with open_websocket(self.ws.removesuffix("/ws") + "/agents/events") as events:
+                while not all(agents.get(a, {}).get("status") == "online" for a in agent_ids):
+                    event = json.loads(await events.receive())
+                    shown = event["agents"] if event["type"] == "snapshot" else [event["agent"]]
+                    agents.update((agent["id"], agent) for agent in shown)
+        return agents
+
+
+@asynccontextmanager
+async def serve_in_process(
+    manifests: Path, data_dir: Path, **settings: Any
+) -> AsyncIterator[InProcessDaemon]:
+    """``serve_daemon`` on a free loopback port in this event loop; cancelled on exit."""
+    chosen = DaemonSettings(port=0, manifests=str(manifests), data_dir=str(data_dir), **settings)
+    async with anyio.create_task_group() as tg:
+        url = await tg.start(partial(serve_daemon, chosen, handle_signals=False))
+        yield InProcessDaemon(url, "ws" + url.removeprefix("http") + "/ws")
+        tg.cancel_scope.cancel()
