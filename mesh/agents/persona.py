@@ -18,6 +18,12 @@ is not asked twice, so a reply lost in transit is not lost for good); a request
 for an earlier turn, or a duplicate that arrives while the first is still being
 answered, is ``dropped``. A turn whose first attempt failed or was cancelled
 is answered afresh: it was never spoken.
+
+**Streaming.** The model's reply is streamed where its API allows, and each
+piece goes back to the room as a ``progress`` notification of the ``room/turn``
+call (the piece in ``message``, the characters so far in ``progress``); the
+result is the whole text, as before. A stream cut off mid-reply fails the turn
+(``ProviderStreamCut``, as a ``ToolError``): no half message is ever answered.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import argparse
 import re
 import sys
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -112,8 +118,13 @@ class PersonaAgent(Agent):
         if self._provider is not None:
             await self._provider.aclose()
 
-    async def take_turn(self, request: TurnRequest) -> TurnReply:
-        """Answer one turn (or replay, or drop it; see the module docstring)."""
+    async def take_turn(
+        self, request: TurnRequest, *, on_delta: Callable[[str], None] | None = None
+    ) -> TurnReply:
+        """Answer one turn (or replay, or drop it; see the module docstring).
+
+        ``on_delta`` receives the reply piece by piece as the model writes it.
+        """
         room = request.room_id
         seat = self._seats.get(room)
         decision = admit(seat, request.turn)
@@ -130,9 +141,11 @@ class PersonaAgent(Agent):
             )
             log.info("persona.turn_dropped", room=room, turn=request.turn, why=decision)
             return TurnReply(room_id=room, turn=request.turn, status="dropped", reason=why)
-        return await self._speak(request)
+        return await self._speak(request, on_delta)
 
-    async def _speak(self, request: TurnRequest) -> TurnReply:
+    async def _speak(
+        self, request: TurnRequest, on_delta: Callable[[str], None] | None
+    ) -> TurnReply:
         seat = _Seat(turn=request.turn)
         self._seats[request.room_id] = seat
         self._seats.move_to_end(request.room_id)
@@ -140,7 +153,9 @@ class PersonaAgent(Agent):
             self._seats.popitem(last=False)
         system = f"{self.persona.system_prompt}\n\n{request.system}".strip()
         try:
-            completion = await self.provider.complete(request.messages, system=system)
+            # on_delta only when streaming: a provider written before it takes two arguments.
+            streaming = {"on_delta": on_delta} if on_delta is not None else {}
+            completion = await self.provider.complete(request.messages, system=system, **streaming)
         except ProviderError as exc:
             raise ToolError(str(exc), data={"type": type(exc).__name__}) from exc
         finally:
@@ -154,7 +169,14 @@ class PersonaAgent(Agent):
             request = msgspec.convert(params, TurnRequest)
         except msgspec.ValidationError as exc:
             raise InvalidParams(f"invalid room/turn params: {exc}") from None
-        return msgspec.to_builtins(await self.take_turn(request))
+        written = 0
+
+        def report(piece: str) -> None:
+            nonlocal written
+            written += len(piece)
+            ctx.report_progress(written, message=piece)
+
+        return msgspec.to_builtins(await self.take_turn(request, on_delta=report))
 
     async def _handle_persona(self, ctx: RequestContext, params: Any) -> Any:
         config = self.persona.provider

@@ -33,6 +33,7 @@ from mesh._text import json_text, printable, safe_json
 from mesh.cli._codes import EXIT_INTERRUPTED, EXIT_UNREACHABLE, ROOM_EXITS
 from mesh.cli._connection import add_connection_arguments, ssl_context, token_for
 from mesh.cli._follow import follow_until_interrupted
+from mesh.cli._join import cmd_room_join
 from mesh.rooms import (
     MessageEvent,
     Room,
@@ -253,3 +254,9 @@ def add_room_commands(
     command("delete", "delete a finished room and its transcript", cmd_room_delete).add_argument(
         "room"
     )
+
+    join = command(
+        "join", "take part in a room as a person (lines you type are sent)", cmd_room_join
+    )
+    join.add_argument("room")
+    join.add_argument("--as", dest="as_name", required=True, metavar="NAME", help="your name")

@@ -12,6 +12,7 @@ method reserved to the daemon is refused, and so is a target whose manifest's
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -36,7 +37,7 @@ from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._limits import check_id
 from mesh.daemon._mcp import DaemonMcp
 from mesh.daemon._rooms import RoomRoutes
-from mesh.daemon._routes import Dispatcher, Params, WebSocketHandler
+from mesh.daemon._routes import Dispatcher, HttpHandler, Params, WebSocketHandler
 from mesh.daemon._settings import DaemonSettings
 from mesh.daemon._tokens import Role, TokenError
 from mesh.protocol import MethodName
@@ -108,6 +109,7 @@ class DaemonApi:
         *,
         dial_in: WebSocketHandler,
         manifest_ids: frozenset[str] = frozenset(),
+        more_http: Mapping[str, HttpHandler] | None = None,
     ) -> None:
         self._mesh = orchestrator
         self._gate = gate
@@ -136,6 +138,7 @@ class DaemonApi:
                 "revoke_token": self.handle_revoke_token,
                 "mcp": self.mcp.handle_http,
                 **room_handlers,
+                **(more_http or {}),
             },
             websocket={
                 "watch_agents": agents.watch_agents,

@@ -163,17 +163,26 @@ class RoomRoutes:
         return _json(200, {"events": events})
 
     async def observe(self, stream: WebSocketStream, who: Identity, p: Params) -> None:
-        """Send the room's events to one observer, in order, until the room stops."""
+        """Send the room's events to one observer, in order, until the room stops.
+
+        With ``?deltas=1`` the pieces of replies being written too.
+        """
         room_id = p["id"]
-        since = parse_since(HttpRequest("GET", stream.request_target, ()).query_value("since"))
+        target = HttpRequest("GET", stream.request_target, ())
+        since = parse_since(target.query_value("since"))
         if since is None:
             await stream.aclose(CloseCode.INVALID_DATA, "since must be an integer >= 0")
             return
-        await serve_watcher(stream, lambda: self._send_events(stream, room_id, since))
+        # ?deltas=1: the pieces of replies being written too (the page asks for them).
+        deltas = target.query_value("deltas") in ("1", "true")
+        await serve_watcher(stream, lambda: self._send_events(stream, room_id, since, deltas))
 
-    async def _send_events(self, stream: WebSocketStream, room_id: str, since: int) -> None:
+    async def _send_events(
+        self, stream: WebSocketStream, room_id: str, since: int, deltas: bool
+    ) -> None:
+        watch = self._rooms.subscribe_live if deltas else self._rooms.subscribe
         try:
-            async with self._rooms.subscribe(room_id, since=since) as events:
+            async with watch(room_id, since=since) as events:
                 async for event in events:
                     await stream.send(encode_event(event))
         except RoomNotFound as exc:

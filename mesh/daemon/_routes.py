@@ -87,6 +87,12 @@ ROUTES: Final = (
     Route("POST", "/rooms/{id}/pause", Right.ROOMS, "pause_room"),
     Route("POST", "/rooms/{id}/resume", Right.ROOMS, "resume_room"),
     Route("POST", "/rooms/{id}/stop", Right.ROOMS, "stop_room"),
+    Route("POST", "/rooms/{id}/join", Right.ROOMS, "join_room"),
+    Route("POST", "/rooms/{id}/leave", Right.ROOMS, "leave_room"),
+    Route("POST", "/rooms/{id}/say", Right.ROOMS, "say_in_room"),
+    # The room page: files with no data in them (everything it shows comes with a token).
+    Route("GET", "/", Right.PUBLIC, "page"),
+    Route("GET", "/static/{name}", Right.PUBLIC, "page_file"),
     Route("GET", "/tokens", Right.ADMIN, "tokens"),
     Route("POST", "/tokens", Right.ADMIN, "create_token"),
     Route("DELETE", "/tokens/{id}", Right.ADMIN, "revoke_token"),
@@ -140,9 +146,10 @@ class Dispatcher:
         self._websocket = dict(websocket)
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
-        public = request.method == "GET" and request.path.rstrip("/") == "/health"
-        if public:
-            return await self._http["health"](request, _NOBODY, {})
+        found = resolve(request.method, request.path)
+        if not isinstance(found, HttpResponse) and found[0].right is Right.PUBLIC:
+            # /health and the page's files: a stranger learns only that they exist.
+            return await self._http[found[0].name](request, _NOBODY, found[1])
         checked = self.gate.check(request, Right.PUBLIC)
         if isinstance(checked, HttpResponse):
             return checked

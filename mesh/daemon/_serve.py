@@ -36,6 +36,7 @@ from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.daemon._api import DaemonApi
 from mesh.daemon._auth import Gate, Identity
 from mesh.daemon._lifecycle import Lifecycle
+from mesh.daemon._page import PageFiles, PeopleRoutes
 from mesh.daemon._rooms import RoomRoutes
 from mesh.daemon._routes import Params
 from mesh.daemon._settings import (
@@ -170,6 +171,7 @@ async def serve_daemon(
         settings,
         dial_in=dial_in,
         manifest_ids=links.ids,
+        more_http={**PageFiles().http_handlers(), **PeopleRoutes(rooms).http_handlers()},
     )
 
     async def upgrade(stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes) -> None:

@@ -2,10 +2,11 @@
 
 A persona's manifest holds a ``ProviderConfig``; ``create_provider`` (or
 ``open_provider``) turns it into a ``Provider`` whose ``complete()`` answers a
-named-speaker chat. The HTTP providers retry 429/5xx/dropped connections with
-jittered backoff, honour ``Retry-After``, and raise ``ProviderError`` subclasses
-that name the provider, model, URL and status, never the key. The scripted
-provider runs rooms offline and deterministically. See ``docs/providers.md``.
+named-speaker chat, streamed piece by piece when given ``on_delta``. The HTTP
+providers retry 429/5xx/dropped connections with jittered backoff, honour
+``Retry-After``, and raise ``ProviderError`` subclasses that name the provider,
+model, URL and status, never the key. The scripted provider runs rooms offline
+and deterministically. See ``docs/providers.md``.
 """
 
 from mesh._public import publish
@@ -18,6 +19,7 @@ from ._errors import (
     ProviderRateLimited,
     ProviderResponseError,
     ProviderStatusError,
+    ProviderStreamCut,
     ProviderTimeout,
     ProviderUnreachable,
 )
@@ -45,6 +47,7 @@ __all__ = [
     "ProviderRateLimited",
     "ProviderResponseError",
     "ProviderStatusError",
+    "ProviderStreamCut",
     "ProviderTimeout",
     "ProviderUnreachable",
     "RetryPolicy",

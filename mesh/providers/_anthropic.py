@@ -19,6 +19,7 @@ import msgspec
 from ._base import ChatMessage, Completion, ProviderConfig, Usage
 from ._http import BodyError, HttpProvider, join_url
 from ._mapping import alternating_turns, hoist_system
+from ._stream import AnthropicStream
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -91,6 +92,7 @@ class AnthropicProvider(HttpProvider):
     """Claude models through the Messages API."""
 
     name = "anthropic"
+    stream_reader = AnthropicStream
 
     def endpoint(self) -> str:
         return join_url(self.config.resolved_base_url(), "/v1/messages")

@@ -8,7 +8,7 @@ that chat shaped lives in the provider's own module.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self, TypeAlias, runtime_checkable
 
@@ -98,7 +98,8 @@ class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     timeout: float = 60.0
     max_retries: int = 3
     script: tuple[str, ...] = ()
-    #: Scripted only: seconds to "think" before each reply, to stand in for a slow model.
+    #: Scripted only: seconds each reply takes, to stand in for a slow model (before the
+    #: reply, or spread over its words when it is streamed).
     delay: float = 0.0
 
     def __post_init__(self) -> None:
@@ -137,9 +138,18 @@ class Provider(Protocol):
     def config(self) -> ProviderConfig: ...
 
     async def complete(
-        self, messages: Sequence[ChatMessage], *, system: str | None = None
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        system: str | None = None,
+        on_delta: Callable[[str], None] | None = None,
     ) -> Completion:
-        """Answer ``messages`` (oldest first) as the assistant, under ``system``."""
+        """Answer ``messages`` (oldest first) as the assistant, under ``system``.
+
+        With ``on_delta`` the reply is streamed where the API can: each piece of
+        text is passed to it as it arrives, and the returned completion holds the
+        whole text. A stream cut off before its end raises ``ProviderStreamCut``.
+        """
         ...
 
     async def aclose(self) -> None:

@@ -9,7 +9,8 @@
         ├── ProviderAuthError     the key's env var is missing, or the provider refused the key
         ├── ProviderRateLimited   429 after the retries; ``retry_after`` says what it last asked
         ├── ProviderStatusError   any other error status (4xx, or 5xx after the retries)
-        └── ProviderResponseError a success status with a body we cannot use
+        ├── ProviderResponseError a success status with a body we cannot use
+        └── ProviderStreamCut     a streamed reply that stopped before it was complete
 
 Every error names the provider, the model and the URL (never a key: the URL
 carries none, and a key that a provider echoes back is redacted before it gets
@@ -31,6 +32,7 @@ __all__ = [
     "ProviderRateLimited",
     "ProviderResponseError",
     "ProviderStatusError",
+    "ProviderStreamCut",
     "ProviderTimeout",
     "ProviderUnreachable",
 ]
@@ -147,3 +149,30 @@ class ProviderStatusError(ProviderError):
 
 class ProviderResponseError(ProviderError):
     """The provider answered with success but the body is not what its API documents."""
+
+
+class ProviderStreamCut(ProviderError):
+    """A streamed reply stopped before the API said it was complete.
+
+    The connection dropped, went quiet past the timeout, or closed without the
+    API's end marker. ``received`` is how many characters had arrived: they are
+    not a reply, and no retry is made (the text already went out as deltas);
+    the caller decides whether to ask again.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        provider: str,
+        model: str,
+        received: int,
+        url: str | None = None,
+    ) -> None:
+        self.received = received
+        super().__init__(
+            f"the reply was cut off mid-stream after {received} characters: {reason}",
+            provider=provider,
+            model=model,
+            url=url,
+        )

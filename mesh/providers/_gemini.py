@@ -1,5 +1,6 @@
 """Google's Gemini API: ``POST {base}/v1beta/models/{model}:generateContent``.
 
+Streamed: ``:streamGenerateContent?alt=sse``, each event a partial response.
 The key goes in the ``x-goog-api-key`` header (never the ``?key=`` query, which
 would put it in every URL we log). ``contents`` are turns with role ``user`` or
 ``model`` and a list of ``parts`` (``{"text": ...}``); like Anthropic they must
@@ -22,6 +23,7 @@ from ._base import ChatMessage, Completion, ProviderConfig, Usage
 from ._http import BodyError, HttpProvider, join_url
 from ._mapping import alternating_turns, hoist_system
 from ._retry import parse_retry_after
+from ._stream import GeminiStream
 
 __all__ = ["GeminiProvider", "build_request", "parse_response", "retry_delay_from_body"]
 
@@ -129,11 +131,19 @@ class GeminiProvider(HttpProvider):
     """Gemini models through the Generative Language API."""
 
     name = "gemini"
+    stream_reader = GeminiStream
 
     def endpoint(self) -> str:
         model = self.config.model.removeprefix("models/")
         path = f"/v1beta/models/{quote(model, safe='')}:generateContent"
         return join_url(self.config.resolved_base_url(), path)
+
+    def stream_endpoint(self) -> str:
+        # The streaming method, with SSE framing (without ``alt=sse`` it sends one JSON array).
+        return self.endpoint().replace(":generateContent", ":streamGenerateContent") + "?alt=sse"
+
+    def stream_body(self, messages: Sequence[ChatMessage], system: str | None) -> dict[str, Any]:
+        return self.build_body(messages, system)
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         return {"x-goog-api-key": api_key} if api_key else {}

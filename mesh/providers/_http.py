@@ -3,7 +3,12 @@
 A subclass says where to POST, which headers carry the key, how to build the
 body and how to read the answer (pure functions in its own module); this class
 sends it, retries 429/5xx/dropped connections on the ``_retry`` schedule, and
-turns httpx exceptions and error statuses into the ``ProviderError`` tree. The
+turns httpx exceptions and error statuses into the ``ProviderError`` tree.
+
+Given ``on_delta``, ``complete`` streams: it asks for the API's streamed form
+and hands each piece of text to ``on_delta`` as it arrives (see ``_stream``).
+Retries happen only before the reply's first byte; once text has gone out, a
+dropped, stalled or unfinished stream is a :class:`ProviderStreamCut`. The
 API key lives in one attribute and one header; it is never logged, and it is
 cut out of any error text a provider echoes back.
 """
@@ -15,8 +20,9 @@ import functools
 import os
 import random as _random
 import ssl
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeAlias, TypeVar
 
 import anyio
 import httpx
@@ -31,6 +37,7 @@ from ._errors import (
     ProviderRateLimited,
     ProviderResponseError,
     ProviderStatusError,
+    ProviderStreamCut,
     ProviderTimeout,
     ProviderUnreachable,
 )
@@ -41,6 +48,7 @@ from ._retry import (
     retry_after_from_headers,
     retry_wait,
 )
+from ._stream import LineDecoder, StreamFault, StreamReader, TextSink
 
 __all__ = ["BodyError", "HttpProvider", "Sleep", "error_detail", "join_url", "safe_url"]
 
@@ -60,6 +68,22 @@ _FATAL_TIMEOUTS: tuple[type[httpx.TimeoutException], ...] = (httpx.ReadTimeout, 
 #: Enough of an error body to recognise it without flooding a log line.
 _MAX_DETAIL = 300
 _REDACTED = "[redacted]"
+#: What each framing's streamed reply is sent as.
+_STREAM_ACCEPT = {"sse": "text/event-stream", "ndjson": "application/x-ndjson"}
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class _Done(Generic[T]):
+    """An attempt that succeeded, with what it got."""
+
+    value: T
+
+
+#: An attempt that failed in a way the retry schedule may answer: an error status
+#: (its body read) or a transport error before any response.
+_Failed: TypeAlias = httpx.Response | httpx.TransportError
 
 
 @functools.cache
@@ -126,6 +150,8 @@ class HttpProvider(ProviderBase, abc.ABC):
     """A provider reached over HTTP with a JSON POST per completion."""
 
     name: ClassVar[str]
+    #: How this API streams (``None``: it does not, and ``on_delta`` gets the whole reply).
+    stream_reader: ClassVar[type[StreamReader] | None] = None
 
     def __init__(
         self,
@@ -170,6 +196,14 @@ class HttpProvider(ProviderBase, abc.ABC):
     def parse_body(self, data: dict[str, Any]) -> Completion:
         """The completion from a decoded success body; ``BodyError`` says what is missing."""
 
+    def stream_endpoint(self) -> str:
+        """Where streamed completions are POSTed (the same URL, unless the API differs)."""
+        return self.endpoint()
+
+    def stream_body(self, messages: Sequence[ChatMessage], system: str | None) -> dict[str, Any]:
+        """The JSON body that asks for a streamed reply (``"stream": true`` by default)."""
+        return {**self.build_body(messages, system), "stream": True}
+
     def is_auth_failure(self, status: int, detail: str | None) -> bool:
         return status in (401, 403)
 
@@ -189,10 +223,19 @@ class HttpProvider(ProviderBase, abc.ABC):
             await self._client.aclose()
 
     async def complete(
-        self, messages: Sequence[ChatMessage], *, system: str | None = None
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        system: str | None = None,
+        on_delta: TextSink | None = None,
     ) -> Completion:
+        if on_delta is not None and self.stream_reader is not None:
+            body = msgspec.json.encode(self.stream_body(messages, system))
+            completion = await self._retrying(lambda: self._stream_attempt(body, on_delta))
+            self._log_completion(completion)
+            return completion
         content = msgspec.json.encode(self.build_body(messages, system))
-        response = await self._post(content)
+        response = await self._retrying(lambda: self._attempt(content))
         data = self._decode(response)
         try:
             completion = self.parse_body(data)
@@ -200,6 +243,12 @@ class HttpProvider(ProviderBase, abc.ABC):
             raise self._error(
                 ProviderResponseError, f"unexpected response body: {exc}", response.status_code
             ) from exc
+        self._log_completion(completion)
+        if on_delta is not None:
+            on_delta(completion.text)  # an API that cannot stream: the reply in one piece
+        return completion
+
+    def _log_completion(self, completion: Completion) -> None:
         _log.debug(
             "provider completion",
             provider=self.name,
@@ -208,7 +257,6 @@ class HttpProvider(ProviderBase, abc.ABC):
             input_tokens=completion.usage.input_tokens,
             output_tokens=completion.usage.output_tokens,
         )
-        return completion
 
     def _read_key(self, env: Mapping[str, str]) -> str | None:
         if self._key_env is None:
@@ -224,17 +272,17 @@ class HttpProvider(ProviderBase, abc.ABC):
             )
         return key
 
-    async def _post(self, content: bytes) -> httpx.Response:
+    async def _retrying(self, attempt_once: Callable[[], Awaitable[_Done[T] | _Failed]]) -> T:
+        """Attempts until one succeeds, on the retry schedule; the last failure is raised."""
         delays = backoff_schedule(self._policy, random=self._random)
         attempt = 0
         while True:
             attempt += 1
-            outcome = await self._attempt(content)
-            if isinstance(outcome, httpx.Response):
-                if outcome.is_success:
-                    return outcome
-                if not is_retryable_status(outcome.status_code):
-                    raise self._status_error(outcome, attempt)
+            outcome = await attempt_once()
+            if isinstance(outcome, _Done):
+                return outcome.value
+            if isinstance(outcome, httpx.Response) and not is_retryable_status(outcome.status_code):
+                raise self._status_error(outcome, attempt)
             delay = next(delays, None)
             if delay is None:
                 raise self._final_error(outcome, attempt)
@@ -251,11 +299,12 @@ class HttpProvider(ProviderBase, abc.ABC):
             )
             await self._sleep(wait)
 
-    async def _attempt(self, content: bytes) -> httpx.Response | httpx.TransportError:
+    async def _attempt(self, content: bytes) -> _Done[httpx.Response] | _Failed:
         try:
-            return await self._client.post(
+            response = await self._client.post(
                 self._url, content=content, headers=self._headers, timeout=self._timeout
             )
+            return _Done(response) if response.is_success else response
         except _FATAL_TIMEOUTS as exc:
             raise self._error(
                 ProviderTimeout, f"no answer within {self.config.timeout:g} s ({exc!r})"
@@ -264,6 +313,81 @@ class HttpProvider(ProviderBase, abc.ABC):
             return exc
         except httpx.TransportError as exc:  # proxy failures, unsupported scheme, ...
             raise self._error(ProviderUnreachable, f"request failed: {exc!r}") from exc
+
+    async def _stream_attempt(
+        self, content: bytes, on_delta: TextSink
+    ) -> _Done[Completion] | _Failed:
+        assert self.stream_reader is not None
+        reader = self.stream_reader(self.config)
+        headers = {**self._headers, "accept": _STREAM_ACCEPT[reader.framing]}
+        try:
+            request = self._client.stream(
+                "POST",
+                self.stream_endpoint(),
+                content=content,
+                headers=headers,
+                timeout=self._timeout,
+            )
+            async with request as response:
+                if not response.is_success:
+                    await response.aread()
+                    return response
+                return _Done(await self._read_stream(response, reader, on_delta))
+        except _FATAL_TIMEOUTS as exc:
+            if reader.parts:
+                raise self._cut(f"no data within {self.config.timeout:g} s", reader) from exc
+            raise self._error(
+                ProviderTimeout, f"no answer within {self.config.timeout:g} s ({exc!r})"
+            ) from exc
+        except _RETRYABLE_TRANSPORT as exc:
+            return exc
+        except httpx.TransportError as exc:
+            raise self._error(ProviderUnreachable, f"request failed: {exc!r}") from exc
+
+    async def _read_stream(
+        self, response: httpx.Response, reader: StreamReader, on_delta: TextSink
+    ) -> Completion:
+        decoder = LineDecoder(reader.framing)
+        fault: ProviderError | None = None
+        try:
+            # Read to the end even after a fault (a server ends the stream after its
+            # error event): httpx's generators, left half-read, would be finalized late.
+            async for line in response.aiter_lines():
+                if fault is None:
+                    fault = self._feed(reader, decoder.feed(line), on_delta)
+            if fault is None:
+                fault = self._feed(reader, decoder.flush(), on_delta)
+        except httpx.TransportError as exc:
+            # After the headers nothing is retried: part of the reply may be out already.
+            raise fault or self._cut(f"the connection failed ({exc!r})", reader) from exc
+        if fault is not None:
+            raise fault
+        if not reader.complete:
+            raise self._cut("the stream ended without the API's end marker", reader)
+        return reader.completion()
+
+    def _feed(
+        self, reader: StreamReader, events: Iterable[tuple[str, str]], on_delta: TextSink
+    ) -> ProviderError | None:
+        """Hand each event's text to ``on_delta``; the error a faulty event makes, if any."""
+        for event, data in events:
+            try:
+                piece = reader.feed(event, data)
+            except StreamFault as exc:
+                reason = str(exc).replace(self._api_key, _REDACTED) if self._api_key else str(exc)
+                return self._error(ProviderResponseError, reason, 200)
+            if piece:
+                on_delta(piece)
+        return None
+
+    def _cut(self, reason: str, reader: StreamReader) -> ProviderStreamCut:
+        return ProviderStreamCut(
+            reason,
+            provider=self.name,
+            model=self.config.model,
+            received=len(reader.text),
+            url=self._safe_url,
+        )
 
     def _requested_wait(self, outcome: httpx.Response | httpx.TransportError) -> float | None:
         if not isinstance(outcome, httpx.Response):

@@ -19,6 +19,7 @@ import msgspec
 from ._base import ChatMessage, Completion, ProviderConfig, Usage
 from ._http import BodyError, HttpProvider, join_url
 from ._mapping import speaker_text
+from ._stream import OllamaStream
 
 __all__ = ["OllamaProvider", "build_request", "parse_response"]
 
@@ -71,6 +72,7 @@ class OllamaProvider(HttpProvider):
     """A local (or remote) Ollama server."""
 
     name = "ollama"
+    stream_reader = OllamaStream
 
     def endpoint(self) -> str:
         return join_url(self.config.resolved_base_url(), "/api/chat")

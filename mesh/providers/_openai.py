@@ -21,6 +21,7 @@ import msgspec
 from ._base import ChatMessage, Completion, ProviderConfig, Usage
 from ._http import BodyError, HttpProvider, join_url
 from ._mapping import speaker_text
+from ._stream import OpenAIStream
 
 __all__ = ["OpenAIProvider", "build_request", "parse_response", "wire_name"]
 
@@ -103,6 +104,7 @@ class OpenAIProvider(HttpProvider):
     """OpenAI or any server with an OpenAI-compatible ``/v1/chat/completions``."""
 
     name = "openai"
+    stream_reader = OpenAIStream
 
     def endpoint(self) -> str:
         return join_url(self.config.resolved_base_url(), "/v1/chat/completions")
@@ -115,3 +117,8 @@ class OpenAIProvider(HttpProvider):
 
     def parse_body(self, data: dict[str, Any]) -> Completion:
         return parse_response(self.config, data)
+
+    def stream_body(self, messages: Sequence[ChatMessage], system: str | None) -> dict[str, Any]:
+        # include_usage: the token counts come in one last chunk before [DONE].
+        body = super().stream_body(messages, system)
+        return {**body, "stream_options": {"include_usage": True}}

@@ -15,12 +15,15 @@ is left alone (a reply may hold code or JSON):
 ``{speaker}``  that message's ``name``, or ``you`` when it has none
 ``{turn}``     this reply's number, starting at 1
 ``{model}``    the configured model name (``scripted`` by default)
+
+Asked to stream (``on_delta``), it hands the reply over word by word, with the
+configured ``delay`` spread over the words rather than spent before them.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import anyio.lowlevel
 import msgspec
@@ -30,6 +33,8 @@ from ._base import ChatMessage, Completion, ProviderBase, ProviderConfig, Usage
 __all__ = ["ScriptedCall", "ScriptedProvider", "render_reply"]
 
 _TOKEN = re.compile(r"\{(last|speaker|turn|model)\}")
+#: A word and the whitespace after it: the pieces a streamed scripted reply comes in.
+_PIECE = re.compile(r"\S+\s*|\s+")
 
 
 class ScriptedCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -65,11 +70,15 @@ class ScriptedProvider(ProviderBase):
         return self.config.model or "scripted"
 
     async def complete(
-        self, messages: Sequence[ChatMessage], *, system: str | None = None
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        system: str | None = None,
+        on_delta: Callable[[str], None] | None = None,
     ) -> Completion:
         # A real provider would yield to the event loop here; so does this one,
         # so that cancellation and deadlines behave the same in offline rooms.
-        if self.config.delay:
+        if self.config.delay and on_delta is None:
             await anyio.sleep(self.config.delay)
         else:
             await anyio.lowlevel.checkpoint()
@@ -79,6 +88,15 @@ class ScriptedProvider(ProviderBase):
             script[spoken % len(script)], messages, turn=spoken + 1, model=self.model
         )
         self.calls.append(ScriptedCall(messages=tuple(messages), system=system))
+        if on_delta is not None:
+            # Word by word, as a real stream arrives; the delay is spread over the words.
+            pieces = _PIECE.findall(text)
+            for piece in pieces:
+                on_delta(piece)
+                if self.config.delay:
+                    await anyio.sleep(self.config.delay / len(pieces))
+                else:
+                    await anyio.lowlevel.checkpoint()
         return Completion(
             text=text, model=self.model, provider="scripted", usage=Usage(), finish_reason="stop"
         )

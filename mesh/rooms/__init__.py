@@ -1,6 +1,6 @@
 """Conversation rooms: persona agents take turns on a topic until a rule, or a person, stops them.
 
-A room has a topic, two or more members (agents of the mesh), a turn policy,
+A room has a topic, two or more members (agents of the mesh, and people), a turn policy,
 limits and exit rules. Each turn is a ``room/turn`` call to the speaking member
 carrying the room from its perspective (its own messages as ``assistant``, the
 others' as named ``user`` messages); the reply becomes a ``MESSAGE`` event with a
@@ -15,7 +15,7 @@ on the other side of ``room/turn``.
 """
 
 from mesh._public import publish
-from mesh.rooms._engine import Journal, Presence, RoomRunner, Speak
+from mesh.rooms._engine import Journal, Presence, RoomRunner, Speak, delta_sink, report_delta
 from mesh.rooms._errors import (
     InvalidRoomSpec,
     ObserverTooSlow,
@@ -27,13 +27,16 @@ from mesh.rooms._events import (
     EVENT_TYPES,
     AgentJoinedEvent,
     AgentLeftEvent,
+    DeltaEvent,
     ErrorEvent,
+    LiveEvent,
     MessageEvent,
     ResumedEvent,
     RoomEvent,
     StoppedEvent,
     WelcomeEvent,
     decode_event,
+    decode_live_event,
     encode_event,
 )
 from mesh.rooms._fixtures import (
@@ -59,7 +62,9 @@ from mesh.rooms._model import (
     ExitRules,
     Limits,
     Member,
+    MemberKind,
     Mode,
+    People,
     Room,
     RoomId,
     RoomSnapshot,
@@ -105,16 +110,20 @@ __all__ = [
     "AgentJoinedEvent",
     "AgentLeftEvent",
     "Awareness",
+    "DeltaEvent",
     "Describe",
     "ErrorEvent",
     "ExitRules",
     "InvalidRoomSpec",
     "Journal",
     "Limits",
+    "LiveEvent",
     "Member",
+    "MemberKind",
     "MessageEvent",
     "Mode",
     "ObserverTooSlow",
+    "People",
     "PersonaInfo",
     "Presence",
     "ResumedEvent",
@@ -147,7 +156,9 @@ __all__ = [
     "build_turn_request",
     "convergence_score",
     "decode_event",
+    "decode_live_event",
     "decode_room_spec",
+    "delta_sink",
     "demo_chat",
     "demo_review",
     "encode_event",
@@ -159,6 +170,7 @@ __all__ = [
     "opening",
     "perspective_messages",
     "registry_presence",
+    "report_delta",
     "review_step",
     "role_persona",
     "says_goodbye",

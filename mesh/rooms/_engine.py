@@ -18,6 +18,17 @@ duplicated or replayed after a crash is recorded exactly once.
 to be offline, it is not counted: the room waits for it instead (``AGENT_LEFT``,
 then ``AGENT_JOINED`` or, after ``agent_grace``, ``AGENT_LOST``).
 
+**People.** A member of kind ``human`` is not called: their turn waits on the
+room's :class:`~mesh.rooms._people.Desk` for their message, up to the room's
+``people.turn_timeout``, then skips them (``AGENT_LEFT``) or pauses the room, as
+``people.at_timeout`` says. People who are away are passed over; a room whose
+only possible partners are away waits for them. Interjections queued on the
+desk are recorded between turns.
+
+**Streaming.** While ``speak`` runs, :func:`report_delta` (or the sink that
+:func:`delta_sink` returns, for callbacks on other tasks) sends each piece of the
+reply to observers as a ``DELTA``; only the final text is recorded.
+
 **Control.** :meth:`RoomRunner.request_stop` cancels whatever the runner is
 waiting for (a reply, a member, a retry delay) and records ``STOPPED`` with the
 reason given (``PAUSED`` or ``STOPPED``); a reply that arrives later is simply
@@ -29,6 +40,8 @@ resumed at the next start.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from functools import partial
 from typing import Final
 
 import anyio
@@ -41,14 +54,17 @@ from mesh.protocol import now_ms
 from mesh.rooms._events import (
     AgentJoinedEvent,
     AgentLeftEvent,
+    DeltaEvent,
     ErrorEvent,
+    LiveEvent,
     MessageEvent,
     RoomEvent,
     StoppedEvent,
 )
-from mesh.rooms._model import StopReason, TurnReply, TurnRequest
+from mesh.rooms._model import Member, Room, Step, StopReason, TurnReply, TurnRequest
+from mesh.rooms._people import Desk
 from mesh.rooms._perspective import build_turn_request
-from mesh.rooms._policy import next_turn
+from mesh.rooms._policy import TurnPlan, next_turn
 from mesh.rooms._rules import (
     Verdict,
     after_message,
@@ -60,7 +76,16 @@ from mesh.rooms._rules import (
 )
 from mesh.rooms._state import RoomState
 
-__all__ = ["MAX_RETRY_DELAY", "Clock", "Journal", "Presence", "RoomRunner", "Speak"]
+__all__ = [
+    "MAX_RETRY_DELAY",
+    "Clock",
+    "Journal",
+    "Presence",
+    "RoomRunner",
+    "Speak",
+    "delta_sink",
+    "report_delta",
+]
 
 log = get_logger("mesh.rooms")
 
@@ -77,6 +102,21 @@ Clock = Callable[[], int]
 
 Record = Callable[[RoomEvent], Awaitable[None]]
 Publish = Callable[[RoomEvent], None]
+PublishLive = Callable[[LiveEvent], None]
+
+_DELTAS: ContextVar[Callable[[str], None] | None] = ContextVar("mesh_room_deltas", default=None)
+
+
+def delta_sink() -> Callable[[str], None] | None:
+    """Inside ``speak``: where pieces of the reply go (keep it for callbacks on other tasks)."""
+    return _DELTAS.get()
+
+
+def report_delta(text: str) -> None:
+    """Inside ``speak``: show observers ``text``, the next piece of the reply being written."""
+    sink = _DELTAS.get()
+    if sink is not None and text:
+        sink(text)
 
 
 class Journal:
@@ -87,13 +127,27 @@ class Journal:
     """
 
     def __init__(
-        self, state: RoomState, record: Record, publish: Publish, *, clock: Clock = now_ms
+        self,
+        state: RoomState,
+        record: Record,
+        publish: Publish,
+        *,
+        clock: Clock = now_ms,
+        publish_live: PublishLive | None = None,
     ) -> None:
         self.state = state
         self._record = record
         self._publish = publish
+        self._publish_live = publish_live
         self._clock = clock
         self._lock = anyio.Lock()
+
+    def broadcast(self, event: LiveEvent) -> None:
+        """Show ``event`` to observers now, unrecorded (a ``DELTA``), after the last ``seq``."""
+        if self._publish_live is not None:
+            self._publish_live(
+                msgspec.structs.replace(event, seq=self.state.last_seq, timestamp=self._clock())
+            )
 
     async def emit(
         self, event: RoomEvent, *, when: Callable[[], bool] | None = None
@@ -115,12 +169,19 @@ class Journal:
 class RoomRunner:
     """Takes a running room's turns until it stops; one runner per room at a time."""
 
-    def __init__(self, journal: Journal, speak: Speak, *, presence: Presence | None = None) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        speak: Speak,
+        *,
+        presence: Presence | None = None,
+        people: Desk | None = None,
+    ) -> None:
         self._journal = journal
         self._state = journal.state
-        self._room = journal.state.room
         self._speak = speak
         self._presence = presence
+        self._desk = people or Desk()
         self._away: dict[str, float] = {}  # member id -> when it left (anyio clock)
         self._changed = anyio.Event()
         self._scope: anyio.CancelScope | None = None
@@ -128,6 +189,13 @@ class RoomRunner:
         self._finishing = False
         self.done = anyio.Event()
         self.verdict: Verdict | None = None
+        #: Whose turn is in flight (and which): an observer arriving now is told.
+        self.turn_open: tuple[Member, int] | None = None
+
+    @property
+    def _room(self) -> Room:
+        # Read afresh each time: a person joining grows the room's members.
+        return self._state.room
 
     # -- control -------------------------------------------------------------------------
 
@@ -140,7 +208,8 @@ class RoomRunner:
 
     async def set_presence(self, agent_id: str, online: bool, reason: str = "offline") -> None:
         """A member went offline or came back: record it and wake the turn loop."""
-        if agent_id not in {m.id for m in self._room.members} or self._finishing:
+        agents = {m.id for m in self._room.members if not m.human}
+        if agent_id not in agents or self._finishing:
             return
         if online == (agent_id not in self._away):
             return
@@ -199,18 +268,26 @@ class RoomRunner:
     async def _drive(self) -> Verdict:
         if self._presence is not None:
             for member in self._room.members:
-                if not self._presence(member.id):
+                if not member.human and not self._presence(member.id):
                     grace = self._room.rules.agent_grace
                     why = f"not connected; the room waits up to {grace:g} s for it"
                     await self.set_presence(member.id, False, why)
         failures = 0
         while True:
+            await self._record_interjections()
             transcript = self._state.transcript
             verdict = before_turn(self._room, transcript) or await self._wait_for_members()
             if verdict is not None:
                 return verdict
-            plan = next_turn(self._room, transcript)
-            assert plan is not None  # before_turn said someone may speak
+            plan = next_turn(self._room, transcript, self._absent_people())
+            if plan is None:
+                await self._desk.wait_changed()  # only people could answer, and none is here
+                continue
+            if plan.speaker.human:
+                verdict = await self._human_turn(plan)
+                if verdict is not None:
+                    return verdict
+                continue
             request = build_turn_request(self._room, transcript, plan)
             text, error, code = await self._attempt(request)
             if text is None:
@@ -233,6 +310,10 @@ class RoomRunner:
 
     async def _attempt(self, request: TurnRequest) -> tuple[str | None, str, int | None]:
         """``(text, "", None)`` for a good reply, else ``(None, why, error code)``."""
+        speaker = self._room.member(request.agent_id)
+        self.turn_open = (speaker, request.turn)
+        self._delta(speaker, request.turn, "")  # the turn has begun: "… is writing"
+        token = _DELTAS.set(partial(self._delta, speaker, request.turn))
         try:
             with anyio.fail_after(request.timeout):
                 reply = await self._speak(request.agent_id, request)
@@ -243,6 +324,9 @@ class RoomRunner:
         except Exception as exc:  # a broken speak() must not take the room down
             log.warning("room.speak_failed", room=self._room.id, error=repr(exc))
             return None, f"{type(exc).__name__}: {exc}", None
+        finally:
+            _DELTAS.reset(token)
+            self.turn_open = None
         if reply.room_id != request.room_id or reply.turn != request.turn:
             log.info(
                 "room.stale_reply_dropped", room=self._room.id, turn=request.turn, got=reply.turn
@@ -261,16 +345,49 @@ class RoomRunner:
             return None, "the agent replied with no text", None
         return reply.text, "", None
 
+    def opening(self) -> DeltaEvent | None:
+        """The ``DELTA`` that opened the turn in flight, for an observer arriving now."""
+        if self.turn_open is None:
+            return None
+        member, turn = self.turn_open
+        return msgspec.structs.replace(
+            self._delta_event(member, turn, ""), seq=self._state.last_seq
+        )
+
+    def _delta(self, member: Member, turn: int, text: str) -> None:
+        self._journal.broadcast(self._delta_event(member, turn, text))
+
+    def _delta_event(self, member: Member, turn: int, text: str) -> DeltaEvent:
+        return DeltaEvent(
+            room_id=self._room.id,
+            agent_id=member.id,
+            name=member.name,
+            role=member.role,
+            turn=turn,
+            text=text,
+        )
+
     def _message(self, request: TurnRequest, agent_id: str, text: str) -> MessageEvent:
-        member = self._room.member(agent_id)
+        return self._said(self._room.member(agent_id), request.turn, text, step=request.step)
+
+    def _said(
+        self,
+        member: Member,
+        turn: int,
+        text: str,
+        *,
+        step: Step | None = None,
+        interjection: bool = False,
+    ) -> MessageEvent:
         message = MessageEvent(
             room_id=self._room.id,
             agent_id=member.id,
             name=member.name,
             role=member.role,
-            turn=request.turn,
+            turn=turn,
             text=text,
-            step=request.step,
+            step=step,
+            interjection=interjection,
         )
         score = convergence_score([*self._state.transcript, message])
         return msgspec.structs.replace(message, score=score)
@@ -294,6 +411,51 @@ class RoomRunner:
                 code=code,
             )
         )
+
+    # -- people --------------------------------------------------------------------------
+
+    def _absent_people(self) -> frozenset[str]:
+        present = self._desk.present
+        return frozenset(m.id for m in self._room.members if m.human and m.id not in present)
+
+    async def _record_interjections(self) -> None:
+        if not self._room.people.interject:
+            return
+        for member_id, text in self._desk.take_queued():
+            member = self._room.member(member_id)
+            turn = self._state.current_turn + 1
+            await self._journal.emit(self._said(member, turn, text, interjection=True))
+
+    async def _human_turn(self, plan: TurnPlan) -> Verdict | None:
+        """Wait for a person's message; record it, or skip them, or pause, at the deadline."""
+        member, people = plan.speaker, self._room.people
+        self.turn_open = (member, plan.turn)
+        self._delta(member, plan.turn, "")  # the turn is theirs: pages show "your turn"
+        text: str | None = None
+        try:
+            with anyio.move_on_after(people.turn_timeout):
+                text = await self._desk.wait_for(member.id, plan.turn)
+                if text is None:
+                    return None  # they left (recorded by whoever saw them go): plan again
+        finally:
+            self.turn_open = None
+        if text is None:
+            why = f"did not answer turn {plan.turn} within {people.turn_timeout:g} s"
+            if people.at_timeout == "pause":
+                return Verdict(StopReason.PAUSED, f"{member.name} {why}")
+            if self._desk.depart(member.id):
+                await self._journal.emit(
+                    AgentLeftEvent(
+                        room_id=self._room.id,
+                        agent_id=member.id,
+                        name=member.name,
+                        role=member.role,
+                        reason=why,
+                    )
+                )
+            return None
+        await self._journal.emit(self._said(member, plan.turn, text))
+        return after_message(self._room, self._state.transcript)
 
     async def _went_away(self, agent_id: str) -> bool:
         if agent_id in self._away:

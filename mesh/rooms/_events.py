@@ -7,6 +7,12 @@ see, the key that makes writes idempotent, and where a reconnecting observer
 picks up), an epoch-millisecond timestamp, and the agent it is about: its id,
 name and role (``system`` for the room's own events). The same bytes go to the
 JSONL log, the SQLite store and observers.
+
+``DELTA`` is not one of them: it carries a piece of a reply still being
+written, to observers that asked for it (``deltas=True``), live only. It is
+never recorded and has no ``seq`` of its own (it carries the last recorded one);
+the ``MESSAGE`` that follows holds the whole text, and an ``ERROR`` instead of
+it means the pieces so far were not a reply.
 """
 
 from __future__ import annotations
@@ -22,13 +28,16 @@ __all__ = [
     "SYSTEM",
     "AgentJoinedEvent",
     "AgentLeftEvent",
+    "DeltaEvent",
     "ErrorEvent",
+    "LiveEvent",
     "MessageEvent",
     "ResumedEvent",
     "RoomEvent",
     "StoppedEvent",
     "WelcomeEvent",
     "decode_event",
+    "decode_live_event",
     "encode_event",
 ]
 
@@ -61,16 +70,27 @@ class WelcomeEvent(_Event, frozen=True, kw_only=True, tag="WELCOME"):
 
 
 class AgentJoinedEvent(_Event, frozen=True, kw_only=True, tag="AGENT_JOINED"):
-    """A member is in the room: at creation, or back online after leaving."""
+    """A member is in the room: at creation, back online, or a person joining.
+
+    ``member`` is set when someone takes a new seat (a person joining a running
+    room): the room's members grow by it from this event on.
+    """
+
+    member: Member | None = None
 
 
 class MessageEvent(_Event, frozen=True, kw_only=True, tag="MESSAGE"):
-    """A member spoke at ``turn``. ``score`` is the convergence score after it."""
+    """A member spoke at ``turn``. ``score`` is the convergence score after it.
+
+    ``interjection``: a person spoke between turns, not in their own; who speaks
+    next is decided as if it had not happened.
+    """
 
     turn: int
     text: str
     score: float = 0.0
     step: Step | None = None
+    interjection: bool = False
 
 
 class AgentLeftEvent(_Event, frozen=True, kw_only=True, tag="AGENT_LEFT"):
@@ -102,6 +122,17 @@ class StoppedEvent(_Event, frozen=True, kw_only=True, tag="STOPPED"):
     detail: str = ""
 
 
+class DeltaEvent(_Event, frozen=True, kw_only=True, tag="DELTA"):
+    """A piece of the reply ``agent_id`` is writing for ``turn`` (live only, never stored).
+
+    Each turn opens with one whose ``text`` is empty: the turn is theirs now (for
+    a person: the room waits for their message).
+    """
+
+    turn: int
+    text: str
+
+
 RoomEvent: TypeAlias = (
     WelcomeEvent
     | AgentJoinedEvent
@@ -123,11 +154,15 @@ EVENT_TYPES: Final = (
     "STOPPED",
 )
 
+#: What an observer may receive: the recorded events, and the deltas if it asked.
+LiveEvent: TypeAlias = RoomEvent | DeltaEvent
+
 _ENCODER: Final = msgspec.json.Encoder()
 _DECODER: Final = msgspec.json.Decoder(RoomEvent)
+_LIVE_DECODER: Final = msgspec.json.Decoder(LiveEvent)
 
 
-def encode_event(event: RoomEvent) -> bytes:
+def encode_event(event: LiveEvent) -> bytes:
     """One event as compact JSON (no newline)."""
     return _ENCODER.encode(event)
 
@@ -135,4 +170,10 @@ def encode_event(event: RoomEvent) -> bytes:
 def decode_event(data: bytes | str) -> RoomEvent:
     """The event in ``data``; raises ``msgspec.DecodeError`` / ``ValidationError`` with the path."""
     event: RoomEvent = _DECODER.decode(data)
+    return event
+
+
+def decode_live_event(data: bytes | str) -> LiveEvent:
+    """A recorded event or a ``DELTA``, as an observer that asked for deltas receives them."""
+    event: LiveEvent = _LIVE_DECODER.decode(data)
     return event

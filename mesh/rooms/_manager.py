@@ -19,7 +19,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, cast
 
 import anyio
 import anyio.abc
@@ -33,6 +33,8 @@ from mesh.rooms._engine import Clock, Journal, Presence, RoomRunner, Speak
 from mesh.rooms._errors import InvalidRoomSpec, RoomConflict, RoomNotFound
 from mesh.rooms._events import (
     AgentJoinedEvent,
+    AgentLeftEvent,
+    LiveEvent,
     MessageEvent,
     ResumedEvent,
     RoomEvent,
@@ -57,6 +59,7 @@ from mesh.rooms._model import (
     StopReason,
 )
 from mesh.rooms._observers import DEFAULT_OBSERVER_BUFFER, Observers, RoomEvents
+from mesh.rooms._people import Desk, clean_name, clean_text, person_id
 from mesh.rooms._replica import RoomLeaseLost, RoomOp, RoomReplica
 from mesh.rooms._state import RoomState
 from mesh.rooms._store import RoomStore
@@ -82,7 +85,8 @@ class _Room:
         self.observers = observers
         self.runner: RoomRunner | None = None
         self.scope: anyio.CancelScope | None = None  # the runner's, to drop it without a record
-        self.control = anyio.Lock()  # one pause / resume / stop at a time
+        self.control = anyio.Lock()  # one pause / resume / stop / join at a time
+        self.desk = Desk()  # the people present, and their words on the way in
 
 
 class RoomManager:
@@ -210,6 +214,7 @@ class RoomManager:
                 awareness=spec.awareness,
                 limits=limits,
                 rules=spec.rules,
+                people=spec.people,
                 created_at=self._clock(),
                 owner=owner,
             )
@@ -334,16 +339,34 @@ class RoomManager:
     @asynccontextmanager
     async def subscribe(
         self, room_id: str, *, since: int = 0, max_buffer: int = DEFAULT_OBSERVER_BUFFER
-    ) -> AsyncIterator[RoomEvents]:
+    ) -> AsyncIterator[RoomEvents[RoomEvent]]:
         """``async with rooms.subscribe(id) as events: async for event in events: ...``
 
         Yields the recorded events after ``since``, then live ones, each once and
         in ``seq`` order; see :mod:`mesh.rooms._observers` for when it ends.
         """
+        async with self._observe(room_id, since, max_buffer, deltas=False) as events:
+            yield cast(RoomEvents[RoomEvent], events)
+
+    @asynccontextmanager
+    async def subscribe_live(
+        self, room_id: str, *, since: int = 0, max_buffer: int = DEFAULT_OBSERVER_BUFFER
+    ) -> AsyncIterator[RoomEvents[LiveEvent]]:
+        """:meth:`subscribe`, plus the ``DELTA`` pieces of replies as they are written."""
+        async with self._observe(room_id, since, max_buffer, deltas=True) as events:
+            yield events
+
+    @asynccontextmanager
+    async def _observe(
+        self, room_id: str, since: int, max_buffer: int, *, deltas: bool
+    ) -> AsyncIterator[RoomEvents[LiveEvent]]:
         room = await self._room(room_id)
-        events = room.observers.attach(since=since, max_buffer=max_buffer)
+        events = room.observers.attach(since=since, max_buffer=max_buffer, deltas=deltas)
         try:
             events.add_history(await self._thread(self._store.events, room_id, since))
+            opening = room.runner.opening() if deltas and room.runner is not None else None
+            if opening is not None:
+                events.add_opening(opening)  # whose turn it is, for a page opened mid-turn
             yield events
         finally:
             room.observers.detach(events)
@@ -405,6 +428,117 @@ class RoomManager:
                 state.apply(event)
                 room.observers.publish(event)
 
+    # -- people --------------------------------------------------------------------------
+
+    async def join(self, room_id: str, name: str, *, holder: str | None = None) -> Member:
+        """A person takes part as ``name``: a new seat (a member of kind ``human``), or
+        theirs again. Their id is the name's slug. Raises :class:`RoomConflict` for a
+        review or a stopped room, a name an agent of the room holds, or a full room.
+        ``holder`` (a daemon identity) holds the seat while they are present: another
+        holder may not speak or leave as them (None: no check, for embedders)."""
+        name = _checked(clean_name, name)
+        seat_id = AgentId(person_id(name))
+        return await self._take_seat(await self._room(room_id), seat_id, name, holder)
+
+    async def _take_seat(
+        self, room: _Room, member_id: AgentId, name: str, holder: str | None
+    ) -> Member:
+        room_id = room.state.room.id
+        async with room.control:
+            state = room.state
+            if state.room.mode == "review":
+                raise RoomConflict(
+                    "a review is between two agents; people join chats", room=room_id
+                )
+            if state.status is RoomStatus.STOPPED:
+                raise RoomConflict(
+                    f"room {room_id!r} has stopped ({state.stop_reason})", room=room_id
+                )
+            seat = next((m for m in state.room.members if m.id == member_id), None)
+            if seat is not None and not seat.human:
+                raise RoomConflict(
+                    f"{member_id!r} is an agent of room {room_id!r}: join under another name",
+                    room=room_id,
+                )
+            if seat is None:
+                people = sum(m.human for m in state.room.members)
+                if people >= state.room.people.max_people:
+                    raise RoomConflict(
+                        f"room {room_id!r} is full: {people} people of "
+                        f"{state.room.people.max_people}",
+                        room=room_id,
+                    )
+                seat = Member(id=member_id, name=name, role="person", kind="human")
+            if not room.desk.arrive(seat.id, holder):
+                return seat  # already here (a second tab, a reconnect)
+            new = seat if all(m.id != seat.id for m in state.room.members) else None
+            await room.journal.emit(
+                AgentJoinedEvent(
+                    room_id=state.room.id,
+                    agent_id=seat.id,
+                    name=seat.name,
+                    role=seat.role,
+                    member=new,
+                )
+            )
+            log.info("room.person_joined", room=room_id, member=seat.id, new=new is not None)
+            return seat
+
+    async def leave(self, room_id: str, member_id: str, *, holder: str | None = None) -> None:
+        """A person leaves (their turns are passed over until they join again)."""
+        room = await self._room(room_id)
+        member = self._person(room, member_id)
+        room.desk.check_holder(member.id, holder)
+        async with room.control:
+            if room.desk.depart(member.id):
+                await room.journal.emit(
+                    AgentLeftEvent(
+                        room_id=room.state.room.id,
+                        agent_id=member.id,
+                        name=member.name,
+                        role=member.role,
+                        reason="left",
+                    )
+                )
+
+    async def say(
+        self, room_id: str, member_id: str, text: str, *, holder: str | None = None
+    ) -> dict[str, Any]:
+        """A person's message: the answer to their turn, or an interjection between turns.
+
+        Returns ``{"status": "turn" | "queued", "turn": N}`` (the turn it will be
+        recorded at, as far as can be known now). A person who was away is joined
+        again first. Raises :class:`RoomConflict` when the room is not running.
+        """
+        text = _checked(clean_text, text)
+        room = await self._room(room_id)
+        member = self._person(room, member_id)
+        if room.runner is None:
+            raise RoomConflict(
+                f"room {room_id!r} is {room.state.status}: messages are taken while it runs",
+                room=room_id,
+            )
+        room.desk.check_holder(member.id, holder)
+        if member.id not in room.desk.present:
+            await self._take_seat(room, member.id, member.name, holder)  # back: present again
+        awaited = room.desk.awaiting()
+        status = room.desk.offer(member.id, text, interject=room.state.room.people.interject)
+        turn = awaited[1] if status == "turn" and awaited else room.state.current_turn + 1
+        return {"status": status, "turn": turn, "member": member.id}
+
+    @staticmethod
+    def _person(room: _Room, member_id: str) -> Member:
+        try:
+            member = room.state.room.member(member_id)
+        except KeyError:
+            member = None
+        if member is None or not member.human:
+            raise InvalidRoomSpec(
+                f"{member_id!r} is not a person in room {room.state.room.id!r}: join first",
+                room=room.state.room.id,
+            )
+        return member
+
     # -- internals -----------------------------------------------------------------------
 
     async def _halt(self, room_id: str, reason: StopReason) -> RoomSnapshot:
@@ -440,6 +574,9 @@ class RoomManager:
 
     async def _member(self, entry: str | Member) -> Member:
         member = Member(id=AgentId(entry)) if isinstance(entry, str) else entry
+        if member.human:
+            name = _checked(clean_name, member.name or member.id)
+            return Member(id=member.id, name=name, role=member.role or "person", kind="human")
         if self._presence is not None and not self._presence(member.id):
             raise InvalidRoomSpec(f"member {member.id!r} is not online", agent=member.id)
         described = Member(id=member.id)
@@ -465,7 +602,9 @@ class RoomManager:
                 await self.replica.record(event)  # first: it decides who recorded turn n
             await self._thread(self._store.append, event)
 
-        journal = Journal(state, record, observers.publish, clock=self._clock)
+        journal = Journal(
+            state, record, observers.publish, clock=self._clock, publish_live=observers.publish_live
+        )
         room = self._rooms[state.room.id] = _Room(state, journal, observers)
         return room
 
@@ -482,7 +621,9 @@ class RoomManager:
     def _start(self, room: _Room) -> None:
         if self._tasks is None:
             raise RuntimeError("use the RoomManager as `async with RoomManager(...) as rooms:`")
-        runner = room.runner = RoomRunner(room.journal, self._speak, presence=self._presence)
+        runner = room.runner = RoomRunner(
+            room.journal, self._speak, presence=self._presence, people=room.desk
+        )
         room.scope = anyio.CancelScope()
         self._tasks.start_soon(self._run_room, room, runner, room.scope)
 
@@ -558,3 +699,11 @@ class RoomManager:
     @staticmethod
     async def _thread(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await anyio.to_thread.run_sync(lambda: function(*args, **kwargs))
+
+
+def _checked(clean: Callable[[str], str], value: str) -> str:
+    """``clean(value)``, its ``ValueError`` as the room error the API reports (400)."""
+    try:
+        return clean(value)
+    except ValueError as exc:
+        raise InvalidRoomSpec(str(exc)) from None

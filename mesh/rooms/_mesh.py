@@ -6,17 +6,22 @@ member is present while the registry has it ``online`` or ``stale`` (a stale
 agent has missed one heartbeat, not its TTL). An agent that does not serve
 ``room/persona`` can still sit in a room, under its registry name, as a
 ``participant``, as long as it answers ``room/turn``.
+
+A persona that streams its reply reports each piece as a ``progress``
+notification of the ``room/turn`` call (the piece in ``message``); the speaker
+passes them to the room's observers as ``DELTA`` events. Progress also moves
+the call's deadline, so a long reply that keeps arriving is not cut by it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
 from mesh._errors import MeshError, MethodNotFound
-from mesh.rooms._engine import Presence, Speak
+from mesh.rooms._engine import Presence, Speak, delta_sink
 from mesh.rooms._errors import InvalidRoomSpec
 from mesh.rooms._model import Member, TurnReply, TurnRequest
 from registry import AgentId, AgentStatus, Registry
@@ -62,7 +67,16 @@ def mesh_speaker(orchestrator: MeshOrchestrator) -> Speak:
 
     async def speak(agent_id: str, request: TurnRequest) -> TurnReply:
         params = msgspec.to_builtins(request)
-        result = await orchestrator.call(agent_id, ROOM_TURN, params, timeout=request.timeout)
+        sink = delta_sink()  # taken here: progress arrives on the connection's reader task
+
+        def progress(report: Mapping[str, Any]) -> None:
+            piece = report.get("message")
+            if sink is not None and isinstance(piece, str) and piece:
+                sink(piece)
+
+        result = await orchestrator.call(
+            agent_id, ROOM_TURN, params, timeout=request.timeout, on_progress=progress
+        )
         return msgspec.convert(result, TurnReply)
 
     return speak

@@ -28,7 +28,9 @@ __all__ = [
     "ExitRules",
     "Limits",
     "Member",
+    "MemberKind",
     "Mode",
+    "People",
     "Room",
     "RoomId",
     "RoomSnapshot",
@@ -49,6 +51,9 @@ Awareness: TypeAlias = Literal["basic", "intermediate", "high"]
 Mode: TypeAlias = Literal["chat", "review"]
 TurnPolicy: TypeAlias = Literal["round-robin"]
 Step: TypeAlias = Literal["propose", "implement", "critique", "verify"]
+#: An agent of the mesh (its turn is a ``room/turn`` call) or a person (its turn
+#: waits for their message, from the page or ``mesh room join``).
+MemberKind: TypeAlias = Literal["agent", "human"]
 
 #: ``max_turns`` when the spec leaves it out. A chat counts messages: 40 is twenty
 #: each for two agents, the per-agent limit of seed 000. A review counts rounds
@@ -96,14 +101,20 @@ class RoomStatus(enum.StrEnum):
 
 
 class Member(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One agent in a room. In a spec ``name`` and ``role`` may be left empty: the
-    manager asks the agent (``room/persona``). ``awareness`` is the persona's own
-    level, used when the room sets none."""
+    """One agent or person in a room. In a spec an agent's ``name`` and ``role`` may
+    be left empty: the manager asks the agent (``room/persona``). ``awareness`` is
+    the persona's own level, used when the room sets none. A ``human`` member is
+    a seat for a person: nobody is called, their turn waits for their message."""
 
     id: AgentId
     name: str = ""
     role: str = ""
     awareness: Awareness | None = None
+    kind: MemberKind = "agent"
+
+    @property
+    def human(self) -> bool:
+        return self.kind == "human"
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -145,6 +156,24 @@ class ExitRules(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     max_failures: _Count = 3
 
 
+class People(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How a room treats the people in it (members of kind ``human``).
+
+    A person's turn waits ``turn_timeout`` seconds for their message; then
+    ``at_timeout`` decides: ``skip`` (they are marked away, with an
+    ``AGENT_LEFT``, and the others go on until they speak or join again) or
+    ``pause`` (the room pauses, to be resumed when they are back). With
+    ``interject`` a person present may also speak between others' turns; the
+    message is recorded after the turn in flight. ``max_people`` bounds how many
+    may join.
+    """
+
+    turn_timeout: _Seconds = 300.0
+    at_timeout: Literal["skip", "pause"] = "skip"
+    interject: bool = True
+    max_people: Annotated[int, msgspec.Meta(ge=0, le=64)] = 8
+
+
 class RoomSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A room to create: ``members`` are agent ids (or partial :class:`Member` objects).
 
@@ -160,6 +189,7 @@ class RoomSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     awareness: Awareness | None = None
     limits: Limits = Limits()
     rules: ExitRules = ExitRules()
+    people: People = People()
     id: str | None = None
 
     def __post_init__(self) -> None:
@@ -170,6 +200,11 @@ class RoomSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             raise ValueError(f"members must be distinct, got {list(ids)}")
         if self.mode == "review" and len(ids) != 2:
             raise ValueError("a review room has exactly two members: architect, then builder")
+        people = [m for m in self.members if isinstance(m, Member) and m.human]
+        if self.mode == "review" and people:
+            raise ValueError("a review room is between two agents; people can join chats")
+        if len(people) > self.people.max_people:
+            raise ValueError(f"at most {self.people.max_people} people (people.max_people)")
         if self.rules.verifier is not None and self.rules.verifier not in ids:
             raise ValueError(f"the verifier {self.rules.verifier!r} is not a member")
         if self.id is not None and not valid_room_id(self.id):
@@ -183,7 +218,10 @@ class RoomSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
 
 class Room(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A resolved room: fixed at creation, recorded in its ``WELCOME`` event."""
+    """A resolved room: fixed at creation, recorded in its ``WELCOME`` event.
+
+    Only ``members`` grows afterwards: a person who joins a running room gets a
+    seat at the end (recorded by their ``AGENT_JOINED``)."""
 
     id: RoomId
     topic: str
@@ -193,6 +231,7 @@ class Room(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     awareness: Awareness | None = None
     limits: Limits = Limits()
     rules: ExitRules = ExitRules()
+    people: People = People()
     created_at: int = 0  # epoch milliseconds
     #: Who created it through the daemon (``token:<id>``); None: the operator's. Only the
     #: owner or an admin may pause, resume, stop or delete it over HTTP.

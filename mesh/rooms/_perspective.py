@@ -125,10 +125,14 @@ def _names(members: Sequence[str]) -> str:
 def _who(member: Member, others: Sequence[Member], level: Awareness) -> str:
     if level == "basic":
         return f"You are {member.name}. You are talking with {_names([m.name for m in others])}."
-    described = _names([f"{m.name} ({m.role})" for m in others])
+    agents = [f"{m.name} ({m.role})" for m in others if not m.human]
+    people = [m.name for m in others if m.human]
+    company = [f"other AI agents: {_names(agents)}"] if agents else []
+    if people:
+        company.append(f"{'a person' if len(people) == 1 else 'people'}: {_names(people)}")
     return (
-        f"You are {member.name}, the {member.role}. You are talking with other AI agents: "
-        f"{described}. Their messages reach you prefixed with their names."
+        f"You are {member.name}, the {member.role}. You are talking with "
+        f"{', and with '.join(company)}. Their messages reach you prefixed with their names."
     )
 
 

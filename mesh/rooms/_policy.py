@@ -7,6 +7,9 @@ A **chat** goes round the members in order, starting with the first, after the
 previous speaker. A member who has sent ``max_messages_per_agent`` messages
 stays silent (seed 000) and is skipped; once fewer than two members may still
 speak there is no conversation left, and :func:`next_turn` returns ``None``.
+People who are ``absent`` (away, or never joined) are skipped too, and a
+person's interjection does not move the turn: the next speaker follows the last
+message that was someone's turn.
 
 A **review** (seed 001) is turn 1 *propose* (architect), then rounds of
 *implement* (builder), *critique* (architect), *verify* (architect): turns 2-4
@@ -16,7 +19,7 @@ are round 1, 5-7 round 2, and so on. ``max_turns`` counts rounds.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -54,8 +57,13 @@ def review_step(turn: int) -> tuple[Step, int, int]:
     return step, who, (turn - 2) // len(REVIEW_CYCLE) + 1
 
 
-def next_turn(room: Room, transcript: Sequence[MessageEvent]) -> TurnPlan | None:
-    """The turn after the transcript's last one, or ``None`` if no one may speak."""
+def next_turn(
+    room: Room, transcript: Sequence[MessageEvent], absent: Collection[str] = ()
+) -> TurnPlan | None:
+    """The turn after the transcript's last one, or ``None`` if no one may speak.
+
+    ``absent``: member ids to pass over this time (people who are not there).
+    """
     turn = transcript[-1].turn + 1 if transcript else 1
     spoken = Counter(message.agent_id for message in transcript)
     limit = room.limits.max_messages_per_agent
@@ -65,17 +73,18 @@ def next_turn(room: Room, transcript: Sequence[MessageEvent]) -> TurnPlan | None
         if spoken[speaker.id] >= limit:
             return None
         return TurnPlan(turn, speaker, step, round_)
-    may_speak = [m for m in room.members if spoken[m.id] < limit]
+    may_speak = [m for m in room.members if spoken[m.id] < limit and m.id not in absent]
     if len(may_speak) < 2:
         return None
     return TurnPlan(turn, _after(room, transcript, may_speak))
 
 
 def _after(room: Room, transcript: Sequence[MessageEvent], may_speak: list[Member]) -> Member:
-    if not transcript:
+    turns = [m for m in transcript if not m.interjection]
+    if not turns:
         return may_speak[0]
     ids: list[str] = [m.id for m in room.members]
-    last = ids.index(transcript[-1].agent_id) if transcript[-1].agent_id in ids else -1
+    last = ids.index(turns[-1].agent_id) if turns[-1].agent_id in ids else -1
     allowed = {m.id for m in may_speak}
     for step in range(1, len(ids) + 1):
         candidate = room.members[(last + step) % len(ids)]

@@ -17,7 +17,9 @@ from mesh._text import printable
 from mesh.rooms._events import (
     AgentJoinedEvent,
     AgentLeftEvent,
+    DeltaEvent,
     ErrorEvent,
+    LiveEvent,
     MessageEvent,
     ResumedEvent,
     RoomEvent,
@@ -45,16 +47,20 @@ def _paint(text: str, *codes: str, color: bool) -> str:
     return f"{''.join(codes)}{text}{_RESET}" if color and codes else text
 
 
-def format_event(event: RoomEvent, *, room: Room | None = None, color: bool = False) -> str:
+def format_event(event: LiveEvent, *, room: Room | None = None, color: bool = False) -> str:
     """``[hh:mm:ss] Name (role), turn N:`` and the text, or one line for the other events.
 
-    ``room`` (from the ``WELCOME``) gives each speaker its own colour.
+    ``room`` (from the ``WELCOME``) gives each speaker its own colour. A ``DELTA``
+    is its piece of text alone, to be printed without a newline after the last.
     """
+    if isinstance(event, DeltaEvent):
+        return event.text
     stamp = _paint(f"[{_clock(event.timestamp)}]", _DIM, color=color)
     who = _who(event.name, event.role)
     if isinstance(event, MessageEvent):
         hue = _SPEAKERS[_place(room, event.agent_id) % len(_SPEAKERS)]
         step = f", {event.step}" if event.step else ""
+        step += ", between turns" if event.interjection else ""
         head = _paint(f"{who}, turn {event.turn}{step}:", _BOLD, hue, color=color)
         score = _paint(f" (score {event.score:.2f})", _DIM, color=color)
         body = "\n".join(f"  {line}" for line in printable(event.text).splitlines() or [""])

@@ -11,10 +11,26 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from mesh.rooms._events import MessageEvent, ResumedEvent, RoomEvent, StoppedEvent, WelcomeEvent
-from mesh.rooms._model import Room, RoomSnapshot, RoomStatus, StopReason
+import msgspec
 
-__all__ = ["RoomState"]
+from mesh.rooms._events import (
+    AgentJoinedEvent,
+    MessageEvent,
+    ResumedEvent,
+    RoomEvent,
+    StoppedEvent,
+    WelcomeEvent,
+)
+from mesh.rooms._model import Member, Room, RoomSnapshot, RoomStatus, StopReason
+
+__all__ = ["RoomState", "seated"]
+
+
+def seated(room: Room, member: Member) -> Room:
+    """``room`` with ``member`` in a seat at the end (no change if it has one)."""
+    if any(m.id == member.id for m in room.members):
+        return room
+    return msgspec.structs.replace(room, members=(*room.members, member))
 
 
 @dataclass
@@ -49,6 +65,8 @@ class RoomState:
             self.status = RoomStatus.PAUSED if paused else RoomStatus.STOPPED
             self.stop_reason = event.reason
             self.detail = event.detail
+        elif isinstance(event, AgentJoinedEvent) and event.member is not None:
+            self.room = seated(self.room, event.member)
         elif isinstance(event, ResumedEvent | WelcomeEvent):
             self.status = RoomStatus.RUNNING
             self.stop_reason = None

@@ -38,6 +38,7 @@ import msgspec
 
 from mesh._logging import get_logger
 from mesh.rooms._events import (
+    AgentJoinedEvent,
     MessageEvent,
     ResumedEvent,
     RoomEvent,
@@ -46,8 +47,8 @@ from mesh.rooms._events import (
     decode_event,
     encode_event,
 )
-from mesh.rooms._model import Room, RoomSnapshot, RoomStatus, StopReason
-from mesh.rooms._state import RoomState
+from mesh.rooms._model import Member, Room, RoomSnapshot, RoomStatus, StopReason
+from mesh.rooms._state import RoomState, seated
 
 __all__ = ["RoomStore"]
 
@@ -91,13 +92,18 @@ CREATE TABLE IF NOT EXISTS messages (
     text TEXT NOT NULL,
     score REAL NOT NULL,
     timestamp INTEGER NOT NULL,
+    interjection INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (room_id, turn)
 );
 CREATE INDEX IF NOT EXISTS rooms_by_status ON rooms (status);
 """
 
-_MESSAGE_COLUMNS: Final = "room_id, seq, timestamp, agent_id, name, role, turn, text, score, step"
-_TEN_PLACES: Final = ", ".join("?" * 10)
+_MESSAGE_COLUMNS: Final = (
+    "room_id, seq, timestamp, agent_id, name, role, turn, text, score, step, interjection"
+)
+_MESSAGE_PLACES: Final = ", ".join("?" * 11)
+#: Columns added since the first schema, for databases made before them.
+_ADDED_COLUMNS: Final = {"messages": {"interjection": "INTEGER NOT NULL DEFAULT 0"}}
 _ROOM_CONFIG: Final = msgspec.json.Decoder(Room)
 
 
@@ -122,6 +128,7 @@ class RoomStore:
         db.execute("PRAGMA synchronous = NORMAL")
         db.execute("PRAGMA foreign_keys = ON")
         db.executescript(_SCHEMA)
+        _add_missing_columns(db)
         self._db = db
         with self._lock:
             for path in sorted((self.directory / LOGS).glob("*.jsonl")):
@@ -327,6 +334,28 @@ _SNAPSHOT_QUERY: Final = (
 )
 
 
+def _seat(db: sqlite3.Connection, room_id: str, member: Member) -> None:
+    """A person joined: their seat goes into the room's config and members."""
+    (config,) = db.execute("SELECT config FROM rooms WHERE id = ?", (room_id,)).fetchone()
+    room = _ROOM_CONFIG.decode(config)
+    grown = seated(room, member)
+    if grown is room:
+        return
+    db.execute("UPDATE rooms SET config = ? WHERE id = ?", (msgspec.json.encode(grown), room_id))
+    db.execute(
+        "INSERT INTO members (room_id, position, agent_id, name, role) VALUES (?, ?, ?, ?, ?)",
+        (room_id, len(room.members), member.id, member.name, member.role),
+    )
+
+
+def _add_missing_columns(db: sqlite3.Connection) -> None:
+    for table, columns in _ADDED_COLUMNS.items():
+        present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        for column, declaration in columns.items():
+            if column not in present:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+
+
 def _snapshot(row: tuple[Any, ...]) -> RoomSnapshot:
     config, status, current_turn, stop_reason, detail, last_seq, updated_at = row
     return RoomSnapshot(
@@ -341,7 +370,7 @@ def _snapshot(row: tuple[Any, ...]) -> RoomSnapshot:
 
 
 def _message(row: tuple[Any, ...]) -> MessageEvent:
-    room_id, seq, timestamp, agent_id, name, role, turn, text, score, step = row
+    room_id, seq, timestamp, agent_id, name, role, turn, text, score, step, interjection = row
     return MessageEvent(
         room_id=room_id,
         seq=seq,
@@ -353,6 +382,7 @@ def _message(row: tuple[Any, ...]) -> MessageEvent:
         text=text,
         score=score,
         step=step,
+        interjection=bool(interjection),
     )
 
 
@@ -388,7 +418,7 @@ def _project(db: sqlite3.Connection, event: RoomEvent, offset: int) -> None:
         )
     elif isinstance(event, MessageEvent):
         db.execute(
-            f"INSERT OR IGNORE INTO messages ({_MESSAGE_COLUMNS}) VALUES ({_TEN_PLACES})",
+            f"INSERT OR IGNORE INTO messages ({_MESSAGE_COLUMNS}) VALUES ({_MESSAGE_PLACES})",
             (
                 room_id,
                 event.seq,
@@ -400,9 +430,12 @@ def _project(db: sqlite3.Connection, event: RoomEvent, offset: int) -> None:
                 event.text,
                 event.score,
                 event.step,
+                event.interjection,
             ),
         )
         db.execute("UPDATE rooms SET current_turn = ? WHERE id = ?", (event.turn, room_id))
+    elif isinstance(event, AgentJoinedEvent) and event.member is not None:
+        _seat(db, room_id, event.member)
     elif isinstance(event, StoppedEvent):
         status = "paused" if event.reason is StopReason.PAUSED else "stopped"
         db.execute(

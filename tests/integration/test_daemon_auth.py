@@ -33,7 +33,7 @@ CLIENT_RIGHTS = {Right.PUBLIC, Right.READ, Right.CALL, Right.REGISTER, Right.ROO
 
 
 def _path(template: str) -> str:
-    return template.replace("{id}", "x")
+    return template.replace("{id}", "x").replace("{name}", "app.js")  # a page file that exists
 
 
 async def _closed_with(stream: WebSocketStream) -> int | None:

@@ -37,6 +37,8 @@ class Reply:
     headers: Mapping[str, str] = field(default_factory=dict)
     hang: bool = False
     drop: bool = False
+    #: Send the head and the body, then close as if more were coming (a cut-off stream).
+    cut: bool = False
 
     def payload(self) -> bytes:
         return msgspec.json.encode(self.json) if self.json is not None else self.body
@@ -84,6 +86,8 @@ class FakeServer:
                 if reply.hang:
                     await anyio.sleep_forever()
                 await _send_reply(connection, stream, reply)
+                if reply.cut:
+                    return
                 if connection.our_state is not h11.DONE or connection.their_state is not h11.DONE:
                     return
                 connection.start_next_cycle()
@@ -128,11 +132,14 @@ async def _send_reply(
     connection: h11.Connection, stream: anyio.abc.SocketStream, reply: Reply
 ) -> None:
     payload = reply.payload()
-    headers = [("content-type", "application/json"), ("content-length", str(len(payload)))]
-    headers.extend(reply.headers.items())
-    await stream.send(connection.send(h11.Response(status_code=reply.status, headers=headers)))
+    promised = len(payload) + (4096 if reply.cut else 0)
+    headers = {"content-type": "application/json", "content-length": str(promised)}
+    headers.update(reply.headers)
+    head = h11.Response(status_code=reply.status, headers=list(headers.items()))
+    await stream.send(connection.send(head))
     await stream.send(connection.send(h11.Data(data=payload)))
-    await stream.send(connection.send(h11.EndOfMessage()))
+    if not reply.cut:
+        await stream.send(connection.send(h11.EndOfMessage()))
 
 
 @asynccontextmanager

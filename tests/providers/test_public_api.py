@@ -29,6 +29,7 @@ PUBLIC = {
     "ProviderRateLimited",
     "ProviderResponseError",
     "ProviderStatusError",
+    "ProviderStreamCut",
     "ProviderTimeout",
     "ProviderUnreachable",
     "RetryPolicy",
@@ -76,7 +77,8 @@ def test_providers_import_only_the_core_from_mesh() -> None:
 def test_the_scripted_example_in_the_docs_runs_offline() -> None:
     text = (ROOT / "docs" / "providers.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
-    [example] = [block for block in blocks if "anyio.run(main)" in block]
+    examples = [block for block in blocks if "anyio.run(main)" in block]
+    [example] = [block for block in examples if "on_delta" not in block]
     done = subprocess.run(
         [sys.executable, "-c", example],
         cwd=ROOT,
@@ -87,3 +89,18 @@ def test_the_scripted_example_in_the_docs_runs_offline() -> None:
     )
     printed = text.split("It prints:\n\n```text\n", 1)[1].split("```", 1)[0]
     assert done.stdout == printed
+
+
+def test_the_streaming_example_in_the_docs_prints_its_pieces() -> None:
+    text = (ROOT / "docs" / "providers.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+    [example] = [block for block in blocks if "on_delta=pieces.append" in block]
+    done = subprocess.run(
+        [sys.executable, "-c", example],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    assert done.stdout == "['Tea, ', 'then ', 'coffee, ', 'then ', 'tea.']\n"

@@ -115,6 +115,7 @@ def test_events_carry_timestamp_agent_name_and_role() -> None:
         "text": "x",
         "score": 0.0,
         "step": None,
+        "interjection": False,
     }
     welcome = dump(WelcomeEvent(room_id=ROOM, room=make_room()))
     assert (welcome["agent_id"], welcome["name"], welcome["role"]) == ("system", "System", "system")

@@ -65,7 +65,9 @@ async def test_a_concurrent_duplicate_is_dropped() -> None:
     class Slow:
         config = ProviderConfig(provider="scripted", script=("x",))
 
-        async def complete(self, messages: object, *, system: str | None = None) -> Completion:
+        async def complete(
+            self, messages: object, *, system: str | None = None, on_delta: object = None
+        ) -> Completion:
             await gate.wait()
             return Completion(text="slow answer", model="m", provider="scripted")
 
@@ -100,7 +102,9 @@ async def test_a_failing_provider_is_a_tool_error_and_the_turn_can_be_retried() 
         config = ProviderConfig(provider="ollama", model="llama3")
         attempts = 0
 
-        async def complete(self, messages: object, *, system: str | None = None) -> Completion:
+        async def complete(
+            self, messages: object, *, system: str | None = None, on_delta: object = None
+        ) -> Completion:
             self.attempts += 1
             if self.attempts == 1:
                 raise ProviderUnreachable("cannot reach it", provider="ollama", model="llama3")

@@ -1,0 +1,123 @@
+"""``mesh room join ID --as NAME``: take part in a room from a terminal, as a person.
+
+Joins the room (a seat of kind ``human``, or yours again), prints the room as it
+goes (its history first), tells you when the room waits for you, and sends each
+line you type: the answer to your turn, or, between turns, an interjection the
+room records after the turn in flight. End of input (Ctrl-D) or Ctrl-C leaves the
+room; the command also ends when the room stops for good.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any, Final
+
+import anyio
+import httpx
+
+from mesh.cli._connection import auth_headers, ssl_context, token_for, ws_url
+from mesh.rooms import (
+    DeltaEvent,
+    Room,
+    StoppedEvent,
+    StopReason,
+    WelcomeEvent,
+    decode_live_event,
+    format_event,
+)
+from transports import TransportClosed, open_websocket
+
+__all__ = ["cmd_room_join"]
+
+Request = Callable[..., Any]
+
+#: Sending one line to the daemon: it answers at once (the engine records it later).
+SAY_TIMEOUT: Final = 15.0
+
+
+def cmd_room_join(args: argparse.Namespace, request: Request) -> int:
+    joined = request(args, "POST", f"/rooms/{args.room}/join", {"name": args.as_name})
+    member = joined["member"]
+    print(
+        f"joined room {args.room} as {member['name']}: type a message and press Enter "
+        "(between turns it is an interjection); Ctrl-D leaves",
+        file=sys.stderr,
+    )
+    reason: str | None = None
+    try:
+        reason = anyio.run(_take_part, args, member["id"], sys.stdout.isatty())
+    except KeyboardInterrupt:
+        reason = None
+    finally:
+        if reason is None:
+            request(args, "POST", f"/rooms/{args.room}/leave", {"member": member["id"]})
+    print(f"room {args.room} stopped: {reason}" if reason else "left the room", file=sys.stderr)
+    return 0
+
+
+async def _take_part(args: argparse.Namespace, member: str, color: bool) -> str | None:
+    outcome: list[str | None] = [None]
+    tls = ssl_context(args)
+    async with (
+        httpx.AsyncClient(
+            base_url=args.url,
+            headers=auth_headers(args),
+            timeout=SAY_TIMEOUT,
+            verify=tls if tls is not None else True,
+        ) as http,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(_say_lines, http, args.room, member, tg.cancel_scope)
+        outcome[0] = await _watch(args, member, color)
+        tg.cancel_scope.cancel()
+    return outcome[0]
+
+
+async def _watch(args: argparse.Namespace, member: str, color: bool) -> str | None:
+    """Print the room until it stops for good; its stop reason (None if the link closed)."""
+    room: Room | None = None
+    url = f"{ws_url(args.url)}/rooms/{args.room}/events?deltas=1"
+    tls = ssl_context(args)
+    async with open_websocket(url, token=token_for(args), ssl_context=tls) as stream:
+        while True:
+            try:
+                event = decode_live_event(await stream.receive())
+            except TransportClosed:
+                return None
+            if isinstance(event, DeltaEvent):
+                if event.agent_id == member and not event.text:
+                    print(
+                        f"-- your turn (turn {event.turn}): the room waits for you --", flush=True
+                    )
+                continue
+            if isinstance(event, WelcomeEvent):
+                room = event.room
+            print(format_event(event, room=room, color=color), flush=True)
+            if isinstance(event, StoppedEvent) and event.reason is not StopReason.PAUSED:
+                return str(event.reason)
+
+
+async def _say_lines(
+    http: httpx.AsyncClient, room_id: str, member: str, done: anyio.CancelScope
+) -> None:
+    while True:
+        # A thread blocked on a terminal cannot be interrupted: it is abandoned on exit.
+        line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+        if not line:
+            done.cancel()  # end of input: leave
+            return
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            answer = await http.post(f"/rooms/{room_id}/say", json={"member": member, "text": text})
+        except httpx.HTTPError as exc:
+            print(f"mesh: could not send: {exc}", file=sys.stderr)
+            continue
+        if answer.status_code >= 400:
+            problem = answer.json().get("error", {}).get("message", answer.text)
+            print(f"mesh: not sent: {problem}", file=sys.stderr)
+        elif answer.status_code == 202:
+            print("(queued: said after the turn in flight)", file=sys.stderr, flush=True)

@@ -1,0 +1,168 @@
+"""The room page: static files shipped in the package, and the routes people use in rooms.
+
+``GET /`` serves ``static/index.html``; ``GET /static/{name}`` its script, style
+and icon. Both are public routes of the route table, like ``GET /health``: the
+page is plain HTML, CSS and JavaScript (no build step, nothing fetched from
+elsewhere) that signs in with a token, watches ``/agents/events`` and
+``/rooms/{id}/events`` and drives the room API, so it carries no data itself:
+every request it makes carries the token. Its Content-Security-Policy allows
+scripts and styles from the daemon alone, so text from an agent can never become
+markup that runs.
+
+The people routes (see :mod:`mesh.rooms._people`):
+
+==================================  ============================================
+``POST /rooms/{id}/join``           ``{"name": "Carol"}``: a seat, or yours again
+``POST /rooms/{id}/leave``          ``{"member": "carol"}``
+``POST /rooms/{id}/say``            ``{"member": "carol", "text": "..."}``: 200 when
+                                    it answers your turn, 202 when it waits for
+                                    the turn in flight (an interjection)
+==================================  ============================================
+
+They need the ``rooms`` right (client and admin tokens), not the room's
+ownership: joining someone else's room is the point. A person's seat is held by
+the identity that joined it while they are present.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any, Final
+
+import msgspec
+
+from mesh.daemon._auth import Identity
+from mesh.daemon._routes import HttpHandler, Params
+from mesh.rooms import InvalidRoomSpec, RoomConflict, RoomError, RoomManager, RoomNotFound
+from transports import HttpRequest, HttpResponse
+
+__all__ = ["PAGE_HEADERS", "PageFiles", "PeopleRoutes"]
+
+#: What each shipped file is served as.
+_TYPES: Final = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+}
+#: Scripts, styles and images from the daemon only; sockets back to it; no framing.
+PAGE_HEADERS: Final = (
+    (
+        "content-security-policy",
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self' ws: wss:; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'",
+    ),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "no-referrer"),
+    ("cache-control", "no-cache"),
+)
+
+_JSON: Final = msgspec.json.Encoder()
+
+
+class PageFiles:
+    """The page's files, read once from the package (a fixed set: no path reaches the disk)."""
+
+    def __init__(self) -> None:
+        folder = resources.files("mesh.daemon") / "static"
+        self._files: dict[str, tuple[bytes, str]] = {}
+        for entry in folder.iterdir():
+            suffix = "." + entry.name.rsplit(".", 1)[-1]
+            if entry.is_file() and suffix in _TYPES:
+                self._files[entry.name] = (entry.read_bytes(), _TYPES[suffix])
+
+    def names(self) -> list[str]:
+        return sorted(self._files)
+
+    def get(self, name: str) -> HttpResponse:
+        """``name`` (``""`` for the page itself), or a 404 that says so."""
+        found = self._files.get(name or "index.html")
+        if found is None:
+            return HttpResponse.error(404, f"no page file {name!r}")
+        body, content_type = found
+        return HttpResponse(200, body, content_type=content_type, headers=PAGE_HEADERS)
+
+    def http_handlers(self) -> dict[str, HttpHandler]:
+        return {"page": self.handle_page, "page_file": self.handle_file}
+
+    async def handle_page(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
+        return self.get("")
+
+    async def handle_file(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        return self.get(p["name"])
+
+
+class JoinBody(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+
+
+class LeaveBody(msgspec.Struct, forbid_unknown_fields=True):
+    member: str
+
+
+class SayBody(msgspec.Struct, forbid_unknown_fields=True):
+    member: str
+    text: str
+
+
+def _json(status: int, payload: Any) -> HttpResponse:
+    return HttpResponse(status, _JSON.encode(payload))
+
+
+def _status(exc: RoomError) -> int:
+    if isinstance(exc, RoomNotFound):
+        return 404
+    if isinstance(exc, RoomConflict):
+        return 409
+    return 400 if isinstance(exc, InvalidRoomSpec) else 500
+
+
+class PeopleRoutes:
+    """``POST /rooms/{id}/join|leave|say``: people taking part in a room.
+
+    A seat is held by the identity (token) that joined it: only that identity
+    (or an admin) may speak or leave as that person while they are present.
+    """
+
+    def __init__(self, rooms: RoomManager) -> None:
+        self._rooms = rooms
+
+    def http_handlers(self) -> dict[str, HttpHandler]:
+        return {
+            "join_room": self.handle_join,
+            "leave_room": self.handle_leave,
+            "say_in_room": self.handle_say,
+        }
+
+    async def handle_join(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        return await self._act("join", request, who, p["id"])
+
+    async def handle_leave(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        return await self._act("leave", request, who, p["id"])
+
+    async def handle_say(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        return await self._act("say", request, who, p["id"])
+
+    async def _act(
+        self, action: str, request: HttpRequest, who: Identity, room_id: str
+    ) -> HttpResponse:
+        holder = None if who.admin else who.owner
+        rooms, body = self._rooms, request.body
+        try:
+            if action == "join":
+                joined = msgspec.json.decode(body, type=JoinBody)
+                member = await rooms.join(room_id, joined.name, holder=holder)
+                return _json(200, {"member": member})
+            if action == "leave":
+                leaving = msgspec.json.decode(body, type=LeaveBody)
+                await rooms.leave(room_id, leaving.member, holder=holder)
+                return HttpResponse(204)
+            said = msgspec.json.decode(body, type=SayBody)
+            outcome = await rooms.say(room_id, said.member, said.text, holder=holder)
+            return _json(200 if outcome["status"] == "turn" else 202, outcome)
+        except msgspec.DecodeError as exc:
+            return HttpResponse.error(400, f"invalid {action} body: {exc}")
+        except RoomError as exc:
+            return HttpResponse.error(_status(exc), str(exc))

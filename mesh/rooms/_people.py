@@ -1,0 +1,163 @@
+"""People in a room: who is there, the message a person's turn waits for, interjections.
+
+A person (a member of kind ``human``) is *present* while they have joined and
+not left or been skipped for not answering; that is runtime state, like an
+agent's registry status, and a restarted daemon starts with nobody present
+(their pages and terminals reconnect and join again). The :class:`Desk` of a
+room holds it, and is the one place a person's words pass through on their way
+to the engine, which records them:
+
+- during their own turn, :meth:`Desk.offer` hands the text to the engine waiting
+  in :meth:`Desk.wait_for`;
+- at any other time (where the room allows interjections) it is queued, one
+  message per person, and the engine records it after the turn in flight.
+
+Everything here is synchronous but the engine's waits, so a manager can call it
+from any task without locks.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Final, Literal
+
+import anyio
+
+from mesh.rooms._errors import RoomConflict
+
+__all__ = ["MAX_NAME", "MAX_TEXT", "Desk", "clean_name", "clean_text", "person_id"]
+
+#: The longest message a person may send (a long paragraph; a room is a conversation).
+MAX_TEXT: Final = 8000
+#: The longest display name.
+MAX_NAME: Final = 64
+
+_SLUG = re.compile(r"[^a-z0-9._-]+")
+
+
+def _printable(text: str, *, keep_newlines: bool) -> str:
+    allowed = {"\n", "\t"} if keep_newlines else set()
+    return "".join(
+        ch for ch in text if ch in allowed or not unicodedata.category(ch).startswith("C")
+    )
+
+
+def clean_name(name: str) -> str:
+    """A display name: control characters removed, spaces trimmed; ``ValueError`` if bad."""
+    cleaned = " ".join(_printable(name, keep_newlines=False).split())
+    if not cleaned:
+        raise ValueError("a name needs at least one visible character")
+    if len(cleaned) > MAX_NAME:
+        raise ValueError(f"a name has at most {MAX_NAME} characters, got {len(cleaned)}")
+    return cleaned
+
+
+def clean_text(text: str) -> str:
+    """A message: control characters but newlines and tabs removed; ``ValueError`` if bad."""
+    cleaned = _printable(text, keep_newlines=True).strip()
+    if not cleaned:
+        raise ValueError("the message is empty")
+    if len(cleaned) > MAX_TEXT:
+        raise ValueError(f"a message has at most {MAX_TEXT} characters, got {len(cleaned)}")
+    return cleaned
+
+
+def person_id(name: str) -> str:
+    """The member id a person's name gives: its lowercase slug (``Carol Ann`` → ``carol-ann``)."""
+    slug = _SLUG.sub("-", name.lower()).strip("-.")[:MAX_NAME]
+    return slug or "person"
+
+
+class Desk:
+    """The people of one room: presence, the awaited answer, queued interjections."""
+
+    def __init__(self) -> None:
+        self.present: set[str] = set()
+        #: Who holds each present person's seat (a daemon identity; None: anyone may).
+        self.holders: dict[str, str | None] = {}
+        self._queued: dict[str, str] = {}
+        self._awaited: tuple[str, int] | None = None
+        self._answer: str | None = None
+        self._changed = anyio.Event()
+
+    # -- what people do --------------------------------------------------------------------
+
+    def check_holder(self, member_id: str, holder: str | None) -> None:
+        """Refuse ``holder`` speaking for a person present under another identity."""
+        held = self.holders.get(member_id)
+        if holder is not None and member_id in self.present and held not in (None, holder):
+            raise RoomConflict(
+                f"{member_id!r} is in the room under another identity: join under another name"
+            )
+
+    def arrive(self, member_id: str, holder: str | None = None) -> bool:
+        """Mark ``member_id`` present (held by ``holder``); True if they were not."""
+        self.check_holder(member_id, holder)
+        if member_id in self.present:
+            return False
+        self.present.add(member_id)
+        self.holders[member_id] = holder
+        self._wake()
+        return True
+
+    def depart(self, member_id: str) -> bool:
+        """Mark ``member_id`` away (their queued words are dropped); True if they were here."""
+        self._queued.pop(member_id, None)
+        self.holders.pop(member_id, None)
+        if member_id not in self.present:
+            return False
+        self.present.discard(member_id)
+        self._wake()
+        return True
+
+    def offer(self, member_id: str, text: str, *, interject: bool) -> Literal["turn", "queued"]:
+        """Hand over ``text``: the answer to their turn, or an interjection to record next."""
+        if self._awaited is not None and self._awaited[0] == member_id and self._answer is None:
+            self._answer = text
+            self._wake()
+            return "turn"
+        if not interject:
+            raise RoomConflict("it is not your turn, and this room takes no interjections")
+        if member_id in self._queued:
+            raise RoomConflict(
+                "your previous message is still waiting for the turn in flight to end"
+            )
+        self._queued[member_id] = text
+        self._wake()
+        return "queued"
+
+    # -- what the engine does --------------------------------------------------------------
+
+    def awaiting(self) -> tuple[str, int] | None:
+        """Whose turn (and which) the engine is waiting on, if a person's."""
+        return self._awaited
+
+    def take_queued(self) -> list[tuple[str, str]]:
+        """The interjections waiting, oldest first; the queue is emptied."""
+        queued = list(self._queued.items())
+        self._queued.clear()
+        return queued
+
+    async def wait_for(self, member_id: str, turn: int) -> str | None:
+        """``member_id``'s answer for ``turn``; None if they leave first (cancel for deadlines)."""
+        self._awaited, self._answer = (member_id, turn), None
+        try:
+            while (answer := self._given()) is None:
+                if member_id not in self.present:
+                    return None
+                await self.wait_changed()
+            return answer
+        finally:
+            self._awaited, self._answer = None, None
+
+    def _given(self) -> str | None:
+        return self._answer
+
+    async def wait_changed(self) -> None:
+        """Until someone arrives, leaves or speaks."""
+        await self._changed.wait()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()

@@ -1,0 +1,200 @@
+"""Browser tests: the room page in a real headless Chromium, against a real ``mesh serve``.
+
+Chromium is Debian's (``scripts/ensure-browser.sh`` installs it; ``make test`` runs
+that first) and Playwright drives it through ``executable_path``: nothing is ever
+downloaded by Playwright. Without a ``chromium`` on PATH these tests are skipped
+with the reason, unless ``MESH_REQUIRE_BROWSER=1`` (set by ``make test``) makes
+that a failure.
+
+The tests are synchronous (Playwright's sync API); the daemon they drive runs
+in its own process on asyncio or trio, and the main flow runs on both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: Starting the daemon and its two persona processes on a loaded machine.
+SPAWN_TIMEOUT = 30.0
+#: Where screenshots go when MESH_SCREENSHOTS names a folder (docs/images for the docs).
+SCREENSHOTS = os.environ.get("MESH_SCREENSHOTS")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+
+
+def persona_manifest(
+    directory: Path, agent_id: str, name: str, role: str, script: list[str], delay: float
+) -> None:
+    path = directory / f"{agent_id}.toml"
+    path.write_text(
+        f"""id = "{agent_id}"
+name = "{name}"
+capabilities = ["chat"]
+
+[transport]
+type = "stdio"
+command = "python"
+args = ["-m", "mesh.agents.persona", "--manifest", "{path}", "--stdio"]
+
+[persona]
+system_prompt = "You are {name}."
+role = "{role}"
+
+[persona.provider]
+provider = "scripted"
+script = {json.dumps(script)}
+delay = {delay}
+"""
+    )
+
+
+@dataclass
+class LiveDaemon:
+    url: str
+    process: subprocess.Popen[bytes]
+    data_dir: Path
+    token: str | None = None
+
+    def page_url(self, fragment: str = "") -> str:
+        return f"{self.url}/#{fragment}" if fragment else f"{self.url}/"
+
+
+def _announcement(process: subprocess.Popen[bytes]) -> dict[str, Any]:
+    """The daemon's first stdout line, read on a thread so the wait has a deadline."""
+    found: list[bytes] = []
+    assert process.stdout is not None
+    stdout = process.stdout
+    reader = threading.Thread(target=lambda: found.append(stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(SPAWN_TIMEOUT)
+    if not found or not found[0]:
+        raise RuntimeError(f"mesh serve did not announce itself within {SPAWN_TIMEOUT} s")
+    announced: dict[str, Any] = json.loads(found[0])
+    return announced
+
+
+def wait_online(url: str, *agent_ids: str, token: str | None = None, ca: str | None = None) -> None:
+    """Until the named agents are online, watching /agents/events (no polling)."""
+    from websockets.sync.client import connect
+
+    ws = "ws" + url.removeprefix("http") + "/agents/events"
+    if token:
+        ws += f"?token={token}"
+    tls = ssl.create_default_context(cafile=ca) if ca else None
+    status: dict[str, str] = {}
+    with connect(ws, open_timeout=SPAWN_TIMEOUT, ssl=tls) as events:
+        while not all(status.get(a) == "online" for a in agent_ids):
+            event = json.loads(events.recv(timeout=SPAWN_TIMEOUT))
+            shown = event["agents"] if event["type"] == "snapshot" else [event["agent"]]
+            status.update((agent["id"], agent["status"]) for agent in shown)
+
+
+def _admin_token(data_dir: Path) -> str | None:
+    """The token a daemon with authentication writes on first start, if this one does."""
+    for name in ("admin.token", "admin-token"):
+        path = data_dir / name
+        if path.exists():
+            return path.read_text().strip()
+    return None
+
+
+def start_daemon(
+    tmp_path: Path,
+    scripts: dict[str, tuple[str, str, list[str]]],
+    *,
+    backend: str,
+    delay: float,
+    extra_args: tuple[str, ...] = (),
+    ca: str | None = None,
+) -> LiveDaemon:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    for agent_id, (name, role, script) in scripts.items():
+        persona_manifest(manifests, agent_id, name, role, script, delay)
+    data_dir = tmp_path / "data"
+    command = [sys.executable, "-m", "mesh.cli", "serve", "--port", "0"]
+    command += ["--manifests", str(manifests), "--data-dir", str(data_dir)]
+    command += ["--backend", backend, "--log-format", "json", "--log-level", "warning"]
+    command += extra_args
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        url = _announcement(process)["http"]
+        daemon = LiveDaemon(url, process, data_dir, _admin_token(data_dir))
+        wait_online(url, *scripts, token=daemon.token, ca=ca)
+    except BaseException:
+        _stop(process)
+        raise
+    return daemon
+
+
+def stop_daemon(daemon: LiveDaemon) -> None:
+    _stop(daemon.process)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
+
+
+# Module-scoped: Playwright's sync API runs an asyncio loop on this thread while it is
+# open, and the async tests that follow must find none running.
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    executable = shutil.which("chromium")
+    if executable is None:
+        if os.environ.get("MESH_REQUIRE_BROWSER") == "1":
+            pytest.fail("no chromium on PATH: run scripts/ensure-browser.sh (make test does)")
+        pytest.skip("no chromium on PATH (scripts/ensure-browser.sh installs it)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]'")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(chromium: Any) -> Iterator[Any]:
+    context = chromium.new_context(viewport={"width": 1280, "height": 860})
+    context.set_default_timeout(20_000)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        yield page
+    finally:
+        context.close()
+    assert not errors, f"the page raised: {errors}"
+
+
+def screenshot(page: Any, name: str) -> None:
+    """Save a screenshot for the docs when MESH_SCREENSHOTS names a folder."""
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"))

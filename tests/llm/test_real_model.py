@@ -1,0 +1,89 @@
+"""The OpenAI-compatible provider and a room against a real model (``make test-llm``).
+
+llama.cpp's server with SmolLM2-135M-Instruct runs on loopback (the ``llm``
+extra); these tests are marked ``llm`` and deselected from ``make test``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from mesh import AgentSpec, MeshOrchestrator, local_connector
+from mesh.demo._llama import LlamaServer, open_llama_server
+from mesh.demo.llm import personas, room_spec
+from mesh.providers import ChatMessage, ProviderConfig, create_provider
+from mesh.rooms import DeltaEvent, MessageEvent, RoomManager, StopReason
+
+pytestmark = [pytest.mark.anyio, pytest.mark.llm, pytest.mark.timeout(600)]
+
+#: A tiny model on two shared cores: a reply takes seconds, a room minutes.
+GUARD = 300.0
+CHAT = [ChatMessage(role="user", content="Name one vegetable that grows well in a pot.")]
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[LlamaServer]:
+    async with open_llama_server() as running:
+        yield running
+
+
+def _config(server: LlamaServer, **fields: object) -> ProviderConfig:
+    base = {"provider": "openai", "model": server.model, "base_url": server.base_url}
+    return ProviderConfig(**(base | {"api_key_env": ""} | fields))  # type: ignore[arg-type]
+
+
+async def test_a_completion_has_the_shape_the_provider_reads(server: LlamaServer) -> None:
+    provider = create_provider(_config(server, max_tokens=24, temperature=0.0))
+    with anyio.fail_after(GUARD):
+        completion = await provider.complete(CHAT, system="You are a gardener.")
+    await provider.aclose()
+    assert completion.text.strip() and completion.provider == "openai"
+    assert completion.model == server.model
+    assert completion.finish_reason in {"stop", "length"}
+    assert completion.usage.output_tokens is not None and completion.usage.output_tokens > 0
+
+
+async def test_a_streamed_reply_arrives_in_pieces_that_make_the_whole(server: LlamaServer) -> None:
+    provider = create_provider(_config(server, max_tokens=32, temperature=0.0))
+    pieces: list[str] = []
+    with anyio.fail_after(GUARD):
+        completion = await provider.complete(CHAT, on_delta=pieces.append)
+    await provider.aclose()
+    assert len(pieces) > 3 and "".join(pieces) == completion.text
+
+
+async def test_a_reply_that_hits_max_tokens_says_so(server: LlamaServer) -> None:
+    provider = create_provider(_config(server, max_tokens=3))
+    with anyio.fail_after(GUARD):
+        streamed = await provider.complete(CHAT, on_delta=lambda _: None)
+        whole = await provider.complete(CHAT)
+    await provider.aclose()
+    assert streamed.finish_reason == "length" and whole.finish_reason == "length"
+
+
+async def test_a_room_of_two_real_personas_runs_and_stops_with_a_reason(
+    server: LlamaServer,
+) -> None:
+    agents = personas(server, max_tokens=24)
+    specs = [AgentSpec(agent.id, local_connector(agent)) for agent in agents]
+    deltas = 0
+    with tempfile.TemporaryDirectory() as data_dir, anyio.fail_after(GUARD):
+        async with (
+            MeshOrchestrator(specs) as mesh,
+            RoomManager.for_orchestrator(mesh, data_dir) as rooms,
+        ):
+            room = await rooms.create(room_spec(max_turns=4))
+            async with rooms.subscribe_live(room.id) as events:
+                async for event in events:
+                    deltas += isinstance(event, DeltaEvent) and bool(event.text)
+            snapshot = await rooms.get(room.id)
+            transcript = await rooms.transcript(room.id)
+    for agent in agents:
+        await agent.aclose()
+    assert snapshot.stop_reason in {StopReason.MAX_TURNS, StopReason.NO_IMPROVEMENT}
+    assert all(isinstance(m, MessageEvent) and m.text for m in transcript)
+    assert [m.name for m in transcript[:2]] == ["Ada", "Ben"] and deltas > len(transcript)
