@@ -28,6 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 import anyio.abc
 import h11
+import msgspec
 from anyio.streams.tls import TLSListener
 
 from transports._base import DEFAULT_MAX_FRAME_SIZE
@@ -46,6 +47,8 @@ __all__ = [
 log = get_logger("transports.http")
 
 _READ_SIZE: Final = 64 * 1024
+#: JSON bodies: msgspec also encodes Structs, sets and dataclasses the handlers return.
+_JSON: Final = msgspec.json.Encoder()
 _SERVER_HEADER: Final = (b"server", b"agent-mesh")
 #: What sending to a client that already left raises.
 _GONE: Final = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
@@ -101,7 +104,7 @@ class HttpResponse:
 
     @classmethod
     def json(cls, status: int, payload: Any) -> HttpResponse:
-        return cls(status, json.dumps(payload, separators=(",", ":")).encode())
+        return cls(status, _JSON.encode(payload))
 
     @classmethod
     def error(cls, status: int, message: str, **extra: Any) -> HttpResponse:

@@ -68,14 +68,6 @@ class RegisterBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     token: str | None = None
 
 
-def _json(status: int, payload: Any) -> HttpResponse:
-    return HttpResponse(status, msgspec.json.encode(payload))
-
-
-def _error(status: int, message: str, **extra: Any) -> HttpResponse:
-    return HttpResponse.error(status, message, **extra)
-
-
 def describe(
     record: AgentRecord,
     now: float,
@@ -128,7 +120,7 @@ class AgentRoutes:
     # -- reading --------------------------------------------------------------------
 
     async def handle_agents(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
-        return _json(200, {"agents": self.described()})
+        return HttpResponse.json(200, {"agents": self.described()})
 
     def described(self) -> list[dict[str, Any]]:
         now = anyio.current_time()
@@ -143,8 +135,8 @@ class AgentRoutes:
     async def handle_agent(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
         view = self._mesh.view(p["id"])
         if view is None:
-            return _error(404, f"no agent {p['id']!r} is configured or registered")
-        return _json(200, self._with_holder(describe_view(view, anyio.current_time())))
+            return HttpResponse.error(404, f"no agent {p['id']!r} is configured or registered")
+        return HttpResponse.json(200, self._with_holder(describe_view(view, anyio.current_time())))
 
     async def watch_agents(self, stream: WebSocketStream, who: Identity, _: Params) -> None:
         """Send every agent as it is now, then each change of status, until the watcher leaves.
@@ -175,7 +167,7 @@ class AgentRoutes:
     def _may_change(self, agent_id: str, who: Identity) -> HttpResponse | None:
         """None if ``who`` may change ``agent_id`` over HTTP; else the 409 or 403 saying why."""
         if agent_id in self.manifest_ids:
-            return _error(
+            return HttpResponse.error(
                 409,
                 f"agent {agent_id!r} is defined by a manifest; it cannot be registered, "
                 "heart-beaten or deleted over HTTP",
@@ -184,12 +176,12 @@ class AgentRoutes:
         if owner is None:
             known = self._mesh.has_link(agent_id) or self._mesh.registry.get(AgentId(agent_id))
             if known:
-                return _error(
+                return HttpResponse.error(
                     409, f"agent {agent_id!r} is held by its own connection, not over HTTP"
                 )
             return None
         if not who.owns(owner):
-            return _error(
+            return HttpResponse.error(
                 403,
                 f"agent {agent_id!r} was registered by another identity; only it or an admin "
                 "may change it",
@@ -216,7 +208,7 @@ class AgentRoutes:
         try:
             body = msgspec.json.decode(request.body, type=RegisterBody)
         except msgspec.DecodeError as exc:
-            return _error(400, f"invalid registration: {exc}")
+            return HttpResponse.error(400, f"invalid registration: {exc}")
         refused = self._check(body, who) or self._may_change(body.id, who)
         if refused is not None:
             return refused
@@ -237,22 +229,22 @@ class AgentRoutes:
             stored = self._mesh.registry.register(record, anyio.current_time())
         except (InvalidAgentRecord, msgspec.ValidationError, ValueError) as exc:
             self._release(body.id)
-            return _error(400, f"invalid registration: {exc}")
+            return HttpResponse.error(400, f"invalid registration: {exc}")
         if not known:
             self.owners[body.id] = who.owner
             self._held[who.owner] += 1
         if body.endpoint is not None:
             self._link(body, stored)
-        return _json(
+        return HttpResponse.json(
             200 if known else 201, self._with_holder(describe(stored, anyio.current_time()))
         )
 
     def _check(self, body: RegisterBody, who: Identity) -> HttpResponse | None:
         settings = self._settings
         if (why := check_id(body.id)) is not None:
-            return _error(400, f"invalid registration: {why}")
+            return HttpResponse.error(400, f"invalid registration: {why}")
         if body.heartbeat_interval < settings.min_heartbeat_interval:
-            return _error(
+            return HttpResponse.error(
                 400,
                 f"heartbeat_interval {body.heartbeat_interval:g} s is below the daemon's floor "
                 f"of {settings.min_heartbeat_interval:g} s (min_heartbeat_interval)",
@@ -260,7 +252,7 @@ class AgentRoutes:
             )
         size = len(msgspec.json.encode(body.metadata))
         if size > settings.max_metadata_size:
-            return _error(
+            return HttpResponse.error(
                 413,
                 f"metadata of {size} bytes exceeds the {settings.max_metadata_size}-byte limit "
                 "(max_metadata_size)",
@@ -269,11 +261,11 @@ class AgentRoutes:
         if body.endpoint is not None:
             why = check_endpoint(body.endpoint, settings.endpoint_hosts)
             if why is not None:
-                return _error(400, f"invalid registration: {why} - at `$.endpoint`")
+                return HttpResponse.error(400, f"invalid registration: {why} - at `$.endpoint`")
         held = self._held[who.owner]
         limit = settings.max_registrations_per_identity
         if body.id not in self.owners and held >= limit:
-            return _error(
+            return HttpResponse.error(
                 429,
                 f"this identity already holds {held} registrations, the limit "
                 f"(max_registrations_per_identity = {limit}); delete some first",
@@ -304,7 +296,7 @@ class AgentRoutes:
         if agent_id not in self.owners and agent_id not in self.manifest_ids:
             known = self._mesh.registry.get(AgentId(agent_id)) is not None
             if not known:
-                return _error(
+                return HttpResponse.error(
                     404, f"no agent {agent_id!r} is registered; POST /agents/register first"
                 )
         refused = self._may_change(agent_id, who)
@@ -313,17 +305,19 @@ class AgentRoutes:
         try:
             self._mesh.registry.heartbeat(AgentId(agent_id), anyio.current_time())
         except UnknownAgent:
-            return _error(404, f"no agent {agent_id!r} is registered; POST /agents/register first")
+            return HttpResponse.error(
+                404, f"no agent {agent_id!r} is registered; POST /agents/register first"
+            )
         record = self._mesh.registry.get(AgentId(agent_id))
         assert record is not None
-        return _json(200, {"id": agent_id, "status": str(record.status)})
+        return HttpResponse.json(200, {"id": agent_id, "status": str(record.status)})
 
     async def handle_deregister(
         self, request: HttpRequest, who: Identity, p: Params
     ) -> HttpResponse:
         agent_id = p["id"]
         if agent_id not in self.owners and self._mesh.registry.get(AgentId(agent_id)) is None:
-            return _error(404, f"no agent {agent_id!r} is registered")
+            return HttpResponse.error(404, f"no agent {agent_id!r} is registered")
         refused = self._may_change(agent_id, who)
         if refused is not None:
             return refused

@@ -68,14 +68,6 @@ class TokenBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     agent: str | None = None
 
 
-def _json(status: int, payload: Any) -> HttpResponse:
-    return HttpResponse(status, msgspec.json.encode(payload))
-
-
-def _error(status: int, message: str, **extra: Any) -> HttpResponse:
-    return HttpResponse.error(status, message, **extra)
-
-
 def mesh_error_status(exc: MeshError, *, known: bool = True) -> int:
     """The HTTP status for a mesh error; ``known``: whether anyone configured the agent."""
     if isinstance(exc, AgentUnavailable):
@@ -94,7 +86,9 @@ def mesh_error_status(exc: MeshError, *, known: bool = True) -> int:
 
 
 def _mesh_error(exc: MeshError, *, known: bool = True) -> HttpResponse:
-    return _error(mesh_error_status(exc, known=known), str(exc), code=exc.code, data=exc.data)
+    return HttpResponse.error(
+        mesh_error_status(exc, known=known), str(exc), code=exc.code, data=exc.data
+    )
 
 
 class DaemonApi:
@@ -168,7 +162,7 @@ class DaemonApi:
         counts = dict.fromkeys(LINK_STATUSES, 0)
         for view in self._mesh.views():
             counts[view.status] = counts.get(view.status, 0) + 1
-        return _json(
+        return HttpResponse.json(
             200,
             {
                 "status": self.lifecycle.phase,
@@ -184,7 +178,7 @@ class DaemonApi:
     def _timeout_refused(self, timeout: float | None) -> HttpResponse | None:
         limit = self._settings.max_call_timeout
         if timeout is not None and not 0 < timeout <= limit:
-            return _error(
+            return HttpResponse.error(
                 400,
                 f"timeout must be > 0 and at most {limit:g} s (max_call_timeout), got {timeout:g}",
                 limit="max_call_timeout",
@@ -200,7 +194,7 @@ class DaemonApi:
         try:
             call = msgspec.json.decode(request.body, type=RpcBody)
         except msgspec.DecodeError as exc:
-            return _error(400, f"invalid call: {exc}")
+            return HttpResponse.error(400, f"invalid call: {exc}")
         refused = self._timeout_refused(call.timeout)
         if refused is not None:
             return refused
@@ -227,7 +221,7 @@ class DaemonApi:
         try:
             cast = msgspec.json.decode(request.body, type=BroadcastBody)
         except msgspec.DecodeError as exc:
-            return _error(400, f"invalid broadcast: {exc}")
+            return HttpResponse.error(400, f"invalid broadcast: {exc}")
         refused = self._timeout_refused(cast.timeout)
         if refused is not None:
             return refused
@@ -258,12 +252,14 @@ class DaemonApi:
             else:
                 error = outcome.error
                 answers[agent_id] = {"error": {"code": error.code, "message": str(error)}}
-        return _json(200, {"agents": answers})
+        return HttpResponse.json(200, {"agents": answers})
 
     # -- tokens (admin) -------------------------------------------------------------------
 
     async def handle_tokens(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
-        return _json(200, {"tokens": [entry.shown() for entry in self._gate.store.entries()]})
+        return HttpResponse.json(
+            200, {"tokens": [entry.shown() for entry in self._gate.store.entries()]}
+        )
 
     async def handle_create_token(
         self, request: HttpRequest, who: Identity, _: Params
@@ -271,14 +267,14 @@ class DaemonApi:
         try:
             body = msgspec.json.decode(request.body, type=TokenBody)
         except msgspec.DecodeError as exc:
-            return _error(400, f"invalid token request: {exc}")
+            return HttpResponse.error(400, f"invalid token request: {exc}")
         if body.agent is not None and (why := check_id(body.agent)) is not None:
-            return _error(400, why)
+            return HttpResponse.error(400, why)
         try:
             entry, token = self._gate.store.create(body.role, body.name, agent=body.agent)
         except TokenError as exc:
-            return _error(400, str(exc))
-        return _json(201, {**entry.shown(), "token": token})
+            return HttpResponse.error(400, str(exc))
+        return HttpResponse.json(201, {**entry.shown(), "token": token})
 
     async def handle_revoke_token(
         self, request: HttpRequest, who: Identity, p: Params
@@ -286,5 +282,5 @@ class DaemonApi:
         try:
             revoked = await self._gate.revoke(p["id"])
         except TokenError as exc:
-            return _error(404, str(exc))
-        return _json(200, {"revoked": [entry.shown() for entry in revoked]})
+            return HttpResponse.error(404, str(exc))
+        return HttpResponse.json(200, {"revoked": [entry.shown() for entry in revoked]})

@@ -27,7 +27,7 @@ the identity that joined it while they are present.
 from __future__ import annotations
 
 from importlib import resources
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
@@ -107,10 +107,6 @@ class SayBody(msgspec.Struct, forbid_unknown_fields=True):
     text: str
 
 
-def _json(status: int, payload: Any) -> HttpResponse:
-    return HttpResponse(status, _JSON.encode(payload))
-
-
 def _status(exc: RoomError) -> int:
     if isinstance(exc, RoomNotFound):
         return 404
@@ -154,14 +150,14 @@ class PeopleRoutes:
             if action == "join":
                 joined = msgspec.json.decode(body, type=JoinBody)
                 member = await rooms.join(room_id, joined.name, holder=holder)
-                return _json(200, {"member": member})
+                return HttpResponse.json(200, {"member": member})
             if action == "leave":
                 leaving = msgspec.json.decode(body, type=LeaveBody)
                 await rooms.leave(room_id, leaving.member, holder=holder)
                 return HttpResponse(204)
             said = msgspec.json.decode(body, type=SayBody)
             outcome = await rooms.say(room_id, said.member, said.text, holder=holder)
-            return _json(200 if outcome["status"] == "turn" else 202, outcome)
+            return HttpResponse.json(200 if outcome["status"] == "turn" else 202, outcome)
         except msgspec.DecodeError as exc:
             return HttpResponse.error(400, f"invalid {action} body: {exc}")
         except RoomError as exc:

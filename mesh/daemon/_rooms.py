@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import msgspec
-
 from mesh._logging import get_logger
 from mesh.daemon._auth import Identity
 from mesh.daemon._routes import HttpHandler, Params
@@ -38,14 +36,6 @@ from transports import CloseCode, HttpRequest, HttpResponse, WebSocketStream
 __all__ = ["RoomRoutes", "parse_since"]
 
 log = get_logger("mesh.daemon")
-
-
-def _json(status: int, payload: Any) -> HttpResponse:
-    return HttpResponse(status, msgspec.json.encode(payload))
-
-
-def _error(status: int, message: str, **extra: Any) -> HttpResponse:
-    return HttpResponse.error(status, message, **extra)
 
 
 def _status(exc: RoomError) -> int:
@@ -75,7 +65,7 @@ def _room_errors(handler: RoomHandler) -> HttpHandler:
         try:
             return await handler(request, who, params)
         except RoomError as exc:
-            return _error(_status(exc), str(exc))
+            return HttpResponse.error(_status(exc), str(exc))
 
     return handle
 
@@ -107,25 +97,25 @@ class RoomRoutes:
             return refused
         active, limit = await self._rooms.active_count(), self._settings.max_active_rooms
         if active >= limit:
-            return _error(
+            return HttpResponse.error(
                 429,
                 f"{active} rooms are running or paused, the limit (max_active_rooms = {limit}); "
                 "stop one first",
                 limit="max_active_rooms",
             )
-        return _json(201, await self._rooms.create(spec, owner=who.owner))
+        return HttpResponse.json(201, await self._rooms.create(spec, owner=who.owner))
 
     def _bounds(self, spec: RoomSpec) -> HttpResponse | None:
         settings = self._settings
         if len(spec.topic) > settings.max_topic_length:
-            return _error(
+            return HttpResponse.error(
                 413,
                 f"topic of {len(spec.topic)} characters exceeds the limit of "
                 f"{settings.max_topic_length} (max_topic_length)",
                 limit="max_topic_length",
             )
         if len(spec.members) > settings.max_room_members:
-            return _error(
+            return HttpResponse.error(
                 400,
                 f"{len(spec.members)} members exceed the limit of {settings.max_room_members} "
                 "(max_room_members)",
@@ -137,7 +127,7 @@ class RoomRoutes:
             ("max_messages_per_agent", limits.max_messages_per_agent),
         ):
             if value is not None and value > settings.max_room_turns:
-                return _error(
+                return HttpResponse.error(
                     400,
                     f"limits.{name} = {value} exceeds the limit of {settings.max_room_turns} "
                     "(max_room_turns)",
@@ -148,19 +138,19 @@ class RoomRoutes:
     # -- reading ------------------------------------------------------------------------
 
     async def handle_list(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
-        return _json(200, {"rooms": await self._rooms.list()})
+        return HttpResponse.json(200, {"rooms": await self._rooms.list()})
 
     async def handle_show(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
         snapshot = await self._rooms.get(p["id"])
         transcript = await self._rooms.transcript(p["id"])
-        return _json(200, {"room": snapshot, "transcript": transcript})
+        return HttpResponse.json(200, {"room": snapshot, "transcript": transcript})
 
     async def handle_events(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
         since = parse_since(request.query_value("since"))
         if since is None:
-            return _error(400, "since must be a sequence number (an integer >= 0)")
+            return HttpResponse.error(400, "since must be a sequence number (an integer >= 0)")
         events = await self._rooms.events(p["id"], since=since)
-        return _json(200, {"events": events})
+        return HttpResponse.json(200, {"events": events})
 
     async def observe(self, stream: WebSocketStream, who: Identity, p: Params) -> None:
         """Send the room's events to one observer, in order, until the room stops.
@@ -196,7 +186,7 @@ class RoomRoutes:
     async def _owned(self, room_id: str, who: Identity) -> RoomSnapshot | HttpResponse:
         snapshot = await self._rooms.get(room_id)
         if not who.owns(snapshot.room.owner):
-            return _error(
+            return HttpResponse.error(
                 403,
                 f"room {room_id!r} belongs to another identity; only its owner or an admin "
                 "may change it",
@@ -210,7 +200,7 @@ class RoomRoutes:
         owned = await self._owned(room_id, who)
         if isinstance(owned, HttpResponse):
             return owned
-        return _json(200, await action(room_id))
+        return HttpResponse.json(200, await action(room_id))
 
     async def handle_pause(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
         return await self._steer(p["id"], who, self._rooms.pause)
