@@ -172,12 +172,12 @@ async def test_the_daemon_still_serves_after_the_fuzzing(live: Live) -> None:
         ("POST", "/rpc", {"agent": "echo", "method": "x" * 257}, 400, "length <= 256"),
         ("POST", "/rpc", {"agent": "echo", "method": "ping", "timeout": 0}, 400, "> 0"),
         ("POST", "/rpc", {"agent": "echo", "method": "ping", "timeout": -1}, 400, "> 0"),
-        ("POST", "/rpc", {"agent": "echo", "method": "ping", "timeout": 1e9}, 400, "<= 3600"),
+        ("POST", "/rpc", {"agent": "echo", "method": "ping", "timeout": 1e9}, 400, "at most 300 s"),
         ("POST", "/broadcast", {"method": "ping", "timeout": 0}, 400, "> 0"),
         ("GET", "/rooms/x/events?since=abc", None, 400, "since"),
         ("GET", "/rooms/x/events?since=-1", None, 400, "since"),
         ("POST", "/rpc", {"agent": "echo", "method": "x" * 256}, 502, "no method"),
-        ("POST", "/rpc", {"agent": "echo", "method": "ping", "timeout": 3600}, 200, ""),
+        ("POST", "/rpc", {"agent": "echo", "method": "ping", "timeout": 300}, 200, ""),
     ],
 )
 async def test_inputs_at_and_past_their_limits(
