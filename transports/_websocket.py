@@ -198,12 +198,15 @@ class WebSocketStream:
             send_text(frame)
 
     async def _flush(self) -> None:
-        chunks = self._protocol.data_to_send()
-        if not chunks:
-            return
-        eof = chunks[-1] == b""
-        data = b"".join(chunks)
         async with self._write_lock:
+            # Cancelled before a byte is written, the chunks stay in the protocol for the
+            # next flush (a closing peer's), instead of being lost with this task.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            chunks = self._protocol.data_to_send()
+            if not chunks:
+                return
+            eof = chunks[-1] == b""
+            data = b"".join(chunks)
             try:
                 if data:
                     await self._stream.send(data)

@@ -279,11 +279,11 @@ class Peer(CallMethods):
         """Flush what is queued (bounded), fail what is pending, close the stream."""
         with anyio.CancelScope(shield=True):
             if not self._session.closed:
+                # Even with no new frames: send_many([]) finishes what send_nowait queued
+                # in the transport (an answer the writer task had no turn to send).
                 frames = self._session.data_to_send()
-                if frames:
-                    with anyio.move_on_after(FLUSH_ON_CLOSE):
-                        with suppress(TransportClosed):
-                            await self._stream.send_many(frames)
+                with anyio.move_on_after(FLUSH_ON_CLOSE), suppress(TransportClosed):
+                    await self._stream.send_many(frames)
                 self._lost(ConnectionLost(reason))
             await self._stream.aclose()
 
