@@ -128,8 +128,10 @@ async def test_what_agents_wrote_reaches_the_terminal_as_text(tmp_path: Path) ->
 async def test_every_room_command_and_its_exit_codes(tmp_path: Path) -> None:
     manifests = tmp_path / "manifests"
     manifests.mkdir()
-    persona_manifest(manifests, "alice", ["Tea.", "Tea again."], 0.1)
-    persona_manifest(manifests, "bob", ["Coffee.", "Coffee again."], 0.1)
+    # Half a second a turn: the long room must outlast three CLI processes on a loaded machine
+    # (40 messages, ~20 s), while the short one still ends in about a second.
+    persona_manifest(manifests, "alice", ["Tea.", "Tea again."], 0.5)
+    persona_manifest(manifests, "bob", ["Coffee.", "Coffee again."], 0.5)
     echo_manifest(manifests)
     data = ["--data-dir", str(tmp_path / "data")]
     async with spawn_daemon(manifests, extra_args=data) as daemon:
