@@ -25,15 +25,15 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 import sniffio
-import structlog
 
+from mesh._logging import get_logger
 from mesh.cluster._errors import ClusterError
 
 __all__ = ["NatsLoop", "open_nats_loop"]
 
 T = TypeVar("T")
 
-log = structlog.get_logger("mesh.cluster")
+log = get_logger("mesh.cluster")
 
 #: The NATS thread's loop gets this long to start, and to finish at shutdown.
 THREAD_TIMEOUT: Final = 10.0

@@ -29,7 +29,6 @@ from typing import Any, Final, Protocol
 import anyio
 import anyio.abc
 import msgspec
-import structlog
 
 from mesh._errors import (
     AgentUnavailable,
@@ -39,6 +38,7 @@ from mesh._errors import (
     MeshError,
     error_from_code,
 )
+from mesh._logging import get_logger
 from mesh._rpc.caller import CallMethods, ProgressCallback
 from mesh._rpc.session import SessionStatistics
 from mesh.cluster._errors import ClusterError
@@ -62,7 +62,7 @@ from registry import AgentId, AgentStatus, ChangeKind, Registry, StatusChange
 
 __all__ = ["LocalCalls", "RemoteCaller", "RemoteCalls"]
 
-log = structlog.get_logger("mesh.cluster")
+log = get_logger("mesh.cluster")
 
 #: A call's deadline when neither the caller nor the holder names one (the session's default).
 DEFAULT_CALL_TIMEOUT: Final = 30.0

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
-import structlog
 
+from mesh._logging import get_logger
 from mesh.cluster._bridge import NatsLoop
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._settings import ClusterSettings
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["KvChange", "Message", "NatsLink", "Watch", "open_nats_link"]
 
-log = structlog.get_logger("mesh.cluster")
+log = get_logger("mesh.cluster")
 
 T = TypeVar("T")
 

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 import anyio.abc
 import msgspec
-import structlog
 
 from mesh._backoff import backoff
+from mesh._logging import get_logger
 from mesh.cluster._bridge import open_nats_loop
 from mesh.cluster._calls import RemoteCalls
 from mesh.cluster._errors import ClusterError
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Cluster", "open_cluster"]
 
-log = structlog.get_logger("mesh.cluster")
+log = get_logger("mesh.cluster")
 
 #: Withdrawing our entries at a graceful stop is bounded: NATS may be gone.
 WITHDRAW_TIMEOUT: Final = 3.0

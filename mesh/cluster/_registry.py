@@ -26,8 +26,8 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 import msgspec
-import structlog
 
+from mesh._logging import get_logger
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._link import KvChange, NatsLink, Watch
 from mesh.cluster._settings import AGENT_PREFIX, DAEMON_PREFIX, Names, agent_key, key_agent
@@ -37,7 +37,7 @@ from registry import AgentId, AgentRecord, AgentStatus, ChangeKind, Registry, St
 
 __all__ = ["HOLDER", "ClusterRegistry", "RegistrySync"]
 
-log = structlog.get_logger("mesh.cluster")
+log = get_logger("mesh.cluster")
 
 #: The metadata key of a mirrored agent that names the daemon holding it.
 HOLDER: Final = "mesh.daemon"

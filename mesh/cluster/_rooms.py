@@ -24,9 +24,9 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 import msgspec
-import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from mesh._logging import get_logger
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._link import KvChange, Message, NatsLink, StreamEvent, Watch
 from mesh.cluster._settings import Names
@@ -54,7 +54,7 @@ from mesh.rooms._replica import RoomLeaseLost, RoomOp
 
 __all__ = ["RoomReplication"]
 
-log = structlog.get_logger("mesh.cluster")
+log = get_logger("mesh.cluster")
 
 #: The header that names the daemon that recorded an event.
 WRITER: Final = "Mesh-Daemon"

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import anyio
-import structlog
 
 from mesh._errors import MeshError
+from mesh._logging import get_logger
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._rpc.caller import ProgressCallback
 from mesh.mcp._names import SEPARATOR, exposed_names
@@ -26,7 +26,7 @@ from registry import AgentStatus, StatusChange
 
 __all__ = ["Authorize", "ExtraTool", "ToolCatalog", "call_result", "error_result"]
 
-log = structlog.get_logger("mesh.mcp")
+log = get_logger("mesh.mcp")
 
 #: An agent that does not answer ``tools/list`` this fast is left out of one listing.
 LIST_TIMEOUT: Final = 5.0

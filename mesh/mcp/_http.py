@@ -29,8 +29,8 @@ import anyio
 import anyio.abc
 import httpx
 import msgspec
-import structlog
 
+from mesh._logging import get_logger
 from mesh.mcp._revisions import PROTOCOL_VERSION_KEY
 from transports import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -43,7 +43,7 @@ from transports._groups import unwrap_single_error
 
 __all__ = ["McpHttpStream", "open_mcp_http_client"]
 
-log = structlog.get_logger("mesh.mcp")
+log = get_logger("mesh.mcp")
 
 #: Dialling must succeed this fast; reading has no deadline of its own (the session's bounds it).
 CONNECT_TIMEOUT: Final = 10.0

@@ -28,8 +28,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-import structlog
-
 from mesh._errors import (
     CallTimeout,
     ConnectionLost,
@@ -39,6 +37,7 @@ from mesh._errors import (
     RemoteError,
     ToolError,
 )
+from mesh._logging import get_logger
 from mesh._rpc.peer import Peer, RequestContext
 from mesh.mcp._revisions import (
     HANDSHAKE_REVISIONS,
@@ -50,7 +49,7 @@ from mesh.mcp._revisions import (
 
 __all__ = ["REVISION_CHOICES", "McpMount", "Revision", "tool_result"]
 
-log = structlog.get_logger("mesh.mcp")
+log = get_logger("mesh.mcp")
 
 Revision = Literal["auto", "2026-07-28", "2025-11-25", "2025-06-18"]
 REVISION_CHOICES: Final = ("auto", MODERN, "2025-11-25", "2025-06-18")

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import anyio
-import structlog
 
 from mesh._errors import InvalidParams, MeshError, MethodNotFound
+from mesh._logging import get_logger
 from mesh._rpc.caller import ProgressCallback
 from mesh._rpc.peer import Peer, RequestContext, open_peer
 from mesh._rpc.session import SessionConfig
@@ -39,7 +39,7 @@ from transports import FrameStream
 
 __all__ = ["INSTRUCTIONS", "McpServer", "serve_mcp"]
 
-log = structlog.get_logger("mesh.mcp")
+log = get_logger("mesh.mcp")
 
 INSTRUCTIONS: Final = (
     "These tools belong to the agents of an agent-mesh. A tool named `AGENT__TOOL` is"
