@@ -127,6 +127,8 @@ def _assert_answer_says_why(reply: httpx.Response, what: str) -> None:
     assert reply.status_code < 500, f"{what} -> {reply.status_code} {reply.text}"
     if reply.status_code == 204 or reply.request.method == "HEAD":
         return
+    if reply.status_code < 400 and reply.url.path == "/":
+        return  # a path that normalizes to the room page answers with the page, not JSON
     assert reply.headers["content-type"] == "application/json", what
     answer = reply.json()
     if reply.status_code >= 400:
