@@ -61,6 +61,7 @@ class RoomEvents(Generic[E]):
         self._history: deque[LiveEvent] = deque()
         self._last = since
         self._finished = False
+        self._opened: tuple[str, int] | None = None  # the last turn opening yielded
 
     def add_history(self, events: Iterable[RoomEvent]) -> None:
         """Queue recorded events to yield before the live ones (older than ``since`` skipped)."""
@@ -82,8 +83,15 @@ class RoomEvents(Generic[E]):
         if self._finished:
             raise StopAsyncIteration
         event = self._history.popleft() if self._history else await self._next_live()
+        while isinstance(event, DeltaEvent) and not event.text:
+            # A turn's opening, once: an observer arriving mid-turn may get it twice.
+            if self._opened != (event.agent_id, event.turn):
+                self._opened = (event.agent_id, event.turn)
+                return cast(E, event)
+            event = self._history.popleft() if self._history else await self._next_live()
         if isinstance(event, DeltaEvent):
             return cast(E, event)  # unrecorded: it neither moves last_seq nor ends anything
+        self._opened = None  # after a recorded event (an ERROR, say) a turn may open again
         self._last = event.seq
         if _ends(event) and not self._history and not self._pending():
             self._finished = True

@@ -124,7 +124,10 @@ def test_a_person_joins_from_the_page_and_the_next_persona_answers(
     page.wait_for_selector("#say-hint.your-turn", timeout=30_000)
     page.fill("#say-text", "Milk first, obviously.")
     page.click("#say")
-    answer = page.locator("#transcript .message", has_text="Carol said: Milk first, obviously.")
+    # The first answer; later ones quote it again ("Alice said: Carol said: ...").
+    answer = page.locator(
+        "#transcript .message", has_text="Carol said: Milk first, obviously."
+    ).first
     answer.wait_for()
     assert answer.locator(".name").inner_text() in {"Alice", "Bob"}
     mine = page.locator('#transcript .message.person[data-agent="carol"]')

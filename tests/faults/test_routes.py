@@ -127,8 +127,10 @@ def _assert_answer_says_why(reply: httpx.Response, what: str) -> None:
     assert reply.status_code < 500, f"{what} -> {reply.status_code} {reply.text}"
     if reply.status_code == 204 or reply.request.method == "HEAD":
         return
-    if reply.status_code < 400 and reply.url.path == "/":
-        return  # a path that normalizes to the room page answers with the page, not JSON
+    page = reply.request.url.path == "/" or reply.request.url.path.startswith("/static/")
+    if page and reply.status_code == 200:  # the room page (a path like /rooms/.. lands there)
+        assert reply.headers["content-type"].startswith(("text/", "image/")), what
+        return
     assert reply.headers["content-type"] == "application/json", what
     answer = reply.json()
     if reply.status_code >= 400:
