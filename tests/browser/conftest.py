@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from tests.integration._daemon import persona_manifest
+
 #: Starting the daemon and its two persona processes on a loaded machine.
 SPAWN_TIMEOUT = 30.0
 #: Where screenshots go when MESH_SCREENSHOTS names a folder (docs/images for the docs).
@@ -37,32 +39,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--no-first-run",
 ]
-
-
-def persona_manifest(
-    directory: Path, agent_id: str, name: str, role: str, script: list[str], delay: float
-) -> None:
-    path = directory / f"{agent_id}.toml"
-    path.write_text(
-        f"""id = "{agent_id}"
-name = "{name}"
-capabilities = ["chat"]
-
-[transport]
-type = "stdio"
-command = "python"
-args = ["-m", "mesh.agents.persona", "--manifest", "{path}", "--stdio"]
-
-[persona]
-system_prompt = "You are {name}."
-role = "{role}"
-
-[persona.provider]
-provider = "scripted"
-script = {json.dumps(script)}
-delay = {delay}
-"""
-    )
 
 
 @dataclass
@@ -127,7 +103,7 @@ def start_daemon(
     manifests = tmp_path / "manifests"
     manifests.mkdir()
     for agent_id, (name, role, script) in scripts.items():
-        persona_manifest(manifests, agent_id, name, role, script, delay)
+        persona_manifest(manifests, agent_id, name, script, delay, role=role)
     data_dir = tmp_path / "data"
     command = [sys.executable, "-m", "mesh.cli", "serve", "--port", "0"]
     command += ["--manifests", str(manifests), "--data-dir", str(data_dir)]

@@ -18,7 +18,13 @@ from transports import WebSocketStream, open_websocket
 
 
 def persona_manifest(
-    directory: Path, agent_id: str, name: str, script: list[str], delay: float
+    directory: Path,
+    agent_id: str,
+    name: str,
+    script: list[str],
+    delay: float,
+    *,
+    role: str = "participant",
 ) -> None:
     """A scripted persona agent over stdio, answering each turn after ``delay`` s."""
     path = directory / f"{agent_id}.toml"
@@ -34,7 +40,7 @@ args = ["-m", "mesh.agents.persona", "--manifest", "{path}", "--stdio"]
 
 [persona]
 system_prompt = "You are {name}. Keep it short."
-role = "participant"
+role = "{role}"
 
 [persona.provider]
 provider = "scripted"

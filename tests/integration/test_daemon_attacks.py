@@ -17,8 +17,9 @@ import pytest
 
 from mesh.rooms import ErrorEvent, StoppedEvent
 from mesh.testing import echo_agent_command, spawn_daemon, spawn_echo_server
+from tests.integration._daemon import persona_manifest
 from tests.integration.test_daemon_auth import create_token
-from tests.integration.test_daemon_rooms import persona_manifest, watch_room
+from tests.integration.test_daemon_rooms import watch_room
 from transports import HttpRequest, HttpResponse, WebSocketStream, open_http_server
 
 pytestmark = pytest.mark.anyio

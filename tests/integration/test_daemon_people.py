@@ -13,7 +13,7 @@ import pytest
 from mesh.rooms import DeltaEvent, MessageEvent, decode_live_event
 from mesh.testing import Daemon, spawn_daemon
 
-from .test_daemon_rooms import persona_manifest
+from ._daemon import persona_manifest
 
 pytestmark = pytest.mark.anyio
 

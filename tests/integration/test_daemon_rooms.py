@@ -15,37 +15,12 @@ import pytest
 
 from mesh.rooms import MessageEvent, StoppedEvent, WelcomeEvent, decode_event
 from mesh.testing import Daemon, spawn_daemon
+from tests.integration._daemon import persona_manifest
 
 pytestmark = pytest.mark.anyio
 
 ALICE = ["Tea keeps me calm.", "Coffee is faster, I admit.", "Let us try both."]
 BOB = ["Coffee wakes me up.", "Tea is gentler.", "Agreed: both, then."]
-
-
-def persona_manifest(
-    directory: Path, agent_id: str, name: str, script: list[str], delay: float
-) -> None:
-    path = directory / f"{agent_id}.toml"
-    path.write_text(
-        f'''id = "{agent_id}"
-name = "{name}"
-capabilities = ["chat"]
-
-[transport]
-type = "stdio"
-command = "python"
-args = ["-m", "mesh.agents.persona", "--manifest", "{path}", "--stdio"]
-
-[persona]
-system_prompt = "You are {name}. Keep it short."
-role = "participant"
-
-[persona.provider]
-provider = "scripted"
-script = {json.dumps(script)}
-delay = {delay}
-'''
-    )
 
 
 async def watch_room(daemon: Daemon, room_id: str, until: Callable[[Any], bool]) -> list[Any]:
