@@ -39,6 +39,7 @@ from transports._base import (
     TransportInfo,
 )
 from transports._groups import unwrap_single_error
+from transports._sockets import shrink_reads
 
 __all__ = ["HttpClientStream", "open_http_client"]
 
@@ -114,6 +115,7 @@ class _Connection:
 
     def __init__(self, stream: anyio.abc.ByteStream) -> None:
         self.stream = stream
+        shrink_reads(stream)  # asyncio's 256 KiB reads cost a mapping each
         self.h11 = h11.Connection(h11.CLIENT)
         self._sock: socket.socket | None = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
         self._poll: select.poll | None = None

@@ -34,6 +34,7 @@ from anyio.streams.tls import TLSListener
 from transports._base import DEFAULT_MAX_FRAME_SIZE
 from transports._groups import unwrap_single_error
 from transports._logging import get_logger
+from transports._sockets import shrink_reads
 
 __all__ = [
     "HttpRequest",
@@ -126,11 +127,13 @@ class _HttpConnection:
     def __init__(self, stream: anyio.abc.ByteStream, server: HttpServer, client: str) -> None:
         self._stream = stream
         self._server = server
+        shrink_reads(stream)  # asyncio's 256 KiB reads cost a mapping each
         self._config = server.config
         self._client = client
         self._h11 = h11.Connection(
             h11.SERVER, max_incomplete_event_size=self._config.max_header_size
         )
+        self._upgrading: h11.Request | None = None
         # Bytes handed to h11 so far: with what it still buffers, this measures a
         # request head exactly (h11's own limit only applies while a head is incomplete,
         # so a head that completes in the read that crosses the limit would get in).
@@ -146,7 +149,13 @@ class _HttpConnection:
     async def run(self) -> None:
         try:
             while True:
-                if not await self._one_cycle():
+                outcome = await self._one_cycle()
+                if outcome is False:
+                    return
+                if outcome is not True:  # a WebSocket upgrade: the connection is handed over
+                    self._upgrading = outcome
+                    del outcome  # (the handshake's objects must not live as long as the link)
+                    await self._upgrade()
                     return
         except _Closed:
             return
@@ -154,8 +163,9 @@ class _HttpConnection:
             with anyio.CancelScope(shield=True):
                 await self._stream.aclose()
 
-    async def _one_cycle(self) -> bool:
-        """Serve one request; False when the connection should close (or was handed over)."""
+    async def _one_cycle(self) -> bool | h11.Request:
+        """Serve one request; False when the connection should close, or the request
+        that asks to upgrade (:meth:`_upgrade` takes it from there)."""
         config = self._config
         start = self._consumed()
         # Idle keep-alive: the next request's first byte has keepalive_timeout to come...
@@ -184,7 +194,8 @@ class _HttpConnection:
             await self._send_error(408, f"request not complete within {config.request_timeout:g} s")
             return False
         if upgrade:
-            return await self._upgrade(request)  # the WebSocket lives on without a deadline
+            assert isinstance(request, h11.Request)
+            return request  # the WebSocket lives on without a deadline
         if body is None:
             return False
         # A request is in progress until its answer is written: a drain that waits
@@ -268,7 +279,7 @@ class _HttpConnection:
                 return True
         return False
 
-    async def _upgrade(self, request: h11.Request) -> bool:
+    async def _upgrade(self) -> None:
         handler = self._server.upgrade_handler
         assert handler is not None
         # h11 sees the Upgrade header and pauses after the request; what it
@@ -278,13 +289,21 @@ class _HttpConnection:
             event = self._h11.next_event()
         if event is not h11.PAUSED:
             await self._send_error(400, "an upgrade request must not carry a body")
-            return False
-        trailing, _ = self._h11.trailing_data
+            return
+        del event
+        # Built in the call, not in a local: the handler may drop them once it is open.
+        await handler(*self._hand_over())
+
+    def _hand_over(self) -> tuple[anyio.abc.ByteStream, HttpRequest, bytes]:
+        """What the upgrade handler gets; this connection forgets the HTTP exchange."""
+        request, self._upgrading = self._upgrading, None
+        assert request is not None
+        trailing = bytes(self._h11.trailing_data[0])
+        del self._h11  # it holds the request's buffers; nothing reads HTTP here any more
         http_request = HttpRequest(
             request.method.decode(), request.target.decode(), _headers(request), b"", self._client
         )
-        await handler(self._stream, http_request, bytes(trailing))
-        raise _Closed  # the handler owned the stream; it is done now
+        return self._stream, http_request, trailing
 
     async def _read_body(self, request: h11.Request) -> bytes | None:
         limit = self._config.max_body_size

@@ -1,4 +1,12 @@
-"""An in-memory frame stream pair: the test double every transport is measured against."""
+"""An in-memory frame stream pair: the test double every transport is measured against.
+
+Each direction is a small channel of our own rather than anyio's memory object
+streams: a frame handed to a waiting receiver costs one wake-up of the loop's own
+kind (:mod:`transports._loop`) and a ``receive`` that finds a frame returns it
+without a checkpoint. anyio's streams build an ``anyio.Event`` (a backend lookup)
+per blocked receive and checkpoint before every one; on the in-process call path
+(``bench/profile.py``) that was the largest single cost after the loop itself.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +15,6 @@ from collections import deque
 from collections.abc import Sequence
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from transports._base import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -15,23 +22,118 @@ from transports._base import (
     TransportClosed,
     TransportInfo,
 )
+from transports._loop import Loop, Wakeup, current_loop
 
 __all__ = ["MemoryFrameStream", "memory_stream_pair"]
+
+_HEAD = 512
+
+
+class _Broken(Exception):
+    """The receiving end of a channel is closed: nothing sent will be read."""
+
+
+class _Channel:
+    """One direction: frames in order, at most ``capacity`` waiting unread.
+
+    One task receives at a time; senders that find no room park in order. A
+    frame is handed over when there is room or a receiver is parked waiting
+    (so ``capacity`` 0 is a rendezvous, as with anyio's memory streams).
+    """
+
+    __slots__ = (
+        "_capacity",
+        "_frames",
+        "_loop",
+        "_receiver",
+        "_senders",
+        "read_closed",
+        "sent_all",
+    )
+
+    def __init__(self, capacity: float) -> None:
+        self._capacity = capacity
+        self._frames: deque[bytes] = deque()
+        self._loop: Loop | None = None
+        self._receiver: Wakeup | None = None  # a receiver parked on an empty channel
+        self._senders: deque[Wakeup] = deque()  # senders parked for room
+        self.read_closed = False  # the receiving end closed
+        self.sent_all = False  # the sending end closed: the receiver ends after what is queued
+
+    def _wakeup(self) -> Wakeup:
+        if self._loop is None:
+            self._loop = current_loop()
+        return self._loop.wakeup()
+
+    def put_nowait(self, frame: bytes) -> bool:
+        """Hand ``frame`` over if there is room; False if not. Raises _Broken."""
+        if self.read_closed:
+            raise _Broken
+        receiver = self._receiver
+        if receiver is None and len(self._frames) >= self._capacity:
+            return False
+        self._frames.append(frame)
+        if receiver is not None:
+            self._receiver = None
+            receiver.set()
+        return True
+
+    async def put(self, frame: bytes) -> None:
+        while not self.put_nowait(frame):
+            if self.sent_all:
+                raise _Broken
+            parked = self._wakeup()
+            self._senders.append(parked)
+            try:
+                await parked.wait()
+            finally:
+                if parked in self._senders:
+                    self._senders.remove(parked)
+
+    async def get(self) -> bytes | None:
+        """The next frame; None once the sender closed and everything queued was read."""
+        frames = self._frames
+        while not frames:
+            if self.sent_all or self.read_closed:
+                return None
+            if self._senders:  # a sender waiting for a receiver (capacity 0), or for room
+                self._senders.popleft().set()
+            parked = self._receiver = self._wakeup()
+            try:
+                await parked.wait()
+            finally:
+                if self._receiver is parked:
+                    self._receiver = None
+        frame = frames.popleft()
+        if self._senders:
+            self._senders.popleft().set()
+        return frame
+
+    def close_sending(self) -> None:
+        self.sent_all = True
+        self._wake_all()
+
+    def close_receiving(self) -> None:
+        self.read_closed = True
+        self._frames.clear()
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        if self._receiver is not None:
+            self._receiver.set()
+            self._receiver = None
+        while self._senders:
+            self._senders.popleft().set()
 
 
 class MemoryFrameStream:
     """One end of an in-memory link. Enforces the same size limit a wire would."""
 
     def __init__(
-        self,
-        send: MemoryObjectSendStream[bytes],
-        receive: MemoryObjectReceiveStream[bytes],
-        *,
-        name: str,
-        max_frame_size: int,
+        self, outbound: _Channel, inbound: _Channel, *, name: str, max_frame_size: int
     ) -> None:
-        self._send = send
-        self._receive = receive
+        self._out = outbound
+        self._in = inbound
         self._info = TransportInfo("memory", name)
         self._max = max_frame_size
         self._closed_reason: str | None = None
@@ -58,23 +160,27 @@ class MemoryFrameStream:
         # overtakes another; what others add meanwhile rides along.
         async with self._draining:
             while backlog:
-                await self._put(backlog[0])
+                try:
+                    await self._out.put(backlog[0])
+                except _Broken:
+                    backlog.clear()  # nothing will carry it now; send_nowait must raise too
+                    raise self._peer_closed() from None
                 backlog.popleft()
 
     def send_nowait(self, frames: Sequence[bytes]) -> bool:
-        """Hand frames over without waiting; False if some wait for ``send_many`` (buffer full)."""
+        """Hand frames over without waiting; False if some wait for ``send_many`` (no room)."""
         self._check_open()
         backlog = self._backlog
         if backlog or self._draining.locked():
             backlog.extend(frames)
             return False
+        put = self._out.put_nowait
         for n, frame in enumerate(frames):
             try:
-                self._send.send_nowait(frame)
-            except anyio.WouldBlock:
-                backlog.extend(frames[n:])
-                return False
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                if not put(frame):
+                    backlog.extend(frames[n:])
+                    return False
+            except _Broken:
                 raise self._peer_closed() from None
         return True
 
@@ -82,42 +188,33 @@ class MemoryFrameStream:
         if self._closed_reason is not None:
             raise TransportClosed(self._closed_reason)
 
-    async def _put(self, frame: bytes) -> None:
-        try:
-            await self._send.send(frame)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            self._backlog.clear()  # nothing will carry it now; send_nowait must raise too
-            raise self._peer_closed() from None
-
     def _peer_closed(self) -> TransportClosed:
         return TransportClosed(self._closed_reason or "peer closed the in-memory link")
 
     async def receive(self) -> bytes:
         self._check_open()
-        try:
-            frame = await self._receive.receive()
-        except anyio.EndOfStream:
-            raise self._peer_closed() from None
-        except anyio.ClosedResourceError:
-            raise TransportClosed(self._closed_reason or "closed") from None
+        frame = await self._in.get()
+        if frame is None:
+            if self._closed_reason is not None:
+                raise TransportClosed(self._closed_reason)
+            raise self._peer_closed()
         if len(frame) > self._max:
-            raise FrameTooLarge(len(frame), self._max, frame[:512])
+            raise FrameTooLarge(len(frame), self._max, frame[:_HEAD])
         return frame
 
     async def aclose(self) -> None:
         if self._closed_reason is None:
             self._closed_reason = "closed locally"
-        await self._send.aclose()
-        await self._receive.aclose()
+        self._out.close_sending()
+        self._in.close_receiving()
 
 
 def memory_stream_pair(
     *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, buffer: float = math.inf
 ) -> tuple[MemoryFrameStream, MemoryFrameStream]:
     """Two connected ends. ``buffer`` frames may wait unread in each direction."""
-    a_send, b_receive = anyio.create_memory_object_stream[bytes](buffer)
-    b_send, a_receive = anyio.create_memory_object_stream[bytes](buffer)
+    a_to_b, b_to_a = _Channel(buffer), _Channel(buffer)
     return (
-        MemoryFrameStream(a_send, a_receive, name="memory:a", max_frame_size=max_frame_size),
-        MemoryFrameStream(b_send, b_receive, name="memory:b", max_frame_size=max_frame_size),
+        MemoryFrameStream(a_to_b, b_to_a, name="memory:a", max_frame_size=max_frame_size),
+        MemoryFrameStream(b_to_a, a_to_b, name="memory:b", max_frame_size=max_frame_size),
     )

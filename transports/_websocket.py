@@ -18,7 +18,6 @@ from __future__ import annotations
 import enum
 import os
 import ssl
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidURI
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
-from websockets.protocol import Protocol, State
+from websockets.protocol import Protocol, Side, State
 from websockets.server import ServerProtocol
 from websockets.uri import parse_uri
 
@@ -39,6 +38,8 @@ from transports._base import DEFAULT_MAX_FRAME_SIZE, FrameTooLarge, TransportClo
 from transports._groups import unwrap_single_error
 from transports._http_server import HttpRequest, UpgradeHandler
 from transports._logging import get_logger
+from transports._loop import Gate
+from transports._sockets import socket_io
 
 __all__ = [
     "CloseCode",
@@ -140,7 +141,10 @@ class WebSocketStream:
         self._protocol = protocol
         self._info = info
         self._config = config
-        self._ready: deque[bytes | FrameTooLarge] = deque()
+        # A list read from an index, not a deque: a deque's first block alone is 600
+        # bytes, a lot for an idle link (the list is cleared once read out).
+        self._ready: list[bytes | FrameTooLarge] = []
+        self._ready_at = 0
         self._fragments: list[bytes] = []
         self._fragment_size = 0
         self._text = True  # the message being assembled began with a TEXT frame
@@ -149,9 +153,13 @@ class WebSocketStream:
         # The read or send right after an uncontended acquire is a checkpoint of its
         # own: skipping the acquire's saves one per message (profiled: anyio checkpoints
         # were a quarter of a sequential call's CPU).
-        self._read_lock = anyio.Lock(fast_acquire=True)
-        self._write_lock = anyio.Lock(fast_acquire=True)
-        self._pong = anyio.Event()
+        self._read_lock = Gate()
+        self._write_lock = Gate()
+        #: Writes that need no task switch where the socket has room (see transports._sockets).
+        self._io = socket_io(stream)
+        self._written = True  # all that was written has left (else drain before returning)
+        self._eof = False  # the protocol asked for the TCP connection to end
+        self._pong: anyio.Event | None = None  # made by the keepalive
         #: On the accepting side, the path and query the client asked for.
         self.request_target = ""
 
@@ -178,13 +186,11 @@ class WebSocketStream:
         await self._flush()
 
     def send_nowait(self, frames: Sequence[bytes]) -> bool:
-        """Queue frames in the protocol; False: they go out with the next ``send_many``.
-
-        Writing to the socket is always a wait here, so this never writes; it lets
-        a caller queue frames with no task switch and flush them from one writer.
-        """
+        """Frame ``frames`` and write them now if the socket takes them; False: the rest
+        goes out with the next ``send_many`` (a write is in flight, the socket is full,
+        or the connection is TLS, whose writes always wait)."""
         self._queue(frames)
-        return not frames
+        return self._write_nowait()
 
     def _queue(self, frames: Sequence[bytes]) -> None:
         if self._closed is not None:
@@ -197,21 +203,37 @@ class WebSocketStream:
                 _check_utf8(frame)  # a peer would close with 1007: refuse it here
             send_text(frame)
 
+    def _write_nowait(self) -> bool:
+        """Write what the protocol has framed, in order, without waiting.
+
+        True when everything written so far has left; False when some waits for the
+        socket (or, on TLS, for ``_flush``), which must then drain it.
+        """
+        chunks = self._protocol.data_to_send()
+        if chunks:
+            if chunks[-1] == b"":  # the protocol asks for the TCP connection to end
+                self._eof = True
+                chunks.pop()
+            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            if data:
+                try:
+                    self._written = self._io.write(data)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                    raise self._mark_closed(f"connection lost while sending: {exc!r}") from None
+        return self._written and not self._eof
+
     async def _flush(self) -> None:
+        """Write everything queued, waiting for the socket as long as it takes."""
+        if self._write_nowait():
+            return
         async with self._write_lock:
-            # Cancelled before a byte is written, the chunks stay in the protocol for the
-            # next flush (a closing peer's), instead of being lost with this task.
-            await anyio.lowlevel.checkpoint_if_cancelled()
-            chunks = self._protocol.data_to_send()
-            if not chunks:
-                return
-            eof = chunks[-1] == b""
-            data = b"".join(chunks)
+            self._write_nowait()  # what was framed while we waited for the gate
             try:
-                if data:
-                    await self._stream.send(data)
-                if eof:
-                    await self._stream.aclose()
+                await self._io.drain()
+                self._written = True
+                if self._eof:
+                    self._eof = False
+                    await self._io.aclose()
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                 raise self._mark_closed(f"connection lost while sending: {exc!r}") from None
 
@@ -221,7 +243,11 @@ class WebSocketStream:
         ready = self._ready
         while True:
             if ready:
-                item = ready.popleft()
+                item = ready[self._ready_at]
+                self._ready_at += 1
+                if self._ready_at == len(ready):
+                    ready.clear()
+                    self._ready_at = 0
                 if type(item) is bytes:
                     return item
                 raise item  # type: ignore[misc]
@@ -233,14 +259,15 @@ class WebSocketStream:
 
     async def _read_some(self) -> None:
         try:
-            data = await self._stream.receive(_READ_SIZE)
-        except anyio.EndOfStream:
-            self._protocol.receive_eof()
+            data = await self._io.receive()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, ssl.SSLError) as exc:
             self._protocol.receive_eof()
             self._mark_closed(f"connection lost: {exc!r}")
         else:
-            self._protocol.receive_data(data)
+            if data:
+                self._protocol.receive_data(data)
+            else:
+                self._protocol.receive_eof()
         self.process_events()
         with suppress(TransportClosed):
             await self._flush()  # pongs, our half of a close handshake
@@ -257,7 +284,8 @@ class WebSocketStream:
         """Queue what a data frame completes; False if it failed the connection."""
         opcode = frame.opcode
         if opcode is Opcode.PONG:
-            self._pong.set()
+            if self._pong is not None:
+                self._pong.set()
             return True
         if opcode not in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT):
             return True  # pings are answered by the protocol; close is handled by its state
@@ -321,7 +349,7 @@ class WebSocketStream:
             await anyio.sleep(interval)
             if self._closed is not None or self._protocol.state is not State.OPEN:
                 return
-            self._pong = anyio.Event()
+            pong = self._pong = anyio.Event()
             self._protocol.send_ping(os.urandom(4))
             # The timeout covers sending the ping too: a peer that stopped reading
             # fills its socket buffer, and then the write itself never returns.
@@ -330,7 +358,7 @@ class WebSocketStream:
                     await self._flush()
                 except TransportClosed:
                     return
-                await self._pong.wait()
+                await pong.wait()
                 continue
             log.warning(
                 "websocket.ping_timeout", peer=self._info.peer, after=self._config.ping_timeout
@@ -362,7 +390,13 @@ class WebSocketStream:
             self._mark_closed(
                 f"closed locally with code {code}" + (f" ({reason})" if reason else "")
             )
-            await anyio.aclose_forcefully(self._stream)
+            await self._io.aclose()
+
+
+async def _write_all(stream: anyio.abc.ByteStream, chunks: list[bytes]) -> None:
+    data = b"".join(chunks)
+    if data:
+        await stream.send(data)
 
 
 async def _handshake_reply(
@@ -456,17 +490,89 @@ async def open_websocket(
         if not ws._handle_frame(frame):
             break
     ws.process_events()
+    async with _keeping_alive(ws):
+        yield ws
+
+
+WebSocketHandler = Callable[[WebSocketStream, str | None], Awaitable[None]]
+
+
+@asynccontextmanager
+async def _keeping_alive(ws: WebSocketStream) -> AsyncIterator[None]:
+    """Run ``ws``'s keepalive (if it pings at all) for the block; close ``ws`` after it."""
+    if ws._config.ping_interval is None:  # no task (and no task group) for a link to hold
+        try:
+            yield
+        finally:
+            await ws.aclose()
+        return
     with unwrap_single_error():
         async with anyio.create_task_group() as tg:
             tg.start_soon(ws.keepalive)
             try:
-                yield ws
+                yield
             finally:
                 await ws.aclose()
                 tg.cancel_scope.cancel()
 
 
-WebSocketHandler = Callable[[WebSocketStream, str | None], Awaitable[None]]
+async def _accept(
+    stream: anyio.abc.ByteStream,
+    request: HttpRequest,
+    trailing: bytes,
+    config: WebSocketConfig,
+    paths: Sequence[str] | None,
+    authenticator: TokenAuthenticator | None,
+) -> tuple[WebSocketStream, str | None] | None:
+    """The server's half of the handshake: the stream and the token's agent id, or None
+    when the connection was refused (404, 4001, 4003) and is closed already."""
+    handshake = ServerProtocol(max_size=config.hard_limit)
+    # h11 routed the request; websockets parses its own handshake from the
+    # same head (its parser must see the request before it reads frames).
+    handshake.receive_data(_request_head(request))
+    parsed = next((e for e in handshake.events_received() if isinstance(e, Request)), None)
+    if parsed is None or (paths is not None and request.path not in paths):
+        reply = handshake.reject(404, f"no WebSocket endpoint at {request.path}\n")
+    else:
+        reply = handshake.accept(parsed)
+    handshake.send_response(reply)
+    opened = handshake.state is State.OPEN
+    try:
+        await _write_all(stream, handshake.data_to_send())
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        await anyio.aclose_forcefully(stream)
+        return None
+    del handshake, parsed, reply
+    if not opened:
+        await anyio.aclose_forcefully(stream)
+        return None
+    # Frames get a protocol of their own: the handshake's parser is a generator whose
+    # frame keeps the parsed request (~2 KiB of headers) for as long as it runs.
+    protocol = Protocol(Side.SERVER, max_size=config.hard_limit)
+    ws = WebSocketStream(
+        stream, protocol, info=TransportInfo("websocket", request.client), config=config
+    )
+    ws.request_target = request.target
+    if trailing:
+        protocol.receive_data(trailing)
+    agent_id = None
+    if authenticator is not None:
+        agent_id = authenticator.identify(
+            bearer_token(request.header("authorization"), request.query_value("token"))
+        )
+        if agent_id is None:
+            log.info("websocket.unauthorized", client=request.client)
+            await ws.aclose(CloseCode.UNAUTHORIZED, "Unauthorized")
+            return None
+        claimed = request.header("x-agent-id") or request.query_value("agent")
+        if claimed is not None and claimed != agent_id:
+            log.warning(
+                "websocket.impersonation", client=request.client, claimed=claimed, agent=agent_id
+            )
+            await ws.aclose(CloseCode.FORBIDDEN, f"token does not belong to agent {claimed!r}")
+            return None
+    ws.process_events()
+    return ws, agent_id
 
 
 def _request_head(request: HttpRequest) -> bytes:
@@ -492,57 +598,25 @@ def websocket_upgrade_handler(
     ws_config = config or WebSocketConfig()
 
     async def upgrade(stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes) -> None:
-        protocol = ServerProtocol(max_size=ws_config.hard_limit)
-        # h11 routed the request; websockets parses its own handshake from the
-        # same head (its parser must see the request before it reads frames).
-        protocol.receive_data(_request_head(request))
-        parsed = next((e for e in protocol.events_received() if isinstance(e, Request)), None)
-        if parsed is None or (paths is not None and request.path not in paths):
-            reply = protocol.reject(404, f"no WebSocket endpoint at {request.path}\n")
-        else:
-            reply = protocol.accept(parsed)
-        protocol.send_response(reply)
-        ws = WebSocketStream(
-            stream, protocol, info=TransportInfo("websocket", request.client), config=ws_config
-        )
-        ws.request_target = request.target
+        accepted = await _accept(stream, request, trailing, ws_config, paths, authenticator)
+        client = request.client
+        # Nothing of the handshake outlives it: an idle link keeps only what it uses.
+        del request, trailing
+        if accepted is None:
+            return
+        ws, agent_id = accepted
+        # A link that does not ping (a mesh peer's heartbeats are its keepalive) gets
+        # no keepalive task, and no task group either: an idle link holds what it uses.
+        pinging = None if ws._config.ping_interval is None else _keeping_alive(ws)
         try:
-            await ws._flush()
-        except TransportClosed:
-            return
-        if protocol.state is not State.OPEN:
-            await anyio.aclose_forcefully(stream)
-            return
-        if trailing:
-            protocol.receive_data(trailing)
-        agent_id = None
-        if authenticator is not None:
-            agent_id = authenticator.identify(
-                bearer_token(request.header("authorization"), request.query_value("token"))
-            )
-            if agent_id is None:
-                log.info("websocket.unauthorized", client=request.client)
-                await ws.aclose(CloseCode.UNAUTHORIZED, "Unauthorized")
-                return
-            claimed = request.header("x-agent-id") or request.query_value("agent")
-            if claimed is not None and claimed != agent_id:
-                log.warning(
-                    "websocket.impersonation",
-                    client=request.client,
-                    claimed=claimed,
-                    agent=agent_id,
-                )
-                await ws.aclose(CloseCode.FORBIDDEN, f"token does not belong to agent {claimed!r}")
-                return
-        ws.process_events()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ws.keepalive)
-            try:
+            if pinging is None:
                 await handler(ws, agent_id)
-            except TransportClosed as closed:
-                log.debug("websocket.closed", client=request.client, reason=closed.reason)
-            finally:
-                await ws.aclose()
-                tg.cancel_scope.cancel()
+            else:
+                async with pinging:
+                    await handler(ws, agent_id)
+        except TransportClosed as closed:
+            log.debug("websocket.closed", client=client, reason=closed.reason)
+        finally:
+            await ws.aclose()
 
     return upgrade

@@ -99,7 +99,8 @@ def spec_from_manifest(
         kind, endpoint = "http", transport.endpoint
     elif isinstance(transport, WebSocketSection):
         token = transport.token(environ)
-        config = WebSocketConfig(max_frame_size=limit)
+        # Heartbeats are on for every manifest link: they are its keepalive.
+        config = WebSocketConfig(max_frame_size=limit, ping_interval=None)
         connector = partial(open_websocket, transport.endpoint, token=token, config=config)
         kind, endpoint = "websocket", transport.endpoint
     else:

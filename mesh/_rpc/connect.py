@@ -31,6 +31,7 @@ from transports import (
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "handshake",
+    "link_websocket_config",
     "open_http_peer",
     "open_stdio_peer",
     "open_websocket_peer",
@@ -39,6 +40,19 @@ __all__ = [
 #: Starting a Python agent takes a few hundred milliseconds; ten seconds allows
 #: for a loaded machine without letting a wedged start-up hang the caller.
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0
+
+
+def link_websocket_config(config: SessionConfig, **settings: Any) -> WebSocketConfig:
+    """The WebSocket settings of a mesh link: the session's heartbeats are its keepalive.
+
+    A peer beats every ``heartbeat_interval`` and drops the link after
+    ``heartbeat_ttl`` of silence: what WebSocket pings would find, found by the
+    peer's own clock. So the link pings only when heartbeats are off, and holds
+    no keepalive task of its own (memory per idle link, docs/performance.md).
+    """
+    if config.heartbeat_interval is not None:
+        settings.setdefault("ping_interval", None)
+    return WebSocketConfig(max_frame_size=config.max_frame_size, **settings)
 
 
 async def handshake(peer: Peer, *, timeout: float) -> dict[str, Any]:
@@ -135,9 +149,7 @@ async def open_websocket_peer(
     :class:`~mesh.Unauthorized` with its ``close_code``.
     """
     config = config or SessionConfig()
-    ws_config = websocket_config or WebSocketConfig(
-        max_frame_size=config.max_frame_size, connect_timeout=connect_timeout
-    )
+    ws_config = websocket_config or link_websocket_config(config, connect_timeout=connect_timeout)
     dial = open_websocket(
         url, token=token, headers=headers, ssl_context=ssl_context, config=ws_config
     )

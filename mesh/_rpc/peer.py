@@ -1,24 +1,30 @@
 """Drives a :class:`~mesh._rpc.session.Session` over a frame stream with anyio.
 
-Three background tasks own the connection — a reader, one writer (every frame
-queued while a write is in flight goes out in the next single write: pipelining
-needs one writer, PERFORMANCE.md lesson 2) and a clock that fires deadlines and
-heartbeats — plus one task per incoming request. They all live in a task group
-that :func:`open_peer` owns; nothing outlives its ``async with``.
+One task reads the connection (in :func:`serve_peer`, the serving task itself).
+Frames leave from whoever queued them (``send_nowait``: no task switch) while the
+stream takes them; a writer task starts only the first time it does not, and from
+then on finishes whatever the stream could not take at once (every frame queued
+while a write is in flight goes out in the next single write: pipelining needs
+one writer, PERFORMANCE.md lesson 2). Deadlines and heartbeats fire from a timer
+on asyncio (``loop.call_at``: no task) and from a clock task on trio, which has
+no timers. Requests whose handler must wait get a task each. Every task lives in
+the task group :func:`open_peer` (or :func:`serve_peer`) owns; nothing outlives it.
+
+An idle link therefore holds one task on asyncio and two on trio, and a call
+costs one wake-up of the caller (the backend's own future or parking, see
+:mod:`transports._loop`), not an ``anyio.Event``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, Final, Protocol
 
 import anyio
 import anyio.abc
-import sniffio
 
 from mesh._errors import (
     AgentUnavailable,
@@ -53,6 +59,7 @@ from transports import (
     TransportInfo,
     unwrap_single_error,
 )
+from transports._loop import Timer, Wakeup, current_loop  # shared with the memory transport
 
 __all__ = ["Peer", "RequestContext", "RequestHandler", "open_peer", "serve_peer"]
 
@@ -62,6 +69,9 @@ log = get_logger("mesh.peer")
 FLUSH_ON_CLOSE: Final = 0.5
 #: A routed call waits this much beyond the target's deadline for the mesh's answer.
 ROUTE_MARGIN: Final = 1.0
+#: What a handler answers with most: never awaitable, so ``inspect.isawaitable`` (a
+#: chain of ABC checks, about a microsecond) is skipped for them.
+_PLAIN_RESULTS: Final = frozenset({dict, list, str, int, float, bool, type(None)})
 
 
 class RequestHandler(Protocol):
@@ -135,16 +145,6 @@ class RequestContext:
             self._wake()
 
 
-class _Waiter:
-    __slots__ = ("error", "event", "on_progress", "result")
-
-    def __init__(self, event: anyio.Event, on_progress: ProgressCallback | None) -> None:
-        self.event = event
-        self.result: Any = None
-        self.error: MeshError | None = None
-        self.on_progress = on_progress
-
-
 class Peer(CallMethods):
     """One live connection: call the other side, and serve its calls if given a handler.
 
@@ -163,23 +163,37 @@ class Peer(CallMethods):
         info = stream.info
         if config is None:
             config = SessionConfig(max_frame_size=stream.max_frame_size)
+        loop = current_loop()
+        self._now = loop.now
+        self._wakeup = loop.wakeup
+        self._call_at = loop.call_at
         self._stream = stream
         self._handler = handler
         self._session = Session(
-            now=anyio.current_time(), config=config, codec=codec, agent=agent, transport=info.kind
+            now=self._now(), config=config, codec=codec, agent=agent, transport=info.kind
         )
-        self._waiters: dict[RequestId, _Waiter] = {}
+        self._call_timeout = config.call_timeout
+        #: Each call in flight: the wake-up its caller parks on, set to its CallDone.
+        self._waiters: dict[RequestId, Wakeup] = {}
+        self._progress: dict[RequestId, ProgressCallback] = {}
+        #: The cancel scope of each task that runs a handler (requests by id, notifications).
         self._handlers: dict[RequestId, anyio.CancelScope] = {}
-        self._send_wakeup = anyio.Event()
-        self._clock_wakeup = anyio.Event()
-        self._clock_target = math.inf
-        self._closed = anyio.Event()
+        self._notifying: set[anyio.CancelScope] | None = None  # made by the first one
         self._tasks: anyio.abc.TaskGroup | None = None
-        self._background = anyio.CancelScope()
+        #: Cancelled when the link is lost for another reason than the reader's own.
+        self._reader: anyio.CancelScope | None = None
         # A stream that can write without blocking lets callers send with no task
         # switch; the writer task only finishes what the transport could not take.
         self._send_nowait: Callable[[Sequence[bytes]], bool] = stream.send_nowait
-        self._now, self._new_event, self._new_scope = _loop_factories()
+        self._writer: Wakeup | None = None  # the writer task parks here (None: no writer yet)
+        self._stream_behind = False  # send_nowait left frames in the stream
+        self._clock_target = math.inf
+        self._timer: Timer | None = None  # asyncio: the pending call_at
+        self._clock: Wakeup | None = None  # trio: where the clock task waits
+        self._ended = False
+        self._ended_event: anyio.Event | None = None  # made by the first wait_closed
+        self._call_ended: list[Wakeup] | None = None  # wait_calls_finished, parked
+        self._new_scope = loop.cancel_scope
         #: What the peer said of itself in the handshake (``agent/info``), if any.
         self.remote_info: dict[str, Any] = {}
 
@@ -230,22 +244,30 @@ class Peer(CallMethods):
         Cancelling the calling task also tells the peer ``cancelled``.
         """
         session = self._session
-        rid = session.send_request(method, params, now=self._now(), timeout=timeout)
-        waiter = _Waiter(self._new_event(), on_progress)
-        self._waiters[rid] = waiter
+        now = self._now()
+        rid = session.send_request(method, params, now=now, timeout=timeout)
+        waiter = self._waiters[rid] = self._wakeup()
+        if on_progress is not None:
+            self._progress[rid] = on_progress
+        deadline = now + (self._call_timeout if timeout is None else timeout)
+        if deadline < self._clock_target:
+            self._arm_clock(deadline)
         self._wake_writer()
-        deadline = session.deadline_of(rid)
-        if deadline is not None and deadline < self._clock_target:
-            self._clock_wakeup.set()
         try:
-            await waiter.event.wait()
+            done: CallDone = await waiter.wait()
         except BaseException:
-            if self._waiters.pop(rid, None) is not None and session.cancel_call(rid):
-                self._wake_writer()
+            if self._waiters.pop(rid, None) is not None:
+                if session.cancel_call(rid):
+                    self._wake_writer()
+                if self._call_ended:
+                    self._wake_call_watchers()
             raise
-        if waiter.error is not None:
-            raise waiter.error
-        return waiter.result
+        finally:
+            if on_progress is not None:
+                self._progress.pop(rid, None)
+        if done.error is not None:
+            raise done.error
+        return done.result
 
     async def notify(self, method: str, params: Any = None) -> None:
         """Send a notification (no answer comes back)."""
@@ -255,10 +277,42 @@ class Peer(CallMethods):
         self._session.send_notification(method, params)
         self._wake_writer()
 
+    @staticmethod
+    def broadcast_nowait(peers: Iterable[Peer], method: str, params: Any = None) -> int:
+        """Send one notification to every open peer in ``peers``; returns how many took it.
+
+        The message is encoded once (per codec) rather than once per peer, and each
+        link writes it at once where its transport can (WebSocket, stdio, memory):
+        no task wakes for a link whose socket has room. Closed peers are skipped.
+        """
+        frames: dict[int, bytes] = {}
+        sent = 0
+        for peer in peers:
+            session = peer._session
+            if session.closed:
+                continue
+            codec = session.codec
+            frame = frames.get(id(codec))
+            if frame is None:
+                frame = frames[id(codec)] = session.encode_notification(method, params)
+            session.send_encoded(frame, method)
+            peer._wake_writer()
+            sent += 1
+        return sent
+
     async def wait_calls_finished(self) -> None:
         """Until every call made on this peer so far has its outcome (bound it yourself)."""
-        for waiter in list(self._waiters.values()):
-            await waiter.event.wait()
+        calls = set(self._waiters)
+        while not calls.isdisjoint(self._waiters):
+            parked = self._wakeup()
+            if self._call_ended is None:
+                self._call_ended = []
+            self._call_ended.append(parked)
+            try:
+                await parked.wait()
+            finally:  # a wake takes the whole list; a cancel leaves ours in it
+                if self._call_ended is not None and parked in self._call_ended:
+                    self._call_ended.remove(parked)
 
     def fail_pending(self, reason: str) -> int:
         """Fail every call in flight now (``AgentUnavailable`` ``reason``); the link stays up.
@@ -273,7 +327,11 @@ class Peer(CallMethods):
 
     async def wait_closed(self) -> None:
         """Wait until the connection has ended, for whatever reason."""
-        await self._closed.wait()
+        if self._ended:
+            return
+        if self._ended_event is None:
+            self._ended_event = anyio.Event()
+        await self._ended_event.wait()
 
     async def aclose(self, reason: str = "closed locally") -> None:
         """Flush what is queued (bounded), fail what is pending, close the stream."""
@@ -287,45 +345,59 @@ class Peer(CallMethods):
                 self._lost(ConnectionLost(reason))
             await self._stream.aclose()
 
-    # -- the background tasks ----------------------------------------------------------------
+    # -- the tasks -----------------------------------------------------------------------------
 
-    async def _run(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        with self._background:
-            async with anyio.create_task_group() as tg:
-                self._tasks = tg
-                tg.start_soon(self._read_loop)
-                tg.start_soon(self._write_loop)
-                tg.start_soon(self._clock_loop)
-                task_status.started()
+    def _start(self, tasks: anyio.abc.TaskGroup, *, read: bool) -> None:
+        """Run in ``tasks``: the reader and the clock.
+
+        Without ``read`` the caller reads itself (:func:`serve_peer`), inside ``tasks``
+        and nothing else: then losing the link cancels the whole group, reader and
+        handlers at once, and the link needs no cancel scope of its own.
+        """
+        self._tasks = tasks
+        if read:
+            self._reader = self._new_scope()
+            tasks.start_soon(self._read_in_scope, self._reader, name="mesh.reader")
+        else:
+            self._reader = tasks.cancel_scope
+        deadline = self._session.next_deadline()
+        if self._call_at is None:
+            self._clock_target = math.inf if deadline is None else deadline
+            tasks.start_soon(self._clock_loop, name="mesh.clock")
+        elif deadline is not None:
+            self._arm_clock(deadline)
+
+    async def _read_in_scope(self, scope: anyio.CancelScope) -> None:
+        with scope:
+            await self._read_loop()
 
     async def _read_loop(self) -> None:
         session = self._session
         receive = self._stream.receive
         dispatch = self._dispatch
+        now = self._now
         while True:
             try:
                 frame = await receive()
             except FrameTooLarge as exc:
-                events = session.receive_oversized(exc.size, exc.head, self._now())
+                events = session.receive_oversized(exc.size, exc.head, now())
             except FrameRejected as exc:
                 events = session.outbound_rejected(exc.head, _rejection_error(exc))
             except TransportClosed as exc:
                 self._lost(_lost_from(exc))
                 return
             else:
-                events = session.receive_frame(frame, self._now())
+                events = session.receive_frame(frame, now())
             if events:
                 dispatch(events)
             if session.has_data_to_send:
                 self._wake_writer()
 
     async def _write_loop(self) -> None:
+        """Finish what the stream could not take at once; park until there is more."""
         session = self._session
         while not session.closed:
-            await self._send_wakeup.wait()
-            self._send_wakeup = self._new_event()
+            self._stream_behind = False
             # Even with no new frames: send_many([]) finishes what send_nowait queued.
             frames = session.data_to_send()
             try:
@@ -333,31 +405,66 @@ class Peer(CallMethods):
             except TransportClosed as exc:
                 self._lost(_lost_from(exc))
                 return
+            if not self._stream_behind and not session.has_data_to_send:
+                writer = self._writer = self._wakeup()
+                await writer.wait()
 
     async def _clock_loop(self) -> None:
+        """trio's clock: sleep until the next deadline or until an earlier one is armed."""
+        while not self._session.closed:
+            clock = self._clock = self._wakeup()
+            target = self._clock_target
+            with anyio.move_on_after(target - self._now()):
+                await clock.wait()
+            if self._now() >= self._clock_target:
+                self._tick()
+
+    def _arm_clock(self, deadline: float) -> None:
+        """Have the clock fire at ``deadline`` (earlier than what it waits for now)."""
+        self._clock_target = deadline
+        if self._call_at is None:
+            if self._clock is not None:
+                self._clock.set()  # the clock task re-reads the target
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        try:
+            self._tick()
+        except Exception as exc:  # a bug must end this link, not the event loop's callback
+            log.exception("mesh.clock_failed", agent=self._session.agent)
+            self._lost(ConnectionLost(f"internal error in the peer's clock: {exc!r}"))
+
+    def _tick(self) -> None:
+        """Fire what is due (deadlines, heartbeats, liveness) and arm the next deadline."""
         session = self._session
-        while not session.closed:
-            deadline = session.next_deadline()
-            self._clock_target = math.inf if deadline is None else deadline
-            with anyio.CancelScope(deadline=self._clock_target):
-                await self._clock_wakeup.wait()
-            self._clock_wakeup = self._new_event()
-            events = session.tick(anyio.current_time())
-            if events:
-                self._dispatch(events)
-            error = session.close_error
-            if error is not None:  # the peer went silent past its TTL
-                self._lost(error)
-                return
-            if session.has_data_to_send:
-                self._wake_writer()
+        events = session.tick(self._now())
+        if events:
+            self._dispatch(events)
+        error = session.close_error
+        if error is not None:  # the peer went silent past its TTL
+            self._lost(error)
+            return
+        if session.has_data_to_send:
+            self._wake_writer()
+        deadline = session.next_deadline()
+        self._clock_target = math.inf
+        if deadline is not None:
+            self._arm_clock(deadline)
 
     # -- events --------------------------------------------------------------------------------
 
     def _dispatch(self, events: list[Event]) -> None:
         for event in events:
             if isinstance(event, CallDone):
-                self._complete(event)
+                waiter = self._waiters.pop(event.id, None)
+                if waiter is not None:
+                    waiter.set(event)
+                    if self._call_ended:
+                        self._wake_call_watchers()
             elif isinstance(event, IncomingRequest):
                 self._start_handler(event)
             elif isinstance(event, CancelRequested):
@@ -365,18 +472,11 @@ class Peer(CallMethods):
                 if scope is not None:
                     scope.cancel()
             elif isinstance(event, ProgressReported):
-                waiter = self._waiters.get(event.id)
-                if waiter is not None and waiter.on_progress is not None:
-                    waiter.on_progress(event.params)
+                on_progress = self._progress.get(event.id)
+                if on_progress is not None:
+                    on_progress(event.params)
             elif self._handler is not None and self._tasks is not None:
                 self._start_notification(self._handler, self._tasks, event)
-
-    def _complete(self, done: CallDone) -> None:
-        waiter = self._waiters.pop(done.id, None)
-        if waiter is not None:
-            waiter.result = done.result
-            waiter.error = done.error
-            waiter.event.set()
 
     def _start_handler(self, request: IncomingRequest) -> None:
         if self._handler is None or self._tasks is None:
@@ -415,34 +515,70 @@ class Peer(CallMethods):
             _notification_failed(event, exc)
             return
         if pending is not None:
-            tasks.start_soon(finish_notification, pending, event, name="mesh.notification")
+            tasks.start_soon(self._finish_notification, pending, event, name="mesh.notification")
+
+    async def _finish_notification(
+        self, pending: Awaitable[None], event: IncomingNotification
+    ) -> None:
+        scope = self._new_scope()
+        if self._notifying is None:
+            self._notifying = set()
+        self._notifying.add(scope)
+        try:
+            with scope:
+                await finish_notification(pending, event)
+        finally:
+            self._notifying.discard(scope)
+
+    def _wake_call_watchers(self) -> None:
+        watchers, self._call_ended = self._call_ended, None
+        for parked in watchers or ():
+            parked.set()
 
     def _wake_writer(self) -> None:
         """Send what the session queued: at once if the stream can, else via the writer task."""
-        send_nowait = self._send_nowait
-        if not self._session.closed:
-            frames = self._session.data_to_send()
-            if not frames:
-                return
+        session = self._session
+        if session.closed:
+            return
+        frames = session.data_to_send()
+        if frames:
             try:
-                if send_nowait(frames):
+                if self._send_nowait(frames):
                     return
             except TransportClosed as exc:
                 self._lost(_lost_from(exc))
                 return
-        self._send_wakeup.set()
+            self._stream_behind = True
+        elif not self._stream_behind:
+            return
+        writer = self._writer
+        if writer is not None:
+            writer.set()
+        elif self._tasks is not None:
+            # The first time the stream could not take everything: from now on a
+            # writer task finishes what send_nowait leaves.
+            self._writer = self._wakeup()
+            self._writer.set()
+            self._tasks.start_soon(self._write_loop, name="mesh.writer")
 
     def _lost(self, error: ConnectionLost) -> None:
         """The link is gone: fail every waiter, stop every handler, stop the loops."""
-        if self._closed.is_set():
+        if self._ended:
             return
+        self._ended = True
         self._dispatch(list(self._session.connection_lost(error)))
-        for scope in self._handlers.values():
+        for scope in (*self._handlers.values(), *(self._notifying or ())):
             scope.cancel()
-        self._closed.set()
-        self._send_wakeup.set()
-        self._clock_wakeup.set()
-        self._background.cancel()
+        if self._ended_event is not None:
+            self._ended_event.set()
+        for parked in (self._writer, self._clock):
+            if parked is not None:
+                parked.set()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._reader is not None:
+            self._reader.cancel()
 
 
 def start_request(
@@ -455,7 +591,7 @@ def start_request(
     except Exception as exc:
         _queue_failure(session, request, exc)
         return None
-    if inspect.isawaitable(result):
+    if type(result) not in _PLAIN_RESULTS and inspect.isawaitable(result):
         return result
     session.send_response(request.id, result)
     return None
@@ -520,26 +656,6 @@ def _lost_from(exc: TransportClosed) -> ConnectionLost:
     return link_lost(exc.describe(), exc)
 
 
-def _loop_factories() -> tuple[
-    Callable[[], float], Callable[[], anyio.Event], Callable[[], anyio.CancelScope]
-]:
-    """The running loop's clock, and its own ``Event`` and ``CancelScope`` classes.
-
-    ``anyio.current_time()``, ``anyio.Event()`` and ``anyio.CancelScope()`` look the
-    backend up on every call (sniffio, then a dict): about a microsecond each, a
-    measurable share of one call. So look it up once: the clock is the loop's own
-    (what ``anyio.current_time`` returns), and an instance's type is the backend's
-    class, which builds the next one directly.
-    """
-    if sniffio.current_async_library() == "trio":
-        import trio
-
-        clock: Callable[[], float] = trio.current_time
-    else:
-        clock = asyncio.get_running_loop().time
-    return clock, type(anyio.Event()), type(anyio.CancelScope())
-
-
 @asynccontextmanager
 async def open_peer(
     stream: FrameStream,
@@ -553,11 +669,12 @@ async def open_peer(
     peer = Peer(stream, handler=handler, config=config, codec=codec, agent=agent)
     with unwrap_single_error():
         async with anyio.create_task_group() as tg:
-            await tg.start(peer._run)
+            peer._start(tg, read=True)
             try:
                 yield peer
             finally:
                 await peer.aclose()
+                tg.cancel_scope.cancel()  # a writer parked for good, a handler still running
 
 
 async def serve_peer(
@@ -567,6 +684,16 @@ async def serve_peer(
     config: SessionConfig | None = None,
     codec: Codec = MESH_CODEC,
 ) -> None:
-    """Serve ``handler`` on ``stream`` until the connection ends."""
-    async with open_peer(stream, handler=handler, config=config, codec=codec) as peer:
-        await peer.wait_closed()
+    """Serve ``handler`` on ``stream`` until the connection ends.
+
+    The calling task reads the connection itself: one task fewer per link served.
+    """
+    peer = Peer(stream, handler=handler, config=config, codec=codec)
+    with unwrap_single_error():
+        async with anyio.create_task_group() as tg:
+            peer._start(tg, read=False)
+            try:
+                await peer._read_loop()
+            finally:
+                await peer.aclose()
+                tg.cancel_scope.cancel()

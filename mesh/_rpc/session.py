@@ -163,10 +163,15 @@ class SessionStatistics:
 @dataclass(slots=True)
 class _Pending:
     method: str
-    what: str  # for errors: the method, plus the tool's name for tools/call
+    params: Any
     timeout: float
     deadline: float
     hard_deadline: float
+
+    @property
+    def what(self) -> str:
+        """For errors: the method, plus the tool's name for tools/call (worked out only then)."""
+        return _describe(self.method, self.params)
 
 
 @dataclass(slots=True)
@@ -203,6 +208,8 @@ class Session:
         self._next_heartbeat = None if interval is None else now + interval
         self._close_error: ConnectionLost | None = None
         self._frame_limit = self.config.max_frame_size
+        self._call_timeout = self.config.call_timeout
+        self._max_duration = self.config.max_call_duration
 
     # -- identity and state ------------------------------------------------------------
 
@@ -254,20 +261,18 @@ class Session:
         request_id: RequestId | None = None,
     ) -> RequestId:
         """Queue a request; returns its id. Raises if closed or the frame is too large."""
-        self._raise_if_closed(method)
+        if self._close_error is not None:
+            raise self._lost(method)
         rid = request_id or new_request_id()
-        what = _describe(method, params)
-        frame = self._encode_checked(
-            Request(
-                id=rid, timestamp=now_ms(), payload=RequestPayload(method=method, params=params)
-            ),
-            what,
-        )
+        payload = RequestPayload(method=method, params=params)
+        frame = self._codec.encode(Request(id=rid, timestamp=now_ms(), payload=payload))
+        if len(frame) > self._frame_limit:
+            raise self._too_large(len(frame), _describe(method, params))
         if timeout is None:
-            timeout = self.config.call_timeout
-        hard = now + max(timeout, self.config.max_call_duration)
+            timeout = self._call_timeout
         deadline = now + timeout
-        self._pending[rid] = _Pending(method, what, timeout, deadline, hard)
+        hard = now + (timeout if timeout > self._max_duration else self._max_duration)
+        self._pending[rid] = _Pending(method, params, timeout, deadline, hard)
         self._push_deadline(deadline, rid)
         self._stats.calls_started += 1
         self._outbox.append(frame)
@@ -303,6 +308,26 @@ class Session:
     def send_notification(self, method: str, params: Any = None) -> None:
         self._raise_if_closed(method)
         self._notify(method, params, checked=True)
+
+    def encode_notification(self, method: str, params: Any = None) -> bytes:
+        """A notification's frame, for :meth:`send_encoded` on many sessions (encoded once)."""
+        message = Notification(
+            id=new_request_id(),
+            timestamp=now_ms(),
+            payload=NotificationPayload(method=method, params=params),
+        )
+        return self._encode_checked(message, method)
+
+    def send_encoded(self, frame: bytes, method: str) -> None:
+        """Queue a notification frame made by :meth:`encode_notification` (of this codec)."""
+        self._raise_if_closed(method)
+        if len(frame) > self._frame_limit:
+            raise self._too_large(len(frame), method)
+        self._outbox.append(frame)
+
+    @property
+    def codec(self) -> Codec:
+        return self._codec
 
     def deadline_of(self, request_id: RequestId) -> float | None:
         pending = self._pending.get(request_id)
@@ -626,24 +651,29 @@ class Session:
         self._outbox.append(frame)
 
     def _notify(self, method: str, params: Any, *, checked: bool = False) -> None:
+        if checked:
+            self._outbox.append(self.encode_notification(method, params))
+            return
         message = Notification(
             id=new_request_id(),
             timestamp=now_ms(),
             payload=NotificationPayload(method=method, params=params),
         )
-        frame = self._encode_checked(message, method) if checked else self._codec.encode(message)
-        self._outbox.append(frame)
+        self._outbox.append(self._codec.encode(message))
 
     def _encode_checked(self, message: Request | Response | Notification, what: str) -> bytes:
         frame = self._codec.encode(message)
         if len(frame) > self._frame_limit:
-            raise MessageTooLarge(
-                f"message of {len(frame)} bytes exceeds the {self._frame_limit}-byte limit",
-                agent=self._label.agent,
-                method=what,
-                transport=self._label.transport,
-            )
+            raise self._too_large(len(frame), what)
         return frame
+
+    def _too_large(self, size: int, what: str) -> MessageTooLarge:
+        return MessageTooLarge(
+            f"message of {size} bytes exceeds the {self._frame_limit}-byte limit",
+            agent=self._label.agent,
+            method=what,
+            transport=self._label.transport,
+        )
 
     def _push_deadline(self, deadline: float, rid: RequestId) -> None:
         heap = self._deadlines

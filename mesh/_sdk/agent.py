@@ -74,19 +74,37 @@ def _invalid(prefix: str, exc: msgspec.ValidationError, where: str) -> InvalidPa
     return InvalidParams(f"{prefix}: {_located(exc, where)}")
 
 
+#: Values that are never NaN and hold nothing: skipped without a call (most of a result).
+_PLAIN: Final = frozenset({str, int, bool, type(None)})
+
+
 def _non_finite(value: Any, path: str) -> str | None:
     """The path of the first NaN or infinity in ``value`` (builtins only), if any."""
+    found = _non_finite_at(value)
+    if found is None:
+        return None
+    for step in reversed(found):
+        path = f"{path}.{step}" if isinstance(step, str) else f"{path}[{step!r}]"
+    return path
+
+
+def _non_finite_at(value: Any) -> list[Any] | None:
+    """The keys and indices down to the first NaN or infinity, innermost first; None if
+    there is none. Runs on every result, so no path is built unless one is found."""
     if isinstance(value, float):
-        return None if math.isfinite(value) else path
+        return None if math.isfinite(value) else []
     if isinstance(value, dict):
-        for key, item in value.items():
-            where = f"{path}.{key}" if isinstance(key, str) else f"{path}[{key!r}]"
-            if (found := _non_finite(item, where)) is not None:
-                return found
+        items: Any = value.items()
     elif isinstance(value, list):
-        for index, item in enumerate(value):
-            if (found := _non_finite(item, f"{path}[{index}]")) is not None:
-                return found
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        if type(item) in _PLAIN:
+            continue
+        if (found := _non_finite_at(item)) is not None:
+            found.append(key)
+            return found
     return None
 
 

@@ -16,7 +16,9 @@ from functools import partial
 
 from mesh._errors import ConnectionLost, Unauthorized
 from mesh._logging import get_logger
+from mesh._rpc.connect import link_websocket_config
 from mesh._rpc.exchange import Exchange
+from mesh._rpc.peer import serve_peer
 from mesh._rpc.reconnect import ReconnectPolicy, open_reconnecting_peer
 from mesh._rpc.session import SessionConfig
 from mesh._sdk.agent import Agent
@@ -87,11 +89,11 @@ async def open_agent_server(
 ) -> AsyncIterator[HttpServer]:
     """Serve ``agent`` over HTTP (``/rpc``) and WebSocket (``/ws``) on one port."""
     session_config = config or SessionConfig()
-    ws_config = websocket_config or WebSocketConfig(max_frame_size=session_config.max_frame_size)
+    ws_config = websocket_config or link_websocket_config(session_config)
     http_config = http_config or HttpServerConfig(max_body_size=session_config.max_frame_size)
 
     async def serve_link(stream: WebSocketStream, agent_id: str | None) -> None:
-        await agent.serve(stream, config=session_config)
+        await serve_peer(stream, agent, config=session_config)  # one frame less per link
 
     async with open_http_server(
         _AgentRoutes(agent, tokens, session_config),
@@ -128,7 +130,7 @@ async def serve_agent_dial_in(
     this returns.
     """
     session_config = config or SessionConfig()
-    ws_config = websocket_config or WebSocketConfig(max_frame_size=session_config.max_frame_size)
+    ws_config = websocket_config or link_websocket_config(session_config)
     connector = partial(
         open_websocket,
         url,

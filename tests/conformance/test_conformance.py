@@ -60,6 +60,32 @@ async def test_many_calls_in_flight_complete_out_of_order(open_echo: EchoFactory
     assert finished != list(range(200))
 
 
+async def test_wait_calls_finished_outlasts_every_call_in_flight(open_echo: EchoFactory) -> None:
+    """Two watchers, calls ending one by one: a watcher returns once every call has its
+    outcome (a rolling restart waits like this for the old link's calls before it closes)."""
+    ended: list[str] = []
+    async with open_echo() as echo:
+
+        async def one(n: int) -> None:
+            await echo.call_tool("echo", {"message": f"m{n}", "delay": 0.01 * n})
+            ended.append(f"call {n}")
+
+        async def watch(name: str) -> None:
+            await echo.wait_calls_finished()
+            assert echo.statistics().calls_in_flight == 0
+            assert echo.statistics().calls_succeeded >= 5
+            ended.append(name)
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                for n in range(1, 6):
+                    tg.start_soon(one, n)
+                await anyio.wait_all_tasks_blocked()
+                tg.start_soon(watch, "a")
+                tg.start_soon(watch, "b")
+    assert sorted(ended) == ["a", "b", *(f"call {n}" for n in range(1, 6))]
+
+
 async def test_remote_errors_are_typed_and_named(open_echo: EchoFactory) -> None:
     async with open_echo() as echo:
         with pytest.raises(ToolError, match="boom") as failed:

@@ -1,0 +1,249 @@
+"""Byte I/O for a connection whose frames are ours to write: no wait when the socket has room.
+
+anyio's ``SocketStream`` waits on every ``send`` (a checkpoint at least: a task
+switch per WebSocket message through the link's writer task), and on asyncio
+every ``receive`` resumes and pauses the transport's reading (two ``epoll_ctl``
+calls and their bookkeeping: ~20 % of a loopback WebSocket round trip). So a
+stream that frames its own bytes (:class:`~transports.WebSocketStream`) does its
+I/O through a :class:`SocketIO`:
+
+- on asyncio, an ``asyncio.Protocol`` of ours takes over the connection's
+  transport, as websockets' own asyncio implementation is built: reading stays
+  on (paused only past a high-water mark), writes go straight to the transport;
+- on trio, writes go straight to the socket, reads through anyio;
+- anything else (TLS) keeps anyio's stream: every write waits, as before.
+
+Each probes what it reaches under anyio (a private transport on asyncio) and
+falls back to the plain stream when it is not there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any, Final, Protocol
+
+import anyio
+import anyio.abc
+
+__all__ = ["READ_SIZE", "SocketIO", "shrink_reads", "socket_io"]
+
+#: trio's (and anyio's) read size. asyncio's socket transport reads 256 KiB at a time,
+#: which glibc maps and unmaps on every read (PERFORMANCE.md, lesson 1).
+READ_SIZE: Final = 64 * 1024
+#: Bytes read but not yet received past which asyncio stops reading the socket
+#: (the kernel's buffers and TCP then hold the sender back), and below which it resumes.
+_HIGH_WATER: Final = 4 * READ_SIZE
+_LOW_WATER: Final = READ_SIZE
+
+
+class SocketIO(Protocol):
+    """Ordered byte I/O. ``write`` never waits; ``drain`` waits until all is written.
+
+    Errors are the ones anyio raises (``BrokenResourceError``, ``ClosedResourceError``)
+    or ``OSError``; ``receive`` returns ``b""`` at the end of the stream.
+    """
+
+    async def receive(self) -> bytes: ...
+
+    def write(self, data: bytes) -> bool:
+        """Write ``data`` after everything written before; False if some of it waits."""
+        ...
+
+    async def drain(self) -> None:
+        """Until everything written has left (one task drains at a time)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def socket_io(stream: anyio.abc.ByteStream) -> SocketIO:
+    """The fastest I/O ``stream`` allows (see the module docstring)."""
+    found = _asyncio_transport(stream)
+    if found is not None and _AsyncioIO.can_take_over(found[1]):
+        return _AsyncioIO(stream, *found)
+    if isinstance(stream, anyio.abc.SocketStream):
+        sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+        if isinstance(sock, socket.socket):  # trio hands out the socket itself
+            return _QueuedIO(stream, sock)
+    return _QueuedIO(stream, None)
+
+
+def _asyncio_transport(stream: anyio.abc.ByteStream) -> tuple[asyncio.Transport, Any] | None:
+    """anyio-on-asyncio's transport and protocol under ``stream`` (private, so probed)."""
+    if not isinstance(stream, anyio.abc.SocketStream):
+        return None
+    transport = getattr(stream, "_transport", None)
+    protocol = getattr(stream, "_protocol", None)
+    if isinstance(transport, asyncio.Transport) and hasattr(protocol, "write_event"):
+        return transport, protocol
+    return None
+
+
+def shrink_reads(stream: anyio.abc.ByteStream) -> None:
+    """Make asyncio read ``stream``'s socket ``READ_SIZE`` bytes at a time, as trio does.
+
+    Measured on a loopback WebSocket round trip (``python -m bench.profile
+    --transport websocket``, asyncio, without the bench's MALLOC_* settings):
+    ~60 us of every 256 KiB ``recv`` went to mapping its buffer.
+    """
+    found = _asyncio_transport(stream)
+    if found is not None and hasattr(found[0], "max_size"):
+        found[0].max_size = READ_SIZE
+
+
+class _QueuedIO:
+    """trio's socket written directly, or (``sock`` None: TLS) every write queued.
+
+    What the socket does not take waits in ``_pending``, and everything written
+    later queues behind it, so bytes leave in order; ``drain`` sends the queue
+    through anyio.
+    """
+
+    __slots__ = ("_draining", "_pending", "_sock", "_stream")
+
+    def __init__(self, stream: anyio.abc.ByteStream, sock: socket.socket | None) -> None:
+        self._stream = stream
+        self._sock = sock
+        self._pending = bytearray()
+        self._draining = False
+
+    async def receive(self) -> bytes:
+        try:
+            return await self._stream.receive(READ_SIZE)
+        except anyio.EndOfStream:
+            return b""
+
+    def write(self, data: bytes) -> bool:
+        if self._sock is None or self._pending or self._draining:
+            self._pending += data
+            return False
+        try:
+            sent = self._sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        if sent < len(data):
+            self._pending += data[sent:]
+            return False
+        return True
+
+    async def drain(self) -> None:
+        while self._pending:
+            data = bytes(self._pending)
+            self._pending.clear()
+            self._draining = True
+            try:
+                await self._stream.send(data)
+            finally:
+                self._draining = False
+
+    async def aclose(self) -> None:
+        await anyio.aclose_forcefully(self._stream)
+
+
+class _AsyncioIO(asyncio.Protocol):
+    """The connection's asyncio protocol from now on: reads queue here, writes go out at once."""
+
+    @staticmethod
+    def can_take_over(protocol: Any) -> bool:
+        return all(hasattr(protocol, name) for name in ("read_queue", "is_at_eof", "exception"))
+
+    def __init__(
+        self, stream: anyio.abc.ByteStream, transport: asyncio.Transport, previous: Any
+    ) -> None:
+        self._stream = stream
+        self._transport = transport
+        self._loop = asyncio.get_running_loop()
+        # What anyio's protocol read but nobody received yet comes first.
+        self._chunks: list[bytes] = list(previous.read_queue)
+        previous.read_queue.clear()
+        self._buffered = sum(map(len, self._chunks))
+        self._eof: bool = previous.is_at_eof
+        self._error: BaseException | None = previous.exception
+        self._reader: asyncio.Future[None] | None = None
+        self._drainer: asyncio.Future[None] | None = None
+        self._write_paused = not previous.write_event.is_set()
+        self._read_paused = False
+        self._lost = transport.is_closing()
+        if hasattr(transport, "max_size"):
+            transport.max_size = READ_SIZE  # see shrink_reads
+        transport.set_protocol(self)
+        transport.resume_reading()  # anyio pauses it between receives; we read all along
+
+    # -- asyncio.Protocol ----------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._buffered += len(data)
+        if self._buffered > _HIGH_WATER and not self._read_paused:
+            self._read_paused = True
+            self._transport.pause_reading()
+        self._wake_reader()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake_reader()
+        return True  # keep the transport open: our half of a close may still go out
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._eof = True
+        self._error = exc
+        self._wake_reader()
+        self._wake_drainer()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_drainer()
+
+    # -- SocketIO ---------------------------------------------------------------------------
+
+    async def receive(self) -> bytes:
+        chunks = self._chunks
+        while not chunks:
+            if self._error is not None:
+                raise anyio.BrokenResourceError from self._error
+            if self._eof:
+                return b""
+            self._reader = self._loop.create_future()
+            try:
+                await self._reader
+            finally:
+                self._reader = None
+        chunk = chunks.pop(0)
+        self._buffered -= len(chunk)
+        if self._read_paused and self._buffered <= _LOW_WATER:
+            self._read_paused = False
+            self._transport.resume_reading()
+        return chunk
+
+    def write(self, data: bytes) -> bool:
+        if self._lost or self._transport.is_closing():
+            raise anyio.BrokenResourceError("the connection is closed")
+        self._transport.write(data)  # in order after anything it still buffers
+        # anyio set the transport's high-water mark to 0: anything left over pauses it.
+        return not self._write_paused
+
+    async def drain(self) -> None:
+        while self._write_paused:
+            if self._lost:
+                raise anyio.BrokenResourceError("the connection is closed")
+            self._drainer = self._loop.create_future()
+            try:
+                await self._drainer
+            finally:
+                self._drainer = None
+
+    async def aclose(self) -> None:
+        await anyio.aclose_forcefully(self._stream)
+
+    def _wake_reader(self) -> None:
+        if self._reader is not None and not self._reader.done():
+            self._reader.set_result(None)
+
+    def _wake_drainer(self) -> None:
+        if self._drainer is not None and not self._drainer.done():
+            self._drainer.set_result(None)
