@@ -1,21 +1,24 @@
 """Newline-delimited frames over a pair of non-blocking pipe file descriptors.
 
 Both ends of the stdio transport use this: the orchestrator on its child's pipes,
-the agent on its own stdin/stdout. We read file descriptors directly (64 KiB at a
-time, waiting with ``anyio.wait_readable`` only when a read would block) instead of
-going through asyncio's subprocess streams, which read 256 KiB per call and, with
-glibc's default thresholds, map and unmap that buffer on every read
-(PERFORMANCE.md, lesson 1).
+the agent on its own stdin/stdout. We read file descriptors directly, 64 KiB at a
+time, instead of going through asyncio's subprocess streams, which read 256 KiB per
+call and, with glibc's default thresholds, map and unmap that buffer on every read
+(PERFORMANCE.md, lesson 1). Once a read would block, asyncio's loop reads the pipe
+for us from then on (a reader that stays registered); trio waits with
+``wait_readable`` before each read, as its own ``FdStream`` does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 import anyio
+import sniffio
 
 from transports._base import FrameTooLarge, TransportClosed
 
@@ -24,6 +27,9 @@ __all__ = ["LineChannel"]
 _READ_SIZE: Final = 64 * 1024
 _HEAD: Final = 512  # bytes of an oversized frame kept so its id can be salvaged
 _NEWLINE: Final = b"\n"
+#: asyncio stops reading a pipe this far ahead of its receiver, and resumes below _LOW_WATER.
+_HIGH_WATER: Final = 4 * _READ_SIZE
+_LOW_WATER: Final = _READ_SIZE
 
 
 class LineChannel:
@@ -56,6 +62,7 @@ class LineChannel:
         self._out = bytearray()
         self._flushing = anyio.Lock(fast_acquire=True)
         self._closed: TransportClosed | None = None
+        self._watch: _AsyncioReader | None = None
 
     @property
     def max_frame_size(self) -> int:
@@ -93,6 +100,8 @@ class LineChannel:
             self._absorb(chunk)
 
     async def _read(self) -> bytes:
+        if self._watch is not None:
+            return await self._watch.read()
         while True:
             try:
                 return os.read(self._rfd, _READ_SIZE)
@@ -101,6 +110,10 @@ class LineChannel:
             except OSError as exc:
                 self.mark_closed(TransportClosed(f"pipe read failed: {exc}"))
                 return b""
+            if sniffio.current_async_library() == "asyncio":
+                # From now on the loop reads for us (see _AsyncioReader).
+                self._watch = _AsyncioReader(self._rfd, self.mark_closed)
+                return await self._watch.read()
             try:
                 await anyio.wait_readable(self._rfd)
             except anyio.ClosedResourceError:
@@ -218,10 +231,104 @@ class LineChannel:
 
     def close_read(self) -> None:
         if self._rfd >= 0:
-            anyio.notify_closing(self._rfd)
+            if self._watch is not None:
+                self._watch.close()
+            else:
+                anyio.notify_closing(self._rfd)
             os.close(self._rfd)
             self._rfd = -1
 
 
 async def _peer_closed() -> TransportClosed:
     return TransportClosed("peer closed the pipe")
+
+
+class _AsyncioReader:
+    """On asyncio, the loop reads the pipe whenever it is readable and keeps the chunks.
+
+    ``anyio.wait_readable`` on asyncio costs a checkpoint (an extra loop iteration),
+    an ``asyncio.Event`` and an ``epoll_ctl`` pair on every read; a reader that
+    stays registered, as asyncio's own pipe transport does, costs none of them. It
+    stops reading past ``_HIGH_WATER`` unreceived bytes (the pipe then fills and
+    holds the writer back) and starts again below ``_LOW_WATER``. trio keeps
+    ``wait_readable``, which is what its own ``FdStream`` does.
+    """
+
+    __slots__ = (
+        "_buffered",
+        "_chunks",
+        "_closed",
+        "_fd",
+        "_loop",
+        "_mark_closed",
+        "_reading",
+        "_waiter",
+    )
+
+    def __init__(self, fd: int, mark_closed: Callable[[TransportClosed], None]) -> None:
+        self._fd = fd
+        self._mark_closed = mark_closed
+        self._loop = asyncio.get_running_loop()
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self._closed = False
+        self._reading = False
+        self._resume()
+
+    async def read(self) -> bytes:
+        """The next chunk; ``b""`` at the end (or after a failure it reported)."""
+        chunks = self._chunks
+        while not chunks:
+            if self._closed:
+                return b""
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        chunk = chunks.popleft()
+        self._buffered -= len(chunk)
+        if not self._reading and not self._closed and self._buffered <= _LOW_WATER:
+            self._resume()
+        return chunk
+
+    def close(self) -> None:
+        """Before the fd is closed: stop reading, and wake a receiver to find it closed."""
+        if not self._closed:
+            self._mark_closed(TransportClosed("closed locally"))
+            self._stop(closed=True)
+
+    def _on_readable(self) -> None:
+        try:
+            chunk = os.read(self._fd, _READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._mark_closed(TransportClosed(f"pipe read failed: {exc}"))
+            self._stop(closed=True)
+            return
+        if not chunk:  # end of file: the receiver asks describe_eof why
+            self._stop(closed=True)
+            return
+        self._chunks.append(chunk)
+        self._buffered += len(chunk)
+        if self._buffered > _HIGH_WATER:
+            self._stop(closed=False)
+        self._wake()
+
+    def _resume(self) -> None:
+        self._loop.add_reader(self._fd, self._on_readable)
+        self._reading = True
+
+    def _stop(self, *, closed: bool) -> None:
+        if self._reading:
+            self._loop.remove_reader(self._fd)
+            self._reading = False
+        self._closed = self._closed or closed
+        if closed:
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)

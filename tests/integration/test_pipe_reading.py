@@ -1,0 +1,94 @@
+"""The stdio transport's pipes: how far reading runs ahead, and closing under a waiting reader.
+
+On asyncio the loop reads a pipe for us once a read would block (no ``wait_readable``
+per read); these pin what that must not change: a receiver that falls behind holds
+back the writer instead of buffering without bound, and a local close wakes a task
+waiting in ``receive``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+import sniffio
+
+from transports import TransportClosed
+from transports._lines import _HIGH_WATER, _READ_SIZE, LineChannel
+
+pytestmark = pytest.mark.anyio
+
+FRAME = 50_000  # not a divisor of the 64 KiB reads: frames straddle them
+FRAMES = 80  # 4 MB: far more than the pipe and the read-ahead hold together
+
+
+@pytest.fixture
+async def pipe() -> AsyncIterator[tuple[LineChannel, LineChannel]]:
+    """A reading and a writing channel over one pipe (each end unused on the other)."""
+    read_fd, write_fd = os.pipe()
+    spare_read, spare_write = os.pipe()
+    reader = LineChannel(read_fd, spare_write, max_frame_size=FRAME)
+    writer = LineChannel(spare_read, write_fd, max_frame_size=FRAME)
+    yield reader, writer
+    for channel in (reader, writer):
+        channel.close_read()
+        channel.close_write()
+
+
+def _frame(n: int) -> bytes:
+    return bytes([97 + n % 26]) * FRAME
+
+
+async def test_a_slow_receiver_holds_the_writer_back(pipe: tuple[LineChannel, LineChannel]) -> None:
+    reader, writer = pipe
+    sent: list[int] = []
+
+    async def write_all() -> None:
+        for n in range(FRAMES):
+            await writer.send(_frame(n))
+            sent.append(n)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write_all)
+            assert await reader.receive() == _frame(0)  # the loop now reads for the receiver
+            await anyio.wait_all_tasks_blocked()
+            assert len(sent) < FRAMES, "the writer never waited: reading ran ahead without bound"
+            if sniffio.current_async_library() == "asyncio":
+                assert reader._watch is not None
+                assert reader._watch._buffered <= _HIGH_WATER + _READ_SIZE
+            for n in range(1, FRAMES):
+                assert await reader.receive() == _frame(n)
+    assert sent == list(range(FRAMES))
+
+
+async def test_closing_wakes_a_waiting_receiver(pipe: tuple[LineChannel, LineChannel]) -> None:
+    reader, writer = pipe
+    await writer.send(b"first")
+    assert await reader.receive() == b"first"
+
+    async def wait_then_close() -> None:
+        await anyio.wait_all_tasks_blocked()
+        reader.close_read()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait_then_close)
+            with pytest.raises(TransportClosed, match="closed locally"):
+                await reader.receive()
+
+
+async def test_end_of_file_is_explained_once_the_frames_are_read(
+    pipe: tuple[LineChannel, LineChannel],
+) -> None:
+    reader, writer = pipe
+    await writer.send(b"last words")
+    assert await reader.receive() == b"last words"  # from here on the loop reads for us
+    await writer.send(b"after")
+    writer.close_write()
+    with anyio.fail_after(10):
+        assert await reader.receive() == b"after"
+        with pytest.raises(TransportClosed, match="peer closed the pipe"):
+            await reader.receive()
