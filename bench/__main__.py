@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from bench._harness import Settings, plan_cases, run_cases
 from bench._registry import BACKENDS, Backend, all_scenarios
 from bench._report import build_report, format_table, machine_header, write_json
+from bench._targets import evaluate, format_targets
 
 #: Identical code measured twice in one run differs by up to ~25% on a shared
 #: 2-core machine; the median of 3 interleaved runs is what ratios can rest on.
@@ -94,7 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     cases = plan_cases(scenarios, backends, smoke=settings.smoke)
     results = run_cases(cases, settings, progress=lambda line: print(line, file=sys.stderr))
     report = build_report(results, header | {"wall_s": round(time.monotonic() - started, 1)})
+    report["targets"] = [
+        {"section": title, **asdict(check), "holds": check.holds}
+        for title, checks in evaluate(report)
+        for check in checks
+        if check.value is not None
+    ]
     print(format_table(report))
+    print(format_targets(report))
     for path in write_json(report, args.output, smoke=args.smoke):
         print(f"wrote {path}")
     return 1 if any(r.errors for r in results) else 0

@@ -26,6 +26,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
+from bench._cpu import cpu_seconds
 from bench._measure import split_lines
 
 __all__ = [
@@ -141,12 +142,6 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise RuntimeError(f"no VmRSS for pid {pid}")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time `pid` has used so far, from /proc/PID/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,10 @@ whole process group (servers included) is SIGKILLed; children also die with
 their parent (see `bench._children`). Repeats are interleaved (every case once,
 then every case again) so a noisy minute on a shared machine spreads over all
 cases instead of landing on one, and each figure is the median of its repeats.
+
+Each run is bracketed by a CPU probe (`bench._cpu.cpu_probe_ms`, wall time of a
+fixed loop): a run whose probe moved by more than `PROBE_TOLERANCE` had other
+work land inside it, and is flagged in the table and the JSON.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from bench._children import REPO_ROOT, bench_env
+from bench._cpu import cpu_probe_ms
 from bench._registry import Backend, Scenario
 from bench.run_one import RESULT_PREFIX
 
@@ -34,6 +39,10 @@ __all__ = ["Case", "CaseResult", "Settings", "plan_cases", "run_cases"]
 SETUP_ALLOWANCE_S = 150.0
 #: Lines of a failed run's stderr kept to explain it.
 STDERR_TAIL = 12
+#: A run is flagged when its CPU probe after differs from the one before by more
+#: than this fraction (of the smaller): the same code measured twice on a quiet
+#: shared machine differs by up to ~25 %, so a probe that moved more says load changed.
+PROBE_TOLERANCE = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +74,13 @@ class CaseResult:
     notes: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: Each run's CPU probe before and after, in ms (see PROBE_TOLERANCE).
+    probes: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def flagged(self) -> list[tuple[float, float]]:
+        """The runs whose probe moved more than `PROBE_TOLERANCE` allows."""
+        return [p for p in self.probes if probe_moved(*p)]
 
     def median(self) -> dict[str, float]:
         """Each figure's median over the successful repeats."""
@@ -73,6 +89,11 @@ class CaseResult:
             name: statistics.median(run[name] for run in self.runs if name in run)
             for name in sorted(names)
         }
+
+
+def probe_moved(before: float, after: float) -> bool:
+    """True if the machine's speed changed during a run more than `PROBE_TOLERANCE`."""
+    return abs(after - before) > PROBE_TOLERANCE * min(before, after)
 
 
 def plan_cases(
@@ -173,18 +194,22 @@ def run_cases(
     def run(result: CaseResult) -> None:
         nonlocal done
         started = time.monotonic()
+        before = cpu_probe_ms()
         output = run_once(result.case, settings)
+        probe = (round(before, 1), round(cpu_probe_ms(), 1))
         with lock:
             done += 1
             result.seconds += time.monotonic() - started
+            result.probes.append(probe)
+            moved = " [PROBE MOVED {} -> {} ms]".format(*probe) if probe_moved(*probe) else ""
             if isinstance(output, str):
                 result.errors.append(output)
-                progress(f"[{done}/{len(queue)}] {result.case.label}: FAILED {output}")
+                progress(f"[{done}/{len(queue)}] {result.case.label}: FAILED {output}{moved}")
                 return
             result.runs.append(output.figures)
             result.samples.append(output.samples)
             result.notes.update(output.notes)
-            progress(f"[{done}/{len(queue)}] {result.case.label}: {_brief(output.figures)}")
+            progress(f"[{done}/{len(queue)}] {result.case.label}: {_brief(output.figures)}{moved}")
 
     with ThreadPoolExecutor(max_workers=settings.jobs) as pool:
         list(pool.map(run, queue))

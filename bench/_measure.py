@@ -20,6 +20,7 @@ import anyio
 import anyio.abc
 import msgspec
 
+from bench._cpu import CpuMeter
 from bench._registry import Measurement, RunContext
 
 __all__ = [
@@ -149,6 +150,8 @@ async def measure_calls(call: Callable[[], Awaitable[Any]], ctx: RunContext) -> 
     One untimed call goes first, so that start-up (a child still importing, a
     lazy handshake) is not in the warm-up's place. Latency counts calls that
     started inside the window; the rate counts calls that completed inside it.
+    ``cpu_us_per_call`` is the CPU time every process of the measurement (this
+    one, its servers and agents) spent in the window, per call completed in it.
     """
     workers = {"sequential": 1, "inflight64": INFLIGHT}.get(ctx.mode)
     if workers is None:
@@ -159,6 +162,13 @@ async def measure_calls(call: Callable[[], Awaitable[Any]], ctx: RunContext) -> 
     end = start + ctx.duration
     samples: list[float] = []
     completed = 0
+    meter = CpuMeter()
+
+    async def clock_window() -> None:
+        await anyio.sleep(max(0.0, start - perf_counter()))
+        meter.start()
+        await anyio.sleep(max(0.0, end - perf_counter()))
+        meter.stop()
 
     async def worker() -> None:
         nonlocal completed
@@ -175,6 +185,10 @@ async def measure_calls(call: Callable[[], Awaitable[Any]], ctx: RunContext) -> 
 
     with anyio.fail_after(ctx.warmup + ctx.duration + GRACE_S):
         async with anyio.create_task_group() as tg:
+            tg.start_soon(clock_window)
             for _ in range(workers):
                 tg.start_soon(worker)
-    return summarize(samples, completed, ctx.duration)
+    result = summarize(samples, completed, ctx.duration)
+    if meter.seconds is not None and completed:
+        result.extra["cpu_us_per_call"] = meter.seconds * 1e6 / completed
+    return result

@@ -12,28 +12,19 @@ from __future__ import annotations
 import json
 import os
 import platform
-import time
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from bench._children import ENV_TWEAKS
-from bench._harness import CaseResult, Settings
+from bench._cpu import cpu_probe_ms
+from bench._harness import PROBE_TOLERANCE, CaseResult, Settings
 
 __all__ = ["build_report", "cpu_probe_ms", "format_table", "machine_header", "write_json"]
 
 PACKAGES = ("websockets", "anyio", "trio", "httpx", "msgspec", "mcp", "uvicorn", "starlette", "h11")
-MAIN_FIGURES = ("calls_per_s", "p50_us", "p99_us")
-
-
-def cpu_probe_ms() -> float:
-    """Milliseconds for a fixed pure-Python loop: how fast this machine is right now."""
-    started = time.perf_counter()
-    total = 0
-    for i in range(1_000_000):
-        total += i
-    return (time.perf_counter() - started) * 1e3
+MAIN_FIGURES = ("calls_per_s", "p50_us", "p99_us", "cpu_us_per_call")
 
 
 def _cpu_model() -> str:
@@ -119,6 +110,8 @@ def build_report(results: list[CaseResult], header: dict[str, Any]) -> dict[str,
                 "notes": result.notes,
                 "errors": result.errors,
                 "seconds": round(result.seconds, 1),
+                "cpu_probes_ms": result.probes,
+                "probe_moved": len(result.flagged),
             }
         )
     header = header | {"loadavg_end": os.getloadavg(), "cpu_probe_ms_end": round(cpu_probe_ms(), 1)}
@@ -181,13 +174,28 @@ def format_table(report: dict[str, Any]) -> str:
         f"env of benchmark children: {tweaks}",
         "",
     ]
-    head = ("scenario", "mode", "backend", "vs", "calls/s", "x", "p50", "x", "p99", "x", "trio/aio")
+    head = (
+        "scenario",
+        "mode",
+        "backend",
+        "vs",
+        "calls/s",
+        "x",
+        "p50",
+        "x",
+        "p99",
+        "x",
+        "cpu/call",
+        "x",
+        "trio/aio",
+    )
     table = [head]
     for row in report["results"]:
         f, r = row["figures"], _first_ratios(row)
+        mark = "!" if row.get("probe_moved") else ""
         table.append(
             (
-                row["scenario"],
+                row["scenario"] + mark,
                 row["mode"],
                 row["backend"],
                 row["vs"][0]["baseline"] if row["vs"] else "-",
@@ -197,6 +205,8 @@ def format_table(report: dict[str, Any]) -> str:
                 _times(r.get("p50_us")),
                 _duration(f.get("p99_us")),
                 _times(r.get("p99_us")),
+                _duration(f.get("cpu_us_per_call")),
+                _times(r.get("cpu_us_per_call")),
                 _times(row["trio_vs_asyncio"]),
             )
         )
@@ -213,12 +223,26 @@ def format_table(report: dict[str, Any]) -> str:
         'x: this figure / its baseline\'s ("vs"), same mode, same backend where the baseline'
         " runs on it. More calls/s is better; less p50, p99, KiB is better.",
         "trio/aio: the headline figure on trio / the same scenario's on asyncio.",
+        "cpu/call: CPU time of every process of the measurement (client, server, agent) in"
+        " the window per call; it moves little with load where calls/s and latency do.",
     ]
+    moved = [row for row in report["results"] if row.get("probe_moved")]
+    if moved:
+        lines.append(
+            f"! the CPU probe moved more than {PROBE_TOLERANCE:.0%} during"
+            f" {sum(r['probe_moved'] for r in moved)} run(s) (load changed; trust cpu/call"
+            " over calls/s there): "
+            + ", ".join(f"{r['scenario']} {r['mode']} {r['backend']} {_probes(r)}" for r in moved)
+        )
     failures = [(row, e) for row in report["results"] for e in row["errors"]]
     lines += [
         f"FAILED {row['scenario']} {row['mode']} {row['backend']}: {e}" for row, e in failures
     ]
     return "\n".join(lines)
+
+
+def _probes(row: dict[str, Any]) -> str:
+    return " ".join(f"{a:.0f}->{b:.0f}ms" for a, b in row["cpu_probes_ms"])
 
 
 def write_json(report: dict[str, Any], directory: Path, *, smoke: bool) -> list[Path]:

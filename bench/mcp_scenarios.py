@@ -12,7 +12,7 @@ then ``tools/call`` with integer ids, pipelined by id for 64 in flight) drives
 ``mcp-server-raw`` (``MCPServer`` over stdio, its tool in-process) and
 ``mesh-mcp-serve`` (``mesh mcp`` relaying stdio to a ``mesh serve`` daemon whose
 echo agent is a stdio child: three hops where ``MCPServer`` has one). Over HTTP,
-one minimal client (httpx, a pool of 64, JSON or SSE answers) drives
+one minimal client (raw h11, a keep-alive connection per caller, JSON or SSE answers) drives
 ``mcp-server-http`` (the SDK's app under uvicorn) and ``mesh-mcp-http`` (the daemon's
 ``/mcp``).
 """
@@ -26,9 +26,11 @@ import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
+import h11
 import msgspec
 
 from bench._children import REPO_ROOT, open_server, python_module, stop_process
@@ -225,35 +227,97 @@ async def mesh_mcp_serve(ctx: RunContext) -> Measurement:
 # -- serving: the minimal JSON-RPC client over HTTP ----------------------------------------
 
 
+class _H11Client:
+    """The cheapest HTTP/1.1 client we can drive a server with: raw h11 over anyio sockets,
+    a keep-alive connection per caller (64 for 64 in flight), no pool logic, no models.
+    httpx costs ~1 ms of CPU per request here, which would measure the client, not the server."""
+
+    def __init__(self, host: str, port: int, path: str) -> None:
+        self._host, self._port, self._path = host, port, path
+        self._idle: list[tuple[anyio.abc.SocketStream, h11.Connection]] = []
+
+    async def post(self, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        stream, conn = self._idle.pop() if self._idle else await self._open()
+        try:
+            answer = await self._exchange(stream, conn, body, headers)
+        except BaseException:
+            await stream.aclose()
+            raise
+        if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
+            conn.start_next_cycle()
+            self._idle.append((stream, conn))
+        else:
+            await stream.aclose()
+        return answer
+
+    async def aclose(self) -> None:
+        while self._idle:
+            await self._idle.pop()[0].aclose()
+
+    async def _open(self) -> tuple[anyio.abc.SocketStream, h11.Connection]:
+        return await anyio.connect_tcp(self._host, self._port), h11.Connection(h11.CLIENT)
+
+    async def _exchange(
+        self,
+        stream: anyio.abc.SocketStream,
+        conn: h11.Connection,
+        body: bytes,
+        headers: dict[str, str],
+    ) -> tuple[int, dict[str, str], bytes]:
+        fields = [("host", f"{self._host}:{self._port}"), ("content-length", str(len(body)))]
+        request = h11.Request(method="POST", target=self._path, headers=[*fields, *headers.items()])
+        await stream.send(
+            conn.send(request) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
+        )
+        status, answer_headers, content = 0, {}, bytearray()
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                try:
+                    conn.receive_data(await stream.receive(65536))
+                except anyio.EndOfStream:
+                    conn.receive_data(b"")
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+                answer_headers = {k.decode(): v.decode() for k, v in event.headers}
+            elif isinstance(event, h11.Data):
+                content += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                return status, answer_headers, bytes(content)
+            elif isinstance(event, h11.ConnectionClosed):
+                raise RuntimeError("the server closed the connection mid-answer")
+
+
 async def drive_http(
     url: str, tool: str, arguments: dict[str, Any], ctx: RunContext, token: str | None = None
 ) -> Measurement:
-    """The same calls as POSTs (httpx, keep-alive pool of 64); JSON or SSE answers."""
-    import httpx
-
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    """The same calls as POSTs (raw h11, one keep-alive connection per caller); JSON or SSE
+    answers."""
+    endpoint = urlsplit(url)
+    http = _H11Client(endpoint.hostname or "127.0.0.1", endpoint.port or 80, endpoint.path)
     headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
     if token is not None:
         headers["authorization"] = f"Bearer {token}"
-    async with httpx.AsyncClient(limits=limits, timeout=30) as http:
-        hello = await http.post(url, content=_HELLO.split(b"\n")[0], headers=headers)
-        hello.raise_for_status()
-        session = hello.headers.get("mcp-session-id")
-        if session:
+    try:
+        status, answer, _ = await http.post(_HELLO.split(b"\n")[0], headers)
+        if status != 200:
+            raise RuntimeError(f"initialize answered HTTP {status}")
+        if session := answer.get("mcp-session-id"):
             headers["mcp-session-id"] = session
         headers["mcp-protocol-version"] = "2025-11-25"
-        done = await http.post(url, content=_HELLO.split(b"\n")[1], headers=headers)
-        done.raise_for_status()
+        status, _, _ = await http.post(_HELLO.split(b"\n")[1], headers)
+        if status >= 300:
+            raise RuntimeError(f"notifications/initialized answered HTTP {status}")
         ids = iter(range(10**9))
 
         async def call() -> None:
-            body = _call_frame(next(ids), tool, arguments)
-            answer = await http.post(url, content=body, headers=headers)
-            reply = _last_reply(answer.content)
-            if answer.status_code != 200 or reply.error is not None:
-                raise RuntimeError(f"HTTP {answer.status_code}: {answer.text[:200]}")
+            status, _, content = await http.post(_call_frame(next(ids), tool, arguments), headers)
+            if status != 200 or _last_reply(content).error is not None:
+                raise RuntimeError(f"HTTP {status}: {content[:200]!r}")
 
         return await measure_calls(call, ctx)
+    finally:
+        await http.aclose()
 
 
 def _last_reply(body: bytes) -> _Reply:

@@ -212,6 +212,8 @@ async def mesh_idle(ctx: RunContext) -> Measurement:
         opened_s = time.perf_counter() - started
         held, lost = await crowd.census()
         after = rss_kib(crowd.server_pid)
+    if crowd.failed:  # refused links make every figure here a figure of fewer links
+        raise RuntimeError(f"the server refused {crowd.failed:,} of {n + warm:,} links")
     added = max(1, held - warm)
     return Measurement(
         extra={

@@ -1,0 +1,89 @@
+"""What the machine gives us, measured so that load does not hide in the figures.
+
+Two instruments. `cpu_probe_ms` times a fixed pure-Python loop by the wall
+clock: how much CPU this machine hands a process right now; the harness runs it
+before and after every measurement and flags a run whose probe moved (someone
+else's work landed inside it). `CpuMeter` adds up the CPU time a measurement's
+processes (this one and every descendant: servers, stdio agents) spend in its
+window: CPU per call barely moves with load, where calls/s and latency do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["CpuMeter", "cpu_probe_ms", "cpu_seconds", "descendants", "tree_cpu_seconds"]
+
+#: Iterations of the probe loop: ~45 ms on an idle core of the reference machine,
+#: long enough to span several scheduler slices, short enough to run twice per run.
+PROBE_LOOPS = 1_000_000
+
+
+def cpu_probe_ms() -> float:
+    """Milliseconds for a fixed pure-Python loop: how fast this machine is right now."""
+    started = time.perf_counter()
+    total = 0
+    for i in range(PROBE_LOOPS):
+        total += i
+    return (time.perf_counter() - started) * 1e3
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time `pid` (all its threads) has used so far, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process whose parent chain leads to `pid`."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # it exited while we looked
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        mine = children.get(todo.pop(), [])
+        found += mine
+        todo += mine
+    return found
+
+
+def tree_cpu_seconds(pids: Sequence[int]) -> float:
+    """CPU time of `pids` together; a process that has exited counts 0."""
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(pid)
+    return total
+
+
+class CpuMeter:
+    """CPU seconds spent by this process and its descendants between `start` and `stop`.
+
+    The processes are those alive at `start` (a measurement's servers are up by
+    then); the kernel counts in clock ticks (10 ms), so a 2 s window is good to ~1 %.
+    """
+
+    def __init__(self) -> None:
+        self._pids: list[int] = []
+        self._started = 0.0
+        self.seconds: float | None = None
+
+    def start(self) -> None:
+        me = os.getpid()
+        self._pids = [me, *descendants(me)]
+        self._started = tree_cpu_seconds(self._pids)
+
+    def stop(self) -> float:
+        self.seconds = tree_cpu_seconds(self._pids) - self._started
+        return self.seconds

@@ -1,0 +1,226 @@
+"""The targets the issues set, each worked out from one run's figures and printed with it.
+
+A target is a bound on a figure or on a ratio of figures measured in the same run
+(docs/performance.md says why ratios). Each check names what it divides, the
+backend it ran on, the measured value, the bound, and whether it holds; a check
+whose figures the run did not measure (``--only``, ``--backend``, a failed
+scenario) says so instead of guessing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Check", "evaluate", "format_targets"]
+
+BACKENDS = ("asyncio", "trio")
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    target: str  # the issue's words, short
+    backend: str
+    value: float | None  # None: not measured in this run
+    bound: float
+    at_least: bool  # value >= bound holds (else value <= bound)
+    unit: str  # "x" for a ratio, else the figure's unit
+
+    @property
+    def holds(self) -> bool | None:
+        if self.value is None:
+            return None
+        return self.value >= self.bound if self.at_least else self.value <= self.bound
+
+
+class _Figures:
+    """A run's figures by (scenario, mode, backend); a baseline that runs on one backend
+    only (the fan-out and idle servers, bare NATS) answers for both."""
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        self._rows = report["results"]
+
+    def get(
+        self, scenario: str, mode: str, backend: str, figure: str, *, baseline: bool = False
+    ) -> float | None:
+        rows = [r for r in self._rows if r["scenario"] == scenario and r["mode"] == mode]
+        same = [r for r in rows if r["backend"] == backend]
+        for row in same or (rows if baseline else []):
+            value = row["figures"].get(figure)
+            if value:
+                return float(value)
+        return None
+
+    def ratio(self, mine: str, theirs: str, mode: str, backend: str, figure: str) -> float | None:
+        a = self.get(mine, mode, backend, figure)
+        b = self.get(theirs, mode, backend, figure, baseline=True)
+        return None if a is None or b is None else a / b
+
+    def rows(self) -> list[dict[str, Any]]:
+        return list(self._rows)
+
+
+Rule = Callable[[_Figures], Iterator[Check]]
+
+
+def _core(f: _Figures) -> Iterator[Check]:
+    rate = f.get("mesh-memory", "sequential", "asyncio", "calls_per_s")
+    yield Check("in-process calls/s, sequential", "asyncio", rate, 40_000, True, "calls/s")
+    trio = f.get("mesh-memory", "sequential", "trio", "calls_per_s")
+    yield Check(
+        "in-process calls/s, sequential (0.8 x 40,000)", "trio", trio, 32_000, True, "calls/s"
+    )
+
+
+def _stdio(f: _Figures) -> Iterator[Check]:
+    for backend in BACKENDS:
+        ratio = f.ratio("mesh-stdio", "mcp-stdio", "sequential", backend, "calls_per_s")
+        yield Check("stdio sequential / MCP SDK stdio", backend, ratio, 10.0, True, "x")
+    for backend in BACKENDS:
+        ratio = f.ratio("mesh-stdio", "pipe-raw", "sequential", backend, "calls_per_s")
+        yield Check("stdio sequential / raw pipe", backend, ratio, 0.8, True, "x")
+
+
+def _websocket(f: _Figures) -> Iterator[Check]:
+    for mode in ("sequential", "inflight64"):
+        for backend in BACKENDS:
+            ratio = f.ratio("mesh-ws", "ws-raw", mode, backend, "calls_per_s")
+            yield Check(f"WebSocket {mode} / raw websockets", backend, ratio, 0.8, True, "x")
+
+
+def _trio(f: _Figures) -> Iterator[Check]:
+    for row in f.rows():
+        if row["backend"] != "trio" or not row["scenario"].startswith(("mesh-", "cluster-")):
+            continue
+        ratio = row.get("trio_vs_asyncio")
+        if ratio and not row["higher_is_better"]:
+            ratio = 1 / ratio  # less is better: asyncio's / trio's, so more is better here
+        target = f"trio / asyncio, {row['scenario']} {row['mode']}"
+        yield Check(target, "trio", ratio, 0.8, True, "x")
+
+
+def _broadcast(f: _Figures) -> Iterator[Check]:
+    for backend in BACKENDS:
+        ratio = f.ratio("mesh-broadcast", "ws-fanout", "clients1000", backend, "p50_us")
+        yield Check(
+            "broadcast to 1,000 / raw fan-out, time to last", backend, ratio, 1.2, False, "x"
+        )
+
+
+def _idle(f: _Figures) -> Iterator[Check]:
+    for mode, links in (("conns1000", "1,000"), ("conns10000", "10,000")):
+        for backend in BACKENDS:
+            kib = f.get("mesh-idle", mode, backend, "kib_per_conn")
+            yield Check(f"KiB per idle link at {links}", backend, kib, 20.0, False, "KiB")
+    for backend in BACKENDS:
+        rate = f.get("mesh-idle", "conns10000", backend, "open_per_s")
+        yield Check("10,000 links opened per second", backend, rate, 2_000, True, "/s")
+
+
+def _mcp(f: _Figures) -> Iterator[Check]:
+    for mode in ("sequential", "inflight64"):
+        for backend in BACKENDS:
+            ratio = f.ratio("mesh-mcp-mount", "mcp-stdio", mode, backend, "p50_us")
+            yield Check(f"MCP mount p50 / SDK direct, {mode}", backend, ratio, 1.2, False, "x")
+    for mine, theirs, wire in (
+        ("mesh-mcp-serve", "mcp-server-raw", "stdio"),
+        ("mesh-mcp-http", "mcp-server-http", "HTTP"),
+    ):
+        for mode in ("sequential", "inflight64"):
+            for backend in BACKENDS:
+                ratio = f.ratio(mine, theirs, mode, backend, "calls_per_s")
+                yield Check(
+                    f"MCP serving / MCPServer, {wire} {mode}", backend, ratio, 5.0, True, "x"
+                )
+
+
+def _cluster(f: _Figures) -> Iterator[Check]:
+    """Across daemons vs (one daemon + one bare NATS request/reply): latencies add when
+    sequential; with 64 in flight, time per call (1 / rate) adds."""
+    for backend in BACKENDS:
+        remote = f.get("cluster-remote", "sequential", backend, "p50_us")
+        local = f.get("cluster-local", "sequential", backend, "p50_us")
+        nats = f.get("nats-raw", "sequential", backend, "p50_us", baseline=True)
+        ratio = None if None in (remote, local, nats) else remote / (local + nats)  # type: ignore[operator]
+        yield Check(
+            "cross-daemon p50 / (local + bare NATS), sequential", backend, ratio, 1.3, False, "x"
+        )
+    for backend in BACKENDS:
+        figures = [
+            f.get("cluster-remote", "inflight64", backend, "calls_per_s"),
+            f.get("cluster-local", "inflight64", backend, "calls_per_s"),
+            f.get("nats-raw", "inflight64", backend, "calls_per_s", baseline=True),
+        ]
+        ratio = None
+        if None not in figures:
+            remote, local, nats = (1 / x for x in figures)  # type: ignore[operator]
+            ratio = remote / (local + nats)
+        yield Check(
+            "cross-daemon time per call / (local + bare NATS), 64 in flight",
+            backend,
+            ratio,
+            1.3,
+            False,
+            "x",
+        )
+
+
+RULES: tuple[tuple[str, Rule], ...] = (
+    ("a lighter core (issue 17)", _core),
+    ("stdio (issue 17)", _stdio),
+    ("WebSocket (issue 17)", _websocket),
+    ("broadcast (issue 17)", _broadcast),
+    ("idle links (issue 17)", _idle),
+    ("trio against asyncio (issue 17)", _trio),
+    ("MCP both ways (issue 14)", _mcp),
+    ("cluster (issue 16)", _cluster),
+)
+
+
+def evaluate(report: dict[str, Any]) -> list[tuple[str, list[Check]]]:
+    figures = _Figures(report)
+    return [(title, list(rule(figures))) for title, rule in RULES]
+
+
+def _value(check: Check) -> str:
+    if check.value is None:
+        return "-"
+    if check.unit == "x":
+        return f"{check.value:.2f}x"
+    return (
+        f"{check.value:,.0f} {check.unit}"
+        if check.value >= 100
+        else f"{check.value:.1f} {check.unit}"
+    )
+
+
+def _bound(check: Check) -> str:
+    sign = ">=" if check.at_least else "<="
+    bound = f"{check.bound:g}x" if check.unit == "x" else f"{check.bound:,g} {check.unit}"
+    return f"{sign} {bound}"
+
+
+def format_targets(report: dict[str, Any]) -> str:
+    """Every target with its measured value; sections with nothing measured are left out."""
+    lines = ["", "targets (each a figure or a ratio within this run):"]
+    held = missed = 0
+    for title, checks in evaluate(report):
+        measured = [c for c in checks if c.value is not None]
+        if not measured:
+            continue
+        lines.append(f"  {title}")
+        width = max(len(c.target) for c in measured)
+        for check in measured:
+            verdict = "holds" if check.holds else "MISSED"
+            held, missed = held + bool(check.holds), missed + (not check.holds)
+            lines.append(
+                f"    {check.target.ljust(width)}  {check.backend:7}  {_value(check):>12}"
+                f"  {_bound(check):>14}  {verdict}"
+            )
+    if held + missed == 0:
+        return ""
+    lines.append(
+        f"  {held} held, {missed} missed (docs/performance.md says why where one is missed)"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,196 @@
+"""Profile the mesh's in-process call path with instruments that load does not move.
+
+``mesh-memory`` has no I/O: a call is the mesh's own Python and nothing else, so
+it is where the core's cost per call is measured and cut::
+
+    python -m bench.profile                         # CPU time per call, both backends
+    python -m bench.profile --callgrind             # instructions per call (valgrind)
+    python -m bench.profile --cprofile --backend trio  # the top entries by own time
+    python -m bench.profile --pyinstrument
+
+CPU time (``time.process_time``) counts only this process's work; callgrind
+counts instructions, the same for the same code whatever else the machine runs:
+it runs the loop twice (N and 3N calls) under valgrind and divides the
+difference, so start-up and imports cancel out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+
+if TYPE_CHECKING:
+    from mesh import Agent, Peer
+
+__all__ = ["callgrind_per_call", "main"]
+
+ARGUMENTS = {"message": "hello, agent mesh"}
+#: Calls before timing: imports, caches and the first allocations settle.
+WARM_CALLS = 500
+CALLGRIND_CALLS = 1500
+
+
+@contextlib.asynccontextmanager
+async def _open_link(transport: str) -> AsyncIterator[Peer]:
+    """A peer to the echo agent served in this process: over memory, or loopback WebSocket."""
+    from mesh import open_agent_server, open_websocket_peer
+    from mesh.agents.echo import agent
+    from mesh.testing import open_memory_peer
+
+    if transport == "memory":
+        async with open_memory_peer(agent) as peer:
+            yield peer
+        return
+    if transport == "pipe":
+        async with _pipe_link(agent) as peer:
+            yield peer
+        return
+    async with (
+        open_agent_server(agent) as server,
+        open_websocket_peer(f"{server.ws_url}/ws", agent="echo") as peer,
+    ):
+        yield peer
+
+
+@contextlib.asynccontextmanager
+async def _pipe_link(agent: Agent) -> AsyncIterator[Peer]:
+    """The stdio transport's both ends in this process: two pipes, one LineChannel each way."""
+    from mesh import open_peer, serve_peer
+    from transports._lines import LineChannel
+    from transports._stdio import StdioServerStream
+
+    to_agent, to_caller = os.pipe(), os.pipe()
+    limit = 1 << 20
+    served = StdioServerStream(LineChannel(to_agent[0], to_caller[1], max_frame_size=limit))
+    caller = StdioServerStream(LineChannel(to_caller[0], to_agent[1], max_frame_size=limit))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(serve_peer, served, agent)
+        async with open_peer(caller, agent="echo") as peer:
+            yield peer
+        tg.cancel_scope.cancel()
+    await served.aclose()
+    await caller.aclose()
+
+
+async def _calls(n: int, *, profile: str | None = None, transport: str = "memory") -> float:
+    """Run `n` sequential ``tools/call echo`` on one link; the CPU seconds they took."""
+    async with _open_link(transport) as peer:
+        for _ in range(WARM_CALLS):
+            await peer.call_tool("echo", ARGUMENTS)
+        profiler = _start(profile)
+        started = time.process_time()
+        for _ in range(n):
+            await peer.call_tool("echo", ARGUMENTS)
+        took = time.process_time() - started
+        _stop(profile, profiler)
+    return took
+
+
+def _start(profile: str | None) -> object:
+    if profile == "cprofile":
+        import cProfile
+
+        cprofiler = cProfile.Profile()
+        cprofiler.enable()
+        return cprofiler
+    if profile == "pyinstrument":
+        from pyinstrument import Profiler
+
+        instrument = Profiler(interval=0.0001, async_mode="disabled")
+        instrument.start()
+        return instrument
+    return None
+
+
+def _stop(profile: str | None, profiler: object) -> None:
+    if profile == "cprofile":
+        import cProfile
+        import pstats
+
+        assert isinstance(profiler, cProfile.Profile)
+        profiler.disable()
+        pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(30)
+    elif profile == "pyinstrument":
+        from pyinstrument import Profiler
+
+        assert isinstance(profiler, Profiler)
+        profiler.stop()
+        print(profiler.output_text(unicode=False, show_all=False))
+
+
+def callgrind_per_call(
+    backend: str, calls: int = CALLGRIND_CALLS, transport: str = "memory"
+) -> float:
+    """Instructions per call on `backend` (user space, both ends), from two callgrind runs."""
+    totals = []
+    for n in (calls, 3 * calls):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "callgrind.out"
+            command = [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out}",
+                sys.executable,
+                "-m",
+                "bench.profile",
+                "--backend",
+                backend,
+                "--calls",
+                str(n),
+                "--transport",
+                transport,
+                "--quiet",
+            ]
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            found = re.search(r"Collected : (\d+)", done.stderr)
+            if done.returncode != 0 or found is None:
+                raise RuntimeError(f"callgrind failed: {done.stderr[-2000:]}")
+            totals.append(int(found.group(1)))
+    return (totals[1] - totals[0]) / (2 * calls)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
+    parser.add_argument("--backend", choices=["asyncio", "trio", "both"], default="both")
+    parser.add_argument("--calls", type=int, default=20_000)
+    parser.add_argument(
+        "--transport",
+        choices=["memory", "pipe", "websocket"],
+        default="memory",
+        help="pipe: the stdio transport's two ends over os.pipe(); websocket: the echo agent's"
+        " server and a peer in this process, over loopback",
+    )
+    parser.add_argument("--callgrind", action="store_true", help="instructions per call")
+    parser.add_argument("--cprofile", action="store_true")
+    parser.add_argument("--pyinstrument", action="store_true")
+    parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    backends = ["asyncio", "trio"] if args.backend == "both" else [args.backend]
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    for backend in backends:
+        if args.callgrind:
+            per_call = callgrind_per_call(backend, transport=args.transport)
+            print(f"{backend}: {per_call:,.0f} instructions per call over {args.transport}")
+            continue
+        profile = "cprofile" if args.cprofile else "pyinstrument" if args.pyinstrument else None
+        run = functools.partial(_calls, args.calls, profile=profile, transport=args.transport)
+        took = anyio.run(run, backend=backend)
+        if not args.quiet:
+            per_call = took / args.calls * 1e6
+            print(f"{backend}: {per_call:.1f} us CPU per call over {args.transport} (both ends)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""The bench's targets: worked out from one run's figures, never from another backend's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench._targets import evaluate, format_targets
+
+
+def _row(
+    scenario: str,
+    mode: str,
+    backend: str,
+    higher: bool = True,
+    trio: float | None = None,
+    **figures: float,
+) -> dict[str, Any]:
+    return {
+        "scenario": scenario,
+        "mode": mode,
+        "backend": backend,
+        "figures": figures,
+        "higher_is_better": higher,
+        "trio_vs_asyncio": trio,
+    }
+
+
+def _checks(report: dict[str, Any]) -> dict[tuple[str, str], Any]:
+    return {(c.target, c.backend): c for _, checks in evaluate(report) for c in checks}
+
+
+def test_ratios_divide_figures_of_the_same_run_and_backend() -> None:
+    report = {
+        "results": [
+            _row("mesh-stdio", "sequential", "asyncio", calls_per_s=6_000),
+            _row("mcp-stdio", "sequential", "asyncio", calls_per_s=500),
+            _row("mesh-stdio", "sequential", "trio", calls_per_s=4_000, trio=4_000 / 6_000),
+            _row("mcp-stdio", "sequential", "trio", calls_per_s=500),
+        ]
+    }
+    checks = _checks(report)
+    assert checks["stdio sequential / MCP SDK stdio", "asyncio"].value == 12.0
+    assert checks["stdio sequential / MCP SDK stdio", "asyncio"].holds is True
+    assert checks["stdio sequential / MCP SDK stdio", "trio"].value == 8.0
+    assert checks["stdio sequential / MCP SDK stdio", "trio"].holds is False
+    assert checks["trio / asyncio, mesh-stdio sequential", "trio"].holds is False
+    # not measured: no pipe-raw in this run, so no verdict either way
+    assert checks["stdio sequential / raw pipe", "asyncio"].holds is None
+
+
+def test_a_mesh_figure_never_stands_in_for_the_other_backend() -> None:
+    report = {"results": [_row("mesh-memory", "sequential", "asyncio", calls_per_s=45_000)]}
+    checks = _checks(report)
+    assert checks["in-process calls/s, sequential", "asyncio"].holds is True
+    assert checks["in-process calls/s, sequential (0.8 x 40,000)", "trio"].value is None
+
+
+def test_an_asyncio_only_baseline_answers_for_trio() -> None:
+    report = {
+        "results": [
+            _row("mesh-broadcast", "clients1000", "trio", higher=False, p50_us=110_000),
+            _row("ws-fanout", "clients1000", "asyncio", higher=False, p50_us=100_000),
+        ]
+    }
+    check = _checks(report)["broadcast to 1,000 / raw fan-out, time to last", "trio"]
+    assert abs(check.value - 1.1) < 1e-9
+    assert check.holds is True
+
+
+def test_cluster_latencies_add_sequentially_and_times_per_call_add_in_flight() -> None:
+    report = {
+        "results": [
+            _row("cluster-remote", "sequential", "asyncio", p50_us=500),
+            _row("cluster-local", "sequential", "asyncio", p50_us=150),
+            _row("nats-raw", "sequential", "asyncio", p50_us=250),
+            _row("cluster-remote", "inflight64", "asyncio", calls_per_s=2_000),
+            _row("cluster-local", "inflight64", "asyncio", calls_per_s=10_000),
+            _row("nats-raw", "inflight64", "asyncio", calls_per_s=10_000),
+        ]
+    }
+    checks = _checks(report)
+    sequential = checks["cross-daemon p50 / (local + bare NATS), sequential", "asyncio"]
+    assert sequential.value == 500 / 400
+    assert sequential.holds is True
+    in_flight = checks["cross-daemon time per call / (local + bare NATS), 64 in flight", "asyncio"]
+    assert abs(in_flight.value - 2.5) < 1e-9
+    assert in_flight.holds is False
+    text = format_targets(report)
+    assert "1 held, 1 missed" in text
+    assert "MISSED" in text
