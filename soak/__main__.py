@@ -45,7 +45,7 @@ async def wait_online(fleet: Fleet, agents: list[str], timeout: float = 120) -> 
     began = anyio.current_time()
     statuses: dict[str, str] = {}
     with anyio.fail_after(timeout):
-        async with open_websocket(fleet.ws.removesuffix("/ws") + "/agents/events") as events:
+        async with open_websocket(fleet.events, token=fleet.token) as events:
             while any(statuses.get(a) != "online" for a in agents):
                 event = json.loads(await events.receive())
                 shown = event["agents"] if event["type"] == "snapshot" else [event["agent"]]
@@ -60,7 +60,7 @@ async def wait_back(fleet: Fleet, agent: str, log: Log, what: str) -> None:
     outcome = "back online"
     with anyio.move_on_after(120) as gave_up:
         try:
-            async with open_websocket(fleet.ws.removesuffix("/ws") + "/agents/events") as events:
+            async with open_websocket(fleet.events, token=fleet.token) as events:
                 while True:
                     event = json.loads(await events.receive())
                     if event["type"] == "snapshot" or event["agent"]["id"] != agent:

@@ -19,6 +19,7 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 
+from mesh.daemon._tokens import ADMIN_TOKEN_FILE
 from soak._host import token_variable
 
 #: The repository root: stdio children get only the environment their manifest names.
@@ -60,10 +61,20 @@ class Fleet:
     http: str = ""
     port: int = 0
     restarts: int = 0
+    #: The admin token the daemon wrote into its data directory (every route wants one).
+    token: str = ""
 
     @property
     def ws(self) -> str:
         return "ws" + self.http.removeprefix("http") + "/ws"
+
+    @property
+    def events(self) -> str:
+        return self.ws.removesuffix("/ws") + "/agents/events"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.token}"}
 
     @property
     def env(self) -> dict[str, str]:
@@ -95,6 +106,7 @@ class Fleet:
         announced = await self._spawn_line("daemon", command, stderr=log)
         self.http = announced["http"]
         self.port = int(self.http.rsplit(":", 1)[1])
+        self.token = (self.directory / "data" / ADMIN_TOKEN_FILE).read_text().strip()
 
     async def start_victim_dial(self) -> None:
         await self._spawn_line("victim-dial", self._host("dial-in", ["victim-dial"], self.ws))

@@ -91,7 +91,7 @@ async def call_loop(fleet: Fleet, tally: Tally, worker: int, workers: int) -> No
     period = workers / fleet.plan.rate
     next_at = anyio.current_time()
     n = worker
-    async with httpx.AsyncClient(timeout=CALL_TIMEOUT + 5) as http:
+    async with httpx.AsyncClient(headers=fleet.headers, timeout=CALL_TIMEOUT + 5) as http:
         while True:
             agent = targets[n % len(targets)]
             n += workers
@@ -128,7 +128,7 @@ async def watch_loop(fleet: Fleet, tally: Tally, healthy: frozenset[str]) -> Non
     """One ``/agents/events`` watcher, held for the whole soak; reconnects after drops."""
     while True:
         try:
-            async with open_websocket(fleet.ws.removesuffix("/ws") + "/agents/events") as stream:
+            async with open_websocket(fleet.events, token=fleet.token) as stream:
                 while True:
                     _judge(json.loads(await stream.receive()), tally, healthy)
         except TransportClosed as closed:
@@ -161,7 +161,9 @@ async def run_room(fleet: Fleet, tally: Tally, number: int) -> None:
         "limits": {"max_turns": TURNS},
     }
     try:
-        async with httpx.AsyncClient(base_url=fleet.http, timeout=30) as http:
+        async with httpx.AsyncClient(
+            base_url=fleet.http, headers=fleet.headers, timeout=30
+        ) as http:
             created = await http.post("/rooms", json=spec)
     except httpx.HTTPError as exc:
         tally.rooms[room_id] = f"not created: {exc!r}"
@@ -172,7 +174,7 @@ async def run_room(fleet: Fleet, tally: Tally, number: int) -> None:
 
 
 async def room_outcomes(fleet: Fleet, tally: Tally) -> None:
-    async with httpx.AsyncClient(base_url=fleet.http, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=fleet.http, headers=fleet.headers, timeout=30) as http:
         for room_id, state in list(tally.rooms.items()):
             if state != "running":
                 continue
