@@ -92,7 +92,7 @@ async def _held_by(daemons: dict[str, Daemon], room_id: str) -> str | None:
 async def _start(stack: AsyncExitStack, root: Path) -> dict[str, Daemon]:
     nats = await stack.enter_async_context(spawn_nats_server(root / "nats"))
     say(f"  nats-server -js on {nats.url} (store in {root / 'nats'})")
-    echo = await stack.enter_async_context(spawn_echo_server())
+    echo = await stack.enter_async_context(spawn_echo_server(extra_args=["--log-level", "warning"]))
     daemons: dict[str, Daemon] = {}
     for name, directory in _manifests(root, echo.http).items():
         args = ["--nats", nats.url, "--daemon-id", name, "--room-lease-ttl", "2"]

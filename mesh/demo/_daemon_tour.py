@@ -62,8 +62,14 @@ async def daemon_tour() -> None:
     say("\n== mesh serve with the shipped manifests ==")
     token = secrets.token_urlsafe(16)
     async with AsyncExitStack() as stack:
-        await stack.enter_async_context(spawn_echo_server(address="127.0.0.1:8701"))
-        await stack.enter_async_context(spawn_echo_server(address="127.0.0.1:8702", token=token))
+        await stack.enter_async_context(
+            spawn_echo_server(address="127.0.0.1:8701", extra_args=["--log-level", "warning"])
+        )
+        await stack.enter_async_context(
+            spawn_echo_server(
+                address="127.0.0.1:8702", token=token, extra_args=["--log-level", "warning"]
+            )
+        )
         daemon = await stack.enter_async_context(
             spawn_daemon(
                 MANIFESTS, env={"ECHO_WS_TOKEN": token}, extra_args=["--log-level", "warning"]
