@@ -32,6 +32,7 @@ __all__ = [
     "decode_reply",
     "encode_request",
     "measure_calls",
+    "measure_echo",
     "split_lines",
     "summarize",
 ]
@@ -191,4 +192,38 @@ async def measure_calls(call: Callable[[], Awaitable[Any]], ctx: RunContext) -> 
     result = summarize(samples, completed, ctx.duration)
     if meter.seconds is not None and completed:
         result.extra["cpu_us_per_call"] = meter.seconds * 1e6 / completed
+    return result
+
+
+async def measure_echo(
+    send: Callable[[bytes], Awaitable[Any]],
+    receive: Callable[[], Awaitable[bytes | str]],
+    ctx: RunContext,
+) -> Measurement:
+    """Echo calls over one connection: send then receive, or 64 callers and one reader.
+
+    In flight, the reader wakes each caller by the id its reply carries.
+    """
+    if ctx.mode == "sequential":
+
+        async def call_direct() -> None:
+            await send(encode_request(0))
+            decode_reply(await receive())
+
+        return await measure_calls(call_direct, ctx)
+    pending = Pending()
+
+    async def read_replies() -> None:
+        while True:
+            pending.resolve(decode_reply(await receive()))
+
+    async def call() -> None:
+        call_id, done = pending.open()
+        await send(encode_request(call_id))
+        await done.wait()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(read_replies)
+        result = await measure_calls(call, ctx)
+        tg.cancel_scope.cancel()
     return result

@@ -21,7 +21,6 @@ Both servers (``python -m bench.own_vs_library ours|hypercorn BACKEND``) serve
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import anyio
@@ -34,12 +33,11 @@ from bench._children import (
     open_server,
     python_module,
 )
-from bench._measure import INFLIGHT, Pending, decode_reply, encode_request, measure_calls
+from bench._measure import INFLIGHT, decode_reply, encode_request, measure_calls, measure_echo
 from bench._registry import Measurement, RunContext, scenario
 from bench.baselines import http_echo, ws_echo
+from bench.baselines.http_echo import Receive, Scope, Send
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
 _decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 
@@ -76,10 +74,6 @@ async def serve_ours() -> None:
     async with open_http_server(rpc, upgrade_handler=upgrade) as server:
         announce_port(server.port)
         await anyio.sleep_forever()
-
-
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 
 async def asgi_echo(scope: Scope, receive: Receive, send: Send) -> None:
@@ -126,29 +120,26 @@ async def serve_hypercorn(backend: str) -> None:
 
 async def measure_frames(stream: Any, ctx: RunContext) -> Measurement:
     """Echo over one of our frame streams: send then receive, or 64 callers and a reader."""
-    if ctx.mode == "sequential":
+    return await measure_echo(stream.send, stream.receive, ctx)
 
-        async def call_direct() -> None:
-            await stream.send(encode_request(0))
-            decode_reply(await stream.receive())
 
-        return await measure_calls(call_direct, ctx)
-    pending = Pending()
+async def measure_frames_to(command: list[str], ctx: RunContext) -> Measurement:
+    """Our h11 client pool against the server ``command`` starts."""
+    from transports import open_http_client
 
-    async def read_replies() -> None:
-        while True:
-            pending.resolve(decode_reply(await stream.receive()))
+    async with (
+        open_server(command) as server,
+        open_http_client(f"http://127.0.0.1:{server.port}") as stream,
+    ):
+        return await measure_frames(stream, ctx)
 
-    async def call() -> None:
-        call_id, done = pending.open()
-        await stream.send(encode_request(call_id))
-        await done.wait()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(read_replies)
-        result = await measure_calls(call, ctx)
-        tg.cancel_scope.cancel()
-    return result
+async def measure_ws_server(which: str, ctx: RunContext) -> Measurement:
+    """websockets' client against one of the two servers' ``/ws``."""
+    async with open_server(_server(which, ctx.backend)) as server:
+        uri = f"ws://127.0.0.1:{server.port}/ws"
+        async with ws_echo.open_client(uri, ctx.backend) as ws:
+            return await ws_echo.measure_socket(ws, ctx)
 
 
 def _server(which: str, backend: str) -> list[str]:
@@ -179,10 +170,7 @@ async def ws_client_ours(ctx: RunContext) -> Measurement:
     smoke_modes=("sequential",),
 )
 async def ws_server_hypercorn(ctx: RunContext) -> Measurement:
-    async with open_server(_server("hypercorn", ctx.backend)) as server:
-        uri = f"ws://127.0.0.1:{server.port}/ws"
-        async with ws_echo.open_client(uri, ctx.backend) as ws:
-            return await ws_echo.measure_socket(ws, ctx)
+    return await measure_ws_server("hypercorn", ctx)
 
 
 @scenario(
@@ -193,10 +181,7 @@ async def ws_server_hypercorn(ctx: RunContext) -> Measurement:
     smoke_modes=("sequential",),
 )
 async def ws_server_ours(ctx: RunContext) -> Measurement:
-    async with open_server(_server("ours", ctx.backend)) as server:
-        uri = f"ws://127.0.0.1:{server.port}/ws"
-        async with ws_echo.open_client(uri, ctx.backend) as ws:
-            return await ws_echo.measure_socket(ws, ctx)
+    return await measure_ws_server("ours", ctx)
 
 
 @scenario(
@@ -232,13 +217,7 @@ async def http_client_httpcore(ctx: RunContext) -> Measurement:
     smoke_modes=("sequential",),
 )
 async def http_client_ours(ctx: RunContext) -> Measurement:
-    from transports import open_http_client
-
-    async with (
-        open_server(python_module(http_echo.__name__)) as server,
-        open_http_client(f"http://127.0.0.1:{server.port}") as stream,
-    ):
-        return await measure_frames(stream, ctx)
+    return await measure_frames_to(python_module(http_echo.__name__), ctx)
 
 
 @scenario(
@@ -248,13 +227,7 @@ async def http_client_ours(ctx: RunContext) -> Measurement:
     smoke_modes=("sequential",),
 )
 async def http_server_hypercorn(ctx: RunContext) -> Measurement:
-    from transports import open_http_client
-
-    async with (
-        open_server(_server("hypercorn", ctx.backend)) as server,
-        open_http_client(f"http://127.0.0.1:{server.port}") as stream,
-    ):
-        return await measure_frames(stream, ctx)
+    return await measure_frames_to(_server("hypercorn", ctx.backend), ctx)
 
 
 @scenario(
@@ -265,13 +238,7 @@ async def http_server_hypercorn(ctx: RunContext) -> Measurement:
     smoke_modes=("sequential",),
 )
 async def http_server_ours(ctx: RunContext) -> Measurement:
-    from transports import open_http_client
-
-    async with (
-        open_server(_server("ours", ctx.backend)) as server,
-        open_http_client(f"http://127.0.0.1:{server.port}") as stream,
-    ):
-        return await measure_frames(stream, ctx)
+    return await measure_frames_to(_server("ours", ctx.backend), ctx)
 
 
 def main() -> None:

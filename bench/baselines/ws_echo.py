@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any, Protocol
 
 import anyio
 import msgspec
 
 from bench._children import announce_port, die_with_parent, open_server, python_module
-from bench._measure import Pending, decode_reply, encode_request, measure_calls
+from bench._measure import measure_echo
 from bench._registry import Measurement, RunContext, scenario
 
 #: Messages far above our ~100-byte payload are a bug, not a benchmark.
@@ -66,30 +67,7 @@ async def open_client(uri: str, backend: str) -> AsyncIterator[_Socket]:
 
 async def measure_socket(ws: _Socket, ctx: RunContext) -> Measurement:
     """Echo calls over one connection: direct send/recv, or 64 callers and a reader."""
-    if ctx.mode == "sequential":
-
-        async def call_direct() -> None:
-            await ws.send(encode_request(0), text=True)
-            decode_reply(await ws.recv(decode=False))
-
-        return await measure_calls(call_direct, ctx)
-
-    pending = Pending()
-
-    async def read_replies() -> None:
-        while True:
-            pending.resolve(decode_reply(await ws.recv(decode=False)))
-
-    async def call() -> None:
-        call_id, done = pending.open()
-        await ws.send(encode_request(call_id), text=True)
-        await done.wait()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(read_replies)
-        result = await measure_calls(call, ctx)
-        tg.cancel_scope.cancel()
-    return result
+    return await measure_echo(partial(ws.send, text=True), partial(ws.recv, decode=False), ctx)
 
 
 @scenario("ws-raw", group="websocket", description="raw websockets echo, no compression")
