@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Final, Protocol, Self
 
 import anyio
@@ -30,7 +30,7 @@ from mesh._orchestrator.links import ManifestLinks, links_from_manifests
 from mesh._orchestrator.liveness import fail_calls_when_offline, probe
 from mesh._orchestrator.router import Router
 from mesh._orchestrator.spec import AgentSpec, Outcome
-from mesh._orchestrator.view import AgentView, Link, view, views
+from mesh._orchestrator.view import AgentView, Link, LinkChanges, view, views
 from mesh._rpc.caller import Caller, ProgressCallback
 from mesh._rpc.connect import handshake
 from mesh._rpc.peer import Peer, open_peer
@@ -114,6 +114,7 @@ class MeshOrchestrator:
         self._spawns: anyio.CapacityLimiter | None = None  # made in the event loop
         self._linked: anyio.Event | None = None  # likewise
         self._router = Router(self)
+        self._link_watchers: set[LinkChanges] = set()
         #: What :meth:`from_manifests` could not use (each also logged), in file order.
         self.manifest_errors: list[MeshError] = []
         #: The tokens agents that dial in must present (filled by :meth:`from_manifests`).
@@ -356,6 +357,7 @@ class MeshOrchestrator:
             link.gave_up = link.gave_up or event.kind == "gave_up"
             if event.kind in ("reconnecting", "gave_up"):
                 link.settled.set()  # the first attempt is over, successful or not
+                self._link_changed(spec.id)
 
         try:
             async with open_reconnecting_peer(
@@ -376,6 +378,7 @@ class MeshOrchestrator:
             link.last_error = str(exc)
             link.gave_up = True
             log.warning("mesh.agent_unreachable", agent=spec.id, error=str(exc))
+            self._link_changed(spec.id)
         finally:
             link.settled.set()
 
@@ -492,6 +495,26 @@ class MeshOrchestrator:
     def view(self, agent_id: str) -> AgentView | None:
         """One agent as :meth:`views` shows it; None for an id nobody configured or registered."""
         return view(self.registry, self._links, agent_id)
+
+    @contextmanager
+    def watch_links(self) -> Iterator[LinkChanges]:
+        """Which agents' links changed while the block runs (``await changes.next()``).
+
+        The registry's changes (``registry.subscribe()``) say when an agent comes
+        online, goes stale or offline; a link that is still trying, or has given
+        up, before the registry ever held the agent, is told only here. Read the
+        agent as it is now with :meth:`view`.
+        """
+        changes = LinkChanges()
+        self._link_watchers.add(changes)
+        try:
+            yield changes
+        finally:
+            self._link_watchers.discard(changes)
+
+    def _link_changed(self, agent_id: str) -> None:
+        for changes in self._link_watchers:
+            changes.add(agent_id)
 
     def has_link(self, agent_id: str) -> bool:
         return agent_id in self._links

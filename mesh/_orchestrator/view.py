@@ -29,6 +29,7 @@ __all__ = [
     "WAITING",
     "AgentView",
     "Link",
+    "LinkChanges",
     "view",
     "views",
 ]
@@ -71,6 +72,31 @@ class Link:
         if self.spec.connector is not None:
             return CONNECTING  # for the first time, or again
         return OFFLINE if self.ever_connected else WAITING
+
+
+class LinkChanges:
+    """The agents whose link changed (gave up, or failed anew) since the watcher last looked.
+
+    Ids are coalesced: a watcher that reads late reads each id once and then sees
+    the link as it is now, so however often a link retries, a watcher costs at
+    most one entry per agent. What the registry holds is told by its own changes;
+    these are for what only the link knows.
+    """
+
+    def __init__(self) -> None:
+        self._ids: dict[str, None] = {}
+        self._ready = anyio.Event()
+
+    def add(self, agent_id: str) -> None:
+        self._ids[agent_id] = None
+        self._ready.set()
+
+    async def next(self) -> list[str]:
+        """Until some link changed; then every id that did, in the order they first changed."""
+        await self._ready.wait()
+        self._ready = anyio.Event()
+        changed, self._ids = list(self._ids), {}
+        return changed
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from mesh import (
     local_connector,
     open_reconnecting_peer,
 )
+from mesh._orchestrator.view import LinkChanges
 from mesh.agents.echo import agent as echo_agent
 from mesh.testing import KillableConnector, open_memory_peer
 from registry import AgentId, AgentStatus
@@ -151,3 +152,42 @@ async def test_both_peers_are_callers() -> None:
     async with open_reconnecting_peer(connector, agent="echo") as reconnecting:
         assert isinstance(reconnecting, Caller)
         await call_everything(reconnecting)
+
+
+async def test_link_changes_are_coalesced_per_agent() -> None:
+    changes = LinkChanges()
+    for agent_id in ("a", "b", "a", "a"):
+        changes.add(agent_id)
+    assert await changes.next() == ["a", "b"]
+    got: list[list[str]] = []
+
+    async def read() -> None:
+        got.append(await changes.next())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(read)
+        await anyio.wait_all_tasks_blocked()
+        assert got == []  # nothing changed since: the reader waits
+        changes.add("c")
+    assert got == [["c"]]
+
+
+async def test_a_link_that_gives_up_before_it_ever_connected_is_told_to_link_watchers() -> None:
+    dead = KillableConnector(echo_agent)
+    dead.kill()
+    policy = ReconnectPolicy(base=0.01, max_attempts=2)
+    async with MeshOrchestrator(policy=policy) as mesh:
+        with mesh.watch_links() as links, anyio.fail_after(5):
+            mesh.add_agent(AgentSpec("never", dead))
+            seen: list[tuple[str, str | None]] = []
+            for _ in range(3):  # a failed attempt, then giving up (perhaps told at once)
+                assert await links.next() == ["never"]
+                shown = mesh.view("never")
+                assert shown is not None and not shown.registered
+                seen.append((shown.status, shown.link_error))
+                if shown.status == "offline":
+                    break
+        status, error = seen[-1]
+        assert status == "offline"
+        assert error == "gave up connecting to agent 'never' after 2 attempts: the agent is dead"
+        assert mesh.registry.get(AgentId("never")) is None  # the registry never knew it
