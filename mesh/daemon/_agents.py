@@ -21,7 +21,7 @@ import msgspec
 from mesh._logging import get_logger
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.spec import AgentSpec
-from mesh._orchestrator.view import AgentView
+from mesh._orchestrator.view import AgentView, LinkChanges
 from mesh.daemon._auth import Identity
 from mesh.daemon._limits import check_endpoint, check_id
 from mesh.daemon._routes import Params
@@ -42,6 +42,7 @@ from transports import (
     HttpResponse,
     WebSocketStream,
     open_http_client,
+    unwrap_single_error,
 )
 
 __all__ = ["AgentRoutes", "describe"]
@@ -66,6 +67,10 @@ class RegisterBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     metadata: dict[str, Any] = {}
     #: For the mesh to call the agent's endpoint with (never echoed back or logged).
     token: str | None = None
+
+
+def _standing(shown: dict[str, Any]) -> tuple[str, str | None]:
+    return shown["status"], shown.get("link_error")
 
 
 def describe(
@@ -149,18 +154,49 @@ class AgentRoutes:
     async def _send_agent_changes(self, stream: WebSocketStream) -> None:
         registry = self._mesh.registry
         try:
-            async with registry.subscribe() as changes:
-                snapshot = {"type": "snapshot", "agents": self.described()}
-                await stream.send(msgspec.json.encode(snapshot))
-                async for change in changes:
-                    link_error = self._mesh.link_error(change.agent_id)
-                    shown = self._with_holder(
-                        describe(change.record, anyio.current_time(), link_error)
-                    )
-                    event = {"type": str(change.kind), "old": change.old, "agent": shown}
-                    await stream.send(msgspec.json.encode(event))
+            with self._mesh.watch_links() as links, unwrap_single_error():
+                async with registry.subscribe() as changes:
+                    agents = self.described()
+                    await stream.send(msgspec.json.encode({"type": "snapshot", "agents": agents}))
+                    #: Each agent as this watcher last saw it: (status, link error).
+                    seen = {agent["id"]: _standing(agent) for agent in agents}
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(self._send_link_changes, stream, links, seen)
+                        async for change in changes:
+                            link_error = self._mesh.link_error(change.agent_id)
+                            shown = self._with_holder(
+                                describe(change.record, anyio.current_time(), link_error)
+                            )
+                            seen[change.agent_id] = _standing(shown)
+                            event = {"type": str(change.kind), "old": change.old, "agent": shown}
+                            await stream.send(msgspec.json.encode(event))
         except SubscriberOverflow:
             await stream.aclose(CloseCode.FELL_BEHIND, "fell behind the registry's changes")
+
+    async def _send_link_changes(
+        self,
+        stream: WebSocketStream,
+        links: LinkChanges,
+        seen: dict[str, tuple[str, str | None]],
+    ) -> None:
+        """A ``link`` event for an agent the registry does not hold whose link changed.
+
+        A link that gives up before its agent ever connected (``connecting`` →
+        ``offline``), or fails again with another error, changes nothing in the
+        registry; without these a watcher would show it ``connecting`` for ever.
+        """
+        while True:
+            for agent_id in await links.next():
+                view = self._mesh.view(agent_id)
+                if view is None or view.registered:
+                    continue  # gone, or the registry's own changes tell it
+                shown = self._with_holder(describe_view(view, anyio.current_time()))
+                old = seen.get(agent_id)
+                if old == _standing(shown):
+                    continue
+                seen[agent_id] = _standing(shown)
+                event = {"type": "link", "old": old[0] if old else None, "agent": shown}
+                await stream.send(msgspec.json.encode(event))
 
     # -- owned ids --------------------------------------------------------------------
 

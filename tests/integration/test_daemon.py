@@ -18,6 +18,15 @@ import pytest
 
 from mesh.testing import Daemon, EchoServer, echo_agent_command, spawn_daemon, spawn_echo_server
 from tests.faults._helpers import spawn_holding_server, wait_holding
+from transports import (
+    CloseCode,
+    HttpRequest,
+    HttpResponse,
+    HttpServer,
+    WebSocketStream,
+    open_http_server,
+    websocket_upgrade_handler,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -287,3 +296,54 @@ async def test_agent_events_stream_a_snapshot_then_every_change(tmp_path: Path) 
         "online",
         "pusher",
     )
+
+
+@asynccontextmanager
+async def refusing_later(gate: anyio.Event) -> AsyncIterator[HttpServer]:
+    """A WebSocket endpoint that drops its first caller (try again), then, once ``gate``
+    is set, refuses every caller with 4001 (do not come back)."""
+    dialled = 0
+
+    async def refuse(stream: WebSocketStream, _: str | None) -> None:
+        nonlocal dialled
+        dialled += 1
+        if dialled > 1:
+            await gate.wait()
+            await stream.aclose(CloseCode.UNAUTHORIZED, "Unauthorized")
+        else:
+            await stream.aclose(CloseCode.INTERNAL_ERROR, "not yet")
+
+    async def nothing(request: HttpRequest) -> HttpResponse:
+        return HttpResponse.error(404, "nothing here")
+
+    upgrade = websocket_upgrade_handler(refuse, authenticator=None)
+    async with open_http_server(nothing, upgrade_handler=upgrade) as server:
+        yield server
+
+
+async def test_agent_events_tell_a_watcher_when_a_link_gives_up(tmp_path: Path) -> None:
+    """An agent that never connected changes nothing in the registry when its link gives
+    up: the watcher hears it from the link (``link``), not never (it stayed ``connecting``)."""
+    gate = anyio.Event()
+    async with refusing_later(gate) as server:
+        write(
+            tmp_path,
+            "refused.toml",
+            f'id = "refused"\n[transport]\ntype = "websocket"\nendpoint = "{server.ws_url}/ws"\n'
+            'token_env = "REFUSED_TOKEN"\n',
+        )
+        env = {"REFUSED_TOKEN": "a-token-it-will-not-take"}
+        async with (
+            spawn_daemon(tmp_path, env=env) as daemon,
+            daemon.open_events("/agents/events") as events,
+        ):
+            with anyio.fail_after(20):
+                snapshot = json.loads(await events.receive())
+                [before] = snapshot["agents"]
+                gate.set()
+                event = json.loads(await events.receive())
+    assert (before["id"], before["status"]) == ("refused", "connecting")
+    assert "1011" in before["link_error"]
+    assert (event["type"], event["old"]) == ("link", "connecting")
+    assert (event["agent"]["id"], event["agent"]["status"]) == ("refused", "offline")
+    assert "4001" in event["agent"]["link_error"]
