@@ -16,7 +16,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["CpuMeter", "cpu_probe_ms", "cpu_seconds", "descendants", "tree_cpu_seconds"]
+__all__ = [
+    "CpuMeter",
+    "OpeningMeter",
+    "cpu_probe_ms",
+    "cpu_seconds",
+    "descendants",
+    "tree_cpu_seconds",
+]
 
 #: Iterations of the probe loop: ~45 ms on an idle core of the reference machine,
 #: long enough to span several scheduler slices, short enough to run twice per run.
@@ -87,3 +94,29 @@ class CpuMeter:
     def stop(self) -> float:
         self.seconds = tree_cpu_seconds(self._pids) - self._started
         return self.seconds
+
+
+class OpeningMeter:
+    """What opening links costs a server and the crowd that dials it, each on its own.
+
+    Started before a crowd opens its links, stopped once the server holds them:
+    links per second by the wall clock, and each process's CPU per link. On two
+    cores the two run side by side, so the busier one sets the rate.
+    """
+
+    def __init__(self, server_pid: int, crowd_pid: int) -> None:
+        self._pids = (server_pid, crowd_pid)
+        self._cpu = [cpu_seconds(pid) for pid in self._pids]
+        self._started = time.perf_counter()
+
+    def stop(self, links: int) -> dict[str, float]:
+        took = time.perf_counter() - self._started
+        server, crowd = (
+            cpu_seconds(pid) - was for pid, was in zip(self._pids, self._cpu, strict=True)
+        )
+        per = max(1, links)
+        return {
+            "open_per_s": links / took,
+            "open_server_cpu_us_per_link": server / per * 1e6,
+            "open_crowd_cpu_us_per_link": crowd / per * 1e6,
+        }

@@ -193,6 +193,7 @@ async def mesh_broadcast(ctx: RunContext) -> Measurement:
 )
 async def mesh_idle(ctx: RunContext) -> Measurement:
     from bench._children import rss_kib
+    from bench._cpu import OpeningMeter
     from bench.mesh_crowd import WARM_CONNECTIONS, open_mesh_crowd
 
     quiet_logs()
@@ -201,7 +202,7 @@ async def mesh_idle(ctx: RunContext) -> Measurement:
     async with open_mesh_crowd(ctx.backend) as crowd:
         _, crowd_before = await crowd.open(warm)
         before = rss_kib(crowd.server_pid)
-        started = time.perf_counter()
+        opening = OpeningMeter(crowd.server_pid, crowd.process.pid)
         asked, total, crowd_after = 0, warm, crowd_before
         # In steps, within a budget: past it, report what the server holds.
         with anyio.move_on_after(IDLE_BUDGET_S):
@@ -209,7 +210,7 @@ async def mesh_idle(ctx: RunContext) -> Measurement:
                 step = min(IDLE_STEP, n - asked)
                 total, crowd_after = await crowd.open(step)
                 asked += step
-        opened_s = time.perf_counter() - started
+        opened = opening.stop(total - warm)
         held, lost = await crowd.census()
         after = rss_kib(crowd.server_pid)
     if crowd.failed:  # refused links make every figure here a figure of fewer links
@@ -222,7 +223,7 @@ async def mesh_idle(ctx: RunContext) -> Measurement:
             "server_rss_before_kib": float(before),
             "server_rss_after_kib": float(after),
             "client_kib_per_conn": (crowd_after - crowd_before) / max(1, total - warm),
-            "open_per_s": (total - warm) / opened_s,
+            **opened,
             "links_lost": float(lost),
             "links_failed": float(crowd.failed),
         },

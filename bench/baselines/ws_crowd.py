@@ -34,6 +34,7 @@ from bench._children import (
     rss_kib,
     stop_process,
 )
+from bench._cpu import OpeningMeter
 from bench._measure import GRACE_S, LineReader, summarize
 from bench._registry import Measurement, RunContext, scenario
 
@@ -264,7 +265,9 @@ async def ws_idle(ctx: RunContext) -> Measurement:
     async with open_crowd() as crowd:
         _, crowd_before = await crowd.open(warm)
         before = rss_kib(crowd.server_pid)
+        opening = OpeningMeter(crowd.server_pid, crowd.process.pid)
         total, crowd_after = await crowd.open(n)
+        opened = opening.stop(n)
         after = rss_kib(crowd.server_pid)
     return Measurement(
         extra={
@@ -273,6 +276,7 @@ async def ws_idle(ctx: RunContext) -> Measurement:
             "server_rss_before_kib": float(before),
             "server_rss_after_kib": float(after),
             "client_kib_per_conn": (crowd_after - crowd_before) / n,
+            **opened,
         }
     )
 
