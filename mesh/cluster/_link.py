@@ -459,6 +459,13 @@ class NatsLink:
         subscription = await self.run(f"read stream {stream}", subscribe)
         return Watch(self, subscription.unsubscribe)
 
+    async def purge(self, stream: str, subject: str, *, keep: int = 0) -> None:
+        """Remove ``subject``'s messages from ``stream``, all but the last ``keep``."""
+        js = self.js
+        await self.run(
+            f"purge {subject}", lambda: js.purge_stream(stream, subject=subject, keep=keep or None)
+        )
+
     async def stream_last_sequence(self, stream: str) -> int:
         js = self.js
         info = await self.run(f"read stream {stream}", lambda: js.stream_info(stream))

@@ -15,6 +15,13 @@ holder dies its lease expires; every daemon watching the bucket sees the
 expiry, and the one whose compare-and-set create wins catches up on the
 room's events and resumes it (``RESUMED``, then the next turn). A graceful stop
 hands rooms over at once: it stops its engines, then deletes its leases.
+
+**Deleting.** A stopped room is deleted by a tombstone: an empty message on the
+room's subject, after its last event (the same compare-and-set), that names the
+room in its ``Mesh-Room-Deleted`` header. Every daemon that reads it drops its own
+copy; the room's events before it are then purged, so a daemon that starts later
+reads only the tombstone (and drops the copy it may still have on disk). A room
+created again with the same id follows the tombstone.
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ log = get_logger("mesh.cluster")
 
 #: The header that names the daemon that recorded an event.
 WRITER: Final = "Mesh-Daemon"
+#: The header of a room's tombstone: the room it deletes.
+DELETED: Final = "Mesh-Room-Deleted"
 #: Catching up on a room's events before taking it over is bounded.
 CATCH_UP_TIMEOUT: Final = 10.0
 #: Asking the holder to pause, stop or resume a room gets this long.
@@ -74,6 +83,7 @@ class RoomReplication:
         self._ttl = lease_ttl
         self._held: dict[str, int] = {}  # room -> revision of our lease
         self._tails: dict[str, int] = {}  # room -> stream sequence of its last event here
+        self._tombstones: dict[str, int] = {}  # deleted room -> sequence of its tombstone
         self._consumed = 0  # the stream's sequence absorbed so far
         self._progress = anyio.Event()
         self._inbox: MemoryObjectSendStream[StreamEvent]
@@ -142,6 +152,10 @@ class RoomReplication:
         async for message in self._outbox:
             if message.sequence <= self._consumed:
                 continue  # seen already (a consumer restarted after a reconnect)
+            deleted = message.headers.get(DELETED)
+            if deleted is not None:
+                await self._absorb_tombstone(deleted, message.sequence)
+                continue
             try:
                 event = decode_event(message.data)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -154,6 +168,22 @@ class RoomReplication:
             self._consumed = message.sequence
             self._signal()
 
+    async def _absorb_tombstone(self, room_id: str, sequence: int) -> None:
+        self._tails[room_id] = self._tombstones[room_id] = sequence
+        try:
+            await self._rooms.forget(room_id)
+        except RoomError as exc:
+            log.error("cluster.forget_failed", room=room_id, error=str(exc))
+        self._consumed = sequence
+        self._signal()
+
+    async def wait_absorbed(self) -> None:
+        """Until this daemon's store has every room event the stream holds now."""
+        end = await self._link.stream_last_sequence(self._names.rooms_stream)
+        with anyio.fail_after(CATCH_UP_TIMEOUT):
+            while self._consumed < end:
+                await self._wait_progress()
+
     def _signal(self) -> None:
         self._progress.set()
         self._progress = anyio.Event()
@@ -164,7 +194,10 @@ class RoomReplication:
     async def record(self, event: RoomEvent) -> None:
         """Publish ``event`` after the room's last one; see the module docstring."""
         room = event.room_id
-        expected = 0 if isinstance(event, WelcomeEvent) else self._tails.get(room, 0)
+        if isinstance(event, WelcomeEvent):
+            expected = self._tombstones.get(room, 0)  # a new room, or one deleted before
+        else:
+            expected = self._tails.get(room, 0)
         subject = self._names.room_subject(room)
         with anyio.move_on_after(self._ttl):
             while not self._link.connected:
@@ -200,6 +233,35 @@ class RoomReplication:
             f"another daemon recorded event {event.seq} of room {event.room_id!r} first",
             room=event.room_id,
         )
+
+    async def delete(self, room_id: str) -> None:
+        """Record the room's tombstone after its last event, then purge what came before."""
+        subject, stream = self._names.room_subject(room_id), self._names.rooms_stream
+        if not self._link.connected:
+            raise RoomConflict(
+                f"room {room_id!r}: rooms need NATS in a cluster, and {self._link.describe()}",
+                room=room_id,
+            )
+        try:
+            sequence = await self._link.js_publish(
+                subject,
+                b"",
+                expected_last=self._tails.get(room_id, 0),
+                headers={WRITER: self._names.daemon, DELETED: room_id},
+            )
+        except ClusterError as exc:
+            why = f"room {room_id!r} could not be deleted: {exc}"
+            raise RoomConflict(why, room=room_id) from exc
+        if sequence is None:
+            raise RoomConflict(
+                f"room {room_id!r} changed on another daemon meanwhile; read it and try again",
+                room=room_id,
+            )
+        self._tails[room_id] = self._tombstones[room_id] = sequence
+        try:
+            await self._link.purge(stream, subject, keep=1)
+        except ClusterError as exc:  # the tombstone is what deletes; purging frees the space
+            log.info("cluster.room_purge_failed", room=room_id, error=str(exc))
 
     # -- leases ------------------------------------------------------------------------------------
 

@@ -308,11 +308,17 @@ class RoomManager:
                     "deleted (stop it first)",
                     room=room_id,
                 )
-            room.observers.close()
-            if self._rooms.get(room_id) is room:
-                del self._rooms[room_id]
-            await self._thread(self._store.delete, room_id)
+            if self.replica is not None:
+                await self.replica.delete(room_id)  # first: every daemon forgets it then
+            await self._drop(room)
         log.info("room.deleted", room=room_id)
+
+    async def _drop(self, room: _Room) -> None:
+        room_id = room.state.room.id
+        room.observers.close()
+        if self._rooms.get(room_id) is room:
+            del self._rooms[room_id]
+        await self._thread(self._store.delete, room_id)
 
     async def delete_finished(self, older_than_ms: int) -> list[str]:
         """Delete every stopped room last changed more than ``older_than_ms`` ago."""
@@ -409,6 +415,18 @@ class RoomManager:
             )
             self._start(room)
             return True
+
+    async def forget(self, room_id: str) -> None:
+        """Drop a room another daemon deleted from the shared record: rows, log, observers."""
+        room = self._rooms.get(room_id)
+        if room is None:
+            await self._thread(self._store.delete, room_id)
+        else:
+            async with room.control:
+                if room.scope is not None:
+                    room.scope.cancel()
+                await self._drop(room)
+        log.info("room.forgotten", room=room_id)
 
     def relinquish(self, room_id: str) -> None:
         """Stop running the room here without recording anything (its lease went elsewhere)."""

@@ -44,6 +44,14 @@ class RoomReplica(Protocol):
         """
         ...
 
+    async def delete(self, room_id: str) -> None:
+        """Take a stopped room out of the shared record, for every daemon.
+
+        Raises :class:`~mesh.rooms.RoomConflict` when the record moved on since this
+        daemon read it (another daemon resumed the room meanwhile).
+        """
+        ...
+
     async def forward(self, room_id: str, op: RoomOp) -> RoomSnapshot | None:
         """Ask the daemon that runs the room to ``op`` it; None if no other daemon runs it."""
         ...

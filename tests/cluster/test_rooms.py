@@ -11,7 +11,15 @@ import pytest
 from mesh import AgentSpec, local_connector
 from mesh.agents.persona import PersonaAgent
 from mesh.providers import ProviderConfig
-from mesh.rooms import Limits, MessageEvent, RoomSpec, RoomStatus, StoppedEvent, role_persona
+from mesh.rooms import (
+    Limits,
+    MessageEvent,
+    RoomNotFound,
+    RoomSpec,
+    RoomStatus,
+    StoppedEvent,
+    role_persona,
+)
 from mesh.testing import NatsServer, spawn_nats_server
 from tests.cluster._helpers import SPREAD_TIMEOUT, open_member, wait_status
 
@@ -98,3 +106,49 @@ async def test_pause_stop_and_resume_reach_the_daemon_that_runs_the_room(
         transcript = await a.rooms.transcript("long")
     turns = [m.turn for m in transcript]
     assert turns == list(range(1, len(turns) + 1)) and len(turns) >= 2
+
+
+async def test_a_room_deleted_on_one_daemon_is_gone_from_every_daemon_for_good(
+    nats: NatsServer, tmp_path: Path
+) -> None:
+    spec = RoomSpec(id="tea", topic="Tea?", members=("alice", "bob"), limits=Limits(max_turns=4))
+    async with (
+        open_member(nats.url, "a", [persona("alice")], data_dir=tmp_path) as a,
+        open_member(nats.url, "b", [persona("bob")], data_dir=tmp_path) as b,
+    ):
+        assert a.rooms is not None and b.rooms is not None
+        assert a.cluster.rooms is not None and b.cluster.rooms is not None
+        await wait_status(a.mesh.registry, "bob")
+        await a.rooms.create(spec)
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            await a.rooms.wait("tea")
+            await b.cluster.rooms.wait_absorbed()
+        async with open_member(nats.url, "away", data_dir=tmp_path) as away:
+            assert away.rooms is not None and away.cluster.rooms is not None
+            with anyio.fail_after(SPREAD_TIMEOUT):
+                await away.cluster.rooms.wait_absorbed()
+            assert (await away.rooms.get("tea")).status is RoomStatus.STOPPED  # on its disk
+        await b.rooms.delete("tea")  # on b, while "away" is away: a forgets its copy too
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            await a.cluster.rooms.wait_absorbed()
+        for member in (a, b):
+            with pytest.raises(RoomNotFound):
+                await member.rooms.get("tea")
+            assert await member.rooms.list() == []
+        # A daemon that comes back reads the tombstone and drops the copy on its disk;
+        # one that is new reads only the tombstone.
+        async with (
+            open_member(nats.url, "away", data_dir=tmp_path) as back,
+            open_member(nats.url, "new", data_dir=tmp_path) as new,
+        ):
+            for member in (back, new):
+                assert member.rooms is not None and member.cluster.rooms is not None
+                with anyio.fail_after(SPREAD_TIMEOUT):
+                    await member.cluster.rooms.wait_absorbed()
+                with pytest.raises(RoomNotFound):
+                    await member.rooms.get("tea")
+            # The id is free again: a new room of that name follows the tombstone.
+            assert new.rooms is not None
+            again = RoomSpec(id="tea", topic="More tea?", members=("alice", "bob"))
+            created = await new.rooms.create(again)
+            assert created.room.topic == "More tea?"
