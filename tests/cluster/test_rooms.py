@@ -131,10 +131,10 @@ async def test_a_room_deleted_on_one_daemon_is_gone_from_every_daemon_for_good(
         await b.rooms.delete("tea")  # on b, while "away" is away: a forgets its copy too
         with anyio.fail_after(SPREAD_TIMEOUT):
             await a.cluster.rooms.wait_absorbed()
-        for member in (a, b):
+        for rooms in (a.rooms, b.rooms):
             with pytest.raises(RoomNotFound):
-                await member.rooms.get("tea")
-            assert await member.rooms.list() == []
+                await rooms.get("tea")
+            assert await rooms.list() == []
         # A daemon that comes back reads the tombstone and drops the copy on its disk;
         # one that is new reads only the tombstone.
         async with (
