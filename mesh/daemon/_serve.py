@@ -29,16 +29,15 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 
-from mesh._errors import MeshError, Unauthorized
 from mesh._logging import get_logger
 from mesh._orchestrator.links import links_from_manifests
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.daemon._api import DaemonApi
-from mesh.daemon._auth import Gate, Identity
+from mesh.daemon._auth import Gate
+from mesh.daemon._dial_in import DialIns
 from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._page import PageFiles, PeopleRoutes
 from mesh.daemon._rooms import RoomRoutes
-from mesh.daemon._routes import Params
 from mesh.daemon._settings import (
     DaemonSettings,
     ListenError,
@@ -49,13 +48,11 @@ from mesh.daemon._settings import (
 from mesh.daemon._tokens import TokenStore
 from mesh.rooms import RoomManager
 from transports import (
-    CloseCode,
     HttpRequest,
     HttpServer,
     HttpServerConfig,
     TokenAuthenticator,
     UpgradeHandler,
-    WebSocketStream,
     open_http_server,
 )
 from transports._http_server import HttpHandler
@@ -134,45 +131,17 @@ async def serve_daemon(
     orchestrator = MeshOrchestrator.from_links(links, registry=_registry(settings))
     # In a cluster, rooms are resumed by whichever daemon takes their lease.
     rooms = RoomManager.for_orchestrator(orchestrator, settings.data_dir, resume=not settings.nats)
-    dial_ins: set[WebSocketStream] = set()
-
-    async def dial_in(stream: WebSocketStream, who: Identity, _: Params) -> None:
-        agent_id = who.agent
-        assert agent_id is not None  # only agent tokens hold the dial right
-        if agent_id in api.agents.owners:
-            await stream.aclose(CloseCode.FORBIDDEN, f"{agent_id!r} is registered over HTTP")
-            return
-
-        async def taken_over() -> None:
-            await stream.aclose(CloseCode.TAKEN_OVER, "another connection took this agent over")
-
-        dial_ins.add(stream)
-
-        async def refuse(why: str) -> None:  # before the link closes: the code tells it why
-            await stream.aclose(CloseCode.FORBIDDEN, why[:120])
-
-        try:
-            await orchestrator.serve_dial_in(
-                stream, agent_id, refuse=refuse, on_replaced=taken_over
-            )
-        except Unauthorized as exc:  # closed with 4003 already, by refuse()
-            log.warning("daemon.dial_in_refused", agent=agent_id, error=str(exc))
-        except MeshError as exc:
-            # Not a refusal (its handshake timed out, its link dropped): it may dial
-            # again, so no 4003, which would tell it to stop for good.
-            log.info("daemon.dial_in_ended", agent=agent_id, error=str(exc))
-        finally:
-            dial_ins.discard(stream)
-
+    dial_ins = DialIns(orchestrator)
     api = DaemonApi(
         orchestrator,
         RoomRoutes(rooms, settings),
         gate,
         settings,
-        dial_in=dial_in,
+        dial_in=dial_ins.serve,
         manifest_ids=links.ids,
         more_http={**PageFiles().http_handlers(), **PeopleRoutes(rooms).http_handlers()},
     )
+    dial_ins.owners = api.agents.owners
 
     async def upgrade(stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes) -> None:
         # /ws is for agents: served as soon as the links exist, so an agent that dials
@@ -206,20 +175,7 @@ async def serve_daemon(
         api.lifecycle.start_serving()
         if settings.room_retention is not None:
             background.start_soon(_delete_old_rooms, rooms, settings.room_retention)
-        _announce(server.url, server.ws_url, admin_file)
-        if ssl_context is None and not _loopback(settings.host):
-            log.warning(
-                "daemon.plaintext_on_network",
-                host=settings.host,
-                hint="tokens cross the network in clear: give --tls-cert and --tls-key",
-            )
-        log.info(
-            "daemon.listening",
-            url=server.url,
-            agents=len(orchestrator.linked_agents()),
-            manifests=settings.manifests,
-            admin_token_file=str(admin_file) if admin_file else None,
-        )
+        _announce(server, settings, admin_file, agents=len(orchestrator.linked_agents()))
         task_status.started(server.url)
         await _wait_for_stop(handle_signals)
         with anyio.CancelScope(shield=True):
@@ -229,12 +185,29 @@ async def serve_daemon(
     sys.stdout.flush()
 
 
-def _announce(url: str, ws_url: str, admin_file: Path | None) -> None:
-    """The one line on stdout: where the daemon listens, and where its admin token is."""
-    announcement: dict[str, Any] = {"event": "listening", "http": url, "ws": f"{ws_url}/ws"}
+def _announce(
+    server: HttpServer, settings: DaemonSettings, admin_file: Path | None, *, agents: int
+) -> None:
+    """The one line on stdout (where the daemon listens, and where its admin token is),
+    then the log's: the same, and a warning if tokens would cross a network in clear."""
+    url = server.url
+    announcement: dict[str, Any] = {"event": "listening", "http": url, "ws": f"{server.ws_url}/ws"}
     if admin_file is not None:
         announcement["admin_token_file"] = str(admin_file.resolve())
     print(json.dumps(announcement), flush=True)
+    if not server.secure and not _loopback(settings.host):
+        log.warning(
+            "daemon.plaintext_on_network",
+            host=settings.host,
+            hint="tokens cross the network in clear: give --tls-cert and --tls-key",
+        )
+    log.info(
+        "daemon.listening",
+        url=url,
+        agents=agents,
+        manifests=settings.manifests,
+        admin_token_file=str(admin_file) if admin_file else None,
+    )
 
 
 async def _listen(
@@ -281,7 +254,7 @@ async def _delete_old_rooms(rooms: RoomManager, retention: float) -> None:
 
 
 async def _shut_down(
-    server: HttpServer, lifecycle: Lifecycle, dial_ins: set[WebSocketStream], drain_timeout: float
+    server: HttpServer, lifecycle: Lifecycle, dial_ins: DialIns, drain_timeout: float
 ) -> None:
     """Stop taking work, let calls in flight finish over every link, then close the links.
 
@@ -298,7 +271,5 @@ async def _shut_down(
             f"the daemon shut down before this call finished (drain timeout {drain_timeout:g} s)"
         )
         await server.drain(CUT_ANSWER_TIMEOUT)
-    async with anyio.create_task_group() as tg:
-        for stream in list(dial_ins):
-            tg.start_soon(stream.aclose, CloseCode.GOING_AWAY, "daemon shutting down")
+    await dial_ins.close_all()
     server.close_all()
