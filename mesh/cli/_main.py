@@ -17,7 +17,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
 from typing import Any, Final, NoReturn
@@ -316,6 +316,31 @@ def build_parser() -> argparse.ArgumentParser:
         add_connection_arguments(command, url_default=os.environ.get("MESH_URL", DEFAULT_URL))
         return command
 
+    _add_serve_command(sub)
+    _add_call_commands(client)
+    add_room_commands(sub, client, _request)
+    add_token_commands(sub, client, _request)
+    add_dev_commands(sub, client, _request)
+
+    mcp = client(
+        "mcp",
+        "serve the daemon's agents to an MCP host over stdio (docs/mcp.md)",
+    )
+    mcp.add_argument(
+        "--backend", choices=("asyncio", "trio"), default=os.environ.get("MESH_BACKEND", "asyncio")
+    )
+    mcp.set_defaults(func=cmd_mcp)
+
+    validate = sub.add_parser(
+        "validate", help="check manifests", description="Check every manifest in a directory."
+    )
+    validate.add_argument("directory", nargs="?", default="manifests")
+    validate.set_defaults(func=cmd_validate)
+    return parser
+
+
+def _add_serve_command(sub: Any) -> None:
+    """``mesh serve`` and its settings (each also a key of the settings file)."""
     serve = sub.add_parser(
         "serve",
         help="run the daemon",
@@ -361,6 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=cmd_serve)
 
+
+def _add_call_commands(client: Callable[[str, str], argparse.ArgumentParser]) -> None:
+    """The commands that ask the daemon about agents or call them: agents, call, broadcast, ping."""
     agents = client("agents", "list the agents the daemon knows")
     agents.add_argument("--json", action="store_true", help="print JSON instead of a table")
     agents.set_defaults(func=cmd_agents)
@@ -393,26 +421,6 @@ def build_parser() -> argparse.ArgumentParser:
     ping.add_argument("agent")
     ping.add_argument("--timeout", type=float, default=5.0)
     ping.set_defaults(func=cmd_ping)
-
-    add_room_commands(sub, client, _request)
-    add_token_commands(sub, client, _request)
-    add_dev_commands(sub, client, _request)
-
-    mcp = client(
-        "mcp",
-        "serve the daemon's agents to an MCP host over stdio (docs/mcp.md)",
-    )
-    mcp.add_argument(
-        "--backend", choices=("asyncio", "trio"), default=os.environ.get("MESH_BACKEND", "asyncio")
-    )
-    mcp.set_defaults(func=cmd_mcp)
-
-    validate = sub.add_parser(
-        "validate", help="check manifests", description="Check every manifest in a directory."
-    )
-    validate.add_argument("directory", nargs="?", default="manifests")
-    validate.set_defaults(func=cmd_validate)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
