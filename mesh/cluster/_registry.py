@@ -93,6 +93,10 @@ class RegistrySync:
         self._wake = anyio.Event()
         self._last_write: dict[AgentId, float] = {}
         self._published: set[AgentId] = set()
+        #: Held while entries are written, and by withdraw(): a put still in flight when
+        #: the daemon leaves must land before the deletes, or it writes the entry anew.
+        self._writing = anyio.Lock()
+        self._withdrawn = False
         self._conflicts: set[AgentId] = set()
         self._applying = False
         self._snapshot: set[AgentId] | None = None
@@ -171,11 +175,14 @@ class RegistrySync:
             self._wake = anyio.Event()
             if not self._link.connected or not self._dirty:
                 continue
-            batch, self._dirty = list(self._dirty), {}
-            limiter = anyio.CapacityLimiter(MAX_WRITES)
-            async with anyio.create_task_group() as tg:
-                for agent_id in batch:
-                    tg.start_soon(self._write, agent_id, limiter)
+            async with self._writing:
+                if self._withdrawn:
+                    return  # the daemon is leaving: nothing is written after the deletes
+                batch, self._dirty = list(self._dirty), {}
+                limiter = anyio.CapacityLimiter(MAX_WRITES)
+                async with anyio.create_task_group() as tg:
+                    for agent_id in batch:
+                        tg.start_soon(self._write, agent_id, limiter)
 
     async def _write(self, agent_id: AgentId, limiter: anyio.CapacityLimiter) -> None:
         async with limiter:
@@ -210,25 +217,34 @@ class RegistrySync:
         while True:
             entry = DaemonEntry(id=self._names.daemon, url=self.daemon_url, started=self._started)
             if self._link.connected:
-                try:
-                    await self._link.kv_put(
-                        self._names.agents_bucket, key, ENCODER.encode(entry), ttl=DAEMON_TTL
-                    )
-                except ClusterError as exc:
-                    log.info("cluster.daemon_entry_failed", error=str(exc))
+                async with self._writing:
+                    if self._withdrawn:
+                        return
+                    try:
+                        await self._link.kv_put(
+                            self._names.agents_bucket, key, ENCODER.encode(entry), ttl=DAEMON_TTL
+                        )
+                    except ClusterError as exc:
+                        log.info("cluster.daemon_entry_failed", error=str(exc))
             with anyio.move_on_after(DAEMON_TTL / 3):
                 await self._link.wait_changed()
 
     async def withdraw(self) -> None:
-        """Delete our entries (a graceful stop): the others see our agents leave at once."""
-        if not self._link.connected:
-            return
-        bucket = self._names.agents_bucket
-        keys = [agent_key(a) for a in self._published] + [DAEMON_PREFIX + self._names.daemon]
-        self._published.clear()
-        async with anyio.create_task_group() as tg:
-            for key in keys:
-                tg.start_soon(self._delete_quietly, bucket, key)
+        """Delete our entries (a graceful stop): the others see our agents leave at once.
+
+        Writes in flight finish first (their agents are then known to be published),
+        and none start after: each would otherwise bring an entry back until its TTL.
+        """
+        async with self._writing:
+            self._withdrawn = True
+            if not self._link.connected:
+                return
+            bucket = self._names.agents_bucket
+            keys = [agent_key(a) for a in self._published] + [DAEMON_PREFIX + self._names.daemon]
+            self._published.clear()
+            async with anyio.create_task_group() as tg:
+                for key in keys:
+                    tg.start_soon(self._delete_quietly, bucket, key)
 
     async def _delete_quietly(self, bucket: str, key: str) -> None:
         try:

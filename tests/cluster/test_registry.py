@@ -9,6 +9,7 @@ import pytest
 from mesh import AgentSpec, local_connector
 from mesh.agents.echo import agent as echo_agent
 from mesh.cluster._link import Message
+from mesh.cluster._settings import agent_key
 from mesh.cluster._wire import CALL_REPLY, CallFailed
 from mesh.testing import NatsServer, spawn_nats_server
 from registry import AgentId, AgentRecord, AgentStatus
@@ -71,3 +72,42 @@ async def test_a_registration_and_a_deregistration_spread(nats: NatsServer) -> N
         await wait_status(b.mesh.registry, "x", AgentStatus.OFFLINE)
         a.mesh.registry.deregister(AgentId("x"), anyio.current_time())
         await wait_status(b.mesh.registry, "x", gone=True)
+
+
+async def test_an_entry_written_while_its_daemon_leaves_is_withdrawn_too(
+    nats: NatsServer,
+) -> None:
+    """A put still unanswered when the daemon leaves lands before the deletes, not after
+    them: its agent would otherwise stay in every other daemon's registry until its TTL."""
+    bucket, key = "mesh-mesh-agents", agent_key(AgentId("late"))
+    gate, put_started, withdrawing = anyio.Event(), anyio.Event(), anyio.Event()
+    async with open_member(nats.url, "c") as c, anyio.create_task_group() as tg:
+        async with open_member(nats.url, "b") as b:
+            link, sync = b.cluster.link, b.cluster.sync
+            put, withdraw = link.kv_put, sync.withdraw
+
+            async def slow_put(bucket: str, key_: str, value: bytes, *, ttl: float) -> int:
+                if key_ == key:  # the put goes out once the daemon has begun to leave
+                    put_started.set()
+                    await gate.wait()
+                with anyio.CancelScope(shield=True):  # and lands, whatever happens meanwhile
+                    revision = await put(bucket, key_, value, ttl=ttl)
+                return revision
+
+            async def withdraw_now() -> None:
+                withdrawing.set()
+                await withdraw()
+
+            async def open_gate() -> None:
+                await withdrawing.wait()
+                gate.set()
+
+            link.kv_put = slow_put  # type: ignore[method-assign,assignment]
+            sync.withdraw = withdraw_now  # type: ignore[method-assign]
+            tg.start_soon(open_gate)
+            late = AgentRecord(id=AgentId("late"), name="late")
+            b.mesh.registry.register(late, anyio.current_time())
+            with anyio.fail_after(SPREAD_TIMEOUT):
+                await put_started.wait()
+        assert gate.is_set()
+        assert await c.cluster.link.kv_get(bucket, key) is None
