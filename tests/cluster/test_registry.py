@@ -92,7 +92,7 @@ async def test_an_entry_written_while_its_daemon_leaves_is_withdrawn_too(
                     await gate.wait()
                 with anyio.CancelScope(shield=True):  # and lands, whatever happens meanwhile
                     revision = await put(bucket, key_, value, ttl=ttl)
-                return revision
+                return revision  # noqa: RET504 (after the block: a cancel scope may swallow)
 
             async def withdraw_now() -> None:
                 withdrawing.set()
