@@ -110,13 +110,16 @@ class MeshError(Exception):
         super().__init__(message)
 
     def __str__(self) -> str:
-        where = []
+        parts = []
         if self.method is not None:
-            where.append(f"method {self.method!r}")
+            parts.append(f"method {self.method!r}")
         if self.agent is not None:
-            where.append(f"agent {self.agent!r}")
+            parts.append(f"agent {self.agent!r}")
         if self.transport is not None:
-            where.append(f"over {self.transport}")
+            parts.append(f"over {self.transport}")
+        # An error forwarded across a hop (a mount, a router) already names where it
+        # happened: say each part once.
+        where = [part for part in parts if part not in self.message]
         return f"{self.message} ({', '.join(where)})" if where else self.message
 
     def with_context(

@@ -160,6 +160,10 @@ class Codec(Protocol):
         """Decode one frame; raise :class:`DecodeFailure` if it is not a valid message."""
         ...
 
+    def salvage(self, head: bytes, tail: bytes) -> tuple[str | None, str | None]:
+        """Best-effort (id, kind) of a frame too large to read, from its first and last bytes."""
+        ...
+
 
 class _Salvage(msgspec.Struct):
     type: Any = None
@@ -195,6 +199,9 @@ class MeshCodec:
 
     def encode(self, message: Message) -> bytes:
         return self._encoder.encode(message)
+
+    def salvage(self, head: bytes, tail: bytes) -> tuple[str | None, str | None]:
+        return salvage_id(head)  # the envelope puts its type and id first
 
     def decode(self, frame: bytes) -> Message:
         try:

@@ -73,14 +73,16 @@ class TransportClosed(TransportError):
 class FrameTooLarge(TransportError):
     """An incoming frame exceeded the size limit and was discarded.
 
-    The stream stays usable. ``head`` holds the frame's first bytes so the
-    receiver can try to name the request it belonged to.
+    The stream stays usable. ``head`` and ``tail`` hold the frame's first and last
+    bytes so the receiver can try to name the request it belonged to (a JSON-RPC
+    answer often puts its ``id`` last: ``{"result": ..., "jsonrpc": "2.0", "id": 7}``).
     """
 
-    def __init__(self, size: int, limit: int, head: bytes = b"") -> None:
+    def __init__(self, size: int, limit: int, head: bytes = b"", tail: bytes = b"") -> None:
         self.size = size
         self.limit = limit
         self.head = head
+        self.tail = tail
         super().__init__(f"frame of {size} bytes exceeds the {limit}-byte limit")
 
 

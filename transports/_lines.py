@@ -25,7 +25,7 @@ from transports._base import FrameTooLarge, TransportClosed
 __all__ = ["LineChannel"]
 
 _READ_SIZE: Final = 64 * 1024
-_HEAD: Final = 512  # bytes of an oversized frame kept so its id can be salvaged
+_HEAD: Final = 512  # bytes of each end of an oversized frame kept so its id can be salvaged
 _NEWLINE: Final = b"\n"
 #: asyncio stops reading a pipe this far ahead of its receiver, and resumes below _LOW_WATER.
 _HIGH_WATER: Final = 4 * _READ_SIZE
@@ -59,6 +59,7 @@ class LineChannel:
         self._partial_len = 0
         self._discarding: int | None = None  # bytes of an oversized frame skipped so far
         self._discard_head = b""
+        self._discard_tail = b""
         self._out = bytearray()
         self._flushing = anyio.Lock(fast_acquire=True)
         self._closed: TransportClosed | None = None
@@ -85,7 +86,7 @@ class LineChannel:
                 item = ready.popleft()
                 if type(item) is bytes:
                     if len(item) > self._max:
-                        raise FrameTooLarge(len(item), self._max, item[:_HEAD])
+                        raise FrameTooLarge(len(item), self._max, item[:_HEAD], item[-_HEAD:])
                     if item:  # blank lines are keep-alive noise, not frames
                         return item
                 else:
@@ -125,9 +126,11 @@ class LineChannel:
             end = chunk.find(_NEWLINE)
             if end < 0:
                 self._discarding += len(chunk)
+                self._discard_tail = (self._discard_tail + chunk[-_HEAD:])[-_HEAD:]
                 return
             size = self._discarding + end
-            self._ready.append(FrameTooLarge(size, self._max, self._discard_head))
+            tail = (self._discard_tail + chunk[max(0, end - _HEAD) : end])[-_HEAD:]
+            self._ready.append(FrameTooLarge(size, self._max, self._discard_head, tail))
             self._discarding = None
             chunk = chunk[end + 1 :]
         if _NEWLINE not in chunk:
@@ -153,6 +156,7 @@ class LineChannel:
     def _start_discarding(self) -> None:
         joined = b"".join(self._partial)
         self._discard_head = joined[:_HEAD]
+        self._discard_tail = joined[-_HEAD:]
         self._discarding = len(joined)
         self._partial.clear()
         self._partial_len = 0

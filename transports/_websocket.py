@@ -147,6 +147,7 @@ class WebSocketStream:
         self._ready_at = 0
         self._fragments: list[bytes] = []
         self._fragment_size = 0
+        self._fragment_tail = b""  # an oversized message's last bytes (its id may be there)
         self._text = True  # the message being assembled began with a TEXT frame
         self._closed: TransportClosed | None = None
         self._closing = False
@@ -292,23 +293,30 @@ class WebSocketStream:
         if opcode is not Opcode.CONT:
             self._fragments.clear()
             self._fragment_size = 0
+            self._fragment_tail = b""
             self._text = opcode is Opcode.TEXT
+        before = self._fragment_size
         self._fragment_size += len(frame.data)
-        if self._fragment_size <= self._config.max_frame_size:
+        limit = self._config.max_frame_size
+        if self._fragment_size <= limit:
             self._fragments.append(bytes(frame.data))
-        elif self._fragments:
-            self._fragments = [b"".join(self._fragments)[:_HEAD]]
         else:
-            self._fragments.append(bytes(frame.data[:_HEAD]))
+            if before <= limit:  # this frame crosses the limit: keep only the ends from now on
+                kept = b"".join(self._fragments)
+                self._fragments = [(kept + bytes(frame.data[:_HEAD]))[:_HEAD]]
+                self._fragment_tail = kept[-_HEAD:]
+            tail = self._fragment_tail + bytes(frame.data[-_HEAD:])
+            self._fragment_tail = tail[-_HEAD:]
         if not frame.fin:
             return True
         size = self._fragment_size
         message = b"".join(self._fragments)
+        tail, self._fragment_tail = self._fragment_tail, b""
         self._fragments.clear()
         self._fragment_size = 0
-        if size > self._config.max_frame_size:
-            # Dropped unread, so not checked for UTF-8 either: only its head was kept.
-            self._ready.append(FrameTooLarge(size, self._config.max_frame_size, message[:_HEAD]))
+        if size > limit:
+            # Dropped unread, so not checked for UTF-8 either: only its ends were kept.
+            self._ready.append(FrameTooLarge(size, limit, message[:_HEAD], tail))
         elif self._text and not message.isascii() and not _is_utf8(message):
             self._fail(CloseCode.INVALID_DATA, "invalid UTF-8 in a text frame")
             return False

@@ -380,7 +380,7 @@ class Peer(CallMethods):
             try:
                 frame = await receive()
             except FrameTooLarge as exc:
-                events = session.receive_oversized(exc.size, exc.head, now())
+                events = session.receive_oversized(exc.size, exc.head, now(), exc.tail)
             except FrameRejected as exc:
                 events = session.outbound_rejected(exc.head, _rejection_error(exc))
             except TransportClosed as exc:

@@ -383,7 +383,7 @@ class Session:
         """Process one incoming frame; returns what happened."""
         self._last_received = now
         if len(frame) > self._frame_limit:
-            return self.receive_oversized(len(frame), frame[:512], now)
+            return self.receive_oversized(len(frame), frame[:512], now, frame[-512:])
         try:
             message = self._codec.decode(frame)
         except DecodeFailure as failure:
@@ -411,23 +411,26 @@ class Session:
             self._stats.heartbeats_sent += 1
         return []
 
-    def receive_oversized(self, size: int, head: bytes, now: float) -> list[Event]:
-        """A frame of ``size`` bytes was over the limit and discarded (``head`` is its start)."""
+    def receive_oversized(
+        self, size: int, head: bytes, now: float, tail: bytes = b""
+    ) -> list[Event]:
+        """A frame of ``size`` bytes was over the limit and discarded (``head`` and
+        ``tail`` are its first and last bytes, where the codec looks for its id)."""
         self._last_received = now
         self._stats.oversized_frames += 1
-        request_id, kind = salvage_id(head)
+        request_id, kind = self._codec.salvage(head, tail)
         reason = f"message of {size} bytes exceeds the {self._frame_limit}-byte limit"
         if kind == "response":
-            if request_id is not None and request_id in self._pending:
-                pending = self._pending.pop(RequestId(request_id))
-                self._stats.calls_failed += 1
-                return [
-                    CallDone(
-                        RequestId(request_id),
-                        error=self._error(MessageTooLarge, "response " + reason, pending),
-                    )
-                ]
-            return []
+            # Never answered (an answer to an answer helps nobody): its call fails now.
+            pending = self._pending.pop(RequestId(request_id), None) if request_id else None
+            if pending is None:
+                self._complain(
+                    "mesh.oversized_answer_dropped", now, size=size, request_id=request_id
+                )
+                return []
+            self._stats.calls_failed += 1
+            error = self._error(MessageTooLarge, self._answer_too_large(size), pending)
+            return [CallDone(RequestId(request_id or ""), error=error)]
         self._complain(
             "mesh.frame_too_large", now, size=size, limit=self._frame_limit, request_id=request_id
         )
@@ -666,6 +669,13 @@ class Session:
         if len(frame) > self._frame_limit:
             raise self._too_large(len(frame), what)
         return frame
+
+    def _answer_too_large(self, size: int) -> str:
+        """Says whose limit it is and what raises it (a manifest's ``max_frame_size``)."""
+        agent = self._label.agent
+        whose = f" of agent {agent!r}" if agent is not None else ""
+        limit = self._frame_limit
+        return f"answer of {size} bytes exceeds the {limit}-byte limit{whose} (max_frame_size)"
 
     def _too_large(self, size: int, what: str) -> MessageTooLarge:
         return MessageTooLarge(

@@ -53,6 +53,7 @@ __all__ = [
     "MCP_CODEC",
     "McpCodec",
     "from_wire_id",
+    "salvage_ends",
     "salvage_text",
     "to_wire_id",
 ]
@@ -161,6 +162,40 @@ def salvage_text(head: bytes) -> tuple[str | None, str | None]:
     return key, kind
 
 
+_ID_VALUE: Final = rb'(-?\d{1,19}(?![\d.eE])|"[^"\\]{1,128}")'
+#: The members before an answer's or a request's big value: ``{"jsonrpc":"2.0","id":7,"result"``.
+_TOP_PREFIX: Final = re.compile(
+    rb'\s*\{(?P<before>(?:\s*"(?:jsonrpc|id)"\s*:\s*(?:' + _ID_VALUE + rb")\s*,)*)"
+    rb'\s*"(?P<key>result|error|method)"\s*:'
+)
+#: An id as the object's last member (before or after ``"jsonrpc"``), as the TypeScript
+#: SDK writes its answers: ``{"result":{...},"jsonrpc":"2.0","id":7}``.
+_TAIL_ID: Final = re.compile(
+    rb'[,{]\s*"id"\s*:\s*' + _ID_VALUE + rb'\s*(?:,\s*"jsonrpc"\s*:\s*"2\.0"\s*)?\}\s*$'
+)
+
+
+def salvage_ends(head: bytes, tail: bytes) -> tuple[str | None, str | None]:
+    """(id key, kind) of a frame too large to read, from its first and last bytes.
+
+    The kind comes from the members that open the object (``result``/``error``: an
+    answer; ``method``: a request), never from words deep inside a value, so a file's
+    text that says ``"method"`` does not make an answer look like a request.
+    """
+    opening = _TOP_PREFIX.match(head[:_SALVAGE_HEAD])
+    if opening is None:
+        return salvage_text(head)
+    kind = "request" if opening.group("key") == b"method" else "response"
+    key, _ = salvage_text(opening.group("before"))
+    if key is None:
+        closing = _TAIL_ID.search(tail[-_SALVAGE_HEAD:])
+        if closing is not None:
+            raw = closing.group(1)
+            wire = raw[1:-1].decode("utf-8", "replace") if raw[:1] == b'"' else int(raw)
+            key = from_wire_id(wire)
+    return key, kind
+
+
 def _valid_id(value: Any) -> TypeGuard[int | str]:
     if type(value) is int:
         return -_MAX_INT_ID <= value < _MAX_INT_ID
@@ -206,6 +241,9 @@ class McpCodec:
         return self._encoder.encode(ping)
 
     # -- in ---------------------------------------------------------------------------
+
+    def salvage(self, head: bytes, tail: bytes) -> tuple[str | None, str | None]:
+        return salvage_ends(head, tail)
 
     def decode(self, frame: bytes) -> Message:
         try:

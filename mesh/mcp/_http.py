@@ -49,6 +49,7 @@ log = get_logger("mesh.mcp")
 CONNECT_TIMEOUT: Final = 10.0
 #: Ending the session with DELETE on close is a courtesy: bounded.
 CLOSE_TIMEOUT: Final = 2.0
+_HEAD: Final = 512  # bytes kept of each end of an answer over the limit
 _NAME_PARAMS: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
 
@@ -213,6 +214,9 @@ class McpHttpStream:
                 await self._read_events(response, outgoing)
                 return
             body = await _read_limited(response, self._max)
+            if isinstance(body, FrameTooLarge):
+                self._too_large(body, outgoing)
+                return
             if response.status_code >= 400 and not _is_jsonrpc(body):
                 body = _error_frame(outgoing.id, response.status_code, body)
             self._deliver(body, outgoing)
@@ -226,11 +230,16 @@ class McpHttpStream:
             else:
                 self._deliver(data, outgoing)
 
+    def _too_large(self, refused: FrameTooLarge, outgoing: _Outgoing) -> None:
+        """A JSON body over the limit, left unread: it answers the request it was POSTed
+        with, so that request's id goes along for the session to fail its call at once."""
+        if outgoing.id is not None and not refused.tail:
+            refused.tail = b',"id":' + msgspec.json.encode(outgoing.id) + b"}"
+        with contextlib.suppress(anyio.ClosedResourceError):
+            self._send_received.send_nowait(refused)
+
     def _deliver(self, body: bytes, outgoing: _Outgoing) -> None:
         if not body.strip():
-            return
-        if len(body) > self._max:
-            self._send_received.send_nowait(FrameTooLarge(len(body), self._max, body[:512]))
             return
         if outgoing.method == "initialize":
             with contextlib.suppress(msgspec.DecodeError):
@@ -260,14 +269,17 @@ class McpHttpStream:
             self._send_received.send_nowait(error)
 
 
-async def _read_limited(response: httpx.Response, limit: int) -> bytes:
+async def _read_limited(response: httpx.Response, limit: int) -> bytes | FrameTooLarge:
+    """The body, or (once it passes ``limit``) what is known of it: the rest is not read."""
     chunks: list[bytes] = []
     size = 0
     async for chunk in response.aiter_bytes():
         size += len(chunk)
-        if size > limit + 1:
-            break
         chunks.append(chunk)
+        if size > limit:
+            declared = response.headers.get("content-length", "")
+            total = max(size, int(declared)) if declared.isdigit() else size
+            return FrameTooLarge(total, limit, b"".join(chunks)[:_HEAD])
     return b"".join(chunks)
 
 
@@ -275,17 +287,23 @@ async def _sse_data(response: httpx.Response, limit: int) -> AsyncIterator[bytes
     """The ``data`` of each server-sent event, as it arrives."""
     data: list[str] = []
     size = 0
+    tail = b""  # of an event over the limit: its id may be there
     async for line in response.aiter_lines():
         if not line:
             if data:
                 payload = "\n".join(data).encode()
-                yield payload if size <= limit else FrameTooLarge(size, limit, payload[:512])
-            data, size = [], 0
+                too_large = FrameTooLarge(size, limit, payload[:_HEAD], tail)
+                yield payload if size <= limit else too_large
+            data, size, tail = [], 0, b""
         elif line.startswith("data:"):
             chunk = line[5:].removeprefix(" ")
             size += len(chunk)
             if size <= limit:
                 data.append(chunk)
+                continue
+            if len(data) <= 1 and sum(map(len, data)) < _HEAD:  # keep the event's head
+                data = ["\n".join([*data, chunk])[:_HEAD]]
+            tail = (tail + chunk[-_HEAD:].encode())[-_HEAD:]
     if data:
         yield "\n".join(data).encode()
 

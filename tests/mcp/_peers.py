@@ -2,10 +2,11 @@
 
 - ``mcp_server.py``: an ``MCPServer`` from the ``mcp`` SDK (a dev dependency), over
   stdio or streamable HTTP.
-- ``peers/``: the npm packages ``@modelcontextprotocol/server-everything`` and
-  ``@modelcontextprotocol/inspector``, pinned by ``package-lock.json`` and installed by
-  ``make test`` (``npm ci``) wherever ``node`` is. Without node those tests skip, and
-  say so; with node but without the install they fail, and say how to fix it.
+- ``peers/``: the npm packages ``@modelcontextprotocol/server-everything``,
+  ``server-filesystem`` and ``@modelcontextprotocol/inspector``, pinned by
+  ``package-lock.json`` and installed by ``make test`` (``npm ci``) wherever ``node``
+  is. Without node those tests skip, and say so; with node but without the install
+  they fail, and say how to fix it.
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ def node_bin(package: str, script: str) -> list[str]:
 
 def everything_command() -> list[str]:
     return [*node_bin("@modelcontextprotocol/server-everything", "dist/index.js"), "stdio"]
+
+
+def filesystem_command(*allowed: str) -> list[str]:
+    """npm ``@modelcontextprotocol/server-filesystem`` over stdio, serving ``allowed`` dirs."""
+    script = node_bin("@modelcontextprotocol/server-filesystem", "dist/index.js")
+    return [*script, *allowed]
 
 
 def inspector_command() -> list[str]:

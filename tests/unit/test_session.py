@@ -263,6 +263,39 @@ def test_oversized_response_fails_the_call_it_belongs_to() -> None:
     assert client.data_to_send() == []
 
 
+@pytest.mark.parametrize(
+    ("head", "tail"),
+    [  # the TypeScript SDK writes the id last; the Python SDK first
+        (
+            b'{"result":{"content":[{"type":"text","text":"a \\"method\\" in it',
+            b'"}]},"jsonrpc":"2.0","id":7}',
+        ),
+        (b'{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"', b'x"}]}}'),
+    ],
+)
+def test_an_oversized_jsonrpc_answer_fails_its_call_and_is_not_answered(
+    head: bytes, tail: bytes
+) -> None:
+    from mesh.mcp import MCP_CODEC
+
+    session = Session(now=0.0, config=QUIET, codec=MCP_CODEC, agent="fs", transport="stdio")
+    session.send_request("tools/call", {"name": "read"}, now=0.0, request_id=RequestId("#7"))
+    session.data_to_send()
+    (done,) = calls_done(session.receive_oversized(2_000_000, head, 0.0, tail))
+    assert isinstance(done.error, MessageTooLarge) and done.id == "#7"
+    assert str(done.error) == (
+        "answer of 2000000 bytes exceeds the 1048576-byte limit of agent 'fs' (max_frame_size)"
+        " (method 'tools/call read', over stdio)"
+    )
+    assert session.data_to_send() == []  # nothing goes back to the server
+
+
+def test_a_forwarded_error_names_where_it_happened_once() -> None:
+    inner = MessageTooLarge("too big", agent="fs", method="tools/call read", transport="stdio")
+    outer = MessageTooLarge(str(inner), agent="fs", method="tools/call read", transport="stdio")
+    assert str(outer) == "too big (method 'tools/call read', agent 'fs', over stdio)"
+
+
 def test_notifications_and_duplicate_ids() -> None:
     client, server = pair()
     client.send_notification("room/event", {"n": 1})
