@@ -202,7 +202,7 @@ class _HttpConnection:
         # for requests must not cut an answer that is on its way out.
         self._server._request_started()
         try:
-            response = await self._respond(
+            response = await self._respond_while_connected(
                 HttpRequest(
                     request.method.decode(),
                     request.target.decode(),
@@ -211,6 +211,8 @@ class _HttpConnection:
                     self._client,
                 )
             )
+            if response is None:
+                return False  # the client hung up: its work was cancelled, nobody to answer
             # A client that does not read its answers must not pin the connection either.
             with anyio.move_on_after(config.request_timeout) as stalled:
                 await self._send(response, head_only=request.method == b"HEAD")
@@ -323,6 +325,32 @@ class _HttpConnection:
                 chunks.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
                 return b"".join(chunks)
+
+    async def _respond_while_connected(self, request: HttpRequest) -> HttpResponse | None:
+        """The handler's answer, or None if the client hung up first.
+
+        A caller that goes away must not leave its work running (a tool call can take
+        minutes): while the handler runs, the connection is read, and its end cancels
+        the handler. Bytes that arrive instead (a pipelined next request) are kept for
+        h11 and the watch stops, since the client is plainly still there.
+        """
+        if self._h11.trailing_data[0]:
+            return await self._respond(request)  # more requests already came: it is there
+        answer: list[HttpResponse] = []
+        async with anyio.create_task_group() as tg:
+
+            async def respond() -> None:
+                answer.append(await self._respond(request))
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(respond)
+            data = await self._receive_chunk()
+            if not data:
+                log.info("http.client_left", client=self._client, path=request.path)
+                tg.cancel_scope.cancel()
+            else:
+                self._receive(data)
+        return answer[0] if answer else None
 
     async def _respond(self, request: HttpRequest) -> HttpResponse:
         try:

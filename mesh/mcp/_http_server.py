@@ -22,7 +22,7 @@ from __future__ import annotations
 import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import anyio
 import msgspec
@@ -48,6 +48,7 @@ _EXCHANGE: Final[dict[str, Any]] = {
     "config": SessionConfig(heartbeat_interval=None),
     "codec": MCP_CODEC,
 }
+CANCELLED: Final = "notifications/cancelled"
 _LIST_CHANGED_FRAME: Final = b'{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}'
 
 
@@ -86,6 +87,11 @@ def _rpc_error(status: int, code: int, message: str, request_id: Any = None) -> 
     return HttpResponse(status, msgspec.json.encode(error))
 
 
+def _is_id(value: Any) -> TypeGuard[int | str]:
+    """A JSON-RPC id (``True`` is not ``1`` here)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
 def _sse(*frames: bytes) -> bytes:
     return b"".join(b"event: message\ndata: " + frame + b"\n\n" for frame in frames)
 
@@ -104,6 +110,11 @@ class McpHttpEndpoint:
         self._max_sessions = max_sessions
         self._idle = session_idle
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        # Sessionless (2026-07-28) requests in flight, by owner and JSON-RPC id: each
+        # runs in an exchange of its own, so a `notifications/cancelled` POSTed after
+        # it finds it here. Keyed by owner, so a client can only stop its own calls;
+        # an entry lives exactly as long as its request, so connections bound the map.
+        self._in_flight: dict[tuple[str | None, int | str], anyio.CancelScope] = {}
 
     @property
     def sessions(self) -> int:
@@ -166,9 +177,14 @@ class McpHttpEndpoint:
             if isinstance(found, HttpResponse):
                 return found
             session = found
-        # A 2026-07-28 request stands alone: one exchange, with its caller's rights.
-        exchange = session.exchange if session is not None else Exchange(fresh, **_EXCHANGE)
-        answer, invalid = await exchange.answer(request.body)
+        if session is not None:
+            answer, invalid = await session.exchange.answer(request.body)
+        else:  # a 2026-07-28 request stands alone: one exchange, with its caller's rights
+            if peek.method == CANCELLED:
+                self._cancel(owner, peek.params)
+            answer, invalid = await self._stand_alone(
+                Exchange(fresh, **_EXCHANGE), peek, owner, request.body
+            )
         if answer is None:
             return HttpResponse(202, headers=headers)
         if invalid:
@@ -177,6 +193,30 @@ class McpHttpEndpoint:
             body = _sse(_LIST_CHANGED_FRAME, answer)
             return HttpResponse(200, body, content_type="text/event-stream", headers=headers)
         return HttpResponse(200, answer, headers=headers)
+
+    async def _stand_alone(
+        self, exchange: Exchange, peek: _Peek, owner: str | None, body: bytes
+    ) -> tuple[bytes | None, bool]:
+        """Answer a sessionless request, stoppable by its owner's ``notifications/cancelled``."""
+        request_id = peek.id
+        if peek.method is None or not _is_id(request_id):
+            return await exchange.answer(body)
+        key = (owner, request_id)
+        scope = self._in_flight[key] = anyio.CancelScope()
+        try:
+            with scope:
+                return await exchange.answer(body)
+        finally:
+            if self._in_flight.get(key) is scope:
+                del self._in_flight[key]
+        error = {"code": ErrorCode.CANCELLED, "message": "cancelled by the client"}
+        return msgspec.json.encode({"jsonrpc": "2.0", "id": request_id, "error": error}), False
+
+    def _cancel(self, owner: str | None, params: Any) -> None:
+        target = params.get("requestId") if isinstance(params, dict) else None
+        scope = self._in_flight.get((owner, target)) if _is_id(target) else None
+        if scope is not None:
+            scope.cancel()
 
     def _open(self, now: float, owner: str | None, server: _HttpServer) -> tuple[_Session, str]:
         self._forget_idle(now)

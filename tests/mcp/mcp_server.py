@@ -8,7 +8,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import time
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -44,17 +46,27 @@ async def slow(steps: int, ctx: Context) -> str:
 
 
 CANCELLED: list[float] = []
+WAITING: list[float] = []
 
 
 @app.tool()
 async def wait(seconds: float) -> str:
     """Sleep (tests cancel it, time it out, or kill the server under it)."""
+    WAITING.append(seconds)
     try:
         await anyio.sleep(seconds)
     except anyio.get_cancelled_exc_class():
         CANCELLED.append(seconds)
         raise
+    finally:
+        WAITING.remove(seconds)
     return "woke"
+
+
+@app.tool()
+def waiting() -> int:
+    """How many `wait` calls are sleeping now."""
+    return len(WAITING)
 
 
 @app.tool()
@@ -64,10 +76,14 @@ def cancelled() -> int:
 
 
 @app.tool()
+def blob(size: int) -> str:
+    """A string of `size` characters (for answers over a frame limit)."""
+    return "x" * size
+
+
+@app.tool()
 def pid() -> int:
     """The server's process id."""
-    import os
-
     return os.getpid()
 
 
@@ -86,6 +102,8 @@ async def grow(name: str, ctx: Context) -> str:
 
 
 if __name__ == "__main__":
+    # A slow starter (a cold `npx -y`, a JVM): the tests of start-up allowances set this.
+    time.sleep(float(os.environ.get("TEST_PEER_START_DELAY", "0")))
     if len(sys.argv) > 1 and sys.argv[1] == "http":
         app.run(transport="streamable-http", host="127.0.0.1", port=0)
     else:

@@ -1,0 +1,136 @@
+"""A caller that goes away cancels its call, on every HTTP route of the daemon: the
+MCP server the daemon mounts (the mcp SDK's ``MCPServer``) sees its tool cancelled.
+
+- ``POST /rpc``, when the client disconnects mid-call;
+- ``/mcp`` with a 2026-07-28 client (fastmcp's ``Client`` and the SDK's, in their default
+  mode), which cancels by closing the request's response stream;
+- ``/mcp`` with a handshake-era client, which POSTs ``notifications/cancelled``;
+- ``/mcp`` sessionless ``notifications/cancelled``: it reaches its owner's request
+  (each such request runs in an exchange of its own), and no one else's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp.client import Client
+
+from mesh.mcp._revisions import envelope
+from mesh.testing import Daemon, spawn_daemon
+from tests.mcp.test_mount import stdio_manifest
+from tests.mcp.test_serve import over_http
+
+pytestmark = pytest.mark.anyio
+
+WITHIN = 60.0
+MCP = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+
+
+@asynccontextmanager
+async def daemon_with_peer(tmp_path: Path) -> AsyncIterator[Daemon]:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    stdio_manifest(manifests)
+    data = ["--data-dir", str(tmp_path / "data")]
+    async with spawn_daemon(manifests, extra_args=data) as daemon:
+        await daemon.wait_online("peer", timeout=60)
+        yield daemon
+
+
+async def peer_count(daemon: Daemon, tool: str) -> int:
+    async with daemon.client() as http:
+        body = {"agent": "peer", "method": "tools/call", "params": {"name": tool}}
+        answer = await http.post("/rpc", json=body)
+    assert answer.status_code == 200, answer.text
+    count: int = answer.json()["result"]["result"]
+    return count
+
+
+async def until(daemon: Daemon, tool: str, count: int) -> None:
+    """Ask the peer (each ask a round trip) until its counter says ``count``."""
+    with anyio.fail_after(WITHIN):
+        while await peer_count(daemon, tool) != count:
+            await anyio.lowlevel.checkpoint()
+
+
+async def leave_mid_call(daemon: Daemon, call: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+    """Start ``call`` (a 60 s `wait`), give up once the tool sleeps, and see it cancelled."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await until(daemon, "waiting", 1)
+        tg.cancel_scope.cancel()
+    await until(daemon, "cancelled", 1)
+    await until(daemon, "waiting", 0)
+
+
+async def test_rpc_client_that_disconnects_cancels_its_call(tmp_path: Path) -> None:
+    async with daemon_with_peer(tmp_path) as daemon, daemon.client(timeout=WITHIN) as http:
+        params = {"name": "wait", "arguments": {"seconds": 60}}
+        body = {"agent": "peer", "method": "tools/call", "params": params, "timeout": 120}
+        await leave_mid_call(daemon, lambda: http.post("/rpc", json=body))
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_mcp_sdk_client_that_gives_up_cancels_its_call(tmp_path: Path, mode: Any) -> None:
+    async with (
+        daemon_with_peer(tmp_path) as daemon,
+        Client(over_http(daemon), mode=mode) as client,
+    ):
+        await leave_mid_call(daemon, lambda: client.call_tool("peer__wait", {"seconds": 60}))
+        assert (await client.call_tool("peer__add", {"a": 1, "b": 2})).structured_content
+
+
+async def test_fastmcp_client_that_gives_up_cancels_its_call(tmp_path: Path) -> None:
+    from fastmcp import Client as FastClient
+    from fastmcp.client.transports import StreamableHttpTransport
+
+    async with daemon_with_peer(tmp_path) as daemon:
+        transport = StreamableHttpTransport(f"{daemon.http}/mcp", headers=daemon.headers)
+        async with FastClient(transport) as client:
+            assert client.protocol_version == "2026-07-28"
+            await leave_mid_call(daemon, lambda: client.call_tool("peer__wait", {"seconds": 60}))
+
+
+def wait_request(request_id: int) -> dict[str, Any]:
+    arguments = {"seconds": 60}
+    params = {"name": "peer__wait", "arguments": arguments, "_meta": envelope()}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+def cancel(request_id: int) -> dict[str, Any]:
+    params = {"requestId": request_id, "_meta": envelope()}
+    return {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
+
+
+async def test_a_sessionless_cancel_reaches_its_owners_request_only(tmp_path: Path) -> None:
+    async with daemon_with_peer(tmp_path) as daemon:
+        async with daemon.client() as admin:
+            made = await admin.post("/tokens", json={"role": "client", "name": "other"})
+            other_token = made.json()["token"]
+        async with (
+            daemon.client(timeout=WITHIN) as owner,
+            daemon.client(token=other_token, timeout=WITHIN) as other,
+        ):
+            answers: list[httpx.Response] = []
+
+            async def call() -> None:
+                answers.append(await owner.post("/mcp", json=wait_request(7), headers=MCP))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                await until(daemon, "waiting", 1)
+                # Another client's cancel of "its" request 7 is no cancel of ours...
+                refused = await other.post("/mcp", json=cancel(7), headers=MCP)
+                assert refused.status_code == 202
+                assert await peer_count(daemon, "waiting") == 1
+                # ...the owner's is.
+                assert (await owner.post("/mcp", json=cancel(7), headers=MCP)).status_code == 202
+            (answer,) = answers
+            assert answer.json()["error"]["message"] == "cancelled by the client", answer.text
+            await until(daemon, "cancelled", 1)
