@@ -146,6 +146,7 @@ def _spec(
         heartbeat_ttl=manifest.heartbeat_ttl or 0.0,
         call_timeout=manifest.call_timeout,
         max_frame_size=limit,
+        start_timeout=manifest.start_timeout,
         metadata=dict(manifest.metadata),
         access=manifest.access,
     )

@@ -368,7 +368,7 @@ class MeshOrchestrator:
                 handler=self._router,
                 on_connect=connected,
                 on_event=on_event,
-                connect_timeout=self._connect_timeout,
+                connect_timeout=spec.start_timeout or self._connect_timeout,
                 admission=self._spawns if spec.transport == "stdio" else None,
             ) as peer:
                 link.peer = peer

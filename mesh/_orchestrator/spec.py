@@ -44,6 +44,8 @@ class AgentSpec:
     heartbeat_ttl: float = 0.0
     call_timeout: float = 30.0
     max_frame_size: int = 1 << 20
+    #: How long one attempt to link has to come up; None: the orchestrator's connect_timeout.
+    start_timeout: float | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     #: Who may call this agent and whom it may call (a manifest's ``[access]``).
     access: AccessSection = field(default_factory=AccessSection)

@@ -438,7 +438,7 @@ class ReconnectingPeer:
                     finally:
                         self._went_down(peer)
             if peer is None and bound.cancelled_caught:
-                self._failed(CallTimeout(f"not connected within {self._connect_timeout:g} s"))
+                self._failed(self._too_slow())
         except Exception as exc:
             if peer is None:
                 self._failed(exc)
@@ -448,6 +448,13 @@ class ReconnectingPeer:
             if admitted is not None:
                 admitted.release()
         return peer is not None
+
+    def _too_slow(self) -> CallTimeout:
+        """An attempt that did not come up in time; one that never has says so."""
+        within = f"within {self._connect_timeout:g} s"
+        if self._ever_connected:
+            return CallTimeout(f"not connected {within}")
+        return CallTimeout(f"never came up: not connected {within} (start_timeout)")
 
     def _went_up(self, peer: Peer) -> None:
         if self._ended is not None:

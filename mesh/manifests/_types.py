@@ -52,6 +52,9 @@ _ID = re.compile(r"[a-z0-9][a-z0-9._-]*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 _Seconds = Annotated[float, msgspec.Meta(gt=0)]
+#: An MCP server over stdio is often started by a package runner (``npx -y``, ``uvx``)
+#: that fetches it first: 30 s and more when cold on a busy machine.
+MCP_START_TIMEOUT: Final = 60.0
 #: What the far end speaks: the mesh's envelope, or MCP (the mesh mounts it; docs/mcp.md).
 Protocol: TypeAlias = Literal["mesh", "mcp"]
 McpRevision: TypeAlias = Literal["auto", "2026-07-28", "2025-11-25", "2025-06-18"]
@@ -337,6 +340,9 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     heartbeat_ttl: _Seconds | None = None
     call_timeout: _Seconds = 30.0
     max_frame_size: Annotated[int, msgspec.Meta(gt=0)] = DEFAULT_MAX_FRAME_SIZE
+    #: How long a link has to come up (spawn, handshake); None: the daemon's default,
+    #: or ``MCP_START_TIMEOUT`` for an MCP server over stdio.
+    start_timeout: _Seconds | None = None
     persona: Persona | None = None
     metadata: dict[str, str] = {}
     access: AccessSection = AccessSection()
@@ -347,6 +353,13 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             msgspec.structs.force_setattr(self, "name", self.id)
         if self.heartbeat_ttl is None:
             msgspec.structs.force_setattr(self, "heartbeat_ttl", 3 * self.heartbeat_interval)
+        transport = self.transport
+        if (
+            self.start_timeout is None
+            and isinstance(transport, StdioSection)
+            and transport.protocol == "mcp"
+        ):
+            msgspec.structs.force_setattr(self, "start_timeout", MCP_START_TIMEOUT)
 
     def _check_id(self) -> None:
         if not _ID.fullmatch(self.id):

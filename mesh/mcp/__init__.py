@@ -21,6 +21,7 @@ from functools import partial
 from mesh._orchestrator.links import PROTOCOL_ADAPTERS
 from mesh._orchestrator.spec import AgentSpec
 from mesh._public import publish
+from mesh._rpc.connect import DEFAULT_CONNECT_TIMEOUT
 from mesh.manifests import HttpSection, Manifest
 from mesh.mcp._catalog import ExtraTool, ToolCatalog, call_result, error_result
 from mesh.mcp._codec import MCP_CODEC, McpCodec
@@ -74,7 +75,10 @@ def _mount_manifest(
         config = dataclasses.replace(config, heartbeat_interval=None, heartbeat_ttl=None)
     assert wire is not None
     revision: Revision = getattr(transport, "mcp_revision", "auto")
-    return mcp_connector(wire, agent=manifest.id, config=config, revision=revision)
+    start = spec.start_timeout or DEFAULT_CONNECT_TIMEOUT
+    return mcp_connector(
+        wire, agent=manifest.id, config=config, revision=revision, connect_timeout=start
+    )
 
 
 PROTOCOL_ADAPTERS["mcp"] = _mount_manifest
