@@ -9,9 +9,8 @@ import anyio
 import pytest
 
 from mesh import AgentUnavailable
+from mesh.demo.fixtures import DEMO_TOPIC, REVIEW_TASK, demo_chat, demo_review
 from mesh.rooms import (
-    DEMO_TOPIC,
-    REVIEW_TASK,
     AgentJoinedEvent,
     AgentLeftEvent,
     ErrorEvent,
@@ -31,8 +30,6 @@ from mesh.rooms import (
     StopReason,
     TurnReply,
     TurnRequest,
-    demo_chat,
-    demo_review,
 )
 from registry import AgentId, Registry
 
