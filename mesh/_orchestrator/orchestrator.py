@@ -115,6 +115,7 @@ class MeshOrchestrator:
         self._linked: anyio.Event | None = None  # likewise
         self._router = Router(self)
         self._link_watchers: set[LinkChanges] = set()
+        self._tools_listeners: set[Callable[[str], None]] = set()
         #: What :meth:`from_manifests` could not use (each also logged), in file order.
         self.manifest_errors: list[MeshError] = []
         #: The tokens agents that dial in must present (filled by :meth:`from_manifests`).
@@ -527,6 +528,19 @@ class MeshOrchestrator:
         """The deadline calls to a linked agent get unless they name one (None if not linked)."""
         link = self._links.get(agent_id)
         return None if link is None else link.spec.call_timeout
+
+    def add_tools_listener(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(agent)`` whenever an agent says its tools changed."""
+        self._tools_listeners.add(listener)
+
+    def remove_tools_listener(self, listener: Callable[[str], None]) -> None:
+        self._tools_listeners.discard(listener)
+
+    def tools_changed(self, agent: str) -> None:
+        """An agent (a mounted MCP server, say) told us its list of tools changed."""
+        log.info("mesh.tools_changed", agent=agent)
+        for listener in list(self._tools_listeners):
+            listener(agent)
 
     def access_of(self, agent: str) -> AccessSection:
         """Who may call ``agent`` and whom it may call (the default for an unknown id).

@@ -17,12 +17,14 @@ from mesh._orchestrator.access import check_agent_call, check_relayable
 from mesh._rpc.peer import Peer, RequestContext
 from mesh.manifests._types import AccessSection
 
-__all__ = ["CallsAgents", "Router"]
+__all__ = ["TOOLS_CHANGED", "CallsAgents", "Router"]
 
 log = get_logger("mesh.orchestrator")
 
 #: The one method the mesh serves to its agents.
 ROUTE_METHOD = "mesh/call"
+#: What an agent tells the mesh when its tools change (MCP's name, without the prefix).
+TOOLS_CHANGED = "tools/list_changed"
 
 
 class CallsAgents(Protocol):
@@ -34,6 +36,10 @@ class CallsAgents(Protocol):
 
     def access_of(self, agent: str) -> AccessSection:
         """Who may call ``agent`` and whom it may call (a manifest's ``[access]``)."""
+        ...
+
+    def tools_changed(self, agent: str) -> None:
+        """``agent`` says its list of tools changed (a mounted MCP server's did)."""
         ...
 
 
@@ -73,4 +79,7 @@ class Router:
         return await self._mesh.call(route.agent, route.method, route.params, timeout=route.timeout)
 
     def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:
+        if method == TOOLS_CHANGED and peer is not None and peer.agent is not None:
+            self._mesh.tools_changed(peer.agent)
+            return
         log.debug("mesh.notification", method=method)

@@ -3,9 +3,10 @@
 A :class:`ToolCatalog` lists the tools of every agent the registry holds online
 (or stale: late with a beat, still callable), names them (:mod:`mesh.mcp._names`),
 and turns an MCP ``tools/call`` back into a call to the agent. It follows the
-registry, so when agents come or go every MCP connection is told
-``list_changed``. ``extra`` tools (the daemon's room tools) are offered beside
-the agents' under names of their own, which never contain ``__``.
+registry, so when agents come or go (or an agent says its tools changed, as a
+mounted MCP server does) every MCP connection is told ``list_changed``. ``extra``
+tools (the daemon's room tools) are offered beside the agents' under names of
+their own, which never contain ``__``.
 """
 
 from __future__ import annotations
@@ -141,19 +142,28 @@ class ToolCatalog:
     # -- following the registry ---------------------------------------------------------
 
     def attach(self) -> None:
-        """Start following the registry (until :meth:`detach`)."""
+        """Start following the registry and the agents' own tool changes (until :meth:`detach`)."""
         self._mesh.registry.add_listener(self._on_change)
+        self._mesh.add_tools_listener(self._on_tools_changed)
 
     def detach(self) -> None:
         self._mesh.registry.remove_listener(self._on_change)
+        self._mesh.remove_tools_listener(self._on_tools_changed)
 
     def _on_change(self, change: StatusChange) -> None:
         was = change.old in _REACHABLE
         now = change.new in _REACHABLE
         if was != now or change.old is None:
-            self.version += 1
-            self._changed.set()
-            self._changed = anyio.Event()
+            self._bump()
+
+    def _on_tools_changed(self, agent: str) -> None:
+        """A mounted MCP server's own ``list_changed``, after the mount refreshed its list."""
+        self._bump()
+
+    def _bump(self) -> None:
+        self.version += 1
+        self._changed.set()
+        self._changed = anyio.Event()
 
     async def wait_changed(self, since: int) -> int:
         """Until the set of agents differs from version ``since``; the new version."""

@@ -142,6 +142,7 @@ async def open_mcp_mount(
 async def _serve_mesh_side(
     stream: FrameStream, mount: McpMount, mcp: Peer, config: SessionConfig
 ) -> None:
-    async with open_peer(stream, handler=mount, config=config, agent=mount.agent):
+    async with open_peer(stream, handler=mount, config=config, agent=mount.agent) as mesh:
+        mount.mesh_peer = mesh
         await mcp.wait_closed()
     await stream.aclose()

@@ -38,6 +38,7 @@ from mesh._errors import (
     ToolError,
 )
 from mesh._logging import get_logger
+from mesh._orchestrator.router import TOOLS_CHANGED
 from mesh._rpc.peer import Peer, RequestContext
 from mesh.mcp._revisions import (
     HANDSHAKE_REVISIONS,
@@ -129,6 +130,8 @@ class McpMount:
         self._negotiated: _Negotiated | None = None
         self._tools: list[dict[str, Any]] | None = None
         self._tools_generation = 0
+        #: The link to the orchestrator (set by the connector once it serves the mesh).
+        self.mesh_peer: Peer | None = None
 
     # -- the MCP side ------------------------------------------------------------------
 
@@ -234,13 +237,17 @@ class McpMount:
         return tools
 
     async def tools_changed(self) -> None:
-        """``list_changed``: forget the cached list and fetch it again."""
+        """``list_changed``: forget the cached list, fetch it again, and tell the mesh,
+        which tells its own MCP clients (they may cache their lists)."""
         self._tools_generation += 1
         self._tools = None
         try:
             await self.list_tools(timeout=_REFRESH_TIMEOUT)
         except MeshError as exc:  # the next tools/list asks again
             log.info("mcp.tools_refresh_failed", agent=self.agent, error=str(exc))
+        mesh = self.mesh_peer
+        if mesh is not None and not mesh.closed:
+            mesh.notify_nowait(TOOLS_CHANGED)
 
     async def listen_for_changes(self) -> None:
         """On 2026-07-28, ``list_changed`` comes only on a ``subscriptions/listen`` stream."""

@@ -11,6 +11,7 @@ MCP server the daemon mounts (the mcp SDK's ``MCPServer``) sees its tool cancell
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp.client import Client
 
 from mesh.mcp._revisions import envelope
@@ -86,15 +88,46 @@ async def test_mcp_sdk_client_that_gives_up_cancels_its_call(tmp_path: Path, mod
         assert (await client.call_tool("peer__add", {"a": 1, "b": 2})).structured_content
 
 
-async def test_fastmcp_client_that_gives_up_cancels_its_call(tmp_path: Path) -> None:
-    from fastmcp import Client as FastClient
-    from fastmcp.client.transports import StreamableHttpTransport
+#: fastmcp's Client runs on asyncio only, so it runs in a process of its own: it calls
+#: `wait`, gives up when told (a line on stdin), and leaves when told again.
+FASTMCP_CLIENT = """
+import asyncio, sys
+from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
 
+async def main(url, token):
+    transport = StreamableHttpTransport(url, headers={"Authorization": "Bearer " + token})
+    async with Client(transport) as client:
+        print(client.protocol_version, flush=True)
+        call = asyncio.ensure_future(client.call_tool("peer__wait", {"seconds": 60}))
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, sys.stdin.readline)
+        call.cancel()
+        await asyncio.gather(call, return_exceptions=True)
+        print("gave up", flush=True)
+        await loop.run_in_executor(None, sys.stdin.readline)
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+async def test_fastmcp_client_that_gives_up_cancels_its_call(tmp_path: Path) -> None:
     async with daemon_with_peer(tmp_path) as daemon:
-        transport = StreamableHttpTransport(f"{daemon.http}/mcp", headers=daemon.headers)
-        async with FastClient(transport) as client:
-            assert client.protocol_version == "2026-07-28"
-            await leave_mid_call(daemon, lambda: client.call_tool("peer__wait", {"seconds": 60}))
+        assert daemon.token is not None
+        command = [sys.executable, "-c", FASTMCP_CLIENT, f"{daemon.http}/mcp", daemon.token]
+        async with await anyio.open_process(command, stderr=None) as client:
+            assert client.stdin is not None and client.stdout is not None
+            lines = BufferedByteReceiveStream(client.stdout)
+            with anyio.fail_after(WITHIN):
+                assert await lines.receive_until(b"\n", 100) == b"2026-07-28"  # default mode
+            await until(daemon, "waiting", 1)
+            await client.stdin.send(b"give up\n")
+            with anyio.fail_after(WITHIN):
+                assert await lines.receive_until(b"\n", 100) == b"gave up"
+            await until(daemon, "cancelled", 1)
+            await client.stdin.send(b"bye\n")
+            with anyio.fail_after(WITHIN):
+                assert await client.wait() == 0
 
 
 def wait_request(request_id: int) -> dict[str, Any]:
