@@ -90,6 +90,9 @@ class MeshError(Exception):
     """Base of every error the mesh raises on purpose."""
 
     default_code: ClassVar[int] = ErrorCode.INTERNAL_ERROR
+    #: True when trying again cannot help (a peer that will never speak what we asked):
+    #: a link that fails to come up with it is not redialled.
+    final: bool = False
 
     def __init__(
         self,

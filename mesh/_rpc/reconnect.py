@@ -487,6 +487,8 @@ class ReconnectingPeer:
         """Did the other side refuse us (see ``ReconnectPolicy.refusal_close_codes``)?"""
         error = self._last_error
         close_code = getattr(error, "close_code", None)
+        if isinstance(error, MeshError) and error.final:
+            return True
         return isinstance(error, Unauthorized) or close_code in self._policy.refusal_close_codes
 
     def _give_up(self) -> None:

@@ -617,7 +617,9 @@ class Session:
                 self._complain("mesh.invalid_response", now, reason=failure.reason)
                 return []
             self._stats.calls_failed += 1
-            error = self._error(ProtocolError, "peer sent an " + failure.reason, pending)
+            error = self._error(
+                ProtocolError, "bad answer from the peer: " + failure.reason, pending
+            )
             return [CallDone(RequestId(rid), error=error)]
         self._complain(
             "mesh.invalid_frame", now, reason=failure.reason, request_id=failure.request_id

@@ -22,6 +22,7 @@ import anyio.abc
 from mesh._logging import get_logger
 from mesh.daemon._auth import Gate, Identity, Right, forbidden, refusal, websocket_refusal
 from mesh.daemon._tokens import Role
+from mesh.mcp._http_server import jsonrpc_refusal
 from transports import (
     CloseCode,
     HttpRequest,
@@ -152,13 +153,13 @@ class Dispatcher:
             return await self._http[found[0].name](request, _NOBODY, found[1])
         checked = self.gate.check(request, Right.PUBLIC)
         if isinstance(checked, HttpResponse):
-            return checked
+            return _refused(request, checked)
         found = resolve(request.method, request.path)
         if isinstance(found, HttpResponse):
             return found
         route, params = found
         if not checked.may(route.right):
-            return forbidden(checked, route.right)
+            return _refused(request, forbidden(checked, route.right))
         return await self._http[route.name](request, checked, params)
 
     async def upgrade(
@@ -211,3 +212,8 @@ async def _close(code: int, reason: str, stream: WebSocketStream, _: str | None)
 
 async def _reject_later(stream: WebSocketStream, _: str | None) -> None:
     """Never called: with no allowed path the upgrade is answered with 404."""
+
+
+def _refused(request: HttpRequest, refusal: HttpResponse) -> HttpResponse:
+    """An MCP client shows only a JSON-RPC error's words: ``/mcp`` refuses in those."""
+    return jsonrpc_refusal(request, refusal) if request.path == "/mcp" else refusal

@@ -37,7 +37,7 @@ from mesh.mcp._revisions import MODERN, requested_revision
 from mesh.mcp._server import McpServer
 from transports import HttpRequest, HttpResponse
 
-__all__ = ["McpHttpEndpoint"]
+__all__ = ["McpHttpEndpoint", "jsonrpc_refusal"]
 
 #: Sessions kept at once; one client normally holds one.
 DEFAULT_MAX_SESSIONS: Final = 256
@@ -85,6 +85,23 @@ class _Session:
 def _rpc_error(status: int, code: int, message: str, request_id: Any = None) -> HttpResponse:
     error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
     return HttpResponse(status, msgspec.json.encode(error))
+
+
+def jsonrpc_refusal(request: HttpRequest, refused: HttpResponse) -> HttpResponse:
+    """A 401/403 for ``/mcp`` as MCP clients can show it: a JSON-RPC error saying the
+    token is missing, refused or short of a right (status and headers kept)."""
+    try:
+        said = msgspec.json.decode(refused.body)
+        message = str(said["error"]["message"])
+    except (msgspec.DecodeError, KeyError, TypeError):
+        message = "refused"
+    try:
+        request_id = _peek(request.body).id
+    except (msgspec.DecodeError, RecursionError):
+        request_id = None
+    code = ErrorCode.UNAUTHORIZED if refused.status == 401 else ErrorCode.FORBIDDEN
+    answer = _rpc_error(refused.status, code, message, request_id if _is_id(request_id) else None)
+    return HttpResponse(answer.status, answer.body, headers=refused.headers)
 
 
 def _is_id(value: Any) -> TypeGuard[int | str]:

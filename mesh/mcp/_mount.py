@@ -155,9 +155,9 @@ class McpMount:
         if self.requested in ("auto", MODERN):
             try:
                 found = await peer.call("server/discover", {"_meta": envelope()}, timeout=timeout)
-            except RemoteError:
+            except RemoteError as exc:
                 if self.requested == MODERN:
-                    raise
+                    raise self._not_modern(f"server/discover answered: {exc.message}") from exc
             else:
                 if isinstance(found, dict) and MODERN in found.get("supportedVersions", ()):
                     return _Negotiated(
@@ -167,8 +167,18 @@ class McpMount:
                         str(found.get("instructions") or ""),
                     )
                 if self.requested == MODERN:
-                    raise ProtocolError(f"the server does not speak {MODERN}", agent=self.agent)
+                    raise self._not_modern("server/discover does not list it")
         return await self._handshake(peer, timeout)
+
+    def _not_modern(self, why: str) -> ProtocolError:
+        """A manifest pinned to 2026-07-28 and a server without it: asking again cannot help."""
+        error = ProtocolError(
+            f"the server does not speak {MODERN}, which mcp_revision pins ({why});"
+            ' set mcp_revision = "auto" to use the handshake',
+            agent=self.agent,
+        )
+        error.final = True
+        return error
 
     async def _handshake(self, peer: Peer, timeout: float) -> _Negotiated:
         offer = LATEST_HANDSHAKE if self.requested in ("auto", MODERN) else self.requested

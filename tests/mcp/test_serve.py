@@ -222,6 +222,12 @@ async def test_mcp_is_behind_the_daemons_tokens(tmp_path: Path) -> None:
         async with httpx.AsyncClient(base_url=daemon.http) as anonymous:
             refused = await anonymous.post("/mcp", json=PING, headers=JSON)
             assert refused.status_code == 401
+            error = refused.json()  # what an MCP client can show: a JSON-RPC error's words
+            assert (error["id"], error["error"]["code"]) == (1, -32005), error
+            assert "missing token" in error["error"]["message"], error
+            wrong = {**JSON, "Authorization": "Bearer not-a-token"}
+            refused = await anonymous.post("/mcp", json=PING, headers=wrong)
+            assert "not valid" in refused.json()["error"]["message"], refused.text
         async with daemon.client() as admin:
             made = await admin.post("/tokens", json={"role": "observer", "name": "watcher"})
             observer = made.json()["token"]
@@ -229,6 +235,7 @@ async def test_mcp_is_behind_the_daemons_tokens(tmp_path: Path) -> None:
             headers = {**JSON, "Authorization": f"Bearer {observer}"}
             forbidden = await http.post("/mcp", json=PING, headers=headers)
             assert forbidden.status_code == 403  # reading is not calling
+            assert forbidden.json()["error"]["code"] == -32007, forbidden.text
         command = [sys.executable, "-m", "mesh.cli", "mcp", "--url", daemon.http]
         for token in ("not-a-token", observer):  # stdin stays open, as a host keeps it
             async with await anyio.open_process(command, env=relay_env(daemon, token)) as relay:

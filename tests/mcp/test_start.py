@@ -12,7 +12,7 @@ import pytest
 
 from mesh import MeshOrchestrator, load_manifest
 from mesh.manifests._types import MCP_START_TIMEOUT
-from tests.mcp._peers import ROOT, mcp_server_command
+from tests.mcp._peers import ROOT, filesystem_command, mcp_server_command
 
 pytestmark = pytest.mark.anyio
 
@@ -59,3 +59,23 @@ async def test_a_server_that_never_comes_up_says_so_and_backs_off(tmp_path: Path
         said = mesh.link_error("peer") or ""
         assert "not connected within 0.5 s (start_timeout)" in said, said
         assert mesh.agents() == []
+
+
+async def test_a_pinned_revision_the_server_lacks_is_said_once(tmp_path: Path) -> None:
+    command, *args = filesystem_command(str(tmp_path))
+    (tmp_path / "fs.toml").write_text(
+        f"""id = "fs"
+[transport]
+type = "stdio"
+command = {json.dumps(command)}
+args = {json.dumps(args)}
+protocol = "mcp"
+mcp_revision = "2026-07-28"
+"""
+    )
+    async with MeshOrchestrator.from_manifests(tmp_path, connect_timeout=30) as mesh:
+        with mesh.watch_links() as changes, anyio.fail_after(60):
+            while "gave up" not in (mesh.link_error("fs") or ""):
+                await changes.next()
+        said = mesh.link_error("fs") or ""
+        assert "after 1 attempt" in said and "does not speak 2026-07-28" in said, said

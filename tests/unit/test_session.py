@@ -290,6 +290,15 @@ def test_an_oversized_jsonrpc_answer_fails_its_call_and_is_not_answered(
     assert session.data_to_send() == []  # nothing goes back to the server
 
 
+def test_an_answer_that_is_not_json_says_so_in_plain_words() -> None:
+    client, _ = pair()
+    rid = client.send_request("m", None, now=0.0)
+    client.data_to_send()
+    broken = b'{"type":"response","id":"%s","payload":{"success":true,' % rid.encode()
+    (done,) = calls_done(client.receive_frame(broken, 0.0))
+    assert str(done.error).startswith("bad answer from the peer: not valid JSON"), done.error
+
+
 def test_a_forwarded_error_names_where_it_happened_once() -> None:
     inner = MessageTooLarge("too big", agent="fs", method="tools/call read", transport="stdio")
     outer = MessageTooLarge(str(inner), agent="fs", method="tools/call read", transport="stdio")
