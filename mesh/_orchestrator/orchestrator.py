@@ -44,7 +44,7 @@ from registry import (
     StatusChange,
     run_expiry,
 )
-from transports import FrameStream, TokenAuthenticator, unwrap_single_error
+from transports import DEFAULT_MAX_FRAME_SIZE, FrameStream, TokenAuthenticator, unwrap_single_error
 
 __all__ = ["MeshOrchestrator", "RemoteAgents"]
 
@@ -528,6 +528,12 @@ class MeshOrchestrator:
         """The deadline calls to a linked agent get unless they name one (None if not linked)."""
         link = self._links.get(agent_id)
         return None if link is None else link.spec.call_timeout
+
+    def largest_frame_size(self) -> int:
+        """The largest ``max_frame_size`` of the linked agents (the default if none is):
+        what a result relayed from any of them may need."""
+        sizes = [link.spec.max_frame_size for link in self._links.values()]
+        return max(sizes, default=DEFAULT_MAX_FRAME_SIZE)
 
     def add_tools_listener(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(agent)`` whenever an agent says its tools changed."""

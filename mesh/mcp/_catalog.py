@@ -35,6 +35,7 @@ LIST_TIMEOUT: Final = 5.0
 #: that list in a loop cost the agents one listing per second at most.
 LIST_FRESH: Final = 1.0
 _REACHABLE: Final = (AgentStatus.ONLINE, AgentStatus.STALE)
+_ANSWER_SLACK: Final = 64 * 1024
 _ANY_OBJECT: Final = {"type": "object"}
 
 
@@ -170,6 +171,12 @@ class ToolCatalog:
         while self.version == since:
             await self._changed.wait()
         return self.version
+
+    def answer_limit(self) -> int:
+        """The largest answer an MCP client may be sent: a result goes as text *and* as
+        ``structuredContent`` (docs/mcp.md says why), so twice the largest agent's
+        ``max_frame_size``, plus room for the envelope and the text's escapes."""
+        return 2 * self._mesh.largest_frame_size() + _ANSWER_SLACK
 
     # -- listing and calling ------------------------------------------------------------
 

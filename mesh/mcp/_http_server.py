@@ -30,11 +30,10 @@ import msgspec
 from mesh._errors import ErrorCode, MethodNotFound
 from mesh._rpc.exchange import Exchange
 from mesh._rpc.peer import RequestContext
-from mesh._rpc.session import SessionConfig
 from mesh.mcp._catalog import Authorize, ToolCatalog
 from mesh.mcp._codec import MCP_CODEC
 from mesh.mcp._revisions import MODERN, requested_revision
-from mesh.mcp._server import McpServer
+from mesh.mcp._server import McpServer, serve_config
 from transports import HttpRequest, HttpResponse
 
 __all__ = ["McpHttpEndpoint", "jsonrpc_refusal"]
@@ -44,10 +43,6 @@ DEFAULT_MAX_SESSIONS: Final = 256
 #: A session unused this long is forgotten (its client gets 404 and starts again).
 DEFAULT_SESSION_IDLE: Final = 3600.0
 _SESSION_HEADER: Final = "mcp-session-id"
-_EXCHANGE: Final[dict[str, Any]] = {
-    "config": SessionConfig(heartbeat_interval=None),
-    "codec": MCP_CODEC,
-}
 CANCELLED: Final = "notifications/cancelled"
 _LIST_CHANGED_FRAME: Final = b'{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}'
 
@@ -200,7 +195,7 @@ class McpHttpEndpoint:
             if peek.method == CANCELLED:
                 self._cancel(owner, peek.params)
             answer, invalid = await self._stand_alone(
-                Exchange(fresh, **_EXCHANGE), peek, owner, request.body
+                self._exchange(fresh), peek, owner, request.body
             )
         if answer is None:
             return HttpResponse(202, headers=headers)
@@ -235,12 +230,15 @@ class McpHttpEndpoint:
         if scope is not None:
             scope.cancel()
 
+    def _exchange(self, server: _HttpServer) -> Exchange:
+        return Exchange(server, config=serve_config(self._catalog), codec=MCP_CODEC)
+
     def _open(self, now: float, owner: str | None, server: _HttpServer) -> tuple[_Session, str]:
         self._forget_idle(now)
         while len(self._sessions) >= self._max_sessions:
             self._sessions.popitem(last=False)
         session_id = secrets.token_urlsafe(24)
-        exchange = Exchange(server, **_EXCHANGE)
+        exchange = self._exchange(server)
         session = _Session(server, exchange, now, self._catalog.version, owner)
         self._sessions[session_id] = session
         return session, session_id

@@ -22,6 +22,7 @@ import msgspec
 from mesh._errors import ConnectionLost, ErrorCode, Unauthorized
 from mesh.mcp._codec import salvage_text, to_wire_id
 from transports import (
+    DEFAULT_MAX_FRAME_SIZE,
     CloseCode,
     ConnectFailed,
     FrameStream,
@@ -36,6 +37,11 @@ __all__ = ["mcp_websocket_url", "relay_stdio"]
 
 #: The daemon must accept the WebSocket this fast (it answers in milliseconds when up).
 CONNECT_TIMEOUT: Final = 10.0
+#: What the daemon may send us: its answers are bounded by its agents' limits (twice
+#: the largest, see ToolCatalog.answer_limit), so this only stops a runaway.
+FROM_DAEMON_LIMIT: Final = 64 << 20
+#: What the host may send: what the daemon's /mcp WebSocket accepts.
+MESSAGE_LIMIT: Final = DEFAULT_MAX_FRAME_SIZE
 
 
 def mcp_websocket_url(daemon_url: str) -> str:
@@ -70,11 +76,11 @@ async def relay_stdio(
     (naming the daemon and why) when it cannot be reached or goes away.
     """
     url = mcp_websocket_url(daemon_url)
-    config = WebSocketConfig(connect_timeout=CONNECT_TIMEOUT)
+    config = WebSocketConfig(connect_timeout=CONNECT_TIMEOUT, max_frame_size=FROM_DAEMON_LIMIT)
     try:
         async with (
             open_websocket(url, token=token, ssl_context=ssl_context, config=config) as daemon,
-            open_stdio_server(max_frame_size=daemon.max_frame_size) as host,
+            open_stdio_server(max_frame_size=MESSAGE_LIMIT) as host,
         ):
             await _relay(host, daemon)
     except ConnectFailed as exc:

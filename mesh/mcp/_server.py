@@ -37,7 +37,7 @@ from mesh.mcp._revisions import (
 )
 from transports import FrameStream
 
-__all__ = ["INSTRUCTIONS", "McpServer", "serve_mcp"]
+__all__ = ["INSTRUCTIONS", "McpServer", "serve_config", "serve_mcp"]
 
 log = get_logger("mesh.mcp")
 
@@ -183,8 +183,11 @@ def _progress(ctx: RequestContext, params: dict[str, Any]) -> ProgressCallback |
     return relay
 
 
-#: An MCP client link has no mesh heartbeats: MCP's liveness is the client's business.
-SERVE_CONFIG: Final = SessionConfig(heartbeat_interval=None)
+def serve_config(catalog: ToolCatalog) -> SessionConfig:
+    """An MCP client link: no mesh heartbeats (MCP's liveness is the client's business),
+    and answers as large as the agents' results need (:meth:`ToolCatalog.answer_limit`);
+    what the client sends is bounded by its transport."""
+    return SessionConfig(heartbeat_interval=None, max_frame_size=catalog.answer_limit())
 
 
 async def serve_mcp(
@@ -193,10 +196,11 @@ async def serve_mcp(
     *,
     authorize: Authorize | None = None,
     caller: Any = None,
-    config: SessionConfig = SERVE_CONFIG,
+    config: SessionConfig | None = None,
 ) -> None:
     """Serve the mesh's tools to the MCP client on ``stream`` until it leaves."""
     server = McpServer(catalog, authorize=authorize, caller=caller)
+    config = config or serve_config(catalog)
     async with (
         open_peer(stream, handler=server, config=config, codec=MCP_CODEC) as peer,
         anyio.create_task_group() as tg,

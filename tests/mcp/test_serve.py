@@ -21,6 +21,7 @@ from mcp.client.stdio import StdioServerParameters
 from mesh.cli._codes import EXIT_DENIED
 from mesh.testing import Daemon, spawn_daemon
 from tests.mcp._peers import ROOT, inspector_command
+from tests.mcp.test_limits import filesystem_manifest
 
 pytestmark = pytest.mark.anyio
 
@@ -36,7 +37,7 @@ args = ["-m", "mesh.agents.echo", "--stdio"]
 @asynccontextmanager
 async def daemon_with_echo(tmp_path: Path) -> AsyncIterator[Daemon]:
     manifests = tmp_path / "manifests"
-    manifests.mkdir()
+    manifests.mkdir(exist_ok=True)
     (manifests / "echo.toml").write_text(ECHO)
     data = ["--data-dir", str(tmp_path / "data")]
     async with spawn_daemon(manifests, extra_args=data) as daemon:
@@ -244,3 +245,26 @@ async def test_mcp_is_behind_the_daemons_tokens(tmp_path: Path) -> None:
                 assert relay.stderr is not None
                 said = await relay.stderr.receive()
                 assert b"refused the token" in said, said
+
+
+@pytest.mark.parametrize("route", ["mesh mcp", "/mcp"])
+async def test_results_up_to_the_agents_limit_reach_mcp_clients(tmp_path: Path, route: str) -> None:
+    # Sent as text and as structuredContent (see docs/mcp.md): twice the agent's result.
+    # echo: just under its 1 MiB limit; the filesystem server, mounted with 4 MiB: past 1 MiB.
+    served, manifests = tmp_path / "served", tmp_path / "manifests"
+    served.mkdir()
+    manifests.mkdir()
+    big = served / "big.txt"
+    big.write_text("0123456789abcdef\n" * 90_000)  # 1.5 MB
+    filesystem_manifest(manifests, served, "fs", 4 << 20)
+    async with daemon_with_echo(tmp_path) as daemon:
+        await daemon.wait_online("fs", timeout=60)
+        wire = mesh_mcp(daemon) if route == "mesh mcp" else over_http(daemon)
+        async with Client(wire) as client:
+            answer = await client.call_tool("echo__blob", {"size": 1_000_000})
+            assert not answer.is_error, str(answer.content)[:300]
+            assert answer.structured_content == {"data": "x" * 1_000_000}
+            assert json.loads(answer.content[0].text) == answer.structured_content  # type: ignore[union-attr]
+            read = await client.call_tool("fs__read_text_file", {"path": str(big)})
+            assert not read.is_error, str(read.content)[:300]
+            assert read.structured_content == {"content": big.read_text()}
