@@ -17,6 +17,7 @@ import anyio
 
 from mesh._rpc.peer import Peer, open_peer
 from mesh._rpc.session import SessionConfig
+from mesh.manifests._types import MCP_START_TIMEOUT
 from mesh.mcp._codec import MCP_CODEC
 from mesh.mcp._mount import McpMount, Revision
 from transports import (
@@ -84,7 +85,7 @@ def mcp_connector(
     agent: str,
     config: SessionConfig | None = None,
     revision: Revision = "auto",
-    connect_timeout: float = 10.0,
+    connect_timeout: float = MCP_START_TIMEOUT,
 ) -> Connector:
     """A connector that mounts the MCP server ``connector`` reaches (see the module docstring).
 
@@ -111,7 +112,7 @@ async def open_mcp_mount(
     agent: str,
     config: SessionConfig | None = None,
     revision: Revision = "auto",
-    connect_timeout: float = 10.0,
+    connect_timeout: float = MCP_START_TIMEOUT,
 ) -> AsyncIterator[MountStream]:
     """Connect, negotiate and list tools; yield the stream the orchestrator talks over."""
     mount = McpMount(agent, revision=revision)

@@ -66,8 +66,21 @@ mcp_revision = "{revision}"
     return path
 
 
+async def wait_mounted(mesh: MeshOrchestrator) -> None:
+    """Until the server is online: on a loaded machine it may start after the orchestrator
+    stopped waiting for its links (it has the manifest's start_timeout)."""
+    with anyio.fail_after(60):
+        async with mesh.registry.subscribe() as changes:
+            if not mesh.agents():
+                async for _ in changes:
+                    if mesh.agents():
+                        break
+    await anyio.wait_all_tasks_blocked()  # the link is handed over just after
+
+
 async def check_agent(mesh: MeshOrchestrator, revision: str, transport: str) -> None:
     """What every mounted server must do, whatever carries it."""
+    await wait_mounted(mesh)
     (record,) = mesh.agents()
     assert (record.id, str(record.status), record.transport) == ("peer", "online", transport)
     info = await mesh.call("peer", "agent/info")
