@@ -12,7 +12,9 @@ connection is closed after ``keepalive_timeout``, and bodies over
 (request line and headers) longer than ``max_header_size`` is refused with 431,
 exactly: a head of that many bytes is read, one byte more is not. Past
 ``max_connections`` open connections a new one gets 503 and is closed, so a
-flood of connections meets a refusal rather than the process's file limit.
+flood of connections meets a refusal rather than the process's file limit. A
+client that disconnects while its request is handled cancels the handler: its
+caller is gone, so its work (a tool call of minutes, say) stops with it.
 """
 
 from __future__ import annotations
