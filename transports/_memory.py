@@ -199,7 +199,7 @@ class MemoryFrameStream:
                 raise TransportClosed(self._closed_reason)
             raise self._peer_closed()
         if len(frame) > self._max:
-            raise FrameTooLarge(len(frame), self._max, frame[:_HEAD])
+            raise FrameTooLarge(len(frame), self._max, frame[:_HEAD], frame[-_HEAD:])
         return frame
 
     async def aclose(self) -> None:

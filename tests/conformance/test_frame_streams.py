@@ -12,11 +12,13 @@ import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
+import anyio
 import pytest
 
 from tests.conformance._pairs import DUPLEX_PAIRS, LIMIT, REQUEST_REPLY_PAIRS
 from transports import (
     FrameStream,
+    FrameTooLarge,
     MemoryFrameStream,
     TransportClosed,
     TransportInfo,
@@ -39,6 +41,23 @@ async def test_http_keeps_the_request_reply_part_of_the_contract(transport: str)
 
 async def test_a_duplex_transport_keeps_the_request_reply_part_too() -> None:
     await check_request_reply_stream(DUPLEX_PAIRS["memory"])
+
+
+@pytest.mark.parametrize("transport", sorted(DUPLEX_PAIRS))
+async def test_a_frame_over_the_limit_keeps_both_its_ends(transport: str) -> None:
+    """A JSON-RPC answer may name its id last (the TypeScript SDK does): the receiver
+    needs the frame's tail as well as its head to fail the right call."""
+    frame = b'{"result":{"text":"' + b"x" * (LIMIT + 5000) + b'"},"jsonrpc":"2.0","id":7}'
+    async with DUPLEX_PAIRS[transport]() as (a, b), anyio.create_task_group() as tg:
+        tg.start_soon(a.send_many, [frame, b'{"ok":1}'])  # a clogged pair waits for us
+        with anyio.fail_after(30), pytest.raises(FrameTooLarge) as refused:
+            await b.receive()
+        assert refused.value.size == len(frame) and refused.value.limit == LIMIT
+        assert frame.startswith(refused.value.head) and len(refused.value.head) >= 64
+        assert refused.value.tail == frame[-len(refused.value.tail) :]
+        assert refused.value.tail.endswith(b'"id":7}') and len(refused.value.tail) >= 64
+        with anyio.fail_after(30):
+            assert await b.receive() == b'{"ok":1}'  # the stream carries on
 
 
 # -- a check that cannot fail is a bug: each broken stream below fails the check it breaks ---
