@@ -32,7 +32,7 @@ from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.spec import Outcome
 from mesh._orchestrator.view import LINK_STATUSES
 from mesh.daemon._agents import AgentRoutes
-from mesh.daemon._auth import Gate, Identity
+from mesh.daemon._auth import Gate, Identity, Right
 from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._limits import check_id
 from mesh.daemon._mcp import DaemonMcp
@@ -159,19 +159,30 @@ class DaemonApi:
         self.agents.holder = None if cluster is None else cluster.holder
 
     async def handle_health(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
+        """Status and counts for anyone; the cluster's daemons, URLs and rooms only for a
+        token that may read (a stranger must not learn the mesh's layout)."""
         counts = dict.fromkeys(LINK_STATUSES, 0)
         for view in self._mesh.views():
             counts[view.status] = counts.get(view.status, 0) + 1
-        return HttpResponse.json(
-            200,
-            {
-                "status": self.lifecycle.phase,
-                "uptime": round(anyio.current_time() - self._started, 3),
-                "calls_in_flight": self.calls_in_flight,
-                "agents": counts,
-                **({"cluster": self._cluster.describe()} if self._cluster is not None else {}),
-            },
-        )
+        health: dict[str, Any] = {
+            "status": self.lifecycle.phase,
+            "uptime": round(anyio.current_time() - self._started, 3),
+            "calls_in_flight": self.calls_in_flight,
+            "agents": counts,
+        }
+        if self._cluster is not None:
+            caller = self._gate.identify(request)
+            described = self._cluster.describe()
+            if caller is not None and caller.may(Right.READ):
+                health["cluster"] = described
+            else:
+                health["cluster"] = {
+                    "connected": described["nats"]["connected"],
+                    "daemons": len(described["daemons"]),
+                    "remote_agents": described["remote_agents"],
+                    "rooms": len(described["rooms"]),
+                }
+        return HttpResponse.json(200, health)
 
     # -- calls ----------------------------------------------------------------------
 

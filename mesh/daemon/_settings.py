@@ -47,6 +47,7 @@ ENV_SETTINGS: Final = {
     "MESH_NATS_TLS_CERT": "nats_tls_cert",
     "MESH_NATS_TLS_KEY": "nats_tls_key",
     "MESH_ROOM_LEASE_TTL": "room_lease_ttl",
+    "MESH_NATS_ALLOW_OPEN": "nats_allow_open",
 }
 #: The settings that go to the cluster (mesh.cluster.ClusterSettings) when ``nats`` is set.
 CLUSTER_SETTINGS: Final = tuple(
@@ -122,10 +123,23 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     nats_tls_cert: str | None = None
     nats_tls_key: str | None = None
     room_lease_ttl: float = 10.0
+    #: Join a plaintext NATS at a network address with no credentials anyway.
+    nats_allow_open: bool = False
 
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both or neither")
+
+    def __repr__(self) -> str:
+        # Settings end up in errors and debug logs: the secrets never do.
+        shown = ", ".join(
+            f"{name}={'***' if name in _SECRETS and value else repr(value)}"
+            for name, value in msgspec.structs.asdict(self).items()
+        )
+        return f"DaemonSettings({shown})"
+
+
+_SECRETS: Final = frozenset({"nats_token", "nats_password"})
 
 
 class ListenError(MeshError):
