@@ -143,6 +143,7 @@ def test_transports_public_names() -> None:
         "UpgradeHandler",
         "WebSocketConfig",
         "WebSocketStream",
+        "bearer_challenge",
         "bearer_token",
         "memory_stream_pair",
         "open_http_client",

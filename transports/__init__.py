@@ -4,7 +4,7 @@ A transport moves frames (one message's bytes) and nothing else: no RPC, no
 JSON, no retries. It imports nothing from ``mesh`` or ``registry``.
 """
 
-from transports._auth import TokenAuthenticator, bearer_token
+from transports._auth import TokenAuthenticator, bearer_challenge, bearer_token
 from transports._base import (
     DEFAULT_MAX_FRAME_SIZE,
     Connector,
@@ -58,6 +58,7 @@ __all__ = [
     "UpgradeHandler",
     "WebSocketConfig",
     "WebSocketStream",
+    "bearer_challenge",
     "bearer_token",
     "memory_stream_pair",
     "open_http_client",

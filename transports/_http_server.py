@@ -22,6 +22,7 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
@@ -232,7 +233,10 @@ class _HttpConnection:
         try:
             return self._h11.next_event()
         except h11.RemoteProtocolError as exc:
-            await self._send_error(exc.error_status_hint, f"bad request: {exc}")
+            # h11 quotes the offending bytes after a colon (a request line may hold a
+            # token): neither the log nor the answer repeats them.
+            what = str(exc).partition(":")[0][:80]
+            await self._send_error(exc.error_status_hint, f"bad request: {what}")
             raise _Closed from None
 
     async def _read_head(self, fed: int) -> Any:
@@ -341,7 +345,11 @@ class _HttpConnection:
         ]
         conn = self._h11
         try:
-            data = conn.send(h11.Response(status_code=response.status, headers=headers))
+            data = conn.send(
+                h11.Response(
+                    status_code=response.status, headers=headers, reason=_reason(response.status)
+                )
+            )
             # HEAD: the headers of the answer GET would get, and no body (RFC 9110, 9.3.2).
             if response.body and not head_only:
                 data += conn.send(h11.Data(data=response.body))
@@ -365,7 +373,9 @@ class _HttpConnection:
             (b"connection", b"close"),
         ]
         try:
-            data = self._h11.send(h11.Response(status_code=status, headers=headers))
+            data = self._h11.send(
+                h11.Response(status_code=status, headers=headers, reason=_reason(status))
+            )
             data += self._h11.send(h11.Data(data=response.body)) + self._h11.send(
                 h11.EndOfMessage()
             )
@@ -378,6 +388,14 @@ class _HttpConnection:
             OSError,
         ):
             pass
+
+
+def _reason(status: int) -> bytes:
+    """The standard reason phrase (``404 Not Found``); some clients show only that."""
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
 
 
 def _headers(request: h11.Request) -> tuple[tuple[str, str], ...]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 import anyio
@@ -29,10 +29,11 @@ from transports import (
     HttpResponse,
     TokenAuthenticator,
     WebSocketStream,
+    bearer_challenge,
     bearer_token,
 )
 
-__all__ = ["Gate", "Identity", "Right", "refusal"]
+__all__ = ["Gate", "Identity", "Right", "refusal", "unauthorized"]
 
 log = get_logger("mesh.daemon")
 
@@ -118,15 +119,8 @@ class Gate:
         """The identity if it has ``right``; else the 401 or 403 that says what is missing."""
         identity = self.identify(request)
         if identity is None:
-            has_token = request.header("authorization") is not None
             log.info("daemon.unauthorized", client=request.client, path=request.path)
-            return refusal(
-                401,
-                "this token is not valid (unknown or revoked)"
-                if has_token
-                else "missing token: send `Authorization: Bearer <token>` (see docs/security.md)",
-                missing="token",
-            )
+            return unauthorized(request)
         if not identity.may(right):
             return forbidden(identity, right)
         return identity
@@ -154,6 +148,13 @@ class Gate:
                 for stream in self._streams.pop(entry.id, set()):
                     tg.start_soon(_close_revoked, stream)
         return revoked
+
+
+def unauthorized(request: HttpRequest) -> HttpResponse:
+    """401 with the ``WWW-Authenticate: Bearer`` challenge that says what was wrong."""
+    why, challenge = bearer_challenge(request.header("authorization"))
+    refused = refusal(401, f"{why} (see docs/security.md)", missing="token")
+    return replace(refused, headers=(*refused.headers, ("www-authenticate", challenge)))
 
 
 def forbidden(identity: Identity, right: Right) -> HttpResponse:
