@@ -4,6 +4,7 @@ A transport moves frames (one message's bytes) and nothing else: no RPC, no
 JSON, no retries. It imports nothing from ``mesh`` or ``registry``.
 """
 
+from transports._admission import Standing, Vouch
 from transports._auth import TokenAuthenticator, bearer_challenge, bearer_token
 from transports._base import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -50,12 +51,14 @@ __all__ = [
     "HttpServer",
     "HttpServerConfig",
     "MemoryFrameStream",
+    "Standing",
     "StdioProcessStream",
     "TokenAuthenticator",
     "TransportClosed",
     "TransportError",
     "TransportInfo",
     "UpgradeHandler",
+    "Vouch",
     "WebSocketConfig",
     "WebSocketStream",
     "bearer_challenge",

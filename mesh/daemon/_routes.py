@@ -197,7 +197,13 @@ class Dispatcher:
         stream: WebSocketStream,
         _: str | None,
     ) -> None:
-        with self.gate.track(identity, stream):
+        with self.gate.track(identity, stream) as room:
+            if not room:
+                limit = self.gate.max_streams
+                reason = f"this token has {limit} streams open (max_streams_per_identity)"
+                log.info("websocket.too_many", identity=identity.name, limit=limit)
+                await stream.aclose(CloseCode.TOO_MANY, reason)
+                return
             await self._websocket[route.name](stream, identity, params)
 
 

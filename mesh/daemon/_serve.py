@@ -53,6 +53,7 @@ from transports import (
     HttpServerConfig,
     TokenAuthenticator,
     UpgradeHandler,
+    Vouch,
     open_http_server,
 )
 from transports._http_server import HttpHandler
@@ -70,7 +71,7 @@ CUT_ANSWER_TIMEOUT: Final = 2.0
 def _gate(settings: DaemonSettings, dial_in_tokens: TokenAuthenticator) -> Gate:
     store = TokenStore(settings.data_dir)
     store.load()
-    return Gate(store, dial_in_tokens)
+    return Gate(store, dial_in_tokens, max_streams_per_identity=settings.max_streams_per_identity)
 
 
 def _ssl_context(settings: DaemonSettings) -> ssl.SSLContext | None:
@@ -158,10 +159,16 @@ async def serve_daemon(
         max_body_size=settings.max_body_size,
         max_header_size=settings.max_head_size,
         max_connections=settings.max_connections,
+        reserved_connections=settings.admin_connections,
+        max_unauthenticated_connections=settings.max_unauthenticated_connections,
+        first_byte_timeout=settings.first_byte_timeout,
+        head_timeout=settings.head_timeout,
     )
     async with AsyncExitStack() as stack:
         # The port first: a busy port must fail before any agent process is started.
-        server = await _listen(stack, settings, api.handle, upgrade, http_config, ssl_context)
+        server = await _listen(
+            stack, settings, api.handle, upgrade, http_config, ssl_context, gate.vouch
+        )
         # After the port: a daemon that cannot listen leaves no token behind and says one line.
         admin_file = gate.store.ensure_admin()
         await stack.enter_async_context(orchestrator)
@@ -217,6 +224,7 @@ async def _listen(
     upgrade: UpgradeHandler,
     config: HttpServerConfig,
     ssl_context: ssl.SSLContext | None,
+    vouch: Vouch,
 ) -> HttpServer:
     try:
         return await stack.enter_async_context(
@@ -227,6 +235,7 @@ async def _listen(
                 upgrade_handler=upgrade,
                 ssl_context=ssl_context,
                 config=config,
+                vouch=vouch,
             )
         )
     except OSError as exc:

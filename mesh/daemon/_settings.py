@@ -85,8 +85,21 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # -- bounds on what clients control (docs/security.md) --------------------------------
     #: Request line plus headers; a longer head is refused with 431.
     max_head_size: _Positive = 64 * 1024
-    #: Connections open at once (HTTP and WebSocket); more are refused with 503.
+    #: Connections open at once whose requests carry a valid token (HTTP and WebSocket);
+    #: past it the oldest idle keep-alive makes room, or the request is refused with 503.
     max_connections: _Positive = 1000
+    #: More connections only an admin token may take, so an operator can always get in.
+    admin_connections: Annotated[int, msgspec.Meta(ge=0)] = 16
+    #: Connections that have shown no valid token yet; the oldest not being answered
+    #: is closed to make room for a new one (503 only if all are being answered).
+    max_unauthenticated_connections: _Positive = 100
+    #: A new connection must send its first byte within this many seconds...
+    first_byte_timeout: _Seconds = 10.0
+    #: ...and its request head (line and headers) within this many after that.
+    head_timeout: _Seconds = 10.0
+    #: WebSockets one token may hold open at once (watchers, observers, /mcp, agents);
+    #: admins are not bounded. More are closed with 4029.
+    max_streams_per_identity: _Positive = 64
     #: The shortest heartbeat_interval an agent may register with (the daemon probes
     #: an endpoint that often).
     min_heartbeat_interval: _Seconds = 1.0
