@@ -115,7 +115,13 @@ class DaemonApi:
         self._cluster: Any = None
         agents = self.agents
         room_handlers = rooms.http_handlers()
-        self.mcp = DaemonMcp(orchestrator, room_handlers, self._check_call)
+        self.mcp = DaemonMcp(
+            orchestrator,
+            room_handlers,
+            self._check_call,
+            max_sessions=settings.max_mcp_sessions,
+            max_sessions_per_owner=settings.max_mcp_sessions_per_identity,
+        )
         self.dispatcher = Dispatcher(
             gate,
             http={

@@ -110,10 +110,15 @@ class DaemonMcp:
         orchestrator: MeshOrchestrator,
         room_handlers: dict[str, HttpHandler],
         check_call: CheckCall,
+        *,
+        max_sessions: int = 256,
+        max_sessions_per_owner: int = 16,
     ) -> None:
         self.catalog = ToolCatalog(orchestrator, extra=room_tools(room_handlers))
         self.catalog.attach()
-        self.http = McpHttpEndpoint(self.catalog)
+        self.http = McpHttpEndpoint(
+            self.catalog, max_sessions=max_sessions, max_sessions_per_owner=max_sessions_per_owner
+        )
         self._check_call = check_call
 
     def authorize(self, who: Identity) -> Authorize:

@@ -100,6 +100,10 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: WebSockets one token may hold open at once (watchers, observers, /mcp, agents);
     #: admins are not bounded. More are closed with 4029.
     max_streams_per_identity: _Positive = 64
+    #: MCP sessions over HTTP open at once; past it a new one is refused with 503.
+    max_mcp_sessions: _Positive = 256
+    #: MCP sessions over HTTP one token may hold; a new one ends its least recently used.
+    max_mcp_sessions_per_identity: _Positive = 16
     #: The shortest heartbeat_interval an agent may register with (the daemon probes
     #: an endpoint that often).
     min_heartbeat_interval: _Seconds = 1.0

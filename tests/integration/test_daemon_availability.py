@@ -130,3 +130,39 @@ async def test_one_token_cannot_hold_every_stream_and_an_admin_always_gets_in(
         # ...but an admin has slots of its own (admin_connections = 1).
         async with daemon.client() as admin:
             assert (await admin.get("/agents")).status_code == 200
+
+
+HELLO = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t"}}
+INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": HELLO}
+PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+
+
+async def _mcp(daemon: Daemon, token: str, body: object, session: str = "") -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+    if session:
+        headers["Mcp-Session-Id"] = session
+    async with httpx.AsyncClient(base_url=daemon.http, headers=headers, timeout=GUARD) as http:
+        return await http.post("/mcp", json=body)
+
+
+async def test_mcp_sessions_are_bounded_per_token_and_no_one_evicts_anothers(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "mesh.toml"
+    config.write_text("max_mcp_sessions = 3\nmax_mcp_sessions_per_identity = 2\n")
+    (tmp_path / "manifests").mkdir()
+    args = ["--config", str(config)]
+    async with spawn_daemon(tmp_path / "manifests", extra_args=args) as daemon:
+        ann, bob, cat = [await _token(daemon, "client", name) for name in ("ann", "bob", "cat")]
+        opened = [await _mcp(daemon, ann, INITIALIZE) for _ in range(3)]
+        first, *kept = [reply.headers["mcp-session-id"] for reply in opened]
+        # Ann's third session ended her own least recently used one, no one else's.
+        assert (await _mcp(daemon, ann, PING, first)).status_code == 404
+        bobs = (await _mcp(daemon, bob, INITIALIZE)).headers["mcp-session-id"]
+        # Three sessions are open: Cat is refused plainly, and nobody's session is gone.
+        refused = await _mcp(daemon, cat, INITIALIZE)
+        assert refused.status_code == 503
+        message = refused.json()["error"]["message"]
+        assert "too many MCP sessions" in message and "max_mcp_sessions" in message
+        for token, session in ((ann, kept[0]), (ann, kept[1]), (bob, bobs)):
+            assert (await _mcp(daemon, token, PING, session)).status_code == 200
