@@ -135,3 +135,35 @@ async def test_a_strangers_health_says_status_and_counts_only(tmp_path: Path) ->
             assert list(full["cluster"]["daemons"]) == ["only"]
             assert "server" in full["cluster"]["nats"]
             assert SECRET not in repr(full) and SECRET not in response.text
+
+
+#: The example config this repository ships (docs/cluster.md#an-example-nats-server).
+EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "nats" / "mesh-daemons.conf"
+
+
+async def test_daemons_work_on_the_example_nats_config_and_a_stranger_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+
+    from mesh import AgentSpec, local_connector
+    from mesh.agents.echo import agent as echo_agent
+    from tests.cluster._helpers import wait_status
+
+    monkeypatch.setenv("MESH_DAEMON_A_PASSWORD", "pw-a")
+    monkeypatch.setenv("MESH_DAEMON_B_PASSWORD", "pw-b")
+    echo = AgentSpec("echo", local_connector(echo_agent))
+    async with spawn_nats_server(args=["-c", str(EXAMPLE_CONFIG)]) as nats:
+        a_creds = {"nats_user": "daemon-a", "nats_password": "pw-a", "data_dir": tmp_path}
+        b_creds = {"nats_user": "daemon-b", "nats_password": "pw-b", "data_dir": tmp_path}
+        async with (
+            open_member(nats.url, "a", [echo], **a_creds),  # type: ignore[arg-type]
+            open_member(nats.url, "b", **b_creds) as b,  # type: ignore[arg-type]
+        ):
+            await wait_status(b.mesh.registry, "echo")
+            assert await b.mesh.call_tool("echo", "echo", {"message": "hi"}) == {"message": "hi"}
+        # A client without credentials (the daemon's own nats-py client) is not let in.
+        with pytest.raises(ClusterError, match="refused"):
+            async with open_member(nats.url, "c", connect_timeout=1.5):
+                pass
+
+    assert not [line for line in nats.log if b"Violation" in line and b"daemon-" in line]
