@@ -121,6 +121,7 @@ class DaemonApi:
             self._check_call,
             max_sessions=settings.max_mcp_sessions,
             max_sessions_per_owner=settings.max_mcp_sessions_per_identity,
+            host=settings.host,
         )
         self.dispatcher = Dispatcher(
             gate,

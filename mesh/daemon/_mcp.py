@@ -10,12 +10,19 @@ token gets from the rest of the API: it sees and calls only the agents whose
 access section admits it (the check of ``POST /rpc``), and the room tools are
 the room routes themselves, answered as tools, with their rights, bounds and
 ownership. An HTTP session belongs to the token that opened it.
+
+A browser's request to ``/mcp`` must come from the daemon's own origin (MCP's
+rule against DNS rebinding): an ``Origin`` header whose host and port are not the
+ones the request was sent to, or whose host is a name other than ``localhost``
+and the daemon's ``host`` setting (a rebound name), is refused with 403.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -113,7 +120,9 @@ class DaemonMcp:
         *,
         max_sessions: int = 256,
         max_sessions_per_owner: int = 16,
+        host: str = "127.0.0.1",
     ) -> None:
+        self._host = host
         self.catalog = ToolCatalog(orchestrator, extra=room_tools(room_handlers))
         self.catalog.attach()
         self.http = McpHttpEndpoint(
@@ -135,9 +144,33 @@ class DaemonMcp:
         return authorize
 
     async def handle_http(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
+        origin = request.header("origin")
+        if origin is not None and not own_origin(origin, request.header("host"), self._host):
+            return HttpResponse.error(
+                403,
+                f"/mcp refuses requests from another origin ({origin[:100]!r}): a page may "
+                "call it only from the daemon's own address (docs/mcp.md#security)",
+            )
         return await self.http.handle(
             request, owner=who.owner, authorize=self.authorize(who), caller=who
         )
 
     async def serve_stream(self, stream: WebSocketStream, who: Identity, _: Params) -> None:
         await serve_mcp(stream, self.catalog, authorize=self.authorize(who), caller=who)
+
+
+def own_origin(origin: str, host_header: str | None, daemon_host: str) -> bool:
+    """Whether a browser's ``Origin`` is the daemon itself, under a name no one can rebind."""
+    parts = urlsplit(origin)
+    if parts.scheme not in ("http", "https") or host_header is None:
+        return False
+    if parts.netloc.lower() != host_header.lower():
+        return False  # a page of another site
+    name = (parts.hostname or "").lower()
+    if name in ("localhost", daemon_host.lower()):
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False  # a DNS name the daemon was not told of: it may be rebound
+    return True
