@@ -22,14 +22,13 @@ async def test_watch_exits_8_when_its_token_is_revoked(tmp_path: Path) -> None:
     async with spawn_daemon(manifests, extra_args=["--data-dir", str(tmp_path / "d")]) as daemon:
         await daemon.wait_online("alice", "bob")
         async with daemon.client() as admin:
-            body = {"topic": "Long", "members": ["alice", "bob"], "id": "long"}
-            body["limits"] = {"max_turns": 200}
+            limits = {"max_turns": 200}
+            body = {"topic": "Long", "members": ["alice", "bob"], "id": "long", "limits": limits}
             assert (await admin.post("/rooms", json=body)).status_code == 201
             made = await admin.post("/tokens", json={"role": "observer", "name": "eyes"})
             token = made.json()["token"]
             command = [sys.executable, "-m", "mesh.cli", "room", "watch", "long"]
-            env = daemon.env(MESH_TOKEN=token)
-            env["MESH_TOKEN"] = token
+            env = {**daemon.env(), "MESH_TOKEN": token}
             async with await anyio.open_process(command, env=env) as watch:
                 assert watch.stdout is not None
                 with anyio.fail_after(60):
