@@ -151,6 +151,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not Path(settings.manifests).is_dir():
         _fail(EXIT_USAGE, f"no manifests directory at {settings.manifests!r}")
     tune_for_serving()
+    # Everything the daemon writes (transcripts, the rooms database, tokens) is its own:
+    # 0600 files and 0700 directories, whatever the shell's umask.
+    os.umask(0o077)
     from mesh._errors import MeshError
 
     try:

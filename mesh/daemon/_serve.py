@@ -117,6 +117,23 @@ def _join_cluster(
     return open_cluster(orchestrator, cluster_settings(settings), rooms=rooms)
 
 
+def _private_data_dir(directory: Path) -> None:
+    """Create the data directory 0700 (transcripts and tokens live there); warn when an
+    existing one lets other users in."""
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        mode = directory.stat().st_mode & 0o777
+    except OSError:
+        return  # the token and room stores say what is wrong when they open it
+    if mode & 0o077:
+        log.warning(
+            "daemon.data_dir_not_private",
+            path=str(directory),
+            mode=f"{mode:o}",
+            hint=f"other users may read its transcripts: chmod 700 {directory}",
+        )
+
+
 async def serve_daemon(
     settings: DaemonSettings,
     *,
@@ -126,6 +143,7 @@ async def serve_daemon(
 ) -> None:
     """Run the daemon until SIGINT/SIGTERM (or cancellation); returns after a graceful stop."""
     ssl_context = _ssl_context(settings)
+    _private_data_dir(Path(settings.data_dir))
     # Logs each broken manifest (invalid, unusable, or a dial-in token unset) and goes on.
     links = links_from_manifests(settings.manifests, environ=environ)
     gate = _gate(settings, links.tokens)
