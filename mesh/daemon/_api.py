@@ -39,7 +39,7 @@ from mesh.daemon._mcp import DaemonMcp
 from mesh.daemon._rooms import RoomRoutes
 from mesh.daemon._routes import Dispatcher, HttpHandler, Params, WebSocketHandler
 from mesh.daemon._settings import DaemonSettings
-from mesh.daemon._tokens import Role, TokenError
+from mesh.daemon._tokens import Role, TokenError, TooManyTokens
 from mesh.protocol import MethodName
 from transports import HttpRequest, HttpResponse, WebSocketConfig
 
@@ -290,6 +290,8 @@ class DaemonApi:
             return HttpResponse.error(400, why)
         try:
             entry, token = self._gate.store.create(body.role, body.name, agent=body.agent)
+        except TooManyTokens as exc:
+            return HttpResponse.error(429, str(exc), limit="max_tokens")
         except TokenError as exc:
             return HttpResponse.error(400, str(exc))
         return HttpResponse.json(201, {**entry.shown(), "token": token})

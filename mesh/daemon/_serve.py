@@ -69,7 +69,7 @@ CUT_ANSWER_TIMEOUT: Final = 2.0
 
 
 def _gate(settings: DaemonSettings, dial_in_tokens: TokenAuthenticator) -> Gate:
-    store = TokenStore(settings.data_dir)
+    store = TokenStore(settings.data_dir, max_tokens=settings.max_tokens)
     store.load()
     return Gate(store, dial_in_tokens, max_streams_per_identity=settings.max_streams_per_identity)
 

@@ -104,6 +104,8 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     max_mcp_sessions: _Positive = 256
     #: MCP sessions over HTTP one token may hold; a new one ends its least recently used.
     max_mcp_sessions_per_identity: _Positive = 16
+    #: Tokens the daemon holds at once (issued and not revoked); more are refused with 429.
+    max_tokens: _Positive = 10_000
     #: The shortest heartbeat_interval an agent may register with (the daemon probes
     #: an endpoint that often).
     min_heartbeat_interval: _Seconds = 1.0
