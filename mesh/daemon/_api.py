@@ -134,6 +134,7 @@ class DaemonApi:
                 "deregister": agents.handle_deregister,
                 "rpc": self.handle_rpc,
                 "broadcast": self.handle_broadcast,
+                "whoami": self.handle_whoami,
                 "tokens": self.handle_tokens,
                 "create_token": self.handle_create_token,
                 "revoke_token": self.handle_revoke_token,
@@ -277,6 +278,11 @@ class DaemonApi:
     async def handle_tokens(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
         return HttpResponse.json(
             200, {"tokens": [entry.shown() for entry in self._gate.store.entries()]}
+        )
+
+    async def handle_whoami(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
+        return HttpResponse.json(
+            200, {"id": who.token_id, "name": who.name, "role": str(who.role), "agent": who.agent}
         )
 
     async def handle_create_token(

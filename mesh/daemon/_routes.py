@@ -93,6 +93,8 @@ ROUTES: Final = (
     # The room page: files with no data in them (everything it shows comes with a token).
     Route("GET", "/", Right.PUBLIC, "page"),
     Route("GET", "/static/{name}", Right.PUBLIC, "page_file"),
+    # Who the presented token is (its name and role): the page shows it.
+    Route("GET", "/whoami", Right.READ, "whoami"),
     Route("GET", "/tokens", Right.ADMIN, "tokens"),
     Route("POST", "/tokens", Right.ADMIN, "create_token"),
     Route("DELETE", "/tokens/{id}", Right.ADMIN, "revoke_token"),
