@@ -271,6 +271,8 @@ class _HttpConnection:
             request.method.decode(), request.target.decode(), _headers(request), b"", self._client
         )
         if server.admission.promote(self._slot, server.vouch(head)):
+            # A known caller's request is not cut to make room, body included.
+            self._slot.evictable = self._slot.standing is Standing.STRANGER
             return True
         await self._send_error(
             503, f"too many connections: {server.config.max_connections} are open (max_connections)"
