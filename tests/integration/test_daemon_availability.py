@@ -44,9 +44,9 @@ async def _token(daemon: Daemon, role: str, name: str) -> str:
     return token
 
 
-async def _spawn(tmp_path: Path, stack: AsyncExitStack) -> Daemon:
+async def _spawn(tmp_path: Path, stack: AsyncExitStack, more: str = "") -> Daemon:
     config = tmp_path / "mesh.toml"
-    config.write_text(SMALL_POOLS)
+    config.write_text(SMALL_POOLS + more)
     (tmp_path / "manifests").mkdir()
     return await stack.enter_async_context(
         spawn_daemon(tmp_path / "manifests", extra_args=["--config", str(config)])
@@ -95,6 +95,16 @@ async def test_a_silent_connection_is_closed_after_the_first_byte_deadline(
         daemon = await _spawn(tmp_path, stack)
         async with await anyio.connect_tcp("127.0.0.1", _port(daemon)) as silent:
             assert await _closed_by_server(silent)  # first_byte_timeout = 2 s, not 60
+
+
+async def test_a_head_that_dribbles_in_gets_408_at_the_head_deadline(tmp_path: Path) -> None:
+    async with AsyncExitStack() as stack:
+        daemon = await _spawn(tmp_path, stack, "head_timeout = 1\n")
+        async with await anyio.connect_tcp("127.0.0.1", _port(daemon)) as slow:
+            await slow.send(b"GET /health HTTP/1.1\r\nhost: m\r\n")  # and never the blank line
+            with anyio.fail_after(GUARD):
+                reply = await slow.receive()
+        assert reply.startswith(b"HTTP/1.1 408 Request Timeout") and b"head not complete" in reply
 
 
 async def test_one_token_cannot_hold_every_stream_and_an_admin_always_gets_in(
