@@ -151,6 +151,7 @@ class DaemonApi:
             ws_config=WebSocketConfig(
                 ping_interval=settings.ping_interval, ping_timeout=settings.ping_timeout
             ),
+            refuse_origin=self.mcp.refuse_stream_origin,
         )
 
     async def handle(self, request: HttpRequest) -> HttpResponse:

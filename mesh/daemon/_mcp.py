@@ -143,14 +143,26 @@ class DaemonMcp:
 
         return authorize
 
-    async def handle_http(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
+    def _foreign_origin(self, request: HttpRequest) -> str | None:
+        """Why ``request`` may not reach /mcp (a browser page of another origin), or None."""
         origin = request.header("origin")
-        if origin is not None and not own_origin(origin, request.header("host"), self._host):
-            return HttpResponse.error(
-                403,
-                f"/mcp refuses requests from another origin ({origin[:100]!r}): a page may "
-                "call it only from the daemon's own address (docs/mcp.md#security)",
-            )
+        if origin is None or own_origin(origin, request.header("host"), self._host):
+            return None
+        return (
+            f"/mcp refuses requests from another origin ({origin[:100]!r}): a page may "
+            "call it only from the daemon's own address (docs/mcp.md#security)"
+        )
+
+    def refuse_stream_origin(self, route: Any, request: HttpRequest) -> str | None:
+        """For the WebSocket ``/mcp``: the same Origin rule (other routes: no rule)."""
+        if route.name != "mcp_stream" or self._foreign_origin(request) is None:
+            return None
+        return "/mcp takes pages from the daemon's own origin only"  # a close reason: short
+
+    async def handle_http(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
+        refused = self._foreign_origin(request)
+        if refused is not None:
+            return HttpResponse.error(403, refused)
         return await self.http.handle(
             request, owner=who.owner, authorize=self.authorize(who), caller=who
         )

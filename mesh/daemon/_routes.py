@@ -134,6 +134,7 @@ class Dispatcher:
         http: Mapping[str, HttpHandler],
         websocket: Mapping[str, WebSocketHandler],
         ws_config: WebSocketConfig | None = None,
+        refuse_origin: Callable[[Route, HttpRequest], str | None] | None = None,
     ) -> None:
         wanted = {r.name for r in ROUTES}
         given = set(http) | set(websocket)
@@ -144,6 +145,8 @@ class Dispatcher:
             )
         self.gate = gate
         self.ws_config = ws_config
+        #: Why a WebSocket upgrade's Origin may not open this route (None: it may).
+        self.refuse_origin = refuse_origin
         self._http = dict(http)
         self._websocket = dict(websocket)
 
@@ -179,6 +182,8 @@ class Dispatcher:
                 code, reason = websocket_refusal(identity, route.right)
                 log.info("websocket.unauthorized", client=request.client, path=request.path)
                 handler = partial(_close, code, reason)
+            elif self.refuse_origin and (why := self.refuse_origin(route, request)) is not None:
+                handler = partial(_close, CloseCode.FORBIDDEN, why)
             elif route.right is Right.DIAL and claimed is not None and claimed != identity.agent:
                 log.warning("websocket.impersonation", client=request.client, claimed=claimed)
                 reason = f"token does not belong to agent {claimed[:64]!r}"

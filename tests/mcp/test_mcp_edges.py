@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import anyio
 import pytest
 
 from tests.mcp.test_serve import JSON, PING, daemon_with_echo, mcp_lines
+from transports import CloseCode, TransportClosed, open_websocket
 
 pytestmark = pytest.mark.anyio
 
@@ -62,3 +64,14 @@ async def test_mcp_refuses_a_browser_origin_that_is_not_the_daemons_own(
     else:
         assert answer.status_code == 403, answer.text
         assert "another origin" in answer.json()["error"]["message"]
+
+
+async def test_the_mcp_websocket_refuses_another_origin_too(tmp_path: Path) -> None:
+    async with daemon_with_echo(tmp_path) as daemon:
+        url = daemon.ws.removesuffix("/ws") + "/mcp"
+        headers = [("origin", "http://evil.example")]
+        async with open_websocket(url, token=daemon.token, headers=headers) as stream:
+            with anyio.fail_after(10), pytest.raises(TransportClosed) as closed:
+                await stream.receive()
+        assert closed.value.close_code == CloseCode.FORBIDDEN
+        assert "own origin" in closed.value.reason
