@@ -60,7 +60,7 @@ from mesh.rooms._model import (
 )
 from mesh.rooms._observers import DEFAULT_OBSERVER_BUFFER, Observers, RoomEvents
 from mesh.rooms._people import Desk, clean_name, clean_text, person_id
-from mesh.rooms._replica import RoomLeaseLost, RoomOp, RoomReplica
+from mesh.rooms._replica import Forwarded, PersonOp, RoomLeaseLost, RoomOp, RoomReplica
 from mesh.rooms._state import RoomState
 from mesh.rooms._store import RoomStore
 from registry import AgentId, Registry, StatusChange, SubscriberOverflow
@@ -265,15 +265,19 @@ class RoomManager:
         await self.get(room_id)
         return await self._thread(self._store.events, room_id, since)
 
-    async def pause(self, room_id: str) -> RoomSnapshot:
-        """Pause a running room (the turn in flight is abandoned and asked again on resume)."""
-        return await self._halt(room_id, StopReason.PAUSED)
+    async def pause(self, room_id: str, *, forward: bool = True) -> RoomSnapshot:
+        """Pause a running room (the turn in flight is abandoned and asked again on resume).
 
-    async def stop(self, room_id: str) -> RoomSnapshot:
+        ``forward`` (with a replica): a room another daemon runs is paused there; the
+        daemon asked by another passes False, so an operation is never forwarded twice.
+        The same holds for every operation below that takes it."""
+        return await self._halt(room_id, StopReason.PAUSED, forward)
+
+    async def stop(self, room_id: str, *, forward: bool = True) -> RoomSnapshot:
         """Stop a room for good (a no-op for a room that has already stopped)."""
-        return await self._halt(room_id, StopReason.STOPPED)
+        return await self._halt(room_id, StopReason.STOPPED, forward)
 
-    async def resume(self, room_id: str) -> RoomSnapshot:
+    async def resume(self, room_id: str, *, forward: bool = True) -> RoomSnapshot:
         """Continue a paused room, or one that stopped for ``AGENT_LOST`` or ``ERROR``."""
         room = await self._room(room_id)
         async with room.control:
@@ -287,8 +291,10 @@ class RoomManager:
                 )
             if self.replica is not None:
                 if not await self.replica.claim(room_id):
-                    forwarded = await self.replica.forward(room_id, "resume")
-                    return forwarded or state.snapshot()  # another daemon runs it
+                    forwarded = await self.replica.forward(room_id, "resume") if forward else None
+                    if forwarded is None:
+                        raise _elsewhere(room_id)
+                    return forwarded  # another daemon runs it
                 await self._refresh(room)  # the claim caught the store up: so must memory
             if state.status is not RoomStatus.RUNNING:
                 await room.journal.emit(
@@ -448,15 +454,30 @@ class RoomManager:
 
     # -- people --------------------------------------------------------------------------
 
-    async def join(self, room_id: str, name: str, *, holder: str | None = None) -> Member:
+    async def join(
+        self, room_id: str, name: str, *, holder: str | None = None, forward: bool = True
+    ) -> Member:
         """A person takes part as ``name``: a new seat (a member of kind ``human``), or
         theirs again. Their id is the name's slug. Raises :class:`RoomConflict` for a
         review or a stopped room, a name an agent of the room holds, or a full room.
         ``holder`` (a daemon identity) holds the seat while they are present: another
-        holder may not speak or leave as them (None: no check, for embedders)."""
+        holder may not speak or leave as them (None: no check, for embedders). In a
+        cluster, a room another daemon runs is joined there (see :meth:`pause`)."""
         name = _checked(clean_name, name)
-        seat_id = AgentId(person_id(name))
-        return await self._take_seat(await self._room(room_id), seat_id, name, holder)
+        room = await self._room(room_id)
+        if forward:
+            forwarded = await self._forward_person(room, "join", name=name, holder=holder)
+            if forwarded is not None:
+                return msgspec.convert(forwarded.result, Member)
+        return await self._take_seat(room, AgentId(person_id(name)), name, holder)
+
+    async def _forward_person(
+        self, room: _Room, op: PersonOp, **args: str | None
+    ) -> Forwarded | None:
+        """The holder's answer to a person's ``op`` on a room this daemon does not run."""
+        if self.replica is None or room.runner is not None:
+            return None
+        return await self.replica.forward_person(room.state.room.id, op, args)
 
     async def _take_seat(
         self, room: _Room, member_id: AgentId, name: str, holder: str | None
@@ -490,21 +511,32 @@ class RoomManager:
             if not room.desk.arrive(seat.id, holder):
                 return seat  # already here (a second tab, a reconnect)
             new = seat if all(m.id != seat.id for m in state.room.members) else None
-            await room.journal.emit(
-                AgentJoinedEvent(
-                    room_id=state.room.id,
-                    agent_id=seat.id,
-                    name=seat.name,
-                    role=seat.role,
-                    member=new,
-                )
-            )
+            try:
+                async with self._leased(room):
+                    await room.journal.emit(
+                        AgentJoinedEvent(
+                            room_id=state.room.id,
+                            agent_id=seat.id,
+                            name=seat.name,
+                            role=seat.role,
+                            member=new,
+                        )
+                    )
+            except BaseException:
+                room.desk.depart(seat.id)  # not recorded: not present
+                raise
             log.info("room.person_joined", room=room_id, member=seat.id, new=new is not None)
             return seat
 
-    async def leave(self, room_id: str, member_id: str, *, holder: str | None = None) -> None:
+    async def leave(
+        self, room_id: str, member_id: str, *, holder: str | None = None, forward: bool = True
+    ) -> None:
         """A person leaves (their turns are passed over until they join again)."""
         room = await self._room(room_id)
+        if forward:
+            forwarded = await self._forward_person(room, "leave", member=member_id, holder=holder)
+            if forwarded is not None:
+                return
         member = self._person(room, member_id)
         room.desk.check_holder(member.id, holder)
         async with room.control:
@@ -520,7 +552,13 @@ class RoomManager:
                 )
 
     async def say(
-        self, room_id: str, member_id: str, text: str, *, holder: str | None = None
+        self,
+        room_id: str,
+        member_id: str,
+        text: str,
+        *,
+        holder: str | None = None,
+        forward: bool = True,
     ) -> dict[str, Any]:
         """A person's message: the answer to their turn, or an interjection between turns.
 
@@ -530,6 +568,11 @@ class RoomManager:
         """
         text = _checked(clean_text, text)
         room = await self._room(room_id)
+        if forward:
+            args = {"member": member_id, "text": text, "holder": holder}
+            forwarded = await self._forward_person(room, "say", **args)
+            if forwarded is not None:
+                return cast(dict[str, Any], forwarded.result)
         member = self._person(room, member_id)
         if room.runner is None:
             raise RoomConflict(
@@ -559,7 +602,7 @@ class RoomManager:
 
     # -- internals -----------------------------------------------------------------------
 
-    async def _halt(self, room_id: str, reason: StopReason) -> RoomSnapshot:
+    async def _halt(self, room_id: str, reason: StopReason, forward: bool) -> RoomSnapshot:
         room = await self._room(room_id)
         async with room.control:
             state = room.state
@@ -568,7 +611,7 @@ class RoomManager:
                 await room.runner.done.wait()
                 return state.snapshot()
             op: RoomOp = "pause" if reason is StopReason.PAUSED else "stop"
-            if self.replica is not None:
+            if self.replica is not None and forward:
                 forwarded = await self.replica.forward(room_id, op)
                 if forwarded is not None:
                     return forwarded  # the daemon that runs it did it
@@ -580,15 +623,34 @@ class RoomManager:
                 )
             paused_again = reason is StopReason.PAUSED and state.status is RoomStatus.PAUSED
             if not paused_again and state.status is not RoomStatus.STOPPED:
-                await room.journal.emit(
-                    StoppedEvent(
-                        room_id=state.room.id,
-                        reason=reason,
-                        turn=state.current_turn,
-                        detail=f"{reason.name.lower()} on request",
+                async with self._leased(room):
+                    await room.journal.emit(
+                        StoppedEvent(
+                            room_id=state.room.id,
+                            reason=reason,
+                            turn=state.current_turn,
+                            detail=f"{reason.name.lower()} on request",
+                        )
                     )
-                )
             return state.snapshot()
+
+    @asynccontextmanager
+    async def _leased(self, room: _Room) -> AsyncIterator[None]:
+        """Hold the room's lease around a write to a room no daemon runs (only the holder
+        records); call it under ``room.control``."""
+        room_id = room.state.room.id
+        if self.replica is None or room.runner is not None:
+            yield
+            return
+        if not await self.replica.claim(room_id):
+            raise _elsewhere(room_id)
+        try:
+            await self._refresh(room)  # the claim caught the store up: so must memory
+            yield
+        finally:
+            if room.runner is None:
+                with anyio.CancelScope(shield=True):
+                    await self.replica.release(room_id)
 
     async def _member(self, entry: str | Member) -> Member:
         member = Member(id=AgentId(entry)) if isinstance(entry, str) else entry
@@ -688,26 +750,28 @@ class RoomManager:
                     if not started:
                         started = True
                         task_status.started()
-                    await self._resync_presence()
+                    self._resync_presence()
                     async for change in changes:
-                        await self._on_change(change)
+                        self._on_change(change)
             except SubscriberOverflow:
                 log.warning("room.registry_overflow")  # resubscribe, then resync everyone
 
-    async def _on_change(self, change: StatusChange) -> None:
+    def _on_change(self, change: StatusChange) -> None:
+        # Each room's own task records what changed: a room that cannot record (its
+        # lease is lost) stops there, and this follower of the registry goes on.
         online = change.new in PRESENT
         for room in list(self._rooms.values()):
             runner = room.runner
             if runner is not None and change.agent_id in {m.id for m in room.state.room.members}:
-                await runner.set_presence(change.agent_id, online, str(change.kind))
+                runner.notice_presence(change.agent_id, online, str(change.kind))
 
-    async def _resync_presence(self) -> None:
+    def _resync_presence(self) -> None:
         if self._presence is None:
             return
         for room in list(self._rooms.values()):
             if room.runner is not None:
                 for member in room.state.room.members:
-                    await room.runner.set_presence(member.id, self._presence(member.id))
+                    room.runner.notice_presence(member.id, self._presence(member.id))
 
     # Last, because inside the class body the name shadows the builtin for mypy.
     async def list(self, status: RoomStatus | None = None) -> list[RoomSnapshot]:
@@ -717,6 +781,10 @@ class RoomManager:
     @staticmethod
     async def _thread(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await anyio.to_thread.run_sync(lambda: function(*args, **kwargs))
+
+
+def _elsewhere(room_id: str) -> RoomConflict:
+    return RoomConflict(f"room {room_id!r} runs on another daemon; try again", room=room_id)
 
 
 def _checked(clean: Callable[[str], str], value: str) -> str:

@@ -1,0 +1,123 @@
+"""Rooms across three real daemons while a fault hits them, checked as histories.
+
+Each scenario drives a room on ``mesh serve --nats`` processes and one
+nats-server while it injects its fault (a person taking part through a daemon
+that does not run the room; the holder cut off from NATS through a proxy the
+test controls), then reads the room's whole stream and every observer's view and
+checks them with :func:`~tests.cluster._history.check_history`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from mesh.rooms import AgentJoinedEvent, MessageEvent, ResumedEvent
+from mesh.testing import Daemon, NatsServer, spawn_nats_server
+from tests.cluster._history import (
+    GUARD,
+    check_history,
+    observe,
+    open_daemons,
+    open_nats_cut,
+    read_stream,
+)
+
+#: Three daemons, NATS and their personas as processes: 10-25 s each alone, more under load.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(150)]
+
+
+@pytest.fixture
+async def nats() -> AsyncIterator[NatsServer]:
+    async with spawn_nats_server() as server:
+        yield server
+
+
+async def post(daemon: Daemon, path: str, body: dict[str, object]) -> httpx.Response:
+    async with daemon.client(timeout=GUARD) as http:
+        return await http.post(path, json=body)
+
+
+async def person_elsewhere(tmp_path: Path, nats: NatsServer) -> None:
+    """Carol joins, speaks and leaves through daemon B while daemon A runs the room."""
+    urls = {d: nats.url for d in "abc"}
+    agents = {"a": ["alice"], "c": ["bob"]}
+    async with open_daemons(tmp_path, urls, agents) as daemons:
+        a, b = daemons["a"], daemons["b"]
+        await a.wait_online("alice", "bob", timeout=GUARD)
+        await b.wait_online("alice", "bob", timeout=GUARD)
+        spec: dict[str, object] = {"id": "tea", "topic": "Tea?", "members": ["alice", "bob"]}
+        spec["limits"] = {"max_turns": 10}
+        created = await post(a, "/rooms", spec)
+        assert created.status_code == 201, created.text
+        async with anyio.create_task_group() as tg:
+            views = [await tg.start(observe, d, name, "tea") for name, d in daemons.items()]
+            on_a, on_b = views[0], views[1]
+            await on_a.wait_for(lambda e: isinstance(e, MessageEvent) and e.turn >= 2)
+            joined = await post(b, "/rooms/tea/join", {"name": "Carol"})
+            await on_b.wait_for(lambda e: isinstance(e, AgentJoinedEvent) and e.agent_id == "carol")
+            said = await post(b, "/rooms/tea/say", {"member": "carol", "text": "milk first"})
+            if said.is_success:
+                await on_b.wait_for(lambda e: isinstance(e, MessageEvent) and e.agent_id == "carol")
+            left = await post(b, "/rooms/tea/leave", {"member": "carol"})
+            for view in views:
+                await view.wait_stopped()
+    stream = await read_stream(nats.url, "tea")
+    check_history(stream, views)
+    assert joined.status_code == 200, joined.text
+    assert said.status_code in (200, 202), said.text
+    assert left.status_code == 204, left.text
+    assert {r.writer for r in stream} == {"a"}  # only the holder recorded
+    assert [r.event.agent_id for r in stream if isinstance(r.event, AgentJoinedEvent)][-1] == (
+        "carol"
+    )
+
+
+async def holder_cut_off(tmp_path: Path, nats: NatsServer) -> None:
+    """Daemon A runs a room waiting for a person's turn when it is cut off from NATS; its
+    members, on B and C, go offline there; B or C takes the room over; A comes back."""
+    async with open_nats_cut(nats.port) as proxy:
+        urls = {"a": proxy.url, "b": nats.url, "c": nats.url}
+        agents = {"b": ["alice"], "c": ["bob"]}
+        async with open_daemons(tmp_path, urls, agents) as daemons:
+            a = daemons["a"]
+            await a.wait_online("alice", "bob", timeout=GUARD)
+            spec: dict[str, object] = {"id": "tea", "topic": "Tea?", "members": ["alice", "bob"]}
+            spec["limits"] = {"max_turns": 8}
+            created = await post(a, "/rooms", spec)
+            assert created.status_code == 201, created.text
+            joined = await post(a, "/rooms/tea/join", {"name": "Carol"})
+            assert joined.status_code == 200, joined.text
+            async with anyio.create_task_group() as tg:
+                views = [await tg.start(observe, d, name, "tea") for name, d in daemons.items()]
+                on_a, on_b = views[0], views[1]
+                # turn 3 is Carol's: A waits for her, recording nothing, when it is cut off
+                await on_a.wait_for(lambda e: isinstance(e, MessageEvent) and e.turn >= 2)
+                proxy.cut()
+                await on_b.wait_for(lambda e: isinstance(e, ResumedEvent))
+                await on_b.wait_stopped()
+                proxy.heal()
+                for view in views:
+                    await view.wait_stopped()
+            assert a.process.returncode is None, "the cut-off daemon crashed"
+            async with a.client() as http:
+                assert (await http.get("/health")).status_code == 200
+    stream = await read_stream(nats.url, "tea")
+    check_history(stream, views)
+    assert {r.writer for r in stream} >= {"a"} and len({r.writer for r in stream}) == 2
+
+
+async def test_a_person_joins_speaks_and_leaves_through_a_daemon_that_does_not_run_the_room(
+    tmp_path: Path, nats: NatsServer
+) -> None:
+    await person_elsewhere(tmp_path, nats)
+
+
+async def test_a_holder_cut_off_from_nats_loses_its_room_not_its_process(
+    tmp_path: Path, nats: NatsServer
+) -> None:
+    await holder_cut_off(tmp_path, nats)
