@@ -207,10 +207,14 @@ delay = {delay}
 
 @asynccontextmanager
 async def open_daemons(
-    tmp_path: Path, nats_urls: Mapping[str, str], agents: Mapping[str, Sequence[str]] = {}
+    tmp_path: Path,
+    nats_urls: Mapping[str, str],
+    agents: Mapping[str, Sequence[str]] = {},
+    files: Mapping[str, Mapping[str, str]] = {},
 ) -> AsyncIterator[dict[str, Daemon]]:
     """One ``mesh serve --nats`` per key of ``nats_urls`` (daemon id -> the NATS it dials),
-    each holding the scripted personas ``agents`` names for it."""
+    each holding the scripted personas ``agents`` names for it and the manifests of
+    ``files`` (daemon id -> file name -> text)."""
     daemons: dict[str, Daemon] = {}
     async with AsyncExitStack() as stack:
         for daemon_id, url in nats_urls.items():
@@ -219,6 +223,8 @@ async def open_daemons(
             for agent_id in agents.get(daemon_id, ()):
                 path = directory / f"{agent_id}.toml"
                 path.write_text(persona_manifest(path, agent_id))
+            for name, text in files.get(daemon_id, {}).items():
+                (directory / name).write_text(text)
             args = ["--nats", url, "--daemon-id", daemon_id, "--room-lease-ttl", f"{LEASE_TTL:g}"]
             args += ["--data-dir", str(tmp_path / daemon_id / "data")]
             daemons[daemon_id] = await stack.enter_async_context(

@@ -4,11 +4,13 @@ Each scenario drives a room on ``mesh serve --nats`` processes and one
 nats-server while it injects its fault (a person taking part through a daemon
 that does not run the room; the holder cut off from NATS through a proxy the
 test controls), then reads the room's whole stream and every observer's view and
-checks them with :func:`~tests.cluster._history.check_history`.
+checks them with :func:`~tests.cluster._history.check_history`. The last one
+calls a daemon's agent from everywhere while that daemon is stopped gracefully.
 """
 
 from __future__ import annotations
 
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import httpx
 import pytest
 
 from mesh.rooms import AgentJoinedEvent, MessageEvent, ResumedEvent
-from mesh.testing import Daemon, NatsServer, spawn_nats_server
+from mesh.testing import Daemon, EchoServer, NatsServer, spawn_echo_server, spawn_nats_server
 from tests.cluster._history import (
     GUARD,
     check_history,
@@ -121,3 +123,79 @@ async def test_a_holder_cut_off_from_nats_loses_its_room_not_its_process(
     tmp_path: Path, nats: NatsServer
 ) -> None:
     await holder_cut_off(tmp_path, nats)
+
+
+def echo_manifest(agent_id: str, echo: EchoServer) -> str:
+    return (
+        f'id = "{agent_id}"\nheartbeat_interval = 1.0\nheartbeat_ttl = 3.0\n'
+        f'[transport]\ntype = "http"\nendpoint = "{echo.http}"\n'
+    )
+
+
+async def echo_call(daemon: Daemon, tool: str = "echo", **arguments: object) -> httpx.Response:
+    """A call to ``echo-a`` through ``daemon``, on a connection of its own."""
+    body = {
+        "agent": "echo-a",
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments or {"message": "still there?"}},
+        "timeout": 20,
+    }
+    return await post(daemon, "/rpc", body)
+
+
+async def wait_call_in_flight(daemon: Daemon) -> None:
+    with anyio.fail_after(GUARD):
+        async with daemon.client() as http:
+            while not (await http.get("/health")).json()["calls_in_flight"]:
+                pass  # each look is a round trip to the daemon
+
+
+async def test_sigterm_withdraws_and_answers_503_before_the_port_closes(
+    tmp_path: Path, nats: NatsServer
+) -> None:
+    """A stops while a slow call runs on it: C's calls to A's agent keep working until C
+    sees the agent gone (404), and new connections to A get 503 until its port closes."""
+    slow: list[httpx.Response] = []
+    through_c: list[httpx.Response] = []
+    to_a: list[str] = []
+    async with spawn_echo_server() as echo:
+        files = {"a": {"echo-a.toml": echo_manifest("echo-a", echo)}}
+        async with open_daemons(tmp_path, {"a": nats.url, "c": nats.url}, files=files) as daemons:
+            a, c = daemons["a"], daemons["c"]
+            await c.wait_online("echo-a", timeout=GUARD)
+
+            async def slow_call() -> None:  # A drains it before it closes its port
+                slow.append(await echo_call(a, "sleep", seconds=3))
+
+            async def call_through_c() -> None:  # until C no longer knows the agent
+                while not through_c or through_c[-1].status_code != 404:
+                    through_c.append(await echo_call(c))
+
+            async def call_a() -> None:  # new connections to A, until it stops listening
+                while True:
+                    try:
+                        to_a.append(str((await echo_call(a)).status_code))
+                    except httpx.ConnectError:
+                        to_a.append("refused")
+                        return
+                    except httpx.TransportError as exc:
+                        to_a.append(f"cut: {exc!r}")
+                        return
+
+            with anyio.fail_after(GUARD):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(slow_call)
+                    await wait_call_in_flight(a)
+                    a.process.send_signal(signal.SIGTERM)
+                    tg.start_soon(call_through_c)
+                    tg.start_soon(call_a)
+                await a.process.wait()
+            assert a.process.returncode == 0
+    assert slow[0].status_code == 200, slow[0].text
+    failed = [r.text for r in through_c if r.status_code not in (200, 404)]
+    assert not failed, f"calls through C failed while A stopped: {failed}"
+    assert through_c[-1].status_code == 404
+    # every new connection was answered, 503 while A drained, until its port closed (one
+    # that reached the kernel's backlog just then is reset: no process can answer it)
+    assert "503" in to_a and set(to_a[:-1]) <= {"200", "503"}, to_a
+    assert to_a[-1] == "refused" or to_a[-1].startswith("cut"), to_a
