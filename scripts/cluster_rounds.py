@@ -52,7 +52,7 @@ def main() -> int:
             started = time.monotonic()
             try:
                 anyio.run(one, SCENARIOS[name], backend=args.backend)
-            except BaseException as exc:  # count it, show it, go on
+            except Exception as exc:  # count it, show it, go on (Ctrl-C stops the loop)
                 counts[f"{name} failed"] += 1
                 print(f"{name} round {round_}: FAILED: {exc!r}", flush=True)
                 traceback.print_exc()
