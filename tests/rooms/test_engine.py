@@ -10,17 +10,16 @@ from mesh import AgentUnavailable, CallTimeout
 from mesh.rooms import (
     ErrorEvent,
     ExitRules,
-    Journal,
     Limits,
     RoomEvent,
     RoomId,
-    RoomRunner,
     RoomStatus,
     StoppedEvent,
     StopReason,
     TurnReply,
     TurnRequest,
 )
+from mesh.rooms._engine import Journal, RoomRunner
 from mesh.rooms._replica import RoomLeaseLost
 from mesh.rooms._state import RoomState
 from registry import AgentId
