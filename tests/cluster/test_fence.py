@@ -113,6 +113,33 @@ async def holder_cut_off(tmp_path: Path, nats: NatsServer) -> None:
     assert {r.writer for r in stream} >= {"a"} and len({r.writer for r in stream}) == 2
 
 
+async def holder_paused(tmp_path: Path, nats: NatsServer) -> None:
+    """Daemon A runs a room when it is paused (SIGSTOP) past its lease; B or C takes the
+    room over and records turns; A wakes up with a turn or a renewal in flight."""
+    agents = {"b": ["alice"], "c": ["bob"]}
+    async with open_daemons(tmp_path, {d: nats.url for d in "abc"}, agents) as daemons:
+        a = daemons["a"]
+        await a.wait_online("alice", "bob", timeout=GUARD)
+        spec: dict[str, object] = {"id": "tea", "topic": "Tea?", "members": ["alice", "bob"]}
+        spec["limits"] = {"max_turns": 14}
+        created = await post(a, "/rooms", spec)
+        assert created.status_code == 201, created.text
+        async with anyio.create_task_group() as tg:
+            views = [await tg.start(observe, d, name, "tea") for name, d in daemons.items()]
+            on_a, on_b = views[0], views[1]
+            await on_a.wait_for(lambda e: isinstance(e, MessageEvent) and e.turn >= 2)
+            a.process.send_signal(signal.SIGSTOP)
+            try:
+                resumed = await on_b.wait_for(lambda e: isinstance(e, ResumedEvent))
+                await on_b.wait_for(lambda e: e.seq > resumed.seq + 1)  # it took turns
+            finally:
+                a.process.send_signal(signal.SIGCONT)
+            for view in views:
+                await view.wait_stopped()
+        assert a.process.returncode is None, "the paused daemon crashed"
+    check_history(await read_stream(nats.url, "tea"), views)
+
+
 async def test_a_person_joins_speaks_and_leaves_through_a_daemon_that_does_not_run_the_room(
     tmp_path: Path, nats: NatsServer
 ) -> None:
@@ -199,3 +226,9 @@ async def test_sigterm_withdraws_and_answers_503_before_the_port_closes(
     # that reached the kernel's backlog just then is reset: no process can answer it)
     assert "503" in to_a and set(to_a[:-1]) <= {"200", "503"}, to_a
     assert to_a[-1] == "refused" or to_a[-1].startswith("cut"), to_a
+
+
+async def test_a_holder_paused_past_its_lease_records_nothing_over_the_new_holder(
+    tmp_path: Path, nats: NatsServer
+) -> None:
+    await holder_paused(tmp_path, nats)
