@@ -141,6 +141,9 @@ class RoomReplication:
         for snapshot in await self._rooms.list(RoomStatus.RUNNING):
             self._spawn_take_over(snapshot.id)
 
+    def holds(self, room_id: str) -> bool:
+        return room_id in self._held
+
     def held(self) -> list[str]:
         """The rooms whose lease this daemon holds, sorted."""
         return sorted(self._held)

@@ -39,6 +39,10 @@ class RoomLeaseLost(RoomConflict):
 class RoomReplica(Protocol):
     """Leases and the shared record of room events; see the module docstring."""
 
+    def holds(self, room_id: str) -> bool:
+        """Whether this daemon holds the room's lease now."""
+        ...
+
     async def claim(self, room_id: str) -> bool:
         """Take the room's lease: True if this daemon holds it now, its store caught up."""
         ...

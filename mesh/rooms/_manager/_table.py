@@ -97,13 +97,14 @@ class RoomTable:
         if replica is None or room.runner is not None:
             yield
             return
+        ours = replica.holds(room_id)  # already (a take-over under way here): keep it
         if not await replica.claim(room_id):
             raise elsewhere(room_id)
         try:
             await self.refresh(room)  # the claim caught the store up: so must memory
             yield
         finally:
-            if room.runner is None:
+            if not ours and room.runner is None:
                 with anyio.CancelScope(shield=True):
                     await replica.release(room_id)
 
