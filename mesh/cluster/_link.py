@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import anyio
 
 from mesh._logging import get_logger
+from mesh._tasks import open_task_group
 from mesh.cluster._bridge import NatsLoop
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._settings import ClusterSettings
@@ -489,7 +490,7 @@ async def open_nats_link(settings: ClusterSettings, loop: NatsLoop) -> AsyncIter
     link keeps dialling.
     """
     link = NatsLink(settings, loop)
-    async with anyio.create_task_group() as tg:
+    async with open_task_group() as tg:
         connected = anyio.Event()
 
         async def connect() -> None:

@@ -111,3 +111,21 @@ async def test_an_entry_written_while_its_daemon_leaves_is_withdrawn_too(
                 await put_started.wait()
         assert gate.is_set()
         assert await c.cluster.link.kv_get(bucket, key) is None
+
+
+class Mine(Exception):
+    """The caller's own error, raised in the body of a public ``async with``."""
+
+
+async def test_the_clusters_context_managers_raise_the_callers_error_as_itself(
+    nats: NatsServer,
+) -> None:
+    # Each owns a task group; at the boundary a lone error is the caller's again.
+    with anyio.fail_after(SPREAD_TIMEOUT), pytest.raises(Mine) as caught:
+        async with spawn_nats_server():
+            raise Mine("in spawn_nats_server")
+    assert type(caught.value) is Mine
+    with anyio.fail_after(SPREAD_TIMEOUT), pytest.raises(Mine) as caught:
+        async with open_member(nats.url, "alpha"):
+            raise Mine("in open_cluster")
+    assert type(caught.value) is Mine
