@@ -6,7 +6,7 @@ from __future__ import annotations
 from mesh._rpc.pending import PendingCalls
 
 
-def table() -> PendingCalls[str, str]:
+def table() -> PendingCalls[str, str | None]:
     return PendingCalls(max_duration=100.0)
 
 
