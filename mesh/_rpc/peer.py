@@ -39,6 +39,7 @@ from mesh._errors import (
 from mesh._logging import get_logger
 from mesh._rpc.caller import CallMethods, ProgressCallback
 from mesh._rpc.session import (
+    ROUTE_METHOD,
     CallDone,
     CancelRequested,
     Event,
@@ -136,7 +137,7 @@ class RequestContext:
             raise AgentUnavailable("this request has no connection back to the mesh (HTTP)")
         route = {"agent": agent_id, "method": method, "params": params, "timeout": timeout}
         outer = None if timeout is None else timeout + ROUTE_MARGIN
-        return await self.peer.call("mesh/call", route, timeout=outer)
+        return await self.peer.call(ROUTE_METHOD, route, timeout=outer)
 
     def notify_nowait(self, method: str, params: Any = None) -> None:
         """Send the caller a notification without waiting (safe while cancelled)."""

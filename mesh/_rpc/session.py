@@ -68,6 +68,9 @@ log = get_logger("mesh.session")
 #: Method names the session itself understands (the mesh protocol's, which MCP spells alike).
 CANCELLED: Final = "cancelled"
 PROGRESS: Final = "progress"
+#: A call routed through the mesh: its answer is the router's verdict on the target's
+#: link, so a timeout or a lost link in it is this side's own kind (see mesh._errors).
+ROUTE_METHOD: Final = "mesh/call"
 
 
 @dataclass(frozen=True, slots=True)
@@ -528,6 +531,7 @@ class Session:
             method=call.info.what,
             transport=self._label.transport,
             data=info.data,
+            relayed=call.info.method == ROUTE_METHOD,
         )
         return [CallDone(rid, error=error)]
 

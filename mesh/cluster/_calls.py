@@ -487,6 +487,7 @@ def _error(failed: CallFailed, holder: str) -> MeshError:
         method=failed.method,
         transport=via,
         data=failed.data,
+        relayed=True,  # the holder's verdict on its link to the agent
     )
 
 
