@@ -7,8 +7,9 @@ then on finishes whatever the stream could not take at once (every frame queued
 while a write is in flight goes out in the next single write: pipelining needs
 one writer, where a lock per send would serialise the callers). Deadlines and
 heartbeats fire from a timer on asyncio (``loop.call_at``: no task) and from a
-clock task on trio, which has no timers. Requests whose handler must wait get a task each. Every task lives in
-the task group :func:`open_peer` (or :func:`serve_peer`) owns; nothing outlives it.
+clock task on trio, which has no timers. Requests whose handler must wait get a
+task each. Every task lives in the task group :func:`open_peer` (or
+:func:`serve_peer`) owns; nothing outlives it.
 
 An idle link therefore holds one task on asyncio and two on trio, and a call
 costs one wake-up of the caller (the backend's own future or parking, see
