@@ -36,8 +36,13 @@ peers: $(PEERS_STAMP)
 browser:
 	bash scripts/ensure-browser.sh
 
+# Branch coverage of the library, child processes included (pyproject's [tool.coverage]):
+# printed, and the run fails under its floor (fail_under, a ratchet).
 test: lint typecheck peers browser
-	MESH_REQUIRE_BROWSER=1 MESH_REQUIRE_NODE=1 $(BIN)/python -m pytest
+	rm -f .coverage .coverage.*
+	MESH_REQUIRE_BROWSER=1 MESH_REQUIRE_NODE=1 $(BIN)/coverage run -m pytest
+	$(BIN)/coverage combine --quiet
+	$(BIN)/coverage report
 
 # A real model offline (the llm extra compiles llama.cpp once: minutes). Not in `make test`.
 $(LLM_STAMP): $(STAMP)
