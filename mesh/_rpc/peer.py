@@ -22,7 +22,7 @@ import inspect
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, Unpack
 
 import anyio
 import anyio.abc
@@ -38,7 +38,7 @@ from mesh._errors import (
     error_from_code,
 )
 from mesh._logging import get_logger
-from mesh._rpc.caller import CallMethods, ProgressCallback
+from mesh._rpc.caller import CallMethods, CallOptions, ProgressCallback
 from mesh._rpc.session import (
     ROUTE_METHOD,
     CallDone,
@@ -234,9 +234,7 @@ class Peer(CallMethods):
         self,
         method: str,
         params: Any = None,
-        *,
-        timeout: float | None = None,
-        on_progress: ProgressCallback | None = None,
+        **options: Unpack[CallOptions],
     ) -> Any:
         """Call ``method`` on the peer and return its result.
 
@@ -245,6 +243,7 @@ class Peer(CallMethods):
         matching :class:`~mesh.RemoteError` when the peer answers with an error.
         Cancelling the calling task also tells the peer ``cancelled``.
         """
+        timeout, on_progress = options.get("timeout"), options.get("on_progress")
         session = self._session
         now = self._now()
         rid = session.send_request(method, params, now=now, timeout=timeout)

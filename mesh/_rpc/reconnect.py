@@ -28,7 +28,7 @@ import random as _random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Unpack
 
 import anyio
 import anyio.abc
@@ -37,7 +37,7 @@ from mesh._backoff import DEFAULT_BASE, DEFAULT_CAP, backoff
 from mesh._errors import CallTimeout, ConnectionLost, Forbidden, MeshError, Unauthorized
 from mesh._logging import get_logger
 from mesh._rpc.boundary import map_transport_errors
-from mesh._rpc.caller import ProgressCallback
+from mesh._rpc.caller import CallOptions
 from mesh._rpc.connect import DEFAULT_CONNECT_TIMEOUT, handshake
 from mesh._rpc.peer import Peer, RequestHandler, open_peer
 from mesh._rpc.session import SessionConfig, SessionStatistics
@@ -58,6 +58,14 @@ log = get_logger("mesh.reconnect")
 #: second and a transport's ``aclose`` is bounded by its own contract; this only keeps
 #: a misbehaving connector from holding ``aclose`` forever.
 CLOSE_TIMEOUT: Final = 5.0
+
+
+class ReconnectCallOptions(CallOptions, total=False):
+    """:class:`~mesh.CallOptions`, and whether a call made while disconnected waits."""
+
+    #: Wait for the connection (within ``timeout``) or fail at once; None: the policy's.
+    wait_for_connection: bool | None
+
 
 ConnectionState = Literal["connecting", "connected", "reconnecting", "gave_up", "closed"]
 EventKind = Literal["connected", "disconnected", "reconnecting", "gave_up", "closed"]
@@ -258,10 +266,7 @@ class ReconnectingPeer:
         self,
         method: str,
         params: Any = None,
-        *,
-        timeout: float | None = None,
-        on_progress: ProgressCallback | None = None,
-        wait_for_connection: bool | None = None,
+        **options: Unpack[ReconnectCallOptions],
     ) -> Any:
         """Call ``method`` over the current connection; see :meth:`mesh.Peer.call`.
 
@@ -271,21 +276,24 @@ class ReconnectingPeer:
         failing at once with :class:`~mesh.ConnectionLost`. A call in flight when the
         link drops fails with the drop's reason and is not resent.
         """
-        peer, remaining = await self._peer_for(method, timeout, wait_for_connection)
-        return await peer.call(method, params, timeout=remaining, on_progress=on_progress)
+        wait = options.get("wait_for_connection")
+        peer, remaining = await self._peer_for(method, options.get("timeout"), wait)
+        return await peer.call(
+            method, params, timeout=remaining, on_progress=options.get("on_progress")
+        )
 
     async def call_tool(
         self,
         name: str,
         arguments: Mapping[str, Any] | None = None,
-        *,
-        timeout: float | None = None,
-        on_progress: ProgressCallback | None = None,
-        wait_for_connection: bool | None = None,
+        **options: Unpack[ReconnectCallOptions],
     ) -> Any:
         """Call one of the agent's tools (``tools/call``); see :meth:`mesh.Peer.call_tool`."""
-        peer, remaining = await self._peer_for("tools/call", timeout, wait_for_connection)
-        return await peer.call_tool(name, arguments, timeout=remaining, on_progress=on_progress)
+        wait = options.get("wait_for_connection")
+        peer, remaining = await self._peer_for("tools/call", options.get("timeout"), wait)
+        return await peer.call_tool(
+            name, arguments, timeout=remaining, on_progress=options.get("on_progress")
+        )
 
     async def list_tools(
         self, *, timeout: float | None = None, wait_for_connection: bool | None = None

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, Unpack
 
 import anyio
 import anyio.abc
@@ -39,7 +39,7 @@ from mesh._errors import (
     error_from_code,
 )
 from mesh._logging import get_logger
-from mesh._rpc.caller import CallMethods, ProgressCallback
+from mesh._rpc.caller import CallMethods, CallOptions, ProgressCallback
 from mesh._rpc.pending import DEFAULT_CALL_TIMEOUT, MAX_CALL_DURATION, PendingCalls
 from mesh._rpc.session import SessionStatistics
 from mesh.cluster._errors import ClusterError
@@ -79,13 +79,7 @@ class LocalCalls(Protocol):
     """What serves a call that reached this daemon: the orchestrator (for its own agents)."""
 
     async def call(
-        self,
-        agent: str,
-        method: str,
-        params: Any = None,
-        *,
-        timeout: float | None = None,
-        on_progress: ProgressCallback | None = None,
+        self, agent: str, method: str, params: Any = None, **options: Unpack[CallOptions]
     ) -> Any: ...
 
 
@@ -523,21 +517,15 @@ class RemoteCaller(CallMethods):
     def statistics(self) -> SessionStatistics:
         return SessionStatistics()
 
-    async def call(
-        self,
-        method: str,
-        params: Any = None,
-        *,
-        timeout: float | None = None,
-        on_progress: ProgressCallback | None = None,
-    ) -> Any:
+    async def call(self, method: str, params: Any = None, **options: Unpack[CallOptions]) -> Any:
+        timeout = options.get("timeout")
         return await self._calls.call(
             self._holder,
             self._agent,
             method,
             params,
             timeout=self._default_timeout if timeout is None else timeout,
-            on_progress=on_progress,
+            on_progress=options.get("on_progress"),
         )
 
     async def notify(self, method: str, params: Any = None) -> None:
