@@ -39,7 +39,7 @@ from transports._base import DEFAULT_MAX_FRAME_SIZE, FrameTooLarge, TransportClo
 from transports._groups import unwrap_single_error
 from transports._http_server import HttpRequest, UpgradeHandler
 from transports._logging import get_logger
-from transports._loop import Gate
+from transports._loop import StreamLock
 from transports._sockets import socket_io
 
 __all__ = [
@@ -154,8 +154,8 @@ class WebSocketStream:
         # The read or send right after an uncontended acquire is a checkpoint of its
         # own: skipping the acquire's saves one per message (profiled: anyio checkpoints
         # were a quarter of a sequential call's CPU).
-        self._read_lock = Gate()
-        self._write_lock = Gate()
+        self._read_lock = StreamLock()
+        self._write_lock = StreamLock()
         #: Writes that need no task switch where the socket has room (see transports._sockets).
         self._io = socket_io(stream)
         self._written = True  # all that was written has left (else drain before returning)

@@ -43,7 +43,7 @@ from mesh._rpc.caller import CallMethods, CallOptions, ProgressCallback
 from mesh._rpc.pending import DEFAULT_CALL_TIMEOUT, MAX_CALL_DURATION, PendingCalls
 from mesh._rpc.session import SessionStatistics
 from mesh.cluster._errors import ClusterError
-from mesh.cluster._link import Message, NatsLink, Watch
+from mesh.cluster._link import NatsLink, NatsMessage, Watch
 from mesh.cluster._registry import HOLDER, RegistrySync
 from mesh.cluster._settings import Names
 from mesh.cluster._wire import (
@@ -304,7 +304,7 @@ class RemoteCalls:
             except ClusterError as exc:
                 log.debug("cluster.cancel_not_sent", holder=holder, error=str(exc))
 
-    def _on_reply(self, message: Message) -> None:
+    def _on_reply(self, message: NatsMessage) -> None:
         call = self._calls.get(message.subject)
         if call is None:
             return  # an answer to a call we gave up on
@@ -380,14 +380,14 @@ class RemoteCalls:
             with anyio.move_on_after(SERVE_DRAIN):
                 await self._idle.wait()
 
-    def _on_request(self, message: Message) -> None:
+    def _on_request(self, message: NatsMessage) -> None:
         if self._tasks is None or not message.reply:
             return
         scope = anyio.CancelScope()
         self._serving[message.reply] = scope
         self._tasks.start_soon(self._answer, message, scope)
 
-    def _on_cancel(self, message: Message) -> None:
+    def _on_cancel(self, message: NatsMessage) -> None:
         try:
             note = CANCEL_CALL.decode(message.data)
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -396,7 +396,7 @@ class RemoteCalls:
         if scope is not None:
             scope.cancel()
 
-    async def _answer(self, message: Message, scope: anyio.CancelScope) -> None:
+    async def _answer(self, message: NatsMessage, scope: anyio.CancelScope) -> None:
         reply = message.reply
         try:
             with scope:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from nats.aio.msg import Msg
     from nats.js import JetStreamContext
 
-__all__ = ["KvChange", "Message", "NatsLink", "Watch", "open_nats_link"]
+__all__ = ["KvChange", "NatsLink", "NatsMessage", "Watch", "open_nats_link"]
 
 log = get_logger("mesh.cluster")
 
@@ -55,7 +55,7 @@ _WRONG_LAST_SEQUENCE: Final = frozenset({10071, 10164})
 
 
 @dataclass(frozen=True, slots=True)
-class Message:
+class NatsMessage:
     """A core NATS message, as handed to the mesh's loop."""
 
     subject: str
@@ -242,12 +242,14 @@ class NatsLink:
             f"publish to {subject}", lambda: nc.publish(subject, data, reply=reply, headers=headers)
         )
 
-    async def subscribe(self, subject: str, on_message: Callable[[Message], None]) -> Watch:
+    async def subscribe(self, subject: str, on_message: Callable[[NatsMessage], None]) -> Watch:
         """Deliver every message on ``subject`` to ``on_message`` on the mesh's loop."""
         nc, to_mesh = self.nc, self.loop.to_mesh
 
         async def callback(msg: Msg) -> None:
-            to_mesh(on_message, Message(msg.subject, msg.data, msg.reply, dict(msg.headers or {})))
+            to_mesh(
+                on_message, NatsMessage(msg.subject, msg.data, msg.reply, dict(msg.headers or {}))
+            )
 
         subscription = await self.run(
             f"subscribe to {subject}", lambda: nc.subscribe(subject, cb=callback)

@@ -8,7 +8,7 @@ import pytest
 
 from mesh import AgentSpec, local_connector
 from mesh.agents.echo import agent as echo_agent
-from mesh.cluster._link import Message
+from mesh.cluster._link import NatsMessage
 from mesh.cluster._settings import agent_key
 from mesh.cluster._wire import CALL_REPLY, CallFailed
 from mesh.testing import NatsServer, spawn_nats_server
@@ -43,10 +43,10 @@ async def test_bad_entries_in_the_bucket_are_skipped_and_the_rest_mirrors(
 async def test_a_call_that_does_not_decode_is_answered_with_the_reason(nats: NatsServer) -> None:
     async with open_member(nats.url, "a", [AgentSpec("echo", local_connector(echo_agent))]) as a:
         link = a.cluster.link
-        answers: list[Message] = []
+        answers: list[NatsMessage] = []
         got = anyio.Event()
 
-        def on_answer(message: Message) -> None:
+        def on_answer(message: NatsMessage) -> None:
             answers.append(message)
             got.set()
 
