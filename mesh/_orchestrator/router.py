@@ -15,14 +15,13 @@ from mesh._errors import InvalidParams, MethodNotFound
 from mesh._logging import get_logger
 from mesh._orchestrator.access import check_agent_call, check_relayable
 from mesh._rpc.peer import Peer, RequestContext
+from mesh._rpc.session import ROUTE_METHOD
 from mesh.manifests._types import AccessSection
 
 __all__ = ["TOOLS_CHANGED", "CallsAgents", "Router"]
 
 log = get_logger("mesh.orchestrator")
 
-#: The one method the mesh serves to its agents.
-ROUTE_METHOD = "mesh/call"
 #: What an agent tells the mesh when its tools change (MCP's name, without the prefix).
 TOOLS_CHANGED = "tools/list_changed"
 
