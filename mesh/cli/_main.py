@@ -92,7 +92,11 @@ def _exchange(
             method, url, json=body, headers=headers, timeout=timeout + HTTP_SLACK, verify=verify
         )
     except httpx.TransportError as exc:
-        _fail(EXIT_UNREACHABLE, f"cannot reach the daemon at {args.url}: {exc}")
+        _fail(
+            EXIT_UNREACHABLE,
+            f"cannot reach the daemon at {args.url}: {exc}"
+            " (is `mesh serve` running there? name another daemon with --url or $MESH_URL)",
+        )
     return _payload(response, presented=bool(headers)), response.headers
 
 
@@ -105,11 +109,26 @@ def _payload(response: httpx.Response, *, presented: bool) -> Any:
         _fail(EXIT_FAILED, f"the daemon answered HTTP {response.status_code} without JSON")
     if response.status_code >= 400:
         error = payload.get("error", {}) if isinstance(payload, dict) else {}
-        message = str(error.get("message", payload))
+        message = _error_text(error) if isinstance(error, dict) else str(error)
         if response.status_code == 401 and not presented:
             message += NO_TOKEN_HINT
         _fail(_status_exit(response.status_code), message)
     return payload
+
+
+def _error_text(error: dict[str, Any]) -> str:
+    """A mesh error as ``mesh dev`` shows it: ``ToolError -32000 (raised ValueError): …``."""
+    message = str(error.get("message", error))
+    code = error.get("code")
+    if not isinstance(code, int) or isinstance(code, bool):
+        return message  # the daemon's own refusal (a bad body, a missing room): its words
+    from mesh._errors import error_from_code
+
+    kind = type(error_from_code(code, message)).__name__
+    data = error.get("data")
+    raised = data.get("type") if isinstance(data, dict) else None
+    where = f" (raised {raised})" if isinstance(raised, str) and raised else ""
+    return f"{kind} {code}{where}: {message}"
 
 
 # -- commands ------------------------------------------------------------------------
@@ -148,7 +167,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     json_logs = {"auto": None, "json": True, "console": False}[settings.log_format]
     configure_logging(level=settings.log_level, json=json_logs)
     if not Path(settings.manifests).is_dir():
-        _fail(EXIT_USAGE, f"no manifests directory at {settings.manifests!r}")
+        _fail(
+            EXIT_USAGE,
+            f"no manifests directory at {settings.manifests!r}: create it (an empty one serves "
+            "no agents of its own) or pass --manifests DIR ($MESH_MANIFESTS)",
+        )
     tune_for_serving()
     from mesh._errors import MeshError
 
@@ -309,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mesh", description="agent-mesh: run the daemon and talk to agents."
     )
+    parser.add_argument("--version", action="version", version=f"mesh {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def client(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -337,6 +361,16 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("directory", nargs="?", default="manifests")
     validate.set_defaults(func=cmd_validate)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (what ``pip`` shows), not a copy in the code."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("agent-mesh")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def _add_serve_command(sub: Any) -> None:

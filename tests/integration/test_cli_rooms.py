@@ -104,7 +104,7 @@ async def test_what_agents_wrote_reaches_the_terminal_as_text(tmp_path: Path) ->
         code, out, _ = await mesh(daemon, "room", "list", "--json")
         assert code == 0
         assert_escaped(out)
-        assert json.loads(out)[0]["room"]["topic"] == f"topic {HOSTILE}"
+        assert json.loads(out)["rooms"][0]["room"]["topic"] == f"topic {HOSTILE}"
 
         code, out, err = await mesh(daemon, "call", "echo", "echo", "--arg", f"message={HOSTILE}")
         assert code == 0, err
@@ -114,6 +114,9 @@ async def test_what_agents_wrote_reaches_the_terminal_as_text(tmp_path: Path) ->
         assert code == 1
         assert_escaped(err)
         assert SHOWN in err
+        assert "ToolError -32000 (raised RuntimeError): " in err  # as `mesh dev` shows it
+        code, out, err = await mesh(daemon, "call", "echo", "sleep", "--arg", "secs=1")
+        assert code == 1 and "InvalidParams -32602" in err and "did you mean `seconds`" in err
 
         code, out, _ = await mesh(daemon, "agents")
         assert code == 0
@@ -159,9 +162,27 @@ async def test_every_room_command_and_its_exit_codes(tmp_path: Path) -> None:
         assert (code, out.strip()) == (0, "room long: paused (PAUSED: paused on request)"), err
         code, out, err = await mesh(daemon, "room", "resume", "long")
         assert (code, out.strip()) == (0, "room long: running"), err
-        code, out, err = await mesh(daemon, "room", "stop", "long")
-        assert code == 0 and out.startswith("room long: stopped (STOPPED"), err
+        # Watching a room that was paused and resumed follows it past the old pause.
+        async with anyio.create_task_group() as tg:
+            watched: list[tuple[int, str, str]] = []
+
+            async def watch() -> None:
+                watched.append(await mesh(daemon, "room", "watch", "long"))
+
+            tg.start_soon(watch)
+            await wait_for_event(
+                daemon, "long", lambda e: isinstance(e, MessageEvent) and e.turn > 2
+            )
+            code, out, err = await mesh(daemon, "room", "stop", "long")
+            assert code == 0 and out.startswith("room long: stopped (STOPPED"), err
+        [(code, out, err)] = watched
+        assert code == 7 and "room long stopped: STOPPED" in err, err
+        assert "room long stopped: PAUSED" not in err
         await wait_for_event(daemon, "long", lambda e: isinstance(e, StoppedEvent))
+        code, out, err = await mesh(daemon, "room", "export", "long")
+        assert code == 0, err
+        assert ": stopped after turn" in out and "PAUSED: paused on request*" in out
+        assert ": resumed at turn" in out and "STOPPED" in out
         code, _, err = await mesh(daemon, "room", "resume", "long")
         assert code == 1 and "cannot be resumed" in err
 
