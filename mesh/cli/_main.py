@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
 import httpx
 
@@ -36,6 +36,8 @@ from mesh.cli._codes import (
     EXIT_UNAVAILABLE,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
+    fail,
+    seconds,
 )
 from mesh.cli._connection import (
     DEFAULT_URL,
@@ -54,14 +56,15 @@ NO_TOKEN_HINT: Final = (
     " (no token was found: set $MESH_TOKEN, give --token-file, or run from the directory "
     "whose .mesh/ holds the daemon's admin.token)"
 )
+#: What to say when no daemon answers where the CLI looked.
+UNREACHABLE_HINT: Final = (
+    " (is `mesh serve` running there? name another daemon with --url or $MESH_URL)"
+)
 #: The CLI's own patience with the daemon, on top of a call's timeout.
 HTTP_SLACK: Final = 5.0
 
 
-def _fail(code: int, message: str) -> NoReturn:
-    # Messages quote what agents and clients sent (an agent's error, a room's id).
-    print(f"mesh: {printable(message)}", file=sys.stderr)
-    raise SystemExit(code)
+_fail = fail
 
 
 def _status_exit(status: int) -> int:
@@ -92,11 +95,7 @@ def _exchange(
             method, url, json=body, headers=headers, timeout=timeout + HTTP_SLACK, verify=verify
         )
     except httpx.TransportError as exc:
-        _fail(
-            EXIT_UNREACHABLE,
-            f"cannot reach the daemon at {args.url}: {exc}"
-            " (is `mesh serve` running there? name another daemon with --url or $MESH_URL)",
-        )
+        _fail(EXIT_UNREACHABLE, f"cannot reach the daemon at {args.url}: {exc}{UNREACHABLE_HINT}")
     return _payload(response, presented=bool(headers)), response.headers
 
 
@@ -313,7 +312,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     except Unauthorized as exc:
         _fail(EXIT_DENIED, str(exc) + ("" if token else NO_TOKEN_HINT))
     except ConnectionLost as exc:
-        _fail(EXIT_UNREACHABLE, str(exc))
+        _fail(EXIT_UNREACHABLE, f"{exc} (daemon {args.url}){UNREACHABLE_HINT}")
     except ValueError as exc:
         _fail(EXIT_USAGE, str(exc))
     return EXIT_OK
@@ -440,7 +439,7 @@ def _add_call_commands(client: Callable[[str, str], argparse.ArgumentParser]) ->
     call.add_argument(
         "--json", dest="json_args", metavar="OBJECT", help="all arguments as a JSON object"
     )
-    call.add_argument("--timeout", type=float, default=30.0)
+    call.add_argument("--timeout", type=seconds, default=30.0)
     call.set_defaults(func=cmd_call)
 
     cast = client("broadcast", "call a tool on every agent (with a capability) at once")
@@ -448,12 +447,12 @@ def _add_call_commands(client: Callable[[str, str], argparse.ArgumentParser]) ->
     cast.add_argument("--capability", help="only agents that advertise this capability")
     cast.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE")
     cast.add_argument("--json", dest="json_args", metavar="OBJECT")
-    cast.add_argument("--timeout", type=float, default=10.0)
+    cast.add_argument("--timeout", type=seconds, default=10.0)
     cast.set_defaults(func=cmd_broadcast)
 
     ping = client("ping", "ping an agent through the daemon")
     ping.add_argument("agent")
-    ping.add_argument("--timeout", type=float, default=5.0)
+    ping.add_argument("--timeout", type=seconds, default=5.0)
     ping.set_defaults(func=cmd_ping)
 
 

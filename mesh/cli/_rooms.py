@@ -35,6 +35,8 @@ from mesh.cli._connection import add_connection_arguments, ssl_context, token_fo
 from mesh.cli._follow import follow_until_interrupted
 from mesh.cli._join import cmd_room_join
 from mesh.rooms import (
+    DEFAULT_MAX_TURNS,
+    Limits,
     MessageEvent,
     Room,
     RoomEvent,
@@ -49,6 +51,8 @@ __all__ = ["add_room_commands"]
 
 Request = Callable[..., Any]
 
+#: Each member's message limit when the room does not set one.
+PER_AGENT = Limits().max_messages_per_agent
 #: Topics are cut to this many characters in ``mesh room list``.
 TOPIC_WIDTH = 48
 
@@ -96,8 +100,9 @@ def _follow(
 
 def cmd_room_run(args: argparse.Namespace, request: Request) -> int:
     body: dict[str, Any] = {"topic": args.topic, "members": args.agent, "mode": args.mode}
-    if args.max_turns is not None:
-        body["limits"] = {"max_turns": args.max_turns}
+    limits = {"max_turns": args.max_turns, "max_messages_per_agent": args.max_messages_per_agent}
+    if any(value is not None for value in limits.values()):
+        body["limits"] = {key: value for key, value in limits.items() if value is not None}
     if args.id:
         body["id"] = args.id
     created = request(args, "POST", "/rooms", body)
@@ -233,7 +238,20 @@ def add_room_commands(
     run = command("run", "start a room and print it live until it stops", cmd_room_run)
     run.add_argument("--topic", required=True)
     run.add_argument("--agent", action="append", required=True, help="a member (twice or more)")
-    run.add_argument("--max-turns", type=int)
+    run.add_argument(
+        "--max-turns",
+        type=int,
+        metavar="N",
+        help=f"messages in a chat, rounds in a review (default {DEFAULT_MAX_TURNS['chat']} and "
+        f"{DEFAULT_MAX_TURNS['review']})",
+    )
+    run.add_argument(
+        "--max-messages-per-agent",
+        type=int,
+        metavar="N",
+        help=f"each member speaks at most N times (default {PER_AGENT}); the room stops when no "
+        "one but the last speaker may speak",
+    )
     run.add_argument("--mode", choices=("chat", "review"), default="chat")
     run.add_argument("--id", help="the room's id (default: generated)")
     run.add_argument(

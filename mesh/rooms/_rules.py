@@ -139,7 +139,8 @@ def before_turn(room: Room, transcript: Sequence[MessageEvent]) -> Verdict | Non
     if next_turn(room, transcript) is None:
         limit = room.limits.max_messages_per_agent
         return Verdict(
-            StopReason.MAX_TURNS, f"too few members left under the limit of {limit} messages"
+            StopReason.MAX_TURNS,
+            f"no one but the last speaker is under the limit of {limit} messages each",
         )
     return None
 
