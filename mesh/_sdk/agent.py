@@ -437,6 +437,8 @@ class Agent:
             "version": self.version,
             "capabilities": sorted(self.capabilities),
             "tools": list(self._tools),
+            # Every method it serves, so a room can tell a tool-only agent before its turn.
+            "methods": sorted(self._methods),
         }
 
     def _call_tool(self, ctx: RequestContext, params: Any) -> Any:

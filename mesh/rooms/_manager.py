@@ -596,7 +596,9 @@ class RoomManager:
             name = _checked(clean_name, member.name or member.id)
             return Member(id=member.id, name=name, role=member.role or "person", kind="human")
         if self._presence is not None and not self._presence(member.id):
-            raise InvalidRoomSpec(f"member {member.id!r} is not online", agent=member.id)
+            unknown = self._registry is not None and self._registry.get(member.id) is None
+            why = f": no agent {member.id!r} is registered" if unknown else " is not online"
+            raise InvalidRoomSpec(f"member {member.id!r}{why}", agent=member.id)
         described = Member(id=member.id)
         if self._describe is not None and not (member.name and member.role):
             try:
