@@ -19,8 +19,8 @@ from mesh import (
 )
 from mesh.agents.echo import agent as echo_agent
 from mesh.agents.persona import PersonaAgent
+from mesh.demo.fixtures import DEMO_TOPIC, demo_chat
 from mesh.rooms import (
-    DEMO_TOPIC,
     AgentLeftEvent,
     ErrorEvent,
     ExitRules,
@@ -31,7 +31,6 @@ from mesh.rooms import (
     StoppedEvent,
     StopReason,
     TurnRequest,
-    demo_chat,
     perspective_messages,
 )
 from mesh.testing import KillableConnector
