@@ -378,6 +378,19 @@ def cmd_dev(args: argparse.Namespace) -> int:
         return _refuse(_exit_code(exc) if not isinstance(exc, RemoteError) else 1, str(exc))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BaseExceptionGroup as group:  # two at once (a timeout and the link it closed): the first
+        first = _first_mesh_error(group)
+        if first is None:
+            raise
+        return _refuse(_exit_code(first) if not isinstance(first, RemoteError) else 1, str(first))
+
+
+def _first_mesh_error(group: BaseExceptionGroup[BaseException]) -> MeshError | None:
+    matched, _ = group.split(MeshError)
+    leaf: BaseException | None = matched
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    return leaf if isinstance(leaf, MeshError) else None
 
 
 def _refuse(code: int, message: str) -> int:
