@@ -132,6 +132,8 @@ def _import_file(path: Path) -> ModuleType:
 
 
 def _import_module(name: str) -> ModuleType:
+    if not all(part.isidentifier() for part in name.split(".")):  # "", ".", "a b": no module
+        raise DevError(EXIT_USAGE, f"{name!r} is neither a file, a manifest (.toml) nor a module")
     sys.path.insert(0, os.getcwd())  # as `python -m` does
     try:
         module: ModuleType = _run_author_code(lambda: importlib.import_module(name), name)

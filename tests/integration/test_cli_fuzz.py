@@ -26,7 +26,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mesh.cli import main
@@ -204,6 +204,10 @@ def assert_clean(argv: list[str], code: int, written: str) -> None:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(argv=argvs(), env=ENV)
+@example(argv=["dev", ""], env={})  # found by this test: importlib's "Empty module name"
+@example(argv=["dev", "."], env={})
+@example(argv=["serve", "--port", "99999", "--manifests", ABSENT], env={})
+@example(argv=["agents", "--url", "http://[::1"], env={})
 def test_no_flag_or_variable_gets_a_traceback(
     argv: list[str], env: dict[str, str], tmp_path: Path
 ) -> None:
