@@ -198,6 +198,7 @@ def assert_clean(argv: list[str], code: int, written: str) -> None:
     assert "Exception Group" not in written, (argv, written)
 
 
+@pytest.mark.timeout(300)  # ~20 s here; a loaded machine must not cut an example short
 @settings(
     max_examples=150,
     deadline=None,
@@ -246,6 +247,7 @@ def manifest_text(fields: dict[str, str], transport: dict[str, str]) -> str:
     return f"{top}\n[transport]\n{section}"
 
 
+@pytest.mark.timeout(300)
 @settings(
     max_examples=60,
     deadline=None,
