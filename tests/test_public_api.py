@@ -38,6 +38,7 @@ MESH = {
     "Outcome",
     "Peer",
     "Persona",
+    "Principal",
     "ProtocolError",
     "ReconnectPolicy",
     "ReconnectingPeer",

@@ -28,8 +28,9 @@ import msgspec
 
 from mesh._errors import MeshError
 from mesh._logging import get_logger
+from mesh._orchestrator.access import EMBEDDER, Principal
 from mesh.protocol import now_ms
-from mesh.rooms._engine import Clock, Journal, Presence, RoomRunner, Speak
+from mesh.rooms._engine import Clock, Journal, Presence, RoomRunner, Speak, acting
 from mesh.rooms._errors import InvalidRoomSpec, RoomConflict, RoomNotFound
 from mesh.rooms._events import (
     AgentJoinedEvent,
@@ -43,6 +44,7 @@ from mesh.rooms._events import (
 )
 from mesh.rooms._mesh import (
     PRESENT,
+    ROOM_TURN,
     Describe,
     mesh_describer,
     mesh_speaker,
@@ -59,7 +61,15 @@ from mesh.rooms._model import (
     StopReason,
 )
 from mesh.rooms._observers import DEFAULT_OBSERVER_BUFFER, Observers, RoomEvents
-from mesh.rooms._people import Desk, clean_name, clean_text, person_id
+from mesh.rooms._people import (
+    Desk,
+    check_join,
+    check_lookalike,
+    check_seat,
+    clean_name,
+    clean_text,
+    person_id,
+)
 from mesh.rooms._replica import RoomLeaseLost, RoomOp, RoomReplica
 from mesh.rooms._state import RoomState
 from mesh.rooms._store import RoomStore
@@ -74,6 +84,10 @@ log = get_logger("mesh.rooms")
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+#: ``authorize(agent, method, principal)``: the orchestrator's door, asked ahead of a
+#: room's calls (raises :class:`~mesh.Forbidden`).
+Authorize = Callable[[str, str, Principal], None]
 
 
 class _Room:
@@ -96,6 +110,9 @@ class RoomManager:
     member the spec names only by id; without it the id is the name and the role
     is ``participant``. ``registry`` (optional) is followed for members going
     offline and coming back, and is where ``presence`` comes from unless given.
+    ``authorize`` (optional) is the door a room's calls pass: asked at creation for
+    each agent member on behalf of the creator, and for each person who joins.
+    ``person_wait`` bounds how long a room waits for people (see :class:`RoomRunner`).
     """
 
     def __init__(
@@ -109,8 +126,12 @@ class RoomManager:
         resume: bool = True,
         fsync: bool = True,
         clock: Clock = now_ms,
+        authorize: Authorize | None = None,
+        person_wait: float | None = None,
     ) -> None:
         self._store = RoomStore(data_dir, fsync=fsync)
+        self._authorize = authorize
+        self._person_wait = person_wait
         self._speak = speak
         self._describe = describe
         self._registry = registry
@@ -136,6 +157,11 @@ class RoomManager:
         kwargs.setdefault("speak", mesh_speaker(orchestrator))
         kwargs.setdefault("describe", mesh_describer(orchestrator))
         kwargs.setdefault("registry", orchestrator.registry)
+
+        def authorize(agent: str, method: str, principal: Principal) -> None:
+            orchestrator.authorize(agent, method, on_behalf_of=principal)
+
+        kwargs.setdefault("authorize", authorize)
         return cls(data_dir, **kwargs)
 
     @property
@@ -184,12 +210,16 @@ class RoomManager:
 
     # -- the API -------------------------------------------------------------------------
 
-    async def create(self, spec: RoomSpec, *, owner: str | None = None) -> RoomSnapshot:
+    async def create(
+        self, spec: RoomSpec, *, owner: str | None = None, creator: Principal | None = None
+    ) -> RoomSnapshot:
         """Create a room and start it; returns once its ``WELCOME`` is recorded.
 
         Raises :class:`InvalidRoomSpec` when a member cannot be reached or
         described, :class:`RoomConflict` when ``spec.id`` is taken. ``owner`` is
-        recorded with the room (the daemon puts the creating token there).
+        recorded with the room (the daemon puts the creating token there), and so is
+        ``creator``, who the room's calls are made for: a member it may not call
+        raises :class:`~mesh.Forbidden` here, before anything is asked of anyone.
         """
         if self._tasks is None:
             raise RuntimeError("use the RoomManager as `async with RoomManager(...) as rooms:`")
@@ -200,8 +230,11 @@ class RoomManager:
             raise RoomConflict(f"room {room_id!r} already exists on another daemon", room=room_id)
         self._reserved.add(room_id)
         started = False
+        principal = (creator or EMBEDDER).in_room(room_id)
         try:
-            members = tuple([await self._member(entry) for entry in spec.members])
+            self._check_members(spec, principal)
+            with acting(principal):
+                members = tuple([await self._member(entry) for entry in spec.members])
             limits = spec.limits
             if limits.max_turns is None:
                 limits = msgspec.structs.replace(limits, max_turns=DEFAULT_MAX_TURNS[spec.mode])
@@ -217,6 +250,7 @@ class RoomManager:
                 people=spec.people,
                 created_at=self._clock(),
                 owner=owner,
+                creator=creator,
             )
             handle = self._handle(RoomState(room=room))
             try:
@@ -233,6 +267,15 @@ class RoomManager:
         log.info("room.created", room=room_id, members=[m.id for m in members], mode=room.mode)
         self._start(handle)
         return handle.state.snapshot()
+
+    def _check_members(self, spec: RoomSpec, principal: Principal) -> None:
+        if self._authorize is None:
+            return
+        for member in spec.members:
+            if isinstance(member, str) or not member.human:
+                self._authorize(
+                    AgentId(member) if isinstance(member, str) else member.id, ROOM_TURN, principal
+                )
 
     async def _welcome(self, handle: _Room) -> None:
         room = handle.state.room
@@ -448,20 +491,40 @@ class RoomManager:
 
     # -- people --------------------------------------------------------------------------
 
-    async def join(self, room_id: str, name: str, *, holder: str | None = None) -> Member:
+    async def join(
+        self,
+        room_id: str,
+        name: str,
+        *,
+        holder: str | None = None,
+        person: Principal | None = None,
+    ) -> Member:
         """A person takes part as ``name``: a new seat (a member of kind ``human``), or
         theirs again. Their id is the name's slug. Raises :class:`RoomConflict` for a
         review or a stopped room, a name an agent of the room holds, or a full room.
-        ``holder`` (a daemon identity) holds the seat while they are present: another
-        holder may not speak or leave as them (None: no check, for embedders)."""
+        ``holder`` (a daemon identity) is checked against the room's ``people.join``
+        and then holds the seat for good: no other holder may join, speak or leave
+        as them (None: no check, for admins and embedders). ``person`` (their token)
+        must pass the door for every agent of the room: their words reach them all.
+        A name that passes for a member's is refused."""
         name = _checked(clean_name, name)
         seat_id = AgentId(person_id(name))
-        return await self._take_seat(await self._room(room_id), seat_id, name, holder)
+        room = await self._room(room_id)
+        check_join(room.state.room, holder, person.name if person is not None else None)
+        check_lookalike(room.state.room, seat_id, name)
+        return await self._take_seat(room, seat_id, name, holder, person)
 
     async def _take_seat(
-        self, room: _Room, member_id: AgentId, name: str, holder: str | None
+        self,
+        room: _Room,
+        member_id: AgentId,
+        name: str,
+        holder: str | None,
+        person: Principal | None = None,
     ) -> Member:
         room_id = room.state.room.id
+        check_seat(room_id, member_id, room.state.holders.get(member_id), holder)
+        self._check_person(room.state.room, person)
         async with room.control:
             state = room.state
             if state.room.mode == "review":
@@ -497,6 +560,8 @@ class RoomManager:
                     name=seat.name,
                     role=seat.role,
                     member=new,
+                    holder=holder,
+                    by=person.name if person is not None else None,
                 )
             )
             log.info("room.person_joined", room=room_id, member=seat.id, new=new is not None)
@@ -506,6 +571,7 @@ class RoomManager:
         """A person leaves (their turns are passed over until they join again)."""
         room = await self._room(room_id)
         member = self._person(room, member_id)
+        check_seat(room_id, member.id, room.state.holders.get(member.id), holder)
         room.desk.check_holder(member.id, holder)
         async with room.control:
             if room.desk.depart(member.id):
@@ -520,7 +586,13 @@ class RoomManager:
                 )
 
     async def say(
-        self, room_id: str, member_id: str, text: str, *, holder: str | None = None
+        self,
+        room_id: str,
+        member_id: str,
+        text: str,
+        *,
+        holder: str | None = None,
+        person: Principal | None = None,
     ) -> dict[str, Any]:
         """A person's message: the answer to their turn, or an interjection between turns.
 
@@ -536,13 +608,23 @@ class RoomManager:
                 f"room {room_id!r} is {room.state.status}: messages are taken while it runs",
                 room=room_id,
             )
+        check_seat(room_id, member.id, room.state.holders.get(member.id), holder)
         room.desk.check_holder(member.id, holder)
-        if member.id not in room.desk.present:
-            await self._take_seat(room, member.id, member.name, holder)  # back: present again
+        if member.id not in room.desk.present:  # back: present again, and checked again
+            check_join(room.state.room, holder, person.name if person is not None else None)
+            await self._take_seat(room, member.id, member.name, holder, person)
         awaited = room.desk.awaiting()
         status = room.desk.offer(member.id, text, interject=room.state.room.people.interject)
         turn = awaited[1] if status == "turn" and awaited else room.state.current_turn + 1
         return {"status": status, "turn": turn, "member": member.id}
+
+    def _check_person(self, room: Room, person: Principal | None) -> None:
+        """A person's words reach every agent of the room: their token must pass the door."""
+        if self._authorize is None or person is None:
+            return
+        for member in room.members:
+            if not member.human:
+                self._authorize(member.id, ROOM_TURN, person.in_room(room.id))
 
     @staticmethod
     def _person(room: _Room, member_id: str) -> Member:
@@ -640,7 +722,11 @@ class RoomManager:
         if self._tasks is None:
             raise RuntimeError("use the RoomManager as `async with RoomManager(...) as rooms:`")
         runner = room.runner = RoomRunner(
-            room.journal, self._speak, presence=self._presence, people=room.desk
+            room.journal,
+            self._speak,
+            presence=self._presence,
+            people=room.desk,
+            person_wait=self._person_wait,
         )
         room.scope = anyio.CancelScope()
         self._tasks.start_soon(self._run_room, room, runner, room.scope)
