@@ -10,7 +10,15 @@ import anyio
 import httpx
 import pytest
 
-from mesh.rooms import DeltaEvent, MessageEvent, StoppedEvent, decode_event, decode_live_event
+from mesh.rooms import (
+    DeltaEvent,
+    ErrorEvent,
+    MessageEvent,
+    ResumedEvent,
+    StoppedEvent,
+    decode_event,
+    decode_live_event,
+)
 from mesh.testing import Daemon, spawn_daemon
 
 from ._daemon import persona_manifest
@@ -176,3 +184,30 @@ async def test_one_token_holds_only_its_share_of_rooms_and_absent_people_free_th
             resumed = await http.post("/rooms/wait-1/resume")  # resumable, and it has a slot
             assert resumed.status_code == 200, resumed.text
             await http.post("/rooms/wait-1/stop")
+
+
+async def test_a_resumed_room_still_calls_for_its_creator(tmp_path: Path) -> None:
+    manifests, data = _manifests(tmp_path, 0.5), tmp_path / "data"
+    args = ["--data-dir", str(data)]
+    async with spawn_daemon(manifests, extra_args=args) as daemon:
+        await daemon.wait_online("alice", "bob")
+        dev = await create_token(daemon, "client", "dev")
+        await _create(daemon, dev, "kept", limits={"max_turns": 400})
+    # While the daemon is down, the operator closes bob to everyone but the token ops.
+    with (manifests / "bob.toml").open("a") as bob:
+        bob.write('\n[access]\ncallers = ["client:ops"]\n')
+    async with spawn_daemon(manifests, extra_args=args) as daemon:
+        await daemon.wait_online("alice", "bob")
+        resumed = False  # bob's messages from before the restart are replayed first
+        with anyio.fail_after(GUARD):
+            async with daemon.open_events("/rooms/kept/events") as events:
+                while True:
+                    event = decode_event(await events.receive())
+                    resumed = resumed or isinstance(event, ResumedEvent)
+                    if isinstance(event, ErrorEvent) and event.agent_id == "bob":
+                        break
+                    spoke = isinstance(event, MessageEvent) and event.agent_id == "bob"
+                    assert not (resumed and spoke), f"bob answered the resumed room: {event}"
+        assert "does not accept calls from client token 'dev'" in event.message, event
+        async with daemon.client() as admin:
+            await admin.post("/rooms/kept/stop")
