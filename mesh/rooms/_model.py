@@ -66,6 +66,11 @@ _ROOM_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 
 _Seconds = Annotated[float, msgspec.Meta(gt=0)]
 _Count = Annotated[int, msgspec.Meta(ge=1)]
+#: Token names a room's owner lets join (a token's name is 1-64 characters).
+_TokenNames = Annotated[
+    tuple[Annotated[str, msgspec.Meta(min_length=1, max_length=64)], ...],
+    msgspec.Meta(max_length=64),
+]
 
 
 def valid_room_id(room_id: str) -> bool:
@@ -178,9 +183,7 @@ class People(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     at_timeout: Literal["skip", "pause"] = "skip"
     interject: bool = True
     max_people: Annotated[int, msgspec.Meta(ge=0, le=64)] = 8
-    join: Literal["owner", "clients"] | tuple[Annotated[str, msgspec.Meta(min_length=1)], ...] = (
-        "owner"
-    )
+    join: Literal["owner", "clients"] | _TokenNames = "owner"
 
 
 class RoomSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from mesh import Forbidden
-from mesh.rooms import Member, Room, RoomConflict
+from mesh.rooms import InvalidRoomSpec, Member, Room, RoomConflict, decode_room_spec
 from mesh.rooms._model import People, RoomId
 from mesh.rooms._people import check_join, check_lookalike, check_seat, skeleton
 from registry import AgentId
@@ -58,3 +60,14 @@ def test_a_name_that_passes_for_a_members_is_refused() -> None:
         check_lookalike(_room(), "c-rol", "C\u0430rol")
     with pytest.raises(RoomConflict, match="looks like 'Alice'"):
         check_lookalike(_room(), "a1ice", "A1ice")
+
+
+def test_the_join_rule_is_bounded_and_spelled_out() -> None:
+    def spec(join: object) -> str:
+        return json.dumps({"topic": "t", "members": ["a", "b"], "people": {"join": join}})
+
+    assert decode_room_spec(spec(["ann", "bob"])).people.join == ("ann", "bob")
+    assert decode_room_spec(spec("clients")).people.join == "clients"
+    for bad in ("anyone", ["x"] * 65, [""], ["x" * 65]):
+        with pytest.raises(InvalidRoomSpec, match=r"\$\.people\.join"):
+            decode_room_spec(spec(bad))
