@@ -105,10 +105,8 @@ def authorize(
                 agent=agent,
                 method=method,
             )
-    else:
-        via = "the embedding program" if principal.kind == "embedder" else principal.describe()
-        if principal.kind != "embedder":
-            check_relayable(method, agent=agent, via=via)
+    elif principal.kind != "embedder":
+        check_relayable(method, agent=agent, via=principal.describe())
     if principal.kind == "client":
         check_client_call(
             access_of(agent),
