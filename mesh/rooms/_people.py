@@ -254,7 +254,7 @@ def check_seat(room_id: str, member_id: str, held: str | None, holder: str | Non
 
 def check_lookalike(room: Room, seat_id: str, name: str) -> None:
     """Refuse a new name that passes for a member's (``Cаrol`` beside ``Carol``)."""
-    mine = {skeleton(name), skeleton(seat_id)}
+    mine = {skeleton(name), skeleton(seat_id)} - {""}  # all punctuation looks like nothing
     for member in room.members:
         if member.id != seat_id and mine & {skeleton(member.name), skeleton(member.id)}:
             raise RoomConflict(

@@ -71,3 +71,13 @@ def test_the_join_rule_is_bounded_and_spelled_out() -> None:
     for bad in ("anyone", ["x"] * 65, [""], ["x" * 65]):
         with pytest.raises(InvalidRoomSpec, match=r"\$\.people\.join"):
             decode_room_spec(spec(bad))
+
+
+def test_names_of_punctuation_alone_pass_for_nobody() -> None:
+    room = _room()
+    room = Room(
+        id=room.id,
+        topic="t",
+        members=(*room.members, Member(id=AgentId("person"), name="???", kind="human")),
+    )
+    check_lookalike(room, "person-2", "!!!")
