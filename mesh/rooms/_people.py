@@ -245,11 +245,17 @@ def check_join(room: Room, holder: str | None, by: str | None) -> None:
 
 def check_seat(room_id: str, member_id: str, held: str | None, holder: str | None) -> None:
     """Refuse ``holder`` acting as a person whose seat ``held`` another identity took."""
-    if holder is not None and held is not None and held != holder:
+    # In a cluster, a holder forwarded from another daemon is qualified by it (token:ID@A);
+    # a token is valid on one daemon only, so its id names it either way.
+    if holder is not None and held is not None and _token(held) != _token(holder):
         raise Forbidden(
             f"the seat of {member_id!r} in room {room_id!r} is held by another token "
             "(the one that first took it): join under another name"
         )
+
+
+def _token(holder: str) -> str:
+    return holder.split("@", 1)[0]
 
 
 def check_lookalike(room: Room, seat_id: str, name: str) -> None:

@@ -150,6 +150,8 @@ async def test_every_surface_refuses_an_identity_the_agent_refuses(tmp_path: Pat
             joined = await http.post("/rooms/open/join", json={"name": "Dev"})
             assert_refused(joined, "'vault'", "access.callers")
             spoke = await http.post("/rooms/open/say", json={"member": "dev", "text": "Goodbye."})
-            assert spoke.status_code == 400, spoke.text  # no seat was made
+            assert_refused(spoke, "'vault'")
+            members = (await http.get("/rooms/open")).json()["room"]["room"]["members"]
+            assert [m["id"] for m in members] == ["vault", "mole"]  # no seat was made
         async with daemon.client(token=ops) as http:
             await http.post("/rooms/open/stop")

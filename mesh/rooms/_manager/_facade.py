@@ -179,17 +179,22 @@ class RoomManager:
         """The room's recorded events with ``seq > since`` (from its JSONL log)."""
         return await self._catalog.events(room_id, since=since)
 
-    async def pause(self, room_id: str) -> RoomSnapshot:
-        """Pause a running room (the turn in flight is abandoned and asked again on resume)."""
-        return await self._engines.halt(room_id, StopReason.PAUSED)
+    async def pause(self, room_id: str, *, forward: bool = True) -> RoomSnapshot:
+        """Pause a running room (the turn in flight is abandoned and asked again on resume).
 
-    async def stop(self, room_id: str) -> RoomSnapshot:
+        ``forward`` (with a replica): a room another daemon runs is paused there, since
+        only its holder records; the daemon asked by another passes False, so an
+        operation is never forwarded twice. So for every operation that takes it.
+        """
+        return await self._engines.halt(room_id, StopReason.PAUSED, forward=forward)
+
+    async def stop(self, room_id: str, *, forward: bool = True) -> RoomSnapshot:
         """Stop a room for good (a no-op for a room that has already stopped)."""
-        return await self._engines.halt(room_id, StopReason.STOPPED)
+        return await self._engines.halt(room_id, StopReason.STOPPED, forward=forward)
 
-    async def resume(self, room_id: str) -> RoomSnapshot:
+    async def resume(self, room_id: str, *, forward: bool = True) -> RoomSnapshot:
         """Continue a paused room, or one that stopped for ``AGENT_LOST`` or ``ERROR``."""
-        return await self._engines.resume(room_id)
+        return await self._engines.resume(room_id, forward=forward)
 
     async def delete(self, room_id: str) -> None:
         """Remove a stopped room, its transcript and its rows; :class:`RoomConflict` if it
@@ -262,6 +267,7 @@ class RoomManager:
         *,
         holder: str | None = None,
         person: Principal | None = None,
+        forward: bool = True,
     ) -> Member:
         """A person takes part as ``name``: a new seat (a member of kind ``human``), or
         theirs again. Their id is the name's slug. Raises :class:`RoomConflict` for a
@@ -270,12 +276,15 @@ class RoomManager:
         and then holds the seat for good: no other holder may join, speak or leave
         as them (None: no check, for admins and embedders). ``person`` (their token)
         must pass the door for every agent of the room: their words reach them all.
-        A name that passes for a member's is refused."""
-        return await self._seats.join(room_id, name, holder=holder, person=person)
+        A name that passes for a member's is refused. A room another daemon runs is
+        joined there, once checked here (``forward``: see :meth:`pause`)."""
+        return await self._seats.join(room_id, name, holder=holder, person=person, forward=forward)
 
-    async def leave(self, room_id: str, member_id: str, *, holder: str | None = None) -> None:
+    async def leave(
+        self, room_id: str, member_id: str, *, holder: str | None = None, forward: bool = True
+    ) -> None:
         """A person leaves (their turns are passed over until they join again)."""
-        await self._seats.leave(room_id, member_id, holder=holder)
+        await self._seats.leave(room_id, member_id, holder=holder, forward=forward)
 
     async def say(
         self,
@@ -285,6 +294,7 @@ class RoomManager:
         *,
         holder: str | None = None,
         person: Principal | None = None,
+        forward: bool = True,
     ) -> dict[str, Any]:
         """A person's message: the answer to their turn, or an interjection between turns.
 
@@ -292,7 +302,9 @@ class RoomManager:
         recorded at, as far as can be known now). A person who was away is joined
         again first. Raises :class:`RoomConflict` when the room is not running.
         """
-        return await self._seats.say(room_id, member_id, text, holder=holder, person=person)
+        return await self._seats.say(
+            room_id, member_id, text, holder=holder, person=person, forward=forward
+        )
 
     # Last, because inside the class body the name shadows the builtin for mypy.
     async def list(self, status: RoomStatus | None = None) -> list[RoomSnapshot]:

@@ -2,15 +2,20 @@
 
 A person's seat is a member of kind ``human``; the room's
 :class:`~mesh.rooms._people.Desk` knows who is present and carries their words
-to the engine (see :mod:`mesh.rooms._people`). Who may sit where is checked
-here on every join, say and leave: the room's ``people.join``, the seat's
-holder (recorded with the room), look-alike names, and the door for every
-agent the person's words would reach.
+to the engine (see :mod:`mesh.rooms._people`).
+
+Who may sit where is checked where the person comes in, before anything is
+forwarded to the daemon that runs the room: the room's ``people.join``,
+look-alike names, the door for every agent their words would reach, and the
+seat's holder (recorded with the room, and checked again by the daemon that
+records). A forwarded request was checked by the daemon it came from.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
+
+import msgspec
 
 from mesh._logging import get_logger
 from mesh._orchestrator.access import Principal
@@ -27,6 +32,7 @@ from mesh.rooms._people import (
     clean_text,
     person_id,
 )
+from mesh.rooms._replica import Forwarded, PersonOp
 from registry import AgentId
 
 __all__ = ["Seats"]
@@ -48,13 +54,40 @@ class Seats:
         *,
         holder: str | None = None,
         person: Principal | None = None,
+        forward: bool = True,
     ) -> Member:
         name = checked(clean_name, name)
         seat_id = AgentId(person_id(name))
         room = await self._table.load(room_id)
-        check_join(room.state.room, holder, person.name if person is not None else None)
-        check_lookalike(room.state.room, seat_id, name)
+        if forward:  # it comes in here: check it here
+            check_join(room.state.room, holder, person.name if person is not None else None)
+            check_lookalike(room.state.room, seat_id, name)
+            self._check_person(room, seat_id, holder, person)
+            forwarded = await self._forward(room, "join", name=name, holder=holder)
+            if forwarded is not None:
+                return msgspec.convert(forwarded.result, Member)
         return await self._take_seat(room, seat_id, name, holder, person)
+
+    def _check_person(
+        self, room: HeldRoom, member_id: str, holder: str | None, person: Principal | None
+    ) -> None:
+        """The seat's holder, and the door for every agent of the room (a person's words
+        reach them all)."""
+        check_seat(room.state.room.id, member_id, room.state.holders.get(member_id), holder)
+        if self._authorize is None or person is None:
+            return
+        state_room: Room = room.state.room
+        for member in state_room.members:
+            if not member.human:
+                self._authorize(member.id, ROOM_TURN, person.in_room(state_room.id))
+
+    async def _forward(self, room: HeldRoom, op: PersonOp, **args: str | None) -> Forwarded | None:
+        """The holder's answer to a person's ``op`` on a room this daemon does not run
+        (only the holder records); None if it runs here, or nowhere else."""
+        replica = self._table.replica
+        if replica is None or room.runner is not None:
+            return None
+        return await replica.forward_person(room.state.room.id, op, args)
 
     async def _take_seat(
         self,
@@ -66,7 +99,6 @@ class Seats:
     ) -> Member:
         room_id = room.state.room.id
         check_seat(room_id, member_id, room.state.holders.get(member_id), holder)
-        self._check_person(room.state.room, person)
         async with room.control:
             state = room.state
             if state.room.mode == "review":
@@ -95,22 +127,34 @@ class Seats:
             if not room.desk.arrive(seat.id, holder):
                 return seat  # already here (a second tab, a reconnect)
             new = seat if all(m.id != seat.id for m in state.room.members) else None
-            await room.journal.emit(
-                AgentJoinedEvent(
-                    room_id=state.room.id,
-                    agent_id=seat.id,
-                    name=seat.name,
-                    role=seat.role,
-                    member=new,
-                    holder=holder,
-                    by=person.name if person is not None else None,
-                )
-            )
+            try:
+                async with self._table.leased(room):
+                    await room.journal.emit(
+                        AgentJoinedEvent(
+                            room_id=state.room.id,
+                            agent_id=seat.id,
+                            name=seat.name,
+                            role=seat.role,
+                            member=new,
+                            holder=holder,
+                            by=person.name if person is not None else None,
+                        )
+                    )
+            except BaseException:
+                room.desk.depart(seat.id)  # not recorded: not present
+                raise
             log.info("room.person_joined", room=room_id, member=seat.id, new=new is not None)
             return seat
 
-    async def leave(self, room_id: str, member_id: str, *, holder: str | None = None) -> None:
+    async def leave(
+        self, room_id: str, member_id: str, *, holder: str | None = None, forward: bool = True
+    ) -> None:
         room = await self._table.load(room_id)
+        if forward:
+            check_seat(room_id, member_id, room.state.holders.get(member_id), holder)
+            forwarded = await self._forward(room, "leave", member=member_id, holder=holder)
+            if forwarded is not None:
+                return
         member = self._person(room, member_id)
         check_seat(room_id, member.id, room.state.holders.get(member.id), holder)
         room.desk.check_holder(member.id, holder)
@@ -134,9 +178,18 @@ class Seats:
         *,
         holder: str | None = None,
         person: Principal | None = None,
+        forward: bool = True,
     ) -> dict[str, Any]:
         text = checked(clean_text, text)
         room = await self._table.load(room_id)
+        if forward:  # a person back after being away is checked as they join
+            if member_id not in room.desk.present:
+                check_join(room.state.room, holder, person.name if person is not None else None)
+            self._check_person(room, member_id, holder, person)
+            args = {"member": member_id, "text": text, "holder": holder}
+            forwarded = await self._forward(room, "say", **args)
+            if forwarded is not None:
+                return cast(dict[str, Any], forwarded.result)
         member = self._person(room, member_id)
         if room.runner is None:
             raise RoomConflict(
@@ -145,21 +198,12 @@ class Seats:
             )
         check_seat(room_id, member.id, room.state.holders.get(member.id), holder)
         room.desk.check_holder(member.id, holder)
-        if member.id not in room.desk.present:  # back: present again, and checked again
-            check_join(room.state.room, holder, person.name if person is not None else None)
+        if member.id not in room.desk.present:  # back: present again
             await self._take_seat(room, member.id, member.name, holder, person)
         awaited = room.desk.awaiting()
         status = room.desk.offer(member.id, text, interject=room.state.room.people.interject)
         turn = awaited[1] if status == "turn" and awaited else room.state.current_turn + 1
         return {"status": status, "turn": turn, "member": member.id}
-
-    def _check_person(self, room: Room, person: Principal | None) -> None:
-        """A person's words reach every agent of the room: their token must pass the door."""
-        if self._authorize is None or person is None:
-            return
-        for member in room.members:
-            if not member.human:
-                self._authorize(member.id, ROOM_TURN, person.in_room(room.id))
 
     @staticmethod
     def _person(room: HeldRoom, member_id: str) -> Member:
