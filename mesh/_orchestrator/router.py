@@ -16,13 +16,13 @@ from mesh._errors import InvalidParams, MethodNotFound
 from mesh._logging import get_logger
 from mesh._orchestrator.access import Principal
 from mesh._rpc.peer import Peer, RequestContext
+from mesh._rpc.session import ROUTE_METHOD
 
 __all__ = ["CallsAgents", "Router"]
 
 log = get_logger("mesh.orchestrator")
 
 #: The one method the mesh serves to its agents.
-ROUTE_METHOD = "mesh/call"
 
 
 class CallsAgents(Protocol):

@@ -34,6 +34,7 @@ import anyio.abc
 from mesh._logging import get_logger
 from mesh._orchestrator.links import links_from_manifests
 from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh._tasks import open_task_group
 from mesh.daemon._api import DaemonApi
 from mesh.daemon._auth import Gate
 from mesh.daemon._dial_in import DialIns
@@ -203,7 +204,7 @@ async def serve_daemon(
         if cluster is not None:
             cluster.daemon_url = server.url  # what the other daemons show for this one
         api.cluster = cluster
-        background = await stack.enter_async_context(anyio.create_task_group())
+        background = await stack.enter_async_context(open_task_group())
         api.lifecycle.start_serving()
         if settings.room_retention is not None:
             background.start_soon(_delete_old_rooms, rooms, settings.room_retention)
