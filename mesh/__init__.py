@@ -25,6 +25,7 @@ from mesh._errors import (
     ToolError,
     Unauthorized,
 )
+from mesh._orchestrator.access import Principal
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.spec import AgentSpec, Outcome, local_connector
 from mesh._public import publish
@@ -99,6 +100,7 @@ __all__ = [
     "Outcome",
     "Peer",
     "Persona",
+    "Principal",
     "ProtocolError",
     "ReconnectPolicy",
     "ReconnectingPeer",

@@ -39,6 +39,7 @@ MESH = {
     "Outcome",
     "Peer",
     "Persona",
+    "Principal",
     "ProtocolError",
     "ReconnectPolicy",
     "ReconnectingPeer",

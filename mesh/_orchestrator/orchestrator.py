@@ -7,7 +7,10 @@ each answered ``ping`` probe is a heartbeat (so a frozen agent goes stale, then
 offline, within its TTL), and a lost link marks it offline at once.
 
 Calls go through :meth:`MeshOrchestrator.call`; an agent the registry does not
-know, or knows offline, fails at once with :class:`~mesh.AgentUnavailable`. Agents
+know, or knows offline, fails at once with :class:`~mesh.AgentUnavailable`.
+Every call passes one door first (:meth:`MeshOrchestrator.authorize`): who it is
+made for (``on_behalf_of``, the embedder unless said) against the reserved
+methods and the access sections, before any link is touched. Agents
 reach each other through the ``mesh/call`` method the orchestrator serves on
 every link, with the deadline carried along.
 """
@@ -26,6 +29,7 @@ import msgspec
 
 from mesh._errors import AgentUnavailable, MeshError, Unauthorized
 from mesh._logging import get_logger
+from mesh._orchestrator.access import EMBEDDER, Principal, authorize, check_relayable
 from mesh._orchestrator.links import ManifestLinks, links_from_manifests
 from mesh._orchestrator.liveness import fail_calls_when_offline, probe
 from mesh._orchestrator.router import Router
@@ -62,8 +66,12 @@ TAKEOVER_DRAIN_TIMEOUT: Final = 30.0
 class RemoteAgents(Protocol):
     """Agents another daemon holds (``mesh.cluster`` is one), asked for ids with no local link."""
 
-    def caller(self, agent_id: str, method: str) -> Caller | None:
+    def caller(
+        self, agent_id: str, method: str, *, on_behalf_of: Principal = EMBEDDER
+    ) -> Caller | None:
         """A Caller for ``agent_id`` if another daemon holds it, else None.
+
+        ``on_behalf_of`` travels with each call, and the holder checks it again.
 
         Raises :class:`~mesh.AgentUnavailable` when it is held elsewhere but
         cannot be called (offline, or the way there is down).
@@ -224,9 +232,14 @@ class MeshOrchestrator:
         *,
         timeout: float | None = None,
         on_progress: ProgressCallback | None = None,
+        on_behalf_of: Principal = EMBEDDER,
     ) -> Any:
-        """Call ``method`` on ``agent``. Unknown or offline agents fail at once."""
-        caller = self._caller(agent, method)
+        """Call ``method`` on ``agent``. Unknown or offline agents fail at once.
+
+        ``on_behalf_of``: who the call is made for; a call it may not make raises
+        :class:`~mesh.Forbidden` (see :meth:`authorize`).
+        """
+        caller = self._caller(agent, method, on_behalf_of)
         return await caller.call(method, params, timeout=timeout, on_progress=on_progress)
 
     async def call_tool(
@@ -237,22 +250,28 @@ class MeshOrchestrator:
         *,
         timeout: float | None = None,
         on_progress: ProgressCallback | None = None,
+        on_behalf_of: Principal = EMBEDDER,
     ) -> Any:
         """Call one of an agent's tools: ``await mesh.call_tool("a", "echo", {"message": "hi"})``.
 
         ``arguments`` go to the tool as they are (a tool argument may be named
         ``timeout``); ``timeout`` and ``on_progress`` are the call's own.
         """
-        caller = self._caller(agent, "tools/call")
+        caller = self._caller(agent, "tools/call", on_behalf_of)
         return await caller.call_tool(name, arguments, timeout=timeout, on_progress=on_progress)
 
-    async def list_tools(self, agent: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
+    async def list_tools(
+        self, agent: str, *, timeout: float | None = None, on_behalf_of: Principal = EMBEDDER
+    ) -> list[dict[str, Any]]:
         """``agent``'s tools: name, description and JSON Schema of the arguments."""
-        return await self._caller(agent, "tools/list").list_tools(timeout=timeout)
+        caller = self._caller(agent, "tools/list", on_behalf_of)
+        return await caller.list_tools(timeout=timeout)
 
-    async def ping(self, agent: str, *, timeout: float | None = None) -> float:
+    async def ping(
+        self, agent: str, *, timeout: float | None = None, on_behalf_of: Principal = EMBEDDER
+    ) -> float:
         """Round-trip a ``ping`` to ``agent``; returns the seconds it took."""
-        return await self._caller(agent, "ping").ping(timeout=timeout)
+        return await self._caller(agent, "ping", on_behalf_of).ping(timeout=timeout)
 
     async def broadcast(
         self,
@@ -261,10 +280,13 @@ class MeshOrchestrator:
         *,
         capability: str | None = None,
         timeout: float = DEFAULT_BROADCAST_TIMEOUT,
+        on_behalf_of: Principal = EMBEDDER,
     ) -> dict[str, Outcome]:
         """Call every registered agent (with ``capability``, if given); see :meth:`multicast`."""
         targets = [record.id for record in self.registry.find(capability)]
-        return await self.multicast(targets, method, params, timeout=timeout)
+        return await self.multicast(
+            targets, method, params, timeout=timeout, on_behalf_of=on_behalf_of
+        )
 
     async def multicast(
         self,
@@ -273,14 +295,24 @@ class MeshOrchestrator:
         params: Any = None,
         *,
         timeout: float = DEFAULT_BROADCAST_TIMEOUT,
+        on_behalf_of: Principal = EMBEDDER,
     ) -> dict[str, Outcome]:
-        """Call several agents at once; each answers or fails on its own, all by ``timeout``."""
+        """Call several agents at once; each answers or fails on its own, all by ``timeout``.
+
+        A method ``on_behalf_of`` may send to none (a reserved one) raises
+        :class:`~mesh.Forbidden` for the whole; an agent it may not call is that
+        agent's outcome.
+        """
         ids = list(dict.fromkeys(agent_ids))
+        if on_behalf_of.kind != "embedder" and on_behalf_of.room is None:
+            check_relayable(method, agent="*", via=on_behalf_of.describe())
         outcomes: dict[str, Outcome] = {}
 
         async def one(agent_id: str) -> None:
             try:
-                result = await self.call(agent_id, method, params, timeout=timeout)
+                result = await self.call(
+                    agent_id, method, params, timeout=timeout, on_behalf_of=on_behalf_of
+                )
             except MeshError as exc:
                 outcomes[agent_id] = Outcome(agent_id, error=exc)
             else:
@@ -291,10 +323,22 @@ class MeshOrchestrator:
                 tg.start_soon(one, agent_id)
         return {agent_id: outcomes[agent_id] for agent_id in ids}
 
-    def _caller(self, agent_id: str, method: str) -> Caller:
-        """The link to call ``agent_id`` on; AgentUnavailable (saying why) if there is none."""
+    def authorize(self, agent: str, method: str, *, on_behalf_of: Principal = EMBEDDER) -> None:
+        """The door: raise :class:`~mesh.Forbidden` unless ``on_behalf_of`` may call ``agent``.
+
+        Every call runs it first; a surface may also ask it ahead (a room asks it
+        for each member at creation, and for each person who joins).
+        """
+        authorize(on_behalf_of, agent, method, self.access_of)
+
+    def _caller(self, agent_id: str, method: str, on_behalf_of: Principal) -> Caller:
+        """The link to call ``agent_id`` on, once the door let the call through.
+
+        AgentUnavailable (saying why) if there is none.
+        """
+        self.authorize(agent_id, method, on_behalf_of=on_behalf_of)
         if self.remote is not None and agent_id not in self._links:
-            remote = self.remote.caller(agent_id, method)
+            remote = self.remote.caller(agent_id, method, on_behalf_of=on_behalf_of)
             if remote is not None:
                 return remote
         caller = self._available(agent_id, method).peer

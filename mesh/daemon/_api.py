@@ -5,9 +5,9 @@ with its path (``$.heartbeat_interval``). Mesh errors map to statuses: unknown
 agent 404, offline or unreachable 503, timeout 504, an error the agent answered
 502, too large 413, forbidden 403. Nothing here ever returns a stack trace.
 
-Calls through ``/rpc`` and ``/broadcast`` are checked before they leave: a
-method reserved to the daemon is refused, and so is a target whose manifest's
-``access.callers`` does not admit the caller's token.
+Calls through ``/rpc`` and ``/broadcast`` are made on behalf of the caller's
+token, and the orchestrator's door refuses what it may not do (a method
+reserved to the daemon, a target whose ``access.callers`` does not admit it).
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ from mesh._errors import (
     MessageTooLarge,
 )
 from mesh._logging import get_logger
-from mesh._orchestrator.access import check_client_call, check_relayable
 from mesh._orchestrator.orchestrator import MeshOrchestrator
-from mesh._orchestrator.spec import Outcome
 from mesh._orchestrator.view import LINK_STATUSES
 from mesh.daemon._agents import AgentRoutes
 from mesh.daemon._auth import Gate, Identity, Right
@@ -131,7 +129,6 @@ class DaemonApi:
         self.mcp = DaemonMcp(
             orchestrator,
             room_handlers,
-            self._check_call,
             max_sessions=settings.max_mcp_sessions,
             max_sessions_per_owner=settings.max_mcp_sessions_per_identity,
             host=settings.host,
@@ -218,11 +215,6 @@ class DaemonApi:
             )
         return None
 
-    def _check_call(self, who: Identity, agent: str, method: str, via: str) -> None:
-        check_relayable(method, agent=agent, via=via)
-        access = self._mesh.access_of(agent)
-        check_client_call(access, client=who.name, admin=who.admin, agent=agent, method=method)
-
     async def handle_rpc(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
         try:
             call = msgspec.json.decode(request.body, type=RpcBody)
@@ -234,9 +226,12 @@ class DaemonApi:
         self.calls_in_flight += 1
         started = anyio.current_time()
         try:
-            self._check_call(who, call.agent, call.method, "/rpc")
             result = await self._mesh.call(
-                call.agent, call.method, call.params, timeout=call.timeout
+                call.agent,
+                call.method,
+                call.params,
+                timeout=call.timeout,
+                on_behalf_of=who.principal,
             )
         except MeshError as exc:
             return _mesh_error(exc, known=self._mesh.knows(call.agent))
@@ -258,24 +253,17 @@ class DaemonApi:
         refused = self._timeout_refused(cast.timeout)
         if refused is not None:
             return refused
-        try:
-            check_relayable(cast.method, agent="*", via="/broadcast")
-        except Forbidden as exc:
-            return _mesh_error(exc)
-        allowed: list[str] = []
-        outcomes: dict[str, Outcome] = {}
-        for record in self._mesh.registry.find(cast.capability):
-            try:
-                self._check_call(who, record.id, cast.method, "/broadcast")
-            except Forbidden as exc:
-                outcomes[record.id] = Outcome(record.id, error=exc)
-            else:
-                allowed.append(record.id)
         self.calls_in_flight += 1
         try:
-            outcomes |= await self._mesh.multicast(
-                allowed, cast.method, cast.params, timeout=cast.timeout
+            outcomes = await self._mesh.broadcast(
+                cast.method,
+                cast.params,
+                capability=cast.capability,
+                timeout=cast.timeout,
+                on_behalf_of=who.principal,
             )
+        except MeshError as exc:  # the door refused the method itself (a reserved one)
+            return _mesh_error(exc)
         finally:
             self.calls_in_flight -= 1
         answers: dict[str, Any] = {}

@@ -152,7 +152,12 @@ async def serve_daemon(
     gate = _gate(settings, links.tokens)
     orchestrator = MeshOrchestrator.from_links(links, registry=_registry(settings))
     # In a cluster, rooms are resumed by whichever daemon takes their lease.
-    rooms = RoomManager.for_orchestrator(orchestrator, settings.data_dir, resume=not settings.nats)
+    rooms = RoomManager.for_orchestrator(
+        orchestrator,
+        settings.data_dir,
+        resume=not settings.nats,
+        person_wait=settings.max_person_wait,
+    )
     dial_ins = DialIns(orchestrator)
     api = DaemonApi(
         orchestrator,

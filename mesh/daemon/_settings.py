@@ -119,6 +119,13 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     max_call_timeout: _Seconds = 300.0
     #: Rooms running or paused at once.
     max_active_rooms: _Positive = 32
+    #: Rooms running or paused at once that one token owns (admins: only the limit above),
+    #: so that one client cannot hold every room slot.
+    max_rooms_per_identity: _Positive = 8
+    #: The longest a room waits for a person, seconds: for the answer to their turn (a
+    #: room's people.turn_timeout above it is cut to it), and for anyone to come back when
+    #: only people who are away could speak; then it stops, resumably (AGENT_LOST).
+    max_person_wait: _Seconds = 600.0
     #: A room's topic, in characters.
     max_topic_length: _Positive = 4096
     #: A room's max_turns (and max_messages_per_agent).

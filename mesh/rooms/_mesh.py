@@ -5,7 +5,9 @@ a member is introduced by ``room/persona`` (its name, role and awareness); and a
 member is present while the registry has it ``online`` or ``stale`` (a stale
 agent has missed one heartbeat, not its TTL). An agent that does not serve
 ``room/persona`` can still sit in a room, under its registry name, as a
-``participant``, as long as it answers ``room/turn``.
+``participant``, as long as it answers ``room/turn``. Both calls are made on
+behalf of the room's creator (:func:`~mesh.rooms._engine.acting_for`), so the
+orchestrator's door applies the creator's rights to them.
 
 A persona that streams its reply reports each piece as a ``progress``
 notification of the ``room/turn`` call (the piece in ``message``); the speaker
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from mesh._errors import MeshError, MethodNotFound
-from mesh.rooms._engine import Presence, Speak, delta_sink
+from mesh.rooms._engine import Presence, Speak, acting_for, delta_sink
 from mesh.rooms._errors import InvalidRoomSpec
 from mesh.rooms._model import Member, TurnReply, TurnRequest
 from registry import AgentId, AgentStatus, Registry
@@ -75,7 +77,12 @@ def mesh_speaker(orchestrator: MeshOrchestrator) -> Speak:
                 sink(piece)
 
         result = await orchestrator.call(
-            agent_id, ROOM_TURN, params, timeout=request.timeout, on_progress=progress
+            agent_id,
+            ROOM_TURN,
+            params,
+            timeout=request.timeout,
+            on_progress=progress,
+            on_behalf_of=acting_for(),  # the room, for its creator: the door checks it
         )
         return msgspec.convert(result, TurnReply)
 
@@ -88,7 +95,9 @@ def mesh_describer(orchestrator: MeshOrchestrator, *, timeout: float = 10.0) -> 
     async def describe(agent_id: str) -> Member:
         record = orchestrator.registry.get(AgentId(agent_id))
         try:
-            result: Any = await orchestrator.call(agent_id, ROOM_PERSONA, timeout=timeout)
+            result: Any = await orchestrator.call(
+                agent_id, ROOM_PERSONA, timeout=timeout, on_behalf_of=acting_for()
+            )
         except MethodNotFound:
             await _check_can_chat(orchestrator, agent_id, timeout)
             name = record.name if record is not None else agent_id

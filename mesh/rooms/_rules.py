@@ -21,6 +21,10 @@ score 1, texts with no word in common and very different lengths near 0.
 4. ``CONVERGED``: the score reached ``convergence_threshold`` (off by default).
 5. ``MAX_TURNS``: the turn limit (a review: the verify step of the last round).
 
+A person's message (a member of kind ``human``) fires only ``MAX_TURNS``: the
+rules 1-4 end a room for good, and a room is ended for good by its agents or by
+its owner's ``stop``, never by the words of a guest.
+
 Before each turn: ``MAX_TURNS`` when no one may speak (message limits), and
 ``AGENT_LOST`` when a member has been offline for ``agent_grace``. After a failed
 attempt: ``ERROR`` when ``max_failures`` attempts in a row have failed, or at once
@@ -136,6 +140,8 @@ def same_output(a: str, b: str) -> bool:
 def after_message(room: Room, transcript: Sequence[MessageEvent]) -> Verdict | None:
     """The rule the transcript's last message fires, if any (in the documented order)."""
     message = transcript[-1]
+    if _from_person(room, message):
+        return _max_turns(room, message)
     return (
         _verified(room, message)
         or _goodbye(room, message)
@@ -143,6 +149,10 @@ def after_message(room: Room, transcript: Sequence[MessageEvent]) -> Verdict | N
         or _converged(room, message)
         or _max_turns(room, message)
     )
+
+
+def _from_person(room: Room, message: MessageEvent) -> bool:
+    return any(m.id == message.agent_id and m.human for m in room.members)
 
 
 def before_turn(room: Room, transcript: Sequence[MessageEvent]) -> Verdict | None:

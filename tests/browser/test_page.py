@@ -126,6 +126,8 @@ def test_a_person_joins_from_the_page_and_the_next_persona_answers(
     _open(page, echo_daemon, "room=visit")
     page.fill("#join-name", "Carol")
     page.click("#join")
+    # Beside a person, the token that holds the seat (the page signed in with the admin's).
+    page.wait_for_selector("#transcript .joined:has-text('Carol joined (token admin)')")
     page.wait_for_selector("#say-hint.your-turn", timeout=30_000)
     page.fill("#say-text", "Milk first, obviously.")
     page.click("#say")

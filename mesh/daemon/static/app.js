@@ -320,7 +320,8 @@ function onEvent(event) {
     case "AGENT_JOINED":
       if (event.member && state.welcome) state.welcome.members.push(event.member);
       renderHead();
-      return line(`${event.name} joined`, "joined");
+      // A person's seat names the token that holds it: a look-alike cannot pass for them.
+      return line(`${event.name} joined${event.by ? ` (token ${event.by})` : ""}`, "joined");
     case "AGENT_LEFT":
       clearWriting(event.agent_id);
       if (event.agent_id === state.me) setMyTurn(null);

@@ -18,12 +18,13 @@ import msgspec
 
 from mesh._errors import MeshError
 from mesh._logging import get_logger
-from mesh.rooms._engine import Presence
+from mesh._orchestrator.access import EMBEDDER, Principal
+from mesh.rooms._engine import Presence, acting
 from mesh.rooms._errors import InvalidRoomSpec, RoomConflict, RoomNotFound
 from mesh.rooms._events import AgentJoinedEvent, LiveEvent, MessageEvent, RoomEvent, WelcomeEvent
 from mesh.rooms._manager._engines import Engines
-from mesh.rooms._manager._table import HeldRoom, RoomTable, checked, in_thread
-from mesh.rooms._mesh import Describe
+from mesh.rooms._manager._table import Authorize, HeldRoom, RoomTable, checked, in_thread
+from mesh.rooms._mesh import ROOM_TURN, Describe
 from mesh.rooms._model import (
     DEFAULT_MAX_TURNS,
     Member,
@@ -53,15 +54,19 @@ class Catalog:
         describe: Describe | None,
         presence: Presence | None,
         registry: Registry | None = None,
+        authorize: Authorize | None = None,
     ) -> None:
         self._table = table
+        self._authorize = authorize
         self._engines = engines
         self._describe = describe
         self._presence = presence
         self._registry = registry  # tells an unknown id from an offline agent
         self._reserved: set[str] = set()
 
-    async def create(self, spec: RoomSpec, *, owner: str | None = None) -> RoomSnapshot:
+    async def create(
+        self, spec: RoomSpec, *, owner: str | None = None, creator: Principal | None = None
+    ) -> RoomSnapshot:
         if self._engines.tasks is None:
             raise RuntimeError("use the RoomManager as `async with RoomManager(...) as rooms:`")
         table = self._table
@@ -72,8 +77,11 @@ class Catalog:
             raise RoomConflict(f"room {room_id!r} already exists on another daemon", room=room_id)
         self._reserved.add(room_id)
         started = False
+        principal = (creator or EMBEDDER).in_room(room_id)
         try:
-            members = tuple([await self._member(entry) for entry in spec.members])
+            self._check_members(spec, principal)
+            with acting(principal):  # introductions are the room's calls too
+                members = tuple([await self._member(entry) for entry in spec.members])
             limits = spec.limits
             if limits.max_turns is None:
                 limits = msgspec.structs.replace(limits, max_turns=DEFAULT_MAX_TURNS[spec.mode])
@@ -89,6 +97,7 @@ class Catalog:
                 people=spec.people,
                 created_at=table.clock(),
                 owner=owner,
+                creator=creator,
             )
             handle = table.hold(RoomState(room=room))
             try:
@@ -105,6 +114,16 @@ class Catalog:
         log.info("room.created", room=room_id, members=[m.id for m in members], mode=room.mode)
         self._engines.start(handle)
         return handle.state.snapshot()
+
+    def _check_members(self, spec: RoomSpec, principal: Principal) -> None:
+        """Refuse, before anyone is asked anything, a member the room may not call."""
+        if self._authorize is None:
+            return
+        for member in spec.members:
+            if isinstance(member, str):
+                self._authorize(member, ROOM_TURN, principal)
+            elif not member.human:
+                self._authorize(member.id, ROOM_TURN, principal)
 
     async def _welcome(self, handle: HeldRoom) -> None:
         room = handle.state.room
