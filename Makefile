@@ -10,7 +10,7 @@ LLM_STAMP := $(VENV)/.installed-llm
 PEERS       := tests/mcp/peers
 PEERS_STAMP := $(PEERS)/node_modules/.installed
 
-.PHONY: test demo demo-cluster demo-llm test-llm browser bench bench-smoke soak lint typecheck peers clean
+.PHONY: test demo demo-cluster demo-llm test-llm browser prometheus bench bench-smoke soak lint typecheck peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,11 @@ peers: $(PEERS_STAMP)
 browser:
 	bash scripts/ensure-browser.sh
 
-test: lint typecheck peers browser
+# tests/observe need Debian's prometheus (the server and promtool): installed here when missing.
+prometheus:
+	bash scripts/ensure-prometheus.sh
+
+test: lint typecheck peers browser prometheus
 	MESH_REQUIRE_BROWSER=1 $(BIN)/python -m pytest
 
 # A real model offline (the llm extra compiles llama.cpp once: minutes). Not in `make test`.

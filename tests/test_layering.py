@@ -25,6 +25,7 @@ WINGS = (
     Wing("mesh._logging", 1),
     Wing("mesh._gc", 1),
     Wing("mesh._text", 1),
+    Wing("mesh._metrics", 2),  # the process's tallies: uses the error codes
     Wing("mesh.protocol", 2),
     Wing("mesh.providers", 3),
     Wing("mesh._rpc", 4),

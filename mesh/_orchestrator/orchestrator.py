@@ -26,8 +26,10 @@ import msgspec
 
 from mesh._errors import AgentUnavailable, MeshError, Unauthorized
 from mesh._logging import get_logger
+from mesh._metrics import METRICS
 from mesh._orchestrator.links import ManifestLinks, links_from_manifests
 from mesh._orchestrator.liveness import fail_calls_when_offline, probe
+from mesh._orchestrator.observe import count_status_change, link_counts, observe_call
 from mesh._orchestrator.router import Router
 from mesh._orchestrator.spec import AgentSpec, Outcome
 from mesh._orchestrator.view import AgentView, Link, LinkChanges, view, views
@@ -226,8 +228,9 @@ class MeshOrchestrator:
         on_progress: ProgressCallback | None = None,
     ) -> Any:
         """Call ``method`` on ``agent``. Unknown or offline agents fail at once."""
-        caller = self._caller(agent, method)
-        return await caller.call(method, params, timeout=timeout, on_progress=on_progress)
+        with observe_call(agent, method, self.knows):
+            caller = self._caller(agent, method)
+            return await caller.call(method, params, timeout=timeout, on_progress=on_progress)
 
     async def call_tool(
         self,
@@ -243,16 +246,22 @@ class MeshOrchestrator:
         ``arguments`` go to the tool as they are (a tool argument may be named
         ``timeout``); ``timeout`` and ``on_progress`` are the call's own.
         """
-        caller = self._caller(agent, "tools/call")
-        return await caller.call_tool(name, arguments, timeout=timeout, on_progress=on_progress)
+        # Through `call`, as every call is: the one place calls are observed.
+        params = {"name": name, "arguments": dict(arguments or {})}
+        return await self.call(
+            agent, "tools/call", params, timeout=timeout, on_progress=on_progress
+        )
 
     async def list_tools(self, agent: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
         """``agent``'s tools: name, description and JSON Schema of the arguments."""
-        return await self._caller(agent, "tools/list").list_tools(timeout=timeout)
+        result = await self.call(agent, "tools/list", timeout=timeout)
+        return list(result["tools"])
 
     async def ping(self, agent: str, *, timeout: float | None = None) -> float:
         """Round-trip a ``ping`` to ``agent``; returns the seconds it took."""
-        return await self._caller(agent, "ping").ping(timeout=timeout)
+        started = anyio.current_time()
+        await self.call(agent, "ping", timeout=timeout)
+        return anyio.current_time() - started
 
     async def broadcast(
         self,
@@ -276,6 +285,7 @@ class MeshOrchestrator:
     ) -> dict[str, Outcome]:
         """Call several agents at once; each answers or fails on its own, all by ``timeout``."""
         ids = list(dict.fromkeys(agent_ids))
+        METRICS.fanout.observe((), len(ids))
         outcomes: dict[str, Outcome] = {}
 
         async def one(agent_id: str) -> None:
@@ -345,6 +355,8 @@ class MeshOrchestrator:
         assert spec.connector is not None
 
         async def connected(peer: Peer) -> None:
+            if link.ever_connected:
+                METRICS.reconnects.add((spec.transport,))
             self.registry.register(spec.record(), anyio.current_time())
             link.last_error = None
             link.ever_connected = True
@@ -480,6 +492,7 @@ class MeshOrchestrator:
             link.replaced.pop(peer, None)
 
     def _on_status_change(self, change: StatusChange) -> None:
+        count_status_change(change)
         fail_calls_when_offline(self._links, change)
 
     # -- introspection -------------------------------------------------------------------
@@ -515,6 +528,10 @@ class MeshOrchestrator:
     def _link_changed(self, agent_id: str) -> None:
         for changes in self._link_watchers:
             changes.add(agent_id)
+
+    def link_counts(self) -> dict[tuple[str, str], int]:
+        """Links by (transport, status), for ``/metrics``."""
+        return link_counts(self._links)
 
     def has_link(self, agent_id: str) -> bool:
         return agent_id in self._links

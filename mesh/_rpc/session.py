@@ -28,6 +28,7 @@ from mesh._errors import (
     error_from_code,
 )
 from mesh._logging import get_logger
+from mesh._metrics import METRICS
 from mesh._rpc.complaints import InputComplaints
 from mesh.protocol import (
     ASK_HEARTBEAT,
@@ -64,6 +65,8 @@ __all__ = [
 ]
 
 log = get_logger("mesh.session")
+#: Frames and bytes in and out, for every session of the process (``/metrics``).
+_WIRE: Final = METRICS.wire
 
 #: Method names the session itself understands (seed 002 + MCP's spelling).
 CANCELLED: Final = "cancelled"
@@ -243,6 +246,10 @@ class Session:
     def data_to_send(self) -> list[bytes]:
         """Frames to write, in order; the session forgets them."""
         out, self._outbox = self._outbox, []
+        if out:
+            wire = _WIRE
+            wire[2] += len(out)
+            wire[3] += sum(map(len, out))
         return out
 
     @property
@@ -382,6 +389,9 @@ class Session:
     def receive_frame(self, frame: bytes, now: float) -> list[Event]:
         """Process one incoming frame; returns what happened."""
         self._last_received = now
+        wire = _WIRE
+        wire[0] += 1
+        wire[1] += len(frame)
         if len(frame) > self._frame_limit:
             return self.receive_oversized(len(frame), frame[:512], now)
         try:

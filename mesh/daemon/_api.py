@@ -36,6 +36,7 @@ from mesh.daemon._auth import Gate, Identity
 from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._limits import check_id
 from mesh.daemon._mcp import DaemonMcp
+from mesh.daemon._metrics import Probes
 from mesh.daemon._rooms import RoomRoutes
 from mesh.daemon._routes import Dispatcher, HttpHandler, Params, WebSocketHandler
 from mesh.daemon._settings import DaemonSettings
@@ -116,6 +117,7 @@ class DaemonApi:
         agents = self.agents
         room_handlers = rooms.http_handlers()
         self.mcp = DaemonMcp(orchestrator, room_handlers, self._check_call)
+        self.probes = Probes(orchestrator, self.lifecycle)
         self.dispatcher = Dispatcher(
             gate,
             http={
@@ -131,6 +133,7 @@ class DaemonApi:
                 "create_token": self.handle_create_token,
                 "revoke_token": self.handle_revoke_token,
                 "mcp": self.mcp.handle_http,
+                **self.probes.http_handlers(),
                 **room_handlers,
                 **(more_http or {}),
             },
@@ -156,6 +159,7 @@ class DaemonApi:
     @cluster.setter
     def cluster(self, cluster: Any) -> None:
         self._cluster = cluster
+        self.probes.cluster = cluster
         self.agents.holder = None if cluster is None else cluster.holder
 
     async def handle_health(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:

@@ -1,0 +1,210 @@
+"""The process's own tallies: plain counters and histograms the call path updates.
+
+The call path must not pay for a metrics library on every call (an in-process
+call costs ~25 µs; a lock, a label lookup and a bucket loop per update would be
+a tenth of that), so the hooks only add to plain numbers here, keyed by tuples
+of *bounded* label values. ``mesh serve`` turns them into the Prometheus text
+format at scrape time (``mesh/daemon/_metrics.py``); nothing here imports a
+metrics library, and a process that never scrapes pays a few additions per call.
+
+Label values are bounded where they are made: an agent label is an agent the
+process has a link or a registration for (or ``"(unknown)"``), a method label is
+one of :data:`KNOWN_METHODS` (or ``"(other)"``), a status is an error code's
+name. No request id, room id or argument ever becomes a label (docs/observability.md).
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections.abc import Iterator
+from typing import Final
+
+from mesh._errors import ErrorCode
+
+__all__ = [
+    "CALL_BUCKETS",
+    "KNOWN_METHODS",
+    "METRICS",
+    "Histogram",
+    "Metrics",
+    "Tally",
+    "method_label",
+    "status_label",
+]
+
+#: Seconds: a loopback call takes tens of microseconds, an LLM turn tens of seconds.
+CALL_BUCKETS: Final = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+)
+#: How many agents a broadcast went to.
+FANOUT_BUCKETS: Final = (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0)
+
+#: The methods that get a label of their own; any other method counts as "(other)",
+#: since a client may send any string as a method.
+KNOWN_METHODS: Final = frozenset(
+    {
+        "tools/call",
+        "tools/list",
+        "ping",
+        "initialize",
+        "mesh/call",
+        "room/turn",
+        "room/persona",
+        "resources/list",
+        "resources/read",
+        "prompts/list",
+        "prompts/get",
+    }
+)
+
+#: The error codes' names by number: with "OK" and "ERROR", every status label there is.
+_STATUS: Final = {c.value: c.name for c in ErrorCode}
+
+
+def method_label(method: str) -> str:
+    return method if method in KNOWN_METHODS else "(other)"
+
+
+def status_label(code: int | None) -> str:
+    """``"OK"`` for success, else the error code's name (``"TIMEOUT"``), else ``"ERROR"``."""
+    if code is None:
+        return "OK"
+    return _STATUS.get(code, "ERROR")
+
+
+class Tally:
+    """A counter per tuple of label values."""
+
+    __slots__ = ("help", "labels", "name", "values")
+
+    def __init__(self, name: str, help: str, labels: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.help = help
+        self.labels = labels
+        self.values: dict[tuple[str, ...], float] = {}
+
+    def add(self, key: tuple[str, ...] = (), amount: float = 1.0) -> None:
+        values = self.values
+        values[key] = values.get(key, 0.0) + amount
+
+
+class Histogram:
+    """Bucket counts (not cumulative) and a sum per tuple of label values."""
+
+    __slots__ = ("buckets", "help", "labels", "name", "series")
+
+    def __init__(
+        self, name: str, help: str, labels: tuple[str, ...], buckets: tuple[float, ...]
+    ) -> None:
+        self.name = name
+        self.help = help
+        self.labels = labels
+        self.buckets = buckets
+        #: key -> [count per bucket..., count above the last bucket, sum]
+        self.series: dict[tuple[str, ...], list[float]] = {}
+
+    def observe(self, key: tuple[str, ...], value: float) -> None:
+        series = self.series.get(key)
+        if series is None:
+            series = self.series[key] = [0.0] * (len(self.buckets) + 2)
+        series[bisect_left(self.buckets, value)] += 1
+        series[-1] += value
+
+    def cumulative(self) -> Iterator[tuple[tuple[str, ...], list[float], float, float]]:
+        """(key, cumulative counts per bucket, count, sum) for each series."""
+        for key, series in list(self.series.items()):
+            running, counts = 0.0, []
+            for n in series[:-2]:
+                running += n
+                counts.append(running)
+            count = running + series[-2]
+            yield key, counts, count, series[-1]
+
+
+class Metrics:
+    """Every tally the mesh keeps, one per process."""
+
+    def __init__(self) -> None:
+        self.calls = Histogram(
+            "mesh_rpc_client_duration_seconds",
+            "Calls this process made to agents, by agent, method and status (OK or the"
+            " error code's name): TIMEOUT, CANCELLED and the other codes are the failures",
+            ("agent", "method", "status"),
+            CALL_BUCKETS,
+        )
+        self.served = Histogram(
+            "mesh_rpc_server_duration_seconds",
+            "Requests this process answered, by the surface they came in on"
+            " (http, mcp, agent, cluster), method and status",
+            ("surface", "method", "status"),
+            CALL_BUCKETS,
+        )
+        self.in_flight = {"client": 0, "server": 0}
+        self.reconnects = Tally(
+            "mesh_link_reconnects_total",
+            "Links to agents that dropped and redialled",
+            ("transport",),
+        )
+        self.heartbeat_misses = Tally(
+            "mesh_heartbeat_misses_total",
+            "Agents that went stale: no heartbeat within their interval",
+        )
+        self.expirations = Tally(
+            "mesh_registry_expirations_total",
+            "Agents the registry marked offline or removed when their TTL passed",
+            ("kind",),
+        )
+        self.fanout = Histogram(
+            "mesh_broadcast_fanout", "How many agents each broadcast went to", (), FANOUT_BUCKETS
+        )
+        #: frames in, bytes in, frames out, bytes out: updated by every session.
+        self.wire = [0, 0, 0, 0]
+        self.turns = Tally(
+            "mesh_room_turns_total", "Room turns taken, by how they ended", ("outcome",)
+        )
+        self.turn_seconds = Histogram(
+            "mesh_room_turn_duration_seconds", "How long each room turn took", (), CALL_BUCKETS
+        )
+        self.room_stops = Tally(
+            "mesh_room_stops_total", "Rooms that stopped, by why they stopped", ("reason",)
+        )
+        self.tokens = Tally(
+            "mesh_provider_tokens_total",
+            "Tokens LLM providers reported, by provider, model and type (input or output)",
+            ("provider", "model", "type"),
+        )
+        self.nats_reconnects = Tally(
+            "mesh_cluster_nats_reconnects_total", "Times this daemon's NATS connection came back"
+        )
+        self.remote_calls = Histogram(
+            "mesh_cluster_remote_call_duration_seconds",
+            "Calls this daemon sent over NATS to an agent another daemon holds, by status",
+            ("status",),
+            CALL_BUCKETS,
+        )
+
+
+#: The process's tallies (a daemon serves them on ``/metrics``).
+METRICS: Final = Metrics()
+
+#: The clock durations are measured with (monotonic, sub-microsecond).
+clock: Final = time.perf_counter

@@ -1,0 +1,74 @@
+"""What the orchestrator tells the process's metrics (and, with tracing, its spans).
+
+Kept apart so the call path has one small hook: :func:`observe_call` around
+:meth:`~mesh.MeshOrchestrator.call`, through which every surface's calls pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import TracebackType
+
+from mesh._errors import ErrorCode, MeshError
+from mesh._metrics import METRICS, clock, method_label, status_label
+from mesh._orchestrator.view import Link
+from registry import AgentStatus, ChangeKind, StatusChange
+
+__all__ = ["count_status_change", "link_counts", "observe_call"]
+
+#: The agent label of a call to an agent nobody knows: its name is the caller's string.
+UNKNOWN_AGENT = "(unknown)"
+
+
+class observe_call:
+    """Times one call into ``mesh_rpc_client_duration_seconds`` and counts it in flight."""
+
+    __slots__ = ("_agent", "_knows", "_method", "_started")
+
+    def __init__(self, agent: str, method: str, knows: Callable[[str], bool]) -> None:
+        self._agent = agent
+        self._method = method
+        self._knows = knows
+        self._started = 0.0
+
+    def __enter__(self) -> None:
+        METRICS.in_flight["client"] += 1
+        self._started = clock()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        elapsed = clock() - self._started
+        METRICS.in_flight["client"] -= 1
+        if exc is None:
+            code = None
+        elif isinstance(exc, MeshError):
+            code = exc.code
+        elif isinstance(exc, Exception):
+            code = ErrorCode.INTERNAL_ERROR
+        else:  # the caller's scope was cancelled (a client gone, a deadline of its own)
+            code = ErrorCode.CANCELLED
+        agent = self._agent if self._knows(self._agent) else UNKNOWN_AGENT
+        METRICS.calls.observe((agent, method_label(self._method), status_label(code)), elapsed)
+
+
+def count_status_change(change: StatusChange) -> None:
+    """Heartbeat misses (an agent went stale) and expirations (its TTL passed)."""
+    if change.kind is ChangeKind.STALE:
+        METRICS.heartbeat_misses.add()
+    elif change.kind is ChangeKind.OFFLINE and change.old is AgentStatus.STALE:
+        METRICS.expirations.add(("offline",))
+    elif change.kind is ChangeKind.REMOVED:
+        METRICS.expirations.add(("removed",))
+
+
+def link_counts(links: Mapping[str, Link]) -> dict[tuple[str, str], int]:
+    """How many links there are by (transport, status): ``connected`` or why not."""
+    counts: dict[tuple[str, str], int] = {}
+    for link in links.values():
+        key = (link.spec.transport, "connected" if link.connected else link.status())
+        counts[key] = counts.get(key, 0) + 1
+    return counts
