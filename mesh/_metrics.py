@@ -18,9 +18,10 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Iterator
+from types import TracebackType
 from typing import Final
 
-from mesh._errors import ErrorCode
+from mesh._errors import ErrorCode, MeshError
 
 __all__ = [
     "CALL_BUCKETS",
@@ -30,7 +31,10 @@ __all__ = [
     "Metrics",
     "Tally",
     "method_label",
+    "served",
     "status_label",
+    "status_of",
+    "timed",
 ]
 
 #: Seconds: a loopback call takes tens of microseconds, an LLM turn tens of seconds.
@@ -178,19 +182,20 @@ class Metrics:
         )
         #: frames in, bytes in, frames out, bytes out: updated by every session.
         self.wire = [0, 0, 0, 0]
-        self.turns = Tally(
-            "mesh_room_turns_total", "Room turns taken, by how they ended", ("outcome",)
-        )
         self.turn_seconds = Histogram(
-            "mesh_room_turn_duration_seconds", "How long each room turn took", (), CALL_BUCKETS
+            "mesh_room_turn_duration_seconds",
+            "Room turns (the speaking agent's room/turn call), by outcome: spoken or failed",
+            ("outcome",),
+            CALL_BUCKETS,
         )
         self.room_stops = Tally(
             "mesh_room_stops_total", "Rooms that stopped, by why they stopped", ("reason",)
         )
         self.tokens = Tally(
             "mesh_provider_tokens_total",
-            "Tokens LLM providers reported, by provider, model and type (input or output)",
-            ("provider", "model", "type"),
+            "Tokens the persona agents' providers reported for room turns, by agent and type"
+            " (input or output)",
+            ("agent", "type"),
         )
         self.nats_reconnects = Tally(
             "mesh_cluster_nats_reconnects_total", "Times this daemon's NATS connection came back"
@@ -208,3 +213,50 @@ METRICS: Final = Metrics()
 
 #: The clock durations are measured with (monotonic, sub-microsecond).
 clock: Final = time.perf_counter
+
+
+def status_of(exc: BaseException | None) -> str:
+    """The status label of how a call ended: OK, an error code's name, or CANCELLED."""
+    if exc is None:
+        return "OK"
+    if isinstance(exc, MeshError):
+        return status_label(exc.code)
+    if isinstance(exc, Exception):
+        return "INTERNAL_ERROR"
+    return "CANCELLED"  # the caller's scope was cancelled (a client gone, its own deadline)
+
+
+class timed:  # a context manager, named like the function it reads as
+    """Times what runs inside into ``histogram`` under ``labels`` + (status,).
+
+    ``side`` ("client" or "server") is counted in flight meanwhile, when given.
+    """
+
+    __slots__ = ("_histogram", "_labels", "_side", "_started")
+
+    def __init__(self, histogram: Histogram, labels: tuple[str, ...], side: str | None) -> None:
+        self._histogram = histogram
+        self._labels = labels
+        self._side = side
+        self._started = 0.0
+
+    def __enter__(self) -> None:
+        if self._side is not None:
+            METRICS.in_flight[self._side] += 1
+        self._started = clock()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        elapsed = clock() - self._started
+        if self._side is not None:
+            METRICS.in_flight[self._side] -= 1
+        self._histogram.observe((*self._labels, status_of(exc)), elapsed)
+
+
+def served(surface: str, method: str) -> timed:
+    """Times a request this process answers on ``surface`` (http, mcp, agent, cluster)."""
+    return timed(METRICS.served, (surface, method_label(method)), "server")

@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from types import TracebackType
 
-from mesh._errors import ErrorCode, MeshError
-from mesh._metrics import METRICS, clock, method_label, status_label
+from mesh._metrics import METRICS, clock, method_label, status_of
 from mesh._orchestrator.view import Link
 from registry import AgentStatus, ChangeKind, StatusChange
 
@@ -43,16 +42,8 @@ class observe_call:
     ) -> None:
         elapsed = clock() - self._started
         METRICS.in_flight["client"] -= 1
-        if exc is None:
-            code = None
-        elif isinstance(exc, MeshError):
-            code = exc.code
-        elif isinstance(exc, Exception):
-            code = ErrorCode.INTERNAL_ERROR
-        else:  # the caller's scope was cancelled (a client gone, a deadline of its own)
-            code = ErrorCode.CANCELLED
         agent = self._agent if self._knows(self._agent) else UNKNOWN_AGENT
-        METRICS.calls.observe((agent, method_label(self._method), status_label(code)), elapsed)
+        METRICS.calls.observe((agent, method_label(self._method), status_of(exc)), elapsed)
 
 
 def count_status_change(change: StatusChange) -> None:

@@ -13,6 +13,7 @@ import msgspec
 
 from mesh._errors import InvalidParams, MethodNotFound
 from mesh._logging import get_logger
+from mesh._metrics import served
 from mesh._orchestrator.access import check_agent_call, check_relayable
 from mesh._rpc.peer import Peer, RequestContext
 from mesh.manifests._types import AccessSection
@@ -70,7 +71,10 @@ class Router:
                 method=route.method,
             )
         log.debug("mesh.route", to=route.agent, method=route.method)
-        return await self._mesh.call(route.agent, route.method, route.params, timeout=route.timeout)
+        with served("agent", route.method):
+            return await self._mesh.call(
+                route.agent, route.method, route.params, timeout=route.timeout
+            )
 
     def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:
         log.debug("mesh.notification", method=method)

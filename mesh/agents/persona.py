@@ -160,7 +160,12 @@ class PersonaAgent(Agent):
             raise ToolError(str(exc), data={"type": type(exc).__name__}) from exc
         finally:
             seat.busy = False
-        reply = TurnReply(room_id=request.room_id, turn=request.turn, text=completion.text.strip())
+        reply = TurnReply(
+            room_id=request.room_id,
+            turn=request.turn,
+            text=completion.text.strip(),
+            usage=completion.usage,
+        )
         seat.reply = reply
         return reply
 

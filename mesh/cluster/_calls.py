@@ -39,6 +39,7 @@ from mesh._errors import (
     error_from_code,
 )
 from mesh._logging import get_logger
+from mesh._metrics import METRICS, served, timed
 from mesh._rpc.caller import CallMethods, ProgressCallback
 from mesh._rpc.session import SessionStatistics
 from mesh.cluster._errors import ClusterError
@@ -217,21 +218,22 @@ class RemoteCalls:
             origin=self._names.daemon,
             caller=caller,
         )
-        try:
-            await self._link.publish(
-                self._names.calls(holder), ENCODER.encode(request), reply=reply
-            )
-            self.calls_sent += 1
-            await self._wait(pending, timeout, holder, agent, method)
-        except BaseException:
-            if not pending.finished:
-                await self._cancel(holder, reply)
-            raise
-        finally:
-            self._pending.pop(reply, None)
-        if pending.error is not None:
-            raise pending.error
-        return pending.result
+        with timed(METRICS.remote_calls, (), None):
+            try:
+                await self._link.publish(
+                    self._names.calls(holder), ENCODER.encode(request), reply=reply
+                )
+                self.calls_sent += 1
+                await self._wait(pending, timeout, holder, agent, method)
+            except BaseException:
+                if not pending.finished:
+                    await self._cancel(holder, reply)
+                raise
+            finally:
+                self._pending.pop(reply, None)
+            if pending.error is not None:
+                raise pending.error
+            return pending.result
 
     def _pending_for(
         self, reply: str, holder: str, agent: str, on_progress: ProgressCallback | None
@@ -406,14 +408,15 @@ class RemoteCalls:
                 self._tasks.start_soon(self._send, reply, CallProgress(params=dict(params)))
 
         try:
-            self._check(request)
-            result = await self._local.call(
-                request.agent,
-                request.method,
-                request.params,
-                timeout=request.timeout,
-                on_progress=progress,
-            )
+            with served("cluster", request.method):
+                self._check(request)
+                result = await self._local.call(
+                    request.agent,
+                    request.method,
+                    request.params,
+                    timeout=request.timeout,
+                    on_progress=progress,
+                )
         except MeshError as exc:
             exc.with_context(agent=request.agent, method=request.method)
             return CallFailed(

@@ -27,6 +27,7 @@ from mesh._errors import (
     MessageTooLarge,
 )
 from mesh._logging import get_logger
+from mesh._metrics import served
 from mesh._orchestrator.access import check_client_call, check_relayable
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.spec import Outcome
@@ -205,10 +206,11 @@ class DaemonApi:
         self.calls_in_flight += 1
         started = anyio.current_time()
         try:
-            self._check_call(who, call.agent, call.method, "/rpc")
-            result = await self._mesh.call(
-                call.agent, call.method, call.params, timeout=call.timeout
-            )
+            with served("http", call.method):
+                self._check_call(who, call.agent, call.method, "/rpc")
+                result = await self._mesh.call(
+                    call.agent, call.method, call.params, timeout=call.timeout
+                )
         except MeshError as exc:
             return _mesh_error(exc, known=self._mesh.knows(call.agent))
         finally:

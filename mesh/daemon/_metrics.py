@@ -98,7 +98,6 @@ class MeshCollector:
             METRICS.reconnects,
             METRICS.heartbeat_misses,
             METRICS.expirations,
-            METRICS.turns,
             METRICS.room_stops,
             METRICS.tokens,
             METRICS.nats_reconnects,
@@ -110,10 +109,10 @@ class MeshCollector:
     def _forget_gone_agents(self) -> None:
         """Series of agents this daemon no longer knows go, so agents that come and go
         do not grow the exposition for ever (the agent label is bounded by the registry)."""
-        series = METRICS.calls.series
-        gone = [k for k in series if k[0] != _UNKNOWN_AGENT and not self._mesh.knows(k[0])]
-        for key in gone:
-            del series[key]
+        for series in (METRICS.calls.series, METRICS.tokens.values):
+            gone = [k for k in series if k[0] != _UNKNOWN_AGENT and not self._mesh.knows(k[0])]
+            for key in gone:
+                del series[key]
 
     def _wire(self) -> Iterator[Metric]:
         frames_in, bytes_in, frames_out, bytes_out = METRICS.wire

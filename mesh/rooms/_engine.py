@@ -62,6 +62,7 @@ from mesh.rooms._events import (
     StoppedEvent,
 )
 from mesh.rooms._model import Member, Room, Step, StopReason, TurnReply, TurnRequest
+from mesh.rooms._observe import clock, count_stop, count_turn, count_usage
 from mesh.rooms._people import Desk
 from mesh.rooms._perspective import build_turn_request
 from mesh.rooms._policy import TurnPlan, next_turn
@@ -251,6 +252,7 @@ class RoomRunner:
                 assert self._requested is not None  # only a request cancels our own scope
                 verdict = self._requested
             self.verdict = verdict
+            count_stop(verdict.reason)
             self._finishing = True
             log.info("room.stopped", room=self._room.id, reason=str(verdict.reason))
             await self._journal.emit(
@@ -289,7 +291,9 @@ class RoomRunner:
                     return verdict
                 continue
             request = build_turn_request(self._room, transcript, plan)
+            started = clock()
             text, error, code = await self._attempt(request)
+            count_turn(started, text is not None)
             if text is None:
                 if await self._went_away(plan.speaker.id):
                     continue  # not the turn's fault: wait for the member instead
@@ -343,6 +347,7 @@ class RoomRunner:
             return None, f"the agent dropped the turn: {reply.reason or 'no reason given'}", None
         if not reply.text.strip():
             return None, "the agent replied with no text", None
+        count_usage(request.agent_id, reply.usage)
         return reply.text, "", None
 
     def opening(self) -> DeltaEvent | None:

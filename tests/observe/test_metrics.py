@@ -3,6 +3,8 @@ that a real Prometheus server scrapes it; and the public probes ``/healthz`` ``/
 
 from __future__ import annotations
 
+import json
+import re
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -12,12 +14,17 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from mesh.rooms import MessageEvent, StoppedEvent
 from mesh.testing import Daemon, spawn_daemon
+from tests.integration._daemon import persona_manifest
 from tests.integration.test_daemon import rpc, stdio_manifest, write
 from tests.integration.test_daemon_auth import create_token
+from tests.integration.test_daemon_rooms import watch_room
 from tests.observe._prometheus import promtool_check, query, run_prometheus, wait_for
 
 pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -135,3 +142,44 @@ async def test_probes_are_public_and_say_only_ok(tmp_path: Path) -> None:
         await daemon.wait_online("echo")
         assert await probe(daemon, "/healthz") == (200, {"status": "ok"})
         assert await probe(daemon, "/readyz") == (200, {"status": "ready"})
+
+
+async def test_room_turns_stops_and_tokens_are_counted(tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    persona_manifest(manifests, "alice", "Alice", ["Tea keeps me calm.", "Both, then."], 0.0)
+    persona_manifest(manifests, "bob", "Bob", ["Coffee wakes me up.", "Agreed."], 0.0)
+    async with spawn_daemon(manifests) as daemon:
+        await daemon.wait_online("alice", "bob")
+        spec = {"id": "tea", "topic": "Tea?", "members": ["alice", "bob"]}
+        spec["limits"] = {"max_turns": 4}
+        async with daemon.client() as http:
+            assert (await http.post("/rooms", json=spec)).status_code == 201
+        events = await watch_room(daemon, "tea", lambda e: isinstance(e, StoppedEvent))
+        assert daemon.token is not None
+        found = samples((await scrape(daemon, daemon.token)).text)
+    said = [e for e in events if isinstance(e, MessageEvent)]
+    assert value(found, "mesh_room_turn_duration_seconds_count", outcome="spoken") == len(said)
+    assert value(found, "mesh_room_stops_total", reason=str(events[-1].reason)) == 1
+    words = sum(len(e.text.split()) for e in said if e.agent_id == "alice")
+    assert value(found, "mesh_provider_tokens_total", agent="alice", type="output") == words
+    assert value(found, "mesh_provider_tokens_total", agent="bob", type="input") > 0
+    assert "tea" not in {v for key in found for _, v in key[1]}  # no room id as a label
+
+
+async def test_the_dashboard_asks_only_for_metrics_the_daemon_serves(tmp_path: Path) -> None:
+    async with spawn_daemon(tmp_path) as daemon:
+        assert daemon.token is not None
+        exposition = (await scrape(daemon, daemon.token)).text
+    served = set()
+    for family in text_string_to_metric_families(exposition):
+        suffixes = {"histogram": ("_bucket", "_count", "_sum"), "counter": ("_total",)}
+        served |= {family.name, *(family.name + s for s in suffixes.get(family.type, ()))}
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    asked = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\bmesh_[a-z_]+", target["expr"])
+    }
+    assert asked and asked <= served, asked - served
