@@ -151,8 +151,8 @@ async def test_room_turns_stops_and_tokens_are_counted(tmp_path: Path) -> None:
     persona_manifest(manifests, "bob", "Bob", ["Coffee wakes me up.", "Agreed."], 0.0)
     async with spawn_daemon(manifests) as daemon:
         await daemon.wait_online("alice", "bob")
-        spec = {"id": "tea", "topic": "Tea?", "members": ["alice", "bob"]}
-        spec["limits"] = {"max_turns": 4}
+        limits = {"max_turns": 4}
+        spec = {"id": "tea", "topic": "Tea?", "members": ["alice", "bob"], "limits": limits}
         async with daemon.client() as http:
             assert (await http.post("/rooms", json=spec)).status_code == 201
         events = await watch_room(daemon, "tea", lambda e: isinstance(e, StoppedEvent))
