@@ -28,6 +28,7 @@ WINGS = (
     Wing("mesh._metrics", 2),  # the process's tallies: uses the error codes
     Wing("mesh.protocol", 2),
     Wing("mesh.providers", 3),
+    Wing("mesh._tracing", 3),  # spans: uses the tallies' status names
     Wing("mesh._rpc", 4),
     Wing("mesh._sdk", 5),
     Wing("mesh.manifests", 5),

@@ -127,6 +127,8 @@ class IncomingRequest:
     id: RequestId
     method: str
     params: Any
+    #: The caller's span, (traceparent, tracestate), when the caller traces.
+    trace: tuple[str, str | None] | None = None
 
 
 @dataclass(slots=True)
@@ -266,13 +268,27 @@ class Session:
         now: float,
         timeout: float | None = None,
         request_id: RequestId | None = None,
+        trace: tuple[str, str | None] | None = None,
     ) -> RequestId:
-        """Queue a request; returns its id. Raises if closed or the frame is too large."""
+        """Queue a request; returns its id. Raises if closed or the frame is too large.
+
+        ``trace`` is the caller's span as (traceparent, tracestate), carried in the message.
+        """
         if self._close_error is not None:
             raise self._lost(method)
         rid = request_id or new_request_id()
         payload = RequestPayload(method=method, params=params)
-        frame = self._codec.encode(Request(id=rid, timestamp=now_ms(), payload=payload))
+        if trace is None:
+            request = Request(id=rid, timestamp=now_ms(), payload=payload)
+        else:
+            request = Request(
+                id=rid,
+                timestamp=now_ms(),
+                payload=payload,
+                traceparent=trace[0],
+                tracestate=trace[1],
+            )
+        frame = self._codec.encode(request)
         if len(frame) > self._frame_limit:
             raise self._too_large(len(frame), _describe(method, params))
         if timeout is None:
@@ -580,7 +596,10 @@ class Session:
             return []
         method = message.payload.method
         self._incoming[rid] = method
-        return [IncomingRequest(rid, method, message.payload.params)]
+        if message.traceparent is None:
+            return [IncomingRequest(rid, method, message.payload.params)]
+        trace = (message.traceparent, message.tracestate)
+        return [IncomingRequest(rid, method, message.payload.params, trace)]
 
     def _handle_notification(self, message: Notification, now: float) -> list[Event]:
         self._stats.notifications_received += 1

@@ -32,6 +32,7 @@ from mesh._orchestrator.access import check_client_call, check_relayable
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.spec import Outcome
 from mesh._orchestrator.view import LINK_STATUSES
+from mesh._tracing import serving, trace_from
 from mesh.daemon._agents import AgentRoutes
 from mesh.daemon._auth import Gate, Identity
 from mesh.daemon._lifecycle import Lifecycle
@@ -206,7 +207,8 @@ class DaemonApi:
         self.calls_in_flight += 1
         started = anyio.current_time()
         try:
-            with served("http", call.method):
+            trace = trace_from(dict(request.headers))
+            with served("http", call.method), serving(call.method, trace, agent=call.agent):
                 self._check_call(who, call.agent, call.method, "/rpc")
                 result = await self._mesh.call(
                     call.agent, call.method, call.params, timeout=call.timeout

@@ -1,0 +1,70 @@
+"""Spans in one process: the orchestrator's CLIENT span, the agent's SERVER span, the tool's
+own span beneath it, all one trace; and none at all with tracing off."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.trace import SpanKind, StatusCode
+
+from mesh import Agent, AgentSpec, MeshOrchestrator, _tracing, local_connector
+from mesh.protocol import MESH_CODEC, Request, RequestPayload
+from tests.observe._spans import by_name, one_trace, parent_of, traced
+
+pytestmark = pytest.mark.anyio
+
+
+def worker() -> Agent:
+    agent = Agent("worker")
+
+    @agent.tool
+    async def work(message: str) -> str:
+        with _tracing.tracer().start_as_current_span("the tool's own work"):
+            return message.upper()
+
+    @agent.tool
+    def fail(message: str) -> str:
+        raise ValueError("no")
+
+    return agent
+
+
+async def test_one_call_is_one_trace_and_the_tool_span_is_a_child() -> None:
+    with traced() as (_, exporter):
+        async with MeshOrchestrator([AgentSpec("worker", local_connector(worker()))]) as mesh:
+            assert await mesh.call_tool("worker", "work", {"message": "hi"}) == "HI"
+        spans = exporter.get_finished_spans()
+    one_trace(spans)
+    own = by_name(spans, "the tool's own work")
+    server = parent_of(spans, own)
+    client = parent_of(spans, server)
+    assert (server.kind, client.kind) == (SpanKind.SERVER, SpanKind.CLIENT)
+    assert server.name == client.name == "tools/call"
+    assert client.attributes is not None and server.attributes is not None
+    assert client.attributes["rpc.system.name"] == "agent_mesh"
+    assert client.attributes["rpc.method"] == "tools/call"
+    assert client.attributes["server.address"] == "worker"
+    assert client.attributes["rpc.response.status_code"] == "OK"
+    assert server.attributes["server.address"] == "worker"
+    assert not any("hi" in str(v) for s in spans for v in (s.attributes or {}).values())
+
+
+async def test_a_failed_call_says_its_code_not_its_message() -> None:
+    with traced() as (_, exporter):
+        async with MeshOrchestrator([AgentSpec("worker", local_connector(worker()))]) as mesh:
+            with pytest.raises(Exception, match="no"):
+                await mesh.call_tool("worker", "fail", {"message": "secret"})
+        spans = exporter.get_finished_spans()
+    client = next(s for s in spans if s.kind is SpanKind.CLIENT)
+    assert client.status.status_code is StatusCode.ERROR
+    assert client.attributes is not None
+    assert client.attributes["error.type"] == "TOOL_ERROR"
+    assert "secret" not in repr([s.to_json() for s in spans])
+
+
+async def test_tracing_off_adds_no_spans_and_nothing_to_the_wire() -> None:
+    assert not _tracing.active()
+    async with MeshOrchestrator([AgentSpec("worker", local_connector(worker()))]) as mesh:
+        assert await mesh.call_tool("worker", "work", {"message": "hi"}) == "HI"
+    assert _tracing.outgoing() is None
+    request = Request(id="x", timestamp=1, payload=RequestPayload(method="ping"))
+    assert b"trace" not in MESH_CODEC.encode(request)
