@@ -137,6 +137,19 @@ def _rpc_attributes(method: str, agent: str | None, system: str) -> dict[str, An
     return attributes
 
 
+def _mcp_naming(method: str, params: Any) -> tuple[str, str, dict[str, Any]]:
+    """An MCP request's span name (``tools/call shout``), system and attributes, as the
+    MCP SDK names its own (the tool's name, never its arguments)."""
+    attributes: dict[str, Any] = {"mcp.method.name": method}
+    target = params.get("name") if isinstance(params, dict) else None
+    if not isinstance(target, str) or len(target) > 256:
+        return method, "jsonrpc", attributes
+    if method == "tools/call":
+        attributes["gen_ai.operation.name"] = "execute_tool"
+        attributes["gen_ai.tool.name"] = target
+    return f"{method} {target}", "jsonrpc", attributes
+
+
 def end(span: Span, exc: BaseException | None) -> None:
     """Record how the call ended (status code, error type; never the message) and end it."""
     status = status_of(exc)
@@ -187,12 +200,17 @@ class server_span:
         agent: str | None = None,
         system: str = SYSTEM,
         attributes: Mapping[str, Any] | None = None,
+        mcp_params: Any = None,
     ) -> None:
+        name = method
+        if mcp_params is not None:  # an MCP request: MCP's own conventions on top
+            name, system, mcp = _mcp_naming(method, mcp_params)
+            attributes = {**mcp, **(attributes or {})}
         attrs = _rpc_attributes(method, agent, system)
         if attributes:
             attrs.update(attributes)
         self.span = tracer().start_span(
-            method, context=_parent(trace), kind=SpanKind.SERVER, attributes=attrs
+            name, context=_parent(trace), kind=SpanKind.SERVER, attributes=attrs
         )
         self._context = _trace.set_span_in_context(self.span)
         self._token: Any = None

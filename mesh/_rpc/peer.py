@@ -613,7 +613,10 @@ def _start_traced(
     own spans, a tool's included, are its children)."""
     agent = getattr(handler, "id", None)  # an SDK Agent answering: it is the server
     served = server_span(
-        request.method, request.trace, agent=agent if isinstance(agent, str) else None
+        request.method,
+        request.trace,
+        agent=agent if isinstance(agent, str) else None,
+        mcp_params=request.params if session.codec.name == "mcp" else None,
     )
     with served.current():
         try:

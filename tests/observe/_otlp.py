@@ -112,12 +112,31 @@ async def open_receiver() -> AsyncIterator[Receiver]:
         yield receiver
 
 
-def chain(spans: list[ReceivedSpan], leaf: ReceivedSpan) -> list[ReceivedSpan]:
-    """``leaf`` and its ancestors up to the root, root first (fails on a missing parent)."""
+def chain(spans: list[ReceivedSpan], leaf: ReceivedSpan, outside: str = "") -> list[ReceivedSpan]:
+    """``leaf`` and its ancestors up to the root, root first (fails on a missing parent).
+
+    ``outside`` is a span id known elsewhere (the test's own root): the chain stops there.
+    """
     by_id = {s.span_id: s for s in spans}
     path = [leaf]
-    while path[-1].parent_id:
+    while path[-1].parent_id and path[-1].parent_id != outside:
         parent = by_id.get(path[-1].parent_id)
         assert parent is not None, f"the parent of {path[-1].name} never arrived"
         path.append(parent)
     return path[::-1]
+
+
+def has_chain(
+    spans: list[ReceivedSpan], leaf: Callable[[ReceivedSpan], bool], outside: str
+) -> bool:
+    """Whether a span ``leaf`` accepts has arrived with every ancestor up to ``outside``."""
+    by_id = {s.span_id: s for s in spans}
+    for span in filter(leaf, spans):
+        while span.parent_id and span.parent_id != outside:
+            parent = by_id.get(span.parent_id)
+            if parent is None:
+                break
+            span = parent
+        else:
+            return True
+    return False

@@ -5,14 +5,16 @@ and HTTP; the tool's own span under the agent's SERVER span; across two daemons 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import anyio
 import pytest
 
-from mesh.testing import Daemon, spawn_daemon
-from tests.observe._otlp import ReceivedSpan, Receiver, chain, open_receiver
+from mesh.testing import Daemon, spawn_daemon, spawn_echo_server
+from tests.observe._otlp import ReceivedSpan, Receiver, chain, has_chain, open_receiver
+from tests.observe._spans import by_name, traced
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -54,25 +56,14 @@ async def mesh_call(daemon: Daemon, receiver: Receiver, agent: str, message: str
     assert json.loads(done.stdout) == {"message": message.upper()}
 
 
-def the_tool_span(spans: list[ReceivedSpan]) -> bool:
-    return any(s.name == "the tool's own work" for s in spans)
+def the_tool_span(span: ReceivedSpan) -> bool:
+    return span.name == "the tool's own work"
 
 
-async def the_whole_trace(receiver: Receiver, *services: str) -> list[ReceivedSpan]:
-    """Every span of the call's trace, once the CLI's root span and the tool's span are in."""
-
-    def complete(spans: list[ReceivedSpan]) -> bool:
-        tool = [s for s in spans if s.name == "the tool's own work"]
-        if not tool:
-            return False
-        ours = {s.service for s in spans if s.trace_id == tool[0].trace_id}
-        return set(services) <= ours and any(
-            s.service == "mesh-cli" and not s.parent_id for s in spans
-        )
-
-    spans = await receiver.wait_for(complete)
-    tool = next(s for s in spans if s.name == "the tool's own work")
-    return chain(spans, tool)
+async def the_whole_trace(receiver: Receiver) -> list[ReceivedSpan]:
+    """The tool's span and every ancestor up to its root, once all of them have arrived."""
+    spans = await receiver.wait_for(lambda got: has_chain(got, the_tool_span, ""))
+    return chain(spans, next(filter(the_tool_span, spans)))
 
 
 def assert_hops(path: list[ReceivedSpan], agent: str) -> None:
@@ -103,5 +94,99 @@ async def test_mesh_call_to_a_stdio_agent_is_one_trace(
         async with spawn_daemon(tmp_path) as daemon:
             await daemon.wait_online("worker")
             await mesh_call(daemon, receiver, "worker", SECRET)
-            path = await the_whole_trace(receiver, "mesh-cli", "mesh-daemon", "worker")
+            path = await the_whole_trace(receiver)
     assert_hops(path, "worker")
+
+
+async def test_over_websocket_dial_in_is_one_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_receiver() as receiver:
+        manifest = 'id = "dialer"\n[transport]\ntype = "dial-in"\ntoken_env = "DIALER_TOKEN"\n'
+        (tmp_path / "dialer.toml").write_text(manifest)
+        for key, value in receiver.environment("mesh-daemon").items():
+            monkeypatch.setenv(key, value)
+        env = {"DIALER_TOKEN": "dial-in-token-for-tests"}
+        async with spawn_daemon(tmp_path, env=env) as daemon:
+            command = [sys.executable, "-m", AGENT_MODULE, "--connect", daemon.ws]
+            command += ["--token-env", "DIALER_TOKEN", "--id", "dialer"]
+            agent_env = {**os.environ, **env, **receiver.environment("dialer")}
+            async with await anyio.open_process(command, env=agent_env, stderr=None) as dialler:
+                try:
+                    await daemon.wait_online("dialer")
+                    await mesh_call(daemon, receiver, "dialer", SECRET)
+                    path = await the_whole_trace(receiver)
+                finally:
+                    dialler.terminate()
+    assert_hops(path, "dialer")
+
+
+async def test_over_http_is_one_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with open_receiver() as receiver:
+        for key, value in receiver.environment("web").items():
+            monkeypatch.setenv(key, value)
+        async with spawn_echo_server(module=AGENT_MODULE, extra_args=["--id", "web"]) as web:
+            manifest = f'id = "web"\n[transport]\ntype = "http"\nendpoint = "{web.http}"\n'
+            (tmp_path / "web.toml").write_text(manifest)
+            monkeypatch.setenv("OTEL_SERVICE_NAME", "mesh-daemon")
+            async with spawn_daemon(tmp_path) as daemon:
+                await daemon.wait_online("web")
+                await mesh_call(daemon, receiver, "web", SECRET)
+                path = await the_whole_trace(receiver)
+    assert_hops(path, "web")
+
+
+def mcp_manifest(receiver: Receiver) -> str:
+    env = {"PYTHONPATH": str(ROOT), **receiver.environment("mcp-peer")}
+    env_table = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
+    return f"""
+id = "peer"
+[transport]
+type = "stdio"
+command = {json.dumps(sys.executable)}
+args = ["-m", "tests.observe.traced_mcp_server"]
+cwd = "{ROOT}"
+protocol = "mcp"
+env = {{ {env_table} }}
+"""
+
+
+def served_by_the_peer(span: ReceivedSpan) -> bool:
+    return span.service == "mcp-peer" and span.name == "tools/call shout"
+
+
+async def test_an_mcp_client_through_mcp_to_a_mounted_mcp_server_is_one_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcp.client import Client
+
+    from tests.mcp.test_serve import over_http
+
+    async with open_receiver() as receiver:
+        (tmp_path / "peer.toml").write_text(mcp_manifest(receiver))
+        for key, value in receiver.environment("mesh-daemon").items():
+            monkeypatch.setenv(key, value)
+        async with spawn_daemon(tmp_path) as daemon:
+            await daemon.wait_online("peer")
+            with traced() as (provider, exporter):
+                tracer = provider.get_tracer("the MCP client's application")
+                with tracer.start_as_current_span("ask the mesh"):
+                    async with Client(over_http(daemon)) as client:
+                        answer = await client.call_tool("peer__shout", {"text": SECRET})
+            assert answer.structured_content == {"result": SECRET.upper()}
+            root = by_name(exporter.get_finished_spans(), "ask the mesh")
+            outside = f"{root.context.span_id:016x}"
+            spans = await receiver.wait_for(lambda got: has_chain(got, served_by_the_peer, outside))
+    served = next(filter(served_by_the_peer, spans))
+    path = chain(spans, served, outside)
+    hops = [(s.service, s.kind, s.name) for s in path]
+    assert hops == [
+        ("mesh-daemon", "SERVER", "tools/call peer__shout"),
+        ("mesh-daemon", "CLIENT", "tools/call"),
+        ("mesh-daemon", "SERVER", "tools/call"),
+        ("mcp-peer", "SERVER", "tools/call shout"),
+    ], hops
+    assert path[0].parent_id == f"{root.context.span_id:016x}"
+    assert {s.trace_id for s in path} == {f"{root.context.trace_id:032x}"}
+    assert path[0].attributes["gen_ai.tool.name"] == "peer__shout"
+    assert SECRET not in json.dumps([s.attributes for s in path]).lower()
