@@ -305,7 +305,11 @@ def configure_from_environment(service_name: str, environ: Mapping[str, str] | N
         except ImportError:
             return False
         exporter = OTLPSpanExporter()
-    provider = SdkProvider(resource=Resource.create({"service.name": service_name}))
+    named = env.get("OTEL_SERVICE_NAME") or "service.name=" in env.get(
+        "OTEL_RESOURCE_ATTRIBUTES", ""
+    )
+    resource = Resource.create({} if named else {"service.name": service_name})
+    provider = SdkProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(exporter))
     _trace.set_tracer_provider(provider)
     return True

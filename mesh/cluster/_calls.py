@@ -42,6 +42,7 @@ from mesh._logging import get_logger
 from mesh._metrics import METRICS, served, timed
 from mesh._rpc.caller import CallMethods, ProgressCallback
 from mesh._rpc.session import SessionStatistics
+from mesh._tracing import headers_for, outgoing, serving, trace_from
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._link import Message, NatsLink, Watch
 from mesh.cluster._registry import HOLDER, RegistrySync
@@ -221,7 +222,10 @@ class RemoteCalls:
         with timed(METRICS.remote_calls, (), None):
             try:
                 await self._link.publish(
-                    self._names.calls(holder), ENCODER.encode(request), reply=reply
+                    self._names.calls(holder),
+                    ENCODER.encode(request),
+                    reply=reply,
+                    headers=headers_for(outgoing()) or None,  # the caller's span, if traced
                 )
                 self.calls_sent += 1
                 await self._wait(pending, timeout, holder, agent, method)
@@ -388,7 +392,7 @@ class RemoteCalls:
         reply = message.reply
         try:
             with scope:
-                answer = await self._run_request(message.data, reply)
+                answer = await self._run_request(message.data, reply, message.headers)
             if not scope.cancel_called:
                 await self._send(reply, answer)
         finally:
@@ -396,7 +400,7 @@ class RemoteCalls:
             if not self._serving:
                 self._idle.set()
 
-    async def _run_request(self, data: bytes, reply: str) -> CallReply:
+    async def _run_request(self, data: bytes, reply: str, headers: dict[str, str]) -> CallReply:
         try:
             request = CALL_REQUEST.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -408,7 +412,11 @@ class RemoteCalls:
                 self._tasks.start_soon(self._send, reply, CallProgress(params=dict(params)))
 
         try:
-            with served("cluster", request.method):
+            trace = trace_from(headers)
+            with (
+                served("cluster", request.method),
+                serving(request.method, trace, agent=request.agent),
+            ):
                 self._check(request)
                 result = await self._local.call(
                     request.agent,

@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import anyio
 import pytest
 
-from mesh.testing import Daemon, spawn_daemon, spawn_echo_server
+from mesh.testing import Daemon, spawn_daemon, spawn_echo_server, spawn_nats_server
 from tests.observe._otlp import ReceivedSpan, Receiver, chain, has_chain, open_receiver
 from tests.observe._spans import by_name, traced
 
@@ -190,3 +191,38 @@ async def test_an_mcp_client_through_mcp_to_a_mounted_mcp_server_is_one_trace(
     assert {s.trace_id for s in path} == {f"{root.context.trace_id:032x}"}
     assert path[0].attributes["gen_ai.tool.name"] == "peer__shout"
     assert SECRET not in json.dumps([s.attributes for s in path]).lower()
+
+
+async def test_across_two_daemons_on_nats_is_one_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_receiver() as receiver, spawn_nats_server() as nats, AsyncExitStack() as stack:
+        for key, value in receiver.environment("unnamed").items():
+            monkeypatch.setenv(key, value)
+        daemons = {}
+        for name, manifests in (
+            ("a", {"worker.toml": stdio_manifest("worker", receiver)}),
+            ("b", {}),
+        ):
+            directory = tmp_path / name / "manifests"
+            directory.mkdir(parents=True)
+            for file, text in manifests.items():
+                (directory / file).write_text(text)
+            args = ["--nats", nats.url, "--daemon-id", name, "--data-dir", str(tmp_path / name)]
+            env = {"OTEL_SERVICE_NAME": f"daemon-{name}"}
+            daemons[name] = await stack.enter_async_context(
+                spawn_daemon(directory, extra_args=args, env=env)
+            )
+        await daemons["b"].wait_online("worker", timeout=60)
+        await mesh_call(daemons["b"], receiver, "worker", SECRET)
+        path = await the_whole_trace(receiver)
+    hops = [(s.service, s.kind, s.name) for s in path]
+    assert hops == [
+        ("mesh-cli", "CLIENT", "tools/call"),
+        ("daemon-b", "SERVER", "tools/call"),
+        ("daemon-b", "CLIENT", "tools/call"),
+        ("daemon-a", "SERVER", "tools/call"),
+        ("daemon-a", "CLIENT", "tools/call"),
+        ("worker", "SERVER", "tools/call"),
+        ("worker", "INTERNAL", "the tool's own work"),
+    ], hops
