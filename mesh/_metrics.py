@@ -27,6 +27,7 @@ __all__ = [
     "CALL_BUCKETS",
     "KNOWN_METHODS",
     "METRICS",
+    "OTHER",
     "Histogram",
     "Metrics",
     "Tally",
@@ -84,8 +85,12 @@ KNOWN_METHODS: Final = frozenset(
 _STATUS: Final = {c.value: c.name for c in ErrorCode}
 
 
+#: The method label of every method not in :data:`KNOWN_METHODS`.
+OTHER: Final = "(other)"
+
+
 def method_label(method: str) -> str:
-    return method if method in KNOWN_METHODS else "(other)"
+    return method if method in KNOWN_METHODS else OTHER
 
 
 def status_label(code: int | None) -> str:
@@ -126,10 +131,17 @@ class Histogram:
         #: key -> [count per bucket..., count above the last bucket, sum]
         self.series: dict[tuple[str, ...], list[float]] = {}
 
-    def observe(self, key: tuple[str, ...], value: float) -> None:
+    def series_for(self, key: tuple[str, ...]) -> list[float]:
+        """The counts of ``key`` (made empty the first time)."""
         series = self.series.get(key)
         if series is None:
             series = self.series[key] = [0.0] * (len(self.buckets) + 2)
+        return series
+
+    def observe(self, key: tuple[str, ...], value: float) -> None:
+        series = self.series.get(key)
+        if series is None:
+            series = self.series_for(key)
         series[bisect_left(self.buckets, value)] += 1
         series[-1] += value
 
@@ -162,7 +174,10 @@ class Metrics:
             ("surface", "method", "status"),
             CALL_BUCKETS,
         )
-        self.in_flight = {"client": 0, "server": 0}
+        #: Calls this process started: those in flight are these less the finished ones
+        #: (the histogram's count), so a call adds one number as it starts, not two.
+        self.calls_started = [0]
+        self.in_flight = {"server": 0}
         self.reconnects = Tally(
             "mesh_link_reconnects_total",
             "Links to agents that dropped and redialled",

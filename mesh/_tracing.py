@@ -39,6 +39,7 @@ __all__ = [
     "end",
     "environment",
     "headers_for",
+    "operation",
     "outgoing",
     "parent_from_environment",
     "server_span",
@@ -80,12 +81,13 @@ def use_tracer_provider(provider: TracerProvider | None) -> None:
 
 
 def active() -> bool:
-    """Whether spans are made: the API is installed and some tracer provider is set."""
-    if not _API:
-        return False
-    return _override is not None or not isinstance(
-        _trace.get_tracer_provider(), ProxyTracerProvider
-    )
+    """Whether spans are made: the API is installed and some tracer provider is set.
+
+    Asked on every call, so it reads the API's own global rather than calling
+    ``get_tracer_provider()`` (which looks the environment up each time: several
+    times the cost of the rest of this hook).
+    """
+    return _override is not None or (_API and _trace._TRACER_PROVIDER is not None)
 
 
 def tracer() -> Tracer:
@@ -358,3 +360,26 @@ def parent_from_environment(environ: Mapping[str, str] | None = None) -> Iterato
         yield
     finally:
         _context.detach(token)
+
+
+@contextmanager
+def operation(
+    name: str, attributes: Mapping[str, Any], *, client: bool = True
+) -> Iterator[Span | None]:
+    """A span for a GenAI operation (``invoke_agent``, ``chat``), current inside; ``None``
+    when tracing is off. An exception ends it as an error, by its type only."""
+    if not active():
+        yield None
+        return
+    kind = SpanKind.CLIENT if client else SpanKind.INTERNAL
+    made = tracer().start_span(name, kind=kind, attributes=dict(attributes))
+    token = _context.attach(_trace.set_span_in_context(made))
+    try:
+        yield made
+    except BaseException as exc:
+        made.set_attribute("error.type", type(exc).__name__)
+        made.set_status(StatusCode.ERROR, type(exc).__name__)
+        raise
+    finally:
+        _context.detach(token)
+        made.end()

@@ -29,7 +29,14 @@ from mesh._logging import get_logger
 from mesh._metrics import METRICS
 from mesh._orchestrator.links import ManifestLinks, links_from_manifests
 from mesh._orchestrator.liveness import fail_calls_when_offline, probe
-from mesh._orchestrator.observe import count_status_change, link_counts, observe_call
+from mesh._orchestrator.observe import (
+    call_done,
+    call_failed,
+    call_started,
+    count_status_change,
+    link_counts,
+    observe_call,
+)
 from mesh._orchestrator.router import Router
 from mesh._orchestrator.spec import AgentSpec, Outcome
 from mesh._orchestrator.view import AgentView, Link, LinkChanges, view, views
@@ -37,6 +44,7 @@ from mesh._rpc.caller import Caller, ProgressCallback
 from mesh._rpc.connect import handshake
 from mesh._rpc.peer import Peer, open_peer
 from mesh._rpc.reconnect import ConnectionEvent, ReconnectPolicy, open_reconnecting_peer
+from mesh._tracing import active as tracing_active
 from mesh.manifests._types import AccessSection
 from registry import (
     AgentId,
@@ -228,9 +236,20 @@ class MeshOrchestrator:
         on_progress: ProgressCallback | None = None,
     ) -> Any:
         """Call ``method`` on ``agent``. Unknown or offline agents fail at once."""
-        with observe_call(agent, method, self.knows):
+        if tracing_active():  # the same, inside a CLIENT span
+            with observe_call(agent, method, self.knows):
+                caller = self._caller(agent, method)
+                return await caller.call(method, params, timeout=timeout, on_progress=on_progress)
+        # Metrics only: no object, no context manager (this path is measured per call).
+        started = call_started()
+        try:
             caller = self._caller(agent, method)
-            return await caller.call(method, params, timeout=timeout, on_progress=on_progress)
+            result = await caller.call(method, params, timeout=timeout, on_progress=on_progress)
+        except BaseException as exc:
+            call_failed(agent, method, exc, started, self.knows)
+            raise
+        call_done(agent, method, started)
+        return result
 
     async def call_tool(
         self,

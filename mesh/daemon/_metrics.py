@@ -89,8 +89,9 @@ class MeshCollector:
             "Calls made (client) and requests being answered (server) right now",
             labels=("side",),
         )
-        for side, n in METRICS.in_flight.items():
-            in_flight.add_metric([side], n)
+        finished = sum(count for _, _, count, _ in METRICS.calls.cumulative())
+        in_flight.add_metric(["client"], METRICS.calls_started[0] - finished)
+        in_flight.add_metric(["server"], METRICS.in_flight["server"])
         yield in_flight
         yield from self._wire()
         yield from self._links_and_registry()
@@ -109,10 +110,14 @@ class MeshCollector:
     def _forget_gone_agents(self) -> None:
         """Series of agents this daemon no longer knows go, so agents that come and go
         do not grow the exposition for ever (the agent label is bounded by the registry)."""
-        for series in (METRICS.calls.series, METRICS.tokens.values):
-            gone = [k for k in series if k[0] != _UNKNOWN_AGENT and not self._mesh.knows(k[0])]
-            for key in gone:
-                del series[key]
+        calls = METRICS.calls.series
+        for key in [k for k in calls if k[0] != _UNKNOWN_AGENT and not self._mesh.knows(k[0])]:
+            # Their calls are finished: they leave the started count too (in flight = the
+            # started less the finished).
+            METRICS.calls_started[0] -= int(sum(calls.pop(key)[:-1]))
+        tokens = METRICS.tokens.values
+        for key in [k for k in tokens if not self._mesh.knows(k[0])]:
+            del tokens[key]
 
     def _wire(self) -> Iterator[Metric]:
         frames_in, bytes_in, frames_out, bytes_out = METRICS.wire

@@ -62,7 +62,7 @@ from mesh.rooms._events import (
     StoppedEvent,
 )
 from mesh.rooms._model import Member, Room, Step, StopReason, TurnReply, TurnRequest
-from mesh.rooms._observe import clock, count_stop, count_turn, count_usage
+from mesh.rooms._observe import clock, count_stop, count_turn, count_usage, turn_span
 from mesh.rooms._people import Desk
 from mesh.rooms._perspective import build_turn_request
 from mesh.rooms._policy import TurnPlan, next_turn
@@ -319,7 +319,10 @@ class RoomRunner:
         self._delta(speaker, request.turn, "")  # the turn has begun: "… is writing"
         token = _DELTAS.set(partial(self._delta, speaker, request.turn))
         try:
-            with anyio.fail_after(request.timeout):
+            with (
+                anyio.fail_after(request.timeout),
+                turn_span(self._room.id, speaker, request.turn),
+            ):
                 reply = await self._speak(request.agent_id, request)
         except MeshError as exc:
             return None, f"{type(exc).__name__}: {exc}", exc.code

@@ -3,12 +3,18 @@ own span beneath it, all one trace; and none at all with tracing off."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import anyio
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
 from mesh import Agent, AgentSpec, MeshOrchestrator, _tracing, local_connector
+from mesh._logging import add_trace_ids
 from mesh.protocol import MESH_CODEC, Request, RequestPayload
+from mesh.rooms import DEMO_TOPIC, Limits, RoomManager, RoomSpec, demo_chat
 from tests.observe._spans import by_name, one_trace, parent_of, traced
+from tests.rooms._helpers import GUARD, seat_agent
 
 pytestmark = pytest.mark.anyio
 
@@ -68,3 +74,51 @@ async def test_tracing_off_adds_no_spans_and_nothing_to_the_wire() -> None:
     assert _tracing.outgoing() is None
     request = Request(id="x", timestamp=1, payload=RequestPayload(method="ping"))
     assert b"trace" not in MESH_CODEC.encode(request)
+
+
+async def test_a_room_turn_is_an_invoke_agent_span_over_a_chat_span(tmp_path: Path) -> None:
+    alice, bob = demo_chat()
+    agents = (seat_agent(alice), seat_agent(bob))
+    specs = [AgentSpec(a.id, local_connector(a), name=a.id) for a in agents]
+    with traced() as (_, exporter):
+        async with (
+            MeshOrchestrator(specs) as mesh,
+            RoomManager.for_orchestrator(mesh, tmp_path) as rooms,
+        ):
+            spec = RoomSpec(topic=DEMO_TOPIC, members=("alice", "bob"), limits=Limits(max_turns=2))
+            created = await rooms.create(spec)
+            with anyio.fail_after(GUARD):
+                await rooms.wait(created.id)
+            transcript = await rooms.transcript(created.id)
+        spans = exporter.get_finished_spans()
+    turns = [s for s in spans if s.name == "invoke_agent Alice"]
+    assert turns, [s.name for s in spans]
+    turn = turns[0]
+    assert turn.attributes is not None
+    assert turn.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert turn.attributes["gen_ai.conversation.id"] == created.id
+    chat = next(
+        s
+        for s in spans
+        if s.name.startswith("chat ") and s.context.trace_id == turn.context.trace_id
+    )
+    server = parent_of(spans, chat)
+    client = parent_of(spans, server)
+    assert (server.name, client.name) == ("room/turn", "room/turn")
+    assert parent_of(spans, client) is turn
+    assert chat.attributes is not None
+    assert chat.attributes["gen_ai.operation.name"] == "chat"
+    said = next(m for m in transcript if m.agent_id == "alice").text
+    assert chat.attributes["gen_ai.usage.output_tokens"] == len(said.split())
+    assert chat.attributes["gen_ai.request.model"] == "scripted"
+
+
+def test_log_lines_carry_the_current_trace_and_span() -> None:
+    assert add_trace_ids(None, "info", {"event": "x"}) == {"event": "x"}
+    with traced() as (provider, _):
+        tracer = provider.get_tracer("test")
+        with tracer.start_as_current_span("outer") as span:
+            line = add_trace_ids(None, "info", {"event": "x"})
+    context = span.get_span_context()
+    assert line["trace_id"] == f"{context.trace_id:032x}"
+    assert line["span_id"] == f"{context.span_id:016x}"
