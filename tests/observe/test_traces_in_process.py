@@ -6,12 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
 from mesh import Agent, AgentSpec, MeshOrchestrator, _tracing, local_connector
 from mesh._logging import add_trace_ids
-from mesh.protocol import MESH_CODEC, Request, RequestPayload
+from mesh.mcp._codec import MCP_CODEC
+from mesh.protocol import MESH_CODEC, DecodeFailure, Request, RequestPayload
 from mesh.rooms import DEMO_TOPIC, Limits, RoomManager, RoomSpec, demo_chat
 from tests.observe._spans import by_name, one_trace, parent_of, traced
 from tests.rooms._helpers import GUARD, seat_agent
@@ -122,3 +124,29 @@ def test_log_lines_carry_the_current_trace_and_span() -> None:
     context = span.get_span_context()
     assert line["trace_id"] == f"{context.trace_id:032x}"
     assert line["span_id"] == f"{context.span_id:016x}"
+
+
+def test_the_envelope_carries_trace_context_and_bounds_it() -> None:
+    parent = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
+    request = Request(
+        id="1", timestamp=0, payload=RequestPayload(method="ping"), traceparent=parent
+    )
+    frame = MESH_CODEC.encode(request)
+    assert frame.endswith(f',"traceparent":"{parent}"}}'.encode())
+    assert MESH_CODEC.decode(frame) == request
+    with pytest.raises(DecodeFailure, match="traceparent"):
+        MESH_CODEC.decode(frame.replace(parent.encode(), b"x" * 200))
+
+
+def test_mcp_carries_trace_context_in_meta_both_ways() -> None:
+    parent = "00-" + "c" * 32 + "-" + "d" * 16 + "-01"
+    payload = RequestPayload(method="tools/call", params={"name": "shout", "arguments": {}})
+    request = Request(id="7", timestamp=0, payload=payload, traceparent=parent, tracestate="k=v")
+    wire = msgspec.json.decode(MCP_CODEC.encode(request))
+    assert wire["params"]["_meta"]["traceparent"] == parent
+    assert wire["params"]["_meta"]["tracestate"] == "k=v"
+    back = MCP_CODEC.decode(msgspec.json.encode(wire))
+    assert isinstance(back, Request)
+    assert (back.traceparent, back.tracestate) == (parent, "k=v")
+    wire["params"]["_meta"]["traceparent"] = "x" * 200  # out of bounds: no trace, no failure
+    assert MCP_CODEC.decode(msgspec.json.encode(wire)).traceparent is None  # type: ignore[union-attr]
