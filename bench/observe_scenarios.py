@@ -74,8 +74,9 @@ def _sample_every_call() -> None:
     _tracing.use_tracer_provider(provider)
 
 
-def _prepare(variant: str) -> None:
+def prepare(variant: str) -> None:
     quiet_logs()
+    """Set this process up for ``variant``: ``bare``, ``off`` (``on``) or ``sdk``."""
     if variant == "bare":
         _take_hooks_out()
     elif variant == "sdk":
@@ -120,13 +121,13 @@ async def _stdio_mesh(backend: str) -> AsyncIterator[MeshOrchestrator]:
 
 
 async def _memory(variant: str, ctx: RunContext) -> Measurement:
-    _prepare(variant)
+    prepare(variant)
     async with _memory_mesh() as mesh:
         return await _measure(mesh, ctx)
 
 
 async def _stdio(variant: str, ctx: RunContext) -> Measurement:
-    _prepare(variant)
+    prepare(variant)
     async with _stdio_mesh(ctx.backend) as mesh:
         return await _measure(mesh, ctx)
 
