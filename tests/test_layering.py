@@ -54,7 +54,7 @@ ROOMS = {
     **dict.fromkeys(
         ("_errors", "_model", "_events", "_state", "_policy", "_rules", "_perspective"), 1
     ),
-    **dict.fromkeys(("_roles", "_render", "_people", "_replica"), 1),
+    **dict.fromkeys(("_roles", "_render", "_people", "_replica", "_observe"), 1),
     **dict.fromkeys(("_engine", "_store", "_observers"), 2),
     "_mesh": 3,
     "_manager._table": 4,

@@ -12,9 +12,10 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from mesh import Agent, AgentSpec, MeshOrchestrator, _tracing, local_connector
 from mesh._logging import add_trace_ids
+from mesh.demo.fixtures import DEMO_TOPIC, demo_chat
 from mesh.mcp._codec import MCP_CODEC
 from mesh.protocol import MESH_CODEC, DecodeFailure, Request, RequestPayload
-from mesh.rooms import DEMO_TOPIC, Limits, RoomManager, RoomSpec, demo_chat
+from mesh.rooms import Limits, RoomManager, RoomSpec
 from tests.observe._spans import by_name, one_trace, parent_of, traced
 from tests.rooms._helpers import GUARD, seat_agent
 
