@@ -9,9 +9,11 @@ line it prints when it listens.
 
 It binds its port before it starts any agent, so a busy port is a one-line
 :class:`ListenError` with nothing to clean up. SIGINT or SIGTERM shuts it down
-gracefully: stop accepting, let calls in flight finish over every link, dial-in
-ones included (up to ``drain_timeout``; a call still running then is answered
-503), close dial-in agents with 1001, stop the children, exit 0.
+gracefully: refuse new work with 503 (in a cluster, withdraw its entries and hand
+its rooms over meanwhile, still answering), stop accepting, let calls in flight
+finish over every link, dial-in ones included (up to ``drain_timeout``; a call
+still running then is answered 503), close dial-in agents with 1001, stop the
+children, exit 0.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from transports import (
     HttpServerConfig,
     TokenAuthenticator,
     UpgradeHandler,
+    Vouch,
     open_http_server,
 )
 from transports._http_server import HttpHandler
@@ -68,9 +71,9 @@ CUT_ANSWER_TIMEOUT: Final = 2.0
 
 
 def _gate(settings: DaemonSettings, dial_in_tokens: TokenAuthenticator) -> Gate:
-    store = TokenStore(settings.data_dir)
+    store = TokenStore(settings.data_dir, max_tokens=settings.max_tokens)
     store.load()
-    return Gate(store, dial_in_tokens)
+    return Gate(store, dial_in_tokens, max_streams_per_identity=settings.max_streams_per_identity)
 
 
 def _ssl_context(settings: DaemonSettings) -> ssl.SSLContext | None:
@@ -116,6 +119,23 @@ def _join_cluster(
     return open_cluster(orchestrator, cluster_settings(settings), rooms=rooms)
 
 
+def _private_data_dir(directory: Path) -> None:
+    """Create the data directory 0700 (transcripts and tokens live there); warn when an
+    existing one lets other users in."""
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        mode = directory.stat().st_mode & 0o777
+    except OSError:
+        return  # the token and room stores say what is wrong when they open it
+    if mode & 0o077:
+        log.warning(
+            "daemon.data_dir_not_private",
+            path=str(directory),
+            mode=f"{mode:o}",
+            hint=f"other users may read its transcripts: chmod 700 {directory}",
+        )
+
+
 async def serve_daemon(
     settings: DaemonSettings,
     *,
@@ -125,6 +145,7 @@ async def serve_daemon(
 ) -> None:
     """Run the daemon until SIGINT/SIGTERM (or cancellation); returns after a graceful stop."""
     ssl_context = _ssl_context(settings)
+    _private_data_dir(Path(settings.data_dir))
     # Logs each broken manifest (invalid, unusable, or a dial-in token unset) and goes on.
     links = links_from_manifests(settings.manifests, environ=environ)
     gate = _gate(settings, links.tokens)
@@ -158,10 +179,16 @@ async def serve_daemon(
         max_body_size=settings.max_body_size,
         max_header_size=settings.max_head_size,
         max_connections=settings.max_connections,
+        reserved_connections=settings.admin_connections,
+        max_unauthenticated_connections=settings.max_unauthenticated_connections,
+        first_byte_timeout=settings.first_byte_timeout,
+        head_timeout=settings.head_timeout,
     )
     async with AsyncExitStack() as stack:
         # The port first: a busy port must fail before any agent process is started.
-        server = await _listen(stack, settings, api.handle, upgrade, http_config, ssl_context)
+        server = await _listen(
+            stack, settings, api.handle, upgrade, http_config, ssl_context, gate.vouch
+        )
         # After the port: a daemon that cannot listen leaves no token behind and says one line.
         admin_file = gate.store.ensure_admin()
         await stack.enter_async_context(orchestrator)
@@ -179,6 +206,12 @@ async def serve_daemon(
         task_status.started(server.url)
         await _wait_for_stop(handle_signals)
         with anyio.CancelScope(shield=True):
+            # New work is refused with 503 from now on, but the port stays open until the
+            # other daemons were told to stop sending us calls: a client then gets an
+            # answer, never a reset, and a call routed here meanwhile is still served.
+            api.lifecycle.start_draining()
+            if cluster is not None:
+                await cluster.withdraw()
             await _shut_down(server, api.lifecycle, dial_ins, settings.drain_timeout)
         background.cancel_scope.cancel()
     log.info("daemon.stopped")
@@ -217,6 +250,7 @@ async def _listen(
     upgrade: UpgradeHandler,
     config: HttpServerConfig,
     ssl_context: ssl.SSLContext | None,
+    vouch: Vouch,
 ) -> HttpServer:
     try:
         return await stack.enter_async_context(
@@ -227,6 +261,7 @@ async def _listen(
                 upgrade_handler=upgrade,
                 ssl_context=ssl_context,
                 config=config,
+                vouch=vouch,
             )
         )
     except OSError as exc:
@@ -259,9 +294,9 @@ async def _shut_down(
     """Stop taking work, let calls in flight finish over every link, then close the links.
 
     Dial-in links stay up while calls drain (calls to those agents are answered
-    too); a call still running at the deadline is answered 503, not dropped.
+    too); a call still running at the deadline is answered 503, not dropped. The
+    port stays open while they drain, answering new work 503, and closes after.
     """
-    server.stop_accepting()
     lifecycle.start_draining()
     drained = await server.drain(drain_timeout)
     in_flight = server.active_requests
@@ -271,5 +306,6 @@ async def _shut_down(
             f"the daemon shut down before this call finished (drain timeout {drain_timeout:g} s)"
         )
         await server.drain(CUT_ANSWER_TIMEOUT)
+    server.stop_accepting()
     await dial_ins.close_all()
     server.close_all()
