@@ -226,3 +226,27 @@ async def test_across_two_daemons_on_nats_is_one_trace(
         ("worker", "SERVER", "tools/call"),
         ("worker", "INTERNAL", "the tool's own work"),
     ], hops
+
+
+async def test_a_spawned_stdio_agent_continues_the_trace_in_its_environment() -> None:
+    from mesh import open_stdio_peer
+
+    async with open_receiver() as receiver:
+        env = {"PYTHONPATH": str(ROOT), **receiver.environment("child")}
+        args = ["-m", AGENT_MODULE, "--stdio", "--id", "child"]
+        with (
+            traced() as (provider, _),
+            provider.get_tracer("test").start_as_current_span("spawn") as spawn,
+        ):
+            link = open_stdio_peer(sys.executable, args, env=env, cwd=str(ROOT))
+            peer = await link.__aenter__()
+        try:
+            # Tracing is off here: the request carries no trace, so the agent's SERVER span
+            # can only have its parent from TRACEPARENT, set when it was spawned.
+            assert await peer.call_tool("work", {"message": SECRET}) == {"message": SECRET.upper()}
+            spans = await receiver.wait_for(lambda got: any(map(the_tool_span, got)))
+        finally:
+            await link.__aexit__(None, None, None)
+    server = next(s for s in spans if s.kind == "SERVER" and s.name == "tools/call")
+    assert server.parent_id == f"{spawn.get_span_context().span_id:016x}"
+    assert server.trace_id == f"{spawn.get_span_context().trace_id:032x}"
