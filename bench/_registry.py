@@ -49,6 +49,7 @@ SCENARIO_MODULES: tuple[str, ...] = (
     "bench.mesh_scenarios",
     "bench.mcp_scenarios",
     "bench.cluster_scenarios",
+    "bench.observe_scenarios",
 )
 
 

@@ -166,6 +166,20 @@ def _cluster(f: _Figures) -> Iterator[Check]:
         )
 
 
+def _observability(f: _Figures) -> Iterator[Check]:
+    for scenario, where in (("obs-stdio", "stdio"), ("obs-memory", "in-process")):
+        for backend in BACKENDS:
+            ratio = f.ratio(scenario, f"{scenario}-bare", "sequential", backend, "calls_per_s")
+            yield Check(
+                f"{where} sequential, metrics on and tracing off / no hooks",
+                backend,
+                ratio,
+                0.97,
+                True,
+                "x",
+            )
+
+
 RULES: tuple[tuple[str, Rule], ...] = (
     ("a lighter core (issue 17)", _core),
     ("stdio (issue 17)", _stdio),
@@ -175,6 +189,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("trio against asyncio (issue 17)", _trio),
     ("MCP both ways (issue 14)", _mcp),
     ("cluster (issue 16)", _cluster),
+    ("observability costs at most 3 % (issue 26)", _observability),
 )
 
 

@@ -29,9 +29,18 @@ import msgspec
 
 from mesh._errors import AgentUnavailable, MeshError, Unauthorized
 from mesh._logging import get_logger
+from mesh._metrics import METRICS
 from mesh._orchestrator.access import EMBEDDER, Principal, authorize, check_relayable
 from mesh._orchestrator.links import ManifestLinks, links_from_manifests
 from mesh._orchestrator.liveness import fail_calls_when_offline, probe
+from mesh._orchestrator.observe import (
+    call_done,
+    call_failed,
+    call_started,
+    count_status_change,
+    link_counts,
+    observe_call,
+)
 from mesh._orchestrator.router import Router
 from mesh._orchestrator.spec import AgentSpec, Outcome
 from mesh._orchestrator.view import AgentView, Link, LinkChanges, view, views
@@ -39,6 +48,7 @@ from mesh._rpc.caller import Caller, ProgressCallback
 from mesh._rpc.connect import handshake
 from mesh._rpc.peer import Peer, open_peer
 from mesh._rpc.reconnect import ConnectionEvent, ReconnectPolicy, open_reconnecting_peer
+from mesh._tracing import active as tracing_active
 from mesh.manifests._types import AccessSection
 from registry import (
     AgentId,
@@ -239,8 +249,20 @@ class MeshOrchestrator:
         ``on_behalf_of``: who the call is made for; a call it may not make raises
         :class:`~mesh.Forbidden` (see :meth:`authorize`).
         """
-        caller = self._caller(agent, method, on_behalf_of)
-        return await caller.call(method, params, timeout=timeout, on_progress=on_progress)
+        if tracing_active():  # the same, inside a CLIENT span
+            with observe_call(agent, method, self.knows):
+                caller = self._caller(agent, method, on_behalf_of)
+                return await caller.call(method, params, timeout=timeout, on_progress=on_progress)
+        # Metrics only: no object, no context manager (this path is measured per call).
+        started = call_started()
+        try:
+            caller = self._caller(agent, method, on_behalf_of)
+            result = await caller.call(method, params, timeout=timeout, on_progress=on_progress)
+        except BaseException as exc:
+            call_failed(agent, method, exc, started, self.knows)
+            raise
+        call_done(agent, method, started)
+        return result
 
     async def call_tool(
         self,
@@ -257,21 +279,31 @@ class MeshOrchestrator:
         ``arguments`` go to the tool as they are (a tool argument may be named
         ``timeout``); ``timeout`` and ``on_progress`` are the call's own.
         """
-        caller = self._caller(agent, "tools/call", on_behalf_of)
-        return await caller.call_tool(name, arguments, timeout=timeout, on_progress=on_progress)
+        # Through `call`, as every call is: the one place calls are checked and observed.
+        params = {"name": name, "arguments": dict(arguments or {})}
+        return await self.call(
+            agent,
+            "tools/call",
+            params,
+            timeout=timeout,
+            on_progress=on_progress,
+            on_behalf_of=on_behalf_of,
+        )
 
     async def list_tools(
         self, agent: str, *, timeout: float | None = None, on_behalf_of: Principal = EMBEDDER
     ) -> list[dict[str, Any]]:
         """``agent``'s tools: name, description and JSON Schema of the arguments."""
-        caller = self._caller(agent, "tools/list", on_behalf_of)
-        return await caller.list_tools(timeout=timeout)
+        result = await self.call(agent, "tools/list", timeout=timeout, on_behalf_of=on_behalf_of)
+        return list(result["tools"])
 
     async def ping(
         self, agent: str, *, timeout: float | None = None, on_behalf_of: Principal = EMBEDDER
     ) -> float:
         """Round-trip a ``ping`` to ``agent``; returns the seconds it took."""
-        return await self._caller(agent, "ping", on_behalf_of).ping(timeout=timeout)
+        started = anyio.current_time()
+        await self.call(agent, "ping", timeout=timeout, on_behalf_of=on_behalf_of)
+        return anyio.current_time() - started
 
     async def broadcast(
         self,
@@ -306,6 +338,7 @@ class MeshOrchestrator:
         ids = list(dict.fromkeys(agent_ids))
         if on_behalf_of.kind != "embedder" and on_behalf_of.room is None:
             check_relayable(method, agent="*", via=on_behalf_of.describe())
+        METRICS.fanout.observe((), len(ids))
         outcomes: dict[str, Outcome] = {}
 
         async def one(agent_id: str) -> None:
@@ -389,6 +422,8 @@ class MeshOrchestrator:
         assert spec.connector is not None
 
         async def connected(peer: Peer) -> None:
+            if link.ever_connected:
+                METRICS.reconnects.add((spec.transport,))
             self.registry.register(spec.record(), anyio.current_time())
             link.last_error = None
             link.ever_connected = True
@@ -524,6 +559,7 @@ class MeshOrchestrator:
             link.replaced.pop(peer, None)
 
     def _on_status_change(self, change: StatusChange) -> None:
+        count_status_change(change)
         fail_calls_when_offline(self._links, change)
 
     # -- introspection -------------------------------------------------------------------
@@ -559,6 +595,10 @@ class MeshOrchestrator:
     def _link_changed(self, agent_id: str) -> None:
         for changes in self._link_watchers:
             changes.add(agent_id)
+
+    def link_counts(self) -> dict[tuple[str, str], int]:
+        """Links by (transport, status), for ``/metrics``."""
+        return link_counts(self._links)
 
     def has_link(self, agent_id: str) -> bool:
         return agent_id in self._links

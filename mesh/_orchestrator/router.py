@@ -14,6 +14,7 @@ import msgspec
 
 from mesh._errors import InvalidParams, MethodNotFound
 from mesh._logging import get_logger
+from mesh._metrics import served
 from mesh._orchestrator.access import Principal
 from mesh._rpc.peer import Peer, RequestContext
 from mesh._rpc.session import ROUTE_METHOD
@@ -63,13 +64,14 @@ class Router:
         # the door refuses reserved methods and checks both access sections.
         caller = ctx.peer.agent if ctx.peer is not None else None
         log.debug("mesh.route", to=route.agent, method=route.method)
-        return await self._mesh.call(
-            route.agent,
-            route.method,
-            route.params,
-            timeout=route.timeout,
-            on_behalf_of=Principal.agent(caller or ""),
-        )
+        with served("agent", route.method):
+            return await self._mesh.call(
+                route.agent,
+                route.method,
+                route.params,
+                timeout=route.timeout,
+                on_behalf_of=Principal.agent(caller or ""),
+            )
 
     def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:
         log.debug("mesh.notification", method=method)

@@ -19,6 +19,7 @@ from mesh._errors import CallTimeout, MethodNotFound
 from mesh._rpc.boundary import map_transport_errors
 from mesh._rpc.peer import Peer, RequestHandler, open_peer
 from mesh._rpc.session import SessionConfig
+from mesh._tracing import environment as trace_environment
 from transports import (
     DEFAULT_MAX_FRAME_SIZE,
     FrameStream,
@@ -98,6 +99,8 @@ async def open_stdio_peer(
     command's file name).
     """
     max_frame_size = config.max_frame_size if config else DEFAULT_MAX_FRAME_SIZE
+    # The child continues the caller's trace (TRACEPARENT), whatever else it inherits.
+    env = {**(env or {}), **trace_environment()}
     name = agent or os.path.basename(command)
     dial = open_stdio_process(
         command,

@@ -25,6 +25,7 @@ from typing import Any, Final
 import httpx
 
 from mesh._text import json_text, printable
+from mesh._tracing import calling, configure_from_environment, headers_for, outgoing
 from mesh.cli._codes import (
     EXIT_BROKEN_PIPE,
     EXIT_CANNOT_LISTEN,
@@ -88,7 +89,7 @@ def _exchange(
 ) -> tuple[Any, httpx.Headers]:
     """The daemon's JSON answer and its headers; any failure is a one-line exit."""
     url = args.url.rstrip("/") + path
-    headers = auth_headers(args)
+    headers = {**auth_headers(args), **headers_for(outgoing())}
     verify: Any = ssl_context(args) or True
     try:
         response = httpx.request(
@@ -252,7 +253,8 @@ def cmd_call(args: argparse.Namespace) -> int:
         "params": {"name": args.tool, "arguments": arguments},
         "timeout": args.timeout,
     }
-    result = _request(args, "POST", "/rpc", body, timeout=args.timeout)["result"]
+    with calling("tools/call", args.agent):
+        result = _request(args, "POST", "/rpc", body, timeout=args.timeout)["result"]
     print(json_text(result, indent=2))
     return EXIT_OK
 
@@ -467,6 +469,8 @@ def _add_call_commands(client: Callable[[str, str], argparse.ArgumentParser]) ->
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Traces to a collector when OTEL_* asks for them and the SDK is installed.
+    configure_from_environment("mesh-daemon" if args.command == "serve" else "mesh-cli")
     if args.command not in ("serve", "dev"):  # those two choose their own level and format
         from mesh._logging import configure_logging
 

@@ -42,10 +42,12 @@ from mesh._errors import (
     error_from_code,
 )
 from mesh._logging import get_logger
+from mesh._metrics import METRICS, served, timed
 from mesh._orchestrator.access import EMBEDDER, Principal
 from mesh._rpc.caller import CallMethods, CallOptions, ProgressCallback
 from mesh._rpc.pending import DEFAULT_CALL_TIMEOUT, MAX_CALL_DURATION, PendingCalls
 from mesh._rpc.session import SessionStatistics
+from mesh._tracing import headers_for, outgoing, serving, trace_from
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._link import NatsLink, NatsMessage, Watch
 from mesh.cluster._registry import HOLDER, RegistrySync
@@ -244,21 +246,25 @@ class RemoteCalls:
             origin=self._names.daemon,
             caller=caller,
         )
-        try:
-            await self._link.publish(
-                self._names.calls(holder), ENCODER.encode(request), reply=reply
-            )
-            self.calls_sent += 1
-            await self._wait(reply, waiter)
-        except BaseException:
-            if self._calls.abandon(reply) is not None:
+        with timed(METRICS.remote_calls, (), None):
+            try:
+                await self._link.publish(
+                    self._names.calls(holder),
+                    ENCODER.encode(request),
+                    reply=reply,
+                    headers=headers_for(outgoing()) or None,  # the caller's span, if traced
+                )
+                self.calls_sent += 1
+                await self._wait(reply, waiter)
+            except BaseException:
+                if self._calls.abandon(reply) is not None:
+                    await self._cancel(holder, reply)
+                raise
+            if waiter.expired:
                 await self._cancel(holder, reply)
-            raise
-        if waiter.expired:
-            await self._cancel(holder, reply)
-        if waiter.error is not None:
-            raise waiter.error
-        return waiter.result
+            if waiter.error is not None:
+                raise waiter.error
+            return waiter.result
 
     def fail_pending(self, agent: str, reason: str) -> int:
         """Fail every call in flight to ``agent`` now with ``AgentUnavailable`` ``reason``."""
@@ -414,7 +420,7 @@ class RemoteCalls:
         reply = message.reply
         try:
             with scope:
-                answer = await self._run_request(message.data, reply)
+                answer = await self._run_request(message.data, reply, message.headers)
             if not scope.cancel_called:
                 await self._send(reply, answer)
         finally:
@@ -422,7 +428,7 @@ class RemoteCalls:
             if not self._serving:
                 self._idle.set()
 
-    async def _run_request(self, data: bytes, reply: str) -> CallReply:
+    async def _run_request(self, data: bytes, reply: str, headers: dict[str, str]) -> CallReply:
         try:
             request = CALL_REQUEST.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -434,15 +440,20 @@ class RemoteCalls:
                 self._tasks.start_soon(self._send, reply, CallProgress(params=dict(params)))
 
         try:
-            caller = self._check(request)
-            result = await self._local.call(
-                request.agent,
-                request.method,
-                request.params,
-                timeout=request.timeout,
-                on_progress=progress,
-                on_behalf_of=caller,
-            )
+            trace = trace_from(headers)
+            with (
+                served("cluster", request.method),
+                serving(request.method, trace, agent=request.agent),
+            ):
+                caller = self._check(request)
+                result = await self._local.call(
+                    request.agent,
+                    request.method,
+                    request.params,
+                    timeout=request.timeout,
+                    on_progress=progress,
+                    on_behalf_of=caller,
+                )
         except MeshError as exc:
             exc.with_context(agent=request.agent, method=request.method)
             return CallFailed(

@@ -27,13 +27,16 @@ from mesh._errors import (
     MessageTooLarge,
 )
 from mesh._logging import get_logger
+from mesh._metrics import served
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.view import LINK_STATUSES
+from mesh._tracing import serving, trace_from
 from mesh.daemon._agents import AgentRoutes
 from mesh.daemon._auth import Gate, Identity, Right
 from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._limits import check_id
 from mesh.daemon._mcp import DaemonMcp
+from mesh.daemon._metrics import Probes
 from mesh.daemon._rooms import RoomRoutes
 from mesh.daemon._routes import HttpHandler, Params, RouteTable, WebSocketHandler
 from mesh.daemon._settings import DaemonSettings
@@ -133,6 +136,7 @@ class DaemonApi:
             max_sessions_per_owner=settings.max_mcp_sessions_per_identity,
             host=settings.host,
         )
+        self.probes = Probes(orchestrator, self.lifecycle)
         self.dispatcher = RouteTable(
             gate,
             http={
@@ -149,6 +153,7 @@ class DaemonApi:
                 "create_token": self.handle_create_token,
                 "revoke_token": self.handle_revoke_token,
                 "mcp": self.mcp.handle_http,
+                **self.probes.http_handlers(),
                 **room_handlers,
                 **(more_http or {}),
             },
@@ -175,6 +180,7 @@ class DaemonApi:
     @cluster.setter
     def cluster(self, cluster: ClusterView | None) -> None:
         self._cluster = cluster
+        self.probes.cluster = cluster
         self.agents.holder = None if cluster is None else cluster.holder
 
     async def handle_health(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
@@ -226,13 +232,15 @@ class DaemonApi:
         self.calls_in_flight += 1
         started = anyio.current_time()
         try:
-            result = await self._mesh.call(
-                call.agent,
-                call.method,
-                call.params,
-                timeout=call.timeout,
-                on_behalf_of=who.principal,
-            )
+            trace = trace_from(dict(request.headers))
+            with served("http", call.method), serving(call.method, trace, agent=call.agent):
+                result = await self._mesh.call(
+                    call.agent,
+                    call.method,
+                    call.params,
+                    timeout=call.timeout,
+                    on_behalf_of=who.principal,
+                )
         except MeshError as exc:
             return _mesh_error(exc, known=self._mesh.knows(call.agent))
         finally:

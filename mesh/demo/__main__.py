@@ -2,7 +2,8 @@
 
 First the SDK (:mod:`mesh.demo._sdk_tour`), once on asyncio and once on trio;
 then the daemon (:mod:`mesh.demo._daemon_tour`), MCP both ways
-(:mod:`mesh.demo._mcp_tour`) and two offline rooms (:mod:`mesh.demo._rooms_tour`).
+(:mod:`mesh.demo._mcp_tour`), two offline rooms (:mod:`mesh.demo._rooms_tour`), and
+last one call's trace as a tree (:mod:`mesh.demo._trace_tour`).
 ``python -m mesh.demo cluster`` (``make demo-cluster``) is three daemons over NATS
 instead (:mod:`mesh.demo._cluster_tour`).
 Exits non-zero if anything does not behave.
@@ -19,6 +20,7 @@ from mesh.demo._daemon_tour import daemon_tour
 from mesh.demo._mcp_tour import mcp_tour
 from mesh.demo._rooms_tour import rooms_tour
 from mesh.demo._sdk_tour import say, tour
+from mesh.demo._trace_tour import trace_tour
 
 
 def main() -> None:
@@ -33,6 +35,7 @@ def main() -> None:
     anyio.run(daemon_tour)
     anyio.run(mcp_tour)
     anyio.run(rooms_tour, backend="trio")
+    anyio.run(trace_tour)
     say("\ndemo finished: every call behaved.")
 
 

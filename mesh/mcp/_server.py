@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from mesh._errors import InvalidParams, MeshError, MethodNotFound
 from mesh._logging import get_logger
+from mesh._metrics import served
 from mesh._orchestrator.access import EMBEDDER, Principal
 from mesh._rpc.caller import ProgressCallback
 from mesh._rpc.peer import Peer, RequestContext, open_peer
@@ -158,14 +159,15 @@ class McpServer:
         if not isinstance(arguments, dict):
             raise InvalidParams("tool arguments must be an object - at `$.params.arguments`")
         progress = _progress(ctx, params)
-        answer = await self.catalog.call_tool(
-            name,
-            arguments,
-            on_progress=progress,
-            authorize=self.authorize,
-            caller=self.caller,
-            on_behalf_of=self.on_behalf_of,
-        )
+        with served("mcp", "tools/call"):
+            answer = await self.catalog.call_tool(
+                name,
+                arguments,
+                on_progress=progress,
+                authorize=self.authorize,
+                caller=self.caller,
+                on_behalf_of=self.on_behalf_of,
+            )
         if answer is None:
             raise InvalidParams(f"unknown tool {name!r}; tools/list names them all")
         if modern:

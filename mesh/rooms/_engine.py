@@ -66,6 +66,7 @@ from mesh.rooms._events import (
     StoppedEvent,
 )
 from mesh.rooms._model import Member, Room, Step, StopReason, TurnReply, TurnRequest
+from mesh.rooms._observe import clock, count_stop, count_turn, count_usage, turn_span
 from mesh.rooms._people import Desk
 from mesh.rooms._perspective import build_turn_request
 from mesh.rooms._policy import TurnPlan, next_turn
@@ -298,6 +299,7 @@ class RoomRunner:
                 assert self._requested is not None  # only a request cancels our own scope
                 verdict = self._requested
             self.verdict = verdict
+            count_stop(verdict.reason)
             self._finishing = True
             log.info("room.stopped", room=self._room.id, reason=str(verdict.reason))
             await self._journal.emit(
@@ -350,7 +352,9 @@ class RoomRunner:
                     return verdict
                 continue
             request = build_turn_request(self._room, transcript, plan)
+            started = clock()
             text, error, code = await self._attempt(request)
+            count_turn(started, text is not None)
             if text is None:
                 if await self._went_away(plan.speaker.id):
                     continue  # not the turn's fault: wait for the member instead
@@ -376,7 +380,11 @@ class RoomRunner:
         self._delta(speaker, request.turn, "")  # the turn has begun: "… is writing"
         token = _DELTAS.set(partial(self._delta, speaker, request.turn))
         try:
-            with anyio.fail_after(request.timeout), acting(self._room.principal()):
+            with (
+                anyio.fail_after(request.timeout),
+                acting(self._room.principal()),
+                turn_span(self._room.id, speaker, request.turn),
+            ):
                 reply = await self._speak(request.agent_id, request)
         except MeshError as exc:
             return None, f"{type(exc).__name__}: {exc}", exc.code
@@ -404,6 +412,7 @@ class RoomRunner:
             return None, f"the agent dropped the turn: {reply.reason or 'no reason given'}", None
         if not reply.text.strip():
             return None, "the agent replied with no text", None
+        count_usage(request.agent_id, reply.usage)
         return reply.text, "", None
 
     def opening(self) -> DeltaEvent | None:

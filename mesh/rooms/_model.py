@@ -19,7 +19,7 @@ from typing import Annotated, Any, Final, Literal, NewType, TypeAlias
 import msgspec
 
 from mesh._orchestrator.access import EMBEDDER, Principal
-from mesh.providers._base import ChatMessage
+from mesh.providers._base import ChatMessage, Usage
 from registry import AgentId
 
 __all__ = [
@@ -321,6 +321,9 @@ class TurnReply(msgspec.Struct, frozen=True, kw_only=True):
     text: str = ""
     status: Literal["spoken", "replayed", "dropped"] = "spoken"
     reason: str = ""
+    #: Tokens the agent's provider reported for this turn (a later field: older agents
+    #: send none, older daemons ignore it).
+    usage: Usage | None = None
 
 
 def decode_room_spec(data: bytes | str | Mapping[str, Any]) -> RoomSpec:
