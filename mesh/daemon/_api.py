@@ -31,6 +31,7 @@ from mesh._orchestrator.access import check_client_call, check_relayable
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.spec import Outcome
 from mesh._orchestrator.view import LINK_STATUSES
+from mesh.daemon._a2a import DaemonA2a
 from mesh.daemon._agents import AgentRoutes
 from mesh.daemon._auth import Gate, Identity
 from mesh.daemon._lifecycle import Lifecycle
@@ -116,6 +117,11 @@ class DaemonApi:
         agents = self.agents
         room_handlers = rooms.http_handlers()
         self.mcp = DaemonMcp(orchestrator, room_handlers, self._check_call)
+        self.a2a = DaemonA2a(
+            orchestrator,
+            secure=settings.tls_cert is not None,
+            max_call_timeout=settings.max_call_timeout,
+        )
         self.dispatcher = Dispatcher(
             gate,
             http={
@@ -131,6 +137,8 @@ class DaemonApi:
                 "create_token": self.handle_create_token,
                 "revoke_token": self.handle_revoke_token,
                 "mcp": self.mcp.handle_http,
+                "a2a_card": self.a2a.handle_card,
+                "a2a": self.a2a.handle_rpc,
                 **room_handlers,
                 **(more_http or {}),
             },

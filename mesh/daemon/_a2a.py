@@ -1,0 +1,63 @@
+"""The daemon's A2A face: each agent an A2A agent at ``/a2a/{agent}`` (docs/a2a.md).
+
+``GET /a2a/{agent}/.well-known/agent-card.json`` (the ``read`` right) is the
+agent's card; ``POST /a2a/{agent}`` (the ``call`` right) is its JSON-RPC
+endpoint. Before either, the agent must be one the daemon knows (404) and its
+manifest's ``access.callers`` must admit the token (403, the check of
+``POST /rpc``): an agent a token may not call has, for that token, no card
+either. Tasks belong to the token that made them: another token asking for
+one is told there is no such task.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from mesh._errors import Forbidden
+from mesh._orchestrator.access import check_client_call
+from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh.a2a import A2aServer, Caller
+from mesh.daemon._auth import Identity
+from mesh.daemon._routes import Params
+from transports import HttpRequest, HttpResponse
+
+__all__ = ["DaemonA2a"]
+
+
+class DaemonA2a:
+    """The handlers of the ``/a2a/…`` routes."""
+
+    def __init__(
+        self, orchestrator: MeshOrchestrator, *, secure: bool, max_call_timeout: float
+    ) -> None:
+        self._mesh = orchestrator
+        self._scheme = "https" if secure else "http"
+        self.server = A2aServer(orchestrator, max_call_timeout=max_call_timeout)
+
+    def _refused(self, who: Identity, agent: str) -> HttpResponse | None:
+        if not self._mesh.knows(agent):
+            return HttpResponse.error(404, f"no agent {agent!r}")
+        try:
+            access = self._mesh.access_of(agent)
+            check_client_call(access, client=who.name, admin=who.admin, agent=agent, method="a2a")
+        except Forbidden as exc:
+            return HttpResponse.error(403, str(exc))
+        return None
+
+    def _url(self, request: HttpRequest, agent: str) -> str:
+        host = request.header("host") or "127.0.0.1"
+        return f"{self._scheme}://{host}/a2a/{quote(agent, safe='')}"
+
+    async def handle_card(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        agent = p["agent"]
+        refused = self._refused(who, agent)
+        if refused is not None:
+            return refused
+        return await self.server.card(request, agent, self._url(request, agent))
+
+    async def handle_rpc(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        agent = p["agent"]
+        refused = self._refused(who, agent)
+        if refused is not None:
+            return refused
+        return await self.server.handle(request, agent, Caller(who.owner, identity=who))
