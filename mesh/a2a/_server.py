@@ -22,6 +22,7 @@ may call). Bad input is answered with the A2A error that names it, over HTTP
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
 import anyio
@@ -32,6 +33,7 @@ from mesh._errors import MeshError
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.a2a._card import build_card, card_etag
 from mesh.a2a._mapping import CHAT_CAPABILITY, Conversations, PlanError, plan_call
+from mesh.a2a._push import MAX_CONFIGS, CheckUrl, PushConfig, PushRefused, deliver, push_config_in
 from mesh.a2a._runner import run_task
 from mesh.a2a._tasks import StoreFull, Task, TaskStore
 from mesh.a2a._wire import Version, WireError, event_for, message_in, method_of, negotiate
@@ -109,8 +111,12 @@ class A2aServer:
         store: TaskStore | None = None,
         max_message_size: int = DEFAULT_MAX_MESSAGE,
         max_call_timeout: float = 3600.0,
+        check_push_url: CheckUrl | None = None,
     ) -> None:
+        """``check_push_url(url)`` says why a webhook URL is refused (None: allowed);
+        without it, push notifications are not offered."""
         self._mesh = mesh
+        self._check_push = check_push_url
         self.store = store or TaskStore()
         self.max_message_size = max_message_size
         self.max_call_timeout = max_call_timeout
@@ -154,7 +160,8 @@ class A2aServer:
             info = {"name": record.name} if record is not None else {}
         tools = await self._tools(agent)
         info = info if isinstance(info, dict) else {}
-        return build_card(agent, info, tools, chat=self._chat(agent), url=url)
+        push = self._check_push is not None
+        return build_card(agent, info, tools, chat=self._chat(agent), url=url, push=push)
 
     async def _tools(self, agent: str) -> list[Any]:
         try:
@@ -227,8 +234,9 @@ class A2aServer:
             )
         if method == "ListTasks":
             return HttpResponse(200, _rpc(rpc_id, self._list(params, agent, caller, version)))
-        if method.endswith("PushNotificationConfig") or method == "ListTaskPushNotificationConfigs":
-            raise A2aError(-32003, "push notifications are not offered by this agent")
+        if "PushNotificationConfig" in method:
+            result = self._push_method(method, params, agent, caller, version)
+            return HttpResponse(200, _rpc(rpc_id, result))
         if method == "GetExtendedAgentCard":
             raise A2aError(-32007, "this agent has no extended card: its card says everything")
         task = self._find(params, agent, caller)
@@ -278,6 +286,9 @@ class A2aServer:
         tasks = self._tasks
         if tasks is None:
             raise A2aError(-32603, "the A2A server is not running")
+        push = config.get("taskPushNotificationConfig") or config.get("pushNotificationConfig")
+        if push is not None:
+            self._add_push(task, push, cursor=0)
         tasks.start_soon(self._run, task, plan, timeout)
         # blocking (1.0: unless returnImmediately; 0.3: unless blocking is false)
         wait = (
@@ -356,6 +367,47 @@ class A2aServer:
             "totalSize": total,
         }
 
+    # -- push notifications --------------------------------------------------------------------
+
+    def _add_push(self, task: Task, value: Any, *, cursor: int) -> PushConfig:
+        if self._check_push is None:
+            raise A2aError(-32003, "push notifications are not offered by this agent")
+        try:
+            config = push_config_in(value, task.id, self._check_push)
+        except PushRefused as exc:
+            raise A2aError(-32602, str(exc)) from None
+        if config.id not in task.push and len(task.push) >= MAX_CONFIGS:
+            raise A2aError(-32602, f"a task holds at most {MAX_CONFIGS} push configs")
+        task.push[config.id] = config
+        tasks = self._tasks
+        if tasks is not None:
+
+            def wanted() -> bool:
+                return task.push.get(config.id) is config
+
+            tasks.start_soon(partial(deliver, task, config, cursor, still_wanted=wanted))
+        return config
+
+    def _push_method(
+        self, method: str, params: dict[str, Any], agent: str, caller: Caller, version: Version
+    ) -> Any:
+        if self._check_push is None:
+            raise A2aError(-32003, "push notifications are not offered by this agent")
+        task = self._find({"id": params.get("taskId") or params.get("id")}, agent, caller)
+        if method == "CreateTaskPushNotificationConfig":
+            return _shown(self._add_push(task, params, cursor=task.last_event), version)
+        if method == "ListTaskPushNotificationConfigs":
+            configs = [_shown(c, version) for c in task.push.values()]
+            return configs if version == "0.3" else {"configs": configs}
+        wanted = params.get("id") if "taskId" in params else params.get("pushNotificationConfigId")
+        config = task.push.get(str(wanted)) if wanted else next(iter(task.push.values()), None)
+        if config is None:
+            raise A2aError(-32001, f"task {task.id!r} has no push config {wanted!r}")
+        if method == "GetTaskPushNotificationConfig":
+            return _shown(config, version)
+        del task.push[config.id]  # DeleteTaskPushNotificationConfig: its loop stops
+        return None if version == "0.3" else {}
+
     # -- streams ---------------------------------------------------------------------------------
 
     def _stream(
@@ -391,6 +443,16 @@ async def _pump(
             await changed.wait()
         if idle.cancelled_caught:
             await write(b": keepalive\n\n")
+
+
+def _shown(config: PushConfig, version: Version) -> dict[str, Any]:
+    shown = config.shown()
+    if version == "1.0":
+        return shown
+    inner = {k: v for k, v in shown.items() if k != "taskId"}
+    if "authentication" in inner:
+        inner["authentication"] = {"schemes": [inner["authentication"]["scheme"]]}
+    return {"taskId": config.task_id, "pushNotificationConfig": inner}
 
 
 def _sse(number: int, data: bytes) -> bytes:

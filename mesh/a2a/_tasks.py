@@ -64,6 +64,8 @@ class Task:
     events: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     last_event: int = 0
     scope: anyio.CancelScope | None = None
+    #: The push configs clients gave (mesh.a2a._push.PushConfig), by id.
+    push: dict[str, Any] = field(default_factory=dict)
     _changed: anyio.Event = field(default_factory=anyio.Event)
 
     @property

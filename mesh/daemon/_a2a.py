@@ -11,6 +11,8 @@ one is told there is no such task.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import partial
 from urllib.parse import quote
 
 from mesh._errors import Forbidden
@@ -18,21 +20,37 @@ from mesh._orchestrator.access import check_client_call
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.a2a import A2aServer, Caller
 from mesh.daemon._auth import Identity
+from mesh.daemon._limits import check_endpoint
 from mesh.daemon._routes import Params
 from transports import HttpRequest, HttpResponse
 
 __all__ = ["DaemonA2a"]
 
 
+def check_webhook(url: str, *, allowed: Sequence[str]) -> str | None:
+    """Why the daemon will not POST push notifications to ``url`` (None: it will)."""
+    return check_endpoint(url, allowed)
+
+
 class DaemonA2a:
     """The handlers of the ``/a2a/…`` routes."""
 
     def __init__(
-        self, orchestrator: MeshOrchestrator, *, secure: bool, max_call_timeout: float
+        self,
+        orchestrator: MeshOrchestrator,
+        *,
+        secure: bool,
+        max_call_timeout: float,
+        endpoint_hosts: Sequence[str],
     ) -> None:
         self._mesh = orchestrator
         self._scheme = "https" if secure else "http"
-        self.server = A2aServer(orchestrator, max_call_timeout=max_call_timeout)
+        # Webhooks are held to the rule of registered endpoints: no request forgery.
+        self.server = A2aServer(
+            orchestrator,
+            max_call_timeout=max_call_timeout,
+            check_push_url=partial(check_webhook, allowed=endpoint_hosts),
+        )
 
     def _refused(self, who: Identity, agent: str) -> HttpResponse | None:
         if not self._mesh.knows(agent):

@@ -121,6 +121,7 @@ class DaemonApi:
             orchestrator,
             secure=settings.tls_cert is not None,
             max_call_timeout=settings.max_call_timeout,
+            endpoint_hosts=settings.endpoint_hosts,
         )
         self.dispatcher = Dispatcher(
             gate,
