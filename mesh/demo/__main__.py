@@ -2,7 +2,8 @@
 
 First the SDK (:mod:`mesh.demo._sdk_tour`), once on asyncio and once on trio;
 then the daemon (:mod:`mesh.demo._daemon_tour`), MCP both ways
-(:mod:`mesh.demo._mcp_tour`) and two offline rooms (:mod:`mesh.demo._rooms_tour`).
+(:mod:`mesh.demo._mcp_tour`), A2A both ways (:mod:`mesh.demo._a2a_tour`) and two
+offline rooms (:mod:`mesh.demo._rooms_tour`).
 ``python -m mesh.demo cluster`` (``make demo-cluster``) is three daemons over NATS
 instead (:mod:`mesh.demo._cluster_tour`).
 Exits non-zero if anything does not behave.
@@ -15,6 +16,7 @@ import sys
 import anyio
 
 from mesh._logging import configure_logging
+from mesh.demo._a2a_tour import a2a_tour
 from mesh.demo._daemon_tour import daemon_tour
 from mesh.demo._mcp_tour import mcp_tour
 from mesh.demo._rooms_tour import rooms_tour
@@ -32,6 +34,7 @@ def main() -> None:
         anyio.run(tour, backend, backend=backend)
     anyio.run(daemon_tour)
     anyio.run(mcp_tour)
+    anyio.run(a2a_tour, backend="trio")
     anyio.run(rooms_tour, backend="trio")
     say("\ndemo finished: every call behaved.")
 
