@@ -151,6 +151,8 @@ class TaskStore:
         self.max_tasks = max_tasks
         self.max_per_owner = max_per_owner
         self._tasks: OrderedDict[str, Task] = OrderedDict()
+        #: Each owner's tasks, oldest first: bounds are checked without a scan of all.
+        self._owned: dict[str, OrderedDict[str, Task]] = {}
         self._count = 0
 
     def __len__(self) -> int:
@@ -161,6 +163,7 @@ class TaskStore:
         self._count += 1
         task = Task(new_id(), context_id or new_id(), agent, owner, self._count)
         self._tasks[task.id] = task
+        self._owned.setdefault(owner, OrderedDict())[task.id] = task
         return task
 
     def get(self, task_id: str, owner: str, agent: str) -> Task | None:
@@ -172,20 +175,23 @@ class TaskStore:
 
     def listing(self, owner: str, agent: str) -> list[Task]:
         """This owner's tasks of ``agent``, newest first."""
-        mine = [t for t in self._tasks.values() if t.owner == owner and t.agent == agent]
-        return mine[::-1]
+        owned = self._owned.get(owner)
+        return [t for t in reversed(owned.values()) if t.agent == agent] if owned else []
 
     def _make_room(self, owner: str) -> None:
-        owned = [t for t in self._tasks.values() if t.owner == owner]
-        if len(owned) >= self.max_per_owner:
+        owned = self._owned.get(owner)
+        if owned is not None and len(owned) >= self.max_per_owner:
             self._evict(owned, f"{len(owned)} tasks of this client are kept (the limit)")
         if len(self._tasks) >= self.max_tasks:
-            self._evict(
-                list(self._tasks.values()), f"{len(self._tasks)} tasks are kept (the limit)"
-            )
+            self._evict(self._tasks, f"{len(self._tasks)} tasks are kept (the limit)")
 
-    def _evict(self, candidates: list[Task], why: str) -> None:
-        oldest = next((t for t in candidates if t.finished), None)
+    def _evict(self, candidates: OrderedDict[str, Task], why: str) -> None:
+        # Usually the oldest has finished: the scan stops at once.
+        oldest = next((t for t in candidates.values() if t.finished), None)
         if oldest is None:
             raise StoreFull(f"{why} and none has finished; wait for one or cancel one")
         del self._tasks[oldest.id]
+        owned = self._owned[oldest.owner]
+        del owned[oldest.id]
+        if not owned:
+            del self._owned[oldest.owner]
