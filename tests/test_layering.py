@@ -47,6 +47,60 @@ WINGS = (
     Wing("mesh.demo", 12),
 )
 
+#: Inside ``mesh.rooms``, by rank (an import may point to the same rank or lower): the pure
+#: core, the engine and its record, the bridge to the mesh, then the manager's collaborators
+#: over the table of rooms in memory, its face, and the package's public names.
+ROOMS = {
+    **dict.fromkeys(
+        ("_errors", "_model", "_events", "_state", "_policy", "_rules", "_perspective"), 1
+    ),
+    **dict.fromkeys(("_roles", "_render", "_people", "_replica"), 1),
+    **dict.fromkeys(("_engine", "_store", "_observers"), 2),
+    "_mesh": 3,
+    "_manager._table": 4,
+    "_manager._engines": 5,
+    **dict.fromkeys(
+        ("_manager._catalog", "_manager._seats", "_manager._replica_port", "_manager._following"),
+        6,
+    ),
+    "_manager._facade": 7,
+    "_manager": 8,
+    "": 9,
+}
+
+#: ``mesh.testing``: single-purpose helpers that share only the process plumbing and the
+#: recorder (none imports another), and the package that gathers their names.
+TESTING = {
+    "_process": 1,
+    "_recorder": 1,
+    **dict.fromkeys(("_echo", "_memory", "_dial_in", "_daemon", "_nats"), 2),
+    "": 3,
+}
+
+
+def ranked_arrows(
+    graph: dict[str, frozenset[str]], package: str, ranks: dict[str, int]
+) -> list[str]:
+    """Inside ``package``: modules missing from ``ranks``, and arrows to a higher rank, or
+    sideways between two modules of the same rank above the lowest."""
+
+    def rank(module: str) -> int | None:
+        return ranks.get(module.removeprefix(package).removeprefix("."))
+
+    problems = []
+    for source, targets in sorted(graph.items()):
+        if source != package and not source.startswith(package + "."):
+            continue
+        here = rank(source)
+        if here is None:
+            problems.append(f"{source} has no rank: add it to the map in test_layering.py")
+            continue
+        for target in sorted(t for t in targets if t.startswith(package + ".")):
+            there = rank(target)
+            if there is not None and (there > here or (there == here and here > 1)):
+                problems.append(f"{source} (rank {here}) imports {target} (rank {there})")
+    return problems
+
 
 @pytest.fixture(scope="module")
 def graph() -> dict[str, frozenset[str]]:
@@ -59,6 +113,13 @@ def test_no_import_cycles(graph: dict[str, frozenset[str]]) -> None:
 
 def test_every_arrow_points_down_the_wings(graph: dict[str, frozenset[str]]) -> None:
     assert wrong_arrows(graph, WINGS) == []
+
+
+@pytest.mark.parametrize(("package", "ranks"), [("mesh.rooms", ROOMS), ("mesh.testing", TESTING)])
+def test_inside_a_package_the_arrows_point_down_too(
+    graph: dict[str, frozenset[str]], package: str, ranks: dict[str, int]
+) -> None:
+    assert ranked_arrows(graph, package, ranks) == []
 
 
 def test_the_lower_packages_import_nothing_of_ours(graph: dict[str, frozenset[str]]) -> None:
@@ -107,3 +168,22 @@ def test_the_checker_reads_lazy_imports_but_not_type_checking_ones(tmp_path: Pat
         "pkg.b": frozenset(),
         "pkg.c": frozenset({"pkg.a", "pkg.b"}),
     }
+
+
+def test_the_ranked_checker_finds_an_upward_a_sideways_and_an_unranked_module() -> None:
+    graph = {
+        "p": frozenset({"p._a"}),
+        "p._a": frozenset({"p._b", "p._c", "q"}),  # sideways to _b: wrong; up to _c: wrong
+        "p._b": frozenset({"p._low", "p._low2"}),
+        "p._c": frozenset(),
+        "p._low": frozenset({"p._low2"}),  # sideways at the lowest rank: fine
+        "p._low2": frozenset(),
+        "p._stray": frozenset(),
+        "q": frozenset({"p._c"}),  # outside the package: not its business
+    }
+    ranks = {"": 4, "_a": 2, "_b": 2, "_c": 3, "_low": 1, "_low2": 1}
+    assert ranked_arrows(graph, "p", ranks) == [
+        "p._a (rank 2) imports p._b (rank 2)",
+        "p._a (rank 2) imports p._c (rank 3)",
+        "p._stray has no rank: add it to the map in test_layering.py",
+    ]

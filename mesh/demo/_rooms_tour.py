@@ -13,17 +13,8 @@ import tempfile
 
 from mesh import AgentSpec, MeshOrchestrator, local_connector
 from mesh.agents.persona import PersonaAgent
-from mesh.rooms import (
-    DEMO_TOPIC,
-    REVIEW_TASK,
-    RoomManager,
-    RoomSpec,
-    ScriptedSeat,
-    StopReason,
-    demo_chat,
-    demo_review,
-    format_event,
-)
+from mesh.demo.fixtures import DEMO_TOPIC, REVIEW_TASK, ScriptedSeat, demo_chat, demo_review
+from mesh.rooms import RoomManager, RoomSpec, StopReason, format_event
 
 
 async def _room(title: str, seats: tuple[ScriptedSeat, ...], spec: RoomSpec) -> StopReason | None:

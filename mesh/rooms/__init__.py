@@ -8,14 +8,16 @@ convergence score. Every event goes to an append-only JSONL log and to SQLite
 before observers see it, so a room stopped or killed mid-turn resumes where it
 was, each turn recorded once. See ``docs/rooms.md``.
 
-Building blocks: :class:`RoomManager` (what the daemon holds), :class:`RoomRunner`
-(one room's engine), :class:`RoomStore` (the log and SQLite), the pure
-perspective, policy and rule functions, and :class:`~mesh.agents.persona.PersonaAgent`
-on the other side of ``room/turn``.
+What users need is here: :class:`RoomManager` (what the daemon holds) and the
+types it takes and gives (specs, snapshots, events, errors), the ``room/turn``
+contract and the perspective functions a persona agent may use
+(:class:`~mesh.agents.persona.PersonaAgent` is one), and the renderers. The
+engine, the store and the pure policy and rule functions are internals; the
+scripted demo personas are in :mod:`mesh.demo.fixtures`.
 """
 
 from mesh._public import publish
-from mesh.rooms._engine import Journal, Presence, RoomRunner, Speak, delta_sink, report_delta
+from mesh.rooms._engine import Presence, Speak, report_delta
 from mesh.rooms._errors import (
     InvalidRoomSpec,
     ObserverTooSlow,
@@ -39,23 +41,8 @@ from mesh.rooms._events import (
     decode_live_event,
     encode_event,
 )
-from mesh.rooms._fixtures import (
-    DEMO_TOPIC,
-    REVIEW_TASK,
-    ScriptedSeat,
-    demo_chat,
-    demo_review,
-)
 from mesh.rooms._manager import RoomManager
-from mesh.rooms._mesh import (
-    ROOM_PERSONA,
-    ROOM_TURN,
-    Describe,
-    PersonaInfo,
-    mesh_describer,
-    mesh_speaker,
-    registry_presence,
-)
+from mesh.rooms._mesh import ROOM_PERSONA, ROOM_TURN, Describe, PersonaInfo
 from mesh.rooms._model import (
     DEFAULT_MAX_TURNS,
     Awareness,
@@ -77,33 +64,14 @@ from mesh.rooms._model import (
     decode_room_spec,
 )
 from mesh.rooms._observers import DEFAULT_OBSERVER_BUFFER, RoomEvents
-from mesh.rooms._perspective import (
-    build_turn_request,
-    opening,
-    perspective_messages,
-    system_prompt,
-)
-from mesh.rooms._policy import TurnPlan, next_turn, review_step
+from mesh.rooms._perspective import build_turn_request, perspective_messages, system_prompt
 from mesh.rooms._render import format_event, transcript_markdown
 from mesh.rooms._roles import ROLE_PROMPTS, role_persona
-from mesh.rooms._rules import (
-    Verdict,
-    after_message,
-    before_turn,
-    convergence_score,
-    is_verified,
-    says_goodbye,
-    similarity,
-)
-from mesh.rooms._state import RoomState
-from mesh.rooms._store import RoomStore
 
 __all__ = [
     "DEFAULT_MAX_TURNS",
     "DEFAULT_OBSERVER_BUFFER",
-    "DEMO_TOPIC",
     "EVENT_TYPES",
-    "REVIEW_TASK",
     "ROLE_PROMPTS",
     "ROOM_PERSONA",
     "ROOM_TURN",
@@ -115,7 +83,6 @@ __all__ = [
     "ErrorEvent",
     "ExitRules",
     "InvalidRoomSpec",
-    "Journal",
     "Limits",
     "LiveEvent",
     "Member",
@@ -135,46 +102,25 @@ __all__ = [
     "RoomId",
     "RoomManager",
     "RoomNotFound",
-    "RoomRunner",
     "RoomSnapshot",
     "RoomSpec",
-    "RoomState",
     "RoomStatus",
-    "RoomStore",
-    "ScriptedSeat",
     "Speak",
     "Step",
     "StopReason",
     "StoppedEvent",
-    "TurnPlan",
     "TurnReply",
     "TurnRequest",
-    "Verdict",
     "WelcomeEvent",
-    "after_message",
-    "before_turn",
     "build_turn_request",
-    "convergence_score",
     "decode_event",
     "decode_live_event",
     "decode_room_spec",
-    "delta_sink",
-    "demo_chat",
-    "demo_review",
     "encode_event",
     "format_event",
-    "is_verified",
-    "mesh_describer",
-    "mesh_speaker",
-    "next_turn",
-    "opening",
     "perspective_messages",
-    "registry_presence",
     "report_delta",
-    "review_step",
     "role_persona",
-    "says_goodbye",
-    "similarity",
     "system_prompt",
     "transcript_markdown",
 ]

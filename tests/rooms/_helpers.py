@@ -14,25 +14,25 @@ import anyio.lowlevel
 import msgspec
 
 from mesh.agents.persona import PersonaAgent
+from mesh.demo.fixtures import ScriptedSeat
 from mesh.providers import ProviderConfig
 from mesh.rooms import (
     ExitRules,
-    Journal,
     Limits,
     Member,
     MessageEvent,
     Room,
     RoomEvent,
     RoomId,
-    RoomState,
-    RoomStore,
-    ScriptedSeat,
     TurnReply,
     TurnRequest,
     decode_event,
-    review_step,
     role_persona,
 )
+from mesh.rooms._engine import Journal
+from mesh.rooms._policy import review_step
+from mesh.rooms._state import RoomState
+from mesh.rooms._store import RoomStore
 from registry import AgentId
 
 #: Every wait in these tests is bounded by this (seconds).

@@ -12,7 +12,8 @@ import anyio
 import pytest
 from anyio.streams.text import TextReceiveStream
 
-from mesh.rooms import ResumedEvent, RoomManager, StopReason, demo_chat
+from mesh.demo.fixtures import demo_chat
+from mesh.rooms import ResumedEvent, RoomManager, StopReason
 
 from ._helpers import GUARD, assert_log_and_db_agree, direct_speaker, read_log, seat_agent
 
@@ -25,7 +26,8 @@ CHILD = dedent(
     import anyio
 
     from mesh.agents.persona import PersonaAgent
-    from mesh.rooms import DEMO_TOPIC, Member, RoomManager, RoomSpec, demo_chat
+    from mesh.demo.fixtures import DEMO_TOPIC, demo_chat
+    from mesh.rooms import Member, RoomManager, RoomSpec
 
     async def main(data_dir: str) -> None:
         seats = demo_chat()

@@ -7,7 +7,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mesh.rooms import Limits, RoomConflict, RoomManager, RoomNotFound, RoomSpec, demo_chat
+from mesh.demo.fixtures import demo_chat
+from mesh.rooms import Limits, RoomConflict, RoomManager, RoomNotFound, RoomSpec
 
 from ._helpers import GUARD, direct_describer, direct_speaker, read_db, seat_agent
 

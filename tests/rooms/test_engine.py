@@ -12,13 +12,13 @@ from mesh.rooms import (
     ExitRules,
     Limits,
     RoomId,
-    RoomRunner,
     RoomStatus,
     StoppedEvent,
     StopReason,
     TurnReply,
     TurnRequest,
 )
+from mesh.rooms._engine import RoomRunner
 from registry import AgentId
 
 from ._helpers import (

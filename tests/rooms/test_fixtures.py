@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mesh.rooms import demo_chat
+from mesh.demo.fixtures import demo_chat
 
 
 def test_alice_answers_the_question_bob_just_asked() -> None:

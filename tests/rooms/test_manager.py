@@ -9,9 +9,8 @@ import anyio
 import pytest
 
 from mesh import AgentUnavailable
+from mesh.demo.fixtures import DEMO_TOPIC, REVIEW_TASK, demo_chat, demo_review
 from mesh.rooms import (
-    DEMO_TOPIC,
-    REVIEW_TASK,
     AgentJoinedEvent,
     AgentLeftEvent,
     ErrorEvent,
@@ -31,8 +30,6 @@ from mesh.rooms import (
     StopReason,
     TurnReply,
     TurnRequest,
-    demo_chat,
-    demo_review,
 )
 from registry import AgentId, Registry
 
@@ -103,7 +100,7 @@ async def test_two_scripted_agents_exchange_twelve_messages_and_say_goodbye(tmp_
         assert (created.status, created.last_seq) == (RoomStatus.RUNNING, 3)  # WELCOME, 2 joined
         transcript = await finish(rooms, "demo")
         snapshot = await rooms.get("demo")
-        assert "demo" not in rooms._rooms  # finished and unwatched: only the store holds it
+        assert "demo" not in rooms._table.rooms  # finished and unwatched: only the store holds it
     assert len(transcript) == 12
     assert [m.name for m in transcript] == ["Alice", "Bob"] * 6
     assert [m.role for m in transcript[:2]] == ["architect", "critic"]

@@ -11,8 +11,8 @@ import pytest
 from mesh import AgentSpec, MeshOrchestrator, ReconnectPolicy, local_connector
 from mesh.agents.echo import agent as echo_agent
 from mesh.agents.persona import PersonaAgent
+from mesh.demo.fixtures import DEMO_TOPIC, demo_chat
 from mesh.rooms import (
-    DEMO_TOPIC,
     AgentLeftEvent,
     ErrorEvent,
     ExitRules,
@@ -23,7 +23,6 @@ from mesh.rooms import (
     StoppedEvent,
     StopReason,
     TurnRequest,
-    demo_chat,
     perspective_messages,
 )
 from mesh.testing import KillableConnector

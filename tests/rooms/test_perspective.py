@@ -3,16 +3,9 @@
 from __future__ import annotations
 
 from mesh.providers import ChatMessage
-from mesh.rooms import (
-    ExitRules,
-    Limits,
-    TurnPlan,
-    build_turn_request,
-    next_turn,
-    opening,
-    perspective_messages,
-    system_prompt,
-)
+from mesh.rooms import ExitRules, Limits, build_turn_request, perspective_messages, system_prompt
+from mesh.rooms._perspective import opening
+from mesh.rooms._policy import TurnPlan, next_turn
 from registry import AgentId
 
 from ._helpers import make_room, said

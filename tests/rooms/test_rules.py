@@ -5,20 +5,19 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from mesh.rooms import (
-    ExitRules,
-    Limits,
-    StopReason,
+from mesh.rooms import ExitRules, Limits, StopReason
+from mesh.rooms._policy import next_turn, review_step
+from mesh.rooms._rules import (
     after_message,
     before_turn,
+    check_agent_lost,
+    check_failures,
     convergence_score,
     is_verified,
-    next_turn,
-    review_step,
+    lost_deadline,
     says_goodbye,
     similarity,
 )
-from mesh.rooms._rules import check_agent_lost, check_failures, lost_deadline
 from registry import AgentId
 
 from ._helpers import make_room, said

@@ -13,14 +13,14 @@ from mesh.rooms import (
     ResumedEvent,
     RoomEvent,
     RoomId,
-    RoomState,
     RoomStatus,
-    RoomStore,
     StoppedEvent,
     StopReason,
     WelcomeEvent,
     encode_event,
 )
+from mesh.rooms._state import RoomState
+from mesh.rooms._store import RoomStore
 
 from ._helpers import ROOM, assert_log_and_db_agree, make_room, read_log
 

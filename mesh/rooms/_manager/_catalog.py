@@ -1,0 +1,201 @@
+"""Rooms as records: create one (its members introduced), read it, list, delete, watch.
+
+Creating a room reserves its id (here, and with the replica when daemons share
+rooms), introduces each member, records the ``WELCOME`` and the joins, and
+hands the room to :class:`~mesh.rooms._manager._engines.Engines` to run.
+Reading goes to the room in memory when there is one, else to the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import msgspec
+
+from mesh._errors import MeshError
+from mesh._logging import get_logger
+from mesh.rooms._engine import Presence
+from mesh.rooms._errors import InvalidRoomSpec, RoomConflict, RoomNotFound
+from mesh.rooms._events import AgentJoinedEvent, LiveEvent, MessageEvent, RoomEvent, WelcomeEvent
+from mesh.rooms._manager._engines import Engines
+from mesh.rooms._manager._table import HeldRoom, RoomTable, checked, in_thread
+from mesh.rooms._mesh import Describe
+from mesh.rooms._model import (
+    DEFAULT_MAX_TURNS,
+    Member,
+    Room,
+    RoomId,
+    RoomSnapshot,
+    RoomSpec,
+    RoomStatus,
+)
+from mesh.rooms._observers import RoomEvents
+from mesh.rooms._people import clean_name
+from mesh.rooms._state import RoomState
+from registry import AgentId
+
+__all__ = ["Catalog"]
+
+log = get_logger("mesh.rooms")
+
+
+class Catalog:
+    """Create, read, list, delete and watch the rooms of ``table``; see the module docstring."""
+
+    def __init__(
+        self,
+        table: RoomTable,
+        engines: Engines,
+        describe: Describe | None,
+        presence: Presence | None,
+    ) -> None:
+        self._table = table
+        self._engines = engines
+        self._describe = describe
+        self._presence = presence
+        self._reserved: set[str] = set()
+
+    async def create(self, spec: RoomSpec, *, owner: str | None = None) -> RoomSnapshot:
+        if self._engines.tasks is None:
+            raise RuntimeError("use the RoomManager as `async with RoomManager(...) as rooms:`")
+        table = self._table
+        room_id = RoomId(spec.id or f"room-{uuid.uuid4().hex[:12]}")
+        if room_id in self._reserved or await in_thread(table.store.has_room, room_id):
+            raise RoomConflict(f"room {room_id!r} already exists", room=room_id)
+        if table.replica is not None and not await table.replica.claim(room_id):
+            raise RoomConflict(f"room {room_id!r} already exists on another daemon", room=room_id)
+        self._reserved.add(room_id)
+        started = False
+        try:
+            members = tuple([await self._member(entry) for entry in spec.members])
+            limits = spec.limits
+            if limits.max_turns is None:
+                limits = msgspec.structs.replace(limits, max_turns=DEFAULT_MAX_TURNS[spec.mode])
+            room = Room(
+                id=room_id,
+                topic=spec.topic,
+                members=members,
+                mode=spec.mode,
+                policy=spec.policy,
+                awareness=spec.awareness,
+                limits=limits,
+                rules=spec.rules,
+                people=spec.people,
+                created_at=table.clock(),
+                owner=owner,
+            )
+            handle = table.hold(RoomState(room=room))
+            try:
+                await self._welcome(handle)
+            except BaseException:
+                del table.rooms[room_id]
+                raise
+            started = True
+        finally:
+            self._reserved.discard(room_id)
+            if not started and table.replica is not None:
+                with anyio.CancelScope(shield=True):
+                    await table.replica.release(room_id)
+        log.info("room.created", room=room_id, members=[m.id for m in members], mode=room.mode)
+        self._engines.start(handle)
+        return handle.state.snapshot()
+
+    async def _welcome(self, handle: HeldRoom) -> None:
+        room = handle.state.room
+        await handle.journal.emit(WelcomeEvent(room_id=room.id, room=room))
+        for member in room.members:
+            await handle.journal.emit(
+                AgentJoinedEvent(
+                    room_id=room.id, agent_id=member.id, name=member.name, role=member.role
+                )
+            )
+
+    async def _member(self, entry: str | Member) -> Member:
+        member = Member(id=AgentId(entry)) if isinstance(entry, str) else entry
+        if member.human:
+            name = checked(clean_name, member.name or member.id)
+            return Member(id=member.id, name=name, role=member.role or "person", kind="human")
+        if self._presence is not None and not self._presence(member.id):
+            raise InvalidRoomSpec(f"member {member.id!r} is not online", agent=member.id)
+        described = Member(id=member.id)
+        if self._describe is not None and not (member.name and member.role):
+            try:
+                described = await self._describe(member.id)
+            except InvalidRoomSpec:
+                raise
+            except MeshError as exc:
+                raise InvalidRoomSpec(f"member {member.id!r}: {exc}", agent=member.id) from exc
+        return Member(
+            id=member.id,
+            name=member.name or described.name or member.id,
+            role=member.role or described.role or "participant",
+            awareness=member.awareness or described.awareness,
+        )
+
+    async def get(self, room_id: str) -> RoomSnapshot:
+        if room_id in self._table.rooms:
+            return self._table.rooms[room_id].state.snapshot()
+        snapshot = await in_thread(self._table.store.snapshot, room_id)
+        if snapshot is None:
+            raise RoomNotFound(room_id)
+        return snapshot
+
+    async def transcript(self, room_id: str) -> list[MessageEvent]:
+        if room_id in self._table.rooms:
+            return list(self._table.rooms[room_id].state.transcript)
+        await self.get(room_id)
+        return await in_thread(self._table.store.messages, room_id)
+
+    async def events(self, room_id: str, *, since: int = 0) -> list[RoomEvent]:
+        await self.get(room_id)
+        return await in_thread(self._table.store.events, room_id, since)
+
+    async def snapshots(self, status: RoomStatus | None = None) -> list[RoomSnapshot]:
+        return await in_thread(self._table.store.snapshots, status)
+
+    async def active_count(self) -> int:
+        return await in_thread(self._table.store.count, RoomStatus.RUNNING, RoomStatus.PAUSED)
+
+    async def delete(self, room_id: str) -> None:
+        room = await self._table.load(room_id)
+        async with room.control:
+            if room.runner is not None or room.state.status is not RoomStatus.STOPPED:
+                raise RoomConflict(
+                    f"room {room_id!r} is {room.state.status}; only a stopped room can be "
+                    "deleted (stop it first)",
+                    room=room_id,
+                )
+            if self._table.replica is not None:
+                await self._table.replica.delete(room_id)  # first: every daemon forgets it then
+            await self._table.drop(room)
+        log.info("room.deleted", room=room_id)
+
+    async def delete_finished(self, older_than_ms: int) -> list[str]:
+        cutoff = self._table.clock() - older_than_ms
+        deleted: list[str] = []
+        for snapshot in await self.snapshots(RoomStatus.STOPPED):
+            if snapshot.updated_at < cutoff:
+                with contextlib.suppress(RoomConflict, RoomNotFound):
+                    await self.delete(snapshot.id)
+                    deleted.append(snapshot.id)
+        return deleted
+
+    @asynccontextmanager
+    async def observe(
+        self, room_id: str, since: int, max_buffer: int, *, deltas: bool
+    ) -> AsyncIterator[RoomEvents[LiveEvent]]:
+        room = await self._table.load(room_id)
+        events = room.observers.attach(since=since, max_buffer=max_buffer, deltas=deltas)
+        try:
+            events.add_history(await in_thread(self._table.store.events, room_id, since))
+            opening = room.runner.opening() if deltas and room.runner is not None else None
+            if opening is not None:
+                events.add_opening(opening)  # whose turn it is, for a page opened mid-turn
+            yield events
+        finally:
+            room.observers.detach(events)
+            self._table.forget_if_idle(room)

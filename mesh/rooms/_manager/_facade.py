@@ -1,0 +1,268 @@
+"""The RoomManager: every room of a daemon, their engines, their store and their observers.
+
+``async with RoomManager(data_dir, speak=...) as rooms:`` opens the store
+(replaying whatever the logs hold that SQLite missed), resumes every room that
+was running when the process stopped, and, given a registry, follows its
+members' comings and goings. Leaving the block stops the engines *without*
+recording a stop: those rooms are still running as far as the store knows, and
+the next manager on the same directory resumes them at their next turn.
+
+:meth:`RoomManager.for_orchestrator` wires it to a :class:`~mesh.MeshOrchestrator`
+(``room/turn`` and ``room/persona`` calls, the orchestrator's registry), which
+is what the daemon uses.
+
+The manager is the one face of collaborators with one job each, over a
+:class:`~mesh.rooms._manager._table.RoomTable` (the rooms in memory and the store):
+:class:`~mesh.rooms._manager._catalog.Catalog` (create, read, delete, watch),
+:class:`~mesh.rooms._manager._engines.Engines` (each room's engine),
+:class:`~mesh.rooms._manager._seats.Seats` (people),
+:class:`~mesh.rooms._manager._replica_port.ReplicaPort` (rooms shared between
+daemons) and :class:`~mesh.rooms._manager._following.RegistryFollower`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TYPE_CHECKING, Any, Self, cast
+
+import anyio
+import anyio.to_thread
+
+from mesh.protocol import now_ms
+from mesh.rooms._engine import Clock, Presence, Speak
+from mesh.rooms._events import LiveEvent, MessageEvent, RoomEvent
+from mesh.rooms._manager._catalog import Catalog
+from mesh.rooms._manager._engines import Engines
+from mesh.rooms._manager._following import RegistryFollower
+from mesh.rooms._manager._replica_port import ReplicaPort
+from mesh.rooms._manager._seats import Seats
+from mesh.rooms._manager._table import RoomTable
+from mesh.rooms._mesh import Describe, mesh_describer, mesh_speaker, registry_presence
+from mesh.rooms._model import Member, RoomSnapshot, RoomSpec, RoomStatus, StopReason
+from mesh.rooms._observers import DEFAULT_OBSERVER_BUFFER, RoomEvents
+from mesh.rooms._replica import RoomReplica
+from mesh.rooms._store import RoomStore
+from registry import Registry
+
+if TYPE_CHECKING:
+    from mesh._orchestrator.orchestrator import MeshOrchestrator
+
+__all__ = ["RoomManager"]
+
+
+class RoomManager:
+    """Creates, runs, pauses, resumes, stops and shows rooms; see the module docstring.
+
+    ``speak`` asks a member to take a turn. ``describe`` (optional) introduces a
+    member the spec names only by id; without it the id is the name and the role
+    is ``participant``. ``registry`` (optional) is followed for members going
+    offline and coming back, and is where ``presence`` comes from unless given.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        speak: Speak,
+        describe: Describe | None = None,
+        registry: Registry | None = None,
+        presence: Presence | None = None,
+        resume: bool = True,
+        fsync: bool = True,
+        clock: Clock = now_ms,
+    ) -> None:
+        self._table = RoomTable(RoomStore(data_dir, fsync=fsync), clock)
+        self._registry = registry
+        # `is not None`: a Registry has a length, and the daemon's is empty when the
+        # manager is made, so `if registry` left every room blind to who is reachable.
+        if presence is None and registry is not None:
+            presence = registry_presence(registry)
+        self._resume = resume
+        self._engines = Engines(self._table, speak, presence)
+        self._catalog = Catalog(self._table, self._engines, describe, presence)
+        self._seats = Seats(self._table)
+        self._port = ReplicaPort(self._table, self._engines)
+        self._follower = RegistryFollower(self._table, presence)
+
+    @classmethod
+    def for_orchestrator(
+        cls, orchestrator: MeshOrchestrator, data_dir: str | os.PathLike[str], **kwargs: Any
+    ) -> RoomManager:
+        """A manager whose rooms talk to the orchestrator's agents and follow its registry."""
+        kwargs.setdefault("speak", mesh_speaker(orchestrator))
+        kwargs.setdefault("describe", mesh_describer(orchestrator))
+        kwargs.setdefault("registry", orchestrator.registry)
+        return cls(data_dir, **kwargs)
+
+    @property
+    def data_dir(self) -> str:
+        return str(self._table.store.directory)
+
+    @property
+    def replica(self) -> RoomReplica | None:
+        """Leases and a shared record of events when daemons share rooms (``mesh.cluster``
+        sets it; the manager is then opened with ``resume=False``: the replica resumes)."""
+        return self._table.replica
+
+    @replica.setter
+    def replica(self, replica: RoomReplica | None) -> None:
+        self._table.replica = replica
+
+    # -- lifetime ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        self._stack: AbstractAsyncContextManager[None] = self._run()
+        await self._stack.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self._stack.__aexit__(*exc_info)
+
+    @asynccontextmanager
+    async def _run(self) -> AsyncIterator[None]:
+        store = self._table.store
+        await anyio.to_thread.run_sync(store.open)
+        try:
+            async with anyio.create_task_group() as tg:
+                self._engines.tasks = tg
+                if self._registry is not None:
+                    await tg.start(self._follower.follow, self._registry)
+                if self._resume:
+                    await self._engines.resume_running()
+                try:
+                    yield
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            self._engines.tasks = None
+            self._table.close()
+            await anyio.to_thread.run_sync(store.close)
+
+    # -- the API -------------------------------------------------------------------------
+
+    async def create(self, spec: RoomSpec, *, owner: str | None = None) -> RoomSnapshot:
+        """Create a room and start it; returns once its ``WELCOME`` is recorded.
+
+        Raises :class:`InvalidRoomSpec` when a member cannot be reached or
+        described, :class:`RoomConflict` when ``spec.id`` is taken. ``owner`` is
+        recorded with the room (the daemon puts the creating token there).
+        """
+        return await self._catalog.create(spec, owner=owner)
+
+    async def get(self, room_id: str) -> RoomSnapshot:
+        """Where the room is. Raises :class:`RoomNotFound`."""
+        return await self._catalog.get(room_id)
+
+    async def transcript(self, room_id: str) -> list[MessageEvent]:
+        """The room's messages, in turn order."""
+        return await self._catalog.transcript(room_id)
+
+    async def events(self, room_id: str, *, since: int = 0) -> list[RoomEvent]:
+        """The room's recorded events with ``seq > since`` (from its JSONL log)."""
+        return await self._catalog.events(room_id, since=since)
+
+    async def pause(self, room_id: str) -> RoomSnapshot:
+        """Pause a running room (the turn in flight is abandoned and asked again on resume)."""
+        return await self._engines.halt(room_id, StopReason.PAUSED)
+
+    async def stop(self, room_id: str) -> RoomSnapshot:
+        """Stop a room for good (a no-op for a room that has already stopped)."""
+        return await self._engines.halt(room_id, StopReason.STOPPED)
+
+    async def resume(self, room_id: str) -> RoomSnapshot:
+        """Continue a paused room, or one that stopped for ``AGENT_LOST`` or ``ERROR``."""
+        return await self._engines.resume(room_id)
+
+    async def delete(self, room_id: str) -> None:
+        """Remove a stopped room, its transcript and its rows; :class:`RoomConflict` if it
+        is running or paused (stop it first), :class:`RoomNotFound` if there is none."""
+        await self._catalog.delete(room_id)
+
+    async def delete_finished(self, older_than_ms: int) -> list[str]:
+        """Delete every stopped room last changed more than ``older_than_ms`` ago."""
+        return await self._catalog.delete_finished(older_than_ms)
+
+    async def active_count(self) -> int:
+        """Rooms running or paused (those that hold, or may again hold, an engine)."""
+        return await self._catalog.active_count()
+
+    async def wait(self, room_id: str) -> RoomSnapshot:
+        """Wait until the room is no longer taking turns (paused or stopped)."""
+        return await self._engines.wait(room_id)
+
+    @asynccontextmanager
+    async def subscribe(
+        self, room_id: str, *, since: int = 0, max_buffer: int = DEFAULT_OBSERVER_BUFFER
+    ) -> AsyncIterator[RoomEvents[RoomEvent]]:
+        """``async with rooms.subscribe(id) as events: async for event in events: ...``
+
+        Yields the recorded events after ``since``, then live ones, each once and
+        in ``seq`` order; see :mod:`mesh.rooms._observers` for when it ends.
+        """
+        async with self._catalog.observe(room_id, since, max_buffer, deltas=False) as events:
+            yield cast(RoomEvents[RoomEvent], events)
+
+    @asynccontextmanager
+    async def subscribe_live(
+        self, room_id: str, *, since: int = 0, max_buffer: int = DEFAULT_OBSERVER_BUFFER
+    ) -> AsyncIterator[RoomEvents[LiveEvent]]:
+        """:meth:`subscribe`, plus the ``DELTA`` pieces of replies as they are written."""
+        async with self._catalog.observe(room_id, since, max_buffer, deltas=True) as events:
+            yield events
+
+    # -- for the replica (rooms shared between daemons) ----------------------------------
+
+    async def absorb(self, event: RoomEvent, *, ours: bool = False) -> None:
+        """Store an event from the shared record, and show others' to this daemon's observers.
+
+        ``ours``: this daemon recorded it (its journal has applied it already).
+        """
+        await self._port.absorb(event, ours=ours)
+
+    async def take_over(self, room_id: str) -> bool:
+        """Resume a running room whose lease this daemon now holds; False if it is not running."""
+        return await self._port.take_over(room_id)
+
+    async def forget(self, room_id: str) -> None:
+        """Drop a room another daemon deleted from the shared record: rows, log, observers."""
+        await self._port.forget(room_id)
+
+    def relinquish(self, room_id: str) -> None:
+        """Stop running the room here without recording anything (its lease went elsewhere)."""
+        self._engines.relinquish(room_id)
+
+    def running_here(self) -> list[str]:
+        """The rooms whose engine runs in this manager."""
+        return self._engines.running_here()
+
+    # -- people --------------------------------------------------------------------------
+
+    async def join(self, room_id: str, name: str, *, holder: str | None = None) -> Member:
+        """A person takes part as ``name``: a new seat (a member of kind ``human``), or
+        theirs again. Their id is the name's slug. Raises :class:`RoomConflict` for a
+        review or a stopped room, a name an agent of the room holds, or a full room.
+        ``holder`` (a daemon identity) holds the seat while they are present: another
+        holder may not speak or leave as them (None: no check, for embedders)."""
+        return await self._seats.join(room_id, name, holder=holder)
+
+    async def leave(self, room_id: str, member_id: str, *, holder: str | None = None) -> None:
+        """A person leaves (their turns are passed over until they join again)."""
+        await self._seats.leave(room_id, member_id, holder=holder)
+
+    async def say(
+        self, room_id: str, member_id: str, text: str, *, holder: str | None = None
+    ) -> dict[str, Any]:
+        """A person's message: the answer to their turn, or an interjection between turns.
+
+        Returns ``{"status": "turn" | "queued", "turn": N}`` (the turn it will be
+        recorded at, as far as can be known now). A person who was away is joined
+        again first. Raises :class:`RoomConflict` when the room is not running.
+        """
+        return await self._seats.say(room_id, member_id, text, holder=holder)
+
+    # Last, because inside the class body the name shadows the builtin for mypy.
+    async def list(self, status: RoomStatus | None = None) -> list[RoomSnapshot]:
+        """Every room (or those with ``status``), oldest first."""
+        return await self._catalog.snapshots(status)

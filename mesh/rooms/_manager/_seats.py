@@ -1,0 +1,126 @@
+"""People in the rooms of a manager: taking a seat, leaving it, and saying something.
+
+A person's seat is a member of kind ``human``; the room's
+:class:`~mesh.rooms._people.Desk` knows who is present and carries their words
+to the engine (see :mod:`mesh.rooms._people`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mesh._logging import get_logger
+from mesh.rooms._errors import InvalidRoomSpec, RoomConflict
+from mesh.rooms._events import AgentJoinedEvent, AgentLeftEvent
+from mesh.rooms._manager._table import HeldRoom, RoomTable, checked
+from mesh.rooms._model import Member, RoomStatus
+from mesh.rooms._people import clean_name, clean_text, person_id
+from registry import AgentId
+
+__all__ = ["Seats"]
+
+log = get_logger("mesh.rooms")
+
+
+class Seats:
+    """Joins, leaves and messages of the people in ``table``'s rooms."""
+
+    def __init__(self, table: RoomTable) -> None:
+        self._table = table
+
+    async def join(self, room_id: str, name: str, *, holder: str | None = None) -> Member:
+        name = checked(clean_name, name)
+        seat_id = AgentId(person_id(name))
+        return await self._take_seat(await self._table.load(room_id), seat_id, name, holder)
+
+    async def _take_seat(
+        self, room: HeldRoom, member_id: AgentId, name: str, holder: str | None
+    ) -> Member:
+        room_id = room.state.room.id
+        async with room.control:
+            state = room.state
+            if state.room.mode == "review":
+                raise RoomConflict(
+                    "a review is between two agents; people join chats", room=room_id
+                )
+            if state.status is RoomStatus.STOPPED:
+                raise RoomConflict(
+                    f"room {room_id!r} has stopped ({state.stop_reason})", room=room_id
+                )
+            seat = next((m for m in state.room.members if m.id == member_id), None)
+            if seat is not None and not seat.human:
+                raise RoomConflict(
+                    f"{member_id!r} is an agent of room {room_id!r}: join under another name",
+                    room=room_id,
+                )
+            if seat is None:
+                people = sum(m.human for m in state.room.members)
+                if people >= state.room.people.max_people:
+                    raise RoomConflict(
+                        f"room {room_id!r} is full: {people} people of "
+                        f"{state.room.people.max_people}",
+                        room=room_id,
+                    )
+                seat = Member(id=member_id, name=name, role="person", kind="human")
+            if not room.desk.arrive(seat.id, holder):
+                return seat  # already here (a second tab, a reconnect)
+            new = seat if all(m.id != seat.id for m in state.room.members) else None
+            await room.journal.emit(
+                AgentJoinedEvent(
+                    room_id=state.room.id,
+                    agent_id=seat.id,
+                    name=seat.name,
+                    role=seat.role,
+                    member=new,
+                )
+            )
+            log.info("room.person_joined", room=room_id, member=seat.id, new=new is not None)
+            return seat
+
+    async def leave(self, room_id: str, member_id: str, *, holder: str | None = None) -> None:
+        room = await self._table.load(room_id)
+        member = self._person(room, member_id)
+        room.desk.check_holder(member.id, holder)
+        async with room.control:
+            if room.desk.depart(member.id):
+                await room.journal.emit(
+                    AgentLeftEvent(
+                        room_id=room.state.room.id,
+                        agent_id=member.id,
+                        name=member.name,
+                        role=member.role,
+                        reason="left",
+                    )
+                )
+
+    async def say(
+        self, room_id: str, member_id: str, text: str, *, holder: str | None = None
+    ) -> dict[str, Any]:
+        text = checked(clean_text, text)
+        room = await self._table.load(room_id)
+        member = self._person(room, member_id)
+        if room.runner is None:
+            raise RoomConflict(
+                f"room {room_id!r} is {room.state.status}: messages are taken while it runs",
+                room=room_id,
+            )
+        room.desk.check_holder(member.id, holder)
+        if member.id not in room.desk.present:
+            await self._take_seat(room, member.id, member.name, holder)  # back: present again
+        awaited = room.desk.awaiting()
+        status = room.desk.offer(member.id, text, interject=room.state.room.people.interject)
+        turn = awaited[1] if status == "turn" and awaited else room.state.current_turn + 1
+        return {"status": status, "turn": turn, "member": member.id}
+
+    @staticmethod
+    def _person(room: HeldRoom, member_id: str) -> Member:
+        try:
+            member = room.state.room.member(member_id)
+        except KeyError:
+            member = None
+        if member is None or not member.human:
+            raise InvalidRoomSpec(
+                f"{member_id!r} is not a person in room {room.state.room.id!r}: join first",
+                room=room.state.room.id,
+            )
+        return member
