@@ -54,6 +54,7 @@ AGENT = textwrap.dedent(
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
     card = AgentCard(
         name="Barista", description="An A2A agent with opinions on coffee.", version="1.0",

@@ -141,6 +141,7 @@ async def main(port: int) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
+    sock.listen(128)  # connections wait in the backlog until uvicorn accepts them
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
     server = uvicorn.Server(uvicorn.Config(app(url), log_level="warning"))
     print(f"listening {url}", flush=True)
