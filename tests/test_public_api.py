@@ -373,6 +373,7 @@ def test_exports_carry_a_public_module(package: str) -> None:
 def test_transports_public_names() -> None:
     assert set(transports.__all__) == {
         "DEFAULT_MAX_FRAME_SIZE",
+        "BodyWriter",
         "CloseCode",
         "ConnectFailed",
         "Connector",

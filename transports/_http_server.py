@@ -37,6 +37,7 @@ from transports._logging import get_logger
 from transports._sockets import shrink_reads
 
 __all__ = [
+    "BodyWriter",
     "HttpRequest",
     "HttpResponse",
     "HttpServer",
@@ -402,7 +403,14 @@ class _HttpConnection:
                 await self._stream.send(head)
             except _GONE:
                 raise _Closed from None
-        await produce(write)
+        try:
+            await produce(write)
+        except _Closed:
+            raise
+        except Exception:
+            # Half an answer is out: the client learns only that the stream ended early.
+            log.exception("http.stream_crashed", client=self._client)
+            raise _Closed from None
         try:
             end = self._h11.send(h11.EndOfMessage())
         except h11.LocalProtocolError:

@@ -40,8 +40,7 @@ from mesh.a2a._wire import Version, WireError, event_for, message_in, method_of,
 from mesh.a2a._wire import state_in as _state_in
 from mesh.a2a._wire import task_for as _task_for
 from registry import AgentId
-from transports import HttpRequest, HttpResponse
-from transports._http_server import BodyWriter
+from transports import BodyWriter, HttpRequest, HttpResponse
 
 __all__ = ["A2aError", "A2aServer", "Caller"]
 

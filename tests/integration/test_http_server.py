@@ -144,3 +144,27 @@ async def test_a_request_head_is_accepted_up_to_the_documented_limit_and_not_a_b
                 while b"\r\n\r\n" not in answer:
                     answer += await tcp.receive()
     assert answer.startswith(b"HTTP/1.1 %d " % status), answer[:80]
+
+
+async def test_a_streamed_body_arrives_in_pieces_and_a_crashed_one_ends_only_its_answer() -> None:
+    from transports import BodyWriter, HttpRequest, HttpResponse, open_http_server
+
+    async def handler(request: HttpRequest) -> HttpResponse:
+        async def pieces(write: BodyWriter) -> None:
+            for n in range(3):
+                await write(b"data: %d\n\n" % n)
+            if request.path == "/crash":
+                raise RuntimeError("the producer broke")
+
+        return HttpResponse(200, content_type="text/event-stream", stream=pieces)
+
+    async with (
+        open_http_server(handler, host="127.0.0.1", port=0) as srv,
+        httpx.AsyncClient(base_url=srv.url) as http,
+    ):
+        whole = await http.get("/ok")
+        assert whole.headers["transfer-encoding"] == "chunked"
+        assert whole.text == "data: 0\n\ndata: 1\n\ndata: 2\n\n"
+        with pytest.raises(httpx.RemoteProtocolError):
+            await http.get("/crash")  # the stream stops short: no end of message
+        assert (await http.get("/ok")).status_code == 200  # the server serves on
