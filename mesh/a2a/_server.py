@@ -32,11 +32,21 @@ import msgspec
 from mesh._errors import MeshError
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.a2a._card import build_card, card_etag
+from mesh.a2a._jsonrpc import (
+    A2aError,
+    decode_call,
+    param_dict,
+    param_int,
+    pump,
+    rpc_error,
+    rpc_result,
+    stream_cursor,
+)
 from mesh.a2a._mapping import CHAT_CAPABILITY, Conversations, PlanError, plan_call
 from mesh.a2a._push import MAX_CONFIGS, CheckUrl, PushConfig, PushRefused, deliver, push_config_in
 from mesh.a2a._runner import run_task
 from mesh.a2a._tasks import StoreFull, Task, TaskStore
-from mesh.a2a._wire import Version, WireError, event_for, message_in, method_of, negotiate
+from mesh.a2a._wire import Version, WireError, message_in, method_of, negotiate
 from mesh.a2a._wire import state_in as _state_in
 from mesh.a2a._wire import task_for as _task_for
 from registry import AgentId
@@ -47,8 +57,6 @@ __all__ = ["A2aError", "A2aServer", "Caller"]
 #: A JSON-RPC body larger than this is refused with -32600 (the daemon's own body
 #: limit, larger, is an HTTP 413 before anything is read).
 DEFAULT_MAX_MESSAGE: Final = 256 * 1024
-#: An idle stream gets a comment this often, so a client that left is noticed.
-KEEPALIVE: Final = 15.0
 #: A card is rebuilt at most this often per agent (it asks the agent twice).
 CARD_FRESH: Final = 5.0
 #: How long asking an agent for its card's facts may take.
@@ -59,12 +67,6 @@ MAX_PAGE: Final = 100
 DEFAULT_PAGE: Final = 50
 
 
-class A2aError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 @dataclass(frozen=True, slots=True)
 class Caller:
     """Who is asking: ``owner`` keys the tasks it makes (nobody else sees them);
@@ -72,32 +74,6 @@ class Caller:
 
     owner: str
     identity: Any = None
-
-
-def _rpc(rpc_id: Any, result: Any) -> bytes:
-    return msgspec.json.encode({"jsonrpc": "2.0", "id": rpc_id, "result": result})
-
-
-def _rpc_error(rpc_id: Any, code: int, message: str) -> HttpResponse:
-    error = {"jsonrpc": "2.0", "id": rpc_id, "error": {"code": code, "message": message}}
-    return HttpResponse(200, msgspec.json.encode(error))
-
-
-def _dict(value: Any, what: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise A2aError(-32602, f"`{what}` must be an object")
-    return value
-
-
-def _int(params: dict[str, Any], key: str, low: int, high: int) -> int | None:
-    value = params.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise A2aError(-32602, f"`params.{key}` must be an integer from {low} to {high}")
-    return value
 
 
 class A2aServer:
@@ -185,7 +161,7 @@ class A2aServer:
                 method, params, agent, caller, version, call.get("id"), request
             )
         except A2aError as exc:
-            return _rpc_error(call.get("id"), exc.code, str(exc))
+            return rpc_error(call.get("id"), exc.code, str(exc))
 
     def _parse(
         self, request: HttpRequest, call: dict[str, Any]
@@ -197,14 +173,14 @@ class A2aServer:
         if size > self.max_message_size:
             why = f"a message of {size} bytes exceeds the limit of {self.max_message_size} bytes"
             raise A2aError(-32600, why)
-        call.update(_decode(request.body))
+        call.update(decode_call(request.body))
         if version is None:
             why = f"A2A-Version {asked!r} is not supported; this server speaks 1.0 and 0.3"
             raise A2aError(-32009, why)
         method = method_of(call["method"], version)
         if method is None:
             raise A2aError(-32601, f"no method {call['method']!r} in A2A {version}")
-        return version, method, _dict(call.get("params"), "params")
+        return version, method, param_dict(call.get("params"), "params")
 
     async def _dispatch(
         self,
@@ -223,31 +199,35 @@ class A2aServer:
             if wait:
                 while not task.resting:
                     await task.changed.wait()
-            history = _int(
-                _dict(params.get("configuration"), "configuration"), "historyLength", 0, 1000
+            history = param_int(
+                param_dict(params.get("configuration"), "configuration"), "historyLength", 0, 1000
             )
             result = {"task": task.snapshot(history_length=history)}
             return HttpResponse(
                 200,
-                _rpc(rpc_id, result if version == "1.0" else _task_for(result["task"], version)),
+                rpc_result(
+                    rpc_id, result if version == "1.0" else _task_for(result["task"], version)
+                ),
             )
         if method == "ListTasks":
-            return HttpResponse(200, _rpc(rpc_id, self._list(params, agent, caller, version)))
+            return HttpResponse(200, rpc_result(rpc_id, self._list(params, agent, caller, version)))
         if "PushNotificationConfig" in method:
             result = self._push_method(method, params, agent, caller, version)
-            return HttpResponse(200, _rpc(rpc_id, result))
+            return HttpResponse(200, rpc_result(rpc_id, result))
         if method == "GetExtendedAgentCard":
             raise A2aError(-32007, "this agent has no extended card: its card says everything")
         task = self._find(params, agent, caller)
         if method == "GetTask":
-            history = _int(params, "historyLength", 0, 1000)
+            history = param_int(params, "historyLength", 0, 1000)
             return HttpResponse(
-                200, _rpc(rpc_id, _task_for(task.snapshot(history_length=history), version))
+                200, rpc_result(rpc_id, _task_for(task.snapshot(history_length=history), version))
             )
         if method == "CancelTask":
-            return HttpResponse(200, _rpc(rpc_id, _task_for(await self._cancel(task), version)))
+            return HttpResponse(
+                200, rpc_result(rpc_id, _task_for(await self._cancel(task), version))
+            )
         # SubscribeToTask: from the client's last event (Last-Event-ID), else from now.
-        return self._stream(task, _cursor(request), version, rpc_id)
+        return self._stream(task, stream_cursor(request), version, rpc_id)
 
     def _find(self, params: dict[str, Any], agent: str, caller: Caller) -> Task:
         task_id = params.get("id")
@@ -263,8 +243,8 @@ class A2aServer:
             message = message_in(params.get("message"))
         except WireError as exc:
             raise A2aError(-32602, f"invalid message: {exc}") from None
-        config = _dict(params.get("configuration"), "configuration")
-        metadata = _dict(params.get("metadata"), "metadata")
+        config = param_dict(params.get("configuration"), "configuration")
+        metadata = param_dict(params.get("metadata"), "metadata")
         timeout = self._timeout(metadata)
         if message.get("taskId"):
             task = self.store.get(message["taskId"], caller.owner, agent)
@@ -276,15 +256,15 @@ class A2aServer:
                 " (the same contextId continues the conversation)",
             )
         plan = await self._plan(agent, message)
+        tasks = self._tasks
+        if tasks is None:
+            raise A2aError(-32603, "the A2A server is not running")
         try:
             task = self.store.create(agent, caller.owner, message.get("contextId"))
         except StoreFull as exc:
             raise A2aError(-32603, str(exc)) from None
         message.update(contextId=task.context_id, taskId=task.id)
         task.remember(message)
-        tasks = self._tasks
-        if tasks is None:
-            raise A2aError(-32603, "the A2A server is not running")
         push = config.get("taskPushNotificationConfig") or config.get("pushNotificationConfig")
         if push is not None:
             self._add_push(task, push, cursor=0)
@@ -338,8 +318,8 @@ class A2aServer:
     def _list(
         self, params: dict[str, Any], agent: str, caller: Caller, version: Version
     ) -> dict[str, Any]:
-        size = _int(params, "pageSize", 1, MAX_PAGE) or DEFAULT_PAGE
-        history = _int(params, "historyLength", 0, 1000)
+        size = param_int(params, "pageSize", 1, MAX_PAGE) or DEFAULT_PAGE
+        history = param_int(params, "historyLength", 0, 1000)
         artifacts = params.get("includeArtifacts") is True
         tasks = self.store.listing(caller.owner, agent)
         if isinstance(params.get("contextId"), str) and params["contextId"]:
@@ -413,35 +393,9 @@ class A2aServer:
         self, task: Task, cursor: int | None, version: Version, rpc_id: Any
     ) -> HttpResponse:
         async def produce(write: BodyWriter) -> None:
-            await _pump(task, cursor, version, rpc_id, write)
+            await pump(task, cursor, version, rpc_id, write)
 
         return HttpResponse(200, content_type="text/event-stream", stream=produce)
-
-
-async def _pump(
-    task: Task, cursor: int | None, version: Version, rpc_id: Any, write: BodyWriter
-) -> None:
-    """Every event of ``task`` after ``cursor`` as server-sent events, until it rests."""
-    while True:
-        changed = task.changed
-        if cursor is None or cursor + 1 < task.oldest_event:
-            # New, or so far behind that the log moved on: the task itself says it all.
-            cursor = task.last_event
-            snapshot = {"task": task.snapshot()}
-            await write(_sse(cursor, _rpc(rpc_id, event_for(snapshot, version))))
-            continue
-        batch = list(task.events_after(cursor))
-        for number, event in batch:
-            cursor = number
-            await write(_sse(number, _rpc(rpc_id, event_for(event, version))))
-        if batch:
-            continue  # more may have come while these were written
-        if task.resting:
-            return
-        with anyio.move_on_after(KEEPALIVE) as idle:
-            await changed.wait()
-        if idle.cancelled_caught:
-            await write(b": keepalive\n\n")
 
 
 def _shown(config: PushConfig, version: Version) -> dict[str, Any]:
@@ -452,27 +406,3 @@ def _shown(config: PushConfig, version: Version) -> dict[str, Any]:
     if "authentication" in inner:
         inner["authentication"] = {"schemes": [inner["authentication"]["scheme"]]}
     return {"taskId": config.task_id, "pushNotificationConfig": inner}
-
-
-def _sse(number: int, data: bytes) -> bytes:
-    return b"id: %d\ndata: %s\n\n" % (number, data)
-
-
-def _cursor(request: HttpRequest) -> int | None:
-    value = (request.header("last-event-id") or "").strip()
-    return int(value) if value.isdigit() else None
-
-
-def _decode(body: bytes) -> dict[str, Any]:
-    try:
-        call = msgspec.json.decode(body)
-    except (msgspec.DecodeError, RecursionError) as exc:
-        raise A2aError(-32700, f"the body is not JSON: {exc}") from None
-    if not isinstance(call, dict) or call.get("jsonrpc") != "2.0":
-        raise A2aError(-32600, 'not a JSON-RPC 2.0 request (an object with "jsonrpc": "2.0")')
-    if not isinstance(call.get("method"), str):
-        raise A2aError(-32600, "`method` must be a string")
-    rpc_id = call.get("id")
-    if rpc_id is not None and (isinstance(rpc_id, bool) or not isinstance(rpc_id, str | int)):
-        raise A2aError(-32600, "`id` must be a string, a number or null")
-    return call
