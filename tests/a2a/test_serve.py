@@ -23,6 +23,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import TaskNotFoundError
 
 from tests.a2a._mesh import GUARD, as_dict, open_mesh, sdk_client, text_message, tool_message
+from tests.integration._daemon import serve_in_process
 
 pytestmark = pytest.mark.anyio
 
@@ -309,3 +310,31 @@ async def test_bad_input_gets_the_a2a_error_and_the_link_lives(
 
 def text_of(text: str) -> dict[str, Any]:
     return {"messageId": "t", "role": "ROLE_USER", "parts": [{"text": text}]}
+
+
+async def test_an_agent_a_token_may_not_call_has_no_card_and_no_endpoint_for_it(
+    tmp_path: Path,
+) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "vault.toml").write_text(
+        'id = "vault"\n[transport]\ntype = "stdio"\ncommand = "python"\n'
+        'args = ["-m", "mesh.agents.echo", "--stdio"]\n[access]\ncallers = ["client:ann"]\n'
+    )
+    async with serve_in_process(manifests, tmp_path / "data") as daemon:
+        await daemon.wait_online("vault", timeout=GUARD)
+        tokens = {}
+        async with daemon.client() as admin:
+            for name in ("ann", "bob"):
+                made = await admin.post("/tokens", json={"role": "client", "name": name})
+                tokens[name] = made.json()["token"]
+        card = f"{daemon.http}/a2a/vault/.well-known/agent-card.json"
+        body = rpc("SendMessage", {"message": _raw_tool("echo", {"message": "secret"})})
+        for name, allowed in (("ann", True), ("bob", False)):
+            headers = {"authorization": f"Bearer {tokens[name]}", **_V1}
+            async with httpx.AsyncClient(headers=headers, timeout=30) as http:
+                got = await http.get(card)
+                sent = await http.post(f"{daemon.http}/a2a/vault", json=body)
+            assert (got.status_code, sent.status_code) == ((200, 200) if allowed else (403, 403))
+            if not allowed:
+                assert "access.callers" in sent.json()["error"]["message"]
