@@ -24,6 +24,8 @@ __all__ = ["A2aClient"]
 #: Fetching the card (connecting, and each liveness check) must answer this fast.
 CARD_TIMEOUT: Final = 10.0
 _CARD_PATH: Final = "/.well-known/agent-card.json"
+#: Idle connections kept to the agent (64 calls in flight reuse theirs).
+MAX_IDLE: Final = 64
 
 
 class A2aClient:
@@ -39,7 +41,9 @@ class A2aClient:
             headers["Authorization"] = f"Bearer {token}"
         # No read timeout: a stream may be quiet for long; the mesh's deadline bounds each call.
         timeout = httpx.Timeout(CARD_TIMEOUT, read=None)
-        self.http = httpx.AsyncClient(headers=headers, timeout=timeout)
+        # Calls in flight each hold a connection (a stream); keep as many alive for the next.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=MAX_IDLE)
+        self.http = httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits)
         self.card: dict[str, Any] = {}
         self.url = ""
         self._etag = ""
