@@ -19,6 +19,7 @@ daemon reach anywhere else; redirects are not followed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -91,7 +92,8 @@ def push_config_in(value: Any, task_id: str, check: CheckUrl) -> PushConfig:
         raise PushRefused("a push notification config needs a `url`")
     why = check(url)
     if why is not None:
-        raise PushRefused(f"push url refused: {why.replace('endpoint', 'url')}")
+        # The check speaks of endpoints; here one is a webhook (the setting keeps its name).
+        raise PushRefused("push url refused: " + re.sub(r"\bendpoint\b(?!_)", "url", why))
     auth = config.get("authentication")
     auth = auth if isinstance(auth, dict) else {}
     scheme = auth.get("scheme") or next(iter(auth.get("schemes") or ()), "")

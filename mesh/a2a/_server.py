@@ -21,6 +21,7 @@ may call). Bad input is answered with the A2A error that names it, over HTTP
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
@@ -256,6 +257,9 @@ class A2aServer:
                 " (the same contextId continues the conversation)",
             )
         plan = await self._plan(agent, message)
+        # A webhook is checked before the task exists: a refused one leaves nothing behind.
+        push = config.get("taskPushNotificationConfig") or config.get("pushNotificationConfig")
+        webhook = None if push is None else self._push_config(push, "")
         tasks = self._tasks
         if tasks is None:
             raise A2aError(-32603, "the A2A server is not running")
@@ -265,9 +269,8 @@ class A2aServer:
             raise A2aError(-32603, str(exc)) from None
         message.update(contextId=task.context_id, taskId=task.id)
         task.remember(message)
-        push = config.get("taskPushNotificationConfig") or config.get("pushNotificationConfig")
-        if push is not None:
-            self._add_push(task, push, cursor=0)
+        if webhook is not None:
+            self._add_push(task, dataclasses.replace(webhook, task_id=task.id), cursor=0)
         tasks.start_soon(self._run, task, plan, timeout)
         # blocking (1.0: unless returnImmediately; 0.3: unless blocking is false)
         wait = (
@@ -348,13 +351,15 @@ class A2aServer:
 
     # -- push notifications --------------------------------------------------------------------
 
-    def _add_push(self, task: Task, value: Any, *, cursor: int) -> PushConfig:
+    def _push_config(self, value: Any, task_id: str) -> PushConfig:
         if self._check_push is None:
             raise A2aError(-32003, "push notifications are not offered by this agent")
         try:
-            config = push_config_in(value, task.id, self._check_push)
+            return push_config_in(value, task_id, self._check_push)
         except PushRefused as exc:
             raise A2aError(-32602, str(exc)) from None
+
+    def _add_push(self, task: Task, config: PushConfig, *, cursor: int) -> PushConfig:
         if config.id not in task.push and len(task.push) >= MAX_CONFIGS:
             raise A2aError(-32602, f"a task holds at most {MAX_CONFIGS} push configs")
         task.push[config.id] = config
@@ -374,7 +379,8 @@ class A2aServer:
             raise A2aError(-32003, "push notifications are not offered by this agent")
         task = self._find({"id": params.get("taskId") or params.get("id")}, agent, caller)
         if method == "CreateTaskPushNotificationConfig":
-            return _shown(self._add_push(task, params, cursor=task.last_event), version)
+            made = self._push_config(params, task.id)
+            return _shown(self._add_push(task, made, cursor=task.last_event), version)
         if method == "ListTaskPushNotificationConfigs":
             configs = [_shown(c, version) for c in task.push.values()]
             return configs if version == "0.3" else {"configs": configs}

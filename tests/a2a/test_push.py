@@ -16,6 +16,7 @@ from a2a.types.a2a_pb2 import (
     DeleteTaskPushNotificationConfigRequest,
     GetTaskPushNotificationConfigRequest,
     ListTaskPushNotificationConfigsRequest,
+    ListTasksRequest,
     TaskPushNotificationConfig,
 )
 from a2a.utils.errors import InvalidParamsError
@@ -120,3 +121,10 @@ async def test_a_webhook_outside_the_allow_list_is_refused(
                 await client.create_task_push_notification_config(
                     TaskPushNotificationConfig(task_id=sent[-1].task.id, url=url)
                 )
+        # With the message itself: refused before any task is made.
+        request = tool_message("echo", message="y")
+        request.configuration.task_push_notification_config.url = "http://10.0.0.1/hook"
+        with pytest.raises(InvalidParamsError, match="endpoint_hosts"):
+            _ = [e async for e in client.send_message(request)]
+        listed = await client.list_tasks(ListTasksRequest())
+        assert [t.id for t in listed.tasks] == [sent[-1].task.id]
