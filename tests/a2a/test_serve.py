@@ -256,6 +256,18 @@ async def test_a_0_3_client_speaks_the_old_names_and_shapes(
             task = answer["result"]
             assert task["kind"] == "task" and task["status"]["state"] == "completed"
             assert task["artifacts"][0]["parts"] == [{"kind": "data", "data": {"text": "ba"}}]
+            # A finished task re-joined the 0.3 way: the task, then the stream ends.
+            again = await http.post(
+                mesh.url("echo"), json=rpc("tasks/resubscribe", {"id": task["id"]})
+            )
+            assert again.headers["content-type"] == "text/event-stream"
+            events = [
+                json.loads(line[6:])
+                for line in again.text.splitlines()
+                if line.startswith("data: ")
+            ]
+            assert [e["result"]["kind"] for e in events] == ["task"]
+            assert events[0]["result"]["status"]["state"] == "completed"
             newer = await http.post(
                 mesh.url("echo"), json=rpc("SendMessage", {}), headers={"A2A-Version": "2.0"}
             )
