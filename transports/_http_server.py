@@ -510,11 +510,16 @@ class HttpServer:
                 task_status.started()
                 with self._accepting:
                     await self.listener.serve(self._handle, task_group=connections)
-                # No longer accepting: connections already open carry on until cancelled.
+                # No longer accepting: the port closes at once, so a new connection is
+                # refused (its client knows nothing ran) instead of waiting in the backlog
+                # to be reset later. Connections already open carry on until cancelled.
+                with anyio.CancelScope(shield=True):
+                    await self.listener.aclose()
                 await anyio.sleep_forever()
 
     def stop_accepting(self) -> None:
-        """Refuse new connections; those already open carry on (see :meth:`drain`)."""
+        """Refuse new connections (the port closes); those already open carry on (see
+        :meth:`drain`)."""
         self._accepting.cancel()
 
     async def drain(self, timeout: float) -> bool:

@@ -330,6 +330,9 @@ class NatsLink:
             if isinstance(cause, APIError) and cause.err_code in _WRONG_LAST_SEQUENCE:
                 return None
             raise
+        if ack.duplicate:
+            # Not stored now: a message with this id was, earlier. Never a write of ours.
+            raise ClusterError(f"NATS took the message on {subject} for a duplicate ({msg_id})")
         return int(ack.seq)
 
     async def last_message(self, stream: str, subject: str) -> StreamEvent | None:

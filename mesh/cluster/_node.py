@@ -82,6 +82,19 @@ class Cluster:
         """The daemon that holds ``agent_id`` (this one unless another's entry says so)."""
         return self.sync.holder(agent_id) or self.daemon_id
 
+    async def withdraw(self) -> None:
+        """A graceful stop's first step: the others stop listing this daemon's agents and
+        take its rooms over, while it still answers what they sent before they knew.
+
+        Call it before the daemon stops taking calls (it keeps listening on NATS until
+        it leaves the ``async with``); bounded, since NATS may be gone.
+        """
+        with anyio.move_on_after(WITHDRAW_TIMEOUT):
+            await self.sync.withdraw()
+        if self.rooms is not None:
+            with anyio.move_on_after(WITHDRAW_TIMEOUT):
+                await self.rooms.release_all()
+
     def describe(self) -> dict[str, Any]:
         """For ``GET /health``: who we are, NATS, and the daemons we see."""
         daemons = {self.daemon_id: self.daemon_url}
@@ -208,10 +221,9 @@ async def _on_connected(cluster: Cluster) -> None:
 
 
 async def _leave(cluster: Cluster) -> None:
+    # Withdrawn first (a no-op if the daemon did it already): a daemon that stopped
+    # listening while the others still listed its agents had their calls fail with
+    # "does not answer on NATS".
+    await cluster.withdraw()
     with anyio.move_on_after(WITHDRAW_TIMEOUT):
         await cluster.calls.stop_listening()
-    if cluster.rooms is not None:
-        with anyio.move_on_after(WITHDRAW_TIMEOUT):
-            await cluster.rooms.release_all()
-    with anyio.move_on_after(WITHDRAW_TIMEOUT):
-        await cluster.sync.withdraw()

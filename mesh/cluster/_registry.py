@@ -236,6 +236,8 @@ class RegistrySync:
         and none start after: each would otherwise bring an entry back until its TTL.
         """
         async with self._writing:
+            if self._withdrawn:
+                return  # withdrawn already (the daemon does it before it stops serving)
             self._withdrawn = True
             if not self._link.connected:
                 return

@@ -1,23 +1,33 @@
 """Rooms that survive their daemon: events in a JetStream stream, one holder under a lease.
 
 **The record.** Every event of every room goes to the rooms stream, one subject
-per room, published with ``Nats-Expected-Last-Subject-Sequence`` set to the
-room's last event there: the compare-and-set that makes turn *n* recorded once
-even if two daemons both believe they run the room (the loser gets
-:class:`~mesh.rooms._replica.RoomLeaseLost` and stops). A ``Nats-Msg-Id`` of
-``room/seq`` makes a retried publish a no-op. Every daemon reads the whole
-stream in order and stores each event in its own room store, so any daemon
-lists rooms, shows transcripts and serves observers.
+per room. Only the daemon that holds the room's lease records there, and only
+behind its *fence*: the room's last stream sequence when it claimed the lease,
+advanced by its own writes alone. Each event is published with
+``Nats-Expected-Last-Subject-Sequence`` set to that fence (a compare-and-set that
+fails as soon as anyone else wrote after it) and carries the writer and its
+*fencing token*, the lease's revision at claim time, in its headers (``Mesh-Daemon``,
+``Mesh-Lease``). So turn *n* is recorded once even if two daemons both believe
+they run the room: the one whose fence is stale gets
+:class:`~mesh.rooms._replica.RoomLeaseLost` and stops. Each ``Nats-Msg-Id`` is
+unique to its event, and a "duplicate" answer is never taken for a write. A
+holder that reads, for a room it runs, an event past its fence that another
+writer (or another lease) recorded has lost the room: its engine stops there,
+recording nothing. Every daemon reads the whole stream in order and stores each
+event in its own room store, so any daemon lists rooms, shows transcripts and
+serves observers.
 
 **The lease.** A room runs on the daemon whose id is its key in the leases
 bucket, written with a per-key TTL and renewed every third of it. When a
 holder dies its lease expires; every daemon watching the bucket sees the
 expiry, and the one whose compare-and-set create wins catches up on the
 room's events and resumes it (``RESUMED``, then the next turn). A graceful stop
-hands rooms over at once: it stops its engines, then deletes its leases.
+hands rooms over at once: it stops its engines, then deletes its leases. A daemon
+that must write to a room nobody runs (stop a paused room, seat a person in it,
+delete it) takes the lease for that write and gives it back.
 
 **Deleting.** A stopped room is deleted by a tombstone: an empty message on the
-room's subject, after its last event (the same compare-and-set), that names the
+room's subject, behind the same fence, that names the
 room in its ``Mesh-Room-Deleted`` header. Every daemon that reads it drops its own
 copy; the room's events before it are then purged, so a daemon that starts later
 reads only the tombstone (and drops the copy it may still have on disk). A room
@@ -26,7 +36,8 @@ created again with the same id follows the tombstone.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Final
 
 import anyio
 import anyio.abc
@@ -35,29 +46,22 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from mesh._logging import get_logger
 from mesh.cluster._errors import ClusterError
-from mesh.cluster._link import KvChange, Message, NatsLink, StreamEvent, Watch
+from mesh.cluster._link import KvChange, NatsLink, StreamEvent, Watch
+from mesh.cluster._room_control import RoomControls
 from mesh.cluster._settings import Names
-from mesh.cluster._wire import (
-    ENCODER,
-    LEASE_ENTRY,
-    ROOM_CONTROL,
-    LeaseEntry,
-    RoomControl,
-    RoomControlReply,
-)
+from mesh.cluster._wire import ENCODER, LEASE_ENTRY, LeaseEntry
 from mesh.rooms import (
     RoomConflict,
     RoomError,
     RoomEvent,
     RoomManager,
-    RoomNotFound,
     RoomSnapshot,
     RoomStatus,
     WelcomeEvent,
     decode_event,
     encode_event,
 )
-from mesh.rooms._replica import RoomLeaseLost, RoomOp
+from mesh.rooms._replica import Forwarded, PersonOp, RoomLeaseLost, RoomOp
 
 __all__ = ["RoomReplication"]
 
@@ -65,12 +69,22 @@ log = get_logger("mesh.cluster")
 
 #: The header that names the daemon that recorded an event.
 WRITER: Final = "Mesh-Daemon"
+#: The header that carries the writer's fencing token (its lease's revision at claim time).
+LEASE: Final = "Mesh-Lease"
 #: The header of a room's tombstone: the room it deletes.
 DELETED: Final = "Mesh-Room-Deleted"
 #: Catching up on a room's events before taking it over is bounded.
 CATCH_UP_TIMEOUT: Final = 10.0
-#: Asking the holder to pause, stop or resume a room gets this long.
-CONTROL_TIMEOUT: Final = 10.0
+
+
+@dataclass(slots=True)
+class _Lease:
+    """A room this daemon holds: the lease, and the fence its writes go behind."""
+
+    revision: int  # the lease's current revision (each renewal makes a new one)
+    token: int  # its revision when claimed: the fencing token every write carries
+    fence: int | None = None  # the room's last stream sequence: at claim, then ours
+    last_seq: int = 0  # the seq of the room event there (0: none, or a tombstone)
 
 
 class RoomReplication:
@@ -81,8 +95,7 @@ class RoomReplication:
         self._names = names
         self._rooms = rooms
         self._ttl = lease_ttl
-        self._held: dict[str, int] = {}  # room -> revision of our lease
-        self._tails: dict[str, int] = {}  # room -> stream sequence of its last event here
+        self._held: dict[str, _Lease] = {}
         self._tombstones: dict[str, int] = {}  # deleted room -> sequence of its tombstone
         self._consumed = 0  # the stream's sequence absorbed so far
         self._progress = anyio.Event()
@@ -90,8 +103,8 @@ class RoomReplication:
         self._outbox: MemoryObjectReceiveStream[StreamEvent]
         self._inbox, self._outbox = anyio.create_memory_object_stream[StreamEvent](1 << 16)
         self._watches: list[Watch] = []
-        self._control: Watch | None = None
         self._tasks: anyio.abc.TaskGroup | None = None
+        self._controls = RoomControls(link, names, rooms, self._holder)
         rooms.replica = self
 
     # -- running -------------------------------------------------------------------------------
@@ -100,7 +113,7 @@ class RoomReplication:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         async with anyio.create_task_group() as tg, self._inbox, self._outbox:
-            self._tasks = tg
+            self._tasks = self._controls.tasks = tg
             tg.start_soon(self._absorb_loop)
             tg.start_soon(self._renew_loop)
             task_status.started()
@@ -120,14 +133,16 @@ class RoomReplication:
             ),
             await link.watch(names.leases_bucket, self._on_lease),
         ]
-        if self._control is None:
-            self._control = await link.subscribe(names.room_control(), self._on_control)
+        await self._controls.listen()
         with anyio.fail_after(CATCH_UP_TIMEOUT):
             while self._consumed < end:
                 await self._wait_progress()
         await self._renew_all()  # leases that expired while we were away are dropped first
         for snapshot in await self._rooms.list(RoomStatus.RUNNING):
             self._spawn_take_over(snapshot.id)
+
+    def holds(self, room_id: str) -> bool:
+        return room_id in self._held
 
     def held(self) -> list[str]:
         """The rooms whose lease this daemon holds, sorted."""
@@ -154,6 +169,7 @@ class RoomReplication:
                 continue  # seen already (a consumer restarted after a reconnect)
             deleted = message.headers.get(DELETED)
             if deleted is not None:
+                self._check_fence(deleted, message)
                 await self._absorb_tombstone(deleted, message.sequence)
                 continue
             try:
@@ -161,15 +177,26 @@ class RoomReplication:
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                 log.error("cluster.bad_room_event", at=message.sequence, error=str(exc))
             else:
+                self._check_fence(event.room_id, message)
                 ours = message.headers.get(WRITER) == self._names.daemon
                 await self._rooms.absorb(event, ours=ours)
-                room = event.room_id
-                self._tails[room] = max(self._tails.get(room, 0), message.sequence)
             self._consumed = message.sequence
             self._signal()
 
+    def _check_fence(self, room_id: str, message: StreamEvent) -> None:
+        """An event past our fence, for a room we run, written by another: we lost the room."""
+        lease = self._held.get(room_id)
+        if lease is None or lease.fence is None or message.sequence <= lease.fence:
+            return
+        writer, token = message.headers.get(WRITER), message.headers.get(LEASE)
+        if writer == self._names.daemon and token == str(lease.token):
+            return  # our own, read back before its publish returned
+        log.warning("cluster.lease_lost", room=room_id, writer=writer, at=message.sequence)
+        del self._held[room_id]
+        self._rooms.relinquish(room_id)
+
     async def _absorb_tombstone(self, room_id: str, sequence: int) -> None:
-        self._tails[room_id] = self._tombstones[room_id] = sequence
+        self._tombstones[room_id] = sequence
         try:
             await self._rooms.forget(room_id)
         except RoomError as exc:
@@ -192,72 +219,80 @@ class RoomReplication:
         await self._progress.wait()
 
     async def record(self, event: RoomEvent) -> None:
-        """Publish ``event`` after the room's last one; see the module docstring."""
+        """Publish ``event`` behind this daemon's fence; see the module docstring."""
         room = event.room_id
-        if isinstance(event, WelcomeEvent):
-            expected = self._tombstones.get(room, 0)  # a new room, or one deleted before
-        else:
-            expected = self._tails.get(room, 0)
-        subject = self._names.room_subject(room)
+        lease = self._fenced(room)
+        if isinstance(event, WelcomeEvent) and lease.fence != self._tombstones.get(room, 0):
+            raise RoomConflict(f"room {room!r} already exists", room=room)
+        if event.seq != lease.last_seq + 1:
+            raise RoomLeaseLost(
+                f"event {event.seq} of room {room!r} does not follow the last one recorded "
+                f"({lease.last_seq})",
+                room=room,
+            )
         with anyio.move_on_after(self._ttl):
             while not self._link.connected:
                 await self._link.wait_changed()
         if not self._link.connected:
             raise RoomLeaseLost(f"NATS was unreachable for {self._ttl:g} s", room=room)
+        sequence = await self._publish(room, lease, encode_event(event), event.seq)
+        if sequence is None:
+            if isinstance(event, WelcomeEvent):
+                raise RoomConflict(f"room {room!r} already exists", room=room)
+            raise RoomLeaseLost(
+                f"another daemon recorded event {event.seq} of room {room!r} first", room=room
+            )
+        if self._held.get(room) is lease:
+            lease.fence, lease.last_seq = sequence, event.seq
+
+    def _fenced(self, room_id: str) -> _Lease:
+        """Our lease on the room, its fence set; :class:`RoomLeaseLost` if we hold none."""
+        lease = self._held.get(room_id)
+        if lease is None or lease.fence is None:
+            raise RoomLeaseLost(
+                f"this daemon does not hold room {room_id!r}: only its holder records",
+                room=room_id,
+            )
+        return lease
+
+    async def _publish(
+        self, room_id: str, lease: _Lease, data: bytes, seq: int, **headers: str
+    ) -> int | None:
+        """Store ``data`` on the room's subject if nothing came after our fence."""
+        assert lease.fence is not None
+        daemon = self._names.daemon
         try:
-            sequence = await self._link.js_publish(
-                subject,
-                encode_event(event),
-                expected_last=expected,
-                msg_id=f"{room}/{event.seq}",
-                headers={WRITER: self._names.daemon},
+            return await self._link.js_publish(
+                self._names.room_subject(room_id),
+                data,
+                expected_last=lease.fence,
+                msg_id=f"{room_id}/{seq}/{daemon}/{lease.token}",
+                headers={WRITER: daemon, LEASE: str(lease.token), **headers},
             )
         except ClusterError as exc:
-            raise RoomLeaseLost(f"could not record event {event.seq}: {exc}", room=room) from exc
-        if sequence is None:
-            sequence = await self._recorded_by_us(event, subject)
-        self._tails[room] = max(self._tails.get(room, 0), sequence)
-
-    async def _recorded_by_us(self, event: RoomEvent, subject: str) -> int:
-        """The compare-and-set lost: unless the last event there is this one of ours, give up."""
-        last = await self._link.last_message(self._names.rooms_stream, subject)
-        if last is not None and last.headers.get(WRITER) == self._names.daemon:
-            try:
-                if decode_event(last.data).seq == event.seq:
-                    return last.sequence  # our own earlier attempt got through
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                pass
-        if isinstance(event, WelcomeEvent):
-            raise RoomConflict(f"room {event.room_id!r} already exists", room=event.room_id)
-        raise RoomLeaseLost(
-            f"another daemon recorded event {event.seq} of room {event.room_id!r} first",
-            room=event.room_id,
-        )
+            raise RoomLeaseLost(f"could not record event {seq}: {exc}", room=room_id) from exc
 
     async def delete(self, room_id: str) -> None:
-        """Record the room's tombstone after its last event, then purge what came before."""
+        """Record the room's tombstone behind our fence, then purge what came before."""
         subject, stream = self._names.room_subject(room_id), self._names.rooms_stream
-        if not self._link.connected:
-            raise RoomConflict(
-                f"room {room_id!r}: rooms need NATS in a cluster, and {self._link.describe()}",
-                room=room_id,
-            )
+        if not await self.claim(room_id):
+            raise RoomConflict(f"room {room_id!r} runs on another daemon", room=room_id)
         try:
-            sequence = await self._link.js_publish(
-                subject,
-                b"",
-                expected_last=self._tails.get(room_id, 0),
-                headers={WRITER: self._names.daemon, DELETED: room_id},
-            )
-        except ClusterError as exc:
-            why = f"room {room_id!r} could not be deleted: {exc}"
-            raise RoomConflict(why, room=room_id) from exc
-        if sequence is None:
-            raise RoomConflict(
-                f"room {room_id!r} changed on another daemon meanwhile; read it and try again",
-                room=room_id,
-            )
-        self._tails[room_id] = self._tombstones[room_id] = sequence
+            lease = self._fenced(room_id)
+            try:
+                sequence = await self._publish(
+                    room_id, lease, b"", lease.last_seq + 1, **{DELETED: room_id}
+                )
+            except RoomLeaseLost as exc:
+                raise RoomConflict(f"room {room_id!r} could not be deleted: {exc}") from exc
+            if sequence is None:
+                raise RoomConflict(
+                    f"room {room_id!r} changed on another daemon meanwhile; read it and try again",
+                    room=room_id,
+                )
+            self._tombstones[room_id] = sequence
+        finally:
+            await self.release(room_id)
         try:
             await self._link.purge(stream, subject, keep=1)
         except ClusterError as exc:  # the tombstone is what deletes; purging frees the space
@@ -286,22 +321,23 @@ class RoomReplication:
                 )
         if revision is None:
             return False
-        self._held[room_id] = revision
+        lease = self._held[room_id] = _Lease(revision, revision)
         try:
-            await self._catch_up(room_id)  # before this daemon records anything in the room
-        except TimeoutError:
+            last = await self._catch_up(room_id)  # before this daemon records anything there
+        except (TimeoutError, ClusterError) as exc:
             await self.release(room_id)
             raise RoomConflict(
-                f"room {room_id!r}: could not catch up on its events in time", room=room_id
+                f"room {room_id!r}: could not catch up on its events: {exc}", room=room_id
             ) from None
+        lease.fence, lease.last_seq = _fence_of(last)
         return True
 
     async def release(self, room_id: str) -> None:
-        revision = self._held.pop(room_id, None)
-        if revision is None or not self._link.connected:
+        lease = self._held.pop(room_id, None)
+        if lease is None or not self._link.connected:
             return
         try:
-            await self._link.kv_delete(self._names.leases_bucket, room_id, last=revision)
+            await self._link.kv_delete(self._names.leases_bucket, room_id, last=lease.revision)
         except ClusterError as exc:
             log.info("cluster.lease_release_failed", room=room_id, error=str(exc))
 
@@ -326,20 +362,21 @@ class RoomReplication:
             self._names.leases_bucket,
             ENCODER.encode(LeaseEntry(daemon=self._names.daemon)),
         )
-        for room_id, revision in list(self._held.items()):
+        for room_id, lease in list(self._held.items()):
             try:
                 renewed = await self._link.kv_update(
-                    bucket, room_id, value, last=revision, ttl=self._ttl
+                    bucket, room_id, value, last=lease.revision, ttl=self._ttl
                 )
             except ClusterError as exc:
                 log.info("cluster.lease_renew_failed", room=room_id, error=str(exc))
                 continue  # tried again in a third of the TTL
             if renewed is None:
                 log.warning("cluster.lease_lost", room=room_id)
-                self._held.pop(room_id, None)
-                self._rooms.relinquish(room_id)
+                if self._held.get(room_id) is lease:
+                    del self._held[room_id]
+                    self._rooms.relinquish(room_id)
             else:
-                self._held[room_id] = renewed
+                lease.revision = renewed
 
     def _on_lease(self, change: KvChange | None) -> None:
         if change is not None and change.value is None and change.key not in self._held:
@@ -360,61 +397,35 @@ class RoomReplication:
         except (RoomError, ClusterError, TimeoutError) as exc:
             log.info("cluster.take_over_skipped", room=room_id, reason=str(exc))
 
-    async def _catch_up(self, room_id: str) -> None:
-        """Until this daemon's store has every event the stream holds for the room."""
+    async def _catch_up(self, room_id: str) -> StreamEvent | None:
+        """Until this daemon's store has every event the stream holds for the room; the last."""
         subject = self._names.room_subject(room_id)
         last = await self._link.last_message(self._names.rooms_stream, subject)
         if last is None:
-            return
+            return None
         with anyio.fail_after(CATCH_UP_TIMEOUT):
             while self._consumed < last.sequence:
                 await self._wait_progress()
+        return last
 
-    # -- control from other daemons ------------------------------------------------------------
+    # -- operations for the daemon that runs a room -----------------------------------------------
 
     async def forward(self, room_id: str, op: RoomOp) -> RoomSnapshot | None:
-        try:
-            holder = await self._holder(room_id)
-            if holder is None or holder == self._names.daemon:
-                return None
-            request = ENCODER.encode(RoomControl(room=room_id, op=op))
-            data = await self._link.request(
-                self._names.room_control(holder), request, timeout=CONTROL_TIMEOUT
-            )
-        except ClusterError as exc:
-            raise RoomConflict(
-                f"room {room_id!r} runs on another daemon: {exc}", room=room_id
-            ) from exc
-        reply = msgspec.json.decode(data, type=RoomControlReply)
-        if reply.error is not None:
-            if reply.kind == "not_found":
-                raise RoomNotFound(room_id)
-            raise RoomConflict(reply.error, room=room_id)
-        return msgspec.convert(reply.snapshot, RoomSnapshot)
+        return await self._controls.forward(room_id, op)
 
-    def _on_control(self, message: Message) -> None:
-        if self._tasks is not None and message.reply:
-            self._tasks.start_soon(self._control_one, message)
-
-    async def _control_one(self, message: Message) -> None:
-        reply: RoomControlReply
-        try:
-            control = ROOM_CONTROL.decode(message.data)
-            snapshot = await _apply(self._rooms, control)
-            reply = RoomControlReply(snapshot=msgspec.to_builtins(snapshot))
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            reply = RoomControlReply(error=f"invalid room control: {exc}", kind="invalid")
-        except RoomNotFound as exc:
-            reply = RoomControlReply(error=str(exc), kind="not_found")
-        except RoomError as exc:
-            reply = RoomControlReply(error=str(exc), kind="conflict")
-        try:
-            await self._link.publish(message.reply, ENCODER.encode(reply))
-        except ClusterError as exc:
-            log.info("cluster.control_answer_lost", error=str(exc))
+    async def forward_person(
+        self, room_id: str, op: PersonOp, args: dict[str, str | None]
+    ) -> Forwarded | None:
+        return await self._controls.forward_person(room_id, op, args)
 
 
-async def _apply(rooms: RoomManager, control: RoomControl) -> RoomSnapshot:
-    operations: dict[str, Any] = {"pause": rooms.pause, "stop": rooms.stop, "resume": rooms.resume}
-    snapshot: RoomSnapshot = await operations[control.op](control.room)
-    return snapshot
+def _fence_of(last: StreamEvent | None) -> tuple[int, int]:
+    """The fence a claim starts from: the room's last stream sequence, and its event's seq."""
+    if last is None:
+        return 0, 0
+    if DELETED in last.headers:
+        return last.sequence, 0
+    try:
+        return last.sequence, decode_event(last.data).seq
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return last.sequence, 0

@@ -144,16 +144,25 @@ CallReply = CallProgress | CallResult | CallFailed
 
 
 class RoomControl(msgspec.Struct, frozen=True, kw_only=True):
-    """Pause, stop or resume a room its holder runs (asked by another daemon)."""
+    """Pause, stop or resume a room its holder runs, or a person's join, leave or say there
+    (asked by another daemon, which only the holder may record)."""
 
     room: str
-    op: Literal["pause", "stop", "resume"]
+    op: Literal["pause", "stop", "resume", "join", "leave", "say"]
+    #: A person's operation: who (their name to join, their member id otherwise), what
+    #: they said, and the identity that holds their seat (qualified by its daemon).
+    name: str = ""
+    member: str = ""
+    text: str = ""
+    holder: str | None = None
 
 
 class RoomControlReply(msgspec.Struct, frozen=True, kw_only=True):
-    """The room's snapshot after the op (as JSON builtins), or why not."""
+    """The room's snapshot after the op (as JSON builtins), a person's op's result, or why
+    not."""
 
     snapshot: Any = None
+    result: Any = None
     error: str | None = None
     kind: Literal["not_found", "conflict", "invalid", "other"] | None = None
 

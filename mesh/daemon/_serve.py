@@ -9,9 +9,11 @@ line it prints when it listens.
 
 It binds its port before it starts any agent, so a busy port is a one-line
 :class:`ListenError` with nothing to clean up. SIGINT or SIGTERM shuts it down
-gracefully: stop accepting, let calls in flight finish over every link, dial-in
-ones included (up to ``drain_timeout``; a call still running then is answered
-503), close dial-in agents with 1001, stop the children, exit 0.
+gracefully: refuse new work with 503 (in a cluster, withdraw its entries and hand
+its rooms over meanwhile, still answering), stop accepting, let calls in flight
+finish over every link, dial-in ones included (up to ``drain_timeout``; a call
+still running then is answered 503), close dial-in agents with 1001, stop the
+children, exit 0.
 """
 
 from __future__ import annotations
@@ -180,6 +182,12 @@ async def serve_daemon(
         task_status.started(server.url)
         await _wait_for_stop(handle_signals)
         with anyio.CancelScope(shield=True):
+            # New work is refused with 503 from now on, but the port stays open until the
+            # other daemons were told to stop sending us calls: a client then gets an
+            # answer, never a reset, and a call routed here meanwhile is still served.
+            api.lifecycle.start_draining()
+            if cluster is not None:
+                await cluster.withdraw()
             await _shut_down(server, api.lifecycle, dial_ins, settings.drain_timeout)
         background.cancel_scope.cancel()
     log.info("daemon.stopped")
@@ -260,9 +268,9 @@ async def _shut_down(
     """Stop taking work, let calls in flight finish over every link, then close the links.
 
     Dial-in links stay up while calls drain (calls to those agents are answered
-    too); a call still running at the deadline is answered 503, not dropped.
+    too); a call still running at the deadline is answered 503, not dropped. The
+    port stays open while they drain, answering new work 503, and closes after.
     """
-    server.stop_accepting()
     lifecycle.start_draining()
     drained = await server.drain(drain_timeout)
     in_flight = server.active_requests
@@ -272,5 +280,6 @@ async def _shut_down(
             f"the daemon shut down before this call finished (drain timeout {drain_timeout:g} s)"
         )
         await server.drain(CUT_ANSWER_TIMEOUT)
+    server.stop_accepting()
     await dial_ins.close_all()
     server.close_all()

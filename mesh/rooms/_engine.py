@@ -184,6 +184,8 @@ class RoomRunner:
         self._desk = people or Desk()
         self._away: dict[str, float] = {}  # member id -> when it left (anyio clock)
         self._changed = anyio.Event()
+        self._noticed: dict[str, tuple[bool, str]] = {}  # presence changes not yet recorded
+        self._notice = anyio.Event()
         self._scope: anyio.CancelScope | None = None
         self._requested: Verdict | None = None
         self._finishing = False
@@ -206,7 +208,21 @@ class RoomRunner:
         if self._scope is not None:
             self._scope.cancel()
 
-    async def set_presence(self, agent_id: str, online: bool, reason: str = "offline") -> None:
+    def notice_presence(self, agent_id: str, online: bool, reason: str = "offline") -> None:
+        """A member went offline or came back (told from any task): the room's own task
+        records it, so a failure to record (a lost lease) stops this room, never the teller."""
+        self._noticed[agent_id] = (online, reason)
+        self._notice.set()
+
+    async def _record_noticed(self) -> None:
+        while True:
+            await self._notice.wait()
+            self._notice = anyio.Event()
+            noticed, self._noticed = self._noticed, {}
+            for agent_id, (online, reason) in noticed.items():
+                await self._set_presence(agent_id, online, reason)
+
+    async def _set_presence(self, agent_id: str, online: bool, reason: str = "offline") -> None:
         """A member went offline or came back: record it and wake the turn loop."""
         agents = {m.id for m in self._room.members if not m.human}
         if agent_id not in agents or self._finishing:
@@ -246,7 +262,7 @@ class RoomRunner:
                 task_status.started()
                 if self._requested is not None:
                     scope.cancel()
-                verdict = await self._drive()
+                verdict = await self._drive_and_record_presence()
             if verdict is None:
                 assert self._requested is not None  # only a request cancels our own scope
                 verdict = self._requested
@@ -265,13 +281,24 @@ class RoomRunner:
             self._finishing = True
             self.done.set()
 
+    async def _drive_and_record_presence(self) -> Verdict:
+        """:meth:`_drive`, with presence changes recorded beside it on this room's task."""
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._record_noticed)
+                verdict = await self._drive()
+                tg.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            raise _sole(group) from None  # the room's error, as if raised by _drive alone
+        return verdict
+
     async def _drive(self) -> Verdict:
         if self._presence is not None:
             for member in self._room.members:
                 if not member.human and not self._presence(member.id):
                     grace = self._room.rules.agent_grace
                     why = f"not connected; the room waits up to {grace:g} s for it"
-                    await self.set_presence(member.id, False, why)
+                    await self._set_presence(member.id, False, why)
         failures = 0
         while True:
             await self._record_interjections()
@@ -462,7 +489,7 @@ class RoomRunner:
             return True
         if self._presence is None or self._presence(agent_id):
             return False
-        await self.set_presence(agent_id, False)
+        await self._set_presence(agent_id, False)
         return True
 
     async def _wait_for_members(self) -> Verdict | None:
@@ -477,3 +504,13 @@ class RoomRunner:
             with anyio.move_on_after(deadline - now):
                 await changed.wait()
         return None
+
+
+def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one error a task group raised (what it wraps), or the group if it holds several."""
+    while len(group.exceptions) == 1:
+        inner = group.exceptions[0]
+        if not isinstance(inner, BaseExceptionGroup):
+            return inner
+        group = inner
+    return group

@@ -1,24 +1,35 @@
 """The seam through which rooms outlive their daemon: a lease, and a shared record of events.
 
 A :class:`RoomManager` given a :class:`RoomReplica` (``mesh.cluster`` provides
-one) runs a room only while it holds the room's lease, records each event in the
-shared record before its own store (a compare-and-set on the room's last event,
-so two daemons can never both record turn *n*), asks the holder to pause, stop
-or resume a room it does not run, and leaves resuming rooms to the replica,
-which takes them over when their holder's lease expires.
+one) runs a room only while it holds the room's lease, and only the lease's holder
+records: each event goes to the shared record before its own store, behind the
+holder's fence (a compare-and-set on the room's last event as the holder knows
+it, so two daemons can never both record turn *n*). A daemon asks the holder to
+pause, stop or resume a room it does not run, and hands it people's joins,
+leaves and words; it leaves resuming rooms to the replica, which takes them over
+when their holder's lease expires.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
+
+import msgspec
 
 from mesh.rooms._errors import RoomConflict
 from mesh.rooms._events import RoomEvent
 from mesh.rooms._model import RoomSnapshot
 
-__all__ = ["RoomLeaseLost", "RoomOp", "RoomReplica"]
+__all__ = ["Forwarded", "PersonOp", "RoomLeaseLost", "RoomOp", "RoomReplica"]
 
 RoomOp = Literal["pause", "stop", "resume"]
+PersonOp = Literal["join", "leave", "say"]
+
+
+class Forwarded(msgspec.Struct, frozen=True):
+    """What the daemon that runs a room answered to a person's operation (JSON builtins)."""
+
+    result: Any = None
 
 
 class RoomLeaseLost(RoomConflict):
@@ -27,6 +38,10 @@ class RoomLeaseLost(RoomConflict):
 
 class RoomReplica(Protocol):
     """Leases and the shared record of room events; see the module docstring."""
+
+    def holds(self, room_id: str) -> bool:
+        """Whether this daemon holds the room's lease now."""
+        ...
 
     async def claim(self, room_id: str) -> bool:
         """Take the room's lease: True if this daemon holds it now, its store caught up."""
@@ -54,4 +69,11 @@ class RoomReplica(Protocol):
 
     async def forward(self, room_id: str, op: RoomOp) -> RoomSnapshot | None:
         """Ask the daemon that runs the room to ``op`` it; None if no other daemon runs it."""
+        ...
+
+    async def forward_person(
+        self, room_id: str, op: PersonOp, args: dict[str, str | None]
+    ) -> Forwarded | None:
+        """Hand a person's ``op`` (``args``: ``name`` or ``member``, ``text``, ``holder``)
+        to the daemon that runs the room; None if no other daemon runs it."""
         ...

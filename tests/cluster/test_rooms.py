@@ -10,16 +10,19 @@ import pytest
 
 from mesh import AgentSpec, local_connector
 from mesh.agents.persona import PersonaAgent
+from mesh.cluster import ClusterError
 from mesh.providers import ProviderConfig
 from mesh.rooms import (
     Limits,
     MessageEvent,
+    RoomId,
     RoomNotFound,
     RoomSpec,
     RoomStatus,
     StoppedEvent,
     role_persona,
 )
+from mesh.rooms._replica import RoomLeaseLost
 from mesh.testing import NatsServer, spawn_nats_server
 from tests.cluster._helpers import SPREAD_TIMEOUT, open_member, wait_status
 
@@ -152,3 +155,35 @@ async def test_a_room_deleted_on_one_daemon_is_gone_from_every_daemon_for_good(
             again = RoomSpec(id="tea", topic="More tea?", members=("alice", "bob"))
             created = await new.rooms.create(again)
             assert created.room.topic == "More tea?"
+
+
+async def test_only_the_holder_records_and_a_duplicate_is_never_a_write(
+    nats: NatsServer, tmp_path: Path
+) -> None:
+    spec = RoomSpec(id="tea", topic="Tea?", members=("alice", "bob"))
+    async with (
+        open_member(nats.url, "a", [persona("alice", 0.2)], data_dir=tmp_path) as a,
+        open_member(nats.url, "b", [persona("bob", 0.2)], data_dir=tmp_path) as b,
+    ):
+        assert a.rooms is not None and b.rooms is not None
+        assert a.cluster.rooms is not None and b.cluster.rooms is not None
+        await wait_status(a.mesh.registry, "bob")
+        await a.rooms.create(spec)
+        async with b.rooms.subscribe("tea") as events:  # b has read a's first turn
+            with anyio.fail_after(SPREAD_TIMEOUT):
+                async for event in events:
+                    if isinstance(event, MessageEvent):
+                        break
+        # b does not hold the room: whatever it knows of the stream, it records nothing
+        last = (await b.rooms.get("tea")).last_seq
+        said = MessageEvent(
+            room_id=RoomId("tea"), seq=last + 1, agent_id="bob", turn=9, text="mine"
+        )
+        with pytest.raises(RoomLeaseLost, match="only its holder records"):
+            await b.cluster.rooms.record(said)
+        await a.rooms.stop("tea")
+        # a message id NATS has seen is refused, never taken for this write
+        link, subject = b.cluster.link, "mesh.mesh.rooms.elsewhere"
+        assert await link.js_publish(subject, b"{}", msg_id="elsewhere/1") is not None
+        with pytest.raises(ClusterError, match="duplicate"):
+            await link.js_publish(subject, b"{}", msg_id="elsewhere/1")

@@ -11,6 +11,7 @@ from mesh.rooms import (
     ErrorEvent,
     ExitRules,
     Limits,
+    RoomEvent,
     RoomId,
     RoomStatus,
     StoppedEvent,
@@ -18,7 +19,9 @@ from mesh.rooms import (
     TurnReply,
     TurnRequest,
 )
-from mesh.rooms._engine import RoomRunner
+from mesh.rooms._engine import Journal, RoomRunner
+from mesh.rooms._replica import RoomLeaseLost
+from mesh.rooms._state import RoomState
 from registry import AgentId
 
 from ._helpers import (
@@ -230,7 +233,7 @@ async def test_a_member_that_leaves_mid_turn_is_waited_for_and_welcomed_back() -
         tg.start_soon(runner.run)
         await recorder.wait_for(lambda e: type(e).__name__ == "AgentLeftEvent")
         online["bob"] = True
-        await runner.set_presence("bob", True)
+        runner.notice_presence("bob", True)
         with anyio.fail_after(GUARD):
             await runner.done.wait()
     # the failure while bob was away is not counted as an error: the room waited
@@ -243,6 +246,35 @@ async def test_a_member_that_leaves_mid_turn_is_waited_for_and_welcomed_back() -
         "STOPPED",
     ]
     assert log.state.stop_reason is StopReason.MAX_TURNS
+
+
+async def test_a_presence_change_that_cannot_be_recorded_stops_the_room_not_its_teller() -> None:
+    room = make_room(rules=ExitRules(agent_grace=60))
+    state = RoomState(room=room)
+
+    async def record(event: RoomEvent) -> None:
+        raise RoomLeaseLost("another daemon runs the room now", room=room.id)
+
+    asked = anyio.Event()
+
+    async def speak(agent_id: str, request: TurnRequest) -> TurnReply:
+        asked.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    runner = RoomRunner(Journal(state, record, lambda _: None), speak)
+    with anyio.fail_after(GUARD):
+        async with anyio.create_task_group() as tg:
+
+            async def run_room() -> None:
+                with pytest.raises(RoomLeaseLost):
+                    await runner.run()
+
+            tg.start_soon(run_room)
+            await asked.wait()
+            runner.notice_presence("bob", False)  # returns at once; the room's task records
+            await runner.done.wait()
+    assert state.last_seq == 0
 
 
 async def test_pause_abandons_the_turn_in_flight_and_records_paused() -> None:

@@ -15,7 +15,7 @@ from mesh._logging import get_logger
 from mesh.rooms._engine import Presence, RoomRunner, Speak
 from mesh.rooms._errors import RoomConflict
 from mesh.rooms._events import ResumedEvent, StoppedEvent
-from mesh.rooms._manager._table import HeldRoom, RoomTable, in_thread
+from mesh.rooms._manager._table import HeldRoom, RoomTable, elsewhere, in_thread
 from mesh.rooms._model import RoomSnapshot, RoomStatus, StopReason
 from mesh.rooms._replica import RoomLeaseLost, RoomOp
 
@@ -78,7 +78,7 @@ class Engines:
             )
             self.start(room)
 
-    async def resume(self, room_id: str) -> RoomSnapshot:
+    async def resume(self, room_id: str, *, forward: bool = True) -> RoomSnapshot:
         room = await self._table.load(room_id)
         async with room.control:
             state = room.state
@@ -92,8 +92,10 @@ class Engines:
             replica = self._table.replica
             if replica is not None:
                 if not await replica.claim(room_id):
-                    forwarded = await replica.forward(room_id, "resume")
-                    return forwarded or state.snapshot()  # another daemon runs it
+                    forwarded = await replica.forward(room_id, "resume") if forward else None
+                    if forwarded is None:
+                        raise elsewhere(room_id)
+                    return forwarded  # another daemon runs it
                 await self._table.refresh(room)  # the claim caught the store up: so must memory
             if state.status is not RoomStatus.RUNNING:
                 await room.journal.emit(
@@ -102,7 +104,7 @@ class Engines:
             self.start(room)
             return state.snapshot()
 
-    async def halt(self, room_id: str, reason: StopReason) -> RoomSnapshot:
+    async def halt(self, room_id: str, reason: StopReason, *, forward: bool = True) -> RoomSnapshot:
         room = await self._table.load(room_id)
         async with room.control:
             state = room.state
@@ -112,7 +114,7 @@ class Engines:
                 return state.snapshot()
             op: RoomOp = "pause" if reason is StopReason.PAUSED else "stop"
             replica = self._table.replica
-            if replica is not None:
+            if replica is not None and forward:
                 forwarded = await replica.forward(room_id, op)
                 if forwarded is not None:
                     return forwarded  # the daemon that runs it did it
@@ -124,14 +126,15 @@ class Engines:
                 )
             paused_again = reason is StopReason.PAUSED and state.status is RoomStatus.PAUSED
             if not paused_again and state.status is not RoomStatus.STOPPED:
-                await room.journal.emit(
-                    StoppedEvent(
-                        room_id=state.room.id,
-                        reason=reason,
-                        turn=state.current_turn,
-                        detail=f"{reason.name.lower()} on request",
+                async with self._table.leased(room):
+                    await room.journal.emit(
+                        StoppedEvent(
+                            room_id=state.room.id,
+                            reason=reason,
+                            turn=state.current_turn,
+                            detail=f"{reason.name.lower()} on request",
+                        )
                     )
-                )
             return state.snapshot()
 
     async def wait(self, room_id: str) -> RoomSnapshot:

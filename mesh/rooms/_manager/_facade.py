@@ -163,17 +163,22 @@ class RoomManager:
         """The room's recorded events with ``seq > since`` (from its JSONL log)."""
         return await self._catalog.events(room_id, since=since)
 
-    async def pause(self, room_id: str) -> RoomSnapshot:
-        """Pause a running room (the turn in flight is abandoned and asked again on resume)."""
-        return await self._engines.halt(room_id, StopReason.PAUSED)
+    async def pause(self, room_id: str, *, forward: bool = True) -> RoomSnapshot:
+        """Pause a running room (the turn in flight is abandoned and asked again on resume).
 
-    async def stop(self, room_id: str) -> RoomSnapshot:
+        ``forward`` (with a replica): a room another daemon runs is paused there, since
+        only its holder records; the daemon asked by another passes False, so an
+        operation is never forwarded twice. So for every operation that takes it.
+        """
+        return await self._engines.halt(room_id, StopReason.PAUSED, forward=forward)
+
+    async def stop(self, room_id: str, *, forward: bool = True) -> RoomSnapshot:
         """Stop a room for good (a no-op for a room that has already stopped)."""
-        return await self._engines.halt(room_id, StopReason.STOPPED)
+        return await self._engines.halt(room_id, StopReason.STOPPED, forward=forward)
 
-    async def resume(self, room_id: str) -> RoomSnapshot:
+    async def resume(self, room_id: str, *, forward: bool = True) -> RoomSnapshot:
         """Continue a paused room, or one that stopped for ``AGENT_LOST`` or ``ERROR``."""
-        return await self._engines.resume(room_id)
+        return await self._engines.resume(room_id, forward=forward)
 
     async def delete(self, room_id: str) -> None:
         """Remove a stopped room, its transcript and its rows; :class:`RoomConflict` if it
@@ -239,20 +244,31 @@ class RoomManager:
 
     # -- people --------------------------------------------------------------------------
 
-    async def join(self, room_id: str, name: str, *, holder: str | None = None) -> Member:
+    async def join(
+        self, room_id: str, name: str, *, holder: str | None = None, forward: bool = True
+    ) -> Member:
         """A person takes part as ``name``: a new seat (a member of kind ``human``), or
         theirs again. Their id is the name's slug. Raises :class:`RoomConflict` for a
         review or a stopped room, a name an agent of the room holds, or a full room.
         ``holder`` (a daemon identity) holds the seat while they are present: another
-        holder may not speak or leave as them (None: no check, for embedders)."""
-        return await self._seats.join(room_id, name, holder=holder)
+        holder may not speak or leave as them (None: no check, for embedders). A room
+        another daemon runs is joined there (``forward``: see :meth:`pause`)."""
+        return await self._seats.join(room_id, name, holder=holder, forward=forward)
 
-    async def leave(self, room_id: str, member_id: str, *, holder: str | None = None) -> None:
+    async def leave(
+        self, room_id: str, member_id: str, *, holder: str | None = None, forward: bool = True
+    ) -> None:
         """A person leaves (their turns are passed over until they join again)."""
-        await self._seats.leave(room_id, member_id, holder=holder)
+        await self._seats.leave(room_id, member_id, holder=holder, forward=forward)
 
     async def say(
-        self, room_id: str, member_id: str, text: str, *, holder: str | None = None
+        self,
+        room_id: str,
+        member_id: str,
+        text: str,
+        *,
+        holder: str | None = None,
+        forward: bool = True,
     ) -> dict[str, Any]:
         """A person's message: the answer to their turn, or an interjection between turns.
 
@@ -260,7 +276,7 @@ class RoomManager:
         recorded at, as far as can be known now). A person who was away is joined
         again first. Raises :class:`RoomConflict` when the room is not running.
         """
-        return await self._seats.say(room_id, member_id, text, holder=holder)
+        return await self._seats.say(room_id, member_id, text, holder=holder, forward=forward)
 
     # Last, because inside the class body the name shadows the builtin for mypy.
     async def list(self, status: RoomStatus | None = None) -> list[RoomSnapshot]:

@@ -34,23 +34,25 @@ class RegistryFollower:
                     if not started:
                         started = True
                         task_status.started()
-                    await self._resync_presence()
+                    self._resync_presence()
                     async for change in changes:
-                        await self._on_change(change)
+                        self._on_change(change)
             except SubscriberOverflow:
                 log.warning("room.registry_overflow")  # resubscribe, then resync everyone
 
-    async def _on_change(self, change: StatusChange) -> None:
+    def _on_change(self, change: StatusChange) -> None:
+        # Each room's own task records what changed: a room that cannot record (its
+        # lease is lost) stops there, and this follower of the registry goes on.
         online = change.new in PRESENT
         for room in list(self._table.rooms.values()):
             runner = room.runner
             if runner is not None and change.agent_id in {m.id for m in room.state.room.members}:
-                await runner.set_presence(change.agent_id, online, str(change.kind))
+                runner.notice_presence(change.agent_id, online, str(change.kind))
 
-    async def _resync_presence(self) -> None:
+    def _resync_presence(self) -> None:
         if self._presence is None:
             return
         for room in list(self._table.rooms.values()):
             if room.runner is not None:
                 for member in room.state.room.members:
-                    await room.runner.set_presence(member.id, self._presence(member.id))
+                    room.runner.notice_presence(member.id, self._presence(member.id))

@@ -7,7 +7,9 @@ to the engine (see :mod:`mesh.rooms._people`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
+
+import msgspec
 
 from mesh._logging import get_logger
 from mesh.rooms._errors import InvalidRoomSpec, RoomConflict
@@ -15,6 +17,7 @@ from mesh.rooms._events import AgentJoinedEvent, AgentLeftEvent
 from mesh.rooms._manager._table import HeldRoom, RoomTable, checked
 from mesh.rooms._model import Member, RoomStatus
 from mesh.rooms._people import clean_name, clean_text, person_id
+from mesh.rooms._replica import Forwarded, PersonOp
 from registry import AgentId
 
 __all__ = ["Seats"]
@@ -28,10 +31,24 @@ class Seats:
     def __init__(self, table: RoomTable) -> None:
         self._table = table
 
-    async def join(self, room_id: str, name: str, *, holder: str | None = None) -> Member:
+    async def join(
+        self, room_id: str, name: str, *, holder: str | None = None, forward: bool = True
+    ) -> Member:
         name = checked(clean_name, name)
-        seat_id = AgentId(person_id(name))
-        return await self._take_seat(await self._table.load(room_id), seat_id, name, holder)
+        room = await self._table.load(room_id)
+        if forward:
+            forwarded = await self._forward(room, "join", name=name, holder=holder)
+            if forwarded is not None:
+                return msgspec.convert(forwarded.result, Member)
+        return await self._take_seat(room, AgentId(person_id(name)), name, holder)
+
+    async def _forward(self, room: HeldRoom, op: PersonOp, **args: str | None) -> Forwarded | None:
+        """The holder's answer to a person's ``op`` on a room this daemon does not run
+        (only the holder records); None if it runs here, or nowhere else."""
+        replica = self._table.replica
+        if replica is None or room.runner is not None:
+            return None
+        return await replica.forward_person(room.state.room.id, op, args)
 
     async def _take_seat(
         self, room: HeldRoom, member_id: AgentId, name: str, holder: str | None
@@ -65,20 +82,31 @@ class Seats:
             if not room.desk.arrive(seat.id, holder):
                 return seat  # already here (a second tab, a reconnect)
             new = seat if all(m.id != seat.id for m in state.room.members) else None
-            await room.journal.emit(
-                AgentJoinedEvent(
-                    room_id=state.room.id,
-                    agent_id=seat.id,
-                    name=seat.name,
-                    role=seat.role,
-                    member=new,
-                )
-            )
+            try:
+                async with self._table.leased(room):
+                    await room.journal.emit(
+                        AgentJoinedEvent(
+                            room_id=state.room.id,
+                            agent_id=seat.id,
+                            name=seat.name,
+                            role=seat.role,
+                            member=new,
+                        )
+                    )
+            except BaseException:
+                room.desk.depart(seat.id)  # not recorded: not present
+                raise
             log.info("room.person_joined", room=room_id, member=seat.id, new=new is not None)
             return seat
 
-    async def leave(self, room_id: str, member_id: str, *, holder: str | None = None) -> None:
+    async def leave(
+        self, room_id: str, member_id: str, *, holder: str | None = None, forward: bool = True
+    ) -> None:
         room = await self._table.load(room_id)
+        if forward:
+            forwarded = await self._forward(room, "leave", member=member_id, holder=holder)
+            if forwarded is not None:
+                return
         member = self._person(room, member_id)
         room.desk.check_holder(member.id, holder)
         async with room.control:
@@ -94,10 +122,21 @@ class Seats:
                 )
 
     async def say(
-        self, room_id: str, member_id: str, text: str, *, holder: str | None = None
+        self,
+        room_id: str,
+        member_id: str,
+        text: str,
+        *,
+        holder: str | None = None,
+        forward: bool = True,
     ) -> dict[str, Any]:
         text = checked(clean_text, text)
         room = await self._table.load(room_id)
+        if forward:
+            args = {"member": member_id, "text": text, "holder": holder}
+            forwarded = await self._forward(room, "say", **args)
+            if forwarded is not None:
+                return cast(dict[str, Any], forwarded.result)
         member = self._person(room, member_id)
         if room.runner is None:
             raise RoomConflict(

@@ -9,14 +9,15 @@ engine while one runs, and the lock that orders pause / resume / stop / join.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import ParamSpec, TypeVar
 
 import anyio
 import anyio.to_thread
 
 from mesh.rooms._engine import Clock, Journal, RoomRunner
-from mesh.rooms._errors import InvalidRoomSpec, RoomNotFound
+from mesh.rooms._errors import InvalidRoomSpec, RoomConflict, RoomNotFound
 from mesh.rooms._events import RoomEvent
 from mesh.rooms._model import RoomStatus
 from mesh.rooms._observers import Observers
@@ -25,7 +26,7 @@ from mesh.rooms._replica import RoomReplica
 from mesh.rooms._state import RoomState
 from mesh.rooms._store import RoomStore
 
-__all__ = ["HeldRoom", "RoomTable", "checked", "in_thread"]
+__all__ = ["HeldRoom", "RoomTable", "checked", "elsewhere", "in_thread"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -87,6 +88,26 @@ class RoomTable:
                 state.apply(event)
                 room.observers.publish(event)
 
+    @asynccontextmanager
+    async def leased(self, room: HeldRoom) -> AsyncIterator[None]:
+        """Hold the room's lease around a write to a room no daemon runs (only the holder
+        records); use it under ``room.control``."""
+        room_id = room.state.room.id
+        replica = self.replica
+        if replica is None or room.runner is not None:
+            yield
+            return
+        ours = replica.holds(room_id)  # already (a take-over under way here): keep it
+        if not await replica.claim(room_id):
+            raise elsewhere(room_id)
+        try:
+            await self.refresh(room)  # the claim caught the store up: so must memory
+            yield
+        finally:
+            if not ours and room.runner is None:
+                with anyio.CancelScope(shield=True):
+                    await replica.release(room_id)
+
     async def drop(self, room: HeldRoom) -> None:
         room_id = room.state.room.id
         room.observers.close()
@@ -113,6 +134,10 @@ class RoomTable:
 
 async def in_thread(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     return await anyio.to_thread.run_sync(lambda: function(*args, **kwargs))
+
+
+def elsewhere(room_id: str) -> RoomConflict:
+    return RoomConflict(f"room {room_id!r} runs on another daemon; try again", room=room_id)
 
 
 def checked(clean: Callable[[str], str], value: str) -> str:

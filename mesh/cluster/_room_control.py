@@ -1,0 +1,146 @@
+"""Operations on a room sent to the daemon that runs it, and answered there.
+
+Only a room's holder records its events, so a daemon asked to pause, stop or
+resume a room it does not run, or to seat a person there, take their words or
+let them go, asks the holder over ``mesh.C.room-control.<holder>`` and answers
+with what the holder answered. The holder applies what it is asked as it would
+a request of its own, never forwarding it again: two daemons that briefly
+disagree about who runs a room cannot bounce an operation between them. A
+person's seat holder is qualified by the daemon the person came through (tokens
+belong to their daemon), so a token of one daemon cannot speak for a person
+seated through another's token of the same name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import anyio.abc
+import msgspec
+
+from mesh._logging import get_logger
+from mesh.cluster._errors import ClusterError
+from mesh.cluster._link import Message, NatsLink, Watch
+from mesh.cluster._settings import Names
+from mesh.cluster._wire import ENCODER, ROOM_CONTROL, RoomControl, RoomControlReply
+from mesh.rooms import RoomConflict, RoomError, RoomManager, RoomNotFound, RoomSnapshot
+from mesh.rooms._replica import Forwarded, PersonOp, RoomOp
+
+__all__ = ["RoomControls"]
+
+log = get_logger("mesh.cluster")
+
+#: Asking the holder to act on a room gets this long.
+CONTROL_TIMEOUT: Final = 10.0
+
+
+class RoomControls:
+    """Asks holders to act on their rooms, and answers such requests for ours."""
+
+    def __init__(
+        self,
+        link: NatsLink,
+        names: Names,
+        rooms: RoomManager,
+        holder_of: Callable[[str], Awaitable[str | None]],
+    ) -> None:
+        self._link = link
+        self._names = names
+        self._rooms = rooms
+        self._holder_of = holder_of
+        self._subscription: Watch | None = None
+        self.tasks: anyio.abc.TaskGroup | None = None
+
+    async def listen(self) -> None:
+        if self._subscription is None:
+            self._subscription = await self._link.subscribe(
+                self._names.room_control(), self._on_control
+            )
+
+    # -- asking ------------------------------------------------------------------------------
+
+    async def forward(self, room_id: str, op: RoomOp) -> RoomSnapshot | None:
+        reply = await self._ask(RoomControl(room=room_id, op=op))
+        return None if reply is None else msgspec.convert(reply.snapshot, RoomSnapshot)
+
+    async def forward_person(
+        self, room_id: str, op: PersonOp, args: dict[str, str | None]
+    ) -> Forwarded | None:
+        holder = args.get("holder")
+        reply = await self._ask(
+            RoomControl(
+                room=room_id,
+                op=op,
+                name=args.get("name") or "",
+                member=args.get("member") or "",
+                text=args.get("text") or "",
+                holder=None if holder is None else f"{holder}@{self._names.daemon}",
+            )
+        )
+        return None if reply is None else Forwarded(reply.result)
+
+    async def _ask(self, control: RoomControl) -> RoomControlReply | None:
+        """The holder's answer to ``control``; None if no other daemon holds the room."""
+        room_id = control.room
+        try:
+            holder = await self._holder_of(room_id)
+            if holder is None or holder == self._names.daemon:
+                return None
+            data = await self._link.request(
+                self._names.room_control(holder), ENCODER.encode(control), timeout=CONTROL_TIMEOUT
+            )
+            reply = msgspec.json.decode(data, type=RoomControlReply)
+        except ClusterError as exc:
+            raise RoomConflict(
+                f"room {room_id!r} runs on another daemon: {exc}", room=room_id
+            ) from exc
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise RoomConflict(
+                f"room {room_id!r}: its daemon's answer was unreadable: {exc}", room=room_id
+            ) from exc
+        if reply.error is not None:
+            if reply.kind == "not_found":
+                raise RoomNotFound(room_id)
+            raise RoomConflict(reply.error, room=room_id)
+        return reply
+
+    # -- answering -----------------------------------------------------------------------------
+
+    def _on_control(self, message: Message) -> None:
+        if self.tasks is not None and message.reply:
+            self.tasks.start_soon(self._control_one, message)
+
+    async def _control_one(self, message: Message) -> None:
+        reply: RoomControlReply
+        try:
+            reply = await _apply(self._rooms, ROOM_CONTROL.decode(message.data))
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            reply = RoomControlReply(error=f"invalid room control: {exc}", kind="invalid")
+        except RoomNotFound as exc:
+            reply = RoomControlReply(error=str(exc), kind="not_found")
+        except RoomError as exc:
+            reply = RoomControlReply(error=str(exc), kind="conflict")
+        try:
+            await self._link.publish(message.reply, ENCODER.encode(reply))
+        except ClusterError as exc:
+            log.info("cluster.control_answer_lost", error=str(exc))
+
+
+async def _apply(rooms: RoomManager, control: RoomControl) -> RoomControlReply:
+    """Do what another daemon asked of a room, here, without forwarding it again."""
+    room_id, holder = control.room, control.holder
+    result: Any = None
+    if control.op == "join":
+        result = await rooms.join(room_id, control.name, holder=holder, forward=False)
+    elif control.op == "leave":
+        await rooms.leave(room_id, control.member, holder=holder, forward=False)
+    elif control.op == "say":
+        result = await rooms.say(
+            room_id, control.member, control.text, holder=holder, forward=False
+        )
+    else:
+        operations = {"pause": rooms.pause, "stop": rooms.stop, "resume": rooms.resume}
+        snapshot = await operations[control.op](room_id, forward=False)
+        return RoomControlReply(snapshot=msgspec.to_builtins(snapshot))
+    return RoomControlReply(result=msgspec.to_builtins(result))
