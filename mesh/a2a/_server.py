@@ -58,6 +58,8 @@ __all__ = ["A2aError", "A2aServer", "Caller"]
 #: A JSON-RPC body larger than this is refused with -32600 (the daemon's own body
 #: limit, larger, is an HTTP 413 before anything is read).
 DEFAULT_MAX_MESSAGE: Final = 256 * 1024
+#: Streams one client may hold open at once (each holds a connection of the daemon's).
+DEFAULT_MAX_STREAMS: Final = 64
 #: A card is rebuilt at most this often per agent (it asks the agent twice).
 CARD_FRESH: Final = 5.0
 #: How long asking an agent for its card's facts may take.
@@ -87,11 +89,15 @@ class A2aServer:
         store: TaskStore | None = None,
         max_message_size: int = DEFAULT_MAX_MESSAGE,
         max_call_timeout: float = 3600.0,
+        max_streams: int = DEFAULT_MAX_STREAMS,
         check_push_url: CheckUrl | None = None,
     ) -> None:
         """``check_push_url(url)`` says why a webhook URL is refused (None: allowed);
-        without it, push notifications are not offered."""
+        without it, push notifications are not offered. ``max_streams``: streams one
+        client (owner) may hold open at once."""
         self._mesh = mesh
+        self.max_streams = max_streams
+        self._streams: dict[str, int] = {}
         self._check_push = check_push_url
         self.store = store or TaskStore()
         self.max_message_size = max_message_size
@@ -193,10 +199,15 @@ class A2aServer:
         rpc_id: Any,
         request: HttpRequest,
     ) -> HttpResponse:
+        if method in ("SendStreamingMessage", "SubscribeToTask"):
+            held = self._streams.get(caller.owner, 0)
+            if held >= self.max_streams:
+                why = f"this client holds {held} open streams, the limit; close one first"
+                return HttpResponse.error(429, why, limit="max_streams")
         if method in ("SendMessage", "SendStreamingMessage"):
             task, wait = await self._start(params, agent, caller)
             if method == "SendStreamingMessage":
-                return self._stream(task, None, version, rpc_id)
+                return self._stream(task, None, version, rpc_id, caller.owner)
             if wait:
                 while not task.resting:
                     await task.changed.wait()
@@ -228,7 +239,7 @@ class A2aServer:
                 200, rpc_result(rpc_id, _task_for(await self._cancel(task), version))
             )
         # SubscribeToTask: from the client's last event (Last-Event-ID), else from now.
-        return self._stream(task, stream_cursor(request), version, rpc_id)
+        return self._stream(task, stream_cursor(request), version, rpc_id, caller.owner)
 
     def _find(self, params: dict[str, Any], agent: str, caller: Caller) -> Task:
         task_id = params.get("id")
@@ -396,10 +407,17 @@ class A2aServer:
     # -- streams ---------------------------------------------------------------------------------
 
     def _stream(
-        self, task: Task, cursor: int | None, version: Version, rpc_id: Any
+        self, task: Task, cursor: int | None, version: Version, rpc_id: Any, owner: str
     ) -> HttpResponse:
         async def produce(write: BodyWriter) -> None:
-            await pump(task, cursor, version, rpc_id, write)
+            # Counted while it runs (a stream whose head never went out never starts).
+            self._streams[owner] = self._streams.get(owner, 0) + 1
+            try:
+                await pump(task, cursor, version, rpc_id, write)
+            finally:
+                self._streams[owner] -= 1
+                if not self._streams[owner]:
+                    del self._streams[owner]
 
         return HttpResponse(200, content_type="text/event-stream", stream=produce)
 
