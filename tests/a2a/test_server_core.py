@@ -50,7 +50,12 @@ async def test_one_client_holds_at_most_max_streams_and_another_is_not_held_back
                 pieces.append(data)
                 wrote.set()
 
-            tg.start_soon(first.stream, write)
+            produce = first.stream
+
+            async def stream() -> None:
+                await produce(write)
+
+            tg.start_soon(stream)
             with anyio.fail_after(10):
                 await wrote.wait()  # ann's stream is open
             second = await server.handle(
