@@ -33,6 +33,10 @@ class SdkAgent:
             await self._seen.wait()
         return self.cancelled[0]
 
+    async def wait_more(self) -> None:
+        """Until one more task is cancelled."""
+        await self._seen.wait()
+
     def _heard(self, line: str) -> None:
         if line.startswith("cancelled "):
             self.cancelled.append(line.removeprefix("cancelled ").strip())

@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mesh import AgentSpec, ConnectionLost, ManifestError, MeshOrchestrator
+from mesh import AgentSpec, CallTimeout, ConnectionLost, ManifestError, MeshOrchestrator
 from mesh.a2a import a2a_connector
 from mesh.manifests import load_manifest
 from mesh.rooms import MessageEvent, decode_event
@@ -69,6 +69,13 @@ async def test_a_mesh_cancel_becomes_cancel_task_and_a_killed_agent_fails_the_ca
                     await started.wait()
                     tg.cancel_scope.cancel()  # the mesh caller gives up...
                 assert await peer.wait_cancelled()  # ...and the A2A task was cancelled
+                # A mesh deadline that passes is a cancel too.
+                quiet = {"to": 100_000, "every": 30}  # no progress to push the deadline out
+                with pytest.raises(CallTimeout):
+                    await mesh.call_tool("shouter", "count", quiet, timeout=0.5)
+                with anyio.fail_after(GUARD):
+                    while len(peer.cancelled) < 2:
+                        await peer.wait_more()
                 started = anyio.Event()
                 failure: list[BaseException] = []
 
