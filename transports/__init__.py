@@ -4,7 +4,8 @@ A transport moves frames (one message's bytes) and nothing else: no RPC, no
 JSON, no retries. It imports nothing from ``mesh`` or ``registry``.
 """
 
-from transports._auth import TokenAuthenticator, bearer_token
+from transports._admission import Standing, Vouch
+from transports._auth import TokenAuthenticator, bearer_challenge, bearer_token
 from transports._base import (
     DEFAULT_MAX_FRAME_SIZE,
     Connector,
@@ -52,14 +53,17 @@ __all__ = [
     "HttpServer",
     "HttpServerConfig",
     "MemoryFrameStream",
+    "Standing",
     "StdioProcessStream",
     "TokenAuthenticator",
     "TransportClosed",
     "TransportError",
     "TransportInfo",
     "UpgradeHandler",
+    "Vouch",
     "WebSocketConfig",
     "WebSocketStream",
+    "bearer_challenge",
     "bearer_token",
     "memory_stream_pair",
     "open_http_client",

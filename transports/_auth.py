@@ -10,7 +10,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-__all__ = ["TokenAuthenticator", "bearer_token"]
+__all__ = ["TokenAuthenticator", "bearer_challenge", "bearer_token"]
 
 _BEARER: Final = "bearer "
 
@@ -66,3 +66,26 @@ def bearer_token(authorization: str | None, query_token: str | None) -> str | No
     if authorization and authorization[: len(_BEARER)].lower() == _BEARER:
         return authorization[len(_BEARER) :].strip() or None
     return query_token or None
+
+
+def bearer_challenge(authorization: str | None, *, realm: str = "mesh") -> tuple[str, str]:
+    """Why a request was refused with 401, and its ``WWW-Authenticate`` value (RFC 6750).
+
+    Says whether the token was missing, refused, or sent with another scheme
+    (``Basic``: use Bearer); never repeats what was sent.
+    """
+    scheme = (authorization or "").strip().partition(" ")[0]
+    if not scheme:
+        why, error = "missing token: send `Authorization: Bearer <token>`", ""
+        description = "missing token"
+    elif scheme.lower() != _BEARER.strip():
+        shown = scheme[:16] if scheme.isalnum() else "another"
+        why = f"the {shown} scheme is not accepted: send `Authorization: Bearer <token>`"
+        error, description = "invalid_request", "use the Bearer scheme"
+    else:
+        why = "this token is not valid (unknown or revoked)"
+        error, description = "invalid_token", "the token is unknown or revoked"
+    challenge = f'Bearer realm="{realm}"'
+    if error:
+        challenge += f', error="{error}"'
+    return why, f'{challenge}, error_description="{description}"'

@@ -13,6 +13,11 @@ connection is closed after ``keepalive_timeout``, and bodies over
 exactly: a head of that many bytes is read, one byte more is not. Past
 ``max_connections`` open connections a new one gets 503 and is closed, so a
 flood of connections meets a refusal rather than the process's file limit.
+
+Given a ``vouch`` function, the server keeps connections that have shown no
+credentials apart from those that have (:mod:`transports._admission`): a new
+connection must send its first byte within ``first_byte_timeout`` and its head
+within ``head_timeout``, and strangers cannot take the slots of known callers.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
@@ -31,6 +37,7 @@ import h11
 import msgspec
 from anyio.streams.tls import TLSListener
 
+from transports._admission import Admission, Slot, Standing, Vouch
 from transports._base import DEFAULT_MAX_FRAME_SIZE
 from transports._groups import unwrap_single_error
 from transports._logging import get_logger
@@ -68,6 +75,16 @@ class HttpServerConfig:
     request_timeout: float = 30.0
     #: An idle keep-alive connection is closed after this long.
     keepalive_timeout: float = 60.0
+    #: A new connection (or a stranger's idle one) must send a byte within this long.
+    first_byte_timeout: float = 10.0
+    #: A request head must be complete this long after its first byte.
+    head_timeout: float = 10.0
+    #: With a ``vouch`` function: connections not (yet) vouched for, at most; the
+    #: oldest of them not being answered makes room for a new one. None: no pool of their own.
+    max_unauthenticated_connections: int | None = None
+    #: With a ``vouch`` function: slots beyond ``max_connections`` that only a
+    #: privileged request may take.
+    reserved_connections: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,9 +150,12 @@ class _Closed(Exception):
 
 
 class _HttpConnection:
-    def __init__(self, stream: anyio.abc.ByteStream, server: HttpServer, client: str) -> None:
+    def __init__(
+        self, stream: anyio.abc.ByteStream, server: HttpServer, client: str, slot: Slot
+    ) -> None:
         self._stream = stream
         self._server = server
+        self._slot = slot
         shrink_reads(stream)  # asyncio's 256 KiB reads cost a mapping each
         self._config = server.config
         self._client = client
@@ -181,7 +201,12 @@ class _HttpConnection:
         event = await self._poll()  # a pipelined request may be buffered already
         fed = 0
         if event is h11.NEED_DATA:
-            with anyio.move_on_after(config.keepalive_timeout) as idle:
+            # A new connection, or a stranger's between requests: a short wait.
+            stranger = self._server.vouch is not None and self._slot.standing is Standing.STRANGER
+            short = start == 0 or stranger
+            keepalive = config.keepalive_timeout
+            wait = min(config.first_byte_timeout, keepalive) if short else keepalive
+            with anyio.move_on_after(wait) as idle:
                 data = await self._receive_chunk(min(_READ_SIZE, config.max_header_size))
             if idle.cancelled_caught:
                 return False  # close quietly
@@ -189,7 +214,11 @@ class _HttpConnection:
             event, fed = None, len(data)
         # ...and from that byte on, the whole request (head and body) has request_timeout.
         with anyio.move_on_after(config.request_timeout) as slow:
-            request = event if event is not None else await self._read_head(fed)
+            with anyio.move_on_after(config.head_timeout) as late:
+                request = event if event is not None else await self._read_head(fed)
+            if late.cancelled_caught:
+                await self._send_error(408, f"head not complete within {config.head_timeout:g} s")
+                return False
             if not isinstance(request, h11.Request):
                 return False
             head, limit = self._consumed() - start, config.max_header_size
@@ -198,18 +227,22 @@ class _HttpConnection:
                 await self._send_error(431, why)
                 return False
             upgrade = self._is_websocket_upgrade(request)
+            if not await self._admit(request):
+                return False
             body = b"" if upgrade else await self._read_body(request)
         if slow.cancelled_caught:
             await self._send_error(408, f"request not complete within {config.request_timeout:g} s")
             return False
         if upgrade:
             assert isinstance(request, h11.Request)
+            self._slot.upgraded = True
             return request  # the WebSocket lives on without a deadline
         if body is None:
             return False
         # A request is in progress until its answer is written: a drain that waits
         # for requests must not cut an answer that is on its way out.
         self._server._request_started()
+        self._slot.evictable = False
         try:
             response = await self._respond(
                 HttpRequest(
@@ -228,6 +261,7 @@ class _HttpConnection:
                 await self._send(response, head_only=request.method == b"HEAD")
         finally:
             self._server._request_finished()
+            self._slot.evictable = True
         if stalled.cancelled_caught:
             log.info("http.client_not_reading", client=self._client, after=config.request_timeout)
             return False
@@ -242,12 +276,33 @@ class _HttpConnection:
             return False
         return True
 
+    async def _admit(self, request: h11.Request) -> bool:
+        """Vouch for the connection by this request's credentials; False (after a 503)
+        if the pool they admit it to is full."""
+        server = self._server
+        if server.vouch is None:
+            return True
+        head = HttpRequest(
+            request.method.decode(), request.target.decode(), _headers(request), b"", self._client
+        )
+        if server.admission.promote(self._slot, server.vouch(head)):
+            # A known caller's request is not cut to make room, body included.
+            self._slot.evictable = self._slot.standing is Standing.STRANGER
+            return True
+        await self._send_error(
+            503, f"too many connections: {server.config.max_connections} are open (max_connections)"
+        )
+        return False
+
     async def _poll(self) -> Any:
         """The next event h11 can give without reading (NEED_DATA if none)."""
         try:
             return self._h11.next_event()
         except h11.RemoteProtocolError as exc:
-            await self._send_error(exc.error_status_hint, f"bad request: {exc}")
+            # h11 quotes the offending bytes after a colon (a request line may hold a
+            # token): neither the log nor the answer repeats them.
+            what = str(exc).partition(":")[0][:80]
+            await self._send_error(exc.error_status_hint, f"bad request: {what}")
             raise _Closed from None
 
     async def _read_head(self, fed: int) -> Any:
@@ -356,7 +411,11 @@ class _HttpConnection:
         ]
         conn = self._h11
         try:
-            data = conn.send(h11.Response(status_code=response.status, headers=headers))
+            data = conn.send(
+                h11.Response(
+                    status_code=response.status, headers=headers, reason=_reason(response.status)
+                )
+            )
             # HEAD: the headers of the answer GET would get, and no body (RFC 9110, 9.3.2).
             if response.body and not head_only:
                 data += conn.send(h11.Data(data=response.body))
@@ -433,7 +492,9 @@ class _HttpConnection:
             (b"connection", b"close"),
         ]
         try:
-            data = self._h11.send(h11.Response(status_code=status, headers=headers))
+            data = self._h11.send(
+                h11.Response(status_code=status, headers=headers, reason=_reason(status))
+            )
             data += self._h11.send(h11.Data(data=response.body)) + self._h11.send(
                 h11.EndOfMessage()
             )
@@ -446,6 +507,14 @@ class _HttpConnection:
             OSError,
         ):
             pass
+
+
+def _reason(status: int) -> bytes:
+    """The standard reason phrase (``404 Not Found``); some clients show only that."""
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
 
 
 def _headers(request: h11.Request) -> tuple[tuple[str, str], ...]:
@@ -475,11 +544,18 @@ class HttpServer:
         host: str,
         port: int,
         secure: bool,
+        vouch: Vouch | None = None,
     ) -> None:
         self.listener = listener
         self.handler = handler
         self.upgrade_handler = upgrade_handler
-        self.config = config or HttpServerConfig()
+        self.config = config = config or HttpServerConfig()
+        self.vouch = vouch
+        self.admission = Admission(
+            strangers=config.max_unauthenticated_connections if vouch else None,
+            known=config.max_connections,
+            reserved=config.reserved_connections,
+        )
         self.host = host
         self.port = port
         self.secure = secure
@@ -548,40 +624,55 @@ class HttpServer:
         if not self.active_requests:
             self._idle.set()
 
+    def _room_for(self) -> tuple[Slot | None, str]:
+        """A slot for a new connection, or the setting that says there is none."""
+        config = self.config
+        if self.vouch is None or config.max_unauthenticated_connections is None:
+            # One pool for all (plus the reserved slots, which a vouched request may take).
+            total = config.max_connections + (config.reserved_connections if self.vouch else 0)
+            if self.connections >= total:
+                return None, "max_connections"
+        return self.admission.enter(), "max_unauthenticated_connections"
+
     async def _handle(self, stream: anyio.abc.ByteStream) -> None:
         client = _peer_name(stream)
-        if self.connections >= self.config.max_connections:
-            await self._refuse_busy(stream, client)
+        slot, setting = self._room_for()
+        if slot is None:
+            await self._refuse_busy(stream, client, setting)
             return
         self.connections += 1
         try:
-            await _HttpConnection(stream, self, client).run()
+            with slot.scope:
+                await _HttpConnection(stream, self, client, slot).run()
         except Exception:
             # One connection's failure stays in that connection: the server keeps serving.
             log.exception("http.connection_failed", client=client)
         finally:
+            self.admission.leave(slot)
             self.connections -= 1
             self._connection_closed.set()
             self._connection_closed = anyio.Event()
 
-    async def _refuse_busy(self, stream: anyio.abc.ByteStream, client: str) -> None:
+    async def _refuse_busy(self, stream: anyio.abc.ByteStream, client: str, setting: str) -> None:
         """503 and close: one log line per second of refusals, not one per refusal."""
         self.refused_connections += 1
+        limit = getattr(self.config, setting)
         now = anyio.current_time()
         if now - self._last_busy_log >= 1.0:
             self._last_busy_log = now
             log.warning(
                 "http.too_many_connections",
-                limit=self.config.max_connections,
+                limit=limit,
+                setting=setting,
                 refused=self.refused_connections,
                 client=client,
             )
-        limit = self.config.max_connections
         body = json.dumps(
             {
                 "error": {
                     "status": 503,
-                    "message": f"too many connections: {limit} are open (max_connections)",
+                    "message": f"too many connections: {limit} are open ({setting})",
+                    "limit": setting,
                 }
             }
         ).encode()
@@ -616,6 +707,7 @@ async def open_http_server(
     upgrade_handler: UpgradeHandler | None = None,
     ssl_context: ssl.SSLContext | None = None,
     config: HttpServerConfig | None = None,
+    vouch: Vouch | None = None,
 ) -> AsyncIterator[HttpServer]:
     """Listen on ``host:port`` (0 picks a free port) for the duration of the block."""
     tcp = await anyio.create_tcp_listener(local_host=host, local_port=port)
@@ -631,6 +723,7 @@ async def open_http_server(
         host=host,
         port=bound_port,
         secure=ssl_context is not None,
+        vouch=vouch,
     )
     try:
         with unwrap_single_error():

@@ -84,6 +84,8 @@ class CloseCode(enum.IntEnum):
     TAKEN_OVER = 4009
     """Another connection with a valid token took this agent id over (a rolling restart);
     the calls this one had in flight were answered first. Do not redial."""
+    TOO_MANY = 4029
+    """This token has as many streams open as it may; close one first."""
 
 
 def _is_utf8(data: bytes) -> bool:

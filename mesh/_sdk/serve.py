@@ -31,6 +31,7 @@ from transports import (
     TokenAuthenticator,
     WebSocketConfig,
     WebSocketStream,
+    bearer_challenge,
     bearer_token,
     open_http_server,
     open_websocket,
@@ -67,7 +68,9 @@ class _AgentRoutes:
         if self._tokens is not None:
             token = bearer_token(request.header("authorization"), None)
             if self._tokens.identify(token) is None:
-                return HttpResponse.error(401, "missing or invalid bearer token")
+                _, challenge = bearer_challenge(request.header("authorization"), realm="agent")
+                refused = HttpResponse.error(401, "missing or invalid bearer token")
+                return dataclasses.replace(refused, headers=[("www-authenticate", challenge)])
         answer, invalid = await self._exchange.answer(request.body)
         if answer is None:
             return HttpResponse(204)

@@ -43,6 +43,8 @@ class Followed:
 
     reason: StopReason | None
     detail: str
+    #: The daemon refused the token (4001/4003): revoked while following, or never valid.
+    denied: bool = False
 
 
 def events_url(http_url: str, room_id: str, since: int) -> str:
@@ -86,7 +88,7 @@ async def follow_room(
             if closed.close_code == CloseCode.NOT_FOUND:
                 return Followed(None, f"no room {room_id!r} to follow: {closed.reason}")
             if closed.close_code in (CloseCode.UNAUTHORIZED, CloseCode.FORBIDDEN):
-                return Followed(None, f"the daemon refused the token: {closed.reason}")
+                return Followed(None, f"the daemon refused the token: {closed.reason}", True)
             why = closed.reason
         now = anyio.current_time()
         lost_at = now if lost_at is None else lost_at

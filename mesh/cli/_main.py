@@ -139,6 +139,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "nats_tls_ca": args.nats_tls_ca,
         "nats_tls_cert": args.nats_tls_cert,
         "nats_tls_key": args.nats_tls_key,
+        "nats_allow_open": args.nats_allow_open or None,
         "room_lease_ttl": args.room_lease_ttl,
     }
     try:
@@ -150,6 +151,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not Path(settings.manifests).is_dir():
         _fail(EXIT_USAGE, f"no manifests directory at {settings.manifests!r}")
     tune_for_serving()
+    # Everything the daemon writes (transcripts, the rooms database, tokens) is its own:
+    # 0600 files and 0700 directories, whatever the shell's umask.
+    os.umask(0o077)
     from mesh._errors import MeshError
 
     try:
@@ -381,6 +385,11 @@ def _add_serve_command(sub: Any) -> None:
     cluster.add_argument("--nats-tls-ca", metavar="FILE", help="CA bundle for NATS over TLS")
     cluster.add_argument("--nats-tls-cert", metavar="FILE", help="client certificate for NATS")
     cluster.add_argument("--nats-tls-key", metavar="FILE", help="its private key")
+    cluster.add_argument(
+        "--nats-allow-open",
+        action="store_true",
+        help="join a plaintext NATS at a network address with no credentials anyway",
+    )
     cluster.add_argument(
         "--room-lease-ttl", type=float, help="seconds before a dead daemon's rooms move (10)"
     )

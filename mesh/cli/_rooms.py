@@ -30,7 +30,7 @@ import anyio
 import msgspec
 
 from mesh._text import json_text, printable, safe_json
-from mesh.cli._codes import EXIT_INTERRUPTED, EXIT_UNREACHABLE, ROOM_EXITS
+from mesh.cli._codes import EXIT_DENIED, EXIT_INTERRUPTED, EXIT_UNREACHABLE, ROOM_EXITS
 from mesh.cli._connection import add_connection_arguments, ssl_context, token_for
 from mesh.cli._follow import follow_until_interrupted
 from mesh.cli._join import cmd_room_join
@@ -80,7 +80,7 @@ def _follow(args: argparse.Namespace, room_id: str, since: int = 0) -> int | Non
         return None
     if followed.reason is None:
         print(f"mesh: room {printable(room_id)}: {printable(followed.detail)}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return EXIT_DENIED if followed.denied else EXIT_UNREACHABLE
     stopped = f"{followed.reason} ({printable(followed.detail)})"
     print(f"room {printable(room_id)} stopped: {stopped}", file=sys.stderr)
     return ROOM_EXITS[followed.reason]

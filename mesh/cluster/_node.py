@@ -143,6 +143,12 @@ async def open_cluster(
         )
     settings = settings.with_daemon()
     names = Names(settings.cluster_id, settings.daemon_id)
+    if not settings.credentials:
+        log.warning(
+            "cluster.nats_without_credentials",
+            hint="any client of this NATS can read calls and forge registry entries: "
+            "give the daemons NATS users (docs/cluster.md#credentials)",
+        )
     async with open_nats_loop() as loop, open_nats_link(settings, loop) as link:
         sync = RegistrySync(
             link,

@@ -9,6 +9,7 @@ each other, and a reader of ``nats stream ls`` can tell whose is whose.
 from __future__ import annotations
 
 import base64
+import ipaddress
 import re
 import secrets
 import socket
@@ -16,6 +17,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -55,10 +57,15 @@ class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     #: A room's holder renews its lease every third of this; a dead holder's rooms
     #: move to another daemon within it.
     room_lease_ttl: float = 10.0
+    #: Join a NATS at a network address in plaintext with no credentials anyway
+    #: (anyone who reaches that NATS can then read calls and forge registry entries).
+    nats_allow_open: bool = False
 
     def __post_init__(self) -> None:
         if not self.nats.strip():
             raise ClusterError("--nats needs a URL, e.g. nats://127.0.0.1:4222")
+        for url in self.servers:
+            _check_server(url)
         for name in ("cluster_id", "daemon_id"):
             value = getattr(self, name)
             if value and not _TOKEN.fullmatch(value):
@@ -71,9 +78,25 @@ class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         if (self.nats_tls_cert is None) != (self.nats_tls_key is None):
             raise ClusterError("nats_tls_cert and nats_tls_key go together: give both or neither")
 
+        if not self.credentials and not self.nats_allow_open:
+            _refuse_open(self.servers, tls=bool(self.nats_tls_ca or self.nats_tls_cert))
+
+    def __repr__(self) -> str:
+        # Settings end up in errors and debug logs: the secrets never do.
+        shown = ", ".join(
+            f"{name}={'***' if name in _SECRETS and value else repr(value)}"
+            for name, value in msgspec.structs.asdict(self).items()
+        )
+        return f"ClusterSettings({shown})"
+
     @property
     def servers(self) -> list[str]:
         return [url.strip() for url in self.nats.split(",") if url.strip()]
+
+    @property
+    def credentials(self) -> bool:
+        """Whether this daemon presents any credentials to NATS."""
+        return bool(self.nats_token or self.nats_user or self.nats_creds)
 
     def with_daemon(self, daemon_id: str | None = None, url: str | None = None) -> ClusterSettings:
         """These settings with the daemon's id picked (if empty) and its URL filled in."""
@@ -103,6 +126,52 @@ class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         except (OSError, ssl.SSLError) as exc:
             raise ClusterError(f"cannot load the NATS TLS files: {exc}") from exc
         return context
+
+
+#: Settings whose values are secrets: never shown, whatever shows the settings.
+_SECRETS: Final = frozenset({"nats_token", "nats_password"})
+_LOOPBACK_NAMES: Final = frozenset({"localhost", "localhost.localdomain"})
+
+
+def _check_server(url: str) -> None:
+    """One NATS URL: a scheme and a host, and no user-info (secrets have no flag)."""
+    parts = urlsplit(url if "://" in url else f"nats://{url}")
+    if "@" in parts.netloc:
+        # The message must not repeat what it refuses: the user-info is a secret.
+        shown = f"{parts.scheme}://…@{parts.netloc.rpartition('@')[2]}"
+        raise ClusterError(
+            f"the NATS URL {shown} carries credentials (user:password@ or token@), which "
+            "would show wherever the URL does: give them as $MESH_NATS_USER and "
+            "$MESH_NATS_PASSWORD, $MESH_NATS_TOKEN, or a .creds file (--nats-creds), "
+            "or in the settings file (docs/cluster.md#credentials)"
+        )
+    if parts.scheme not in ("nats", "tls", "ws", "wss"):
+        raise ClusterError(f"NATS URL {url!r}: the scheme must be nats, tls, ws or wss")
+
+
+def _refuse_open(servers: list[str], *, tls: bool) -> None:
+    """No credentials: only a NATS on this machine, or one reached over TLS, may be joined."""
+    for url in servers:
+        parts = urlsplit(url if "://" in url else f"nats://{url}")
+        if parts.scheme in ("tls", "wss") or tls or is_loopback(parts.hostname or ""):
+            continue
+        raise ClusterError(
+            f"NATS at {parts.hostname} would be joined in plaintext with no credentials: "
+            "anyone who reaches it could read every call between daemons and forge registry "
+            "entries. Give credentials ($MESH_NATS_USER and $MESH_NATS_PASSWORD, "
+            "$MESH_NATS_TOKEN or --nats-creds), use tls://, or set nats_allow_open "
+            "(--nats-allow-open) to accept that (docs/cluster.md#credentials)"
+        )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this machine."""
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _readable(path: str, setting: str) -> None:

@@ -33,14 +33,14 @@ from mesh._orchestrator.spec import Outcome
 from mesh._orchestrator.view import LINK_STATUSES
 from mesh.daemon._a2a import DaemonA2a
 from mesh.daemon._agents import AgentRoutes
-from mesh.daemon._auth import Gate, Identity
+from mesh.daemon._auth import Gate, Identity, Right
 from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._limits import check_id
 from mesh.daemon._mcp import DaemonMcp
 from mesh.daemon._rooms import RoomRoutes
 from mesh.daemon._routes import Dispatcher, HttpHandler, Params, WebSocketHandler
 from mesh.daemon._settings import DaemonSettings
-from mesh.daemon._tokens import Role, TokenError
+from mesh.daemon._tokens import Role, TokenError, TooManyTokens
 from mesh.protocol import MethodName
 from transports import HttpRequest, HttpResponse, WebSocketConfig
 
@@ -116,7 +116,14 @@ class DaemonApi:
         self._cluster: Any = None
         agents = self.agents
         room_handlers = rooms.http_handlers()
-        self.mcp = DaemonMcp(orchestrator, room_handlers, self._check_call)
+        self.mcp = DaemonMcp(
+            orchestrator,
+            room_handlers,
+            self._check_call,
+            max_sessions=settings.max_mcp_sessions,
+            max_sessions_per_owner=settings.max_mcp_sessions_per_identity,
+            host=settings.host,
+        )
         self.a2a = DaemonA2a(
             orchestrator,
             secure=settings.tls_cert is not None,
@@ -134,6 +141,7 @@ class DaemonApi:
                 "deregister": agents.handle_deregister,
                 "rpc": self.handle_rpc,
                 "broadcast": self.handle_broadcast,
+                "whoami": self.handle_whoami,
                 "tokens": self.handle_tokens,
                 "create_token": self.handle_create_token,
                 "revoke_token": self.handle_revoke_token,
@@ -152,6 +160,7 @@ class DaemonApi:
             ws_config=WebSocketConfig(
                 ping_interval=settings.ping_interval, ping_timeout=settings.ping_timeout
             ),
+            refuse_origin=self.mcp.refuse_stream_origin,
         )
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
@@ -168,19 +177,30 @@ class DaemonApi:
         self.agents.holder = None if cluster is None else cluster.holder
 
     async def handle_health(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
+        """Status and counts for anyone; the cluster's daemons, URLs and rooms only for a
+        token that may read (a stranger must not learn the mesh's layout)."""
         counts = dict.fromkeys(LINK_STATUSES, 0)
         for view in self._mesh.views():
             counts[view.status] = counts.get(view.status, 0) + 1
-        return HttpResponse.json(
-            200,
-            {
-                "status": self.lifecycle.phase,
-                "uptime": round(anyio.current_time() - self._started, 3),
-                "calls_in_flight": self.calls_in_flight,
-                "agents": counts,
-                **({"cluster": self._cluster.describe()} if self._cluster is not None else {}),
-            },
-        )
+        health: dict[str, Any] = {
+            "status": self.lifecycle.phase,
+            "uptime": round(anyio.current_time() - self._started, 3),
+            "calls_in_flight": self.calls_in_flight,
+            "agents": counts,
+        }
+        if self._cluster is not None:
+            caller = self._gate.identify(request)
+            described = self._cluster.describe()
+            if caller is not None and caller.may(Right.READ):
+                health["cluster"] = described
+            else:
+                health["cluster"] = {
+                    "connected": described["nats"]["connected"],
+                    "daemons": len(described["daemons"]),
+                    "remote_agents": described["remote_agents"],
+                    "rooms": len(described["rooms"]),
+                }
+        return HttpResponse.json(200, health)
 
     # -- calls ----------------------------------------------------------------------
 
@@ -270,6 +290,11 @@ class DaemonApi:
             200, {"tokens": [entry.shown() for entry in self._gate.store.entries()]}
         )
 
+    async def handle_whoami(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
+        return HttpResponse.json(
+            200, {"id": who.token_id, "name": who.name, "role": str(who.role), "agent": who.agent}
+        )
+
     async def handle_create_token(
         self, request: HttpRequest, who: Identity, _: Params
     ) -> HttpResponse:
@@ -281,6 +306,8 @@ class DaemonApi:
             return HttpResponse.error(400, why)
         try:
             entry, token = self._gate.store.create(body.role, body.name, agent=body.agent)
+        except TooManyTokens as exc:
+            return HttpResponse.error(429, str(exc), limit="max_tokens")
         except TokenError as exc:
             return HttpResponse.error(400, str(exc))
         return HttpResponse.json(201, {**entry.shown(), "token": token})

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 import anyio
@@ -27,12 +27,14 @@ from transports import (
     CloseCode,
     HttpRequest,
     HttpResponse,
+    Standing,
     TokenAuthenticator,
     WebSocketStream,
+    bearer_challenge,
     bearer_token,
 )
 
-__all__ = ["Gate", "Identity", "Right", "refusal"]
+__all__ = ["Gate", "Identity", "Right", "refusal", "unauthorized"]
 
 log = get_logger("mesh.daemon")
 
@@ -98,10 +100,30 @@ def refusal(status: int, message: str, **extra: object) -> HttpResponse:
 class Gate:
     """Turns a request's token into an :class:`Identity` and checks its rights."""
 
-    def __init__(self, store: TokenStore, dial_in_tokens: TokenAuthenticator) -> None:
+    def __init__(
+        self,
+        store: TokenStore,
+        dial_in_tokens: TokenAuthenticator,
+        *,
+        max_streams_per_identity: int = 64,
+    ) -> None:
         self.store = store
         self._dial_in = dial_in_tokens
         self._streams: dict[str, set[WebSocketStream]] = {}
+        #: Long-lived streams open per identity (its owner key), for the per-identity cap.
+        self._open: dict[str, int] = {}
+        self.max_streams = max_streams_per_identity
+
+    def vouch(self, request: HttpRequest) -> Standing:
+        """How far a request head's token goes, for the server's connection pools."""
+        upgrade = (request.header("upgrade") or "").lower() == "websocket"
+        identity = self.identify(request, websocket=upgrade)
+        if identity is None:
+            return Standing.STRANGER
+        return Standing.PRIVILEGED if identity.admin else Standing.KNOWN
+
+    def streams_of(self, identity: Identity) -> int:
+        return self._open.get(identity.owner, 0)
 
     def identify(self, request: HttpRequest, *, websocket: bool = False) -> Identity | None:
         query = request.query_value("token") if websocket else None
@@ -118,33 +140,34 @@ class Gate:
         """The identity if it has ``right``; else the 401 or 403 that says what is missing."""
         identity = self.identify(request)
         if identity is None:
-            has_token = request.header("authorization") is not None
             log.info("daemon.unauthorized", client=request.client, path=request.path)
-            return refusal(
-                401,
-                "this token is not valid (unknown or revoked)"
-                if has_token
-                else "missing token: send `Authorization: Bearer <token>` (see docs/security.md)",
-                missing="token",
-            )
+            return unauthorized(request)
         if not identity.may(right):
             return forbidden(identity, right)
         return identity
 
     @contextmanager
-    def track(self, identity: Identity, stream: WebSocketStream) -> Iterator[None]:
-        """Remember a live connection of an issued token, so revoking it closes it."""
-        if identity.token_id is None:
-            yield
+    def track(self, identity: Identity, stream: WebSocketStream) -> Iterator[bool]:
+        """Count a live stream of ``identity``; yields False (and counts nothing) when it
+        has ``max_streams`` open already (admins are not bounded). An issued token's
+        streams are remembered, so revoking it closes them."""
+        owner = identity.owner
+        if not identity.admin and self._open.get(owner, 0) >= self.max_streams:
+            yield False
             return
-        streams = self._streams.setdefault(identity.token_id, set())
-        streams.add(stream)
+        self._open[owner] = self._open.get(owner, 0) + 1
+        streams = self._streams.setdefault(identity.token_id or "", set())
+        if identity.token_id is not None:
+            streams.add(stream)
         try:
-            yield
+            yield True
         finally:
             streams.discard(stream)
             if not streams:
-                self._streams.pop(identity.token_id, None)
+                self._streams.pop(identity.token_id or "", None)
+            self._open[owner] -= 1
+            if not self._open[owner]:
+                del self._open[owner]
 
     async def revoke(self, id_or_name: str) -> list[TokenEntry]:
         """Revoke tokens (see :meth:`TokenStore.revoke`) and close their connections (4001)."""
@@ -154,6 +177,13 @@ class Gate:
                 for stream in self._streams.pop(entry.id, set()):
                     tg.start_soon(_close_revoked, stream)
         return revoked
+
+
+def unauthorized(request: HttpRequest) -> HttpResponse:
+    """401 with the ``WWW-Authenticate: Bearer`` challenge that says what was wrong."""
+    why, challenge = bearer_challenge(request.header("authorization"))
+    refused = refusal(401, f"{why} (see docs/security.md)", missing="token")
+    return replace(refused, headers=(*refused.headers, ("www-authenticate", challenge)))
 
 
 def forbidden(identity: Identity, right: Right) -> HttpResponse:

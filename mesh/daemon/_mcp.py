@@ -10,12 +10,19 @@ token gets from the rest of the API: it sees and calls only the agents whose
 access section admits it (the check of ``POST /rpc``), and the room tools are
 the room routes themselves, answered as tools, with their rights, bounds and
 ownership. An HTTP session belongs to the token that opened it.
+
+A browser's request to ``/mcp`` must come from the daemon's own origin (MCP's
+rule against DNS rebinding): an ``Origin`` header whose host and port are not the
+ones the request was sent to, or whose host is a name other than ``localhost``
+and the daemon's ``host`` setting (a rebound name), is refused with 403.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -110,10 +117,17 @@ class DaemonMcp:
         orchestrator: MeshOrchestrator,
         room_handlers: dict[str, HttpHandler],
         check_call: CheckCall,
+        *,
+        max_sessions: int = 256,
+        max_sessions_per_owner: int = 16,
+        host: str = "127.0.0.1",
     ) -> None:
+        self._host = host
         self.catalog = ToolCatalog(orchestrator, extra=room_tools(room_handlers))
         self.catalog.attach()
-        self.http = McpHttpEndpoint(self.catalog)
+        self.http = McpHttpEndpoint(
+            self.catalog, max_sessions=max_sessions, max_sessions_per_owner=max_sessions_per_owner
+        )
         self._check_call = check_call
 
     def authorize(self, who: Identity) -> Authorize:
@@ -129,10 +143,46 @@ class DaemonMcp:
 
         return authorize
 
+    def _foreign_origin(self, request: HttpRequest) -> str | None:
+        """Why ``request`` may not reach /mcp (a browser page of another origin), or None."""
+        origin = request.header("origin")
+        if origin is None or own_origin(origin, request.header("host"), self._host):
+            return None
+        return (
+            f"/mcp refuses requests from another origin ({origin[:100]!r}): a page may "
+            "call it only from the daemon's own address (docs/mcp.md#security)"
+        )
+
+    def refuse_stream_origin(self, route: Any, request: HttpRequest) -> str | None:
+        """For the WebSocket ``/mcp``: the same Origin rule (other routes: no rule)."""
+        if route.name != "mcp_stream" or self._foreign_origin(request) is None:
+            return None
+        return "/mcp takes pages from the daemon's own origin only"  # a close reason: short
+
     async def handle_http(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
+        refused = self._foreign_origin(request)
+        if refused is not None:
+            return HttpResponse.error(403, refused)
         return await self.http.handle(
             request, owner=who.owner, authorize=self.authorize(who), caller=who
         )
 
     async def serve_stream(self, stream: WebSocketStream, who: Identity, _: Params) -> None:
         await serve_mcp(stream, self.catalog, authorize=self.authorize(who), caller=who)
+
+
+def own_origin(origin: str, host_header: str | None, daemon_host: str) -> bool:
+    """Whether a browser's ``Origin`` is the daemon itself, under a name no one can rebind."""
+    parts = urlsplit(origin)
+    if parts.scheme not in ("http", "https") or host_header is None:
+        return False
+    if parts.netloc.lower() != host_header.lower():
+        return False  # a page of another site
+    name = (parts.hostname or "").lower()
+    if name in ("localhost", daemon_host.lower()):
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False  # a DNS name the daemon was not told of: it may be rebound
+    return True

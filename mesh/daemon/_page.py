@@ -51,7 +51,7 @@ PAGE_HEADERS: Final = (
     (
         "content-security-policy",
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self' ws: wss:; base-uri 'none'; form-action 'none'; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; "
         "frame-ancestors 'none'",
     ),
     ("x-content-type-options", "nosniff"),

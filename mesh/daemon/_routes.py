@@ -93,6 +93,8 @@ ROUTES: Final = (
     # The room page: files with no data in them (everything it shows comes with a token).
     Route("GET", "/", Right.PUBLIC, "page"),
     Route("GET", "/static/{name}", Right.PUBLIC, "page_file"),
+    # Who the presented token is (its name and role): the page shows it.
+    Route("GET", "/whoami", Right.READ, "whoami"),
     Route("GET", "/tokens", Right.ADMIN, "tokens"),
     Route("POST", "/tokens", Right.ADMIN, "create_token"),
     Route("DELETE", "/tokens/{id}", Right.ADMIN, "revoke_token"),
@@ -135,6 +137,7 @@ class Dispatcher:
         http: Mapping[str, HttpHandler],
         websocket: Mapping[str, WebSocketHandler],
         ws_config: WebSocketConfig | None = None,
+        refuse_origin: Callable[[Route, HttpRequest], str | None] | None = None,
     ) -> None:
         wanted = {r.name for r in ROUTES}
         given = set(http) | set(websocket)
@@ -145,6 +148,8 @@ class Dispatcher:
             )
         self.gate = gate
         self.ws_config = ws_config
+        #: Why a WebSocket upgrade's Origin may not open this route (None: it may).
+        self.refuse_origin = refuse_origin
         self._http = dict(http)
         self._websocket = dict(websocket)
 
@@ -180,6 +185,8 @@ class Dispatcher:
                 code, reason = websocket_refusal(identity, route.right)
                 log.info("websocket.unauthorized", client=request.client, path=request.path)
                 handler = partial(_close, code, reason)
+            elif self.refuse_origin and (why := self.refuse_origin(route, request)) is not None:
+                handler = partial(_close, CloseCode.FORBIDDEN, why)
             elif route.right is Right.DIAL and claimed is not None and claimed != identity.agent:
                 log.warning("websocket.impersonation", client=request.client, claimed=claimed)
                 reason = f"token does not belong to agent {claimed[:64]!r}"
@@ -200,7 +207,13 @@ class Dispatcher:
         stream: WebSocketStream,
         _: str | None,
     ) -> None:
-        with self.gate.track(identity, stream):
+        with self.gate.track(identity, stream) as room:
+            if not room:
+                limit = self.gate.max_streams
+                reason = f"this token has {limit} streams open (max_streams_per_identity)"
+                log.info("websocket.too_many", identity=identity.name, limit=limit)
+                await stream.aclose(CloseCode.TOO_MANY, reason)
+                return
             await self._websocket[route.name](stream, identity, params)
 
 

@@ -55,6 +55,7 @@ from transports import (
     HttpServerConfig,
     TokenAuthenticator,
     UpgradeHandler,
+    Vouch,
     open_http_server,
 )
 from transports._http_server import HttpHandler
@@ -70,9 +71,9 @@ CUT_ANSWER_TIMEOUT: Final = 2.0
 
 
 def _gate(settings: DaemonSettings, dial_in_tokens: TokenAuthenticator) -> Gate:
-    store = TokenStore(settings.data_dir)
+    store = TokenStore(settings.data_dir, max_tokens=settings.max_tokens)
     store.load()
-    return Gate(store, dial_in_tokens)
+    return Gate(store, dial_in_tokens, max_streams_per_identity=settings.max_streams_per_identity)
 
 
 def _ssl_context(settings: DaemonSettings) -> ssl.SSLContext | None:
@@ -118,6 +119,23 @@ def _join_cluster(
     return open_cluster(orchestrator, cluster_settings(settings), rooms=rooms)
 
 
+def _private_data_dir(directory: Path) -> None:
+    """Create the data directory 0700 (transcripts and tokens live there); warn when an
+    existing one lets other users in."""
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        mode = directory.stat().st_mode & 0o777
+    except OSError:
+        return  # the token and room stores say what is wrong when they open it
+    if mode & 0o077:
+        log.warning(
+            "daemon.data_dir_not_private",
+            path=str(directory),
+            mode=f"{mode:o}",
+            hint=f"other users may read its transcripts: chmod 700 {directory}",
+        )
+
+
 async def serve_daemon(
     settings: DaemonSettings,
     *,
@@ -127,6 +145,7 @@ async def serve_daemon(
 ) -> None:
     """Run the daemon until SIGINT/SIGTERM (or cancellation); returns after a graceful stop."""
     ssl_context = _ssl_context(settings)
+    _private_data_dir(Path(settings.data_dir))
     # Logs each broken manifest (invalid, unusable, or a dial-in token unset) and goes on.
     links = links_from_manifests(settings.manifests, environ=environ)
     gate = _gate(settings, links.tokens)
@@ -160,10 +179,16 @@ async def serve_daemon(
         max_body_size=settings.max_body_size,
         max_header_size=settings.max_head_size,
         max_connections=settings.max_connections,
+        reserved_connections=settings.admin_connections,
+        max_unauthenticated_connections=settings.max_unauthenticated_connections,
+        first_byte_timeout=settings.first_byte_timeout,
+        head_timeout=settings.head_timeout,
     )
     async with AsyncExitStack() as stack:
         # The port first: a busy port must fail before any agent process is started.
-        server = await _listen(stack, settings, api.handle, upgrade, http_config, ssl_context)
+        server = await _listen(
+            stack, settings, api.handle, upgrade, http_config, ssl_context, gate.vouch
+        )
         # After the port: a daemon that cannot listen leaves no token behind and says one line.
         admin_file = gate.store.ensure_admin()
         await stack.enter_async_context(orchestrator)
@@ -226,6 +251,7 @@ async def _listen(
     upgrade: UpgradeHandler,
     config: HttpServerConfig,
     ssl_context: ssl.SSLContext | None,
+    vouch: Vouch,
 ) -> HttpServer:
     try:
         return await stack.enter_async_context(
@@ -236,6 +262,7 @@ async def _listen(
                 upgrade_handler=upgrade,
                 ssl_context=ssl_context,
                 config=config,
+                vouch=vouch,
             )
         )
     except OSError as exc:

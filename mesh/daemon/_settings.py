@@ -47,6 +47,7 @@ ENV_SETTINGS: Final = {
     "MESH_NATS_TLS_CERT": "nats_tls_cert",
     "MESH_NATS_TLS_KEY": "nats_tls_key",
     "MESH_ROOM_LEASE_TTL": "room_lease_ttl",
+    "MESH_NATS_ALLOW_OPEN": "nats_allow_open",
 }
 #: The settings that go to the cluster (mesh.cluster.ClusterSettings) when ``nats`` is set.
 CLUSTER_SETTINGS: Final = tuple(
@@ -84,8 +85,27 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # -- bounds on what clients control (docs/security.md) --------------------------------
     #: Request line plus headers; a longer head is refused with 431.
     max_head_size: _Positive = 64 * 1024
-    #: Connections open at once (HTTP and WebSocket); more are refused with 503.
+    #: Connections open at once whose requests carry a valid token (HTTP and WebSocket);
+    #: past it the oldest idle keep-alive makes room, or the request is refused with 503.
     max_connections: _Positive = 1000
+    #: More connections only an admin token may take, so an operator can always get in.
+    admin_connections: Annotated[int, msgspec.Meta(ge=0)] = 16
+    #: Connections that have shown no valid token yet; the oldest not being answered
+    #: is closed to make room for a new one (503 only if all are being answered).
+    max_unauthenticated_connections: _Positive = 100
+    #: A new connection must send its first byte within this many seconds...
+    first_byte_timeout: _Seconds = 10.0
+    #: ...and its request head (line and headers) within this many after that.
+    head_timeout: _Seconds = 10.0
+    #: WebSockets one token may hold open at once (watchers, observers, /mcp, agents);
+    #: admins are not bounded. More are closed with 4029.
+    max_streams_per_identity: _Positive = 64
+    #: MCP sessions over HTTP open at once; past it a new one is refused with 503.
+    max_mcp_sessions: _Positive = 256
+    #: MCP sessions over HTTP one token may hold; a new one ends its least recently used.
+    max_mcp_sessions_per_identity: _Positive = 16
+    #: Tokens the daemon holds at once (issued and not revoked); more are refused with 429.
+    max_tokens: _Positive = 10_000
     #: The shortest heartbeat_interval an agent may register with (the daemon probes
     #: an endpoint that often).
     min_heartbeat_interval: _Seconds = 1.0
@@ -122,10 +142,23 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     nats_tls_cert: str | None = None
     nats_tls_key: str | None = None
     room_lease_ttl: float = 10.0
+    #: Join a plaintext NATS at a network address with no credentials anyway.
+    nats_allow_open: bool = False
 
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both or neither")
+
+    def __repr__(self) -> str:
+        # Settings end up in errors and debug logs: the secrets never do.
+        shown = ", ".join(
+            f"{name}={'***' if name in _SECRETS and value else repr(value)}"
+            for name, value in msgspec.structs.asdict(self).items()
+        )
+        return f"DaemonSettings({shown})"
+
+
+_SECRETS: Final = frozenset({"nats_token", "nats_password"})
 
 
 class ListenError(MeshError):

@@ -1,9 +1,17 @@
 """The daemon's token store: client and agent tokens, kept hashed in the data directory.
 
-Layout under the data directory (both files mode 0600)::
+Layout under the data directory (every file mode 0600)::
 
-    tokens.json    every token the daemon issued: id, name, role, agent, SHA-256 digest
-    admin.token    the admin token written on first start (plain text, for local tools)
+    tokens.json     every token the daemon issued: id, name, role, agent, SHA-256 digest
+    tokens.journal  what changed since tokens.json was written: one JSON line per change
+    admin.token     the admin token written on first start (plain text, for local tools)
+
+Issuing or revoking a token appends one line to the journal (and fsyncs it);
+``tokens.json`` is rewritten only when the journal has grown as long as the
+store, so issuing N tokens writes O(N) bytes, not O(N²). Loading replays the
+journal over ``tokens.json``; replaying a change twice changes nothing, so a
+crash between the two writes of a compaction loses nothing, and a torn last line
+(a crash mid-append) is dropped. At most ``max_tokens`` tokens exist at once.
 
 A token is ``mesh_`` plus 32 random bytes (URL-safe base64): guessing is hopeless,
 so one SHA-256 is enough and no slow KDF is needed. Only digests are stored.
@@ -48,6 +56,9 @@ __all__ = [
 log = get_logger("mesh.daemon")
 
 TOKENS_FILE: Final = "tokens.json"
+JOURNAL_FILE: Final = "tokens.journal"
+#: The journal is folded into tokens.json once it has this many lines, or as many as tokens.
+_COMPACT_AT_LEAST: Final = 64
 ADMIN_TOKEN_FILE: Final = "admin.token"
 #: Where the daemon keeps its data unless told otherwise (``data_dir``).
 DEFAULT_DATA_DIR: Final = ".mesh"
@@ -66,6 +77,17 @@ class Role(enum.StrEnum):
 
 class TokenError(MeshError):
     """A token request that cannot be done (unknown id, bad role or name)."""
+
+
+class TooManyTokens(TokenError):
+    """The store holds ``max_tokens`` tokens already."""
+
+
+class _Change(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One line of the journal: a token issued, or tokens revoked (by id)."""
+
+    add: TokenEntry | None = None
+    revoke: list[str] = []
 
 
 class TokenEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -116,14 +138,22 @@ def _write_private(path: Path, data: bytes) -> None:
 class TokenStore:
     """Every token the daemon issued, by digest; see the module docstring."""
 
-    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, data_dir: str | os.PathLike[str], *, max_tokens: int = 10_000) -> None:
         self.directory = Path(data_dir)
         self.path = self.directory / TOKENS_FILE
+        self.journal = self.directory / JOURNAL_FILE
         self.admin_path = self.directory / ADMIN_TOKEN_FILE
+        self.max_tokens = max_tokens
         self._by_digest: dict[str, TokenEntry] = {}
+        self._journaled = 0  # lines in the journal
 
     def load(self) -> None:
-        """Read ``tokens.json`` if there is one; a broken file stops the daemon, saying why."""
+        """Read ``tokens.json`` and its journal, if there are; a broken file stops the
+        daemon, saying why."""
+        self._load_snapshot()
+        self._replay()
+
+    def _load_snapshot(self) -> None:
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
@@ -137,6 +167,33 @@ class TokenStore:
         self._by_digest = {entry.digest: entry for entry in stored.tokens}
         if self.path.stat().st_mode & 0o077:
             log.warning("daemon.tokens_file_readable", path=str(self.path), want="0600")
+
+    def _replay(self) -> None:
+        """Apply the journal's changes over tokens.json (each is idempotent)."""
+        try:
+            lines = self.journal.read_bytes().splitlines()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise TokenError(f"cannot read {self.journal}: {exc.strerror}") from None
+        for number, line in enumerate(lines, 1):
+            try:
+                change = msgspec.json.decode(line, type=_Change)
+            except msgspec.DecodeError as exc:
+                if number == len(lines):
+                    log.warning("daemon.tokens_journal_torn", path=str(self.journal))
+                    break  # a crash mid-append: that change was never answered
+                raise TokenError(f"{self.journal}, line {number}: {exc}") from None
+            self._apply(change)
+        self._journaled = len(lines)
+
+    def _apply(self, change: _Change) -> None:
+        if change.add is not None:
+            self._by_digest[change.add.digest] = change.add
+        if change.revoke:
+            gone = set(change.revoke)
+            for digest in [d for d, e in self._by_digest.items() if e.id in gone]:
+                del self._by_digest[digest]
 
     def ensure_admin(self) -> Path | None:
         """First start: with no client tokens at all, create an admin token and write it
@@ -161,6 +218,10 @@ class TokenStore:
             raise TokenError(f"a token name is 1-{_NAME_LIMIT} printable characters")
         if (role is Role.AGENT) != (agent is not None):
             raise TokenError("an agent token names its agent id, and only an agent token does")
+        if len(self._by_digest) >= self.max_tokens:
+            raise TooManyTokens(
+                f"the daemon holds {self.max_tokens} tokens (max_tokens): revoke some first"
+            )
         token = _PREFIX + secrets.token_urlsafe(32)
         entry = TokenEntry(
             id=secrets.token_hex(4),
@@ -171,7 +232,7 @@ class TokenStore:
             created_at=int(time.time()),
         )
         self._by_digest[entry.digest] = entry
-        self._save()
+        self._record(_Change(add=entry))
         log.info("daemon.token_created", id=entry.id, name=name, role=str(role))
         return entry, token
 
@@ -183,7 +244,7 @@ class TokenStore:
             raise TokenError(f"no token with id or name {id_or_name!r}")
         for entry in doomed:
             del self._by_digest[entry.digest]
-        self._save()
+        self._record(_Change(revoke=[entry.id for entry in doomed]))
         for entry in doomed:
             log.info("daemon.token_revoked", id=entry.id, name=entry.name)
         return doomed
@@ -191,10 +252,28 @@ class TokenStore:
     def entries(self) -> list[TokenEntry]:
         return sorted(self._by_digest.values(), key=lambda e: (e.created_at, e.id))
 
+    def _record(self, change: _Change) -> None:
+        """Append one change to the journal; fold the journal into tokens.json when it has
+        grown as long as the store (so each token is written O(1) times on average)."""
+        full = self._journaled >= max(_COMPACT_AT_LEAST, len(self._by_digest))
+        if full or not self.path.exists():
+            self._save()
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "ab") as file:
+            file.write(msgspec.json.encode(change) + b"\n")
+            file.flush()
+            os.fsync(file.fileno())
+        self._journaled += 1
+
     def _save(self) -> None:
+        """Write every token to tokens.json, then empty the journal it now contains."""
         self.directory.mkdir(parents=True, exist_ok=True)
         data = msgspec.json.encode(_TokenFile(tokens=self.entries()))
         _write_private(self.path, data)
+        self.journal.unlink(missing_ok=True)
+        self._journaled = 0
 
 
 def find_token(

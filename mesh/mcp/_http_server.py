@@ -12,8 +12,10 @@ Not offered, and refused plainly: the ``GET`` stream (405: this server keeps no
 connection open per client; a session's ``list_changed`` instead rides, as an
 event, in front of the answer to its next request, when it accepts
 ``text/event-stream``) and 2026-07-28's ``subscriptions/listen`` (use ``mesh mcp``,
-whose link is a stream). Bounds: at most ``max_sessions`` sessions (the least
-recently used is dropped), each forgotten after ``session_idle`` seconds unused;
+whose link is a stream). Bounds: at most ``max_sessions_per_owner`` sessions per
+owner (a new one closes that owner's least recently used: no one else's), at most
+``max_sessions`` in all (past it a new session is refused with 503, never made by
+evicting another owner's), each forgotten after ``session_idle`` seconds unused;
 bodies are bounded by the daemon's ``max_body_size``.
 """
 
@@ -41,6 +43,7 @@ __all__ = ["McpHttpEndpoint"]
 
 #: Sessions kept at once; one client normally holds one.
 DEFAULT_MAX_SESSIONS: Final = 256
+DEFAULT_MAX_SESSIONS_PER_OWNER: Final = 16
 #: A session unused this long is forgotten (its client gets 404 and starts again).
 DEFAULT_SESSION_IDLE: Final = 3600.0
 _SESSION_HEADER: Final = "mcp-session-id"
@@ -98,10 +101,12 @@ class McpHttpEndpoint:
         catalog: ToolCatalog,
         *,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
+        max_sessions_per_owner: int = DEFAULT_MAX_SESSIONS_PER_OWNER,
         session_idle: float = DEFAULT_SESSION_IDLE,
     ) -> None:
         self._catalog = catalog
         self._max_sessions = max_sessions
+        self._max_per_owner = max_sessions_per_owner
         self._idle = session_idle
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
 
@@ -157,7 +162,10 @@ class McpHttpEndpoint:
         session: _Session | None = None
         headers: list[tuple[str, str]] = []
         if peek.method == "initialize":
-            session, session_id = self._open(now, owner, fresh)
+            opened = self._open(now, owner, fresh)
+            if isinstance(opened, HttpResponse):
+                return opened
+            session, session_id = opened
             headers.append(("mcp-session-id", session_id))
         elif requested_revision(peek.params) == MODERN or peek.method == "server/discover":
             pass  # 2026-07-28: every request stands alone
@@ -178,10 +186,20 @@ class McpHttpEndpoint:
             return HttpResponse(200, body, content_type="text/event-stream", headers=headers)
         return HttpResponse(200, answer, headers=headers)
 
-    def _open(self, now: float, owner: str | None, server: _HttpServer) -> tuple[_Session, str]:
+    def _open(
+        self, now: float, owner: str | None, server: _HttpServer
+    ) -> tuple[_Session, str] | HttpResponse:
         self._forget_idle(now)
-        while len(self._sessions) >= self._max_sessions:
-            self._sessions.popitem(last=False)
+        mine = [key for key, s in self._sessions.items() if s.owner == owner]  # oldest first
+        if len(mine) >= self._max_per_owner:
+            del self._sessions[mine[0]]  # its own least recently used: no one else's
+        elif len(self._sessions) >= self._max_sessions:
+            return _rpc_error(
+                503,
+                ErrorCode.UNAVAILABLE,
+                f"too many MCP sessions: {self._max_sessions} are open (max_mcp_sessions); "
+                "retry later, or use a 2026-07-28 client, which needs no session",
+            )
         session_id = secrets.token_urlsafe(24)
         exchange = Exchange(server, **_EXCHANGE)
         session = _Session(server, exchange, now, self._catalog.version, owner)

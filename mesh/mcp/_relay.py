@@ -114,6 +114,10 @@ async def _pump(source: FrameStream, sink: FrameStream, from_daemon: bool) -> No
             continue
         except TransportClosed as exc:
             raise _Ended(from_daemon, exc.describe(), exc.close_code) from None
+        if not from_daemon and not _is_utf8(frame):
+            # A WebSocket text frame must be UTF-8: the host hears why, and the link lives on.
+            await _answer(source, ErrorCode.PARSE_ERROR, "Parse error: the line is not UTF-8")
+            continue
         try:
             await sink.send(frame)
         except TransportClosed as exc:
@@ -124,6 +128,17 @@ async def _refuse(*, host: FrameStream, exc: FrameTooLarge) -> None:
     key, kind = salvage_text(exc.head)
     if kind == "response":
         return  # never answer an answer
-    error = {"code": ErrorCode.TOO_LARGE, "message": str(exc)}
-    wire_id = None if key is None else to_wire_id(key)
+    await _answer(host, ErrorCode.TOO_LARGE, str(exc), None if key is None else to_wire_id(key))
+
+
+async def _answer(host: FrameStream, code: int, message: str, wire_id: object = None) -> None:
+    error = {"code": code, "message": message}
     await host.send(msgspec.json.encode({"jsonrpc": "2.0", "id": wire_id, "error": error}))
+
+
+def _is_utf8(frame: bytes) -> bool:
+    try:
+        frame.decode()
+    except UnicodeDecodeError:
+        return False
+    return True

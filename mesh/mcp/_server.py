@@ -51,6 +51,8 @@ _CAPABILITIES: Final = {"tools": {"listChanged": True}}
 _MODERN_RESULT: Final = {"resultType": "complete"}
 _MODERN_LIST: Final = {"resultType": "complete", "cacheScope": "private", "ttlMs": 0}
 _LIST_CHANGED: Final = "notifications/tools/list_changed"
+#: MCP tool names are 1-128 characters; a longer one names no tool.
+MAX_TOOL_NAME: Final = 128
 _PROGRESS: Final = "notifications/progress"
 
 
@@ -137,6 +139,12 @@ class McpServer:
         name = params.get("name") if isinstance(params, dict) else None
         if not isinstance(name, str) or not name:
             raise InvalidParams("tools/call needs the tool's `name` - at `$.params.name`")
+        if len(name) > MAX_TOOL_NAME:
+            # Never echo a client's whole string back: an error names it in part.
+            raise InvalidParams(
+                f"unknown tool {name[:64]!r}... ({len(name)} characters; a tool name has at "
+                f"most {MAX_TOOL_NAME}) - at `$.params.name`"
+            )
         arguments = params.get("arguments")
         if arguments is None:
             arguments = {}

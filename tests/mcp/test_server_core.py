@@ -136,7 +136,7 @@ def post(body: Any, session: str | None = None, accept: str = "application/json"
 
 async def test_the_http_endpoint_keeps_sessions_and_refuses_plainly() -> None:
     async with mesh_with_catalog() as (mesh, catalog):
-        endpoint = McpHttpEndpoint(catalog, max_sessions=2)
+        endpoint = McpHttpEndpoint(catalog, max_sessions=2, max_sessions_per_owner=2)
         hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t"}}
         opened = await endpoint.handle(
             post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello})
@@ -172,7 +172,7 @@ async def test_the_http_endpoint_keeps_sessions_and_refuses_plainly() -> None:
         ]
         assert [e.get("method") for e in events] == ["notifications/tools/list_changed", None]
         assert events[1]["result"] == {}
-        # bounded: a third session pushes out the least recently used
+        # bounded: a third session of one owner pushes out its least recently used
         for _ in range(2):
             await endpoint.handle(
                 post({"jsonrpc": "2.0", "id": 9, "method": "initialize", "params": hello})

@@ -151,3 +151,42 @@ def test_only_loopback_addresses_count_as_local() -> None:
     assert _loopback("localhost")
     assert not _loopback("0.0.0.0") and not _loopback("::") and not _loopback("10.0.0.2")
     assert not _loopback("mesh.example")
+
+
+def test_issuing_tokens_appends_and_rewrites_the_file_a_logarithmic_number_of_times(
+    tmp_path: Path,
+) -> None:
+    store = TokenStore(tmp_path, max_tokens=2_000)
+    store.create(Role.CLIENT, "first")
+    rewrites, inode = 0, (tmp_path / "tokens.json").stat().st_ino
+    issued = {}
+    for n in range(1_999):
+        entry, token = store.create(Role.CLIENT, f"t{n}")
+        issued[token] = entry
+        now = (tmp_path / "tokens.json").stat().st_ino
+        rewrites, inode = rewrites + (now != inode), now
+    assert rewrites <= 12  # each rewrite waits for the journal to match the store: 64, 128, ...
+    assert stat.S_IMODE((tmp_path / "tokens.journal").stat().st_mode) == 0o600
+    store.revoke("t7")
+    store.create(Role.CLIENT, "t2000")  # the room revoking made
+    with pytest.raises(TokenError, match=r"holds 2000 tokens \(max_tokens\)"):
+        store.create(Role.CLIENT, "t2001")
+    reloaded = TokenStore(tmp_path, max_tokens=2_000)
+    reloaded.load()  # tokens.json, then the journal over it
+    assert len(reloaded.entries()) == len(store.entries())
+    assert all(reloaded.identify(t) == e for t, e in issued.items() if e.name != "t7")
+    assert reloaded.identify(next(t for t, e in issued.items() if e.name == "t7")) is None
+
+
+def test_a_torn_last_journal_line_is_dropped_and_a_replay_changes_nothing(tmp_path: Path) -> None:
+    store = TokenStore(tmp_path)
+    kept, token = store.create(Role.CLIENT, "kept")
+    store.create(Role.CLIENT, "gone")
+    store.revoke("gone")
+    journal = (tmp_path / "tokens.journal").read_bytes()
+    # A crash between a compaction's two writes leaves the journal beside a tokens.json
+    # that already holds it, and a crash mid-append leaves half a line.
+    (tmp_path / "tokens.journal").write_bytes(journal + journal + b'{"add": {"id"')
+    reloaded = TokenStore(tmp_path)
+    reloaded.load()
+    assert [e.name for e in reloaded.entries()] == ["kept"] and reloaded.identify(token) == kept

@@ -66,7 +66,53 @@ function socketUrl(path, query) {
 
 // -- signing in --------------------------------------------------------------------------
 
+function showIdentity(who) {
+  const badge = $("#whoami");
+  badge.textContent = who ? `signed in as ${who.name} (${who.role})` : "";
+  badge.hidden = !who;
+}
+
+// Who a token is, without signing in with it (null if the daemon does not know it).
+async function whoIs(token) {
+  const response = await fetch("/whoami", {
+    headers: { accept: "application/json", authorization: `Bearer ${token}` },
+  });
+  return response.ok ? response.json() : null;
+}
+
+// A token in a link is someone's: the page says whose, and signs in only if asked to.
+async function offerLink(token) {
+  if (token === state.token) return;
+  const who = await whoIs(token);
+  if (!who) {
+    $("#signin-error").textContent = "The link's token is not valid here.";
+    return;
+  }
+  $("#link-name").textContent = who.name;
+  $("#link-role").textContent = who.role;
+  $("#link-accept-name").textContent = who.name;
+  $("#link-offer").hidden = false;
+  $("#link-accept").onclick = () => {
+    $("#link-offer").hidden = true;
+    if (state.token) signOut("");
+    signIn(token);
+  };
+  $("#link-decline").onclick = () => {
+    $("#link-offer").hidden = true;
+  };
+}
+
+// A token in the address (#token=...) is taken out of it and offered, never used unasked:
+// a link signs in as whoever made it.
+function takeLinkToken() {
+  const fromHash = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (!fromHash) return;
+  history.replaceState(null, "", location.pathname);
+  offerLink(fromHash);
+}
+
 function signOut(reason) {
+  showIdentity(null);
   sessionStorage.removeItem(TOKEN_KEY);
   state.token = "";
   closeRoom();
@@ -93,6 +139,7 @@ async function signIn(token) {
   $("#signin").hidden = true;
   $("#app").hidden = false;
   $("#signout").hidden = !token;
+  api("GET", "/whoami").then(showIdentity, () => showIdentity(null));
   watchAgents();
   refreshRooms();
   state.roomsTimer = setInterval(refreshRooms, 3000);
@@ -561,11 +608,7 @@ document.addEventListener("DOMContentLoaded", () => {
   for (const action of ["pause", "resume", "stop"]) $(`#${action}`).onclick = () => control(action);
   $("#export-md").onclick = () => exportRoom("md");
   $("#export-jsonl").onclick = () => exportRoom("jsonl");
-  // A token in the address (#token=...) signs in once and is taken out of it.
-  const fromHash = new URLSearchParams(location.hash.slice(1)).get("token");
-  if (fromHash) {
-    state.token = fromHash;
-    history.replaceState(null, "", location.pathname);
-  }
+  takeLinkToken();
+  window.addEventListener("hashchange", takeLinkToken);
   signIn(state.token);
 });
