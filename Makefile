@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 LLM_STAMP := $(VENV)/.installed-llm
 
 # The npm MCP peers the tests run against (tests/mcp/peers), pinned by its lockfile.
-# Installed once (the stamp) wherever node is; without node those tests skip and say so.
+# Installed once (the stamp); `make test` requires node (MESH_REQUIRE_NODE), as CI does.
 PEERS       := tests/mcp/peers
 PEERS_STAMP := $(PEERS)/node_modules/.installed
 
@@ -26,11 +26,9 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 $(PEERS_STAMP): $(PEERS)/package.json $(PEERS)/package-lock.json
-	@if command -v npm >/dev/null 2>&1; then \
-		cd $(PEERS) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
-	else \
-		echo "node/npm not found: the tests that need the npm MCP peers will be skipped"; \
-	fi
+	@command -v npm >/dev/null 2>&1 || { \
+		echo "node/npm not found: the npm MCP peers (tests/mcp) need Node.js 20 and npm"; exit 1; }
+	cd $(PEERS) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed
 
 peers: $(PEERS_STAMP)
 
@@ -38,8 +36,13 @@ peers: $(PEERS_STAMP)
 browser:
 	bash scripts/ensure-browser.sh
 
+# Branch coverage of the library, child processes included (pyproject's [tool.coverage]):
+# printed, and the run fails under its floor (fail_under, a ratchet).
 test: lint typecheck peers browser
-	MESH_REQUIRE_BROWSER=1 $(BIN)/python -m pytest
+	rm -f .coverage .coverage.*
+	MESH_REQUIRE_BROWSER=1 MESH_REQUIRE_NODE=1 $(BIN)/coverage run -m pytest
+	$(BIN)/coverage combine --quiet
+	$(BIN)/coverage report
 
 # A real model offline (the llm extra compiles llama.cpp once: minutes). Not in `make test`.
 $(LLM_STAMP): $(STAMP)

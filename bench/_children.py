@@ -47,8 +47,8 @@ __all__ = [
 ]
 
 #: glibc keeps asyncio's 256 KiB read buffer on the heap instead of mapping and
-#: unmapping it on every read (PERFORMANCE.md lesson 1: 191 -> 119 us per
-#: WebSocket round trip). Set for every benchmark child unless --no-env-tweaks.
+#: unmapping it on every read (191 -> 119 us per WebSocket round trip when measured).
+#: Set for every benchmark child unless --no-env-tweaks.
 ENV_TWEAKS = {"MALLOC_MMAP_THRESHOLD_": "1048576", "MALLOC_TRIM_THRESHOLD_": "268435456"}
 
 #: What `open_server` waits for on a server's stdout, by default.

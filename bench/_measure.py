@@ -5,7 +5,7 @@ concurrent callers, discards a warm-up, and turns what it saw into a
 `Measurement`. The rest is the plumbing a raw baseline needs to put 64 calls in
 flight on one connection: the JSON payload, a table of pending calls keyed by
 id, and one writer task that sends everything queued in one write (a lock per
-send serialises callers: PERFORMANCE.md lesson 2).
+send serialises callers).
 """
 
 from __future__ import annotations

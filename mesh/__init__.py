@@ -31,7 +31,7 @@ from mesh._errors import (
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.spec import AgentSpec, Outcome, local_connector
 from mesh._public import publish
-from mesh._rpc.caller import Caller
+from mesh._rpc.caller import Caller, CallOptions
 from mesh._rpc.connect import open_http_peer, open_stdio_peer, open_websocket_peer
 from mesh._rpc.peer import Peer, RequestContext, RequestHandler, open_peer, serve_peer
 from mesh._rpc.reconnect import (
@@ -79,6 +79,7 @@ __all__ = [
     "Agent",
     "AgentSpec",
     "AgentUnavailable",
+    "CallOptions",
     "CallTimeout",
     "Caller",
     "ConnectFailed",

@@ -84,7 +84,8 @@ def _error(status: int, payload: Any, *, agent: str | None, method: str) -> Mesh
     message = str(error.get("message", f"HTTP {status}"))
     code = error.get("code")
     if isinstance(code, int):
-        return error_from_code(code, message, data=error.get("data"))
+        # The daemon is a router: a timeout or lost link is its verdict on the agent's link.
+        return error_from_code(code, message, data=error.get("data"), relayed=True)
     return MeshError(f"the daemon refused {method} (HTTP {status}): {message}", agent=agent)
 
 

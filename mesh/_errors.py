@@ -3,12 +3,16 @@
 ::
 
     MeshError                       anything the mesh raises on purpose
-    ├── RemoteError                 the peer answered a call with an error
+    ├── RemoteError                 the peer answered a call with an error (``code`` is
+    │   │                                   its code: -32001 and -32003 included, when
+    │   │                                   an agent reports them of its own calls)
     │   ├── MethodNotFound          -32601  no such method or tool
     │   ├── InvalidParams           -32602  arguments failed validation
     │   └── ToolError               -32000  the handler raised
-    ├── CallTimeout                 -32001  the call's deadline passed (also a TimeoutError)
-    ├── ConnectionLost              -32003  the link died: closed, child exited, peer silent
+    ├── CallTimeout                 -32001  the call's deadline passed here, or a router
+    │                                       says so (also a TimeoutError)
+    ├── ConnectionLost              -32003  the link died: closed, child exited, peer
+    │                                       silent (here, or a router's link)
     │   └── ConnectFailed           -32003  the link never came up: refused, unreachable,
     │                                       TLS rejected, command missing, died while starting
     ├── AgentUnavailable            -32004  unknown agent, or known to be offline
@@ -22,8 +26,16 @@ The wings add their own branches under :class:`MeshError`: ``ManifestError``
 (:mod:`mesh.manifests`), ``RoomError`` (:mod:`mesh.rooms`), ``ProviderError``
 (:mod:`mesh.providers`) and the daemon's ``SettingsError``.
 
-Errors a peer sends us become the class that matches their code, so a timeout
-reported by a router is a :class:`CallTimeout` here too. Every error can carry the
+What the peer said is kept apart from what happened here, as h11 keeps its
+remote and local protocol errors apart. An error a peer answers with becomes the
+class that matches its code, except the two that describe a link or a clock:
+``-32001`` and ``-32003`` reported by an agent mean *its* call timed out or *its*
+link died, so they arrive as a :class:`RemoteError` with that ``code``, never as
+the :class:`CallTimeout` or :class:`ConnectionLost` this side raises for its own
+deadline and link. A router relaying its verdict on the link it holds (``mesh/call``,
+the daemon's API, a cluster holder) is another matter: ``relayed=True`` gives the
+local class, so a timeout the mesh reports on a routed call is a
+:class:`CallTimeout` here too. Every error can carry the
 agent, method and transport it concerns; ``str()`` names them. What transports,
 sockets, TLS and child processes raise is translated into this tree where the mesh
 dials (``mesh._rpc.boundary``) and chained with ``from``, so the original is one
@@ -214,6 +226,10 @@ _BY_CODE: dict[int, type[MeshError]] = {
 }
 
 
+#: Codes about a link or a deadline: this side's own kinds only when a router relays them.
+_LOCAL_KINDS = frozenset({ErrorCode.TIMEOUT, ErrorCode.CONNECTION_LOST})
+
+
 def error_from_code(
     code: int,
     message: str,
@@ -222,7 +238,15 @@ def error_from_code(
     method: str | None = None,
     transport: str | None = None,
     data: Any = None,
+    relayed: bool = False,
 ) -> MeshError:
-    """The exception for an error a peer sent us. Unknown codes become :class:`RemoteError`."""
+    """The exception for an error a peer sent us. Unknown codes become :class:`RemoteError`.
+
+    ``relayed``: the peer is a router giving its verdict on the link it holds to the
+    agent (see the module docstring); otherwise a timeout or a lost link the peer
+    reports is a :class:`RemoteError` with that code.
+    """
     cls = _BY_CODE.get(code, RemoteError)
+    if code in _LOCAL_KINDS and not relayed:
+        cls = RemoteError
     return cls(message, agent=agent, method=method, transport=transport, data=data, code=code)

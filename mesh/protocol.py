@@ -1,4 +1,4 @@
-"""The wire messages (seed 002's envelope) as msgspec Structs, and the mesh codec.
+"""The wire messages (the envelope of docs/protocol.md) as msgspec Structs, and the mesh codec.
 
 One JSON object per frame, a tagged union on ``type``::
 
@@ -184,7 +184,7 @@ def salvage_id(head: bytes) -> tuple[str | None, str | None]:
 
 
 class MeshCodec:
-    """The mesh's own JSON envelope (seed 002)."""
+    """The mesh's own JSON envelope (docs/protocol.md)."""
 
     name = "mesh"
 

@@ -25,6 +25,7 @@ WINGS = (
     Wing("mesh._logging", 1),
     Wing("mesh._gc", 1),
     Wing("mesh._text", 1),
+    Wing("mesh._tasks", 1),
     Wing("mesh.protocol", 2),
     Wing("mesh.providers", 3),
     Wing("mesh._rpc", 4),

@@ -17,6 +17,7 @@ MESH = {
     "AgentSpec",
     "AgentUnavailable",
     "CallTimeout",
+    "CallOptions",
     "Caller",
     "ConnectFailed",
     "ConnectionEvent",

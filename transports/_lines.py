@@ -4,7 +4,7 @@ Both ends of the stdio transport use this: the orchestrator on its child's pipes
 the agent on its own stdin/stdout. We read file descriptors directly, 64 KiB at a
 time, instead of going through asyncio's subprocess streams, which read 256 KiB per
 call and, with glibc's default thresholds, map and unmap that buffer on every read
-(PERFORMANCE.md, lesson 1). Once a read would block, asyncio's loop reads the pipe
+(docs/performance.md). Once a read would block, asyncio's loop reads the pipe
 for us from then on (a reader that stays registered); trio waits with
 ``wait_readable`` before each read, as its own ``FdStream`` does.
 """

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import anyio
 import sniffio
 
-__all__ = ["Gate", "Loop", "Timer", "Wakeup", "current_loop"]
+__all__ = ["Loop", "StreamLock", "Timer", "Wakeup", "current_loop"]
 
 
 class Wakeup(Protocol):
@@ -138,7 +138,7 @@ def current_loop() -> Loop:
     return _last[1]
 
 
-class Gate:
+class StreamLock:
     """A lock for one stream's reads or its writes, as small as an idle link needs.
 
     Like ``anyio.Lock(fast_acquire=True)``, an uncontended acquire takes no

@@ -14,7 +14,11 @@ I/O through a :class:`SocketIO`:
 - anything else (TLS) keeps anyio's stream: every write waits, as before.
 
 Each probes what it reaches under anyio (a private transport on asyncio) and
-falls back to the plain stream when it is not there.
+falls back to the plain stream when it is not there. A plain TCP stream that
+falls back means anyio changed under us (``anyio<5`` is pinned for this): it still
+works, only slower, and a warning says so once per process
+(``transports.socket_fast_path_unavailable``). ``tests/unit/test_sockets.py``
+asserts the fast path is taken on both backends.
 """
 
 from __future__ import annotations
@@ -25,16 +29,23 @@ from typing import Any, Final, Protocol
 
 import anyio
 import anyio.abc
+import sniffio
+
+from transports._logging import get_logger
 
 __all__ = ["READ_SIZE", "SocketIO", "shrink_reads", "socket_io"]
 
 #: trio's (and anyio's) read size. asyncio's socket transport reads 256 KiB at a time,
-#: which glibc maps and unmaps on every read (PERFORMANCE.md, lesson 1).
+#: which glibc maps and unmaps on every read: a buffer that large is mmap'd for each
+#: recv and unmapped after, and that cost showed in every loopback profile.
 READ_SIZE: Final = 64 * 1024
 #: Bytes read but not yet received past which asyncio stops reading the socket
 #: (the kernel's buffers and TCP then hold the sender back), and below which it resumes.
 _HIGH_WATER: Final = 4 * READ_SIZE
 _LOW_WATER: Final = READ_SIZE
+
+log = get_logger("transports.sockets")
+_warned: set[str] = set()  # the backends whose fallback was logged (once per process)
 
 
 class SocketIO(Protocol):
@@ -64,9 +75,35 @@ def socket_io(stream: anyio.abc.ByteStream) -> SocketIO:
         return _AsyncioIO(stream, *found)
     if isinstance(stream, anyio.abc.SocketStream):
         sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+        backend = sniffio.current_async_library()
+        if backend != "trio" or not isinstance(sock, socket.socket):
+            _fell_back(backend, stream)  # on asyncio the transport above was the fast path
         if isinstance(sock, socket.socket):  # trio hands out the socket itself
             return _QueuedIO(stream, sock)
     return _QueuedIO(stream, None)
+
+
+def _fell_back(backend: str, stream: anyio.abc.SocketStream) -> None:
+    """A plain socket stream without its fast path: anyio's internals changed. Say it once."""
+    if backend in _warned:
+        return
+    _warned.add(backend)
+    log.warning(
+        "transports.socket_fast_path_unavailable",
+        backend=backend,
+        stream=type(stream).__qualname__,
+        anyio=_anyio_version(),
+        detail="every WebSocket write now waits on anyio (slower, still correct)",
+    )
+
+
+def _anyio_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("anyio")
+    except PackageNotFoundError:  # pragma: no cover - anyio is installed: we import it
+        return "unknown"
 
 
 def _asyncio_transport(stream: anyio.abc.ByteStream) -> tuple[asyncio.Transport, Any] | None:

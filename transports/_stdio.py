@@ -32,7 +32,12 @@ log = get_logger("transports.stdio")
 
 #: What a child inherits from us when its manifest does not ask for more: enough
 #: to find programs and decode text, nothing secret.
-BASE_ENV_VARS: Final = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SYSTEMROOT")
+BASE_ENV_VARS: Final = (
+    *("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SYSTEMROOT"),
+    # coverage.py's, set only while coverage measures (`make test`): the child measures
+    # itself too. They hold its settings, never a secret.
+    *("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START"),
+)
 #: How many stderr lines we keep to explain a child's death.
 STDERR_TAIL_LINES: Final = 20
 #: After stdout ends, how long to wait for the exit status before reporting

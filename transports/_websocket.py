@@ -4,7 +4,8 @@ One implementation for asyncio and trio, dialling and accepting alike. We chose
 websockets' sans-I/O core over its asyncio and trio front-ends because (1) one code
 path serves both event loops, (2) the accepting side shares a listener with our h11
 HTTP server, so the daemon serves its API and ``/ws`` on one port, and (3) we
-control reads, writes and batching ourselves (PERFORMANCE.md, lessons 2 and 3).
+control reads, writes and batching ourselves (one writer that sends whatever queued
+meanwhile in one write; no task switch per message).
 permessage-deflate is off: it costs ~28 µs per round trip and 3x the memory per
 connection, and agent messages are small.
 
@@ -38,7 +39,7 @@ from transports._base import DEFAULT_MAX_FRAME_SIZE, FrameTooLarge, TransportClo
 from transports._groups import unwrap_single_error
 from transports._http_server import HttpRequest, UpgradeHandler
 from transports._logging import get_logger
-from transports._loop import Gate
+from transports._loop import StreamLock
 from transports._sockets import socket_io
 
 __all__ = [
@@ -155,8 +156,8 @@ class WebSocketStream:
         # The read or send right after an uncontended acquire is a checkpoint of its
         # own: skipping the acquire's saves one per message (profiled: anyio checkpoints
         # were a quarter of a sequential call's CPU).
-        self._read_lock = Gate()
-        self._write_lock = Gate()
+        self._read_lock = StreamLock()
+        self._write_lock = StreamLock()
         #: Writes that need no task switch where the socket has room (see transports._sockets).
         self._io = socket_io(stream)
         self._written = True  # all that was written has left (else drain before returning)

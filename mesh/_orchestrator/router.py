@@ -15,6 +15,7 @@ from mesh._errors import InvalidParams, MethodNotFound
 from mesh._logging import get_logger
 from mesh._orchestrator.access import check_agent_call, check_relayable
 from mesh._rpc.peer import Peer, RequestContext
+from mesh._rpc.session import ROUTE_METHOD
 from mesh.manifests._types import AccessSection
 
 __all__ = ["CallsAgents", "Router"]
@@ -22,7 +23,6 @@ __all__ = ["CallsAgents", "Router"]
 log = get_logger("mesh.orchestrator")
 
 #: The one method the mesh serves to its agents.
-ROUTE_METHOD = "mesh/call"
 
 
 class CallsAgents(Protocol):

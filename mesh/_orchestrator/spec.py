@@ -17,6 +17,7 @@ import anyio
 from mesh._errors import MeshError
 from mesh._rpc.session import SessionConfig
 from mesh._sdk.agent import Agent
+from mesh._tasks import open_task_group
 from mesh.manifests._types import AccessSection
 from registry import AgentId, AgentRecord
 from transports import Connector, FrameStream, memory_stream_pair
@@ -101,7 +102,7 @@ async def open_local_stream(
     agent's process dies); :class:`mesh.testing.KillableConnector` uses it.
     """
     ours, theirs = memory_stream_pair()
-    async with anyio.create_task_group() as tg:
+    async with open_task_group() as tg:
         tg.start_soon(_serve_until, agent, theirs, stop or anyio.Event())
         try:
             yield ours

@@ -11,16 +11,31 @@ nowhere else (a reconnecting peer forwards them to the connection it waited for)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypedDict, Unpack, runtime_checkable
 
 import anyio
 
 from mesh._rpc.session import SessionStatistics
 
-__all__ = ["CallMethods", "Caller", "ProgressCallback"]
+__all__ = ["CallMethods", "CallOptions", "Caller", "ProgressCallback"]
 
 #: Called with each ``progress`` notification's params while a call is in flight.
 ProgressCallback = Callable[[Mapping[str, Any]], None]
+
+
+class CallOptions(TypedDict, total=False):
+    """The options of every call, as keywords: ``call(method, params, **options)``.
+
+    Written once here; every caller's ``call`` and ``call_tool`` take
+    ``**options: Unpack[CallOptions]`` (a reconnecting peer adds
+    ``wait_for_connection``).
+    """
+
+    #: Seconds until the call fails with :class:`~mesh.CallTimeout` (progress pushes it
+    #: out, up to a cap); None or left out: the session's ``call_timeout``.
+    timeout: float | None
+    #: Called with each ``progress`` notification's params while the call is in flight.
+    on_progress: ProgressCallback | None
 
 
 @runtime_checkable
@@ -47,9 +62,7 @@ class Caller(Protocol):
         self,
         method: str,
         params: Any = None,
-        *,
-        timeout: float | None = None,
-        on_progress: ProgressCallback | None = None,
+        **options: Unpack[CallOptions],
     ) -> Any:
         """Call ``method`` and return its result (or raise the :class:`~mesh.MeshError`)."""
         ...
@@ -58,9 +71,7 @@ class Caller(Protocol):
         self,
         name: str,
         arguments: Mapping[str, Any] | None = None,
-        *,
-        timeout: float | None = None,
-        on_progress: ProgressCallback | None = None,
+        **options: Unpack[CallOptions],
     ) -> Any:
         """Call the tool ``name`` with ``arguments`` (``tools/call``) and return its result."""
         ...
@@ -107,9 +118,7 @@ class CallMethods:
         self,
         method: str,
         params: Any = None,
-        *,
-        timeout: float | None = None,
-        on_progress: ProgressCallback | None = None,
+        **options: Unpack[CallOptions],
     ) -> Any:
         raise NotImplementedError  # pragma: no cover - every subclass defines it
 
@@ -117,9 +126,7 @@ class CallMethods:
         self,
         name: str,
         arguments: Mapping[str, Any] | None = None,
-        *,
-        timeout: float | None = None,
-        on_progress: ProgressCallback | None = None,
+        **options: Unpack[CallOptions],
     ) -> Any:
         """Call one of the agent's tools (``tools/call``) and return its result.
 
@@ -127,7 +134,7 @@ class CallMethods:
         keywords, so a tool argument named ``timeout`` never sets the deadline.
         """
         params = {"name": name, "arguments": dict(arguments or {})}
-        return await self.call("tools/call", params, timeout=timeout, on_progress=on_progress)
+        return await self.call("tools/call", params, **options)
 
     async def list_tools(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
         """The agent's tools: name, description and JSON Schema of the arguments."""

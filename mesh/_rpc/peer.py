@@ -5,10 +5,11 @@ Frames leave from whoever queued them (``send_nowait``: no task switch) while th
 stream takes them; a writer task starts only the first time it does not, and from
 then on finishes whatever the stream could not take at once (every frame queued
 while a write is in flight goes out in the next single write: pipelining needs
-one writer, PERFORMANCE.md lesson 2). Deadlines and heartbeats fire from a timer
-on asyncio (``loop.call_at``: no task) and from a clock task on trio, which has
-no timers. Requests whose handler must wait get a task each. Every task lives in
-the task group :func:`open_peer` (or :func:`serve_peer`) owns; nothing outlives it.
+one writer, where a lock per send would serialise the callers). Deadlines and
+heartbeats fire from a timer on asyncio (``loop.call_at``: no task) and from a
+clock task on trio, which has no timers. Requests whose handler must wait get a
+task each. Every task lives in the task group :func:`open_peer` (or
+:func:`serve_peer`) owns; nothing outlives it.
 
 An idle link therefore holds one task on asyncio and two on trio, and a call
 costs one wake-up of the caller (the backend's own future or parking, see
@@ -21,7 +22,7 @@ import inspect
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, Unpack
 
 import anyio
 import anyio.abc
@@ -37,8 +38,9 @@ from mesh._errors import (
     error_from_code,
 )
 from mesh._logging import get_logger
-from mesh._rpc.caller import CallMethods, ProgressCallback
+from mesh._rpc.caller import CallMethods, CallOptions, ProgressCallback
 from mesh._rpc.session import (
+    ROUTE_METHOD,
     CallDone,
     CancelRequested,
     Event,
@@ -136,7 +138,7 @@ class RequestContext:
             raise AgentUnavailable("this request has no connection back to the mesh (HTTP)")
         route = {"agent": agent_id, "method": method, "params": params, "timeout": timeout}
         outer = None if timeout is None else timeout + ROUTE_MARGIN
-        return await self.peer.call("mesh/call", route, timeout=outer)
+        return await self.peer.call(ROUTE_METHOD, route, timeout=outer)
 
     def notify_nowait(self, method: str, params: Any = None) -> None:
         """Send the caller a notification without waiting (safe while cancelled)."""
@@ -232,9 +234,7 @@ class Peer(CallMethods):
         self,
         method: str,
         params: Any = None,
-        *,
-        timeout: float | None = None,
-        on_progress: ProgressCallback | None = None,
+        **options: Unpack[CallOptions],
     ) -> Any:
         """Call ``method`` on the peer and return its result.
 
@@ -243,6 +243,7 @@ class Peer(CallMethods):
         matching :class:`~mesh.RemoteError` when the peer answers with an error.
         Cancelling the calling task also tells the peer ``cancelled``.
         """
+        timeout, on_progress = options.get("timeout"), options.get("on_progress")
         session = self._session
         now = self._now()
         rid = session.send_request(method, params, now=now, timeout=timeout)

@@ -10,6 +10,14 @@ when the link drops fail with the drop's reason and are never resent: they may
 already have run. When the policy's attempts run out the peer gives up where
 everyone can see it: an event, a warning in the log, and ``ConnectionLost`` to
 every waiting and later call.
+
+Not every failure is worth another attempt. As websockets' ``process_exception``
+does, the policy classifies the error that ended an attempt
+(:meth:`ReconnectPolicy.classify`): the network and the peer failing (a refused
+dial, a dropped link, a handshake that timed out) are retried with backoff; a
+refusal (``Unauthorized``, a close with a refusal code) and a bug (a ``TypeError``
+in the ``on_connect`` hook, say) end it at once, and the one warning says which
+error it was, unwrapped from any task group it came through.
 """
 
 from __future__ import annotations
@@ -20,16 +28,16 @@ import random as _random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Unpack
 
 import anyio
 import anyio.abc
 
 from mesh._backoff import DEFAULT_BASE, DEFAULT_CAP, backoff
-from mesh._errors import CallTimeout, ConnectionLost, MeshError, Unauthorized
+from mesh._errors import CallTimeout, ConnectionLost, Forbidden, MeshError, Unauthorized
 from mesh._logging import get_logger
 from mesh._rpc.boundary import map_transport_errors
-from mesh._rpc.caller import ProgressCallback
+from mesh._rpc.caller import CallOptions
 from mesh._rpc.connect import DEFAULT_CONNECT_TIMEOUT, handshake
 from mesh._rpc.peer import Peer, RequestHandler, open_peer
 from mesh._rpc.session import SessionConfig, SessionStatistics
@@ -51,9 +59,30 @@ log = get_logger("mesh.reconnect")
 #: a misbehaving connector from holding ``aclose`` forever.
 CLOSE_TIMEOUT: Final = 5.0
 
+
+class ReconnectCallOptions(CallOptions, total=False):
+    """:class:`~mesh.CallOptions`, and whether a call made while disconnected waits."""
+
+    #: Wait for the connection (within ``timeout``) or fail at once; None: the policy's.
+    wait_for_connection: bool | None
+
+
 ConnectionState = Literal["connecting", "connected", "reconnecting", "gave_up", "closed"]
 EventKind = Literal["connected", "disconnected", "reconnecting", "gave_up", "closed"]
 OnConnect = Callable[[Peer], Awaitable[None]]
+ProcessException = Callable[[Exception], Exception | None]
+
+#: What the network and the peer raise when they fail: worth another attempt. The mesh's
+#: own errors (``ConnectFailed``, ``ConnectionLost``, ``CallTimeout``, a peer's
+#: ``RemoteError`` or ``ProtocolError``) are too, but for refusals.
+_TRANSIENT: Final = (
+    MeshError,
+    TransportError,
+    OSError,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.EndOfStream,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +105,11 @@ class ReconnectPolicy:
     #: will not accept) and asking again cannot change its mind. 4001 and 4003 are
     #: the mesh's "unauthorized" and "forbidden" close codes.
     refusal_close_codes: frozenset[int] = frozenset({4001, 4003})
+    #: Decides whether the error that ended an attempt is worth another: return None to
+    #: retry, or the exception to give up with (websockets' ``process_exception``). It
+    #: is given the error unwrapped from single-error groups. None: :meth:`classify`'s
+    #: default (the network retried; refusals and bugs final).
+    process_exception: ProcessException | None = dataclasses.field(default=None, compare=False)
     #: Returns a float in [0, 1); replace it to make the schedule reproducible.
     random: Callable[[], float] = dataclasses.field(
         default=_random.random, compare=False, repr=False
@@ -85,6 +119,25 @@ class ReconnectPolicy:
         if self.max_attempts is not None and self.max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1 or None, got {self.max_attempts}")
         backoff(base=self.base, cap=self.cap)  # raises on a negative base or cap
+
+    def classify(self, error: Exception) -> Exception | None:
+        """None if ``error`` is worth another attempt, else the error to give up with."""
+        error = _unwrapped(error)
+        if self.process_exception is not None:
+            return self.process_exception(error)
+        if isinstance(error, BaseExceptionGroup):  # several at once: final if any one is
+            final = [self.classify(leaf) for leaf in _leaves(error)]
+            return next((f for f in final if f is not None), None)
+        if self.refused(error) or not isinstance(error, _TRANSIENT):
+            return error
+        return None
+
+    def refused(self, error: BaseException | None) -> bool:
+        """Did the other side refuse us (a refused token, a refusal close code)?"""
+        close_code = getattr(error, "close_code", None)
+        return isinstance(error, Unauthorized | Forbidden) or (
+            close_code in self.refusal_close_codes
+        )
 
     def delays(self) -> Iterator[float]:
         """The waits of one reconnection cycle, without end (the loop counts attempts)."""
@@ -213,10 +266,7 @@ class ReconnectingPeer:
         self,
         method: str,
         params: Any = None,
-        *,
-        timeout: float | None = None,
-        on_progress: ProgressCallback | None = None,
-        wait_for_connection: bool | None = None,
+        **options: Unpack[ReconnectCallOptions],
     ) -> Any:
         """Call ``method`` over the current connection; see :meth:`mesh.Peer.call`.
 
@@ -226,21 +276,24 @@ class ReconnectingPeer:
         failing at once with :class:`~mesh.ConnectionLost`. A call in flight when the
         link drops fails with the drop's reason and is not resent.
         """
-        peer, remaining = await self._peer_for(method, timeout, wait_for_connection)
-        return await peer.call(method, params, timeout=remaining, on_progress=on_progress)
+        wait = options.get("wait_for_connection")
+        peer, remaining = await self._peer_for(method, options.get("timeout"), wait)
+        return await peer.call(
+            method, params, timeout=remaining, on_progress=options.get("on_progress")
+        )
 
     async def call_tool(
         self,
         name: str,
         arguments: Mapping[str, Any] | None = None,
-        *,
-        timeout: float | None = None,
-        on_progress: ProgressCallback | None = None,
-        wait_for_connection: bool | None = None,
+        **options: Unpack[ReconnectCallOptions],
     ) -> Any:
         """Call one of the agent's tools (``tools/call``); see :meth:`mesh.Peer.call_tool`."""
-        peer, remaining = await self._peer_for("tools/call", timeout, wait_for_connection)
-        return await peer.call_tool(name, arguments, timeout=remaining, on_progress=on_progress)
+        wait = options.get("wait_for_connection")
+        peer, remaining = await self._peer_for("tools/call", options.get("timeout"), wait)
+        return await peer.call_tool(
+            name, arguments, timeout=remaining, on_progress=options.get("on_progress")
+        )
 
     async def list_tools(
         self, *, timeout: float | None = None, wait_for_connection: bool | None = None
@@ -387,8 +440,10 @@ class ReconnectingPeer:
             # A link that came up has said started(); a refusal after that (a token
             # revoked, an id taken over) must not say it twice.
             started = started or came_up
-            if self._refused():
-                self._give_up()
+            final = None if self._last_error is None else policy.classify(self._last_error)
+            if final is not None:
+                self._last_error = final
+                self._give_up(final=True)
                 if not started:
                     task_status.started()
                 return
@@ -474,18 +529,16 @@ class ReconnectingPeer:
 
     def _failed(self, error: Exception) -> None:
         # Not logged here: the "reconnecting" or "gave_up" line that follows names it.
-        self._last_error = error
+        self._last_error = _unwrapped(error)
 
-    def _refused(self) -> bool:
-        """Did the other side refuse us (see ``ReconnectPolicy.refusal_close_codes``)?"""
-        error = self._last_error
-        close_code = getattr(error, "close_code", None)
-        return isinstance(error, Unauthorized) or close_code in self._policy.refusal_close_codes
-
-    def _give_up(self) -> None:
+    def _give_up(self, *, final: bool = False) -> None:
         verb = "reconnecting" if self._ever_connected else "connecting"
         plural = "" if self._attempt == 1 else "s"
-        why = f"after {self._attempt} attempt{plural}" + (", refused" if self._refused() else "")
+        why = f"after {self._attempt} attempt{plural}"
+        if self._policy.refused(self._last_error):
+            why += ", refused"
+        elif final:
+            why += ", not a network error"
         error = ConnectionLost(
             f"gave up {verb} to agent {self._agent!r} {why}: {_describe(self._last_error)}"
         )
@@ -524,6 +577,21 @@ def _describe(error: BaseException | None) -> str:
     if isinstance(error, MeshError | TransportError):
         return str(error)
     return f"{type(error).__name__}: {error}"
+
+
+def _unwrapped(error: Exception) -> Exception:
+    """The only error inside (nested) single-error groups; ``error`` itself otherwise."""
+    while isinstance(error, ExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> Iterator[Exception]:
+    for error in group.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            yield from _leaves(error)
+        elif isinstance(error, Exception):
+            yield error
 
 
 def _sum(a: SessionStatistics, b: SessionStatistics) -> SessionStatistics:

@@ -12,7 +12,6 @@ answer. Calls are correlated by id and may complete in any order.
 from __future__ import annotations
 
 import dataclasses
-import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -29,6 +28,7 @@ from mesh._errors import (
 )
 from mesh._logging import get_logger
 from mesh._rpc.complaints import InputComplaints
+from mesh._rpc.pending import DEFAULT_CALL_TIMEOUT, MAX_CALL_DURATION, PendingCall, PendingCalls
 from mesh.protocol import (
     ASK_HEARTBEAT,
     MESH_CODEC,
@@ -65,15 +65,12 @@ __all__ = [
 
 log = get_logger("mesh.session")
 
-#: Method names the session itself understands (seed 002 + MCP's spelling).
+#: Method names the session itself understands (the mesh protocol's, which MCP spells alike).
 CANCELLED: Final = "cancelled"
 PROGRESS: Final = "progress"
-
-# Completed calls leave their deadline in the heap until it is popped; rebuild
-# the heap when dead entries outnumber live ones by this factor, keeping memory
-# proportional to calls in flight and the cost amortised O(1) per call.
-_HEAP_SLACK: Final = 2
-_HEAP_MIN_REBUILD: Final = 256
+#: A call routed through the mesh: its answer is the router's verdict on the target's
+#: link, so a timeout or a lost link in it is this side's own kind (see mesh._errors).
+ROUTE_METHOD: Final = "mesh/call"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +79,10 @@ class SessionConfig:
 
     #: A call's deadline unless the caller says otherwise: long enough for a
     #: slow tool, short enough that a wedged agent is noticed within a minute.
-    call_timeout: float = 30.0
+    call_timeout: float = DEFAULT_CALL_TIMEOUT
     #: ``progress`` may push a deadline out, but never past this many seconds
     #: after the call started, so a chatty but stuck handler still ends.
-    max_call_duration: float = 600.0
+    max_call_duration: float = MAX_CALL_DURATION
     #: Send a heartbeat this often. ``None`` turns heartbeats and liveness off
     #: (request/response transports such as HTTP have no idle link to watch).
     heartbeat_interval: float | None = 10.0
@@ -161,12 +158,11 @@ class SessionStatistics:
 
 
 @dataclass(slots=True)
-class _Pending:
+class _Call:
+    """What the session keeps of a call in flight, to describe it in errors."""
+
     method: str
     params: Any
-    timeout: float
-    deadline: float
-    hard_deadline: float
 
     @property
     def what(self) -> str:
@@ -199,8 +195,9 @@ class Session:
         self._codec = codec
         self._label = _Label(agent, transport)
         self._outbox: list[bytes] = []
-        self._pending: dict[RequestId, _Pending] = {}
-        self._deadlines: list[tuple[float, RequestId]] = []
+        self._calls: PendingCalls[RequestId, _Call] = PendingCalls(
+            max_duration=self.config.max_call_duration
+        )
         self._incoming: dict[RequestId, str] = {}
         self._stats = SessionStatistics()
         self._last_received = now
@@ -209,7 +206,6 @@ class Session:
         self._close_error: ConnectionLost | None = None
         self._frame_limit = self.config.max_frame_size
         self._call_timeout = self.config.call_timeout
-        self._max_duration = self.config.max_call_duration
 
     # -- identity and state ------------------------------------------------------------
 
@@ -236,7 +232,7 @@ class Session:
     def statistics(self) -> SessionStatistics:
         return dataclasses.replace(
             self._stats,
-            calls_in_flight=len(self._pending),
+            calls_in_flight=len(self._calls),
             requests_in_progress=len(self._incoming),
         )
 
@@ -270,17 +266,14 @@ class Session:
             raise self._too_large(len(frame), _describe(method, params))
         if timeout is None:
             timeout = self._call_timeout
-        deadline = now + timeout
-        hard = now + (timeout if timeout > self._max_duration else self._max_duration)
-        self._pending[rid] = _Pending(method, params, timeout, deadline, hard)
-        self._push_deadline(deadline, rid)
+        self._calls.start(rid, _Call(method, params), now=now, timeout=timeout)
         self._stats.calls_started += 1
         self._outbox.append(frame)
         return rid
 
     def cancel_call(self, request_id: RequestId, *, reason: str = "cancelled by caller") -> bool:
         """Forget a call of ours and tell the peer; False if it had already ended."""
-        if self._pending.pop(request_id, None) is None:
+        if self._calls.abandon(request_id) is None:
             return False
         self._stats.calls_failed += 1
         if not self.closed:
@@ -296,13 +289,12 @@ class Session:
         up, so a peer that was only frozen is usable again when it thaws.
         """
         events: list[CallDone] = []
-        for rid, pending in self._pending.items():
-            error = self._error(AgentUnavailable, reason, pending)
-            events.append(CallDone(rid, error=error))
+        for call in self._calls.lose():
+            error = self._error(AgentUnavailable, reason, call)
+            events.append(CallDone(call.key, error=error))
             if not self.closed:
-                self._notify(CANCELLED, {"id": rid, "reason": reason})
-        self._stats.calls_failed += len(self._pending)
-        self._pending.clear()
+                self._notify(CANCELLED, {"id": call.key, "reason": reason})
+        self._stats.calls_failed += len(events)
         return events
 
     def send_notification(self, method: str, params: Any = None) -> None:
@@ -330,8 +322,8 @@ class Session:
         return self._codec
 
     def deadline_of(self, request_id: RequestId) -> float | None:
-        pending = self._pending.get(request_id)
-        return None if pending is None else pending.deadline
+        call = self._calls.get(request_id)
+        return None if call is None else call.deadline
 
     # -- answering the peer ---------------------------------------------------------------
 
@@ -418,15 +410,11 @@ class Session:
         request_id, kind = salvage_id(head)
         reason = f"message of {size} bytes exceeds the {self._frame_limit}-byte limit"
         if kind == "response":
-            if request_id is not None and request_id in self._pending:
-                pending = self._pending.pop(RequestId(request_id))
+            call = None if request_id is None else self._calls.finish(RequestId(request_id))
+            if call is not None:
                 self._stats.calls_failed += 1
-                return [
-                    CallDone(
-                        RequestId(request_id),
-                        error=self._error(MessageTooLarge, "response " + reason, pending),
-                    )
-                ]
+                error = self._error(MessageTooLarge, "response " + reason, call)
+                return [CallDone(call.key, error=error)]
             return []
         self._complain(
             "mesh.frame_too_large", now, size=size, limit=self._frame_limit, request_id=request_id
@@ -437,37 +425,29 @@ class Session:
     def outbound_rejected(self, head: bytes, error: MeshError) -> list[Event]:
         """The transport refused a frame we sent (``head`` is its start): fail its call."""
         request_id, kind = salvage_id(head)
-        pending = (
-            self._pending.pop(RequestId(request_id), None)
-            if request_id and kind == "request"
-            else None
+        call = (
+            self._calls.finish(RequestId(request_id)) if request_id and kind == "request" else None
         )
-        if pending is None:
+        if call is None:
             log.warning("mesh.frame_rejected", kind=kind, reason=error.message)
             return []
         self._stats.calls_failed += 1
         error.with_context(
-            agent=self._label.agent, method=pending.what, transport=self._label.transport
+            agent=self._label.agent, method=call.info.what, transport=self._label.transport
         )
-        return [CallDone(RequestId(request_id or ""), error=error)]
+        return [CallDone(call.key, error=error)]
 
     def tick(self, now: float) -> list[Event]:
         """Fire whatever is due at ``now``: call deadlines, heartbeats, liveness."""
         if self.closed:
             return []
         events: list[Event] = []
-        heap = self._deadlines
-        while heap and heap[0][0] <= now:
-            due, rid = heapq.heappop(heap)
-            pending = self._pending.get(rid)
-            if pending is None or pending.deadline > due:
-                continue  # finished, or pushed out by progress (a later entry exists)
-            del self._pending[rid]
+        for call in self._calls.expired(now):
             self._stats.calls_timed_out += 1
             self._stats.calls_failed += 1
-            error = self._error(CallTimeout, f"no response within {pending.timeout:g} s", pending)
-            events.append(CallDone(rid, error=error))
-            self._notify(CANCELLED, {"id": rid, "reason": "timeout"})
+            error = self._error(CallTimeout, f"no response within {call.timeout:g} s", call)
+            events.append(CallDone(call.key, error=error))
+            self._notify(CANCELLED, {"id": call.key, "reason": "timeout"})
         ttl = self.config.heartbeat_ttl
         if ttl is not None and now >= self._last_received + ttl:
             silent = now - self._last_received
@@ -497,14 +477,8 @@ class Session:
         """When :meth:`tick` next has something to do, on the caller's clock."""
         if self.closed:
             return None
-        heap = self._deadlines
-        while heap:
-            due, rid = heap[0]
-            pending = self._pending.get(rid)
-            if pending is not None and pending.deadline <= due:
-                break
-            heapq.heappop(heap)
-        candidates = [heap[0][0]] if heap else []
+        first = self._calls.next_deadline()
+        candidates = [] if first is None else [first]
         if self._next_heartbeat is not None:
             candidates.append(self._next_heartbeat)
         ttl = self.config.heartbeat_ttl
@@ -518,13 +492,11 @@ class Session:
             return []
         error.with_context(agent=self._label.agent, transport=self._label.transport)
         self._close_error = error
-        events: list[Event] = []
-        for rid, pending in self._pending.items():
-            events.append(CallDone(rid, error=self._lost(pending.what)))
-        self._stats.calls_failed += len(self._pending)
+        events: list[Event] = [
+            CallDone(call.key, error=self._lost(call.info.what)) for call in self._calls.lose()
+        ]
+        self._stats.calls_failed += len(events)
         self._complaints.close(agent=self._label.agent, transport=self._label.transport)
-        self._pending.clear()
-        self._deadlines.clear()
         self._incoming.clear()
         self._outbox.clear()
         return events
@@ -533,8 +505,8 @@ class Session:
 
     def _handle_response(self, message: Response, now: float) -> list[Event]:
         rid = RequestId(message.id) if message.id is not None else None
-        pending = self._pending.pop(rid, None) if rid is not None else None
-        if pending is None:
+        call = self._calls.finish(rid) if rid is not None else None
+        if call is None:
             self._stats.late_responses += 1
             payload = message.payload
             if rid is None and payload.error is not None:
@@ -556,9 +528,10 @@ class Session:
             info.code,
             info.message,
             agent=self._label.agent,
-            method=pending.what,
+            method=call.info.what,
             transport=self._label.transport,
             data=info.data,
+            relayed=call.info.method == ROUTE_METHOD,
         )
         return [CallDone(rid, error=error)]
 
@@ -594,14 +567,10 @@ class Session:
 
     def _progress(self, params: Any, now: float) -> list[Event]:
         rid = params.get("id") if isinstance(params, dict) else None
-        pending = self._pending.get(RequestId(rid)) if isinstance(rid, str) else None
-        if pending is None:
+        call = self._calls.progressed(RequestId(rid), now) if isinstance(rid, str) else None
+        if call is None:
             return []
-        extended = min(now + pending.timeout, pending.hard_deadline)
-        if extended > pending.deadline:
-            pending.deadline = extended
-            self._push_deadline(extended, RequestId(rid))  # type: ignore[arg-type]
-        return [ProgressReported(RequestId(rid), params)]  # type: ignore[arg-type]
+        return [ProgressReported(call.key, params)]
 
     def _handle_invalid(self, failure: DecodeFailure, now: float) -> list[Event]:
         self._stats.invalid_frames += 1
@@ -609,13 +578,13 @@ class Session:
             # Never answer a response (two peers could trade errors forever);
             # if it was meant for a call of ours, that call fails with the reason.
             rid = failure.request_id
-            pending = self._pending.pop(RequestId(rid), None) if rid is not None else None
-            if pending is None or rid is None:
+            call = self._calls.finish(RequestId(rid)) if rid is not None else None
+            if call is None:
                 self._complain("mesh.invalid_response", now, reason=failure.reason)
                 return []
             self._stats.calls_failed += 1
-            error = self._error(ProtocolError, "peer sent an " + failure.reason, pending)
-            return [CallDone(RequestId(rid), error=error)]
+            error = self._error(ProtocolError, "peer sent an " + failure.reason, call)
+            return [CallDone(call.key, error=error)]
         self._complain(
             "mesh.invalid_frame", now, reason=failure.reason, request_id=failure.request_id
         )
@@ -675,19 +644,11 @@ class Session:
             transport=self._label.transport,
         )
 
-    def _push_deadline(self, deadline: float, rid: RequestId) -> None:
-        heap = self._deadlines
-        heapq.heappush(heap, (deadline, rid))
-        if (
-            len(heap) > _HEAP_MIN_REBUILD
-            and len(heap) > _HEAP_SLACK * len(self._pending) + _HEAP_MIN_REBUILD
-        ):
-            self._deadlines = [(p.deadline, r) for r, p in self._pending.items()]
-            heapq.heapify(self._deadlines)
-
-    def _error(self, cls: type[MeshError], message: str, pending: _Pending) -> MeshError:
+    def _error(
+        self, cls: type[MeshError], message: str, call: PendingCall[RequestId, _Call]
+    ) -> MeshError:
         return cls(
-            message, agent=self._label.agent, method=pending.what, transport=self._label.transport
+            message, agent=self._label.agent, method=call.info.what, transport=self._label.transport
         )
 
     def _raise_if_closed(self, method: str) -> None:

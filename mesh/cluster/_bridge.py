@@ -27,6 +27,7 @@ import anyio.to_thread
 import sniffio
 
 from mesh._logging import get_logger
+from mesh._tasks import open_task_group
 from mesh.cluster._errors import ClusterError
 
 __all__ = ["NatsLoop", "open_nats_loop"]
@@ -164,7 +165,7 @@ def _call_safely(function: Callable[..., None], *args: Any) -> None:
 async def open_nats_loop() -> AsyncIterator[NatsLoop]:
     """The NATS loop for the mesh's current backend, for the ``async with``."""
     if sniffio.current_async_library() == "asyncio":
-        async with anyio.create_task_group() as tg:
+        async with open_task_group() as tg:
             yield _SameLoop(tg)
             tg.cancel_scope.cancel()
         return

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, Unpack
 
 import anyio
 import anyio.abc
@@ -39,10 +39,11 @@ from mesh._errors import (
     error_from_code,
 )
 from mesh._logging import get_logger
-from mesh._rpc.caller import CallMethods, ProgressCallback
+from mesh._rpc.caller import CallMethods, CallOptions, ProgressCallback
+from mesh._rpc.pending import DEFAULT_CALL_TIMEOUT, MAX_CALL_DURATION, PendingCalls
 from mesh._rpc.session import SessionStatistics
 from mesh.cluster._errors import ClusterError
-from mesh.cluster._link import Message, NatsLink, Watch
+from mesh.cluster._link import NatsLink, NatsMessage, Watch
 from mesh.cluster._registry import HOLDER, RegistrySync
 from mesh.cluster._settings import Names
 from mesh.cluster._wire import (
@@ -64,10 +65,6 @@ __all__ = ["LocalCalls", "RemoteCaller", "RemoteCalls"]
 
 log = get_logger("mesh.cluster")
 
-#: A call's deadline when neither the caller nor the holder names one (the session's default).
-DEFAULT_CALL_TIMEOUT: Final = 30.0
-#: Progress may push a wait out, never past this after the call started (as on a link).
-MAX_CALL_DURATION: Final = 600.0
 #: We wait this much beyond the holder's deadline for its verdict (as ``mesh/call`` does).
 ROUTE_MARGIN: Final = 1.0
 #: Telling the holder we gave up is best effort, and bounded.
@@ -82,29 +79,39 @@ class LocalCalls(Protocol):
     """What serves a call that reached this daemon: the orchestrator (for its own agents)."""
 
     async def call(
-        self,
-        agent: str,
-        method: str,
-        params: Any = None,
-        *,
-        timeout: float | None = None,
-        on_progress: ProgressCallback | None = None,
+        self, agent: str, method: str, params: Any = None, **options: Unpack[CallOptions]
     ) -> Any: ...
 
 
-class _Pending:
-    __slots__ = ("changed", "error", "finished", "on_progress", "progressed", "result")
+class _Waiter:
+    """A call in flight, as the task that made it waits for it (the pending table's info)."""
 
-    def __init__(self, on_progress: ProgressCallback | None) -> None:
+    __slots__ = (
+        "agent",
+        "changed",
+        "error",
+        "expired",
+        "finished",
+        "holder",
+        "method",
+        "on_progress",
+        "progressed",
+        "result",
+    )
+
+    def __init__(
+        self, holder: str, agent: str, method: str, on_progress: ProgressCallback | None
+    ) -> None:
+        self.holder = holder
+        self.agent = agent
+        self.method = method
         self.on_progress = on_progress
         self.changed = anyio.Event()
         self.finished = False
+        self.expired = False
         self.progressed = False
         self.result: Any = None
         self.error: MeshError | None = None
-
-    def done(self) -> bool:
-        return self.finished
 
     def finish(self, result: Any = None, error: MeshError | None = None) -> None:
         self.result, self.error, self.finished = result, error, True
@@ -139,7 +146,11 @@ class RemoteCalls:
         self._inbox = ""
         self._inbox_watch: Watch | None = None
         self._numbers = itertools.count(1)
-        self._pending: dict[str, tuple[_Pending, str, str]] = {}  # reply: (call, holder, agent)
+        #: Our calls in flight, by reply subject. The holder applies the deadline itself;
+        #: we wait ROUTE_MARGIN longer, so its verdict, which names the agent, comes first.
+        self._calls: PendingCalls[str, _Waiter] = PendingCalls(
+            max_duration=MAX_CALL_DURATION + ROUTE_MARGIN
+        )
         self._serving: dict[str, anyio.CancelScope] = {}
         self._idle = anyio.Event()
         self._tasks: anyio.abc.TaskGroup | None = None
@@ -208,7 +219,9 @@ class RemoteCalls:
         if not self._link.connected or not self._inbox:
             raise self._unreachable(holder, agent, method)
         reply = f"{self._inbox}.{next(self._numbers)}"
-        pending = self._pending_for(reply, holder, agent, on_progress)
+        waiter = _Waiter(holder, agent, method, on_progress)
+        now = anyio.current_time()
+        self._calls.start(reply, waiter, now=now, timeout=timeout + ROUTE_MARGIN)
         request = CallRequest(
             agent=agent,
             method=method,
@@ -222,38 +235,28 @@ class RemoteCalls:
                 self._names.calls(holder), ENCODER.encode(request), reply=reply
             )
             self.calls_sent += 1
-            await self._wait(pending, timeout, holder, agent, method)
+            await self._wait(reply, waiter)
         except BaseException:
-            if not pending.finished:
+            if self._calls.abandon(reply) is not None:
                 await self._cancel(holder, reply)
             raise
-        finally:
-            self._pending.pop(reply, None)
-        if pending.error is not None:
-            raise pending.error
-        return pending.result
-
-    def _pending_for(
-        self, reply: str, holder: str, agent: str, on_progress: ProgressCallback | None
-    ) -> _Pending:
-        pending = _Pending(on_progress)
-        self._pending[reply] = (pending, holder, agent)
-        return pending
+        if waiter.expired:
+            await self._cancel(holder, reply)
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.result
 
     def fail_pending(self, agent: str, reason: str) -> int:
         """Fail every call in flight to ``agent`` now with ``AgentUnavailable`` ``reason``."""
-        failed = 0
-        for reply, (pending, _, target) in list(self._pending.items()):
-            if target == agent:
-                del self._pending[reply]
-                pending.finish(error=AgentUnavailable(reason, agent=agent))
-                failed += 1
-        return failed
+        lost = self._calls.lose(lambda call: call.info.agent == agent)
+        for call in lost:
+            call.info.finish(error=AgentUnavailable(reason, agent=agent))
+        return len(lost)
 
     def _on_registry_change(self, change: StatusChange) -> None:
         # A mirrored agent went offline or left: the calls waiting on it end now, as
         # local ones do (its holder may be dead and never answer).
-        if change.kind not in _GONE or not self._pending:
+        if change.kind not in _GONE or not self._calls:
             return
         holder = change.record.metadata.get(HOLDER)
         if holder is None:
@@ -265,28 +268,33 @@ class RemoteCalls:
         if failed:
             log.warning("cluster.calls_failed_offline", agent=change.agent_id, calls=failed)
 
-    async def _wait(
-        self, pending: _Pending, timeout: float, holder: str, agent: str, method: str
-    ) -> None:
-        started = anyio.current_time()
-        hard = started + MAX_CALL_DURATION + ROUTE_MARGIN
-        deadline = started + timeout + ROUTE_MARGIN
-        while not pending.done():
-            with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
-                await pending.changed.wait()
-            pending.changed = anyio.Event()
-            if pending.done():
-                return
-            if pending.progressed:
-                pending.progressed = False
-                deadline = min(anyio.current_time() + timeout + ROUTE_MARGIN, hard)
-            elif anyio.current_time() >= deadline:
-                raise CallTimeout(
-                    f"no answer from daemon {holder!r} within {timeout:g} s",
-                    agent=agent,
-                    method=method,
+    async def _wait(self, reply: str, waiter: _Waiter) -> None:
+        """Until the call ends: answered, lost, or past its deadline (which progress extends)."""
+        while not waiter.finished:
+            call = self._calls.get(reply)
+            assert call is not None  # whatever takes it out of the table finishes the waiter
+            with anyio.move_on_after(max(0.0, call.deadline - anyio.current_time())):
+                await waiter.changed.wait()
+            waiter.changed = anyio.Event()
+            now = anyio.current_time()
+            if waiter.progressed:
+                waiter.progressed = False
+                self._calls.progressed(reply, now)
+            self._expire(now)
+
+    def _expire(self, now: float) -> None:
+        for call in self._calls.expired(now):
+            waiter = call.info
+            waiter.expired = True
+            waiter.finish(
+                error=CallTimeout(
+                    f"no answer from daemon {waiter.holder!r} within "
+                    f"{call.timeout - ROUTE_MARGIN:g} s",
+                    agent=waiter.agent,
+                    method=waiter.method,
                     transport="nats",
                 )
+            )
 
     async def _cancel(self, holder: str, reply: str) -> None:
         note = ENCODER.encode(CancelCall(reply=reply))
@@ -296,36 +304,42 @@ class RemoteCalls:
             except ClusterError as exc:
                 log.debug("cluster.cancel_not_sent", holder=holder, error=str(exc))
 
-    def _on_reply(self, message: Message) -> None:
-        found = self._pending.get(message.subject)
-        if found is None:
+    def _on_reply(self, message: NatsMessage) -> None:
+        call = self._calls.get(message.subject)
+        if call is None:
             return  # an answer to a call we gave up on
-        pending, holder, _ = found
+        holder = call.info.holder
         if message.no_responders:
-            pending.finish(error=AgentUnavailable(f"daemon {holder!r} does not answer on NATS"))
+            self._finish(
+                message.subject, AgentUnavailable(f"daemon {holder!r} does not answer on NATS")
+            )
             return
         try:
             reply: CallReply = CALL_REPLY.decode(message.data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             error = ConnectionLost(f"daemon {holder!r} sent an answer that does not decode: {exc}")
-            pending.finish(error=error)
+            self._finish(message.subject, error)
             return
         if isinstance(reply, CallProgress):
-            pending.progress(reply.params)
+            call.info.progress(reply.params)
         elif isinstance(reply, CallResult):
-            pending.finish(result=reply.result)
+            self._finish(message.subject, None, reply.result)
         else:
-            pending.finish(error=_error(reply, holder))
+            self._finish(message.subject, _error(reply, holder))
+
+    def _finish(self, reply: str, error: MeshError | None, result: Any = None) -> None:
+        call = self._calls.finish(reply)
+        if call is not None:
+            call.info.finish(result, error)
 
     def _on_connection(self, connected: bool) -> None:
         if connected:
             return
-        for reply, (pending, holder, _) in list(self._pending.items()):
-            self._pending.pop(reply, None)
-            pending.finish(
+        for call in self._calls.lose():
+            call.info.finish(
                 error=ConnectionLost(
-                    f"the NATS connection dropped while daemon {holder!r} was answering "
-                    "(the call may or may not have run)"
+                    f"the NATS connection dropped while daemon {call.info.holder!r} was "
+                    "answering (the call may or may not have run)"
                 )
             )
 
@@ -366,14 +380,14 @@ class RemoteCalls:
             with anyio.move_on_after(SERVE_DRAIN):
                 await self._idle.wait()
 
-    def _on_request(self, message: Message) -> None:
+    def _on_request(self, message: NatsMessage) -> None:
         if self._tasks is None or not message.reply:
             return
         scope = anyio.CancelScope()
         self._serving[message.reply] = scope
         self._tasks.start_soon(self._answer, message, scope)
 
-    def _on_cancel(self, message: Message) -> None:
+    def _on_cancel(self, message: NatsMessage) -> None:
         try:
             note = CANCEL_CALL.decode(message.data)
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -382,7 +396,7 @@ class RemoteCalls:
         if scope is not None:
             scope.cancel()
 
-    async def _answer(self, message: Message, scope: anyio.CancelScope) -> None:
+    async def _answer(self, message: NatsMessage, scope: anyio.CancelScope) -> None:
         reply = message.reply
         try:
             with scope:
@@ -467,6 +481,7 @@ def _error(failed: CallFailed, holder: str) -> MeshError:
         method=failed.method,
         transport=via,
         data=failed.data,
+        relayed=True,  # the holder's verdict on its link to the agent
     )
 
 
@@ -502,21 +517,15 @@ class RemoteCaller(CallMethods):
     def statistics(self) -> SessionStatistics:
         return SessionStatistics()
 
-    async def call(
-        self,
-        method: str,
-        params: Any = None,
-        *,
-        timeout: float | None = None,
-        on_progress: ProgressCallback | None = None,
-    ) -> Any:
+    async def call(self, method: str, params: Any = None, **options: Unpack[CallOptions]) -> Any:
+        timeout = options.get("timeout")
         return await self._calls.call(
             self._holder,
             self._agent,
             method,
             params,
             timeout=self._default_timeout if timeout is None else timeout,
-            on_progress=on_progress,
+            on_progress=options.get("on_progress"),
         )
 
     async def notify(self, method: str, params: Any = None) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import anyio
 
 from mesh._logging import get_logger
+from mesh._tasks import open_task_group
 from mesh.cluster._bridge import NatsLoop
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._settings import ClusterSettings
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from nats.aio.msg import Msg
     from nats.js import JetStreamContext
 
-__all__ = ["KvChange", "Message", "NatsLink", "Watch", "open_nats_link"]
+__all__ = ["KvChange", "NatsLink", "NatsMessage", "Watch", "open_nats_link"]
 
 log = get_logger("mesh.cluster")
 
@@ -54,7 +55,7 @@ _WRONG_LAST_SEQUENCE: Final = frozenset({10071, 10164})
 
 
 @dataclass(frozen=True, slots=True)
-class Message:
+class NatsMessage:
     """A core NATS message, as handed to the mesh's loop."""
 
     subject: str
@@ -241,12 +242,14 @@ class NatsLink:
             f"publish to {subject}", lambda: nc.publish(subject, data, reply=reply, headers=headers)
         )
 
-    async def subscribe(self, subject: str, on_message: Callable[[Message], None]) -> Watch:
+    async def subscribe(self, subject: str, on_message: Callable[[NatsMessage], None]) -> Watch:
         """Deliver every message on ``subject`` to ``on_message`` on the mesh's loop."""
         nc, to_mesh = self.nc, self.loop.to_mesh
 
         async def callback(msg: Msg) -> None:
-            to_mesh(on_message, Message(msg.subject, msg.data, msg.reply, dict(msg.headers or {})))
+            to_mesh(
+                on_message, NatsMessage(msg.subject, msg.data, msg.reply, dict(msg.headers or {}))
+            )
 
         subscription = await self.run(
             f"subscribe to {subject}", lambda: nc.subscribe(subject, cb=callback)
@@ -492,7 +495,7 @@ async def open_nats_link(settings: ClusterSettings, loop: NatsLoop) -> AsyncIter
     link keeps dialling.
     """
     link = NatsLink(settings, loop)
-    async with anyio.create_task_group() as tg:
+    async with open_task_group() as tg:
         connected = anyio.Event()
 
         async def connect() -> None:

@@ -28,6 +28,7 @@ import msgspec
 
 from mesh._backoff import backoff
 from mesh._logging import get_logger
+from mesh._tasks import open_task_group
 from mesh.cluster._bridge import open_nats_loop
 from mesh.cluster._calls import RemoteCalls
 from mesh.cluster._errors import ClusterError
@@ -164,7 +165,7 @@ async def open_cluster(
 
             replication = RoomReplication(link, names, rooms, settings.room_lease_ttl)
         cluster = Cluster(settings, link, sync, calls, replication)
-        async with anyio.create_task_group() as tg:
+        async with open_task_group() as tg:
             await tg.start(calls.serve)
             tg.start_soon(sync.run_publisher)
             sync.daemon_url = settings.daemon_url

@@ -21,7 +21,7 @@ import msgspec
 
 from mesh._logging import get_logger
 from mesh.cluster._errors import ClusterError
-from mesh.cluster._link import Message, NatsLink, Watch
+from mesh.cluster._link import NatsLink, NatsMessage, Watch
 from mesh.cluster._settings import Names
 from mesh.cluster._wire import ENCODER, ROOM_CONTROL, RoomControl, RoomControlReply
 from mesh.rooms import RoomConflict, RoomError, RoomManager, RoomNotFound, RoomSnapshot
@@ -107,11 +107,11 @@ class RoomControls:
 
     # -- answering -----------------------------------------------------------------------------
 
-    def _on_control(self, message: Message) -> None:
+    def _on_control(self, message: NatsMessage) -> None:
         if self.tasks is not None and message.reply:
             self.tasks.start_soon(self._control_one, message)
 
-    async def _control_one(self, message: Message) -> None:
+    async def _control_one(self, message: NatsMessage) -> None:
         reply: RoomControlReply
         try:
             reply = await _apply(self._rooms, ROOM_CONTROL.decode(message.data))

@@ -13,7 +13,7 @@ method reserved to the daemon is refused, and so is a target whose manifest's
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import msgspec
@@ -38,7 +38,7 @@ from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._limits import check_id
 from mesh.daemon._mcp import DaemonMcp
 from mesh.daemon._rooms import RoomRoutes
-from mesh.daemon._routes import Dispatcher, HttpHandler, Params, WebSocketHandler
+from mesh.daemon._routes import HttpHandler, Params, RouteTable, WebSocketHandler
 from mesh.daemon._settings import DaemonSettings
 from mesh.daemon._tokens import Role, TokenError, TooManyTokens
 from mesh.protocol import MethodName
@@ -92,8 +92,21 @@ def _mesh_error(exc: MeshError, *, known: bool = True) -> HttpResponse:
     )
 
 
+class ClusterView(Protocol):
+    """What the API asks of the cluster this daemon belongs to (a ``mesh.cluster.Cluster``,
+    which needs the optional extra: typed here, imported only with ``--nats``)."""
+
+    def holder(self, agent_id: str) -> str:
+        """The daemon that holds ``agent_id``."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """For ``GET /health``: the cluster, NATS, and the daemons this one sees."""
+        ...
+
+
 class DaemonApi:
-    """Every route's handler, behind one :class:`~mesh.daemon._routes.Dispatcher`."""
+    """Every route's handler, behind one :class:`~mesh.daemon._routes.RouteTable`."""
 
     def __init__(
         self,
@@ -113,7 +126,7 @@ class DaemonApi:
         self._started = anyio.current_time()
         self.calls_in_flight = 0
         self.lifecycle = Lifecycle()
-        self._cluster: Any = None
+        self._cluster: ClusterView | None = None
         agents = self.agents
         room_handlers = rooms.http_handlers()
         self.mcp = DaemonMcp(
@@ -130,7 +143,7 @@ class DaemonApi:
             max_call_timeout=settings.max_call_timeout,
             endpoint_hosts=settings.endpoint_hosts,
         )
-        self.dispatcher = Dispatcher(
+        self.dispatcher = RouteTable(
             gate,
             http={
                 "health": self.handle_health,
@@ -167,12 +180,12 @@ class DaemonApi:
         return await self.lifecycle.run(request, self.dispatcher.handle)
 
     @property
-    def cluster(self) -> Any:
+    def cluster(self) -> ClusterView | None:
         """The ``mesh.cluster.Cluster`` this daemon belongs to (``--nats``), or None."""
         return self._cluster
 
     @cluster.setter
-    def cluster(self, cluster: Any) -> None:
+    def cluster(self, cluster: ClusterView | None) -> None:
         self._cluster = cluster
         self.agents.holder = None if cluster is None else cluster.holder
 

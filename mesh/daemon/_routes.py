@@ -2,7 +2,7 @@
 
 Every route the daemon serves is a row of :data:`ROUTES`: its method (``WS``
 for a WebSocket upgrade), its path, the :class:`~mesh.daemon._auth.Right` it
-needs, and its handler's name. :class:`Dispatcher` checks the token before it
+needs, and its handler's name. :class:`RouteTable` checks the token before it
 even looks for a route (so a stranger learns nothing, not even which paths
 exist), then the right, then calls the handler; a route without a handler, or
 a handler without a route, stops the daemon at start. A test walks this table
@@ -31,7 +31,7 @@ from transports import (
     websocket_upgrade_handler,
 )
 
-__all__ = ["ROUTES", "Dispatcher", "HttpHandler", "Route", "WebSocketHandler"]
+__all__ = ["ROUTES", "HttpHandler", "Route", "RouteTable", "WebSocketHandler"]
 
 log = get_logger("mesh.daemon")
 
@@ -128,7 +128,7 @@ def resolve(method: str, path: str) -> tuple[Route, dict[str, str]] | HttpRespon
     return refusal(405, f"{method} is not allowed on {path} (allowed: {', '.join(methods)})")
 
 
-class Dispatcher:
+class RouteTable:
     """Authenticates, authorizes and routes every HTTP request and WebSocket upgrade."""
 
     def __init__(

@@ -34,6 +34,7 @@ import anyio.abc
 from mesh._logging import get_logger
 from mesh._orchestrator.links import links_from_manifests
 from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh._tasks import open_task_group
 from mesh.daemon._api import DaemonApi
 from mesh.daemon._auth import Gate
 from mesh.daemon._dial_in import DialIns
@@ -198,7 +199,7 @@ async def serve_daemon(
         if cluster is not None:
             cluster.daemon_url = server.url  # what the other daemons show for this one
         api.cluster = cluster
-        background = await stack.enter_async_context(anyio.create_task_group())
+        background = await stack.enter_async_context(open_task_group())
         await background.start(api.a2a.server.serve)  # A2A tasks run here, stopped with it
         api.lifecycle.start_serving()
         if settings.room_retention is not None:

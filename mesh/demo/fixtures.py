@@ -3,9 +3,9 @@
 * :func:`demo_chat` — Alice (architect) and Bob (critic) on :data:`DEMO_TOPIC`:
   twelve messages, each of Alice's answering Bob's question before it, and Bob's
   last one says goodbye (``GOODBYE`` at turn 12).
-* :func:`demo_review` — an architect and a builder on :data:`REVIEW_TASK`
-  (seed 001): the first diff lacks a test, the critique says so, the second diff
-  adds it, and the architect verifies in round 2 (``CONVERGED`` at turn 7).
+* :func:`demo_review` — an architect and a builder on :data:`REVIEW_TASK`:
+  the first diff lacks a test, the critique says so, the second diff adds it,
+  and the architect verifies in round 2 (``CONVERGED`` at turn 7).
 
 The scripted provider picks reply *n* by how often the agent has spoken in the
 history it is shown, so these replay identically after a pause or a crash.

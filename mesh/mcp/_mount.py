@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+import anyio
+
 from mesh._errors import (
     CallTimeout,
     ConnectionLost,
@@ -215,7 +217,15 @@ class McpMount:
                     message if isinstance(message, str) else None,
                 )
 
-        return await peer.call(method, params, timeout=timeout, on_progress=on_progress)
+        try:
+            return await peer.call(method, params, timeout=timeout, on_progress=on_progress)
+        except ConnectionLost:
+            if ctx is not None and peer.closed:
+                # The MCP link died, and the mesh side of the mount ends with it: that end
+                # (exit status, last stderr lines) fails this call as the caller's own
+                # ConnectionLost. Answered from here it would be a report: a RemoteError.
+                await anyio.sleep_forever()
+            raise
 
     async def list_tools(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
         """The server's tools, fetched now (every page) and cached."""

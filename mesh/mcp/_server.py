@@ -17,13 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-import anyio
-
 from mesh._errors import InvalidParams, MeshError, MethodNotFound
 from mesh._logging import get_logger
 from mesh._rpc.caller import ProgressCallback
 from mesh._rpc.peer import Peer, RequestContext, open_peer
 from mesh._rpc.session import SessionConfig
+from mesh._tasks import open_task_group
 from mesh.mcp._catalog import Authorize, ToolCatalog
 from mesh.mcp._codec import MCP_CODEC, to_wire_id
 from mesh.mcp._revisions import (
@@ -207,7 +206,7 @@ async def serve_mcp(
     server = McpServer(catalog, authorize=authorize, caller=caller)
     async with (
         open_peer(stream, handler=server, config=config, codec=MCP_CODEC) as peer,
-        anyio.create_task_group() as tg,
+        open_task_group() as tg,
     ):
         tg.start_soon(_tell_changes, server, peer)
         await peer.wait_closed()

@@ -1,4 +1,4 @@
-"""A room's events, the pingpong protocol of seed 000 made durable.
+"""A room's events, a turn-taking conversation made durable.
 
 One tagged union on ``type``: ``WELCOME`` (the room, once, first), ``AGENT_JOINED``,
 ``MESSAGE``, ``AGENT_LEFT``, ``ERROR``, ``RESUMED`` and ``STOPPED``. Every event

@@ -56,8 +56,8 @@ Step: TypeAlias = Literal["propose", "implement", "critique", "verify"]
 MemberKind: TypeAlias = Literal["agent", "human"]
 
 #: ``max_turns`` when the spec leaves it out. A chat counts messages: 40 is twenty
-#: each for two agents, the per-agent limit of seed 000. A review counts rounds
-#: (implement, critique, verify), and seed 001 stops after three.
+#: each for two agents (``max_messages_per_agent``'s default). A review counts rounds
+#: (implement, critique, verify) and stops after three (docs/rooms.md).
 DEFAULT_MAX_TURNS: Final = {"chat": 40, "review": 3}
 
 # Room ids become file names (``<id>.jsonl``), so they are as strict as agent ids.

@@ -1,4 +1,4 @@
-"""The room as one member sees it (seed 003's role transformation). Pure functions.
+"""The room as one member sees it (each member's own role transformation). Pure functions.
 
 Language models are trained to answer a ``user`` as the ``assistant``; in a room
 every agent is an assistant. So each member is shown the transcript turned
@@ -34,7 +34,7 @@ __all__ = [
     "system_prompt",
 ]
 
-#: What each review step asks of its speaker (seed 001).
+#: What each review step asks of its speaker (docs/rooms.md).
 STEP_INSTRUCTIONS: Final[dict[Step, str]] = {
     "propose": (
         "You are the architect. Propose a plan for the task: its scope, the steps, "
@@ -62,7 +62,7 @@ _CHAT_STYLE: Final = (
 
 
 def opening(room: Room) -> ChatMessage:
-    """The first message everyone sees: the topic (seed 000's words), or the task."""
+    """The first message everyone sees: the topic, or the task."""
     if room.mode == "review":
         return ChatMessage(role="user", content=f"Task: {room.topic}")
     return ChatMessage(

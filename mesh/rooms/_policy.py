@@ -5,13 +5,13 @@ speaker a room that never stopped would have picked.
 
 A **chat** goes round the members in order, starting with the first, after the
 previous speaker. A member who has sent ``max_messages_per_agent`` messages
-stays silent (seed 000) and is skipped; once fewer than two members may still
+stays silent and is skipped; once fewer than two members may still
 speak there is no conversation left, and :func:`next_turn` returns ``None``.
 People who are ``absent`` (away, or never joined) are skipped too, and a
 person's interjection does not move the turn: the next speaker follows the last
 message that was someone's turn.
 
-A **review** (seed 001) is turn 1 *propose* (architect), then rounds of
+A **review** is turn 1 *propose* (architect), then rounds of
 *implement* (builder), *critique* (architect), *verify* (architect): turns 2-4
 are round 1, 5-7 round 2, and so on. ``max_turns`` counts rounds.
 """

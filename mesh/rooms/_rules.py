@@ -1,6 +1,6 @@
 """When a room stops on its own: the convergence score and the exit rules. Pure functions.
 
-**Score** (seed 003). After every message, the mean over pairs of members of
+**Score** (docs/rooms.md). After every message, the mean over pairs of members of
 the similarity of their latest messages (0 until two members have spoken). The
 similarity of two texts is ``0.6 * jaccard + 0.4 * length_ratio``, where
 ``jaccard`` is the overlap of their sets of words (lowercased, ``[\\w']+``) and

@@ -16,6 +16,7 @@ from typing import Final
 import anyio
 import anyio.abc
 
+from mesh._tasks import open_task_group
 from mesh.testing._process import SPAWN_TIMEOUT, stop_process
 
 __all__ = [
@@ -131,7 +132,7 @@ async def spawn_nats_server(
     _check_version(binary, version.stdout)
     with tempfile.TemporaryDirectory(prefix="mesh-nats-") as temporary:
         server = NatsServer(binary, Path(store_dir or temporary), args)
-        async with anyio.create_task_group() as tg:
+        async with open_task_group() as tg:
             server._tasks = tg
             try:
                 await server.start()

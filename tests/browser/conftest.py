@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import sync_playwright
 
 from tests.integration._daemon import persona_manifest
 
@@ -144,8 +145,7 @@ def chromium() -> Iterator[Any]:
         if os.environ.get("MESH_REQUIRE_BROWSER") == "1":
             pytest.fail("no chromium on PATH: run scripts/ensure-browser.sh (make test does)")
         pytest.skip("no chromium on PATH (scripts/ensure-browser.sh installs it)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]'")
-    with sync_api.sync_playwright() as playwright:
+    with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=executable, headless=True, args=CHROMIUM_ARGS
         )

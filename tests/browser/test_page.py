@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+import trustme
 
 from .conftest import LiveDaemon, screenshot, start_daemon, stop_daemon
 
@@ -161,7 +162,6 @@ def test_text_from_an_agent_is_shown_as_text_never_run(page: Any, tmp_path: Path
 
 
 def test_the_page_signs_in_with_a_token_over_tls(chromium: Any, tmp_path: Path) -> None:
-    trustme = pytest.importorskip("trustme")
     authority = trustme.CA()
     issued = authority.issue_cert("127.0.0.1", "localhost")
     cert, key, bundle = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "ca.pem"

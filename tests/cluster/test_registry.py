@@ -8,7 +8,7 @@ import pytest
 
 from mesh import AgentSpec, local_connector
 from mesh.agents.echo import agent as echo_agent
-from mesh.cluster._link import Message
+from mesh.cluster._link import NatsMessage
 from mesh.cluster._settings import agent_key
 from mesh.cluster._wire import CALL_REPLY, CallFailed
 from mesh.testing import NatsServer, spawn_nats_server
@@ -43,10 +43,10 @@ async def test_bad_entries_in_the_bucket_are_skipped_and_the_rest_mirrors(
 async def test_a_call_that_does_not_decode_is_answered_with_the_reason(nats: NatsServer) -> None:
     async with open_member(nats.url, "a", [AgentSpec("echo", local_connector(echo_agent))]) as a:
         link = a.cluster.link
-        answers: list[Message] = []
+        answers: list[NatsMessage] = []
         got = anyio.Event()
 
-        def on_answer(message: Message) -> None:
+        def on_answer(message: NatsMessage) -> None:
             answers.append(message)
             got.set()
 
@@ -111,3 +111,21 @@ async def test_an_entry_written_while_its_daemon_leaves_is_withdrawn_too(
                 await put_started.wait()
         assert gate.is_set()
         assert await c.cluster.link.kv_get(bucket, key) is None
+
+
+class Mine(Exception):
+    """The caller's own error, raised in the body of a public ``async with``."""
+
+
+async def test_the_clusters_context_managers_raise_the_callers_error_as_itself(
+    nats: NatsServer,
+) -> None:
+    # Each owns a task group; at the boundary a lone error is the caller's again.
+    with anyio.fail_after(SPREAD_TIMEOUT), pytest.raises(Mine) as caught:
+        async with spawn_nats_server():
+            raise Mine("in spawn_nats_server")
+    assert type(caught.value) is Mine
+    with anyio.fail_after(SPREAD_TIMEOUT), pytest.raises(Mine) as caught:
+        async with open_member(nats.url, "alpha"):
+            raise Mine("in open_cluster")
+    assert type(caught.value) is Mine

@@ -72,6 +72,11 @@ async def test_a_room_moves_to_another_member_when_its_holder_leaves(
         assert [e.seq for e in seen] == list(range(1, len(seen) + 1))
         for member in (a, c):
             assert member.rooms is not None
+            # Each member learns of the stop from the stream in its own time: wait until
+            # its own observers have seen it (their subscription ends there), then look.
+            async with member.rooms.subscribe("tea", since=len(seen) - 1) as tail:
+                with anyio.fail_after(SPREAD_TIMEOUT):
+                    assert [type(event) async for event in tail] == [StoppedEvent]
             snapshot = await member.rooms.get("tea")
             assert snapshot.status is RoomStatus.STOPPED
             transcript = await member.rooms.transcript("tea")

@@ -1,4 +1,4 @@
-"""Row 3: the agent's server is killed and restarted on the same port (seed 002's test).
+"""Row 3: the agent's server is killed and restarted on the same port (the protocol's restart test).
 
 A reconnecting client carries on by itself: the next call succeeds without the caller
 doing anything. A client whose server never comes back gives up after its attempts

@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 import ssl
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from functools import partial
@@ -28,8 +28,11 @@ from mesh import (
     ConnectFailed,
     ConnectionLost,
     MeshError,
+    MeshOrchestrator,
     ReconnectPolicy,
+    RoomManager,
     Unauthorized,
+    local_connector,
     open_agent_server,
     open_http_peer,
     open_reconnecting_peer,
@@ -38,7 +41,7 @@ from mesh import (
 )
 from mesh.agents.echo import agent as echo_agent
 from mesh.providers import ChatMessage, ProviderConfig, ProviderUnreachable, open_provider
-from mesh.testing import EchoServer, open_echo_agent, spawn_echo_server
+from mesh.testing import EchoServer, KillableConnector, open_echo_agent, spawn_echo_server
 from transports import (
     CloseCode,
     Connector,
@@ -250,6 +253,45 @@ async def test_the_callers_own_errors_are_not_translated() -> None:
         async with open_echo_agent():
             raise OSError("the caller's own")
     assert not isinstance(caught.value, MeshError)
+
+
+class Mine(Exception):
+    """The caller's own error, raised in the body of a public ``async with``."""
+
+
+def local_stream() -> AbstractAsyncContextManager[Any]:
+    return local_connector(echo_agent)()
+
+
+def killable_stream() -> AbstractAsyncContextManager[Any]:
+    return KillableConnector(echo_agent)()
+
+
+def room_manager(tmp_path: Path) -> AbstractAsyncContextManager[Any]:
+    async def speak(agent_id: str, request: Any) -> Any:
+        raise AssertionError("no room is made here")
+
+    return RoomManager(tmp_path, speak=speak, fsync=False)
+
+
+@pytest.mark.parametrize(
+    "opening",
+    [
+        pytest.param(lambda tmp: local_stream(), id="local_connector"),
+        pytest.param(lambda tmp: killable_stream(), id="KillableConnector"),
+        pytest.param(room_manager, id="RoomManager"),
+        pytest.param(lambda tmp: MeshOrchestrator(), id="MeshOrchestrator"),
+    ],
+)
+async def test_a_public_context_manager_raises_the_callers_error_as_itself(
+    opening: Callable[[Path], AbstractAsyncContextManager[Any]], tmp_path: Path
+) -> None:
+    # Each owns a task group, which wraps what the body raises in an ExceptionGroup;
+    # at the boundary a lone error is the caller's again, as every open_* does.
+    with anyio.fail_after(GUARD), pytest.raises(Mine) as caught:
+        async with opening(tmp_path):
+            raise Mine("the caller's own")
+    assert type(caught.value) is Mine
 
 
 # -- providers --------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import trustme
 
 from mesh import MessageTooLarge, SessionConfig, open_agent_server, open_http_peer
 from mesh.agents.echo import agent as echo_agent
-from mesh.testing import spawn_echo_server
+from tests.faults._helpers import spawn_holding_server, wait_holding
 from transports import (
     FrameRejected,
     FrameTooLarge,
@@ -299,10 +299,13 @@ async def test_server_gone_mid_request_is_transport_closed() -> None:
 
 
 async def test_agent_process_killed_mid_call_is_transport_closed() -> None:
-    async with spawn_echo_server() as agent, open_http_client(agent.http) as stream:
+    async with spawn_holding_server() as agent, open_http_client(agent.http) as stream:
         assert b'"success":true' in await round_trip(stream, request_frame("warm-up"))
-        await stream.send(request_frame("slow", "sleep", seconds=60))
-        await anyio.wait_all_tasks_blocked()  # the POST is on the wire, waiting for its answer
+        await stream.send(request_frame("slow", "hold", seconds=60))
+        with anyio.fail_after(WITHIN):
+            # The agent says when the call is in its hands: only then is the POST on the
+            # wire, waiting for its answer (no task switch of ours can prove that).
+            await wait_holding(agent, 1)
         os.kill(agent.process.pid, signal.SIGKILL)
         with anyio.fail_after(WITHIN), pytest.raises(TransportClosed) as closed:
             await stream.receive()

@@ -146,6 +146,50 @@ async def test_a_request_head_is_accepted_up_to_the_documented_limit_and_not_a_b
     assert answer.startswith(b"HTTP/1.1 %d " % status), answer[:80]
 
 
+async def _answers(srv: HttpServer, data: bytes, count: int) -> bytes:
+    """Send ``data`` on a fresh connection; read until ``count`` answer heads came, or the end."""
+    answer = b""
+    with anyio.fail_after(10):
+        async with await anyio.connect_tcp(srv.host, srv.port) as tcp:
+            await tcp.send(data)
+            while answer.count(b"HTTP/1.1 ") < count:
+                try:
+                    answer += await tcp.receive()
+                except anyio.EndOfStream:
+                    break
+    return answer
+
+
+async def test_a_pipelined_request_whose_head_is_over_the_limit_gets_431() -> None:
+    config = HttpServerConfig(max_header_size=256, request_timeout=5, keepalive_timeout=5)
+    async with server(config=config) as srv:
+        first = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
+        second = b"GET /health HTTP/1.1\r\nhost: x\r\nx-pad: " + b"p" * 300 + b"\r\n\r\n"
+        answer = await _answers(srv, first + second, 2)
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert b"HTTP/1.1 431 " in answer and b"256-byte limit" in answer
+
+
+async def test_a_chunked_body_over_the_limit_gets_413() -> None:
+    chunk = b"x" * 1500
+    body = b"%x\r\n%s\r\n" % (len(chunk), chunk) * 2 + b"0\r\n\r\n"  # 3000 bytes > 2048
+    head = b"POST /rpc HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+    async with server() as srv:
+        answer = await _answers(srv, head + body, 1)
+    assert answer.startswith(b"HTTP/1.1 413 ") and b"2048-byte limit" in answer
+
+
+async def test_an_upgrade_request_with_a_body_gets_400() -> None:
+    head = (
+        b"GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: Upgrade\r\n"
+        b"sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n"
+        b"content-length: 5\r\n\r\nhello"
+    )
+    async with server() as srv:
+        answer = await _answers(srv, head, 1)
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"must not carry a body" in answer
+
+
 async def test_a_streamed_body_arrives_in_pieces_and_a_crashed_one_ends_only_its_answer() -> None:
     from transports import BodyWriter, HttpRequest, HttpResponse, open_http_server
 

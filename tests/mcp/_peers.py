@@ -4,8 +4,10 @@
   stdio or streamable HTTP.
 - ``peers/``: the npm packages ``@modelcontextprotocol/server-everything`` and
   ``@modelcontextprotocol/inspector``, pinned by ``package-lock.json`` and installed by
-  ``make test`` (``npm ci``) wherever ``node`` is. Without node those tests skip, and
-  say so; with node but without the install they fail, and say how to fix it.
+  ``make test`` (``npm ci``). Without node those tests skip and say so, unless
+  ``MESH_REQUIRE_NODE=1`` (set by ``make test``) or ``CI`` makes a missing node a
+  failure, as a missing browser is; with node but without the install they fail, and
+  say how to fix it.
 """
 
 from __future__ import annotations
@@ -41,7 +43,10 @@ def node_bin(package: str, script: str) -> list[str]:
     """``node <script>`` of an installed npm peer (skips without node, fails without install)."""
     node = shutil.which("node")
     if node is None:
-        pytest.skip("node is not installed: the npm MCP peers need Node.js 20 (see tests/mcp)")
+        missing = "node is not installed: the npm MCP peers need Node.js 20 (see tests/mcp)"
+        if os.environ.get("MESH_REQUIRE_NODE") == "1" or os.environ.get("CI"):
+            pytest.fail(missing)
+        pytest.skip(missing)
     path = PEERS / "node_modules" / package / script
     if not path.exists():
         pytest.fail(

@@ -1,4 +1,4 @@
-"""Perspectives (seed 003): the same history as A, B and C see it; awareness levels."""
+"""Perspectives: the same history as A, B and C see it; awareness levels."""
 
 from __future__ import annotations
 

@@ -260,7 +260,9 @@ async def test_the_per_peer_default_can_be_fail_fast(server: MemoryServer) -> No
                 await peer.ping()
             server.start()
             await peer.wait_connected()
-            assert await peer.ping() >= 0
+            answered = peer.statistics().calls_succeeded
+            await peer.ping()  # over the new connection, without waiting: it is up
+            assert peer.statistics().calls_succeeded == answered + 1
             await server.stop()
             await events.wait_for("reconnecting", count=2)
             server.start()
@@ -533,3 +535,129 @@ async def test_peers_sharing_an_admission_limiter_take_turns_to_connect() -> Non
             assert limiter.statistics().tasks_waiting == 1
             gate.set()
     assert dials == [0, 1] and len(answered) == 2
+
+
+# -- what is worth another attempt (ReconnectPolicy.process_exception) ------------------------
+
+
+async def test_a_hook_with_a_bug_gives_up_at_once_and_names_the_bug(server: MemoryServer) -> None:
+    events = EventLog()
+
+    async def on_connect(peer: Peer) -> None:
+        raise TypeError("register() missing 1 required positional argument: 'peer'")
+
+    with capture_logs() as logs, anyio.fail_after(GUARD), pytest.raises(ConnectionLost) as caught:
+        async with opener(server, events, on_connect=on_connect)():  # would retry for ever
+            pytest.fail("should not connect")
+    assert server.dials == 1 and events.kinds == ["gave_up", "closed"]
+    assert str(caught.value) == (
+        "gave up connecting to agent 'echo' after 1 attempt, not a network error: "
+        "TypeError: register() missing 1 required positional argument: 'peer'"
+    )
+    assert type(caught.value.__cause__) is TypeError  # the bug itself, not a group around it
+    [line] = [entry for entry in logs if entry["event"] == "mesh.connection_gave_up"]
+    assert "TypeError: register() missing" in line["error"]
+    assert not [entry for entry in logs if "ExceptionGroup" in str(entry)]
+
+
+async def test_a_bug_wrapped_in_a_task_group_is_seen_for_what_it_is() -> None:
+    dials = 0
+
+    @asynccontextmanager
+    async def connector() -> AsyncIterator[FrameStream]:
+        nonlocal dials
+        dials += 1
+        async with anyio.create_task_group():  # a connector of its own: anyio wraps the error
+            raise KeyError("token")
+        yield memory_stream_pair()[0]  # pragma: no cover - never reached
+
+    events = EventLog()
+    opening = open_reconnecting_peer(connector, agent="echo", on_event=events, policy=FAST)
+    with anyio.fail_after(GUARD), pytest.raises(ConnectionLost) as caught:
+        async with opening:
+            pytest.fail("should not connect")
+    assert dials == 1 and "not a network error: KeyError: 'token'" in str(caught.value)
+    assert type(caught.value.__cause__) is KeyError
+
+
+async def test_a_hook_that_breaks_on_a_reconnect_stops_there(server: MemoryServer) -> None:
+    events = EventLog()
+    hooked = 0
+
+    async def on_connect(peer: Peer) -> None:
+        nonlocal hooked
+        hooked += 1
+        if hooked == 2:
+            raise AttributeError("'NoneType' object has no attribute 'register'")
+
+    with anyio.fail_after(GUARD):
+        async with opener(server, events, on_connect=on_connect)() as peer:
+            await server.kill()
+            gave_up = await events.wait_for("gave_up")
+            with pytest.raises(ConnectionLost, match="not a network error: AttributeError"):
+                await echo(peer, "still there?")
+    assert hooked == 2 and server.dials == 2
+    assert events.kinds == ["connected", "disconnected", "reconnecting", "gave_up", "closed"]
+    assert "gave up reconnecting" in str(gave_up.error)
+
+
+async def test_a_network_error_in_a_task_group_is_still_retried() -> None:
+    dials = 0
+
+    @asynccontextmanager
+    async def connector() -> AsyncIterator[FrameStream]:
+        nonlocal dials
+        dials += 1
+        if dials == 1:
+            async with anyio.create_task_group():
+                raise ConnectionResetError("reset by peer")
+        client, server = memory_stream_pair()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve_peer, server, echo_agent)
+            yield client
+            await client.aclose()
+
+    events = EventLog()
+    with anyio.fail_after(GUARD):
+        async with open_reconnecting_peer(
+            connector, agent="echo", on_event=events, policy=FAST
+        ) as peer:
+            assert await echo(peer, "hi") == "hi"
+    assert dials == 2 and events.kinds[:2] == ["reconnecting", "connected"]
+    assert "reset by peer" in str(events.events[0].error)
+
+
+async def test_the_policy_can_say_what_is_final(server: MemoryServer) -> None:
+    events = EventLog()
+    server.refuse = 1
+
+    def process_exception(exc: Exception) -> Exception | None:
+        return exc if isinstance(exc, ConnectFailed) else None  # this server never comes back
+
+    policy = ReconnectPolicy(base=0.01, process_exception=process_exception)
+    with anyio.fail_after(GUARD), pytest.raises(ConnectionLost) as caught:
+        async with opener(server, events, policy=policy)():
+            pytest.fail("should not connect")
+    assert server.dials == 1 and isinstance(caught.value.__cause__, ConnectFailed)
+
+
+def test_the_default_classifier_retries_the_network_and_stops_on_bugs_and_refusals() -> None:
+    classify = ReconnectPolicy().classify
+    for transient in (
+        ConnectFailed("refused"),
+        ConnectionLost("dropped"),
+        CallTimeout("slow"),
+        ConnectionResetError("reset"),
+        TransportClosed("closed"),
+        anyio.BrokenResourceError(),
+        ExceptionGroup("two", [OSError("a"), ConnectFailed("b")]),
+    ):
+        assert classify(transient) is None, transient
+    for final in (TypeError("bug"), KeyError("k"), Unauthorized("no"), RuntimeError("x")):
+        assert classify(final) is final
+    lost = ConnectionLost("closed with 4003")
+    lost.close_code = 4003
+    assert classify(lost) is lost
+    bug = TypeError("bug")
+    assert classify(ExceptionGroup("one", [ExceptionGroup("inner", [bug])])) is bug
+    assert classify(ExceptionGroup("mixed", [OSError("net"), bug])) is bug

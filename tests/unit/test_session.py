@@ -287,7 +287,7 @@ def test_completed_calls_do_not_accumulate_deadlines() -> None:
         (request,) = deliver(client, server)
         server.send_response(request.id, None)
         deliver(server, client)
-    assert len(client._deadlines) < 1_000
+    assert len(client._calls._deadlines) < 1_000
     assert client.statistics().calls_succeeded == 5_000
 
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import anyio
 import anyio.to_thread
 
+from mesh._tasks import open_task_group
 from mesh.protocol import now_ms
 from mesh.rooms._engine import Clock, Presence, Speak
 from mesh.rooms._events import LiveEvent, MessageEvent, RoomEvent
@@ -125,7 +126,7 @@ class RoomManager:
         store = self._table.store
         await anyio.to_thread.run_sync(store.open)
         try:
-            async with anyio.create_task_group() as tg:
+            async with open_task_group() as tg:
                 self._engines.tasks = tg
                 if self._registry is not None:
                     await tg.start(self._follower.follow, self._registry)

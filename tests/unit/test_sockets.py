@@ -1,0 +1,92 @@
+"""The socket fast path is taken on both backends, and a fallback says so once.
+
+``transports/_sockets.py`` reaches under anyio (a private transport on asyncio, the
+raw socket on trio); were anyio to change, the WebSocket would still work, only
+slower, so nothing else would notice. This does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import anyio.abc
+import pytest
+import sniffio
+from structlog.testing import capture_logs
+
+from transports import _sockets
+from transports._sockets import READ_SIZE, shrink_reads, socket_io
+
+pytestmark = pytest.mark.anyio
+
+GUARD = 10.0
+
+
+@asynccontextmanager
+async def tcp_pair() -> AsyncIterator[tuple[anyio.abc.SocketStream, anyio.abc.SocketStream]]:
+    """Both ends of a loopback TCP connection, as anyio hands them out."""
+    accepted: list[anyio.abc.SocketStream] = []
+    arrived = anyio.Event()
+
+    async def accept(stream: anyio.abc.SocketStream) -> None:
+        async with stream:  # closed when the pair is done with
+            accepted.append(stream)
+            arrived.set()
+            await anyio.sleep_forever()
+
+    with anyio.fail_after(GUARD):
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        async with listener, anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, accept)
+            port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            async with await anyio.connect_tcp("127.0.0.1", port) as client:
+                await arrived.wait()
+                yield client, accepted[0]
+                tg.cancel_scope.cancel()
+
+
+async def test_the_fast_path_is_taken_and_carries_bytes_both_ways() -> None:
+    async with tcp_pair() as (client, server):
+        with capture_logs() as logs:
+            io = socket_io(client)
+        if sniffio.current_async_library() == "asyncio":
+            assert isinstance(io, _sockets._AsyncioIO)  # our protocol owns the transport
+        else:
+            assert isinstance(io, _sockets._QueuedIO) and io._sock is not None  # trio's socket
+        assert not [line for line in logs if "fast_path" in line["event"]]
+        assert io.write(b"ping")  # the socket had room: written at once, no wait
+        with anyio.fail_after(GUARD):
+            assert await server.receive() == b"ping"
+            await server.send(b"pong")
+            assert await io.receive() == b"pong"
+
+
+async def test_asyncio_reads_are_shrunk_to_trios_size() -> None:
+    async with tcp_pair() as (client, _):
+        shrink_reads(client)
+        if sniffio.current_async_library() == "asyncio":
+            transport = client._transport  # type: ignore[attr-defined]
+            assert transport.max_size == READ_SIZE
+
+
+async def test_a_fallback_is_logged_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As if anyio had changed: no private transport, no raw socket.
+    monkeypatch.setattr(_sockets, "_asyncio_transport", lambda stream: None)
+    monkeypatch.setattr(_sockets, "_warned", set())
+    async with tcp_pair() as (client, server):
+        monkeypatch.setattr(client, "extra", lambda attribute, default=None: default)
+        with capture_logs() as logs:
+            first, second = socket_io(client), socket_io(client)
+        assert isinstance(first, _sockets._QueuedIO) and first._sock is None
+        assert isinstance(second, _sockets._QueuedIO)
+        [line] = [
+            line for line in logs if line["event"] == "transports.socket_fast_path_unavailable"
+        ]
+        assert line["log_level"] == "warning"
+        assert line["backend"] == sniffio.current_async_library() and line["anyio"].startswith("4.")
+        assert not first.write(b"queued")  # every write now waits on anyio ...
+        with anyio.fail_after(GUARD):
+            await first.drain()
+            assert await server.receive() == b"queued"  # ... and still arrives
