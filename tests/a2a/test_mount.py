@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mesh import AgentSpec, CallTimeout, ConnectionLost, ManifestError, MeshOrchestrator
+from mesh import AgentSpec, CallTimeout, ErrorCode, ManifestError, MeshError, MeshOrchestrator
 from mesh.a2a import a2a_connector
 from mesh.manifests import load_manifest
 from mesh.rooms import MessageEvent, decode_event
@@ -77,7 +77,7 @@ async def test_a_mesh_cancel_becomes_cancel_task_and_a_killed_agent_fails_the_ca
                     while len(peer.cancelled) < 2:
                         await peer.wait_more()
                 started = anyio.Event()
-                failure: list[BaseException] = []
+                failure: list[MeshError] = []
 
                 async def count_until_killed() -> None:
                     arguments = {"to": 100_000, "every": 0.05}
@@ -85,7 +85,7 @@ async def test_a_mesh_cancel_becomes_cancel_task_and_a_killed_agent_fails_the_ca
                         await mesh.call_tool(
                             "shouter", "count", arguments, on_progress=lambda _: started.set()
                         )
-                    except ConnectionLost as exc:
+                    except MeshError as exc:  # the mount's ConnectionLost, as its answer
                         failure.append(exc)
 
                 async with anyio.create_task_group() as tg:
@@ -94,6 +94,7 @@ async def test_a_mesh_cancel_becomes_cancel_task_and_a_killed_agent_fails_the_ca
                     peer.process.kill()
                 # Failed with the link's loss, not after the call's deadline (30 s).
                 assert failure and "shouter" in str(failure[0])
+                assert failure[0].code == ErrorCode.CONNECTION_LOST
 
 
 async def test_a_mounted_agent_answers_rpc_mesh_call_and_sits_in_a_room(tmp_path: Path) -> None:
