@@ -91,6 +91,7 @@ def spec_from_manifest(
             env=transport.env,
             cwd=transport.cwd,
             max_frame_size=limit,
+            agent=manifest.id,
         )
         kind = "stdio"
     elif isinstance(transport, HttpSection):

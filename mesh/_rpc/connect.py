@@ -98,10 +98,16 @@ async def open_stdio_peer(
     command's file name).
     """
     max_frame_size = config.max_frame_size if config else DEFAULT_MAX_FRAME_SIZE
-    dial = open_stdio_process(
-        command, args, env=env, inherit_env=inherit_env, cwd=cwd, max_frame_size=max_frame_size
-    )
     name = agent or os.path.basename(command)
+    dial = open_stdio_process(
+        command,
+        args,
+        env=env,
+        inherit_env=inherit_env,
+        cwd=cwd,
+        max_frame_size=max_frame_size,
+        agent=name,
+    )
     async with _open(dial, "stdio", name, config, handler, connect_timeout) as peer:
         yield peer
 

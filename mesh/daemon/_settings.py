@@ -65,10 +65,10 @@ LOOPBACK: Final = ("localhost", "127.0.0.0/8", "::1")
 
 class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
-    port: int = msgspec.field(default=8700)
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8700
     manifests: str = "manifests"
     #: SIGTERM waits this long for calls in flight before stopping anyway.
-    drain_timeout: float = 10.0
+    drain_timeout: Annotated[float, msgspec.Meta(ge=0)] = 10.0
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
     max_body_size: _Positive = 1 << 20
@@ -192,7 +192,9 @@ def load_settings(
         if variable in env:
             merged[name] = env[variable]
             source = f"{source} + ${variable}"
-    merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    flags = {k: v for k, v in (overrides or {}).items() if v is not None}
+    merged.update(flags)
+    source += " + flags" if flags else ""
     try:
         settings = msgspec.convert(merged, DaemonSettings, strict=False)
     except msgspec.ValidationError as exc:

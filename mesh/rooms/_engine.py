@@ -14,7 +14,8 @@ duplicated or replayed after a crash is recorded exactly once.
 
 **Failures.** A failed attempt (timeout, error, dropped or empty reply) is an
 ``ERROR`` event and is retried after ``retry_delay`` seconds, doubling; after
-``max_failures`` in a row the room stops with ``ERROR``. If the speaker turns out
+``max_failures`` in a row the room stops with ``ERROR`` (at once for an error that
+would only repeat: method not found, invalid params, refused). If the speaker turns out
 to be offline, it is not counted: the room waits for it instead (``AGENT_LEFT``,
 then ``AGENT_JOINED`` or, after ``agent_grace``, ``AGENT_LOST``).
 
@@ -322,7 +323,7 @@ class RoomRunner:
                     continue  # not the turn's fault: wait for the member instead
                 failures += 1
                 await self._failed(request, error, code, failures)
-                verdict = check_failures(self._room, failures, plan.turn, error)
+                verdict = check_failures(self._room, failures, plan.turn, error, code)
                 if verdict is not None:
                     return verdict
                 await anyio.sleep(

@@ -90,6 +90,7 @@ def mesh_describer(orchestrator: MeshOrchestrator, *, timeout: float = 10.0) -> 
         try:
             result: Any = await orchestrator.call(agent_id, ROOM_PERSONA, timeout=timeout)
         except MethodNotFound:
+            await _check_can_chat(orchestrator, agent_id, timeout)
             name = record.name if record is not None else agent_id
             return Member(id=AgentId(agent_id), name=name, role="participant")
         except MeshError as exc:
@@ -104,6 +105,25 @@ def mesh_describer(orchestrator: MeshOrchestrator, *, timeout: float = 10.0) -> 
             raise InvalidRoomSpec(f"member {agent_id!r} answered room/persona with {exc}") from exc
 
     return describe
+
+
+async def _check_can_chat(orchestrator: MeshOrchestrator, agent_id: str, timeout: float) -> None:
+    """Refuse an agent that says what it serves (``agent/info`` ``methods``) and no ``room/turn``.
+
+    An agent that does not say (not written with the SDK) is taken at its word: its
+    first turn tells.
+    """
+    try:
+        info: Any = await orchestrator.call(agent_id, "agent/info", timeout=timeout)
+    except MeshError as exc:
+        raise InvalidRoomSpec(f"member {agent_id!r} is not available: {exc}") from exc
+    methods = info.get("methods") if isinstance(info, dict) else None
+    if isinstance(methods, list) and ROOM_TURN not in methods:
+        raise InvalidRoomSpec(
+            f"member {agent_id!r} cannot take turns in a room: it serves no {ROOM_TURN} "
+            "(a tool-only agent; a persona agent can, see docs/rooms.md)",
+            agent=agent_id,
+        )
 
 
 def registry_presence(registry: Registry) -> Presence:

@@ -77,7 +77,9 @@ class StopReason(enum.StrEnum):
 
     CONVERGED = "CONVERGED"  # "Verified…" from the verifier, or the score passed the threshold
     NO_IMPROVEMENT = "NO_IMPROVEMENT"  # an agent repeated its previous output
-    MAX_TURNS = "MAX_TURNS"  # the turn limit, or too few members left under their message limit
+    MAX_TURNS = (
+        "MAX_TURNS"  # the turn limit, or no one but the last speaker under the message limit
+    )
     GOODBYE = "GOODBYE"  # an agent said goodbye
     PAUSED = "PAUSED"  # someone paused it; resume continues at the next turn
     AGENT_LOST = "AGENT_LOST"  # a member stayed offline past the grace period

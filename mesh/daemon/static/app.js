@@ -193,7 +193,9 @@ function renderAgents() {
     if (agent.link_error) status.append(small(agent.link_error));
     row.append(who, status, cell(agent.transport || ""));
     body.append(row);
-    if (agent.status === "online" || checked.has(agent.id)) {
+    // Members are agents that can take turns: persona agents declare the `chat` capability.
+    const chats = (agent.capabilities || []).includes("chat");
+    if ((agent.status === "online" && chats) || checked.has(agent.id)) {
       const label = document.createElement("label");
       const box = document.createElement("input");
       box.type = "checkbox";

@@ -36,7 +36,7 @@ from mesh.rooms._model import (
 from mesh.rooms._observers import RoomEvents
 from mesh.rooms._people import clean_name
 from mesh.rooms._state import RoomState
-from registry import AgentId
+from registry import AgentId, Registry
 
 __all__ = ["Catalog"]
 
@@ -52,11 +52,13 @@ class Catalog:
         engines: Engines,
         describe: Describe | None,
         presence: Presence | None,
+        registry: Registry | None = None,
     ) -> None:
         self._table = table
         self._engines = engines
         self._describe = describe
         self._presence = presence
+        self._registry = registry  # tells an unknown id from an offline agent
         self._reserved: set[str] = set()
 
     async def create(self, spec: RoomSpec, *, owner: str | None = None) -> RoomSnapshot:
@@ -120,7 +122,9 @@ class Catalog:
             name = checked(clean_name, member.name or member.id)
             return Member(id=member.id, name=name, role=member.role or "person", kind="human")
         if self._presence is not None and not self._presence(member.id):
-            raise InvalidRoomSpec(f"member {member.id!r} is not online", agent=member.id)
+            unknown = self._registry is not None and self._registry.get(member.id) is None
+            why = f": no agent {member.id!r} is registered" if unknown else " is not online"
+            raise InvalidRoomSpec(f"member {member.id!r}{why}", agent=member.id)
         described = Member(id=member.id)
         if self._describe is not None and not (member.name and member.role):
             try:

@@ -82,7 +82,7 @@ class RoomManager:
             presence = registry_presence(registry)
         self._resume = resume
         self._engines = Engines(self._table, speak, presence)
-        self._catalog = Catalog(self._table, self._engines, describe, presence)
+        self._catalog = Catalog(self._table, self._engines, describe, presence, registry)
         self._seats = Seats(self._table)
         self._port = ReplicaPort(self._table, self._engines)
         self._follower = RegistryFollower(self._table, presence)
