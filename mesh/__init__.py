@@ -9,6 +9,9 @@ MCP both ways (mount MCP servers, serve agents to MCP clients) in :mod:`mesh.mcp
 
 # Imported for its effect too: mesh.mcp registers the manifests' `protocol = "mcp"`.
 from mesh import mcp as mcp
+
+# Likewise mesh.a2a registers `protocol = "a2a"` (docs/a2a.md).
+from mesh import a2a as a2a  # isort: skip
 from mesh._errors import (
     AgentUnavailable,
     CallTimeout,

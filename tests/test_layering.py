@@ -38,6 +38,8 @@ WINGS = (
     Wing("mesh.rooms", 7),
     # MCP both ways: serving needs the orchestrator; `mesh` imports it to register "mcp"
     Wing("mesh.mcp", 7),
+    # A2A both ways: the same place as MCP, for the same reasons
+    Wing("mesh.a2a", 7),
     Wing("mesh", 8, package=False),  # the curated public surface
     Wing("mesh.agents", 9),
     Wing("mesh.cluster", 9),  # many daemons over NATS: above rooms, below the daemon

@@ -31,6 +31,7 @@ from mesh._metrics import served
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.view import LINK_STATUSES
 from mesh._tracing import serving, trace_from
+from mesh.daemon._a2a import DaemonA2a
 from mesh.daemon._agents import AgentRoutes
 from mesh.daemon._auth import Gate, Identity, Right
 from mesh.daemon._lifecycle import Lifecycle
@@ -137,6 +138,12 @@ class DaemonApi:
             host=settings.host,
         )
         self.probes = Probes(orchestrator, self.lifecycle)
+        self.a2a = DaemonA2a(
+            orchestrator,
+            secure=settings.tls_cert is not None,
+            max_call_timeout=settings.max_call_timeout,
+            endpoint_hosts=settings.endpoint_hosts,
+        )
         self.dispatcher = RouteTable(
             gate,
             http={
@@ -154,6 +161,8 @@ class DaemonApi:
                 "revoke_token": self.handle_revoke_token,
                 "mcp": self.mcp.handle_http,
                 **self.probes.http_handlers(),
+                "a2a_card": self.a2a.handle_card,
+                "a2a": self.a2a.handle_rpc,
                 **room_handlers,
                 **(more_http or {}),
             },

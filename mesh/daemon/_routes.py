@@ -109,6 +109,9 @@ ROUTES: Final = (
     Route("POST", "/mcp", Right.CALL, "mcp"),
     Route("DELETE", "/mcp", Right.CALL, "mcp"),
     Route("WS", "/mcp", Right.CALL, "mcp_stream"),
+    # A2A (docs/a2a.md): each agent's card, and its JSON-RPC endpoint (SSE for streams).
+    Route("GET", "/a2a/{agent}/.well-known/agent-card.json", Right.READ, "a2a_card"),
+    Route("POST", "/a2a/{agent}", Right.CALL, "a2a"),
 )
 
 

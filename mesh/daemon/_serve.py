@@ -205,6 +205,7 @@ async def serve_daemon(
             cluster.daemon_url = server.url  # what the other daemons show for this one
         api.cluster = cluster
         background = await stack.enter_async_context(open_task_group())
+        await background.start(api.a2a.server.serve)  # A2A tasks run here, stopped with it
         api.lifecycle.start_serving()
         if settings.room_retention is not None:
             background.start_soon(_delete_old_rooms, rooms, settings.room_retention)
