@@ -5,8 +5,8 @@ agent's card; ``POST /a2a/{agent}`` (the ``call`` right) is its JSON-RPC
 endpoint. Before either, the agent must be one the daemon knows (404) and its
 manifest's ``access.callers`` must admit the token (403: the orchestrator's door,
 asked ahead; every call a task makes passes the door again). An agent a token may
-not call has, for that token, no card either. Tasks belong to the token that made them: another token asking for
-one is told there is no such task.
+not call has, for that token, no card either. Tasks belong to the token that made
+them: another token asking for one is told there is no such task.
 """
 
 from __future__ import annotations
