@@ -5,8 +5,8 @@ every call they serve): ``vault`` admits only the client token ``ops``;
 ``mole`` admits anyone. The client token ``dev`` then tries every way there is
 to reach ``vault`` — ``/rpc``, ``/broadcast``, through ``mole`` (``mesh/call``),
 a room (``POST /rooms`` and the MCP room tool), ``/mcp`` ``tools/call``,
-``mesh mcp``, and joining a room as a person — and each is refused (403 or
-Forbidden, -32007) while ``vault`` never runs.
+``mesh mcp``, A2A (the card and ``SendMessage``), and joining a room as a
+person — and each is refused (403 or Forbidden, -32007) while ``vault`` never runs.
 """
 
 from __future__ import annotations
@@ -129,6 +129,24 @@ async def test_every_surface_refuses_an_identity_the_agent_refuses(tmp_path: Pat
         relayed = await through_mesh_mcp(daemon, dev, tool_call("vault__echo", said))
         assert relayed["result"]["isError"] is True, relayed
         assert "does not accept calls from client token 'dev'" in json.dumps(relayed)
+        # A2A: for dev, vault has neither a card nor an endpoint that answers
+        async with daemon.client(token=dev) as http:
+            card = await http.get("/a2a/vault/.well-known/agent-card.json")
+            assert card.status_code == 403, card.text
+            message = {
+                "messageId": "m1",
+                "role": "ROLE_USER",
+                "parts": [{"data": {"tool": "echo", "arguments": said}}],
+            }
+            send = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendMessage",
+                "params": {"message": message},
+            }
+            a2a = await http.post("/a2a/vault", json=send, headers={"A2A-Version": "1.0"})
+            assert a2a.status_code == 403, a2a.text
+            assert "access.callers" in a2a.text
         assert vault_calls(log) == [], "a refused call reached vault"
         # The rule is the token's, not the surface's: ops gets through the same doors.
         async with daemon.client(token=ops) as http:
