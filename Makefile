@@ -10,7 +10,7 @@ LLM_STAMP := $(VENV)/.installed-llm
 PEERS       := tests/mcp/peers
 PEERS_STAMP := $(PEERS)/node_modules/.installed
 
-.PHONY: test demo demo-cluster demo-llm test-llm browser bench bench-smoke soak lint typecheck peers clean
+.PHONY: test demo demo-cluster demo-llm test-llm browser prometheus bench bench-smoke soak lint typecheck peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,9 +36,13 @@ peers: $(PEERS_STAMP)
 browser:
 	bash scripts/ensure-browser.sh
 
+# tests/observe need Debian's prometheus (the server and promtool): installed here when missing.
+prometheus:
+	bash scripts/ensure-prometheus.sh
+
 # Branch coverage of the library, child processes included (pyproject's [tool.coverage]):
 # printed, and the run fails under its floor (fail_under, a ratchet).
-test: lint typecheck peers browser
+test: lint typecheck peers browser prometheus
 	rm -f .coverage .coverage.*
 	MESH_REQUIRE_BROWSER=1 MESH_REQUIRE_NODE=1 $(BIN)/coverage run -m pytest
 	$(BIN)/coverage combine --quiet

@@ -48,7 +48,9 @@ SCENARIO_MODULES: tuple[str, ...] = (
     "bench.own_vs_library",
     "bench.mesh_scenarios",
     "bench.mcp_scenarios",
+    "bench.a2a_scenarios",
     "bench.cluster_scenarios",
+    "bench.observe_scenarios",
 )
 
 

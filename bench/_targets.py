@@ -135,6 +135,19 @@ def _mcp(f: _Figures) -> Iterator[Check]:
                 )
 
 
+def _a2a(f: _Figures) -> Iterator[Check]:
+    for mode in ("sequential", "inflight64"):
+        for backend in BACKENDS:
+            ratio = f.ratio("mesh-a2a-serve", "a2a-server-sdk", mode, backend, "calls_per_s")
+            yield Check(f"A2A serving / the SDK's server, {mode}", backend, ratio, 5.0, True, "x")
+    for mode in ("sequential", "inflight64"):
+        for backend in BACKENDS:
+            ratio = f.ratio("mesh-a2a-mount", "a2a-client-sdk", mode, backend, "p50_us")
+            yield Check(
+                f"A2A mount p50 / SDK client direct, {mode}", backend, ratio, 1.2, False, "x"
+            )
+
+
 def _cluster(f: _Figures) -> Iterator[Check]:
     """Across daemons vs (one daemon + one bare NATS request/reply): latencies add when
     sequential; with 64 in flight, time per call (1 / rate) adds."""
@@ -166,6 +179,20 @@ def _cluster(f: _Figures) -> Iterator[Check]:
         )
 
 
+def _observability(f: _Figures) -> Iterator[Check]:
+    for scenario, where in (("obs-stdio", "stdio"), ("obs-memory", "in-process")):
+        for backend in BACKENDS:
+            ratio = f.ratio(scenario, f"{scenario}-bare", "sequential", backend, "calls_per_s")
+            yield Check(
+                f"{where} sequential, metrics on and tracing off / no hooks",
+                backend,
+                ratio,
+                0.97,
+                True,
+                "x",
+            )
+
+
 RULES: tuple[tuple[str, Rule], ...] = (
     ("a lighter core (issue 17)", _core),
     ("stdio (issue 17)", _stdio),
@@ -174,7 +201,9 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("idle links (issue 17)", _idle),
     ("trio against asyncio (issue 17)", _trio),
     ("MCP both ways (issue 14)", _mcp),
+    ("A2A both ways (issue 25)", _a2a),
     ("cluster (issue 16)", _cluster),
+    ("observability costs at most 3 % (issue 26)", _observability),
 )
 
 

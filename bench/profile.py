@@ -27,12 +27,13 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 if TYPE_CHECKING:
-    from mesh import Agent, Peer
+    from mesh import Agent, MeshOrchestrator, Peer
+    from transports import Connector, FrameStream
 
 __all__ = ["callgrind_per_call", "main"]
 
@@ -84,9 +85,68 @@ async def _pipe_link(agent: Agent) -> AsyncIterator[Peer]:
     await caller.aclose()
 
 
-async def _calls(n: int, *, profile: str | None = None, transport: str = "memory") -> float:
+class _Through:
+    """Calls the echo agent through an orchestrator, as ``peer.call_tool`` would."""
+
+    def __init__(self, mesh: MeshOrchestrator) -> None:
+        self._mesh = mesh
+
+    async def call_tool(self, name: str, arguments: dict[str, str]) -> Any:
+        return await self._mesh.call_tool("echo", name, arguments)
+
+
+def _pipe_connector(agent: Agent) -> Connector:
+    """A connector to ``agent`` served in this process over two pipes (the stdio transport)."""
+
+    @contextlib.asynccontextmanager
+    async def connect() -> AsyncIterator[FrameStream]:
+        from mesh import serve_peer
+        from transports._lines import LineChannel
+        from transports._stdio import StdioServerStream
+
+        to_agent, to_caller = os.pipe(), os.pipe()
+        limit = 1 << 20
+        served = StdioServerStream(LineChannel(to_agent[0], to_caller[1], max_frame_size=limit))
+        caller = StdioServerStream(LineChannel(to_caller[0], to_agent[1], max_frame_size=limit))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve_peer, served, agent)
+            yield caller
+            tg.cancel_scope.cancel()
+        await served.aclose()
+        await caller.aclose()
+
+    return connect
+
+
+@contextlib.asynccontextmanager
+async def _open_caller(transport: str, hooks: str | None) -> AsyncIterator[Any]:
+    """The link as it is, or (``hooks``) a ``MeshOrchestrator`` over it, the call path's
+    hook in place: ``bare`` without it, ``on`` as shipped (tracing off), ``sdk`` with
+    every call sampled (see bench/observe_scenarios.py)."""
+    if hooks is None:
+        async with _open_link(transport) as peer:
+            yield peer
+        return
+    from bench.observe_scenarios import prepare
+    from mesh import AgentSpec, MeshOrchestrator, local_connector
+    from mesh.agents.echo import agent
+
+    prepare(hooks)
+    if transport == "memory":
+        spec = AgentSpec("echo", local_connector(agent))
+    elif transport == "pipe":
+        spec = AgentSpec("echo", _pipe_connector(agent), transport="stdio")
+    else:
+        raise SystemExit("--hooks measures over memory or pipe")
+    async with MeshOrchestrator([spec]) as mesh:
+        yield _Through(mesh)
+
+
+async def _calls(
+    n: int, *, profile: str | None = None, transport: str = "memory", hooks: str | None = None
+) -> float:
     """Run `n` sequential ``tools/call echo`` on one link; the CPU seconds they took."""
-    async with _open_link(transport) as peer:
+    async with _open_caller(transport, hooks) as peer:
         for _ in range(WARM_CALLS):
             await peer.call_tool("echo", ARGUMENTS)
         profiler = _start(profile)
@@ -131,7 +191,7 @@ def _stop(profile: str | None, profiler: object) -> None:
 
 
 def callgrind_per_call(
-    backend: str, calls: int = CALLGRIND_CALLS, transport: str = "memory"
+    backend: str, calls: int = CALLGRIND_CALLS, transport: str = "memory", hooks: str | None = None
 ) -> float:
     """Instructions per call on `backend` (user space, both ends), from two callgrind runs."""
     totals = []
@@ -151,6 +211,7 @@ def callgrind_per_call(
                 str(n),
                 "--transport",
                 transport,
+                *(["--hooks", hooks] if hooks else []),
                 "--quiet",
             ]
             done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -172,6 +233,12 @@ def main(argv: list[str] | None = None) -> None:
         help="pipe: the stdio transport's two ends over os.pipe(); websocket: the echo agent's"
         " server and a peer in this process, over loopback",
     )
+    parser.add_argument(
+        "--hooks",
+        choices=["bare", "on", "sdk"],
+        help="call through a MeshOrchestrator: its observability hook taken out (bare), as"
+        " shipped with tracing off (on), or every call sampled by the OpenTelemetry SDK (sdk)",
+    )
     parser.add_argument("--callgrind", action="store_true", help="instructions per call")
     parser.add_argument("--cprofile", action="store_true")
     parser.add_argument("--pyinstrument", action="store_true")
@@ -181,11 +248,14 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("PYTHONHASHSEED", "0")
     for backend in backends:
         if args.callgrind:
-            per_call = callgrind_per_call(backend, transport=args.transport)
-            print(f"{backend}: {per_call:,.0f} instructions per call over {args.transport}")
+            per_call = callgrind_per_call(backend, transport=args.transport, hooks=args.hooks)
+            how = f" through the orchestrator (hooks {args.hooks})" if args.hooks else ""
+            print(f"{backend}: {per_call:,.0f} instructions per call over {args.transport}{how}")
             continue
         profile = "cprofile" if args.cprofile else "pyinstrument" if args.pyinstrument else None
-        run = functools.partial(_calls, args.calls, profile=profile, transport=args.transport)
+        run = functools.partial(
+            _calls, args.calls, profile=profile, transport=args.transport, hooks=args.hooks
+        )
         took = anyio.run(run, backend=backend)
         if not args.quiet:
             per_call = took / args.calls * 1e6

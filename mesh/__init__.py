@@ -9,6 +9,9 @@ MCP both ways (mount MCP servers, serve agents to MCP clients) in :mod:`mesh.mcp
 
 # Imported for its effect too: mesh.mcp registers the manifests' `protocol = "mcp"`.
 from mesh import mcp as mcp
+
+# Likewise mesh.a2a registers `protocol = "a2a"` (docs/a2a.md).
+from mesh import a2a as a2a  # isort: skip
 from mesh._errors import (
     AgentUnavailable,
     CallTimeout,
@@ -25,6 +28,7 @@ from mesh._errors import (
     ToolError,
     Unauthorized,
 )
+from mesh._orchestrator.access import Principal
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.spec import AgentSpec, Outcome, local_connector
 from mesh._public import publish
@@ -99,6 +103,7 @@ __all__ = [
     "Outcome",
     "Peer",
     "Persona",
+    "Principal",
     "ProtocolError",
     "ReconnectPolicy",
     "ReconnectingPeer",

@@ -82,10 +82,21 @@ _EMPTY_HEARTBEAT: Final = HeartbeatPayload()
 ASK_HEARTBEAT: Final = HeartbeatPayload(reply=True)
 
 
-class Request(msgspec.Struct, tag="request", tag_field="type", frozen=True, kw_only=True):
+#: W3C Trace Context: ``traceparent`` is 55 characters today; ``tracestate`` at most 512.
+TraceParent = Annotated[str, msgspec.Meta(max_length=128)]
+TraceState = Annotated[str, msgspec.Meta(max_length=512)]
+
+
+class Request(
+    msgspec.Struct, tag="request", tag_field="type", frozen=True, kw_only=True, omit_defaults=True
+):
     id: Id
     timestamp: int
     payload: RequestPayload
+    #: The caller's span (docs/observability.md): absent unless the caller traces, and
+    #: ignored by peers that do not, so a traced and an untraced peer still talk.
+    traceparent: TraceParent | None = None
+    tracestate: TraceState | None = None
 
 
 class Response(msgspec.Struct, tag="response", tag_field="type", frozen=True, kw_only=True):

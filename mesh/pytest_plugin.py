@@ -68,8 +68,36 @@ class MeshDaemon:
     daemon: Daemon
 
     async def wait_online(self, *agent_ids: str, timeout: float = 20) -> dict[str, Any]:
-        """Until every named agent is online (watching ``/agents/events``, no polling)."""
-        return await self.daemon.wait_online(*agent_ids, timeout=timeout)
+        """Until every named agent is online (watching ``/agents/events``, no polling).
+
+        Past ``timeout`` seconds, a :class:`TimeoutError` that says which agents are
+        missing, how many manifests the daemon loaded and from where, and what it knows.
+        """
+        try:
+            return await self.daemon.wait_online(*agent_ids, timeout=timeout)
+        except TimeoutError:
+            why = await self._not_online(agent_ids, timeout)
+        raise TimeoutError(why)
+
+    async def _not_online(self, agent_ids: tuple[str, ...], timeout: float) -> str:
+        import anyio
+
+        known: dict[str, str] = {}
+        with anyio.move_on_after(10):  # a daemon too busy to answer still gets a message
+            known = {a["id"]: a["status"] for a in await self.client.agents()}
+        missing = [a for a in agent_ids if known.get(a) != "online"]
+        names = ", ".join(repr(a) for a in missing) or repr(agent_ids)
+        loaded = sorted(path.name for path in self.manifests.glob("*.toml"))
+        listed = f" ({', '.join(loaded)})" if loaded else ""
+        shown = ", ".join(f"{a} ({status})" for a, status in sorted(known.items()))
+        message = (
+            f"agent {names} not online after {timeout:g} s; the daemon loaded "
+            f"{len(loaded)} manifests from {self.manifests}{listed}; it knows "
+            f"{shown or 'no agents'}"
+        )
+        if any(a not in known for a in missing):
+            message += " (an agent needs a manifest there, or must dial in itself)"
+        return message
 
 
 # -- the marker ----------------------------------------------------------------------------

@@ -26,8 +26,10 @@ WINGS = (
     Wing("mesh._gc", 1),
     Wing("mesh._text", 1),
     Wing("mesh._tasks", 1),
+    Wing("mesh._metrics", 2),  # the process's tallies: uses the error codes
     Wing("mesh.protocol", 2),
     Wing("mesh.providers", 3),
+    Wing("mesh._tracing", 3),  # spans: uses the tallies' status names
     Wing("mesh._rpc", 4),
     Wing("mesh._sdk", 5),
     Wing("mesh.manifests", 5),
@@ -36,6 +38,8 @@ WINGS = (
     Wing("mesh.rooms", 7),
     # MCP both ways: serving needs the orchestrator; `mesh` imports it to register "mcp"
     Wing("mesh.mcp", 7),
+    # A2A both ways: the same place as MCP, for the same reasons
+    Wing("mesh.a2a", 7),
     Wing("mesh", 8, package=False),  # the curated public surface
     Wing("mesh.agents", 9),
     Wing("mesh.cluster", 9),  # many daemons over NATS: above rooms, below the daemon
@@ -53,7 +57,7 @@ ROOMS = {
     **dict.fromkeys(
         ("_errors", "_model", "_events", "_state", "_policy", "_rules", "_perspective"), 1
     ),
-    **dict.fromkeys(("_roles", "_render", "_people", "_replica"), 1),
+    **dict.fromkeys(("_roles", "_render", "_people", "_replica", "_observe"), 1),
     **dict.fromkeys(("_engine", "_store", "_observers"), 2),
     "_mesh": 3,
     "_manager._table": 4,

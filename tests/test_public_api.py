@@ -39,6 +39,7 @@ MESH = {
     "Outcome",
     "Peer",
     "Persona",
+    "Principal",
     "ProtocolError",
     "ReconnectPolicy",
     "ReconnectingPeer",
@@ -87,6 +88,7 @@ PUBLIC_PACKAGES = (
     "mesh.providers",
     "mesh.daemon",
     "mesh.mcp",
+    "mesh.a2a",
     "mesh.cluster",
     "mesh.testing",
     "mesh.demo.fixtures",
@@ -248,6 +250,19 @@ PINNED: dict[str, set[str]] = {
         "serve_mcp",
         "tool_result",
     },
+    "mesh.a2a": {
+        "A2aClient",
+        "A2aError",
+        "A2aMount",
+        "A2aServer",
+        "Caller",
+        "StoreFull",
+        "Task",
+        "TaskStore",
+        "a2a_connector",
+        "build_card",
+        "open_a2a_mount",
+    },
     "mesh.cluster": {
         "Cluster",
         "ClusterError",
@@ -360,6 +375,7 @@ def test_exports_carry_a_public_module(package: str) -> None:
 def test_transports_public_names() -> None:
     assert set(transports.__all__) == {
         "DEFAULT_MAX_FRAME_SIZE",
+        "BodyWriter",
         "CloseCode",
         "ConnectFailed",
         "Connector",

@@ -146,6 +146,31 @@ def test_a_wrong_manifests_directory_is_named(tmp_path: Path) -> None:
     assert f"mesh_manifests = 'nowhere': no directory at {tmp_path / 'nowhere'}" in run.stdout
 
 
+MISSING = """\
+import pytest
+
+pytestmark = pytest.mark.both_backends
+
+
+async def test_waits_for_an_agent_with_no_manifest(mesh_daemon) -> None:
+    await mesh_daemon.wait_online("greeter")
+    await mesh_daemon.wait_online("greeter", "slowpoke", timeout=1)
+"""
+
+
+def test_waiting_for_an_agent_without_a_manifest_says_what_the_daemon_loaded(
+    tmp_path: Path,
+) -> None:
+    run = pytest_in(project(tmp_path, tests=MISSING))
+    assert run.returncode == 1
+    manifests = tmp_path / "manifests"
+    said = (
+        f"TimeoutError: agent 'slowpoke' not online after 1 s; the daemon loaded 1 manifests "
+        f"from {manifests} (greeter.toml); it knows greeter (online) (an agent needs a manifest"
+    )
+    assert run.stdout.count(said) == 2, run.stdout  # on asyncio and on trio
+
+
 def test_the_plugin_is_registered_by_the_package() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     entry_points = pyproject["project"]["entry-points"]["pytest11"]

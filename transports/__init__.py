@@ -19,6 +19,7 @@ from transports._base import (
 from transports._groups import unwrap_single_error
 from transports._http_client import HttpClientStream, open_http_client
 from transports._http_server import (
+    BodyWriter,
     HttpRequest,
     HttpResponse,
     HttpServer,
@@ -39,6 +40,7 @@ from transports._websocket import (
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
+    "BodyWriter",
     "CloseCode",
     "ConnectFailed",
     "Connector",

@@ -46,6 +46,7 @@ from transports._logging import get_logger
 from transports._sockets import shrink_reads
 
 __all__ = [
+    "BodyWriter",
     "HttpRequest",
     "HttpResponse",
     "HttpServer",
@@ -115,12 +116,20 @@ class HttpRequest:
         return values[0] if values else None
 
 
+#: Writes one piece of a streamed body; raises once the client is gone.
+BodyWriter = Callable[[bytes], Awaitable[None]]
+
+
 @dataclass(frozen=True, slots=True)
 class HttpResponse:
     status: int
     body: bytes = b""
     content_type: str = "application/json"
     headers: Sequence[tuple[str, str]] = ()
+    #: A body written piece by piece (server-sent events): ``await stream(write)`` after
+    #: the head, chunked; ``body`` is ignored. Each piece has ``request_timeout`` to go
+    #: out, so a client that stops reading ends the stream rather than pinning it.
+    stream: Callable[[BodyWriter], Awaitable[None]] | None = None
 
     @classmethod
     def json(cls, status: int, payload: Any) -> HttpResponse:
@@ -248,6 +257,9 @@ class _HttpConnection:
             )
             if response is None:
                 return False  # the client hung up: its work was cancelled, nobody to answer
+            if response.stream is not None:
+                await self._send_stream(response, response.stream)
+                return self._next_cycle()
             # A client that does not read its answers must not pin the connection either.
             with anyio.move_on_after(config.request_timeout) as stalled:
                 await self._send(response, head_only=request.method == b"HEAD")
@@ -257,6 +269,9 @@ class _HttpConnection:
         if stalled.cancelled_caught:
             log.info("http.client_not_reading", client=self._client, after=config.request_timeout)
             return False
+        return self._next_cycle()
+
+    def _next_cycle(self) -> bool:
         if self._h11.our_state is h11.MUST_CLOSE:
             return False
         try:
@@ -441,6 +456,59 @@ class _HttpConnection:
             await self._stream.send(data)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             raise _Closed from None
+
+    async def _send_stream(
+        self, response: HttpResponse, produce: Callable[[BodyWriter], Awaitable[None]]
+    ) -> None:
+        """The head, then each piece ``produce`` writes (chunked), then the end."""
+        headers = [
+            _SERVER_HEADER,
+            (b"content-type", response.content_type.encode()),
+            (b"cache-control", b"no-store"),
+            *((k.encode(), v.encode()) for k, v in response.headers),
+        ]
+        timeout = self._config.request_timeout
+
+        async def write(data: bytes) -> None:
+            try:
+                out = self._h11.send(h11.Data(data=data)) if data else b""
+            except h11.LocalProtocolError:
+                raise _Closed from None
+            with anyio.move_on_after(timeout) as stalled:
+                try:
+                    await self._stream.send(out)
+                except _GONE:
+                    raise _Closed from None
+            if stalled.cancelled_caught:
+                log.info("http.client_not_reading", client=self._client, after=timeout)
+                raise _Closed
+
+        try:
+            head = self._h11.send(h11.Response(status_code=response.status, headers=headers))
+        except h11.LocalProtocolError:
+            raise _Closed from None
+        with anyio.move_on_after(timeout):
+            try:
+                await self._stream.send(head)
+            except _GONE:
+                raise _Closed from None
+        try:
+            await produce(write)
+        except _Closed:
+            raise
+        except Exception:
+            # Half an answer is out: the client learns only that the stream ended early.
+            log.exception("http.stream_crashed", client=self._client)
+            raise _Closed from None
+        try:
+            end = self._h11.send(h11.EndOfMessage())
+        except h11.LocalProtocolError:
+            raise _Closed from None
+        with anyio.move_on_after(timeout):
+            try:
+                await self._stream.send(end)
+            except _GONE:
+                raise _Closed from None
 
     async def _send_error(self, status: int, message: str) -> None:
         if self._h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):

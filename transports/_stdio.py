@@ -9,6 +9,7 @@ prints to stdout redirected to stderr so it cannot corrupt the protocol.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -100,13 +101,19 @@ class StdioProcessStream(_LineStream):
         *,
         command: str,
         max_frame_size: int,
+        agent: str | None = None,
     ) -> None:
         self._process = process
+        self._agent = agent
         self._channel = LineChannel(
             read_fd, write_fd, max_frame_size=max_frame_size, describe_eof=self._describe_eof
         )
         self._info = TransportInfo("stdio", f"{command} (pid {process.pid})")
-        self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        self._stderr_tail: deque[tuple[int, str]] = deque(maxlen=STDERR_TAIL_LINES)
+        #: stderr lines so far, and how many there were when the child's last frame arrived:
+        #: what it wrote before answering (a tool's handled traceback) does not explain a death.
+        self._stderr_lines = 0
+        self._stderr_answered = 0
         self._stderr_done = anyio.Event()
         self._closing = False
 
@@ -120,7 +127,13 @@ class StdioProcessStream(_LineStream):
 
     @property
     def stderr_tail(self) -> tuple[str, ...]:
-        return tuple(self._stderr_tail)
+        """The last stderr lines written since the child's last frame (none: nothing since)."""
+        return tuple(line for n, line in self._stderr_tail if n >= self._stderr_answered)
+
+    async def receive(self) -> bytes:
+        frame = await self._channel.receive()
+        self._stderr_answered = self._stderr_lines
+        return frame
 
     async def _describe_eof(self) -> TransportClosed:
         with anyio.move_on_after(EXIT_STATUS_WAIT):
@@ -153,8 +166,13 @@ class StdioProcessStream(_LineStream):
     def _log_stderr(self, pid: int, raw: bytes) -> None:
         line = raw.decode("utf-8", "replace").rstrip()
         if line:
-            self._stderr_tail.append(line)
-            log.info("agent.stderr", pid=pid, line=line)
+            self._stderr_tail.append((self._stderr_lines, line))
+            self._stderr_lines += 1
+            record = _json_record(line)
+            if record is not None:  # an agent's own structured log: a record, not a string
+                log.info("agent.stderr", agent=self._agent, pid=pid, record=record)
+            else:
+                log.info("agent.stderr", agent=self._agent, pid=pid, line=line)
 
     async def aclose(self) -> None:
         """Close stdin, then wait, terminate, wait, kill — each step bounded."""
@@ -182,6 +200,16 @@ class StdioProcessStream(_LineStream):
             await process.aclose()
 
 
+def _json_record(line: str) -> dict[str, object] | None:
+    if not line.startswith("{"):
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def _signal(process: anyio.abc.Process, signum: signal.Signals) -> None:
     with suppress(ProcessLookupError):
         process.send_signal(signum)
@@ -206,8 +234,11 @@ async def open_stdio_process(
     inherit_env: bool = False,
     cwd: str | os.PathLike[str] | None = None,
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    agent: str | None = None,
 ) -> AsyncIterator[StdioProcessStream]:
     """Spawn ``command`` and yield a frame stream over its stdin/stdout.
+
+    ``agent`` (its id) names the child in the logs of what it writes to stderr.
 
     The child gets only :data:`BASE_ENV_VARS` plus ``env`` unless ``inherit_env``.
     On exit the child is closed gracefully (see :meth:`StdioProcessStream.aclose`).
@@ -235,6 +266,7 @@ async def open_stdio_process(
         to_child_w,
         command=os.path.basename(command),
         max_frame_size=max_frame_size,
+        agent=agent,
     )
     log.debug("agent.spawned", pid=process.pid, command=command)
     assert process.stderr is not None

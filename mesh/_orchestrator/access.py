@@ -6,18 +6,29 @@ land in a room's transcript, and a ``mesh/call`` wrapped in ``mesh/call`` would
 launder the caller's identity. Everything else is checked against the target's
 ``access.callers`` and, for agent-to-agent calls, the caller's ``access.calls``.
 Each refusal is a :class:`~mesh.Forbidden` that names the rule.
+
+:func:`authorize` is the one door: the orchestrator runs it on every call, with
+the :class:`Principal` the call is made for, before any link is touched; each
+surface (``/rpc``, ``/broadcast``, ``mesh/call``, a room's turns, ``/mcp``, a
+call from another daemon) only says who that is.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Callable
+from typing import Final, Literal
+
+import msgspec
 
 from mesh._errors import Forbidden
 from mesh.manifests._types import ANY_AGENT, ANY_CLIENT, AccessSection
 
 __all__ = [
+    "EMBEDDER",
     "RESERVED_METHODS",
     "RESERVED_PREFIX",
+    "Principal",
+    "authorize",
     "check_agent_call",
     "check_client_call",
     "check_relayable",
@@ -28,6 +39,90 @@ __all__ = [
 RESERVED_METHODS: Final = frozenset({"room/turn", "room/persona"})
 #: The mesh's own namespace: ``mesh/call`` and whatever comes after it.
 RESERVED_PREFIX: Final = "mesh/"
+
+
+#: What a room sends its members (a room's turns may send these and nothing else).
+ROOM_METHODS: Final = RESERVED_METHODS
+
+PrincipalKind = Literal["embedder", "client", "agent"]
+
+
+class Principal(msgspec.Struct, frozen=True, kw_only=True):
+    """Who a call is made for; the orchestrator's door checks it on every call.
+
+    ``embedder``: the program that runs the orchestrator in-process (trusted:
+    it could call the links itself). ``client``: a daemon token, by its name
+    (``admin`` tokens may call anything but reserved methods). ``agent``: an agent
+    calling through ``mesh/call``. ``room`` set: a room's turns, made for the
+    room's creator (whoever the rest says), which may send ``room/turn`` and
+    ``room/persona`` and nothing else.
+    """
+
+    kind: PrincipalKind
+    name: str = ""
+    admin: bool = False
+    room: str | None = None
+
+    @classmethod
+    def client(cls, name: str, *, admin: bool = False) -> Principal:
+        return cls(kind="client", name=name, admin=admin)
+
+    @classmethod
+    def agent(cls, agent_id: str) -> Principal:
+        return cls(kind="agent", name=agent_id)
+
+    def in_room(self, room_id: str) -> Principal:
+        """This identity acting through room ``room_id`` (its turns and introductions)."""
+        return msgspec.structs.replace(self, room=room_id)
+
+    def describe(self) -> str:
+        who = {
+            "embedder": "the embedding program",
+            "client": f"{'admin' if self.admin else 'client'} token {self.name!r}",
+            "agent": f"agent {self.name!r}",
+        }[self.kind]
+        return f"room {self.room!r} of {who}" if self.room is not None else who
+
+
+#: The in-process program that owns the orchestrator: what a call without ``on_behalf_of`` is.
+EMBEDDER: Final = Principal(kind="embedder")
+
+
+def authorize(
+    principal: Principal, agent: str, method: str, access_of: Callable[[str], AccessSection]
+) -> None:
+    """Raise :class:`~mesh.Forbidden` unless ``principal`` may send ``method`` to ``agent``.
+
+    The rules, in order: a room may send only what rooms send, and only to
+    agents its creator may call; reserved methods come from the daemon alone
+    (an embedder, or a room); then the target's ``access.callers`` (an admin
+    token passes) and, for an agent, its own ``access.calls``.
+    """
+    if principal.room is not None:
+        if method not in ROOM_METHODS:
+            raise Forbidden(
+                f"room {principal.room!r} may send only {sorted(ROOM_METHODS)}, not {method!r}",
+                agent=agent,
+                method=method,
+            )
+    elif principal.kind != "embedder":
+        check_relayable(method, agent=agent, via=principal.describe())
+    if principal.kind == "client":
+        check_client_call(
+            access_of(agent),
+            client=principal.name,
+            admin=principal.admin,
+            agent=agent,
+            method=method,
+        )
+    elif principal.kind == "agent":
+        check_agent_call(
+            access_of(principal.name),
+            access_of(agent),
+            caller_id=principal.name,
+            agent=agent,
+            method=method,
+        )
 
 
 def is_reserved(method: str) -> bool:

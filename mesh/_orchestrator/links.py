@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from mesh._errors import MeshError
 from mesh._logging import get_logger
 from mesh._orchestrator.spec import AgentSpec
+from mesh._tracing import environment as trace_environment
 from mesh.manifests._load import (
     DialInSection,
     HttpSection,
@@ -28,6 +31,7 @@ from mesh.manifests._load import (
 )
 from transports import (
     Connector,
+    FrameStream,
     TokenAuthenticator,
     WebSocketConfig,
     open_http_client,
@@ -75,6 +79,13 @@ class ManifestLinks:
     ids: frozenset[str] = frozenset()
 
 
+def _spawn(
+    command: str, args: Sequence[str], *, env: Mapping[str, str], **options: Any
+) -> AbstractAsyncContextManager[FrameStream]:
+    """Start a stdio agent; it continues the trace current where its link is kept up."""
+    return open_stdio_process(command, args, env={**env, **trace_environment()}, **options)
+
+
 def spec_from_manifest(
     manifest: Manifest, *, environ: Mapping[str, str] | None = None
 ) -> AgentSpec:
@@ -85,12 +96,13 @@ def spec_from_manifest(
     connector: Connector | None
     if isinstance(transport, StdioSection):
         connector = partial(
-            open_stdio_process,
+            _spawn,
             transport.command,
             transport.args,
             env=transport.env,
             cwd=transport.cwd,
             max_frame_size=limit,
+            agent=manifest.id,
         )
         kind = "stdio"
     elif isinstance(transport, HttpSection):

@@ -7,7 +7,10 @@ each answered ``ping`` probe is a heartbeat (so a frozen agent goes stale, then
 offline, within its TTL), and a lost link marks it offline at once.
 
 Calls go through :meth:`MeshOrchestrator.call`; an agent the registry does not
-know, or knows offline, fails at once with :class:`~mesh.AgentUnavailable`. Agents
+know, or knows offline, fails at once with :class:`~mesh.AgentUnavailable`.
+Every call passes one door first (:meth:`MeshOrchestrator.authorize`): who it is
+made for (``on_behalf_of``, the embedder unless said) against the reserved
+methods and the access sections, before any link is touched. Agents
 reach each other through the ``mesh/call`` method the orchestrator serves on
 every link, with the deadline carried along.
 """
@@ -26,8 +29,18 @@ import msgspec
 
 from mesh._errors import AgentUnavailable, MeshError, Unauthorized
 from mesh._logging import get_logger
+from mesh._metrics import METRICS
+from mesh._orchestrator.access import EMBEDDER, Principal, authorize, check_relayable
 from mesh._orchestrator.links import ManifestLinks, links_from_manifests
 from mesh._orchestrator.liveness import fail_calls_when_offline, probe
+from mesh._orchestrator.observe import (
+    call_done,
+    call_failed,
+    call_started,
+    count_status_change,
+    link_counts,
+    observe_call,
+)
 from mesh._orchestrator.router import Router
 from mesh._orchestrator.spec import AgentSpec, Outcome
 from mesh._orchestrator.view import AgentView, Link, LinkChanges, view, views
@@ -35,6 +48,7 @@ from mesh._rpc.caller import Caller, ProgressCallback
 from mesh._rpc.connect import handshake
 from mesh._rpc.peer import Peer, open_peer
 from mesh._rpc.reconnect import ConnectionEvent, ReconnectPolicy, open_reconnecting_peer
+from mesh._tracing import active as tracing_active
 from mesh.manifests._types import AccessSection
 from registry import (
     AgentId,
@@ -62,8 +76,12 @@ TAKEOVER_DRAIN_TIMEOUT: Final = 30.0
 class RemoteAgents(Protocol):
     """Agents another daemon holds (``mesh.cluster`` is one), asked for ids with no local link."""
 
-    def caller(self, agent_id: str, method: str) -> Caller | None:
+    def caller(
+        self, agent_id: str, method: str, *, on_behalf_of: Principal = EMBEDDER
+    ) -> Caller | None:
         """A Caller for ``agent_id`` if another daemon holds it, else None.
+
+        ``on_behalf_of`` travels with each call, and the holder checks it again.
 
         Raises :class:`~mesh.AgentUnavailable` when it is held elsewhere but
         cannot be called (offline, or the way there is down).
@@ -225,10 +243,27 @@ class MeshOrchestrator:
         *,
         timeout: float | None = None,
         on_progress: ProgressCallback | None = None,
+        on_behalf_of: Principal = EMBEDDER,
     ) -> Any:
-        """Call ``method`` on ``agent``. Unknown or offline agents fail at once."""
-        caller = self._caller(agent, method)
-        return await caller.call(method, params, timeout=timeout, on_progress=on_progress)
+        """Call ``method`` on ``agent``. Unknown or offline agents fail at once.
+
+        ``on_behalf_of``: who the call is made for; a call it may not make raises
+        :class:`~mesh.Forbidden` (see :meth:`authorize`).
+        """
+        if tracing_active():  # the same, inside a CLIENT span
+            with observe_call(agent, method, self.knows):
+                caller = self._caller(agent, method, on_behalf_of)
+                return await caller.call(method, params, timeout=timeout, on_progress=on_progress)
+        # Metrics only: no object, no context manager (this path is measured per call).
+        started = call_started()
+        try:
+            caller = self._caller(agent, method, on_behalf_of)
+            result = await caller.call(method, params, timeout=timeout, on_progress=on_progress)
+        except BaseException as exc:
+            call_failed(agent, method, exc, started, self.knows)
+            raise
+        call_done(agent, method, started)
+        return result
 
     async def call_tool(
         self,
@@ -238,22 +273,38 @@ class MeshOrchestrator:
         *,
         timeout: float | None = None,
         on_progress: ProgressCallback | None = None,
+        on_behalf_of: Principal = EMBEDDER,
     ) -> Any:
         """Call one of an agent's tools: ``await mesh.call_tool("a", "echo", {"message": "hi"})``.
 
         ``arguments`` go to the tool as they are (a tool argument may be named
         ``timeout``); ``timeout`` and ``on_progress`` are the call's own.
         """
-        caller = self._caller(agent, "tools/call")
-        return await caller.call_tool(name, arguments, timeout=timeout, on_progress=on_progress)
+        # Through `call`, as every call is: the one place calls are checked and observed.
+        params = {"name": name, "arguments": dict(arguments or {})}
+        return await self.call(
+            agent,
+            "tools/call",
+            params,
+            timeout=timeout,
+            on_progress=on_progress,
+            on_behalf_of=on_behalf_of,
+        )
 
-    async def list_tools(self, agent: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
+    async def list_tools(
+        self, agent: str, *, timeout: float | None = None, on_behalf_of: Principal = EMBEDDER
+    ) -> list[dict[str, Any]]:
         """``agent``'s tools: name, description and JSON Schema of the arguments."""
-        return await self._caller(agent, "tools/list").list_tools(timeout=timeout)
+        result = await self.call(agent, "tools/list", timeout=timeout, on_behalf_of=on_behalf_of)
+        return list(result["tools"])
 
-    async def ping(self, agent: str, *, timeout: float | None = None) -> float:
+    async def ping(
+        self, agent: str, *, timeout: float | None = None, on_behalf_of: Principal = EMBEDDER
+    ) -> float:
         """Round-trip a ``ping`` to ``agent``; returns the seconds it took."""
-        return await self._caller(agent, "ping").ping(timeout=timeout)
+        started = anyio.current_time()
+        await self.call(agent, "ping", timeout=timeout, on_behalf_of=on_behalf_of)
+        return anyio.current_time() - started
 
     async def broadcast(
         self,
@@ -262,10 +313,13 @@ class MeshOrchestrator:
         *,
         capability: str | None = None,
         timeout: float = DEFAULT_BROADCAST_TIMEOUT,
+        on_behalf_of: Principal = EMBEDDER,
     ) -> dict[str, Outcome]:
         """Call every registered agent (with ``capability``, if given); see :meth:`multicast`."""
         targets = [record.id for record in self.registry.find(capability)]
-        return await self.multicast(targets, method, params, timeout=timeout)
+        return await self.multicast(
+            targets, method, params, timeout=timeout, on_behalf_of=on_behalf_of
+        )
 
     async def multicast(
         self,
@@ -274,14 +328,25 @@ class MeshOrchestrator:
         params: Any = None,
         *,
         timeout: float = DEFAULT_BROADCAST_TIMEOUT,
+        on_behalf_of: Principal = EMBEDDER,
     ) -> dict[str, Outcome]:
-        """Call several agents at once; each answers or fails on its own, all by ``timeout``."""
+        """Call several agents at once; each answers or fails on its own, all by ``timeout``.
+
+        A method ``on_behalf_of`` may send to none (a reserved one) raises
+        :class:`~mesh.Forbidden` for the whole; an agent it may not call is that
+        agent's outcome.
+        """
         ids = list(dict.fromkeys(agent_ids))
+        if on_behalf_of.kind != "embedder" and on_behalf_of.room is None:
+            check_relayable(method, agent="*", via=on_behalf_of.describe())
+        METRICS.fanout.observe((), len(ids))
         outcomes: dict[str, Outcome] = {}
 
         async def one(agent_id: str) -> None:
             try:
-                result = await self.call(agent_id, method, params, timeout=timeout)
+                result = await self.call(
+                    agent_id, method, params, timeout=timeout, on_behalf_of=on_behalf_of
+                )
             except MeshError as exc:
                 outcomes[agent_id] = Outcome(agent_id, error=exc)
             else:
@@ -292,10 +357,22 @@ class MeshOrchestrator:
                 tg.start_soon(one, agent_id)
         return {agent_id: outcomes[agent_id] for agent_id in ids}
 
-    def _caller(self, agent_id: str, method: str) -> Caller:
-        """The link to call ``agent_id`` on; AgentUnavailable (saying why) if there is none."""
+    def authorize(self, agent: str, method: str, *, on_behalf_of: Principal = EMBEDDER) -> None:
+        """The door: raise :class:`~mesh.Forbidden` unless ``on_behalf_of`` may call ``agent``.
+
+        Every call runs it first; a surface may also ask it ahead (a room asks it
+        for each member at creation, and for each person who joins).
+        """
+        authorize(on_behalf_of, agent, method, self.access_of)
+
+    def _caller(self, agent_id: str, method: str, on_behalf_of: Principal) -> Caller:
+        """The link to call ``agent_id`` on, once the door let the call through.
+
+        AgentUnavailable (saying why) if there is none.
+        """
+        self.authorize(agent_id, method, on_behalf_of=on_behalf_of)
         if self.remote is not None and agent_id not in self._links:
-            remote = self.remote.caller(agent_id, method)
+            remote = self.remote.caller(agent_id, method, on_behalf_of=on_behalf_of)
             if remote is not None:
                 return remote
         caller = self._available(agent_id, method).peer
@@ -346,6 +423,8 @@ class MeshOrchestrator:
         assert spec.connector is not None
 
         async def connected(peer: Peer) -> None:
+            if link.ever_connected:
+                METRICS.reconnects.add((spec.transport,))
             self.registry.register(spec.record(), anyio.current_time())
             link.last_error = None
             link.ever_connected = True
@@ -481,6 +560,7 @@ class MeshOrchestrator:
             link.replaced.pop(peer, None)
 
     def _on_status_change(self, change: StatusChange) -> None:
+        count_status_change(change)
         fail_calls_when_offline(self._links, change)
 
     # -- introspection -------------------------------------------------------------------
@@ -516,6 +596,10 @@ class MeshOrchestrator:
     def _link_changed(self, agent_id: str) -> None:
         for changes in self._link_watchers:
             changes.add(agent_id)
+
+    def link_counts(self) -> dict[tuple[str, str], int]:
+        """Links by (transport, status), for ``/metrics``."""
+        return link_counts(self._links)
 
     def has_link(self, agent_id: str) -> bool:
         return agent_id in self._links

@@ -1,8 +1,9 @@
 """What the orchestrator serves on every link: ``mesh/call``, agent-to-agent calls.
 
 An agent asks the mesh to call another one (``RequestContext.call_agent``); the
-router checks the route and hands it to whatever calls agents by id — the
-orchestrator, which it knows only by that one method.
+router hands it to whatever calls agents by id — the orchestrator, which it
+knows only by that one method — on behalf of the calling agent, so the
+orchestrator's door checks both agents' access sections.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import msgspec
 
 from mesh._errors import InvalidParams, MethodNotFound
 from mesh._logging import get_logger
-from mesh._orchestrator.access import check_agent_call, check_relayable
+from mesh._metrics import served
+from mesh._orchestrator.access import Principal
 from mesh._rpc.peer import Peer, RequestContext
 from mesh._rpc.session import ROUTE_METHOD
-from mesh.manifests._types import AccessSection
 
 __all__ = ["TOOLS_CHANGED", "CallsAgents", "Router"]
 
@@ -30,12 +31,14 @@ class CallsAgents(Protocol):
     """Calls an agent by id; :class:`mesh.MeshOrchestrator` is one."""
 
     async def call(
-        self, agent: str, method: str, params: Any = None, *, timeout: float | None = None
+        self,
+        agent: str,
+        method: str,
+        params: Any = None,
+        *,
+        timeout: float | None = None,
+        on_behalf_of: Principal = ...,
     ) -> Any: ...
-
-    def access_of(self, agent: str) -> AccessSection:
-        """Who may call ``agent`` and whom it may call (a manifest's ``[access]``)."""
-        ...
 
     def tools_changed(self, agent: str) -> None:
         """``agent`` says its list of tools changed (a mounted MCP server's did)."""
@@ -62,20 +65,18 @@ class Router:
             route = msgspec.convert(params, _RouteParams)
         except msgspec.ValidationError as exc:
             raise InvalidParams(f"invalid {ROUTE_METHOD} params: {exc}") from None
-        # Methods the daemon sends itself never come from an agent, and both the
-        # caller's access.calls and the target's access.callers must agree.
-        check_relayable(route.method, agent=route.agent, via=ROUTE_METHOD)
+        # The call is the calling agent's (a link with no id is nobody's agent):
+        # the door refuses reserved methods and checks both access sections.
         caller = ctx.peer.agent if ctx.peer is not None else None
-        if caller is not None:
-            check_agent_call(
-                self._mesh.access_of(caller),
-                self._mesh.access_of(route.agent),
-                caller_id=caller,
-                agent=route.agent,
-                method=route.method,
-            )
         log.debug("mesh.route", to=route.agent, method=route.method)
-        return await self._mesh.call(route.agent, route.method, route.params, timeout=route.timeout)
+        with served("agent", route.method):
+            return await self._mesh.call(
+                route.agent,
+                route.method,
+                route.params,
+                timeout=route.timeout,
+                on_behalf_of=Principal.agent(caller or ""),
+            )
 
     def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:
         if method == TOOLS_CHANGED and peer is not None and peer.agent is not None:

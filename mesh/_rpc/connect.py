@@ -19,6 +19,7 @@ from mesh._errors import CallTimeout, MethodNotFound
 from mesh._rpc.boundary import map_transport_errors
 from mesh._rpc.peer import Peer, RequestHandler, open_peer
 from mesh._rpc.session import SessionConfig
+from mesh._tracing import environment as trace_environment
 from transports import (
     DEFAULT_MAX_FRAME_SIZE,
     FrameStream,
@@ -98,10 +99,18 @@ async def open_stdio_peer(
     command's file name).
     """
     max_frame_size = config.max_frame_size if config else DEFAULT_MAX_FRAME_SIZE
-    dial = open_stdio_process(
-        command, args, env=env, inherit_env=inherit_env, cwd=cwd, max_frame_size=max_frame_size
-    )
+    # The child continues the caller's trace (TRACEPARENT), whatever else it inherits.
+    env = {**(env or {}), **trace_environment()}
     name = agent or os.path.basename(command)
+    dial = open_stdio_process(
+        command,
+        args,
+        env=env,
+        inherit_env=inherit_env,
+        cwd=cwd,
+        max_frame_size=max_frame_size,
+        agent=name,
+    )
     async with _open(dial, "stdio", name, config, handler, connect_timeout) as peer:
         yield peer
 

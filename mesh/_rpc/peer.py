@@ -52,6 +52,8 @@ from mesh._rpc.session import (
     SessionStatistics,
     link_lost,
 )
+from mesh._tracing import active as tracing_active
+from mesh._tracing import outgoing, server_span
 from mesh.protocol import MESH_CODEC, Codec, RequestId
 from transports import (
     FrameRejected,
@@ -246,7 +248,7 @@ class Peer(CallMethods):
         timeout, on_progress = options.get("timeout"), options.get("on_progress")
         session = self._session
         now = self._now()
-        rid = session.send_request(method, params, now=now, timeout=timeout)
+        rid = session.send_request(method, params, now=now, timeout=timeout, trace=outgoing())
         waiter = self._waiters[rid] = self._wakeup()
         if on_progress is not None:
             self._progress[rid] = on_progress
@@ -587,6 +589,8 @@ def start_request(
 ) -> Awaitable[Any] | None:
     """Call one request's handler: queue its answer if it has one now (None), else
     return the awaitable that will produce it (see :func:`finish_request`)."""
+    if tracing_active() and (request.trace is not None or request.method not in _HOUSEKEEPING):
+        return _start_traced(handler, ctx, session, request)
     try:
         result = handler.handle_request(ctx, request.method, request.params)
     except Exception as exc:
@@ -594,6 +598,37 @@ def start_request(
         return None
     if type(result) not in _PLAIN_RESULTS and inspect.isawaitable(result):
         return result
+    session.send_response(request.id, result)
+    return None
+
+
+#: Asked by the mesh itself (the handshake, liveness probes): no trace of their own
+#: unless a caller's trace comes with them, or every probe would be a trace.
+_HOUSEKEEPING: Final = frozenset({"agent/info", "ping"})
+
+
+def _start_traced(
+    handler: RequestHandler, ctx: RequestContext, session: Session, request: IncomingRequest
+) -> Awaitable[Any] | None:
+    """:func:`start_request` inside a SERVER span, child of the caller's (the handler's
+    own spans, a tool's included, are its children)."""
+    agent = getattr(handler, "id", None)  # an SDK Agent answering: it is the server
+    served = server_span(
+        request.method,
+        request.trace,
+        agent=agent if isinstance(agent, str) else None,
+        mcp_params=request.params if session.codec.name == "mcp" else None,
+    )
+    with served.current():
+        try:
+            result = handler.handle_request(ctx, request.method, request.params)
+        except Exception as exc:
+            served.finish(exc)
+            _queue_failure(session, request, exc)
+            return None
+    if type(result) not in _PLAIN_RESULTS and inspect.isawaitable(result):
+        return served.wrap(result)
+    served.finish()
     session.send_response(request.id, result)
     return None
 

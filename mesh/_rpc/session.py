@@ -27,6 +27,7 @@ from mesh._errors import (
     error_from_code,
 )
 from mesh._logging import get_logger
+from mesh._metrics import METRICS
 from mesh._rpc.complaints import InputComplaints
 from mesh._rpc.pending import DEFAULT_CALL_TIMEOUT, MAX_CALL_DURATION, PendingCall, PendingCalls
 from mesh.protocol import (
@@ -64,6 +65,8 @@ __all__ = [
 ]
 
 log = get_logger("mesh.session")
+#: Frames and bytes in and out, for every session of the process (``/metrics``).
+_WIRE: Final = METRICS.wire
 
 #: Method names the session itself understands (the mesh protocol's, which MCP spells alike).
 CANCELLED: Final = "cancelled"
@@ -121,6 +124,8 @@ class IncomingRequest:
     id: RequestId
     method: str
     params: Any
+    #: The caller's span, (traceparent, tracestate), when the caller traces.
+    trace: tuple[str, str | None] | None = None
 
 
 @dataclass(slots=True)
@@ -239,6 +244,10 @@ class Session:
     def data_to_send(self) -> list[bytes]:
         """Frames to write, in order; the session forgets them."""
         out, self._outbox = self._outbox, []
+        if out:
+            wire = _WIRE
+            wire[2] += len(out)
+            wire[3] += sum(map(len, out))
         return out
 
     @property
@@ -255,13 +264,27 @@ class Session:
         now: float,
         timeout: float | None = None,
         request_id: RequestId | None = None,
+        trace: tuple[str, str | None] | None = None,
     ) -> RequestId:
-        """Queue a request; returns its id. Raises if closed or the frame is too large."""
+        """Queue a request; returns its id. Raises if closed or the frame is too large.
+
+        ``trace`` is the caller's span as (traceparent, tracestate), carried in the message.
+        """
         if self._close_error is not None:
             raise self._lost(method)
         rid = request_id or new_request_id()
         payload = RequestPayload(method=method, params=params)
-        frame = self._codec.encode(Request(id=rid, timestamp=now_ms(), payload=payload))
+        if trace is None:
+            request = Request(id=rid, timestamp=now_ms(), payload=payload)
+        else:
+            request = Request(
+                id=rid,
+                timestamp=now_ms(),
+                payload=payload,
+                traceparent=trace[0],
+                tracestate=trace[1],
+            )
+        frame = self._codec.encode(request)
         if len(frame) > self._frame_limit:
             raise self._too_large(len(frame), _describe(method, params))
         if timeout is None:
@@ -374,6 +397,9 @@ class Session:
     def receive_frame(self, frame: bytes, now: float) -> list[Event]:
         """Process one incoming frame; returns what happened."""
         self._last_received = now
+        wire = _WIRE
+        wire[0] += 1
+        wire[1] += len(frame)
         if len(frame) > self._frame_limit:
             return self.receive_oversized(len(frame), frame[:512], now, frame[-512:])
         try:
@@ -550,7 +576,10 @@ class Session:
             return []
         method = message.payload.method
         self._incoming[rid] = method
-        return [IncomingRequest(rid, method, message.payload.params)]
+        if message.traceparent is None:
+            return [IncomingRequest(rid, method, message.payload.params)]
+        trace = (message.traceparent, message.tracestate)
+        return [IncomingRequest(rid, method, message.payload.params, trace)]
 
     def _handle_notification(self, message: Notification, now: float) -> list[Event]:
         self._stats.notifications_received += 1

@@ -31,6 +31,7 @@ line here. The same agent serves any transport.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import math
 import re
@@ -70,8 +71,10 @@ def _located(exc: msgspec.ValidationError, where: str) -> str:
     return _PATH.sub(f"at `{where}", text) if _PATH.search(text) else f"{text} - at `{where}`"
 
 
-def _invalid(prefix: str, exc: msgspec.ValidationError, where: str) -> InvalidParams:
-    return InvalidParams(f"{prefix}: {_located(exc, where)}")
+def _invalid(
+    prefix: str, exc: msgspec.ValidationError, where: str, *, hint: str = ""
+) -> InvalidParams:
+    return InvalidParams(f"{prefix}: {_located(exc, where)}{hint}")
 
 
 #: Values that are never NaN and hold nothing: skipped without a call (most of a result).
@@ -140,7 +143,8 @@ class Tool:
             args = msgspec.convert(arguments, self.arguments_type, strict=True)
         except msgspec.ValidationError as exc:
             # Paths are relative to the arguments (`$.days`), as the tool's author sees them.
-            raise _invalid(f"invalid arguments for tool {self.name!r}", exc, "$") from None
+            message = f"invalid arguments for tool {self.name!r}"
+            raise _invalid(message, exc, "$", hint=self._suggestion(arguments)) from None
         kwargs = {name: getattr(args, name) for name in self.fields}
         if self.context_parameter is not None:
             kwargs[self.context_parameter] = ctx
@@ -153,6 +157,17 @@ class Tool:
         if inspect.isawaitable(result):
             return self._finish(result)
         return self._checked(result)
+
+    def _suggestion(self, arguments: Any) -> str:
+        """``; did you mean `seconds`?`` for a misspelt argument name, else ``""``."""
+        if not isinstance(arguments, dict):
+            return ""
+        for name in arguments:
+            if isinstance(name, str) and name not in self.fields:
+                close = difflib.get_close_matches(name, self.fields, n=1)
+                if close:
+                    return f"; did you mean `{close[0]}` for `{name}`?"
+        return ""
 
     async def _finish(self, pending: Awaitable[Any]) -> Any:
         try:
@@ -422,6 +437,8 @@ class Agent:
             "version": self.version,
             "capabilities": sorted(self.capabilities),
             "tools": list(self._tools),
+            # Every method it serves, so a room can tell a tool-only agent before its turn.
+            "methods": sorted(self._methods),
         }
 
     def _call_tool(self, ctx: RequestContext, params: Any) -> Any:

@@ -37,6 +37,7 @@ from mesh._logging import configure_logging, get_logger
 from mesh._rpc.session import SessionConfig
 from mesh._sdk.agent import Agent
 from mesh._sdk.serve import open_agent_server, serve_agent_dial_in
+from mesh._tracing import configure_from_environment, parent_from_environment
 from transports import DEFAULT_MAX_FRAME_SIZE, TokenAuthenticator, open_stdio_server
 from transports._groups import unwrap_single_error
 
@@ -168,7 +169,7 @@ def _token(parser: argparse.ArgumentParser, var: str | None, *, required: bool) 
 async def _until_signalled(agent: Agent, serve: Serve) -> None:
     """``serve`` until it ends, or until SIGTERM/SIGINT and its bounded drain."""
     stop = anyio.Event()
-    with unwrap_single_error():
+    with parent_from_environment(), unwrap_single_error():
         async with anyio.create_task_group() as tg:
 
             async def serving() -> None:
@@ -192,6 +193,8 @@ def run_agent(agent: Agent, argv: Sequence[str] | None = None) -> None:
     configure_logging(level=args.log_level, stream=sys.stderr)
     if args.id:
         agent.id = args.id
+    # Traces to a collector when OTEL_* asks for them and the SDK is installed.
+    configure_from_environment(agent.id)
     config = SessionConfig(max_frame_size=args.max_frame_size)
     drain = args.drain_timeout
     main: Serve

@@ -33,9 +33,10 @@ import re
 import sys
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
 
@@ -44,12 +45,17 @@ from mesh._logging import get_logger
 from mesh._rpc.peer import RequestContext
 from mesh._sdk.agent import Agent
 from mesh._sdk.runner import EXIT_REFUSED, run_agent
+from mesh._tracing import operation
 from mesh.manifests._load import load_manifest
 from mesh.manifests._types import Persona
 from mesh.providers import Provider, ProviderConfig, ProviderError, create_provider
+from mesh.providers._base import Completion
 from mesh.rooms._mesh import ROOM_PERSONA, ROOM_TURN, PersonaInfo
 from mesh.rooms._model import TurnReply, TurnRequest
 from mesh.rooms._roles import ROLE_PROMPTS, role_persona
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 __all__ = ["PersonaAgent", "admit", "main", "read_script"]
 
@@ -81,6 +87,29 @@ def admit(seat: _Seat | None, turn: int) -> Admission:
     if seat.reply is not None:
         return "replay"
     return "busy" if seat.busy else "speak"
+
+
+def chat_span(provider: Any) -> AbstractContextManager[Span | None]:
+    """``chat {model}``: one provider call, per OpenTelemetry's GenAI conventions."""
+    model = str(getattr(provider, "model", "") or "")
+    name = str(getattr(getattr(provider, "config", None), "provider", "") or "")
+    attributes = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": name}
+    if model:
+        attributes["gen_ai.request.model"] = model
+    return operation(f"chat {model}".strip(), attributes)
+
+
+def record_completion(span: Span | None, completion: Completion) -> None:
+    """The answer's model, token usage and finish reason (never its text)."""
+    if span is None:
+        return
+    span.set_attribute("gen_ai.response.model", completion.model)
+    if completion.usage.input_tokens is not None:
+        span.set_attribute("gen_ai.usage.input_tokens", completion.usage.input_tokens)
+    if completion.usage.output_tokens is not None:
+        span.set_attribute("gen_ai.usage.output_tokens", completion.usage.output_tokens)
+    if completion.finish_reason:
+        span.set_attribute("gen_ai.response.finish_reasons", [completion.finish_reason])
 
 
 class PersonaAgent(Agent):
@@ -155,12 +184,21 @@ class PersonaAgent(Agent):
         try:
             # on_delta only when streaming: a provider written before it takes two arguments.
             streaming = {"on_delta": on_delta} if on_delta is not None else {}
-            completion = await self.provider.complete(request.messages, system=system, **streaming)
+            with chat_span(self.provider) as span:
+                completion = await self.provider.complete(
+                    request.messages, system=system, **streaming
+                )
+                record_completion(span, completion)
         except ProviderError as exc:
             raise ToolError(str(exc), data={"type": type(exc).__name__}) from exc
         finally:
             seat.busy = False
-        reply = TurnReply(room_id=request.room_id, turn=request.turn, text=completion.text.strip())
+        reply = TurnReply(
+            room_id=request.room_id,
+            turn=request.turn,
+            text=completion.text.strip(),
+            usage=completion.usage,
+        )
         seat.reply = reply
         return reply
 

@@ -17,8 +17,12 @@
 
 from __future__ import annotations
 
-from typing import Final
+import argparse
+import math
+import sys
+from typing import Final, NoReturn
 
+from mesh._text import printable
 from mesh.rooms import StopReason
 
 EXIT_OK: Final = 0
@@ -44,3 +48,21 @@ ROOM_EXITS: Final = {
     StopReason.PAUSED: EXIT_ROOM_HALTED,
     StopReason.STOPPED: EXIT_ROOM_HALTED,
 }
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a duration past zero (a deadline of 0, -1, nan or inf is a usage error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
+    return value
+
+
+def fail(code: int, message: str) -> NoReturn:
+    """The one way a command fails: one line on stderr (controls escaped), exit ``code``."""
+    # Messages quote what agents and clients sent (an agent's error, a room's id).
+    print(f"mesh: {printable(message)}", file=sys.stderr)
+    raise SystemExit(code)

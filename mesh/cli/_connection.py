@@ -14,13 +14,16 @@ import os
 import ssl
 from pathlib import Path
 from typing import Final
+from urllib.parse import urlsplit
 
+from mesh.cli._codes import EXIT_USAGE, fail
 from mesh.daemon._tokens import find_token
 
 __all__ = [
     "DEFAULT_URL",
     "add_connection_arguments",
     "auth_headers",
+    "daemon_url",
     "ssl_context",
     "token_for",
     "ws_url",
@@ -31,7 +34,10 @@ DEFAULT_URL: Final = "http://127.0.0.1:8700"
 
 def add_connection_arguments(parser: argparse.ArgumentParser, *, url_default: str) -> None:
     parser.add_argument(
-        "--url", default=url_default, help=f"the daemon (default $MESH_URL or {DEFAULT_URL})"
+        "--url",
+        type=daemon_url,
+        default=url_default,
+        help=f"the daemon (default $MESH_URL or {DEFAULT_URL})",
     )
     parser.add_argument(
         "--token-file",
@@ -43,6 +49,21 @@ def add_connection_arguments(parser: argparse.ArgumentParser, *, url_default: st
         default=os.environ.get("MESH_CA"),
         help="CA bundle (PEM) to trust for an https:// daemon (default $MESH_CA)",
     )
+
+
+def daemon_url(text: str) -> str:
+    """An argparse type: an ``http(s)://host[:port]`` URL (also checks ``$MESH_URL``)."""
+    try:
+        parts = urlsplit(text.strip())
+        parts.port  # noqa: B018 - raises ValueError for a port that is not one
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a daemon URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a daemon URL: give http://HOST:PORT or https://HOST:PORT "
+            "(--url or $MESH_URL)"
+        )
+    return text.strip()
 
 
 def token_for(args: argparse.Namespace) -> str | None:
@@ -63,7 +84,12 @@ def auth_headers(args: argparse.Namespace) -> dict[str, str]:
 def ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     """The context for an https:// or wss:// daemon (None: plain, or the system's CAs)."""
     ca = getattr(args, "ca", None)
-    return ssl.create_default_context(cafile=ca) if ca else None
+    if not ca:
+        return None
+    try:
+        return ssl.create_default_context(cafile=ca)
+    except (OSError, ssl.SSLError) as exc:  # not there, not readable, not PEM
+        fail(EXIT_USAGE, f"cannot use --ca {ca!r} (or $MESH_CA) as a CA bundle: {exc}")
 
 
 def ws_url(http_url: str) -> str:

@@ -29,7 +29,7 @@ import shlex
 import sys
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -52,6 +52,7 @@ from mesh.cli._codes import (
     EXIT_TIMEOUT,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    seconds,
 )
 from mesh.cli._tools_table import format_tools, usage
 
@@ -131,6 +132,8 @@ def _import_file(path: Path) -> ModuleType:
 
 
 def _import_module(name: str) -> ModuleType:
+    if not all(part.isidentifier() for part in name.split(".")):  # "", ".", "a b": no module
+        raise DevError(EXIT_USAGE, f"{name!r} is neither a file, a manifest (.toml) nor a module")
     sys.path.insert(0, os.getcwd())  # as `python -m` does
     try:
         module: ModuleType = _run_author_code(lambda: importlib.import_module(name), name)
@@ -177,9 +180,11 @@ async def open_target(target: Target) -> AsyncIterator[Peer]:
     """A Peer to the agent: served here over memory, or started as its manifest says."""
     from mesh._orchestrator.links import spec_from_manifest
     from mesh._orchestrator.spec import local_connector
+    from mesh._rpc.boundary import map_transport_errors
     from mesh._rpc.connect import handshake
     from mesh._rpc.peer import open_peer
     from mesh._rpc.session import SessionConfig
+    from transports import unwrap_single_error
 
     if target.agent is not None:
         connector, agent_id, config = local_connector(target.agent), target.agent.id, None
@@ -189,8 +194,15 @@ async def open_target(target: Target) -> AsyncIterator[Peer]:
         assert spec.connector is not None  # dial-in manifests were refused when loaded
         connector, agent_id = spec.connector, spec.id
         config = SessionConfig(max_frame_size=spec.max_frame_size)
-    async with connector() as stream, open_peer(stream, agent=agent_id, config=config) as peer:
-        await handshake(peer, timeout=CONNECT_TIMEOUT)
+    async with AsyncExitStack() as opened:
+        # A command that is not there, a cwd that is not, an agent that exits at once: the
+        # one-line ConnectFailed the daemon would log, not the OSError of a child process.
+        with unwrap_single_error(), map_transport_errors(agent=agent_id):
+            stream = await opened.enter_async_context(connector())
+            peer = await opened.enter_async_context(
+                open_peer(stream, agent=agent_id, config=config)
+            )
+            await handshake(peer, timeout=CONNECT_TIMEOUT)
         yield peer
 
 
@@ -347,6 +359,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     import anyio
 
     from mesh._logging import configure_logging
+    from transports import unwrap_single_error
 
     # Readable lines even off a terminal: an author reads these, not a log collector.
     configure_logging(level=args.log_level, stream=sys.stderr, json=False)
@@ -357,13 +370,29 @@ def cmd_dev(args: argparse.Namespace) -> int:
         return _refuse(EXIT_USAGE, str(exc))
     try:
         target = load_agent(args.agent)
-        return anyio.run(dev_session, target, args, backend=args.backend)
+        # The session's task groups wrap what a call raised (a CallTimeout): shown as itself.
+        with unwrap_single_error():
+            code: int = anyio.run(dev_session, target, args, backend=args.backend)
+        return code
     except DevError as exc:
         return _refuse(exc.code, str(exc))
     except MeshError as exc:  # the agent would not start, or would not answer
         return _refuse(_exit_code(exc) if not isinstance(exc, RemoteError) else 1, str(exc))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BaseExceptionGroup as group:  # two at once (a timeout and the link it closed): the first
+        first = _first_mesh_error(group)
+        if first is None:
+            raise
+        return _refuse(_exit_code(first) if not isinstance(first, RemoteError) else 1, str(first))
+
+
+def _first_mesh_error(group: BaseExceptionGroup[BaseException]) -> MeshError | None:
+    matched, _ = group.split(MeshError)
+    leaf: BaseException | None = matched
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    return leaf if isinstance(leaf, MeshError) else None
 
 
 def _refuse(code: int, message: str) -> int:
@@ -387,7 +416,7 @@ def add_dev_commands(
     dev.add_argument("--call", metavar="TOOL", help="call this tool once, print the result, exit")
     dev.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE")
     dev.add_argument("--json", dest="json_args", metavar="OBJECT", help="arguments as JSON")
-    dev.add_argument("--timeout", type=float, default=30.0, help="seconds per call (default 30)")
+    dev.add_argument("--timeout", type=seconds, default=30.0, help="seconds per call (default 30)")
     dev.add_argument(
         "-i", "--interactive", action="store_true", help="prompt for calls even off a terminal"
     )
@@ -400,5 +429,5 @@ def add_dev_commands(
     tools = client("tools", "list an agent's tools and their arguments, through the daemon")
     tools.add_argument("agent")
     tools.add_argument("--json", action="store_true", help="print the tools/list JSON")
-    tools.add_argument("--timeout", type=float, default=10.0)
+    tools.add_argument("--timeout", type=seconds, default=10.0)
     tools.set_defaults(func=lambda a: cmd_tools(a, request))

@@ -60,10 +60,13 @@ async def follow_room(
     token: str | None = None,
     ssl_context: ssl.SSLContext | None = None,
     since: int = 0,
+    recorded: int = 0,
 ) -> Followed:
     """Show each event of the room once, in order, until it stops; see the module docstring.
 
     Events up to ``since`` (a ``seq``) are skipped: 0 shows the room from its first.
+    ``recorded`` is the room's last ``seq`` when following began: a stop before it is
+    history (the room was paused, then resumed), so following goes on past it.
     """
     last = since
     room: Room | None = None
@@ -82,7 +85,7 @@ async def follow_room(
                     if isinstance(event, WelcomeEvent):
                         room = event.room
                     show(event, room)
-                    if isinstance(event, StoppedEvent):
+                    if isinstance(event, StoppedEvent) and event.seq >= recorded:
                         return Followed(event.reason, event.detail)
         except TransportClosed as closed:
             if closed.close_code == CloseCode.NOT_FOUND:
@@ -116,6 +119,7 @@ async def follow_until_interrupted(
     token: str | None = None,
     ssl_context: ssl.SSLContext | None = None,
     since: int = 0,
+    recorded: int = 0,
 ) -> Followed | None:
     """:func:`follow_room`, or None once the user presses Ctrl-C (SIGINT)."""
     followed: Followed | None = None
@@ -125,7 +129,13 @@ async def follow_until_interrupted(
             async def follow() -> None:
                 nonlocal followed
                 followed = await follow_room(
-                    http_url, room_id, show, token=token, ssl_context=ssl_context, since=since
+                    http_url,
+                    room_id,
+                    show,
+                    token=token,
+                    ssl_context=ssl_context,
+                    since=since,
+                    recorded=recorded,
                 )
                 tg.cancel_scope.cancel()
 

@@ -13,6 +13,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from typing import Any, Final
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -33,12 +34,19 @@ __all__ = ["cmd_room_join"]
 
 Request = Callable[..., Any]
 
+
+def room_path(room_id: str) -> str:
+    """``/rooms/{id}`` with the id escaped: ``../health`` names a room, not a route."""
+    return f"/rooms/{quote(room_id, safe='')}"
+
+
 #: Sending one line to the daemon: it answers at once (the engine records it later).
 SAY_TIMEOUT: Final = 15.0
 
 
 def cmd_room_join(args: argparse.Namespace, request: Request) -> int:
-    joined = request(args, "POST", f"/rooms/{args.room}/join", {"name": args.as_name})
+    path = room_path(args.room)
+    joined = request(args, "POST", f"{path}/join", {"name": args.as_name})
     member = joined["member"]
     print(
         f"joined room {args.room} as {member['name']}: type a message and press Enter "
@@ -52,7 +60,7 @@ def cmd_room_join(args: argparse.Namespace, request: Request) -> int:
         reason = None
     finally:
         if reason is None:
-            request(args, "POST", f"/rooms/{args.room}/leave", {"member": member["id"]})
+            request(args, "POST", f"{path}/leave", {"member": member["id"]})
     print(f"room {args.room} stopped: {reason}" if reason else "left the room", file=sys.stderr)
     return 0
 
@@ -78,7 +86,7 @@ async def _take_part(args: argparse.Namespace, member: str, color: bool) -> str 
 async def _watch(args: argparse.Namespace, member: str, color: bool) -> str | None:
     """Print the room until it stops for good; its stop reason (None if the link closed)."""
     room: Room | None = None
-    url = f"{ws_url(args.url)}/rooms/{args.room}/events?deltas=1"
+    url = f"{ws_url(args.url)}{room_path(args.room)}/events?deltas=1"
     tls = ssl_context(args)
     async with open_websocket(url, token=token_for(args), ssl_context=tls) as stream:
         while True:
@@ -112,7 +120,8 @@ async def _say_lines(
         if not text:
             continue
         try:
-            answer = await http.post(f"/rooms/{room_id}/say", json={"member": member, "text": text})
+            said = {"member": member, "text": text}
+            answer = await http.post(f"{room_path(room_id)}/say", json=said)
         except httpx.HTTPError as exc:
             print(f"mesh: could not send: {exc}", file=sys.stderr)
             continue

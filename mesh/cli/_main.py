@@ -20,11 +20,12 @@ import sys
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
 import httpx
 
 from mesh._text import json_text, printable
+from mesh._tracing import calling, configure_from_environment, headers_for, outgoing
 from mesh.cli._codes import (
     EXIT_BROKEN_PIPE,
     EXIT_CANNOT_LISTEN,
@@ -36,6 +37,8 @@ from mesh.cli._codes import (
     EXIT_UNAVAILABLE,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
+    fail,
+    seconds,
 )
 from mesh.cli._connection import (
     DEFAULT_URL,
@@ -54,14 +57,15 @@ NO_TOKEN_HINT: Final = (
     " (no token was found: set $MESH_TOKEN, give --token-file, or run from the directory "
     "whose .mesh/ holds the daemon's admin.token)"
 )
+#: What to say when no daemon answers where the CLI looked.
+UNREACHABLE_HINT: Final = (
+    " (is `mesh serve` running there? name another daemon with --url or $MESH_URL)"
+)
 #: The CLI's own patience with the daemon, on top of a call's timeout.
 HTTP_SLACK: Final = 5.0
 
 
-def _fail(code: int, message: str) -> NoReturn:
-    # Messages quote what agents and clients sent (an agent's error, a room's id).
-    print(f"mesh: {printable(message)}", file=sys.stderr)
-    raise SystemExit(code)
+_fail = fail
 
 
 def _status_exit(status: int) -> int:
@@ -85,14 +89,14 @@ def _exchange(
 ) -> tuple[Any, httpx.Headers]:
     """The daemon's JSON answer and its headers; any failure is a one-line exit."""
     url = args.url.rstrip("/") + path
-    headers = auth_headers(args)
+    headers = {**auth_headers(args), **headers_for(outgoing())}
     verify: Any = ssl_context(args) or True
     try:
         response = httpx.request(
             method, url, json=body, headers=headers, timeout=timeout + HTTP_SLACK, verify=verify
         )
     except httpx.TransportError as exc:
-        _fail(EXIT_UNREACHABLE, f"cannot reach the daemon at {args.url}: {exc}")
+        _fail(EXIT_UNREACHABLE, f"cannot reach the daemon at {args.url}: {exc}{UNREACHABLE_HINT}")
     return _payload(response, presented=bool(headers)), response.headers
 
 
@@ -105,11 +109,26 @@ def _payload(response: httpx.Response, *, presented: bool) -> Any:
         _fail(EXIT_FAILED, f"the daemon answered HTTP {response.status_code} without JSON")
     if response.status_code >= 400:
         error = payload.get("error", {}) if isinstance(payload, dict) else {}
-        message = str(error.get("message", payload))
+        message = _error_text(error) if isinstance(error, dict) else str(error)
         if response.status_code == 401 and not presented:
             message += NO_TOKEN_HINT
         _fail(_status_exit(response.status_code), message)
     return payload
+
+
+def _error_text(error: dict[str, Any]) -> str:
+    """A mesh error as ``mesh dev`` shows it: ``ToolError -32000 (raised ValueError): …``."""
+    message = str(error.get("message", error))
+    code = error.get("code")
+    if not isinstance(code, int) or isinstance(code, bool):
+        return message  # the daemon's own refusal (a bad body, a missing room): its words
+    from mesh._errors import error_from_code
+
+    kind = type(error_from_code(code, message)).__name__
+    data = error.get("data")
+    raised = data.get("type") if isinstance(data, dict) else None
+    where = f" (raised {raised})" if isinstance(raised, str) and raised else ""
+    return f"{kind} {code}{where}: {message}"
 
 
 # -- commands ------------------------------------------------------------------------
@@ -149,7 +168,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     json_logs = {"auto": None, "json": True, "console": False}[settings.log_format]
     configure_logging(level=settings.log_level, json=json_logs)
     if not Path(settings.manifests).is_dir():
-        _fail(EXIT_USAGE, f"no manifests directory at {settings.manifests!r}")
+        _fail(
+            EXIT_USAGE,
+            f"no manifests directory at {settings.manifests!r}: create it (an empty one serves "
+            "no agents of its own) or pass --manifests DIR ($MESH_MANIFESTS)",
+        )
     tune_for_serving()
     # Everything the daemon writes (transcripts, the rooms database, tokens) is its own:
     # 0600 files and 0700 directories, whatever the shell's umask.
@@ -230,7 +253,8 @@ def cmd_call(args: argparse.Namespace) -> int:
         "params": {"name": args.tool, "arguments": arguments},
         "timeout": args.timeout,
     }
-    result = _request(args, "POST", "/rpc", body, timeout=args.timeout)["result"]
+    with calling("tools/call", args.agent):
+        result = _request(args, "POST", "/rpc", body, timeout=args.timeout)["result"]
     print(json_text(result, indent=2))
     return EXIT_OK
 
@@ -294,7 +318,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     except Unauthorized as exc:
         _fail(EXIT_DENIED, str(exc) + ("" if token else NO_TOKEN_HINT))
     except ConnectionLost as exc:
-        _fail(EXIT_UNREACHABLE, str(exc))
+        _fail(EXIT_UNREACHABLE, f"{exc} (daemon {args.url}){UNREACHABLE_HINT}")
     except ValueError as exc:
         _fail(EXIT_USAGE, str(exc))
     return EXIT_OK
@@ -313,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mesh", description="agent-mesh: run the daemon and talk to agents."
     )
+    parser.add_argument("--version", action="version", version=f"mesh {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def client(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -341,6 +366,16 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("directory", nargs="?", default="manifests")
     validate.set_defaults(func=cmd_validate)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (what ``pip`` shows), not a copy in the code."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("agent-mesh")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def _add_serve_command(sub: Any) -> None:
@@ -415,7 +450,7 @@ def _add_call_commands(client: Callable[[str, str], argparse.ArgumentParser]) ->
     call.add_argument(
         "--json", dest="json_args", metavar="OBJECT", help="all arguments as a JSON object"
     )
-    call.add_argument("--timeout", type=float, default=30.0)
+    call.add_argument("--timeout", type=seconds, default=30.0)
     call.set_defaults(func=cmd_call)
 
     cast = client("broadcast", "call a tool on every agent (with a capability) at once")
@@ -423,17 +458,19 @@ def _add_call_commands(client: Callable[[str, str], argparse.ArgumentParser]) ->
     cast.add_argument("--capability", help="only agents that advertise this capability")
     cast.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE")
     cast.add_argument("--json", dest="json_args", metavar="OBJECT")
-    cast.add_argument("--timeout", type=float, default=10.0)
+    cast.add_argument("--timeout", type=seconds, default=10.0)
     cast.set_defaults(func=cmd_broadcast)
 
     ping = client("ping", "ping an agent through the daemon")
     ping.add_argument("agent")
-    ping.add_argument("--timeout", type=float, default=5.0)
+    ping.add_argument("--timeout", type=seconds, default=5.0)
     ping.set_defaults(func=cmd_ping)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Traces to a collector when OTEL_* asks for them and the SDK is installed.
+    configure_from_environment("mesh-daemon" if args.command == "serve" else "mesh-cli")
     if args.command not in ("serve", "dev"):  # those two choose their own level and format
         from mesh._logging import configure_logging
 

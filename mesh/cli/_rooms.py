@@ -35,6 +35,8 @@ from mesh.cli._connection import add_connection_arguments, ssl_context, token_fo
 from mesh.cli._follow import follow_until_interrupted
 from mesh.cli._join import cmd_room_join
 from mesh.rooms import (
+    DEFAULT_MAX_TURNS,
+    Limits,
     MessageEvent,
     Room,
     RoomEvent,
@@ -49,6 +51,8 @@ __all__ = ["add_room_commands"]
 
 Request = Callable[..., Any]
 
+#: Each member's message limit when the room does not set one.
+PER_AGENT = Limits().max_messages_per_agent
 #: Topics are cut to this many characters in ``mesh room list``.
 TOPIC_WIDTH = 48
 
@@ -58,24 +62,32 @@ def room_path(room_id: str, *rest: str) -> str:
     return "/".join(("", "rooms", quote(room_id, safe=""), *rest))
 
 
-def _follow(args: argparse.Namespace, room_id: str, since: int = 0) -> int | None:
+def _follow(
+    args: argparse.Namespace, room_id: str, since: int = 0, recorded: int = 0
+) -> int | None:
     """Print the room's events until it stops; its exit status, or None on Ctrl-C."""
     color = sys.stdout.isatty()
 
     def show(event: RoomEvent, room: Room | None) -> None:
         print(format_event(event, room=room, color=color), flush=True)
 
-    followed = anyio.run(
-        partial(
-            follow_until_interrupted,
-            args.url,
-            room_id,
-            show,
-            token=token_for(args),
-            ssl_context=ssl_context(args),
-            since=since,
+    # Ctrl-C is the same whenever it comes: before the follower's own SIGINT handler is
+    # in place (KeyboardInterrupt) or after (None from the follower).
+    try:
+        followed = anyio.run(
+            partial(
+                follow_until_interrupted,
+                args.url,
+                room_id,
+                show,
+                token=token_for(args),
+                ssl_context=ssl_context(args),
+                since=since,
+                recorded=recorded,
+            )
         )
-    )
+    except KeyboardInterrupt:
+        return None
     if followed is None:
         return None
     if followed.reason is None:
@@ -88,8 +100,9 @@ def _follow(args: argparse.Namespace, room_id: str, since: int = 0) -> int | Non
 
 def cmd_room_run(args: argparse.Namespace, request: Request) -> int:
     body: dict[str, Any] = {"topic": args.topic, "members": args.agent, "mode": args.mode}
-    if args.max_turns is not None:
-        body["limits"] = {"max_turns": args.max_turns}
+    limits = {"max_turns": args.max_turns, "max_messages_per_agent": args.max_messages_per_agent}
+    if any(value is not None for value in limits.values()):
+        body["limits"] = {key: value for key, value in limits.items() if value is not None}
     if args.id:
         body["id"] = args.id
     created = request(args, "POST", "/rooms", body)
@@ -115,8 +128,10 @@ def _interrupted(args: argparse.Namespace, request: Request, room_id: str) -> in
 
 
 def cmd_room_watch(args: argparse.Namespace, request: Request) -> int:
-    request(args, "GET", room_path(args.room))  # a missing room is exit 4, before any WebSocket
-    code = _follow(args, args.room, args.since)
+    # A missing room is exit 4, before any WebSocket; a stop before the room's last event
+    # was a pause since resumed, not where following ends.
+    shown = request(args, "GET", room_path(args.room))
+    code = _follow(args, args.room, args.since, recorded=shown["room"].get("last_seq", 0))
     if code is None:
         print(f"mesh: interrupted; room {printable(args.room)} runs on", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -152,8 +167,11 @@ def cmd_room_show(args: argparse.Namespace, request: Request) -> int:
 
 def cmd_room_export(args: argparse.Namespace, request: Request) -> int:
     if args.format == "md":
-        snapshot, messages = _snapshot(args, request)
-        sys.stdout.write(transcript_markdown(snapshot, messages))
+        snapshot = msgspec.convert(request(args, "GET", room_path(args.room))["room"], RoomSnapshot)
+        # Every event, not the transcript alone: a pause and a resume belong to the record.
+        logged = request(args, "GET", room_path(args.room, "events"))["events"]
+        events = [decode_event(msgspec.json.encode(event)) for event in logged]
+        sys.stdout.write(transcript_markdown(snapshot, events))
         return 0
     events = request(args, "GET", room_path(args.room, "events"))["events"]
     for event in events:
@@ -163,9 +181,10 @@ def cmd_room_export(args: argparse.Namespace, request: Request) -> int:
 
 
 def cmd_room_list(args: argparse.Namespace, request: Request) -> int:
-    rooms = request(args, "GET", "/rooms")["rooms"]
-    if args.json:
-        print(json_text(rooms, indent=2))
+    listed = request(args, "GET", "/rooms")
+    rooms = listed["rooms"]
+    if args.json:  # what GET /rooms answers, so a script reads either the same way
+        print(json_text(listed, indent=2))
         return 0
     rows = [("ID", "STATUS", "TURN", "MEMBERS", "TOPIC")]
     for shown in rooms:
@@ -219,7 +238,20 @@ def add_room_commands(
     run = command("run", "start a room and print it live until it stops", cmd_room_run)
     run.add_argument("--topic", required=True)
     run.add_argument("--agent", action="append", required=True, help="a member (twice or more)")
-    run.add_argument("--max-turns", type=int)
+    run.add_argument(
+        "--max-turns",
+        type=int,
+        metavar="N",
+        help=f"messages in a chat, rounds in a review (default {DEFAULT_MAX_TURNS['chat']} and "
+        f"{DEFAULT_MAX_TURNS['review']})",
+    )
+    run.add_argument(
+        "--max-messages-per-agent",
+        type=int,
+        metavar="N",
+        help=f"each member speaks at most N times (default {PER_AGENT}); the room stops when no "
+        "one but the last speaker may speak",
+    )
     run.add_argument("--mode", choices=("chat", "review"), default="chat")
     run.add_argument("--id", help="the room's id (default: generated)")
     run.add_argument(

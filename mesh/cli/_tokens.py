@@ -13,6 +13,7 @@ import argparse
 import json
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 from mesh.cli._connection import add_connection_arguments
 
@@ -47,7 +48,7 @@ def cmd_token_list(args: argparse.Namespace, request: Request) -> int:
 
 
 def cmd_token_revoke(args: argparse.Namespace, request: Request) -> int:
-    revoked = request(args, "DELETE", f"/tokens/{args.token}")["revoked"]
+    revoked = request(args, "DELETE", f"/tokens/{quote(args.token, safe='')}")["revoked"]
     for entry in revoked:
         print(f"revoked {entry['id']} ({entry['name']}, {entry['role']})")
     return 0

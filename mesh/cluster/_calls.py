@@ -13,7 +13,9 @@ that is gone answers at once: NATS says nobody listens there.
 **Serving.** This daemon takes calls for the agents it holds on its own call
 subject, each in a task with its own cancel scope, and calls only local agents
 (never a hop further), so two daemons that briefly disagree on who holds an
-agent cannot bounce a call between them.
+agent cannot bounce a call between them. Each call carries who it is made for
+(a :class:`~mesh._orchestrator.access.Principal`), and is made on their behalf
+here too: this daemon's door checks it against its own agents' access sections.
 
 **NATS away.** A call made while NATS is unreachable fails at once with a
 message that says so; calls waiting for answers when the connection drops fail
@@ -35,13 +37,17 @@ from mesh._errors import (
     CallTimeout,
     ConnectionLost,
     ErrorCode,
+    Forbidden,
     MeshError,
     error_from_code,
 )
 from mesh._logging import get_logger
+from mesh._metrics import METRICS, served, timed
+from mesh._orchestrator.access import EMBEDDER, Principal
 from mesh._rpc.caller import CallMethods, CallOptions, ProgressCallback
 from mesh._rpc.pending import DEFAULT_CALL_TIMEOUT, MAX_CALL_DURATION, PendingCalls
 from mesh._rpc.session import SessionStatistics
+from mesh._tracing import headers_for, outgoing, serving, trace_from
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._link import NatsLink, NatsMessage, Watch
 from mesh.cluster._registry import HOLDER, RegistrySync
@@ -79,7 +85,13 @@ class LocalCalls(Protocol):
     """What serves a call that reached this daemon: the orchestrator (for its own agents)."""
 
     async def call(
-        self, agent: str, method: str, params: Any = None, **options: Unpack[CallOptions]
+        self,
+        agent: str,
+        method: str,
+        params: Any = None,
+        *,
+        on_behalf_of: Principal = ...,
+        **options: Unpack[CallOptions],
     ) -> Any: ...
 
 
@@ -162,8 +174,12 @@ class RemoteCalls:
 
     # -- the orchestrator's hook ------------------------------------------------------------
 
-    def caller(self, agent_id: str, method: str) -> RemoteCaller | None:
-        """A Caller for an agent another daemon holds; None if no other daemon holds it."""
+    def caller(
+        self, agent_id: str, method: str, *, on_behalf_of: Principal = EMBEDDER
+    ) -> RemoteCaller | None:
+        """A Caller for an agent another daemon holds; None if no other daemon holds it.
+
+        Its calls carry ``on_behalf_of`` to the holder, which checks it again."""
         entry = self._sync.entry(agent_id)
         if entry is None:
             return None
@@ -176,7 +192,7 @@ class RemoteCalls:
                 agent=agent_id,
                 method=method,
             )
-        return RemoteCaller(self, agent_id, entry.daemon, entry.call_timeout)
+        return RemoteCaller(self, agent_id, entry.daemon, entry.call_timeout, on_behalf_of)
 
     def _unreachable(self, holder: str, agent: str, method: str) -> AgentUnavailable:
         return AgentUnavailable(
@@ -213,7 +229,7 @@ class RemoteCalls:
         *,
         timeout: float,
         on_progress: ProgressCallback | None = None,
-        caller: str | None = None,
+        caller: Principal = EMBEDDER,
     ) -> Any:
         """Call ``method`` on ``agent``, held by daemon ``holder``; see the module docstring."""
         if not self._link.connected or not self._inbox:
@@ -230,21 +246,25 @@ class RemoteCalls:
             origin=self._names.daemon,
             caller=caller,
         )
-        try:
-            await self._link.publish(
-                self._names.calls(holder), ENCODER.encode(request), reply=reply
-            )
-            self.calls_sent += 1
-            await self._wait(reply, waiter)
-        except BaseException:
-            if self._calls.abandon(reply) is not None:
+        with timed(METRICS.remote_calls, (), None):
+            try:
+                await self._link.publish(
+                    self._names.calls(holder),
+                    ENCODER.encode(request),
+                    reply=reply,
+                    headers=headers_for(outgoing()) or None,  # the caller's span, if traced
+                )
+                self.calls_sent += 1
+                await self._wait(reply, waiter)
+            except BaseException:
+                if self._calls.abandon(reply) is not None:
+                    await self._cancel(holder, reply)
+                raise
+            if waiter.expired:
                 await self._cancel(holder, reply)
-            raise
-        if waiter.expired:
-            await self._cancel(holder, reply)
-        if waiter.error is not None:
-            raise waiter.error
-        return waiter.result
+            if waiter.error is not None:
+                raise waiter.error
+            return waiter.result
 
     def fail_pending(self, agent: str, reason: str) -> int:
         """Fail every call in flight to ``agent`` now with ``AgentUnavailable`` ``reason``."""
@@ -400,7 +420,7 @@ class RemoteCalls:
         reply = message.reply
         try:
             with scope:
-                answer = await self._run_request(message.data, reply)
+                answer = await self._run_request(message.data, reply, message.headers)
             if not scope.cancel_called:
                 await self._send(reply, answer)
         finally:
@@ -408,7 +428,7 @@ class RemoteCalls:
             if not self._serving:
                 self._idle.set()
 
-    async def _run_request(self, data: bytes, reply: str) -> CallReply:
+    async def _run_request(self, data: bytes, reply: str, headers: dict[str, str]) -> CallReply:
         try:
             request = CALL_REQUEST.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -420,14 +440,20 @@ class RemoteCalls:
                 self._tasks.start_soon(self._send, reply, CallProgress(params=dict(params)))
 
         try:
-            self._check(request)
-            result = await self._local.call(
-                request.agent,
-                request.method,
-                request.params,
-                timeout=request.timeout,
-                on_progress=progress,
-            )
+            trace = trace_from(headers)
+            with (
+                served("cluster", request.method),
+                serving(request.method, trace, agent=request.agent),
+            ):
+                caller = self._check(request)
+                result = await self._local.call(
+                    request.agent,
+                    request.method,
+                    request.params,
+                    timeout=request.timeout,
+                    on_progress=progress,
+                    on_behalf_of=caller,
+                )
         except MeshError as exc:
             exc.with_context(agent=request.agent, method=request.method)
             return CallFailed(
@@ -443,13 +469,22 @@ class RemoteCalls:
             return CallFailed(code=ErrorCode.INTERNAL_ERROR, message=f"{type(exc).__name__}: {exc}")
         return CallResult(result=result)
 
-    def _check(self, request: CallRequest) -> None:
+    def _check(self, request: CallRequest) -> Principal:
+        """Who the call is made for (the door checks them next); refuse a call for nobody."""
         if not self._sync.is_local(request.agent):
             raise AgentUnavailable(
                 f"agent {request.agent!r} is not held by daemon {self._names.daemon!r}"
             )
         if self._authorize is not None:
             self._authorize(request)
+        if request.caller is None:
+            raise Forbidden(
+                f"a call from daemon {request.origin!r} says nobody it is made for; "
+                "calls between daemons carry their caller",
+                agent=request.agent,
+                method=request.method,
+            )
+        return request.caller
 
     async def _send(self, reply: str, answer: CallReply) -> None:
         try:
@@ -488,11 +523,17 @@ def _error(failed: CallFailed, holder: str) -> MeshError:
 class RemoteCaller(CallMethods):
     """A :class:`~mesh.Caller` for one agent another daemon holds (the orchestrator's hook)."""
 
-    __slots__ = ("_agent", "_calls", "_default_timeout", "_holder")
+    __slots__ = ("_agent", "_calls", "_default_timeout", "_holder", "_on_behalf_of")
 
     def __init__(
-        self, calls: RemoteCalls, agent: str, holder: str, default_timeout: float | None
+        self,
+        calls: RemoteCalls,
+        agent: str,
+        holder: str,
+        default_timeout: float | None,
+        on_behalf_of: Principal = EMBEDDER,
     ) -> None:
+        self._on_behalf_of = on_behalf_of
         self._calls = calls
         self._agent = agent
         self._holder = holder
@@ -526,6 +567,7 @@ class RemoteCaller(CallMethods):
             params,
             timeout=self._default_timeout if timeout is None else timeout,
             on_progress=options.get("on_progress"),
+            caller=self._on_behalf_of,
         )
 
     async def notify(self, method: str, params: Any = None) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import anyio
 
 from mesh._logging import get_logger
+from mesh._metrics import METRICS
 from mesh._tasks import open_task_group
 from mesh.cluster._bridge import NatsLoop
 from mesh.cluster._errors import ClusterError
@@ -111,6 +112,7 @@ class NatsLink:
         self.settings = settings
         self.loop = loop
         self.connected = False
+        self._ever_connected = False
         self.last_error: str | None = None
         #: The last time NATS refused our credentials (kept: later errors of the same
         #: attempt, "connection closed" and the like, would hide it).
@@ -146,6 +148,9 @@ class NatsLink:
         url = nc.connected_url if connected and nc is not None else None
         self.server = None if url is None else url.geturl()
         if connected:
+            if self._ever_connected:
+                METRICS.nats_reconnects.add()
+            self._ever_connected = True
             self.last_error = None
             log.info("cluster.nats_connected", server=self.server)
         elif not self._closing:

@@ -11,6 +11,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from mesh._orchestrator.access import Principal
 from registry import AgentId, AgentRecord
 
 __all__ = [
@@ -108,10 +109,10 @@ class CallRequest(msgspec.Struct, frozen=True, kw_only=True):
     method: str
     params: Any = None
     timeout: float | None = None
-    #: The daemon the call came from, and who asked there (``agent:ID``, ``client:NAME``,
-    #: ``daemon`` for the daemon's own calls, e.g. a room's turn).
+    #: The daemon the call came from, and who the call is made for there: the holder
+    #: checks it at its own orchestrator's door (a call without one is refused).
     origin: str = ""
-    caller: str | None = None
+    caller: Principal | None = None
 
 
 class CancelCall(msgspec.Struct, frozen=True, kw_only=True):

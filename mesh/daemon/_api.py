@@ -5,9 +5,9 @@ with its path (``$.heartbeat_interval``). Mesh errors map to statuses: unknown
 agent 404, offline or unreachable 503, timeout 504, an error the agent answered
 502, too large 413, forbidden 403. Nothing here ever returns a stack trace.
 
-Calls through ``/rpc`` and ``/broadcast`` are checked before they leave: a
-method reserved to the daemon is refused, and so is a target whose manifest's
-``access.callers`` does not admit the caller's token.
+Calls through ``/rpc`` and ``/broadcast`` are made on behalf of the caller's
+token, and the orchestrator's door refuses what it may not do (a method
+reserved to the daemon, a target whose ``access.callers`` does not admit it).
 """
 
 from __future__ import annotations
@@ -27,15 +27,17 @@ from mesh._errors import (
     MessageTooLarge,
 )
 from mesh._logging import get_logger
-from mesh._orchestrator.access import check_client_call, check_relayable
+from mesh._metrics import served
 from mesh._orchestrator.orchestrator import MeshOrchestrator
-from mesh._orchestrator.spec import Outcome
 from mesh._orchestrator.view import LINK_STATUSES
+from mesh._tracing import serving, trace_from
+from mesh.daemon._a2a import DaemonA2a
 from mesh.daemon._agents import AgentRoutes
 from mesh.daemon._auth import Gate, Identity, Right
 from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._limits import check_id
 from mesh.daemon._mcp import DaemonMcp
+from mesh.daemon._metrics import Probes
 from mesh.daemon._rooms import RoomRoutes
 from mesh.daemon._routes import HttpHandler, Params, RouteTable, WebSocketHandler
 from mesh.daemon._settings import DaemonSettings
@@ -131,10 +133,16 @@ class DaemonApi:
         self.mcp = DaemonMcp(
             orchestrator,
             room_handlers,
-            self._check_call,
             max_sessions=settings.max_mcp_sessions,
             max_sessions_per_owner=settings.max_mcp_sessions_per_identity,
             host=settings.host,
+        )
+        self.probes = Probes(orchestrator, self.lifecycle)
+        self.a2a = DaemonA2a(
+            orchestrator,
+            secure=settings.tls_cert is not None,
+            max_call_timeout=settings.max_call_timeout,
+            endpoint_hosts=settings.endpoint_hosts,
         )
         self.dispatcher = RouteTable(
             gate,
@@ -152,6 +160,9 @@ class DaemonApi:
                 "create_token": self.handle_create_token,
                 "revoke_token": self.handle_revoke_token,
                 "mcp": self.mcp.handle_http,
+                **self.probes.http_handlers(),
+                "a2a_card": self.a2a.handle_card,
+                "a2a": self.a2a.handle_rpc,
                 **room_handlers,
                 **(more_http or {}),
             },
@@ -178,6 +189,7 @@ class DaemonApi:
     @cluster.setter
     def cluster(self, cluster: ClusterView | None) -> None:
         self._cluster = cluster
+        self.probes.cluster = cluster
         self.agents.holder = None if cluster is None else cluster.holder
 
     async def handle_health(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
@@ -218,11 +230,6 @@ class DaemonApi:
             )
         return None
 
-    def _check_call(self, who: Identity, agent: str, method: str, via: str) -> None:
-        check_relayable(method, agent=agent, via=via)
-        access = self._mesh.access_of(agent)
-        check_client_call(access, client=who.name, admin=who.admin, agent=agent, method=method)
-
     async def handle_rpc(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
         try:
             call = msgspec.json.decode(request.body, type=RpcBody)
@@ -234,10 +241,15 @@ class DaemonApi:
         self.calls_in_flight += 1
         started = anyio.current_time()
         try:
-            self._check_call(who, call.agent, call.method, "/rpc")
-            result = await self._mesh.call(
-                call.agent, call.method, call.params, timeout=call.timeout
-            )
+            trace = trace_from(dict(request.headers))
+            with served("http", call.method), serving(call.method, trace, agent=call.agent):
+                result = await self._mesh.call(
+                    call.agent,
+                    call.method,
+                    call.params,
+                    timeout=call.timeout,
+                    on_behalf_of=who.principal,
+                )
         except MeshError as exc:
             return _mesh_error(exc, known=self._mesh.knows(call.agent))
         finally:
@@ -258,24 +270,17 @@ class DaemonApi:
         refused = self._timeout_refused(cast.timeout)
         if refused is not None:
             return refused
-        try:
-            check_relayable(cast.method, agent="*", via="/broadcast")
-        except Forbidden as exc:
-            return _mesh_error(exc)
-        allowed: list[str] = []
-        outcomes: dict[str, Outcome] = {}
-        for record in self._mesh.registry.find(cast.capability):
-            try:
-                self._check_call(who, record.id, cast.method, "/broadcast")
-            except Forbidden as exc:
-                outcomes[record.id] = Outcome(record.id, error=exc)
-            else:
-                allowed.append(record.id)
         self.calls_in_flight += 1
         try:
-            outcomes |= await self._mesh.multicast(
-                allowed, cast.method, cast.params, timeout=cast.timeout
+            outcomes = await self._mesh.broadcast(
+                cast.method,
+                cast.params,
+                capability=cast.capability,
+                timeout=cast.timeout,
+                on_behalf_of=who.principal,
             )
+        except MeshError as exc:  # the door refused the method itself (a reserved one)
+            return _mesh_error(exc)
         finally:
             self.calls_in_flight -= 1
         answers: dict[str, Any] = {}

@@ -22,6 +22,7 @@ from typing import Final
 import anyio
 
 from mesh._logging import get_logger
+from mesh._orchestrator.access import Principal
 from mesh.daemon._tokens import Role, TokenEntry, TokenStore
 from transports import (
     CloseCode,
@@ -80,6 +81,13 @@ class Identity:
     @property
     def owner(self) -> str:
         return f"token:{self.token_id}" if self.token_id else f"agent:{self.agent}"
+
+    @property
+    def principal(self) -> Principal:
+        """Who calls made for this identity are made for, at the orchestrator's door."""
+        if self.role is Role.AGENT:
+            return Principal.agent(self.agent or self.name)
+        return Principal.client(self.name, admin=self.admin)
 
     def may(self, right: Right) -> bool:
         return right in RIGHTS[self.role]

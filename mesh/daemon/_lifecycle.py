@@ -3,7 +3,7 @@
 The daemon binds its port before it starts any agent (so a busy port fails
 before a child is spawned), which leaves a moment when requests can arrive
 before the agents are linked: they wait for :meth:`Lifecycle.start_serving`
-(``GET /health`` answers at once). Once shutting down, new requests that would
+(``GET /health`` and the probes answer at once). Once shutting down, new requests that would
 start work are refused with 503, and at the drain deadline the requests still
 running are cut: each gets a 503 JSON answer naming the shutdown rather than a
 dropped connection.
@@ -23,6 +23,8 @@ __all__ = ["Lifecycle"]
 
 _JSON: Final = msgspec.json.Encoder()
 _CLOSE: Final = (("connection", "close"),)
+#: What answers before the agents are linked: the probes say how the start is going.
+_ANSWERED_WHILE_STARTING: Final = frozenset({"/health", "/healthz", "/readyz"})
 
 
 def _unavailable(message: str) -> HttpResponse:
@@ -68,7 +70,7 @@ class Lifecycle:
         self, request: HttpRequest, route: Callable[[HttpRequest], Awaitable[HttpResponse]]
     ) -> HttpResponse:
         """``route(request)``, unless the daemon's state says otherwise."""
-        if self.starting and request.path.rstrip("/") != "/health":
+        if self.starting and request.path.rstrip("/") not in _ANSWERED_WHILE_STARTING:
             await self._serving.wait()
         if self.draining and request.method != "GET":
             return _unavailable("the daemon is shutting down; it takes no new work")

@@ -7,7 +7,8 @@ Every agent's tools (see :class:`~mesh.mcp.ToolCatalog`), plus three room tools:
 
 Both routes need the ``call`` right, and an MCP client gets exactly what its
 token gets from the rest of the API: it sees and calls only the agents whose
-access section admits it (the check of ``POST /rpc``), and the room tools are
+access section admits it (the orchestrator's door, on behalf of the token, as
+for ``POST /rpc``), and the room tools are
 the room routes themselves, answered as tools, with their rights, bounds and
 ownership. An HTTP session belongs to the token that opened it.
 
@@ -20,7 +21,6 @@ and the daemon's ``host`` setting (a rebound name), is refused with 403.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -44,9 +44,6 @@ _ROOM_TOOLS: Final = {
     "mesh_room_transcript": ("room", Right.READ),
     "mesh_list_rooms": ("rooms", Right.READ),
 }
-
-#: ``check(who, agent, method, via)`` raises :class:`~mesh.Forbidden` to refuse (``/rpc``'s check).
-CheckCall = Callable[[Identity, str, str, str], None]
 
 
 def _schema(tp: Any) -> dict[str, Any]:
@@ -116,7 +113,6 @@ class DaemonMcp:
         self,
         orchestrator: MeshOrchestrator,
         room_handlers: dict[str, HttpHandler],
-        check_call: CheckCall,
         *,
         max_sessions: int = 256,
         max_sessions_per_owner: int = 16,
@@ -128,14 +124,15 @@ class DaemonMcp:
         self.http = McpHttpEndpoint(
             self.catalog, max_sessions=max_sessions, max_sessions_per_owner=max_sessions_per_owner
         )
-        self._check_call = check_call
+        self._mesh = orchestrator
 
     def authorize(self, who: Identity) -> Authorize:
         """What ``who`` may call: agents by their access sections, room tools by right."""
 
         def authorize(agent: str | None, tool: str) -> None:
             if agent is not None:
-                self._check_call(who, agent, "tools/call", "/mcp")
+                # Only to leave out of tools/list what the door would refuse.
+                self._mesh.authorize(agent, "tools/call", on_behalf_of=who.principal)
                 return
             right = _ROOM_TOOLS.get(tool, (None, Right.ADMIN))[1]
             if not who.may(right):
@@ -164,11 +161,21 @@ class DaemonMcp:
         if refused is not None:
             return HttpResponse.error(403, refused)
         return await self.http.handle(
-            request, owner=who.owner, authorize=self.authorize(who), caller=who
+            request,
+            owner=who.owner,
+            authorize=self.authorize(who),
+            caller=who,
+            on_behalf_of=who.principal,
         )
 
     async def serve_stream(self, stream: WebSocketStream, who: Identity, _: Params) -> None:
-        await serve_mcp(stream, self.catalog, authorize=self.authorize(who), caller=who)
+        await serve_mcp(
+            stream,
+            self.catalog,
+            authorize=self.authorize(who),
+            caller=who,
+            on_behalf_of=who.principal,
+        )
 
 
 def own_origin(origin: str, host_header: str | None, daemon_host: str) -> bool:

@@ -19,9 +19,12 @@ The people routes (see :mod:`mesh.rooms._people`):
                                     the turn in flight (an interjection)
 ==================================  ============================================
 
-They need the ``rooms`` right (client and admin tokens), not the room's
-ownership: joining someone else's room is the point. A person's seat is held by
-the identity that joined it while they are present.
+They need the ``rooms`` right (client and admin tokens), and the room's
+``people.join`` must admit the token (its owner's choice: the owner alone by
+default; admins always). A person's words reach every agent of the room, so
+the token must also be allowed to call each of them (the orchestrator's door).
+A person's seat is held for good by the token that first took it (recorded
+with the room): no other token may join, speak or leave as them (403).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Final
 
 import msgspec
 
+from mesh._errors import Forbidden
 from mesh.daemon._auth import Identity
 from mesh.daemon._routes import HttpHandler, Params
 from mesh.rooms import InvalidRoomSpec, RoomConflict, RoomError, RoomManager, RoomNotFound
@@ -145,20 +149,23 @@ class PeopleRoutes:
         self, action: str, request: HttpRequest, who: Identity, room_id: str
     ) -> HttpResponse:
         holder = None if who.admin else who.owner
+        person = who.principal
         rooms, body = self._rooms, request.body
         try:
             if action == "join":
                 joined = msgspec.json.decode(body, type=JoinBody)
-                member = await rooms.join(room_id, joined.name, holder=holder)
+                member = await rooms.join(room_id, joined.name, holder=holder, person=person)
                 return HttpResponse.json(200, {"member": member})
             if action == "leave":
                 leaving = msgspec.json.decode(body, type=LeaveBody)
                 await rooms.leave(room_id, leaving.member, holder=holder)
                 return HttpResponse(204)
             said = msgspec.json.decode(body, type=SayBody)
-            outcome = await rooms.say(room_id, said.member, said.text, holder=holder)
+            outcome = await rooms.say(room_id, said.member, said.text, holder=holder, person=person)
             return HttpResponse.json(200 if outcome["status"] == "turn" else 202, outcome)
         except msgspec.DecodeError as exc:
             return HttpResponse.error(400, f"invalid {action} body: {exc}")
         except RoomError as exc:
             return HttpResponse.error(_status(exc), str(exc))
+        except Forbidden as exc:  # people.join, a seat another token holds, or the door
+            return HttpResponse.error(403, str(exc), code=exc.code)

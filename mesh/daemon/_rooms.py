@@ -6,7 +6,10 @@
 stopped one (owner or admin only); ``/rooms/{id}/events`` is a WebSocket that
 sends every event of the room, in order, from ``?since=SEQ`` on, then live
 until the room stops. Creation is bounded: topic length, members, turns, and
-how many rooms may be active at once.
+how many rooms may be active at once, in all and per owner (resuming a stopped
+room is bounded the same way). A room's turns are made on behalf of its
+creator's token, so creating one with an agent that token may not call is
+refused at once (403, naming the agent and the rule).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from mesh._errors import Forbidden
 from mesh._logging import get_logger
 from mesh.daemon._auth import Identity
 from mesh.daemon._routes import HttpHandler, Params
@@ -28,6 +32,7 @@ from mesh.rooms import (
     RoomNotFound,
     RoomSnapshot,
     RoomSpec,
+    RoomStatus,
     decode_room_spec,
     encode_event,
 )
@@ -66,6 +71,8 @@ def _room_errors(handler: RoomHandler) -> HttpHandler:
             return await handler(request, who, params)
         except RoomError as exc:
             return HttpResponse.error(_status(exc), str(exc))
+        except Forbidden as exc:  # the door refused a member on behalf of this token
+            return HttpResponse.error(403, str(exc), code=exc.code)
 
     return handle
 
@@ -92,9 +99,14 @@ class RoomRoutes:
 
     async def handle_create(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
         spec = decode_room_spec(request.body)
-        refused = self._bounds(spec)
+        refused = self._bounds(spec) or await self._room_slots(who.owner, who.admin)
         if refused is not None:
             return refused
+        created = await self._rooms.create(spec, owner=who.owner, creator=who.principal)
+        return HttpResponse.json(201, created)
+
+    async def _room_slots(self, owner: str | None, admin: bool) -> HttpResponse | None:
+        """The 429 when no room slot is free: in all, or for ``owner`` (admins: in all only)."""
         active, limit = await self._rooms.active_count(), self._settings.max_active_rooms
         if active >= limit:
             return HttpResponse.error(
@@ -103,7 +115,20 @@ class RoomRoutes:
                 "stop one first",
                 limit="max_active_rooms",
             )
-        return HttpResponse.json(201, await self._rooms.create(spec, owner=who.owner))
+        if admin:
+            return None
+        mine = 0
+        for status in (RoomStatus.RUNNING, RoomStatus.PAUSED):
+            mine += sum(s.room.owner == owner for s in await self._rooms.list(status))
+        per = self._settings.max_rooms_per_identity
+        if mine >= per:
+            return HttpResponse.error(
+                429,
+                f"this token's {mine} rooms are running or paused, its limit "
+                f"(max_rooms_per_identity = {per}); stop one first",
+                limit="max_rooms_per_identity",
+            )
+        return None
 
     def _bounds(self, spec: RoomSpec) -> HttpResponse | None:
         settings = self._settings
@@ -206,7 +231,14 @@ class RoomRoutes:
         return await self._steer(p["id"], who, self._rooms.pause)
 
     async def handle_resume(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
-        return await self._steer(p["id"], who, self._rooms.resume)
+        owned = await self._owned(p["id"], who)
+        if isinstance(owned, HttpResponse):
+            return owned
+        if owned.status is RoomStatus.STOPPED:  # back to running: it takes a slot again
+            refused = await self._room_slots(owned.room.owner, who.admin)
+            if refused is not None:
+                return refused
+        return HttpResponse.json(200, await self._rooms.resume(p["id"]))
 
     async def handle_stop(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
         return await self._steer(p["id"], who, self._rooms.stop)

@@ -6,7 +6,7 @@ needs, and its handler's name. :class:`RouteTable` checks the token before it
 even looks for a route (so a stranger learns nothing, not even which paths
 exist), then the right, then calls the handler; a route without a handler, or
 a handler without a route, stops the daemon at start. A test walks this table
-and expects 401 on every row but ``GET /health``.
+and expects 401 on every row but the public ones (``GET /health``, the probes, the page).
 """
 
 from __future__ import annotations
@@ -71,6 +71,11 @@ class Route:
 
 ROUTES: Final = (
     Route("GET", "/health", Right.PUBLIC, "health"),
+    # Probes for orchestrators and load balancers: public, and they say only ok or why not.
+    Route("GET", "/healthz", Right.PUBLIC, "healthz"),
+    Route("GET", "/readyz", Right.PUBLIC, "readyz"),
+    # Prometheus: an observer token reads it (docs/observability.md).
+    Route("GET", "/metrics", Right.READ, "metrics"),
     Route("GET", "/agents", Right.READ, "agents"),
     Route("WS", "/agents/events", Right.READ, "watch_agents"),
     Route("POST", "/agents/register", Right.REGISTER, "register"),
@@ -105,6 +110,9 @@ ROUTES: Final = (
     Route("POST", "/mcp", Right.CALL, "mcp"),
     Route("DELETE", "/mcp", Right.CALL, "mcp"),
     Route("WS", "/mcp", Right.CALL, "mcp_stream"),
+    # A2A (docs/a2a.md): each agent's card, and its JSON-RPC endpoint (SSE for streams).
+    Route("GET", "/a2a/{agent}/.well-known/agent-card.json", Right.READ, "a2a_card"),
+    Route("POST", "/a2a/{agent}", Right.CALL, "a2a"),
 )
 
 

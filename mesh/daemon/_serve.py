@@ -152,7 +152,12 @@ async def serve_daemon(
     gate = _gate(settings, links.tokens)
     orchestrator = MeshOrchestrator.from_links(links, registry=_registry(settings))
     # In a cluster, rooms are resumed by whichever daemon takes their lease.
-    rooms = RoomManager.for_orchestrator(orchestrator, settings.data_dir, resume=not settings.nats)
+    rooms = RoomManager.for_orchestrator(
+        orchestrator,
+        settings.data_dir,
+        resume=not settings.nats,
+        person_wait=settings.max_person_wait,
+    )
     dial_ins = DialIns(orchestrator)
     api = DaemonApi(
         orchestrator,
@@ -200,6 +205,7 @@ async def serve_daemon(
             cluster.daemon_url = server.url  # what the other daemons show for this one
         api.cluster = cluster
         background = await stack.enter_async_context(open_task_group())
+        await background.start(api.a2a.server.serve)  # A2A tasks run here, stopped with it
         api.lifecycle.start_serving()
         if settings.room_retention is not None:
             background.start_soon(_delete_old_rooms, rooms, settings.room_retention)

@@ -65,10 +65,10 @@ LOOPBACK: Final = ("localhost", "127.0.0.0/8", "::1")
 
 class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
-    port: int = msgspec.field(default=8700)
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8700
     manifests: str = "manifests"
     #: SIGTERM waits this long for calls in flight before stopping anyway.
-    drain_timeout: float = 10.0
+    drain_timeout: Annotated[float, msgspec.Meta(ge=0)] = 10.0
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
     max_body_size: _Positive = 1 << 20
@@ -119,6 +119,13 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     max_call_timeout: _Seconds = 300.0
     #: Rooms running or paused at once.
     max_active_rooms: _Positive = 32
+    #: Rooms running or paused at once that one token owns (admins: only the limit above),
+    #: so that one client cannot hold every room slot.
+    max_rooms_per_identity: _Positive = 8
+    #: The longest a room waits for a person, seconds: for the answer to their turn (a
+    #: room's people.turn_timeout above it is cut to it), and for anyone to come back when
+    #: only people who are away could speak; then it stops, resumably (AGENT_LOST).
+    max_person_wait: _Seconds = 600.0
     #: A room's topic, in characters.
     max_topic_length: _Positive = 4096
     #: A room's max_turns (and max_messages_per_agent).
@@ -192,7 +199,9 @@ def load_settings(
         if variable in env:
             merged[name] = env[variable]
             source = f"{source} + ${variable}"
-    merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    flags = {k: v for k, v in (overrides or {}).items() if v is not None}
+    merged.update(flags)
+    source += " + flags" if flags else ""
     try:
         settings = msgspec.convert(merged, DaemonSettings, strict=False)
     except msgspec.ValidationError as exc:

@@ -76,7 +76,9 @@ def _struct_errors(raw: Any, cls: type[msgspec.Struct], path: str) -> list[Probl
             valid[key] = value
     required = [name for name, f in fields.items() if f.required]
     problems += [(path, f"Object missing required field `{n}`") for n in required if n not in raw]
-    stood_in = [name for name in required if name in raw and name not in valid]
+    # Missing or wrong, a required field gets a stand-in so the checks that need a whole
+    # struct still run: a file shows every error before its `id` is fixed, not after.
+    stood_in = [name for name in required if name not in valid]
     if all(name in valid or name in _STAND_INS for name in required):
         valid.update((name, _STAND_INS[name]) for name in stood_in)
         problems += [

@@ -56,7 +56,7 @@ _Seconds = Annotated[float, msgspec.Meta(gt=0)]
 #: that fetches it first: 30 s and more when cold on a busy machine.
 MCP_START_TIMEOUT: Final = 60.0
 #: What the far end speaks: the mesh's envelope, or MCP (the mesh mounts it; docs/mcp.md).
-Protocol: TypeAlias = Literal["mesh", "mcp"]
+Protocol: TypeAlias = Literal["mesh", "mcp", "a2a"]
 McpRevision: TypeAlias = Literal["auto", "2026-07-28", "2025-11-25", "2025-06-18"]
 _NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 
@@ -212,6 +212,8 @@ class StdioSection(_SectionBase, frozen=True, kw_only=True, tag="stdio"):
         if self.command in INTERPRETER_COMMANDS and sys.executable:
             msgspec.structs.force_setattr(self, "command", sys.executable)
         _check_revision(self.protocol, self.mcp_revision)
+        if self.protocol == "a2a":
+            raise _FieldError("protocol", 'An A2A agent is reached over `type = "http"`')
 
     def resolve(self, base: str | os.PathLike[str]) -> StdioSection:
         """This transport with a relative (or ``~``) ``cwd`` made absolute against ``base``."""
@@ -224,7 +226,8 @@ class StdioSection(_SectionBase, frozen=True, kw_only=True, tag="stdio"):
 class HttpSection(_SectionBase, frozen=True, kw_only=True, tag="http"):
     """Reach the agent at ``POST {endpoint}/rpc``; ``token_env`` names its bearer token.
 
-    With ``protocol = "mcp"``, ``endpoint`` is the MCP server's streamable HTTP URL itself.
+    With ``protocol = "mcp"``, ``endpoint`` is the MCP server's streamable HTTP URL itself;
+    with ``protocol = "a2a"``, the A2A agent's base URL (or its card's URL, ``….json``).
     """
 
     endpoint: str

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
+import msgspec
+
 from mesh.manifests._check import manifest_errors
 from mesh.manifests._load import (
     DialInSection,
@@ -74,6 +76,31 @@ def stdio_problems(
     transport = manifest.transport
     if not isinstance(transport, StdioSection):
         return []
+    return _section_problems(transport, file, environ)
+
+
+def _raw_stdio_problems(
+    file: str | os.PathLike[str], environ: Mapping[str, str]
+) -> list[ManifestError]:
+    """:func:`stdio_problems` for a file that does not load (no ``id`` yet, say): every
+    error at once, not the next one only after the first is fixed."""
+    try:
+        raw = msgspec.toml.decode(Path(file).read_bytes())
+        section = raw.get("transport") if isinstance(raw, dict) else None
+        if not isinstance(section, dict) or section.get("type") != "stdio":
+            return []
+        transport = msgspec.convert(section, StdioSection)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return []  # unreadable, or the section's own errors: reported already
+    if transport.cwd is not None and not Path(transport.cwd).is_absolute():
+        cwd = str(Path(file).parent / transport.cwd)  # as load_manifest resolves it
+        transport = msgspec.structs.replace(transport, cwd=cwd)
+    return _section_problems(transport, file, environ)
+
+
+def _section_problems(
+    transport: StdioSection, file: str | os.PathLike[str], environ: Mapping[str, str]
+) -> list[ManifestError]:
     problems = []
     cwd = transport.cwd
     cwd_ok = cwd is None or Path(cwd).is_dir()
@@ -141,9 +168,18 @@ def validate_manifests(
     for agent_id, manifest in good.items():
         if (warning := _warning(manifest, environ)) is not None:
             print(f"warning: {loaded.sources[agent_id]}: {warning}", file=err)
+    shown: set[str] = set()
     for error in [*loaded.errors, *(p for found in problems.values() for p in found)]:
-        # A file that failed to load is read again for every problem it has, not the first.
-        for each in (manifest_errors(error.file) if error.file else []) or [error]:
+        # A file that failed to load is read again (once) for every problem it has, not the
+        # first, its stdio command and cwd included.
+        if error.file is not None and str(error.file) in shown:
+            continue
+        if error.file is not None and error in loaded.errors:
+            shown.add(str(error.file))
+            found = manifest_errors(error.file) + _raw_stdio_problems(error.file, environ)
+        else:
+            found = []
+        for each in found or [error]:
             print(f"error: {each}", file=err)
     invalid = len(loaded.errors) + sum(1 for found in problems.values() if found)
     print(f"{len(good)} valid, {invalid} invalid", file=out)

@@ -20,6 +20,7 @@ import anyio
 
 from mesh._errors import MeshError
 from mesh._logging import get_logger
+from mesh._orchestrator.access import EMBEDDER, Principal
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._rpc.caller import ProgressCallback
 from mesh.mcp._names import SEPARATOR, exposed_names
@@ -238,11 +239,14 @@ class ToolCatalog:
         on_progress: ProgressCallback | None = None,
         authorize: Authorize | None = None,
         caller: Any = None,
+        on_behalf_of: Principal = EMBEDDER,
     ) -> dict[str, Any] | None:
         """The ``CallToolResult`` for ``name``; None if no tool has that name.
 
         ``on_progress`` hears the agent's progress reports while the call runs;
-        ``authorize`` may refuse the call (its error becomes the ``isError`` answer).
+        ``authorize`` may refuse the call (its error becomes the ``isError`` answer),
+        and so may the orchestrator's door, which an agent's tool is called through
+        ``on_behalf_of``.
         """
         extra = self._extra.get(name)
         if extra is not None:
@@ -263,7 +267,13 @@ class ToolCatalog:
             if refused is not None:
                 return refused
         mesh = self._mesh
-        called = mesh.call_tool(target.agent, target.tool, arguments, on_progress=on_progress)
+        called = mesh.call_tool(
+            target.agent,
+            target.tool,
+            arguments,
+            on_progress=on_progress,
+            on_behalf_of=on_behalf_of,
+        )
         return await _answer(called, target.wrapped)
 
 

@@ -18,6 +18,8 @@ speak, so an MCP link gets the same machinery as a mesh link:
 - **Heartbeats.** MCP has ``ping`` and no heartbeat: a heartbeat goes out as a
   ``ping`` whose id marks it, and any answer to it (a result, or the "method not
   found" a 2026-07-28 server gives) comes back as a heartbeat.
+- **Trace context.** A request's ``traceparent``/``tracestate`` travel in its
+  ``params._meta`` both ways, where MCP peers that trace put them.
 - **Batches** are refused with one error naming why: MCP dropped JSON-RPC batching
   in 2025-06-18, and the revisions we speak have none.
 
@@ -66,6 +68,9 @@ _INT: Final = "#"
 _MAX_ID_LENGTH: Final = 128
 _MAX_INT_ID: Final = 2**63
 _MAX_METHOD_LENGTH: Final = 256
+#: W3C Trace Context in ``_meta``: the bounds the mesh envelope puts on the same fields.
+_MAX_TRACEPARENT: Final = 128
+_MAX_TRACESTATE: Final = 512
 
 _CANCELLED_MESH: Final = "cancelled"
 _PROGRESS_MESH: Final = "progress"
@@ -222,6 +227,8 @@ class McpCodec:
             params = payload.params
             if payload.method == "tools/call" and isinstance(params, dict):
                 params = _with_progress_token(params, message.id)
+            if message.traceparent is not None and (params is None or isinstance(params, dict)):
+                params = _with_trace(params or {}, message.traceparent, message.tracestate)
             wire = _OutRequest(
                 JSONRPC,
                 to_wire_id(message.id),
@@ -339,7 +346,14 @@ def _classify_call(wire: _Frame) -> Request | Notification:
             "request",
         )
     payload = RequestPayload(method=method, params=params)
-    return Request(id=from_wire_id(wire.id), timestamp=0, payload=payload)
+    parent, state = _trace_of(params)
+    return Request(
+        id=from_wire_id(wire.id),
+        timestamp=0,
+        payload=payload,
+        traceparent=parent,
+        tracestate=state,
+    )
 
 
 def _classify_response(wire: _Frame) -> Response | Heartbeat:
@@ -388,6 +402,27 @@ def _with_progress_token(params: dict[str, Any], key: str) -> dict[str, Any]:
             return params  # the caller chose its own token
         return {**params, "_meta": {**meta, "progressToken": to_wire_id(key)}}
     return {**params, "_meta": {"progressToken": to_wire_id(key)}}
+
+
+def _with_trace(params: dict[str, Any], parent: str, state: str | None) -> dict[str, Any]:
+    """The caller's span in ``params._meta`` (``traceparent``, ``tracestate``), as MCP
+    peers that trace read it; the keys are W3C Trace Context's."""
+    meta = params.get("_meta")
+    trace = {"traceparent": parent, **({"tracestate": state} if state else {})}
+    return {**params, "_meta": {**meta, **trace} if isinstance(meta, dict) else trace}
+
+
+def _trace_of(params: Any) -> tuple[str | None, str | None]:
+    """(traceparent, tracestate) from ``params._meta``, when they are there and in bounds."""
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if not isinstance(meta, dict):
+        return None, None
+    parent, state = meta.get("traceparent"), meta.get("tracestate")
+    if not isinstance(parent, str) or not 0 < len(parent) <= _MAX_TRACEPARENT:
+        return None, None
+    if not isinstance(state, str) or len(state) > _MAX_TRACESTATE:
+        state = None
+    return parent, state or None
 
 
 def _response(message: Response) -> _OutResult | _OutError:

@@ -30,6 +30,7 @@ import anyio
 import msgspec
 
 from mesh._errors import ErrorCode, MethodNotFound
+from mesh._orchestrator.access import EMBEDDER, Principal
 from mesh._rpc.exchange import Exchange
 from mesh._rpc.peer import RequestContext
 from mesh.mcp._catalog import Authorize, ToolCatalog
@@ -144,12 +145,16 @@ class McpHttpEndpoint:
         owner: str | None = None,
         authorize: Authorize | None = None,
         caller: Any = None,
+        on_behalf_of: Principal = EMBEDDER,
     ) -> HttpResponse:
         """Answer one request. ``owner`` names the caller (a session opened by one
         owner is unknown to every other); ``authorize`` says what it may call and
-        ``caller`` is handed to the extra tools (see :class:`~mesh.mcp.McpServer`)."""
+        ``caller`` is handed to the extra tools; agents' tools are called
+        ``on_behalf_of`` (see :class:`~mesh.mcp.McpServer`)."""
         if request.method == "POST":
-            fresh = _HttpServer(self._catalog, authorize=authorize, caller=caller)
+            fresh = _HttpServer(
+                self._catalog, authorize=authorize, caller=caller, on_behalf_of=on_behalf_of
+            )
             return await self._post(request, owner, fresh)
         if request.method == "DELETE":
             return self._delete(request, owner)

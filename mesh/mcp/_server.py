@@ -19,6 +19,8 @@ from typing import Any, Final
 
 from mesh._errors import InvalidParams, MeshError, MethodNotFound
 from mesh._logging import get_logger
+from mesh._metrics import served
+from mesh._orchestrator.access import EMBEDDER, Principal
 from mesh._rpc.caller import ProgressCallback
 from mesh._rpc.peer import Peer, RequestContext, open_peer
 from mesh._rpc.session import SessionConfig
@@ -68,9 +70,16 @@ class McpServer:
     """The MCP server side of one client connection (a :class:`~mesh.RequestHandler`)."""
 
     def __init__(
-        self, catalog: ToolCatalog, *, authorize: Authorize | None = None, caller: Any = None
+        self,
+        catalog: ToolCatalog,
+        *,
+        authorize: Authorize | None = None,
+        caller: Any = None,
+        on_behalf_of: Principal = EMBEDDER,
     ) -> None:
         self.catalog = catalog
+        #: Who agents' tools are called for, at the orchestrator's door.
+        self.on_behalf_of = on_behalf_of
         #: Who this client is allowed to call (None: everything); see :data:`Authorize`.
         self.authorize = authorize
         #: Who the client is, for the extra tools (opaque here).
@@ -150,9 +159,15 @@ class McpServer:
         if not isinstance(arguments, dict):
             raise InvalidParams("tool arguments must be an object - at `$.params.arguments`")
         progress = _progress(ctx, params)
-        answer = await self.catalog.call_tool(
-            name, arguments, on_progress=progress, authorize=self.authorize, caller=self.caller
-        )
+        with served("mcp", "tools/call"):
+            answer = await self.catalog.call_tool(
+                name,
+                arguments,
+                on_progress=progress,
+                authorize=self.authorize,
+                caller=self.caller,
+                on_behalf_of=self.on_behalf_of,
+            )
         if answer is None:
             raise InvalidParams(f"unknown tool {name!r}; tools/list names them all")
         if modern:
@@ -203,10 +218,13 @@ async def serve_mcp(
     *,
     authorize: Authorize | None = None,
     caller: Any = None,
+    on_behalf_of: Principal = EMBEDDER,
     config: SessionConfig | None = None,
 ) -> None:
-    """Serve the mesh's tools to the MCP client on ``stream`` until it leaves."""
-    server = McpServer(catalog, authorize=authorize, caller=caller)
+    """Serve the mesh's tools to the MCP client on ``stream`` until it leaves.
+
+    Agents' tools are called ``on_behalf_of`` (the orchestrator's door checks it)."""
+    server = McpServer(catalog, authorize=authorize, caller=caller, on_behalf_of=on_behalf_of)
     config = config or serve_config(catalog)
     async with (
         open_peer(stream, handler=server, config=config, codec=MCP_CODEC) as peer,

@@ -97,6 +97,9 @@ class ScriptedProvider(ProviderBase):
                     await anyio.sleep(self.config.delay / len(pieces))
                 else:
                     await anyio.lowlevel.checkpoint()
+        # Words stand in for tokens, so what counts usage can be tested without a model.
+        heard = sum(len(m.content.split()) for m in messages) + len((system or "").split())
+        usage = Usage(input_tokens=heard, output_tokens=len(text.split()))
         return Completion(
-            text=text, model=self.model, provider="scripted", usage=Usage(), finish_reason="stop"
+            text=text, model=self.model, provider="scripted", usage=usage, finish_reason="stop"
         )

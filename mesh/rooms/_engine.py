@@ -14,7 +14,8 @@ duplicated or replayed after a crash is recorded exactly once.
 
 **Failures.** A failed attempt (timeout, error, dropped or empty reply) is an
 ``ERROR`` event and is retried after ``retry_delay`` seconds, doubling; after
-``max_failures`` in a row the room stops with ``ERROR``. If the speaker turns out
+``max_failures`` in a row the room stops with ``ERROR`` (at once for an error that
+would only repeat: method not found, invalid params, refused). If the speaker turns out
 to be offline, it is not counted: the room waits for it instead (``AGENT_LEFT``,
 then ``AGENT_JOINED`` or, after ``agent_grace``, ``AGENT_LOST``).
 
@@ -39,7 +40,9 @@ resumed at the next start.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import math
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import partial
 from typing import Final
@@ -50,6 +53,7 @@ import msgspec
 
 from mesh._errors import MeshError
 from mesh._logging import get_logger
+from mesh._orchestrator.access import EMBEDDER, Principal
 from mesh.protocol import now_ms
 from mesh.rooms._events import (
     AgentJoinedEvent,
@@ -62,6 +66,7 @@ from mesh.rooms._events import (
     StoppedEvent,
 )
 from mesh.rooms._model import Member, Room, Step, StopReason, TurnReply, TurnRequest
+from mesh.rooms._observe import clock, count_stop, count_turn, count_usage, turn_span
 from mesh.rooms._people import Desk
 from mesh.rooms._perspective import build_turn_request
 from mesh.rooms._policy import TurnPlan, next_turn
@@ -83,6 +88,7 @@ __all__ = [
     "Presence",
     "RoomRunner",
     "Speak",
+    "acting_for",
     "delta_sink",
     "report_delta",
 ]
@@ -105,6 +111,26 @@ Publish = Callable[[RoomEvent], None]
 PublishLive = Callable[[LiveEvent], None]
 
 _DELTAS: ContextVar[Callable[[str], None] | None] = ContextVar("mesh_room_deltas", default=None)
+_ACTING_FOR: ContextVar[Principal] = ContextVar("mesh_room_acting_for", default=EMBEDDER)
+
+
+def acting_for() -> Principal:
+    """Inside ``speak`` (or a member's description): who the room's call is made for.
+
+    The room's creator, acting through the room; a speaker passes it to the
+    orchestrator as ``on_behalf_of``, whose door checks it.
+    """
+    return _ACTING_FOR.get()
+
+
+@contextmanager
+def acting(principal: Principal) -> Iterator[None]:
+    """Calls made inside the block are made for ``principal`` (see :func:`acting_for`)."""
+    token = _ACTING_FOR.set(principal)
+    try:
+        yield
+    finally:
+        _ACTING_FOR.reset(token)
 
 
 def delta_sink() -> Callable[[str], None] | None:
@@ -176,8 +202,14 @@ class RoomRunner:
         *,
         presence: Presence | None = None,
         people: Desk | None = None,
+        person_wait: float | None = None,
     ) -> None:
         self._journal = journal
+        #: The longest the room waits for a person: an answer to their turn, or anyone
+        #: to come back when only people could speak (None: the room's own turn_timeout,
+        #: and for ever). Past it the room stops, resumably, naming them.
+        self._person_wait = person_wait
+        self._idle_since: float | None = None  # since when only absent people could speak
         self._state = journal.state
         self._speak = speak
         self._presence = presence
@@ -267,6 +299,7 @@ class RoomRunner:
                 assert self._requested is not None  # only a request cancels our own scope
                 verdict = self._requested
             self.verdict = verdict
+            count_stop(verdict.reason)
             self._finishing = True
             log.info("room.stopped", room=self._room.id, reason=str(verdict.reason))
             await self._journal.emit(
@@ -307,22 +340,27 @@ class RoomRunner:
             if verdict is not None:
                 return verdict
             plan = next_turn(self._room, transcript, self._absent_people())
-            if plan is None:
-                await self._desk.wait_changed()  # only people could answer, and none is here
+            if plan is None:  # only people could answer, and none is here
+                verdict = await self._wait_for_people()
+                if verdict is not None:
+                    return verdict
                 continue
+            self._idle_since = None
             if plan.speaker.human:
                 verdict = await self._human_turn(plan)
                 if verdict is not None:
                     return verdict
                 continue
             request = build_turn_request(self._room, transcript, plan)
+            started = clock()
             text, error, code = await self._attempt(request)
+            count_turn(started, text is not None)
             if text is None:
                 if await self._went_away(plan.speaker.id):
                     continue  # not the turn's fault: wait for the member instead
                 failures += 1
                 await self._failed(request, error, code, failures)
-                verdict = check_failures(self._room, failures, plan.turn, error)
+                verdict = check_failures(self._room, failures, plan.turn, error, code)
                 if verdict is not None:
                     return verdict
                 await anyio.sleep(
@@ -342,7 +380,11 @@ class RoomRunner:
         self._delta(speaker, request.turn, "")  # the turn has begun: "… is writing"
         token = _DELTAS.set(partial(self._delta, speaker, request.turn))
         try:
-            with anyio.fail_after(request.timeout):
+            with (
+                anyio.fail_after(request.timeout),
+                acting(self._room.principal()),
+                turn_span(self._room.id, speaker, request.turn),
+            ):
                 reply = await self._speak(request.agent_id, request)
         except MeshError as exc:
             return None, f"{type(exc).__name__}: {exc}", exc.code
@@ -370,6 +412,7 @@ class RoomRunner:
             return None, f"the agent dropped the turn: {reply.reason or 'no reason given'}", None
         if not reply.text.strip():
             return None, "the agent replied with no text", None
+        count_usage(request.agent_id, reply.usage)
         return reply.text, "", None
 
     def opening(self) -> DeltaEvent | None:
@@ -459,15 +502,16 @@ class RoomRunner:
         self.turn_open = (member, plan.turn)
         self._delta(member, plan.turn, "")  # the turn is theirs: pages show "your turn"
         text: str | None = None
+        timeout = min(people.turn_timeout, self._person_wait or people.turn_timeout)
         try:
-            with anyio.move_on_after(people.turn_timeout):
+            with anyio.move_on_after(timeout):
                 text = await self._desk.wait_for(member.id, plan.turn)
                 if text is None:
                     return None  # they left (recorded by whoever saw them go): plan again
         finally:
             self.turn_open = None
         if text is None:
-            why = f"did not answer turn {plan.turn} within {people.turn_timeout:g} s"
+            why = f"did not answer turn {plan.turn} within {timeout:g} s"
             if people.at_timeout == "pause":
                 return Verdict(StopReason.PAUSED, f"{member.name} {why}")
             if self._desk.depart(member.id):
@@ -483,6 +527,22 @@ class RoomRunner:
             return None
         await self._journal.emit(self._said(member, plan.turn, text))
         return after_message(self._room, self._state.transcript)
+
+    async def _wait_for_people(self) -> Verdict | None:
+        """Until someone who could speak is here; past ``person_wait``, a resumable stop."""
+        now = anyio.current_time()
+        if self._idle_since is None:
+            self._idle_since = now
+        wait = math.inf if self._person_wait is None else self._person_wait
+        with anyio.move_on_after(self._idle_since + wait - now):
+            await self._desk.wait_changed()
+            return None
+        away = [m.name for m in self._room.members if m.id in self._absent_people()]
+        return Verdict(
+            StopReason.AGENT_LOST,
+            f"waited {self._person_wait:g} s for {', '.join(away) or 'people'} to come back "
+            "(only they could speak); resume when they are here",
+        )
 
     async def _went_away(self, agent_id: str) -> bool:
         if agent_id in self._away:

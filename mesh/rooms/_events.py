@@ -73,10 +73,14 @@ class AgentJoinedEvent(_Event, frozen=True, kw_only=True, tag="AGENT_JOINED"):
     """A member is in the room: at creation, back online, or a person joining.
 
     ``member`` is set when someone takes a new seat (a person joining a running
-    room): the room's members grow by it from this event on.
+    room): the room's members grow by it from this event on. ``holder`` is the
+    daemon identity that took a person's seat (the first one holds it for good,
+    across leaving and restarts); ``by`` the name of its token, shown beside them.
     """
 
     member: Member | None = None
+    holder: str | None = None
+    by: str | None = None
 
 
 class MessageEvent(_Event, frozen=True, kw_only=True, tag="MESSAGE"):

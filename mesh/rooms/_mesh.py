@@ -5,7 +5,9 @@ a member is introduced by ``room/persona`` (its name, role and awareness); and a
 member is present while the registry has it ``online`` or ``stale`` (a stale
 agent has missed one heartbeat, not its TTL). An agent that does not serve
 ``room/persona`` can still sit in a room, under its registry name, as a
-``participant``, as long as it answers ``room/turn``.
+``participant``, as long as it answers ``room/turn``. Both calls are made on
+behalf of the room's creator (:func:`~mesh.rooms._engine.acting_for`), so the
+orchestrator's door applies the creator's rights to them.
 
 A persona that streams its reply reports each piece as a ``progress``
 notification of the ``room/turn`` call (the piece in ``message``); the speaker
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from mesh._errors import MeshError, MethodNotFound
-from mesh.rooms._engine import Presence, Speak, delta_sink
+from mesh.rooms._engine import Presence, Speak, acting_for, delta_sink
 from mesh.rooms._errors import InvalidRoomSpec
 from mesh.rooms._model import Member, TurnReply, TurnRequest
 from registry import AgentId, AgentStatus, Registry
@@ -75,7 +77,12 @@ def mesh_speaker(orchestrator: MeshOrchestrator) -> Speak:
                 sink(piece)
 
         result = await orchestrator.call(
-            agent_id, ROOM_TURN, params, timeout=request.timeout, on_progress=progress
+            agent_id,
+            ROOM_TURN,
+            params,
+            timeout=request.timeout,
+            on_progress=progress,
+            on_behalf_of=acting_for(),  # the room, for its creator: the door checks it
         )
         return msgspec.convert(result, TurnReply)
 
@@ -88,8 +95,11 @@ def mesh_describer(orchestrator: MeshOrchestrator, *, timeout: float = 10.0) -> 
     async def describe(agent_id: str) -> Member:
         record = orchestrator.registry.get(AgentId(agent_id))
         try:
-            result: Any = await orchestrator.call(agent_id, ROOM_PERSONA, timeout=timeout)
+            result: Any = await orchestrator.call(
+                agent_id, ROOM_PERSONA, timeout=timeout, on_behalf_of=acting_for()
+            )
         except MethodNotFound:
+            await _check_can_chat(orchestrator, agent_id, timeout)
             name = record.name if record is not None else agent_id
             return Member(id=AgentId(agent_id), name=name, role="participant")
         except MeshError as exc:
@@ -104,6 +114,25 @@ def mesh_describer(orchestrator: MeshOrchestrator, *, timeout: float = 10.0) -> 
             raise InvalidRoomSpec(f"member {agent_id!r} answered room/persona with {exc}") from exc
 
     return describe
+
+
+async def _check_can_chat(orchestrator: MeshOrchestrator, agent_id: str, timeout: float) -> None:
+    """Refuse an agent that says what it serves (``agent/info`` ``methods``) and no ``room/turn``.
+
+    An agent that does not say (not written with the SDK) is taken at its word: its
+    first turn tells.
+    """
+    try:
+        info: Any = await orchestrator.call(agent_id, "agent/info", timeout=timeout)
+    except MeshError as exc:
+        raise InvalidRoomSpec(f"member {agent_id!r} is not available: {exc}") from exc
+    methods = info.get("methods") if isinstance(info, dict) else None
+    if isinstance(methods, list) and ROOM_TURN not in methods:
+        raise InvalidRoomSpec(
+            f"member {agent_id!r} cannot take turns in a room: it serves no {ROOM_TURN} "
+            "(a tool-only agent; a persona agent can, see docs/rooms.md)",
+            agent=agent_id,
+        )
 
 
 def registry_presence(registry: Registry) -> Presence:

@@ -18,7 +18,8 @@ from typing import Annotated, Any, Final, Literal, NewType, TypeAlias
 
 import msgspec
 
-from mesh.providers._base import ChatMessage
+from mesh._orchestrator.access import EMBEDDER, Principal
+from mesh.providers._base import ChatMessage, Usage
 from registry import AgentId
 
 __all__ = [
@@ -65,6 +66,11 @@ _ROOM_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 
 _Seconds = Annotated[float, msgspec.Meta(gt=0)]
 _Count = Annotated[int, msgspec.Meta(ge=1)]
+#: Token names a room's owner lets join (a token's name is 1-64 characters).
+_TokenNames = Annotated[
+    tuple[Annotated[str, msgspec.Meta(min_length=1, max_length=64)], ...],
+    msgspec.Meta(max_length=64),
+]
 
 
 def valid_room_id(room_id: str) -> bool:
@@ -77,7 +83,9 @@ class StopReason(enum.StrEnum):
 
     CONVERGED = "CONVERGED"  # "Verified…" from the verifier, or the score passed the threshold
     NO_IMPROVEMENT = "NO_IMPROVEMENT"  # an agent repeated its previous output
-    MAX_TURNS = "MAX_TURNS"  # the turn limit, or too few members left under their message limit
+    MAX_TURNS = (
+        "MAX_TURNS"  # the turn limit, or no one but the last speaker under the message limit
+    )
     GOODBYE = "GOODBYE"  # an agent said goodbye
     PAUSED = "PAUSED"  # someone paused it; resume continues at the next turn
     AGENT_LOST = "AGENT_LOST"  # a member stayed offline past the grace period
@@ -166,12 +174,18 @@ class People(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     ``interject`` a person present may also speak between others' turns; the
     message is recorded after the turn in flight. ``max_people`` bounds how many
     may join.
+
+    ``join`` is the owner's choice of who may take a seat through the daemon:
+    ``owner`` (the owner alone, the default), ``clients`` (any client token) or a
+    list of token names. Admins always may; and every joiner's token must be
+    allowed to call every agent of the room (a person's words reach them all).
     """
 
     turn_timeout: _Seconds = 300.0
     at_timeout: Literal["skip", "pause"] = "skip"
     interject: bool = True
     max_people: Annotated[int, msgspec.Meta(ge=0, le=64)] = 8
+    join: Literal["owner", "clients"] | _TokenNames = "owner"
 
 
 class RoomSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -236,6 +250,13 @@ class Room(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     #: Who created it through the daemon (``token:<id>``); None: the operator's. Only the
     #: owner or an admin may pause, resume, stop or delete it over HTTP.
     owner: str | None = None
+    #: Who its turns are made for (its creator; None: the embedding program), kept with
+    #: the room so a resumed room calls with the same rights.
+    creator: Principal | None = None
+
+    def principal(self) -> Principal:
+        """Who this room's calls are made for, at the orchestrator's door."""
+        return (self.creator or EMBEDDER).in_room(self.id)
 
     @property
     def max_turns(self) -> int:
@@ -300,6 +321,9 @@ class TurnReply(msgspec.Struct, frozen=True, kw_only=True):
     text: str = ""
     status: Literal["spoken", "replayed", "dropped"] = "spoken"
     reason: str = ""
+    #: Tokens the agent's provider reported for this turn (a later field: older agents
+    #: send none, older daemons ignore it).
+    usage: Usage | None = None
 
 
 def decode_room_spec(data: bytes | str | Mapping[str, Any]) -> RoomSpec:

@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001, RUF002 -- the look-alike letters are the point of this module
 """People in a room: who is there, the message a person's turn waits for, interjections.
 
 A person (a member of kind ``human``) is *present* while they have joined and
@@ -24,9 +25,22 @@ from typing import Final, Literal
 
 import anyio
 
+from mesh._errors import Forbidden
 from mesh.rooms._errors import RoomConflict
+from mesh.rooms._model import Room
 
-__all__ = ["MAX_NAME", "MAX_TEXT", "Desk", "clean_name", "clean_text", "person_id"]
+__all__ = [
+    "MAX_NAME",
+    "MAX_TEXT",
+    "Desk",
+    "check_join",
+    "check_lookalike",
+    "check_seat",
+    "clean_name",
+    "clean_text",
+    "person_id",
+    "skeleton",
+]
 
 #: The longest message a person may send (a long paragraph; a room is a conversation).
 MAX_TEXT: Final = 8000
@@ -61,6 +75,52 @@ def clean_text(text: str) -> str:
     if len(cleaned) > MAX_TEXT:
         raise ValueError(f"a message has at most {MAX_TEXT} characters, got {len(cleaned)}")
     return cleaned
+
+
+#: Letters of other scripts that pass for Latin ones (the common part of Unicode's
+#: confusables table: Cyrillic, Greek, and the digits and capitals read as letters).
+#: Applied before and after case folding, so capitals are covered by their small forms.
+_HOMOGLYPHS: Final = str.maketrans(
+    {
+        **dict.fromkeys("аɑα", "a"),
+        **dict.fromkeys("вβь", "b"),
+        **dict.fromkeys("сϲς", "c"),
+        **dict.fromkeys("ԁ", "d"),
+        **dict.fromkeys("еєε", "e"),
+        **dict.fromkeys("һηн", "h"),
+        **dict.fromkeys("іιї", "i"),
+        **dict.fromkeys("ј", "j"),
+        **dict.fromkeys("кκ", "k"),
+        **dict.fromkeys("ӏI1|ǀ", "l"),
+        **dict.fromkeys("мμ", "m"),
+        **dict.fromkeys("ոν", "n"),
+        **dict.fromkeys("оοσ0", "o"),
+        **dict.fromkeys("рρ", "p"),
+        **dict.fromkeys("ԛ", "q"),
+        **dict.fromkeys("ѕ", "s"),
+        **dict.fromkeys("тτ", "t"),
+        **dict.fromkeys("υ", "u"),
+        **dict.fromkeys("ѵ", "v"),
+        **dict.fromkeys("ԝω", "w"),
+        **dict.fromkeys("хχ", "x"),
+        **dict.fromkeys("уγ", "y"),
+        **dict.fromkeys("ᴢ", "z"),
+    }
+)
+
+
+def skeleton(name: str) -> str:
+    """What ``name`` looks like: two names with one skeleton pass for each other.
+
+    NFKC (fullwidth and styled letters become plain), homoglyphs of other scripts
+    mapped to the Latin letter they imitate, case folded, accents, spaces and
+    punctuation dropped, and ``rn`` read as ``m``: ``Cаrol`` (a Cyrillic ``а``),
+    ``ＣＡＲＯＬ``, ``Caro1`` and ``Carol`` share ``carol``.
+    """
+    text = unicodedata.normalize("NFKC", name).translate(_HOMOGLYPHS).casefold()
+    text = unicodedata.normalize("NFD", text.translate(_HOMOGLYPHS))
+    kept = "".join(ch for ch in text if ch.isalnum() and not unicodedata.combining(ch))
+    return kept.replace("rn", "m")
 
 
 def person_id(name: str) -> str:
@@ -161,3 +221,50 @@ class Desk:
     def _wake(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
+
+
+# -- who may sit where -----------------------------------------------------------------------
+
+
+def check_join(room: Room, holder: str | None, by: str | None) -> None:
+    """Refuse a joiner the room's ``people.join`` does not admit (:class:`~mesh.Forbidden`).
+
+    ``holder`` is the joiner's identity (None: an admin or the embedding program,
+    who always may), ``by`` its token's name; the owner always may.
+    """
+    policy = room.people.join
+    if holder is None or holder == room.owner or policy == "clients":
+        return
+    if isinstance(policy, tuple) and by is not None and by in policy:
+        return
+    allowed = "its owner" if policy == "owner" else f"its owner and the tokens {list(policy)}"
+    raise Forbidden(
+        f"room {room.id!r} admits {allowed} (people.join); token {by!r} may not join it"
+    )
+
+
+def check_seat(room_id: str, member_id: str, held: str | None, holder: str | None) -> None:
+    """Refuse ``holder`` acting as a person whose seat ``held`` another identity took."""
+    # In a cluster, a holder forwarded from another daemon is qualified by it (token:ID@A);
+    # a token is valid on one daemon only, so its id names it either way.
+    if holder is not None and held is not None and _token(held) != _token(holder):
+        raise Forbidden(
+            f"the seat of {member_id!r} in room {room_id!r} is held by another token "
+            "(the one that first took it): join under another name"
+        )
+
+
+def _token(holder: str) -> str:
+    return holder.split("@", 1)[0]
+
+
+def check_lookalike(room: Room, seat_id: str, name: str) -> None:
+    """Refuse a new name that passes for a member's (``Cаrol`` beside ``Carol``)."""
+    mine = {skeleton(name), skeleton(seat_id)} - {""}  # all punctuation looks like nothing
+    for member in room.members:
+        if member.id != seat_id and mine & {skeleton(member.name), skeleton(member.id)}:
+            raise RoomConflict(
+                f"the name {name!r} looks like {member.name!r}, a member of room {room.id!r}: "
+                "choose one that does not",
+                room=room.id,
+            )

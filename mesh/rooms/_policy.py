@@ -5,8 +5,8 @@ speaker a room that never stopped would have picked.
 
 A **chat** goes round the members in order, starting with the first, after the
 previous speaker. A member who has sent ``max_messages_per_agent`` messages
-stays silent and is skipped; once fewer than two members may still
-speak there is no conversation left, and :func:`next_turn` returns ``None``.
+stays silent and is skipped; once no one but the last speaker may still speak
+there is no conversation left, and :func:`next_turn` returns ``None``.
 People who are ``absent`` (away, or never joined) are skipped too, and a
 person's interjection does not move the turn: the next speaker follows the last
 message that was someone's turn.
@@ -74,7 +74,11 @@ def next_turn(
             return None
         return TurnPlan(turn, speaker, step, round_)
     may_speak = [m for m in room.members if spoken[m.id] < limit and m.id not in absent]
-    if len(may_speak) < 2:
+    # No one speaks twice in a row, so the room goes on while someone other than the last
+    # speaker is under the limit: two members and 40 turns are 20 messages each.
+    turns = [m for m in transcript if not m.interjection]
+    last = turns[-1].agent_id if turns else None
+    if not any(m.id != last for m in may_speak):
         return None
     return TurnPlan(turn, _after(room, transcript, may_speak))
 
@@ -90,4 +94,4 @@ def _after(room: Room, transcript: Sequence[MessageEvent], may_speak: list[Membe
         candidate = room.members[(last + step) % len(ids)]
         if candidate.id in allowed:
             return candidate
-    raise AssertionError("may_speak holds at least two members")  # pragma: no cover
+    raise AssertionError("may_speak holds someone besides the last speaker")  # pragma: no cover

@@ -112,8 +112,12 @@ def _line(event: RoomEvent, who: str) -> str:
     raise TypeError(f"not a room event: {event!r}")  # pragma: no cover
 
 
-def transcript_markdown(snapshot: RoomSnapshot, messages: Sequence[MessageEvent]) -> str:
-    """The room and what was said, as a Markdown document."""
+def transcript_markdown(snapshot: RoomSnapshot, events: Sequence[RoomEvent]) -> str:
+    """The room and what was said, as a Markdown document.
+
+    ``events`` are its messages, and may include its stops and resumes (a pause and
+    a resume show where they happened); other events are left out.
+    """
     room = snapshot.room
     status = str(snapshot.status)
     if snapshot.stop_reason is not None:
@@ -128,14 +132,17 @@ def transcript_markdown(snapshot: RoomSnapshot, messages: Sequence[MessageEvent]
         f"- Status: {status}",
         "",
     ]
-    for message in messages:
-        step = f", {message.step}" if message.step else ""
-        lines += [
-            f"## Turn {message.turn}: {printable(message.name)} ({printable(message.role)}{step})",
-            "",
-            f"*{_clock(message.timestamp)}, convergence score {message.score:.2f}*",
-            "",
-            printable(message.text),
-            "",
-        ]
+    for event in events:
+        if isinstance(event, MessageEvent):
+            step = f", {event.step}" if event.step else ""
+            lines += [
+                f"## Turn {event.turn}: {printable(event.name)} ({printable(event.role)}{step})",
+                "",
+                f"*{_clock(event.timestamp)}, convergence score {event.score:.2f}*",
+                "",
+                printable(event.text),
+                "",
+            ]
+        elif isinstance(event, StoppedEvent | ResumedEvent):
+            lines += [f"*{_clock(event.timestamp)}: {_line(event, '')}*", ""]
     return "\n".join(lines)

@@ -21,9 +21,14 @@ score 1, texts with no word in common and very different lengths near 0.
 4. ``CONVERGED``: the score reached ``convergence_threshold`` (off by default).
 5. ``MAX_TURNS``: the turn limit (a review: the verify step of the last round).
 
+A person's message (a member of kind ``human``) fires only ``MAX_TURNS``: the
+rules 1-4 end a room for good, and a room is ended for good by its agents or by
+its owner's ``stop``, never by the words of a guest.
+
 Before each turn: ``MAX_TURNS`` when no one may speak (message limits), and
 ``AGENT_LOST`` when a member has been offline for ``agent_grace``. After a failed
-attempt: ``ERROR`` when ``max_failures`` attempts in a row have failed.
+attempt: ``ERROR`` when ``max_failures`` attempts in a row have failed, or at once
+when the error would only repeat (:data:`PERMANENT`).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from mesh._errors import ErrorCode
 from mesh.rooms._events import MessageEvent
 from mesh.rooms._model import Room, StopReason
 from mesh.rooms._policy import next_turn, review_step
@@ -53,6 +59,17 @@ __all__ = [
     "says_goodbye",
     "similarity",
 ]
+
+#: Errors the same turn would meet again (the member serves no room/turn, refuses the
+#: room, or rejects its request): the room stops at once instead of retrying.
+PERMANENT: Final = frozenset(
+    {
+        ErrorCode.METHOD_NOT_FOUND,
+        ErrorCode.INVALID_PARAMS,
+        ErrorCode.UNAUTHORIZED,
+        ErrorCode.FORBIDDEN,
+    }
+)
 
 #: Word overlap says the two are about the same things; the length ratio keeps a
 #: one-line "I agree" from scoring like a full answer that shares its words.
@@ -123,6 +140,8 @@ def same_output(a: str, b: str) -> bool:
 def after_message(room: Room, transcript: Sequence[MessageEvent]) -> Verdict | None:
     """The rule the transcript's last message fires, if any (in the documented order)."""
     message = transcript[-1]
+    if _from_person(room, message):
+        return _max_turns(room, message)
     return (
         _verified(room, message)
         or _goodbye(room, message)
@@ -132,6 +151,10 @@ def after_message(room: Room, transcript: Sequence[MessageEvent]) -> Verdict | N
     )
 
 
+def _from_person(room: Room, message: MessageEvent) -> bool:
+    return any(m.id == message.agent_id and m.human for m in room.members)
+
+
 def before_turn(room: Room, transcript: Sequence[MessageEvent]) -> Verdict | None:
     """Whether the room is already over before its next turn (limits reached)."""
     if transcript and room.mode == "chat" and transcript[-1].turn >= room.max_turns:
@@ -139,7 +162,8 @@ def before_turn(room: Room, transcript: Sequence[MessageEvent]) -> Verdict | Non
     if next_turn(room, transcript) is None:
         limit = room.limits.max_messages_per_agent
         return Verdict(
-            StopReason.MAX_TURNS, f"too few members left under the limit of {limit} messages"
+            StopReason.MAX_TURNS,
+            f"no one but the last speaker is under the limit of {limit} messages each",
         )
     return None
 
@@ -158,7 +182,11 @@ def check_agent_lost(room: Room, away: Mapping[str, float], now: float) -> Verdi
     return Verdict(StopReason.AGENT_LOST, f"{names} stayed offline for {grace:g} s")
 
 
-def check_failures(room: Room, failures: int, turn: int, error: str) -> Verdict | None:
+def check_failures(
+    room: Room, failures: int, turn: int, error: str, code: int | None = None
+) -> Verdict | None:
+    if code in PERMANENT:
+        return Verdict(StopReason.ERROR, f"turn {turn} failed, and would fail again: {error}")
     if failures < room.rules.max_failures:
         return None
     return Verdict(StopReason.ERROR, f"turn {turn} failed {failures} times in a row: {error}")

@@ -44,6 +44,8 @@ class RoomState:
     last_seq: int = 0
     updated_at: int = 0
     transcript: list[MessageEvent] = field(default_factory=list)
+    #: Who holds each person's seat: the first identity that took it (see AGENT_JOINED).
+    holders: dict[str, str] = field(default_factory=dict)
 
     @property
     def current_turn(self) -> int:
@@ -65,8 +67,11 @@ class RoomState:
             self.status = RoomStatus.PAUSED if paused else RoomStatus.STOPPED
             self.stop_reason = event.reason
             self.detail = event.detail
-        elif isinstance(event, AgentJoinedEvent) and event.member is not None:
-            self.room = seated(self.room, event.member)
+        elif isinstance(event, AgentJoinedEvent):
+            if event.member is not None:
+                self.room = seated(self.room, event.member)
+            if event.holder is not None:
+                self.holders.setdefault(event.agent_id, event.holder)
         elif isinstance(event, ResumedEvent | WelcomeEvent):
             self.status = RoomStatus.RUNNING
             self.stop_reason = None

@@ -255,7 +255,22 @@ class RoomStore:
             last_seq=snapshot.last_seq,
             updated_at=snapshot.updated_at,
             transcript=self.messages(room_id),
+            holders=self.holders(room_id),
         )
+
+    def holders(self, room_id: str) -> dict[str, str]:
+        """Who holds each person's seat: the first holder each ``AGENT_JOINED`` names."""
+        with self._lock:
+            path = self.log_path(room_id)
+            data = path.read_bytes() if path.exists() else b""
+        held: dict[str, str] = {}
+        for line in data.splitlines():
+            if b'"AGENT_JOINED"' not in line or b'"holder":null' in line:
+                continue  # messages and unheld joins: not decoded for nothing
+            event = _decode_line(line)
+            if isinstance(event, AgentJoinedEvent) and event.holder is not None:
+                held.setdefault(event.agent_id, event.holder)
+        return held
 
     def events(self, room_id: str, since: int = 0) -> list[RoomEvent]:
         """The room's events from its log with ``seq > since``, in order."""

@@ -92,6 +92,15 @@ def _admin_token(data_dir: Path) -> str | None:
     return None
 
 
+ECHO_MANIFEST = """\
+id = "echo"
+[transport]
+type = "stdio"
+command = "python"
+args = ["-m", "mesh.agents.echo", "--stdio"]
+"""
+
+
 def start_daemon(
     tmp_path: Path,
     scripts: dict[str, tuple[str, str, list[str]]],
@@ -100,11 +109,15 @@ def start_daemon(
     delay: float,
     extra_args: tuple[str, ...] = (),
     ca: str | None = None,
+    tools: bool = False,
 ) -> LiveDaemon:
+    """``tools``: the echo agent too (tools only, so not a room member)."""
     manifests = tmp_path / "manifests"
     manifests.mkdir()
     for agent_id, (name, role, script) in scripts.items():
         persona_manifest(manifests, agent_id, name, script, delay, role=role)
+    if tools:
+        (manifests / "echo.toml").write_text(ECHO_MANIFEST)
     data_dir = tmp_path / "data"
     command = [sys.executable, "-m", "mesh.cli", "serve", "--port", "0"]
     command += ["--manifests", str(manifests), "--data-dir", str(data_dir)]
@@ -114,7 +127,7 @@ def start_daemon(
     try:
         url = _announcement(process)["http"]
         daemon = LiveDaemon(url, process, data_dir, _admin_token(data_dir))
-        wait_online(url, *scripts, token=daemon.token, ca=ca)
+        wait_online(url, *scripts, *(["echo"] if tools else []), token=daemon.token, ca=ca)
     except BaseException:
         _stop(process)
         raise

@@ -48,7 +48,7 @@ def chat_daemon(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Live
         "alice": ("Alice", "architect", ALICE),
         "bob": ("Bob", "critic", BOB),
     }
-    daemon = start_daemon(tmp_path, scripts, backend=request.param, delay=0.4)
+    daemon = start_daemon(tmp_path, scripts, backend=request.param, delay=0.4, tools=True)
     try:
         yield daemon
     finally:
@@ -71,6 +71,10 @@ def test_agents_show_and_a_room_started_from_the_page_fills_in(
     _open(page, chat_daemon)
     page.wait_for_selector('#agents tr[data-agent="alice"] .badge.online')
     page.wait_for_selector('#agents tr[data-agent="bob"] .badge.online')
+    page.wait_for_selector('#agents tr[data-agent="echo"] .badge.online')
+    # Only agents that can chat are offered as members: not the tool-only echo agent.
+    offered = page.locator("#new-members input").evaluate_all("boxes => boxes.map(b => b.value)")
+    assert sorted(offered) == ["alice", "bob"]
     page.fill("#new-topic", "Should a five-person team start with microservices?")
     page.check('#new-members input[value="alice"]')
     page.check('#new-members input[value="bob"]')
@@ -122,6 +126,8 @@ def test_a_person_joins_from_the_page_and_the_next_persona_answers(
     _open(page, echo_daemon, "room=visit")
     page.fill("#join-name", "Carol")
     page.click("#join")
+    # Beside a person, the token that holds the seat (the page signed in with the admin's).
+    page.wait_for_selector("#transcript .joined:has-text('Carol joined (token admin)')")
     page.wait_for_selector("#say-hint.your-turn", timeout=30_000)
     page.fill("#say-text", "Milk first, obviously.")
     page.click("#say")

@@ -194,3 +194,39 @@ async def test_a_call_in_flight_ends_when_its_agent_goes_offline(nats: NatsServe
                 tg.start_soon(call)
                 await started.wait()
                 a.mesh.registry.mark_offline(AgentId("blocker"), anyio.current_time())
+
+
+async def test_the_holder_checks_who_a_call_is_made_for_at_its_own_door(nats: NatsServer) -> None:
+    from mesh import Forbidden, Principal
+    from mesh.manifests import AccessSection
+
+    vault = AccessSection(callers=("client:ops",))
+    member_a = open_member(nats.url, "a", [echo("vault", access=vault)])
+    async with member_a as a, open_member(nats.url, "b") as b:
+        await wait_status(b.mesh.registry, "vault")
+        with pytest.raises(Forbidden, match="does not accept calls from client token 'dev'"):
+            await b.mesh.call_tool("vault", "echo", {"message": "no"}, on_behalf_of=dev())
+        served = a.cluster.calls.calls_served
+        assert served == 0  # b's own door refused it: nothing went to a
+        # Past b's door (a daemon that skipped it): a checks the identity the call carries.
+        call = {"name": "echo", "arguments": {"message": "x"}}
+        sent = b.cluster.calls.call
+        with pytest.raises(Forbidden, match="does not accept calls from client token 'dev'"):
+            await sent("a", "vault", "tools/call", call, timeout=10, caller=dev())
+        assert a.cluster.calls.calls_served == served + 1
+        ops = Principal.client("ops")
+        assert await sent("a", "vault", "tools/call", call, timeout=10, caller=ops) == {
+            "message": "x"
+        }
+        turn = Principal.client("ops").in_room("r")
+        with pytest.raises(Forbidden, match="reserved to the daemon"):
+            await sent("a", "vault", "room/turn", {}, timeout=10, caller=ops)
+        with pytest.raises(Forbidden, match="may send only"):
+            await sent("a", "vault", "tools/call", call, timeout=10, caller=turn)
+
+
+def dev() -> Any:
+    """The client token ``dev``, which the vault above does not admit."""
+    from mesh import Principal
+
+    return Principal.client("dev")

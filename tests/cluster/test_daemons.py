@@ -173,6 +173,13 @@ async def test_calls_from_anywhere_and_a_broadcast_over_thirty_agents(
                 refused = await carol.post("/rpc", json=body)
                 assert refused.status_code == 403, refused.text
                 assert "does not accept calls from client token 'carol'" in refused.text
+                # nor through a room on C: its turns would be made for carol (one door)
+                spec = {"topic": "t", "members": ["guarded", "a-1"]}
+                room = await carol.post("/rooms", json=spec)
+                assert room.status_code == 403, room.text
+                assert (
+                    "agent 'guarded' does not accept calls from client token 'carol'" in room.text
+                )
                 assert (
                     await carol.post("/rpc", json={"agent": "a-1", "method": "ping"})
                 ).is_success

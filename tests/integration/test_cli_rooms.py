@@ -104,7 +104,7 @@ async def test_what_agents_wrote_reaches_the_terminal_as_text(tmp_path: Path) ->
         code, out, _ = await mesh(daemon, "room", "list", "--json")
         assert code == 0
         assert_escaped(out)
-        assert json.loads(out)[0]["room"]["topic"] == f"topic {HOSTILE}"
+        assert json.loads(out)["rooms"][0]["room"]["topic"] == f"topic {HOSTILE}"
 
         code, out, err = await mesh(daemon, "call", "echo", "echo", "--arg", f"message={HOSTILE}")
         assert code == 0, err
@@ -114,6 +114,9 @@ async def test_what_agents_wrote_reaches_the_terminal_as_text(tmp_path: Path) ->
         assert code == 1
         assert_escaped(err)
         assert SHOWN in err
+        assert "ToolError -32000 (raised RuntimeError): " in err  # as `mesh dev` shows it
+        code, out, err = await mesh(daemon, "call", "echo", "sleep", "--arg", "secs=1")
+        assert code == 1 and "InvalidParams -32602" in err and "did you mean `seconds`" in err
 
         code, out, _ = await mesh(daemon, "agents")
         assert code == 0
@@ -125,6 +128,7 @@ async def test_what_agents_wrote_reaches_the_terminal_as_text(tmp_path: Path) ->
         assert "\x1b]0;caps\x07" in [c for a in json.loads(out) for c in a["capabilities"]]
 
 
+@pytest.mark.timeout(180)  # some thirty `mesh` processes: a minute on a loaded 2-core machine
 async def test_every_room_command_and_its_exit_codes(tmp_path: Path) -> None:
     manifests = tmp_path / "manifests"
     manifests.mkdir()
@@ -193,3 +197,38 @@ async def test_every_room_command_and_its_exit_codes(tmp_path: Path) -> None:
 
     code, _, err = await mesh(daemon, "room", "list")
     assert code == 3 and "cannot reach the daemon" in err
+
+
+async def test_watch_and_export_keep_a_room_that_was_paused_and_resumed(tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    persona_manifest(manifests, "alice", ["Tea.", "Tea again."], 0.3)
+    persona_manifest(manifests, "bob", ["Coffee.", "Coffee again."], 0.3)
+    async with spawn_daemon(manifests, extra_args=["--data-dir", str(tmp_path / "d")]) as daemon:
+        await daemon.wait_online("alice", "bob")
+        async with daemon.client() as http:
+            spec = {"id": "long", "topic": "Long", "members": ["alice", "bob"]}
+            assert (await http.post("/rooms", json=spec)).status_code == 201
+            await wait_for_event(daemon, "long", lambda e: isinstance(e, MessageEvent))
+            assert (await http.post("/rooms/long/pause")).status_code == 200
+            assert (await http.post("/rooms/long/resume")).status_code == 200
+            # Watching follows the room past the old pause, until it really stops.
+            async with anyio.create_task_group() as tg:
+                watched: list[tuple[int, str, str]] = []
+
+                async def watch() -> None:
+                    watched.append(await mesh(daemon, "room", "watch", "long"))
+
+                tg.start_soon(watch)
+                await wait_for_event(
+                    daemon, "long", lambda e: isinstance(e, MessageEvent) and e.turn > 2
+                )
+                assert (await http.post("/rooms/long/stop")).status_code == 200
+        [(code, out, err)] = watched
+        assert code == 7 and "room long stopped: STOPPED" in err, err
+        assert "room long stopped: PAUSED" not in err
+        assert "stopped after turn" in out and "resumed at turn" in out
+        code, out, err = await mesh(daemon, "room", "export", "long")
+    assert code == 0, err
+    assert ": stopped after turn" in out and "PAUSED: paused on request*" in out
+    assert ": resumed at turn" in out and "STOPPED" in out

@@ -142,14 +142,43 @@ def echo_members(directory: Path) -> None:
         (directory / f"{agent_id}.toml").write_text(ECHO.format(id=agent_id))
 
 
+#: A persona whose model is a closed port on this machine: every turn fails, none for ever.
+UNREACHABLE_MODEL = """
+id = "{id}"
+capabilities = ["chat"]
+[transport]
+type = "stdio"
+command = "python"
+args = ["-m", "mesh.agents.persona", "--manifest", "{path}", "--stdio"]
+[persona]
+system_prompt = "You are {id}."
+[persona.provider]
+provider = "openai"
+model = "none"
+base_url = "http://127.0.0.1:{port}/v1"
+api_key_env = ""
+max_retries = 0
+timeout = 5
+"""
+
+
 async def test_room_run_exits_1_when_the_room_stops_with_error(tmp_path: Path) -> None:
-    echo_members(tmp_path)  # echo agents do not take turns: every turn fails
+    echo_members(tmp_path)  # echo agents take no turns: refused when the room is made
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for agent_id in ("gamma", "delta"):
+        path = tmp_path / f"{agent_id}.toml"
+        path.write_text(UNREACHABLE_MODEL.format(id=agent_id, path=path, port=port))
     args = ["--data-dir", str(tmp_path / "d")]
     async with spawn_daemon(tmp_path, extra_args=args) as daemon:
-        await daemon.wait_online("alpha", "beta")
-        code, _, err = await run(
-            "room", "run", "--topic", "x", "--agent", "alpha", "--agent", "beta", daemon=daemon
-        )
+        await daemon.wait_online("alpha", "beta", "gamma", "delta")
+        members = ["--agent", "alpha", "--agent", "beta"]
+        code, _, err = await run("room", "run", "--topic", "x", *members, daemon=daemon)
+        assert code == EXIT_FAILED and err.count("\n") == 1, err
+        assert "member 'alpha' cannot take turns in a room: it serves no room/turn" in err
+        members = ["--agent", "gamma", "--agent", "delta"]
+        code, _, err = await run("room", "run", "--topic", "x", *members, daemon=daemon)
     assert code == EXIT_FAILED, err
     assert "stopped: ERROR" in err and "Traceback" not in err
 

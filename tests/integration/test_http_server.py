@@ -188,3 +188,27 @@ async def test_an_upgrade_request_with_a_body_gets_400() -> None:
     async with server() as srv:
         answer = await _answers(srv, head, 1)
     assert answer.startswith(b"HTTP/1.1 400 ") and b"must not carry a body" in answer
+
+
+async def test_a_streamed_body_arrives_in_pieces_and_a_crashed_one_ends_only_its_answer() -> None:
+    from transports import BodyWriter, HttpRequest, HttpResponse, open_http_server
+
+    async def handler(request: HttpRequest) -> HttpResponse:
+        async def pieces(write: BodyWriter) -> None:
+            for n in range(3):
+                await write(b"data: %d\n\n" % n)
+            if request.path == "/crash":
+                raise RuntimeError("the producer broke")
+
+        return HttpResponse(200, content_type="text/event-stream", stream=pieces)
+
+    async with (
+        open_http_server(handler, host="127.0.0.1", port=0) as srv,
+        httpx.AsyncClient(base_url=srv.url) as http,
+    ):
+        whole = await http.get("/ok")
+        assert whole.headers["transfer-encoding"] == "chunked"
+        assert whole.text == "data: 0\n\ndata: 1\n\ndata: 2\n\n"
+        with pytest.raises(httpx.RemoteProtocolError):
+            await http.get("/crash")  # the stream stops short: no end of message
+        assert (await http.get("/ok")).status_code == 200  # the server serves on

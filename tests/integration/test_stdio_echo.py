@@ -131,8 +131,30 @@ async def test_stderr_becomes_structured_logs_and_close_is_graceful() -> None:
             with pytest.raises(ToolError, match="visible in logs"):
                 await echo.call_tool("fail", {"message": "visible in logs"})
     assert stream.returncode == 0, "closing stdin should let the agent exit cleanly"
-    lines = [entry["line"] for entry in logs if entry["event"] == "agent.stderr"]
-    assert any("visible in logs" in line for line in lines)
+    entries = [entry for entry in logs if entry["event"] == "agent.stderr"]
+    assert entries and all(entry["agent"] == "echo" for entry in entries)
+    # The agent logs JSON lines: each arrives as a record, not as an escaped string.
+    failed = next(e["record"] for e in entries if e.get("record", {}).get("tool") == "fail")
+    assert failed["event"] == "agent.tool_failed" and "visible in logs" in failed["exception"]
+
+
+async def test_a_killed_agent_is_reported_without_the_tracebacks_it_already_handled() -> None:
+    with capture_logs() as logs:
+        async with open_echo_agent() as echo:
+            with pytest.raises(ToolError, match="handled earlier"):
+                await echo.call_tool("fail", {"message": "handled earlier"})
+            with anyio.fail_after(30):  # until its stderr line is in: each answer lets it arrive
+                while not any(e["event"] == "agent.stderr" for e in logs):
+                    await echo.call("ping")
+            await echo.call("ping")  # an answer after the handled traceback
+            stream = echo.stream
+            assert isinstance(stream, StdioProcessStream)
+            os.kill(stream.pid, signal.SIGKILL)
+            with pytest.raises(ConnectionLost) as lost, anyio.fail_after(30):
+                await echo.call_tool("echo", {"message": "anyone?"})
+    assert "was killed by SIGKILL" in str(lost.value)
+    assert lost.value.stderr_tail == ()
+    assert "handled earlier" not in str(lost.value)
 
 
 async def test_an_agent_that_dies_at_start_is_reported_with_its_stderr() -> None:

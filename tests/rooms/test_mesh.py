@@ -8,7 +8,15 @@ import anyio
 import msgspec
 import pytest
 
-from mesh import AgentSpec, MeshOrchestrator, ReconnectPolicy, local_connector
+from mesh import (
+    Agent,
+    AgentSpec,
+    InvalidParams,
+    MeshOrchestrator,
+    ReconnectPolicy,
+    RequestContext,
+    local_connector,
+)
 from mesh.agents.echo import agent as echo_agent
 from mesh.agents.persona import PersonaAgent
 from mesh.demo.fixtures import DEMO_TOPIC, demo_chat
@@ -117,23 +125,40 @@ async def test_a_member_that_goes_offline_leaves_and_is_lost(tmp_path: Path) -> 
     assert len([e for e in recorded if isinstance(e, ErrorEvent)]) <= 1
 
 
-async def test_an_agent_without_room_methods_fails_its_turns_with_error(tmp_path: Path) -> None:
+async def test_a_tool_only_agent_is_refused_and_a_permanent_error_is_not_retried(
+    tmp_path: Path,
+) -> None:
     alice, _ = personas()
+    refuser = Agent("refuser")
+
+    @refuser.method("room/turn")
+    async def turn(ctx: RequestContext, params: object) -> None:
+        raise InvalidParams("this agent takes no turns today")
+
     specs = [
         AgentSpec("alice", local_connector(alice)),
         AgentSpec("echo", local_connector(echo_agent), name="Echo"),
+        AgentSpec("refuser", local_connector(refuser)),
     ]
-    room_spec = RoomSpec(topic="anything", members=("alice", "echo"), limits=Limits(retry_delay=0))
+    limits = Limits(retry_delay=0)
     async with (
         MeshOrchestrator(specs) as mesh,
         RoomManager.for_orchestrator(mesh, tmp_path) as rooms,
     ):
-        room = await rooms.create(room_spec)
-        assert (room.room.members[1].name, room.room.members[1].role) == ("Echo", "participant")
+        # The echo agent lists its methods (agent/info) and room/turn is not among them.
+        refused = "member 'echo' cannot take turns in a room: it serves no room/turn"
+        with pytest.raises(InvalidRoomSpec, match=refused):
+            await rooms.create(RoomSpec(topic="anything", members=("alice", "echo")))
+        with pytest.raises(InvalidRoomSpec, match="member 'ghost': no agent 'ghost' is registered"):
+            await rooms.create(RoomSpec(topic="t", members=("alice", "ghost")))
+        assert await rooms.list() == []
+
+        # An agent that serves room/turn and rejects every request: one ERROR, no retries.
+        room = await rooms.create(RoomSpec(topic="t", members=("alice", "refuser"), limits=limits))
         with anyio.fail_after(GUARD):
             snapshot = await rooms.wait(room.id)
-        with pytest.raises(InvalidRoomSpec, match="member 'ghost' is not online"):
-            await rooms.create(RoomSpec(topic="t", members=("alice", "ghost")))
+        events = await rooms.events(room.id)
     assert snapshot.stop_reason is StopReason.ERROR
-    assert "MethodNotFound: agent 'echo' has no method 'room/turn'" in snapshot.detail
+    assert snapshot.detail.startswith("turn 2 failed, and would fail again: InvalidParams")
+    assert len([e for e in events if isinstance(e, ErrorEvent)]) == 1
     assert snapshot.current_turn == 1

@@ -207,6 +207,8 @@ async def test_the_program_serves_room_turns_over_stdio(tmp_path: Path) -> None:
             }
             params = _builtins(request(2))
             reply = await bob.call("room/turn", params)
+            usage = reply.pop("usage")  # the provider's token counts (scripted: words)
+            assert usage["output_tokens"] == len(reply["text"].split()) and usage["input_tokens"]
             assert reply == {
                 "room_id": "r1",
                 "turn": 2,

@@ -178,12 +178,28 @@ def test_a_member_at_its_message_limit_stays_silent() -> None:
     transcript = said(room, "a")  # alice has used her message
     plan = next_turn(room, transcript)
     assert plan is not None and plan.speaker.id == "bob"
-    # alice and bob have used theirs: carol alone is no conversation
+    # alice and bob have used theirs: carol answers bob, then no one may answer her
     transcript = said(room, "a", "b")
+    plan = next_turn(room, transcript)
+    assert plan is not None and plan.speaker.id == "carol"
+    transcript = said(room, "a", "b", "c")
     assert next_turn(room, transcript) is None
     verdict = before_turn(room, transcript)
     assert verdict is not None and verdict.reason is StopReason.MAX_TURNS
     assert "limit of 1 messages" in verdict.detail
+
+
+def test_two_members_and_the_default_limits_talk_for_every_turn() -> None:
+    # 40 turns by default, 20 messages each: the 40th turn is the second member's 20th.
+    room = make_room("alice", "bob")
+    assert room.max_turns == 2 * room.limits.max_messages_per_agent
+    for turn in range(1, room.max_turns + 1):
+        transcript = said(room, *["x"] * (turn - 1))
+        assert before_turn(room, transcript) is None, turn
+        plan = next_turn(room, transcript)
+        assert plan is not None and plan.turn == turn
+    verdict = before_turn(room, said(room, *["x"] * room.max_turns))
+    assert verdict is not None and verdict.detail == "reached the limit of 40 turns"
 
 
 def test_the_limit_skips_a_silent_member_and_keeps_the_order() -> None:

@@ -11,6 +11,9 @@ import pytest
 
 from mesh import Agent, AgentSpec, ErrorCode, Forbidden, MeshOrchestrator, RequestContext
 from mesh._orchestrator.access import (
+    EMBEDDER,
+    Principal,
+    authorize,
     check_agent_call,
     check_client_call,
     check_relayable,
@@ -120,3 +123,56 @@ async def test_mesh_call_follows_both_access_sections() -> None:
             await forward(mesh, "tools/call")
     async with two_agents(greeter=AccessSection(callers=("agent:fwd",))) as mesh:
         assert await forward(mesh, "tools/call") == "hi"
+
+
+# -- the one door: who a call is made for ------------------------------------------------
+
+
+def _door(principal: Principal, agent: str, method: str = "tools/call") -> None:
+    sections = {
+        "vault": AccessSection(callers=("client:ops", "agent:keeper")),
+        "keeper": AccessSection(calls=("vault",)),
+        "narrow": AccessSection(calls=("nobody",)),
+    }
+    authorize(principal, agent, method, lambda a: sections.get(a, OPEN))
+
+
+def test_the_door_by_principal() -> None:
+    _door(EMBEDDER, "vault", "room/turn")  # the embedding program: trusted
+    _door(Principal.client("ops"), "vault")
+    _door(Principal.client("dev", admin=True), "vault")
+    with pytest.raises(Forbidden, match="does not accept calls from client token 'dev'"):
+        _door(Principal.client("dev"), "vault")
+    with pytest.raises(Forbidden, match="reserved to the daemon"):
+        _door(Principal.client("ops", admin=True), "vault", "room/turn")
+    _door(Principal.agent("keeper"), "vault")
+    with pytest.raises(Forbidden, match=r"agent 'narrow' may not call 'vault'"):
+        _door(Principal.agent("narrow"), "vault")
+    with pytest.raises(Forbidden, match="reserved to the daemon"):
+        _door(Principal.agent("keeper"), "vault", "mesh/call")
+
+
+def test_a_room_calls_for_its_creator_and_sends_only_room_methods() -> None:
+    _door(Principal.client("ops").in_room("r"), "vault", "room/turn")
+    _door(EMBEDDER.in_room("r"), "vault", "room/persona")
+    with pytest.raises(Forbidden, match="does not accept calls from client token 'dev'"):
+        _door(Principal.client("dev").in_room("r"), "vault", "room/turn")
+    with pytest.raises(Forbidden, match=r"room 'r' may send only .* not 'tools/call'"):
+        _door(Principal.client("ops").in_room("r"), "vault", "tools/call")
+    assert Principal.client("ops").in_room("r").describe() == "room 'r' of client token 'ops'"
+
+
+async def test_the_orchestrator_checks_before_touching_a_link() -> None:
+    async with two_agents(greeter=AccessSection(callers=("client:ops",))) as mesh:
+        dev, ops = Principal.client("dev"), Principal.client("ops")
+        assert await mesh.call_tool("greeter", "hello", on_behalf_of=ops) == "hi"
+        with pytest.raises(Forbidden):
+            await mesh.call_tool("greeter", "hello", on_behalf_of=dev)
+        with pytest.raises(Forbidden):
+            await mesh.ping("greeter", on_behalf_of=dev)
+        with pytest.raises(Forbidden):
+            await mesh.list_tools("greeter", on_behalf_of=dev)
+        outcomes = await mesh.broadcast("ping", on_behalf_of=dev)
+        assert isinstance(outcomes["greeter"].error, Forbidden) and outcomes["fwd"].ok
+        with pytest.raises(Forbidden, match="reserved"):
+            await mesh.multicast(["fwd"], "room/turn", on_behalf_of=ops)

@@ -100,9 +100,15 @@ def test_gate_identities_and_rights(tmp_path: Path) -> None:
     assert agent.may(Right.DIAL) and not agent.may(Right.READ)
 
 
-def test_only_health_and_the_page_are_public_and_routes_resolve() -> None:
+def test_only_health_the_probes_and_the_page_are_public_and_routes_resolve() -> None:
     public = [(r.method, r.path) for r in ROUTES if r.right is Right.PUBLIC]
-    assert public == [("GET", "/health"), ("GET", "/"), ("GET", "/static/{name}")]
+    assert public == [
+        ("GET", "/health"),
+        ("GET", "/healthz"),
+        ("GET", "/readyz"),
+        ("GET", "/"),
+        ("GET", "/static/{name}"),
+    ]
     found = resolve("GET", "/agents/events")
     assert isinstance(found, HttpResponse) and found.status == 426
     found = resolve("GET", "/agents/bob")

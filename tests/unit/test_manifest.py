@@ -501,6 +501,32 @@ provider = "openai"
     assert out.getvalue().splitlines() == ["0 valid, 1 invalid"]
 
 
+def test_validate_reports_every_error_before_the_id_is_fixed_and_each_once(
+    tmp_path: Path,
+) -> None:
+    body = (
+        '[transport]\ntype = "stdio"\ncommand = "no-such-agent-program-1234"\ncwd = "gone"\n'
+        '[persona]\nsystem_prompt = ""\n'
+    )
+    write(tmp_path, "x.toml", body)
+    err = io.StringIO()
+    assert validate_manifests(tmp_path, out=io.StringIO(), err=err, environ={}) == 1
+    without_id = err.getvalue().splitlines()
+    write(tmp_path, "x.toml", f'id = "x"\n{body}')
+    err = io.StringIO()
+    assert validate_manifests(tmp_path, out=io.StringIO(), err=err, environ={}) == 1
+    with_id = err.getvalue().splitlines()
+    missing = f"error: {tmp_path / 'x.toml'}: Object missing required field `id` - at `$`"
+    assert sorted(without_id) == sorted([missing, *with_id])
+    fields = {line.rsplit(" - at ", 1)[1] for line in with_id}
+    assert fields == {
+        "`$.transport.cwd`",
+        "`$.transport.command`",
+        "`$.persona.system_prompt`",
+        "`$.persona`",  # its provider is missing
+    }, with_id
+
+
 def test_validate_reports_a_broken_transport_table_and_still_checks_the_id(tmp_path: Path) -> None:
     write(tmp_path, "bad.toml", 'id = "UPPER"\n[transport]\ntype = "ftp"\n')
     err = io.StringIO()

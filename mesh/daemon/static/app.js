@@ -193,7 +193,9 @@ function renderAgents() {
     if (agent.link_error) status.append(small(agent.link_error));
     row.append(who, status, cell(agent.transport || ""));
     body.append(row);
-    if (agent.status === "online" || checked.has(agent.id)) {
+    // Members are agents that can take turns: persona agents declare the `chat` capability.
+    const chats = (agent.capabilities || []).includes("chat");
+    if ((agent.status === "online" && chats) || checked.has(agent.id)) {
       const label = document.createElement("label");
       const box = document.createElement("input");
       box.type = "checkbox";
@@ -318,7 +320,8 @@ function onEvent(event) {
     case "AGENT_JOINED":
       if (event.member && state.welcome) state.welcome.members.push(event.member);
       renderHead();
-      return line(`${event.name} joined`, "joined");
+      // A person's seat names the token that holds it: a look-alike cannot pass for them.
+      return line(`${event.name} joined${event.by ? ` (token ${event.by})` : ""}`, "joined");
     case "AGENT_LEFT":
       clearWriting(event.agent_id);
       if (event.agent_id === state.me) setMyTurn(null);

@@ -18,12 +18,13 @@ import msgspec
 
 from mesh._errors import MeshError
 from mesh._logging import get_logger
-from mesh.rooms._engine import Presence
+from mesh._orchestrator.access import EMBEDDER, Principal
+from mesh.rooms._engine import Presence, acting
 from mesh.rooms._errors import InvalidRoomSpec, RoomConflict, RoomNotFound
 from mesh.rooms._events import AgentJoinedEvent, LiveEvent, MessageEvent, RoomEvent, WelcomeEvent
 from mesh.rooms._manager._engines import Engines
-from mesh.rooms._manager._table import HeldRoom, RoomTable, checked, in_thread
-from mesh.rooms._mesh import Describe
+from mesh.rooms._manager._table import Authorize, HeldRoom, RoomTable, checked, in_thread
+from mesh.rooms._mesh import ROOM_TURN, Describe
 from mesh.rooms._model import (
     DEFAULT_MAX_TURNS,
     Member,
@@ -36,7 +37,7 @@ from mesh.rooms._model import (
 from mesh.rooms._observers import RoomEvents
 from mesh.rooms._people import clean_name
 from mesh.rooms._state import RoomState
-from registry import AgentId
+from registry import AgentId, Registry
 
 __all__ = ["Catalog"]
 
@@ -52,14 +53,20 @@ class Catalog:
         engines: Engines,
         describe: Describe | None,
         presence: Presence | None,
+        registry: Registry | None = None,
+        authorize: Authorize | None = None,
     ) -> None:
         self._table = table
+        self._authorize = authorize
         self._engines = engines
         self._describe = describe
         self._presence = presence
+        self._registry = registry  # tells an unknown id from an offline agent
         self._reserved: set[str] = set()
 
-    async def create(self, spec: RoomSpec, *, owner: str | None = None) -> RoomSnapshot:
+    async def create(
+        self, spec: RoomSpec, *, owner: str | None = None, creator: Principal | None = None
+    ) -> RoomSnapshot:
         if self._engines.tasks is None:
             raise RuntimeError("use the RoomManager as `async with RoomManager(...) as rooms:`")
         table = self._table
@@ -70,8 +77,11 @@ class Catalog:
             raise RoomConflict(f"room {room_id!r} already exists on another daemon", room=room_id)
         self._reserved.add(room_id)
         started = False
+        principal = (creator or EMBEDDER).in_room(room_id)
         try:
-            members = tuple([await self._member(entry) for entry in spec.members])
+            self._check_members(spec, principal)
+            with acting(principal):  # introductions are the room's calls too
+                members = tuple([await self._member(entry) for entry in spec.members])
             limits = spec.limits
             if limits.max_turns is None:
                 limits = msgspec.structs.replace(limits, max_turns=DEFAULT_MAX_TURNS[spec.mode])
@@ -87,6 +97,7 @@ class Catalog:
                 people=spec.people,
                 created_at=table.clock(),
                 owner=owner,
+                creator=creator,
             )
             handle = table.hold(RoomState(room=room))
             try:
@@ -104,6 +115,16 @@ class Catalog:
         self._engines.start(handle)
         return handle.state.snapshot()
 
+    def _check_members(self, spec: RoomSpec, principal: Principal) -> None:
+        """Refuse, before anyone is asked anything, a member the room may not call."""
+        if self._authorize is None:
+            return
+        for member in spec.members:
+            if isinstance(member, str):
+                self._authorize(member, ROOM_TURN, principal)
+            elif not member.human:
+                self._authorize(member.id, ROOM_TURN, principal)
+
     async def _welcome(self, handle: HeldRoom) -> None:
         room = handle.state.room
         await handle.journal.emit(WelcomeEvent(room_id=room.id, room=room))
@@ -120,7 +141,9 @@ class Catalog:
             name = checked(clean_name, member.name or member.id)
             return Member(id=member.id, name=name, role=member.role or "person", kind="human")
         if self._presence is not None and not self._presence(member.id):
-            raise InvalidRoomSpec(f"member {member.id!r} is not online", agent=member.id)
+            unknown = self._registry is not None and self._registry.get(member.id) is None
+            why = f": no agent {member.id!r} is registered" if unknown else " is not online"
+            raise InvalidRoomSpec(f"member {member.id!r}{why}", agent=member.id)
         described = Member(id=member.id)
         if self._describe is not None and not (member.name and member.role):
             try:

@@ -27,8 +27,15 @@ log = get_logger("mesh.rooms")
 class Engines:
     """Starts and stops the engines of the rooms in ``table``; see the module docstring."""
 
-    def __init__(self, table: RoomTable, speak: Speak, presence: Presence | None) -> None:
+    def __init__(
+        self,
+        table: RoomTable,
+        speak: Speak,
+        presence: Presence | None,
+        person_wait: float | None = None,
+    ) -> None:
         self._table = table
+        self._person_wait = person_wait
         self._speak = speak
         self._presence = presence
         #: The manager's task group while it is open; engines run in it.
@@ -38,7 +45,11 @@ class Engines:
         if self.tasks is None:
             raise RuntimeError("use the RoomManager as `async with RoomManager(...) as rooms:`")
         runner = room.runner = RoomRunner(
-            room.journal, self._speak, presence=self._presence, people=room.desk
+            room.journal,
+            self._speak,
+            presence=self._presence,
+            people=room.desk,
+            person_wait=self._person_wait,
         )
         room.scope = anyio.CancelScope()
         self.tasks.start_soon(self._run_room, room, runner, room.scope)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import anyio
 import anyio.to_thread
 
+from mesh._orchestrator.access import Principal
 from mesh._tasks import open_task_group
 from mesh.protocol import now_ms
 from mesh.rooms._engine import Clock, Presence, Speak
@@ -39,7 +40,7 @@ from mesh.rooms._manager._engines import Engines
 from mesh.rooms._manager._following import RegistryFollower
 from mesh.rooms._manager._replica_port import ReplicaPort
 from mesh.rooms._manager._seats import Seats
-from mesh.rooms._manager._table import RoomTable
+from mesh.rooms._manager._table import Authorize, RoomTable
 from mesh.rooms._mesh import Describe, mesh_describer, mesh_speaker, registry_presence
 from mesh.rooms._model import Member, RoomSnapshot, RoomSpec, RoomStatus, StopReason
 from mesh.rooms._observers import DEFAULT_OBSERVER_BUFFER, RoomEvents
@@ -60,6 +61,10 @@ class RoomManager:
     member the spec names only by id; without it the id is the name and the role
     is ``participant``. ``registry`` (optional) is followed for members going
     offline and coming back, and is where ``presence`` comes from unless given.
+    ``authorize`` (optional) is the door a room's calls pass: asked at creation for
+    each agent member on behalf of the creator, and for each person who joins.
+    ``person_wait`` bounds how long a room waits for people (see
+    :class:`~mesh.rooms._engine.RoomRunner`).
     """
 
     def __init__(
@@ -73,6 +78,8 @@ class RoomManager:
         resume: bool = True,
         fsync: bool = True,
         clock: Clock = now_ms,
+        authorize: Authorize | None = None,
+        person_wait: float | None = None,
     ) -> None:
         self._table = RoomTable(RoomStore(data_dir, fsync=fsync), clock)
         self._registry = registry
@@ -81,9 +88,9 @@ class RoomManager:
         if presence is None and registry is not None:
             presence = registry_presence(registry)
         self._resume = resume
-        self._engines = Engines(self._table, speak, presence)
-        self._catalog = Catalog(self._table, self._engines, describe, presence)
-        self._seats = Seats(self._table)
+        self._engines = Engines(self._table, speak, presence, person_wait)
+        self._catalog = Catalog(self._table, self._engines, describe, presence, registry, authorize)
+        self._seats = Seats(self._table, authorize)
         self._port = ReplicaPort(self._table, self._engines)
         self._follower = RegistryFollower(self._table, presence)
 
@@ -95,6 +102,11 @@ class RoomManager:
         kwargs.setdefault("speak", mesh_speaker(orchestrator))
         kwargs.setdefault("describe", mesh_describer(orchestrator))
         kwargs.setdefault("registry", orchestrator.registry)
+
+        def authorize(agent: str, method: str, principal: Principal) -> None:
+            orchestrator.authorize(agent, method, on_behalf_of=principal)
+
+        kwargs.setdefault("authorize", authorize)
         return cls(data_dir, **kwargs)
 
     @property
@@ -143,14 +155,18 @@ class RoomManager:
 
     # -- the API -------------------------------------------------------------------------
 
-    async def create(self, spec: RoomSpec, *, owner: str | None = None) -> RoomSnapshot:
+    async def create(
+        self, spec: RoomSpec, *, owner: str | None = None, creator: Principal | None = None
+    ) -> RoomSnapshot:
         """Create a room and start it; returns once its ``WELCOME`` is recorded.
 
         Raises :class:`InvalidRoomSpec` when a member cannot be reached or
         described, :class:`RoomConflict` when ``spec.id`` is taken. ``owner`` is
-        recorded with the room (the daemon puts the creating token there).
+        recorded with the room (the daemon puts the creating token there), and so is
+        ``creator``, who the room's calls are made for: a member it may not call
+        raises :class:`~mesh.Forbidden` here, before anything is asked of anyone.
         """
-        return await self._catalog.create(spec, owner=owner)
+        return await self._catalog.create(spec, owner=owner, creator=creator)
 
     async def get(self, room_id: str) -> RoomSnapshot:
         """Where the room is. Raises :class:`RoomNotFound`."""
@@ -246,15 +262,24 @@ class RoomManager:
     # -- people --------------------------------------------------------------------------
 
     async def join(
-        self, room_id: str, name: str, *, holder: str | None = None, forward: bool = True
+        self,
+        room_id: str,
+        name: str,
+        *,
+        holder: str | None = None,
+        person: Principal | None = None,
+        forward: bool = True,
     ) -> Member:
         """A person takes part as ``name``: a new seat (a member of kind ``human``), or
         theirs again. Their id is the name's slug. Raises :class:`RoomConflict` for a
         review or a stopped room, a name an agent of the room holds, or a full room.
-        ``holder`` (a daemon identity) holds the seat while they are present: another
-        holder may not speak or leave as them (None: no check, for embedders). A room
-        another daemon runs is joined there (``forward``: see :meth:`pause`)."""
-        return await self._seats.join(room_id, name, holder=holder, forward=forward)
+        ``holder`` (a daemon identity) is checked against the room's ``people.join``
+        and then holds the seat for good: no other holder may join, speak or leave
+        as them (None: no check, for admins and embedders). ``person`` (their token)
+        must pass the door for every agent of the room: their words reach them all.
+        A name that passes for a member's is refused. A room another daemon runs is
+        joined there, once checked here (``forward``: see :meth:`pause`)."""
+        return await self._seats.join(room_id, name, holder=holder, person=person, forward=forward)
 
     async def leave(
         self, room_id: str, member_id: str, *, holder: str | None = None, forward: bool = True
@@ -269,6 +294,7 @@ class RoomManager:
         text: str,
         *,
         holder: str | None = None,
+        person: Principal | None = None,
         forward: bool = True,
     ) -> dict[str, Any]:
         """A person's message: the answer to their turn, or an interjection between turns.
@@ -277,7 +303,9 @@ class RoomManager:
         recorded at, as far as can be known now). A person who was away is joined
         again first. Raises :class:`RoomConflict` when the room is not running.
         """
-        return await self._seats.say(room_id, member_id, text, holder=holder, forward=forward)
+        return await self._seats.say(
+            room_id, member_id, text, holder=holder, person=person, forward=forward
+        )
 
     # Last, because inside the class body the name shadows the builtin for mypy.
     async def list(self, status: RoomStatus | None = None) -> list[RoomSnapshot]:

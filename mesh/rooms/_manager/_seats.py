@@ -3,6 +3,12 @@
 A person's seat is a member of kind ``human``; the room's
 :class:`~mesh.rooms._people.Desk` knows who is present and carries their words
 to the engine (see :mod:`mesh.rooms._people`).
+
+Who may sit where is checked where the person comes in, before anything is
+forwarded to the daemon that runs the room: the room's ``people.join``,
+look-alike names, the door for every agent their words would reach, and the
+seat's holder (recorded with the room, and checked again by the daemon that
+records). A forwarded request was checked by the daemon it came from.
 """
 
 from __future__ import annotations
@@ -12,11 +18,20 @@ from typing import Any, cast
 import msgspec
 
 from mesh._logging import get_logger
+from mesh._orchestrator.access import Principal
 from mesh.rooms._errors import InvalidRoomSpec, RoomConflict
 from mesh.rooms._events import AgentJoinedEvent, AgentLeftEvent
-from mesh.rooms._manager._table import HeldRoom, RoomTable, checked
-from mesh.rooms._model import Member, RoomStatus
-from mesh.rooms._people import clean_name, clean_text, person_id
+from mesh.rooms._manager._table import Authorize, HeldRoom, RoomTable, checked
+from mesh.rooms._mesh import ROOM_TURN
+from mesh.rooms._model import Member, Room, RoomStatus
+from mesh.rooms._people import (
+    check_join,
+    check_lookalike,
+    check_seat,
+    clean_name,
+    clean_text,
+    person_id,
+)
 from mesh.rooms._replica import Forwarded, PersonOp
 from registry import AgentId
 
@@ -28,19 +43,43 @@ log = get_logger("mesh.rooms")
 class Seats:
     """Joins, leaves and messages of the people in ``table``'s rooms."""
 
-    def __init__(self, table: RoomTable) -> None:
+    def __init__(self, table: RoomTable, authorize: Authorize | None = None) -> None:
         self._table = table
+        self._authorize = authorize
 
     async def join(
-        self, room_id: str, name: str, *, holder: str | None = None, forward: bool = True
+        self,
+        room_id: str,
+        name: str,
+        *,
+        holder: str | None = None,
+        person: Principal | None = None,
+        forward: bool = True,
     ) -> Member:
         name = checked(clean_name, name)
+        seat_id = AgentId(person_id(name))
         room = await self._table.load(room_id)
-        if forward:
+        if forward:  # it comes in here: check it here
+            check_join(room.state.room, holder, person.name if person is not None else None)
+            check_lookalike(room.state.room, seat_id, name)
+            self._check_person(room, seat_id, holder, person)
             forwarded = await self._forward(room, "join", name=name, holder=holder)
             if forwarded is not None:
                 return msgspec.convert(forwarded.result, Member)
-        return await self._take_seat(room, AgentId(person_id(name)), name, holder)
+        return await self._take_seat(room, seat_id, name, holder, person)
+
+    def _check_person(
+        self, room: HeldRoom, member_id: str, holder: str | None, person: Principal | None
+    ) -> None:
+        """The seat's holder, and the door for every agent of the room (a person's words
+        reach them all)."""
+        check_seat(room.state.room.id, member_id, room.state.holders.get(member_id), holder)
+        if self._authorize is None or person is None:
+            return
+        state_room: Room = room.state.room
+        for member in state_room.members:
+            if not member.human:
+                self._authorize(member.id, ROOM_TURN, person.in_room(state_room.id))
 
     async def _forward(self, room: HeldRoom, op: PersonOp, **args: str | None) -> Forwarded | None:
         """The holder's answer to a person's ``op`` on a room this daemon does not run
@@ -51,9 +90,15 @@ class Seats:
         return await replica.forward_person(room.state.room.id, op, args)
 
     async def _take_seat(
-        self, room: HeldRoom, member_id: AgentId, name: str, holder: str | None
+        self,
+        room: HeldRoom,
+        member_id: AgentId,
+        name: str,
+        holder: str | None,
+        person: Principal | None = None,
     ) -> Member:
         room_id = room.state.room.id
+        check_seat(room_id, member_id, room.state.holders.get(member_id), holder)
         async with room.control:
             state = room.state
             if state.room.mode == "review":
@@ -91,6 +136,8 @@ class Seats:
                             name=seat.name,
                             role=seat.role,
                             member=new,
+                            holder=holder,
+                            by=person.name if person is not None else None,
                         )
                     )
             except BaseException:
@@ -104,10 +151,12 @@ class Seats:
     ) -> None:
         room = await self._table.load(room_id)
         if forward:
+            check_seat(room_id, member_id, room.state.holders.get(member_id), holder)
             forwarded = await self._forward(room, "leave", member=member_id, holder=holder)
             if forwarded is not None:
                 return
         member = self._person(room, member_id)
+        check_seat(room_id, member.id, room.state.holders.get(member.id), holder)
         room.desk.check_holder(member.id, holder)
         async with room.control:
             if room.desk.depart(member.id):
@@ -128,11 +177,15 @@ class Seats:
         text: str,
         *,
         holder: str | None = None,
+        person: Principal | None = None,
         forward: bool = True,
     ) -> dict[str, Any]:
         text = checked(clean_text, text)
         room = await self._table.load(room_id)
-        if forward:
+        if forward:  # a person back after being away is checked as they join
+            if member_id not in room.desk.present:
+                check_join(room.state.room, holder, person.name if person is not None else None)
+            self._check_person(room, member_id, holder, person)
             args = {"member": member_id, "text": text, "holder": holder}
             forwarded = await self._forward(room, "say", **args)
             if forwarded is not None:
@@ -143,9 +196,10 @@ class Seats:
                 f"room {room_id!r} is {room.state.status}: messages are taken while it runs",
                 room=room_id,
             )
+        check_seat(room_id, member.id, room.state.holders.get(member.id), holder)
         room.desk.check_holder(member.id, holder)
-        if member.id not in room.desk.present:
-            await self._take_seat(room, member.id, member.name, holder)  # back: present again
+        if member.id not in room.desk.present:  # back: present again
+            await self._take_seat(room, member.id, member.name, holder, person)
         awaited = room.desk.awaiting()
         status = room.desk.offer(member.id, text, interject=room.state.room.people.interject)
         turn = awaited[1] if status == "turn" and awaited else room.state.current_turn + 1

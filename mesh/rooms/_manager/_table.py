@@ -16,6 +16,7 @@ from typing import ParamSpec, TypeVar
 import anyio
 import anyio.to_thread
 
+from mesh._orchestrator.access import Principal
 from mesh.rooms._engine import Clock, Journal, RoomRunner
 from mesh.rooms._errors import InvalidRoomSpec, RoomConflict, RoomNotFound
 from mesh.rooms._events import RoomEvent
@@ -26,7 +27,11 @@ from mesh.rooms._replica import RoomReplica
 from mesh.rooms._state import RoomState
 from mesh.rooms._store import RoomStore
 
-__all__ = ["HeldRoom", "RoomTable", "checked", "elsewhere", "in_thread"]
+__all__ = ["Authorize", "HeldRoom", "RoomTable", "checked", "elsewhere", "in_thread"]
+
+#: ``authorize(agent, method, principal)``: the orchestrator's door, asked ahead of a
+#: room's calls (raises :class:`~mesh.Forbidden`).
+Authorize = Callable[[str, str, Principal], None]
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -1,0 +1,385 @@
+"""OpenTelemetry traces, when the process has a tracer provider; nothing at all otherwise.
+
+Only ``opentelemetry-api`` is needed (the ``tracing`` extra); the SDK and its
+exporters are the user's. Tracing is **on** when a tracer provider is set: the
+application's own (``opentelemetry.trace.set_tracer_provider``), one
+:func:`configure_from_environment` made from the standard ``OTEL_*`` variables,
+or one given to :func:`use_tracer_provider`. Off, every hook here is one check
+and the wire carries nothing new.
+
+On, each call is a CLIENT span where it is made and a SERVER span where it is
+answered, following OpenTelemetry's RPC conventions (``rpc.system.name``,
+``rpc.method``, ``rpc.response.status_code``, ``error.type``, ``server.address``:
+the agent) and never an argument. The W3C ``traceparent``/``tracestate`` travel
+in each message (docs/observability.md), so one trace follows a call through
+every hop.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Awaitable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from mesh._errors import MeshError
+from mesh._metrics import status_of
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, Tracer, TracerProvider
+
+__all__ = [
+    "TraceContext",
+    "active",
+    "calling",
+    "client_span",
+    "configure_from_environment",
+    "current_ids",
+    "end",
+    "environment",
+    "headers_for",
+    "operation",
+    "outgoing",
+    "parent_from_environment",
+    "server_span",
+    "serving",
+    "span",
+    "trace_from",
+    "tracer",
+    "use_tracer_provider",
+]
+
+T = TypeVar("T")
+
+#: (traceparent, tracestate) as W3C Trace Context spells them.
+TraceContext = tuple[str, str | None]
+
+#: ``rpc.system.name``: the mesh's own envelope (MCP calls say "jsonrpc").
+SYSTEM: Final = "agent_mesh"
+INSTRUMENTATION: Final = "agent-mesh"
+
+try:
+    from opentelemetry import context as _context
+    from opentelemetry import trace as _trace
+    from opentelemetry.trace import ProxyTracerProvider, SpanKind, StatusCode
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+except ImportError:  # the tracing extra is not installed: tracing stays off
+    _API = False
+else:
+    _API = True
+    _PROPAGATOR: Final = TraceContextTextMapPropagator()
+
+_override: TracerProvider | None = None
+_tracers: dict[int, Tracer] = {}
+
+
+def use_tracer_provider(provider: TracerProvider | None) -> None:
+    """Trace into ``provider`` instead of the global one (tests, demos); None undoes it."""
+    global _override
+    _override = provider
+
+
+def active() -> bool:
+    """Whether spans are made: the API is installed and some tracer provider is set.
+
+    Asked on every call, so it reads the API's own global rather than calling
+    ``get_tracer_provider()`` (which looks the environment up each time: several
+    times the cost of the rest of this hook).
+    """
+    return _override is not None or (_API and _trace._TRACER_PROVIDER is not None)
+
+
+def tracer() -> Tracer:
+    provider = _override if _override is not None else _trace.get_tracer_provider()
+    found = _tracers.get(id(provider))
+    if found is None:
+        found = _tracers[id(provider)] = provider.get_tracer(INSTRUMENTATION)
+    return found
+
+
+def outgoing() -> TraceContext | None:
+    """The current span as (traceparent, tracestate), for the next message; None if none."""
+    if not active():
+        return None
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier)
+    parent = carrier.get("traceparent")
+    return None if parent is None else (parent, carrier.get("tracestate"))
+
+
+def _parent(trace: TraceContext | None) -> Any:
+    if trace is None:
+        return None
+    carrier = {"traceparent": trace[0]}
+    if trace[1]:
+        carrier["tracestate"] = trace[1]
+    return _PROPAGATOR.extract(carrier)
+
+
+def trace_from(headers: Mapping[str, str]) -> TraceContext | None:
+    """(traceparent, tracestate) from HTTP or NATS headers (any case), if there is one."""
+    parent = headers.get("traceparent")
+    if not isinstance(parent, str) or not parent:
+        return None
+    state = headers.get("tracestate")
+    return parent[:128], state[:512] if isinstance(state, str) and state else None
+
+
+def headers_for(trace: TraceContext | None) -> dict[str, str]:
+    if trace is None:
+        return {}
+    return {"traceparent": trace[0], **({"tracestate": trace[1]} if trace[1] else {})}
+
+
+def _rpc_attributes(method: str, agent: str | None, system: str) -> dict[str, Any]:
+    attributes: dict[str, Any] = {"rpc.system.name": system, "rpc.method": method}
+    if agent:
+        attributes["server.address"] = agent
+    return attributes
+
+
+def _mcp_naming(method: str, params: Any) -> tuple[str, str, dict[str, Any]]:
+    """An MCP request's span name (``tools/call shout``), system and attributes, as the
+    MCP SDK names its own (the tool's name, never its arguments)."""
+    attributes: dict[str, Any] = {"mcp.method.name": method}
+    target = params.get("name") if isinstance(params, dict) else None
+    if not isinstance(target, str) or len(target) > 256:
+        return method, "jsonrpc", attributes
+    if method == "tools/call":
+        attributes["gen_ai.operation.name"] = "execute_tool"
+        attributes["gen_ai.tool.name"] = target
+    return f"{method} {target}", "jsonrpc", attributes
+
+
+def end(span: Span, exc: BaseException | None) -> None:
+    """Record how the call ended (status code, error type; never the message) and end it."""
+    status = status_of(exc)
+    span.set_attribute("rpc.response.status_code", status)
+    if exc is not None:
+        span.set_attribute(
+            "error.type", status if isinstance(exc, MeshError) else type(exc).__name__
+        )
+        span.set_status(StatusCode.ERROR, status)
+    span.end()
+
+
+class client_span:  # a context manager, named like the function it reads as
+    """A CLIENT span around one call, current while the call runs (so the request carries it)."""
+
+    __slots__ = ("_span", "_token")
+
+    def __init__(self, method: str, agent: str | None, system: str = SYSTEM) -> None:
+        self._span = tracer().start_span(
+            method, kind=SpanKind.CLIENT, attributes=_rpc_attributes(method, agent, system)
+        )
+        self._token: Any = None
+
+    def __enter__(self) -> Span:
+        self._token = _context.attach(_trace.set_span_in_context(self._span))
+        return self._span
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        if self._token is not None:
+            _context.detach(self._token)
+        end(self._span, exc)
+
+
+class server_span:
+    """A SERVER span for one request answered here, child of the caller's ``trace``.
+
+    ``current()`` makes it the current span (the handler's own spans are its children);
+    :meth:`finish` ends it, or :meth:`wrap` ends it when an awaited answer is ready.
+    """
+
+    __slots__ = ("_context", "_token", "span")
+
+    def __init__(
+        self,
+        method: str,
+        trace: TraceContext | None,
+        *,
+        agent: str | None = None,
+        system: str = SYSTEM,
+        attributes: Mapping[str, Any] | None = None,
+        mcp_params: Any = None,
+    ) -> None:
+        name = method
+        if mcp_params is not None:  # an MCP request: MCP's own conventions on top
+            name, system, mcp = _mcp_naming(method, mcp_params)
+            attributes = {**mcp, **(attributes or {})}
+        attrs = _rpc_attributes(method, agent, system)
+        if attributes:
+            attrs.update(attributes)
+        self.span = tracer().start_span(
+            name, context=_parent(trace), kind=SpanKind.SERVER, attributes=attrs
+        )
+        self._context = _trace.set_span_in_context(self.span)
+        self._token: Any = None
+
+    @contextmanager
+    def current(self) -> Iterator[Span]:
+        token = _context.attach(self._context)
+        try:
+            yield self.span
+        finally:
+            _context.detach(token)
+
+    def finish(self, exc: BaseException | None = None) -> None:
+        end(self.span, exc)
+
+    async def wrap(self, pending: Awaitable[T]) -> T:
+        """Await ``pending`` with this span current; end the span with its outcome."""
+        token = _context.attach(self._context)
+        try:
+            result = await pending
+        except BaseException as exc:
+            self.finish(exc)
+            raise
+        finally:
+            _context.detach(token)
+        self.finish()
+        return result
+
+    def __enter__(self) -> Span:
+        self._token = _context.attach(self._context)
+        return self.span
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        _context.detach(self._token)
+        self.finish(exc)
+
+
+@contextmanager
+def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Span | None]:
+    """An INTERNAL span, current inside; ``None`` (and nothing made) when tracing is off."""
+    if not active():
+        yield None
+        return
+    with tracer().start_as_current_span(name, attributes=dict(attributes or {})) as made:
+        yield made
+
+
+def current_ids() -> tuple[str, str] | None:
+    """(trace_id, span_id) in hex of the current span, if one is recording."""
+    if not _API:
+        return None
+    context = _trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return f"{context.trace_id:032x}", f"{context.span_id:016x}"
+
+
+def configure_from_environment(service_name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Set a global SDK tracer provider from ``OTEL_*`` when one is asked for; True if set.
+
+    Asked for: ``OTEL_TRACES_EXPORTER`` (``otlp``, ``console``) or an OTLP endpoint
+    (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``), and
+    ``OTEL_SDK_DISABLED`` not true. Nothing is done when the application set a
+    provider already, or when the SDK (or the OTLP exporter) is not installed. The
+    sampler (``OTEL_TRACES_SAMPLER``), the service name (``OTEL_SERVICE_NAME``,
+    else ``service_name``) and the exporter's own settings are the SDK's, from the
+    same variables. Console spans go to stderr: stdout is a stdio agent's wire.
+    """
+    env = os.environ if environ is None else environ
+    exporter_name = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    if env.get("OTEL_SDK_DISABLED", "").lower() == "true" or exporter_name == "none":
+        return False
+    if not exporter_name and not endpoint:
+        return False
+    if not _API or not isinstance(_trace.get_tracer_provider(), ProxyTracerProvider):
+        return False
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider as SdkProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+    except ImportError:
+        return False
+    exporter: Any
+    if exporter_name == "console":
+        exporter = ConsoleSpanExporter(out=sys.stderr)
+    else:
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            return False
+        exporter = OTLPSpanExporter()
+    named = env.get("OTEL_SERVICE_NAME") or "service.name=" in env.get(
+        "OTEL_RESOURCE_ATTRIBUTES", ""
+    )
+    resource = Resource.create({} if named else {"service.name": service_name})
+    provider = SdkProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    _trace.set_tracer_provider(provider)
+    return True
+
+
+def serving(
+    method: str,
+    trace: TraceContext | None,
+    *,
+    agent: str | None = None,
+    system: str = SYSTEM,
+    attributes: Mapping[str, Any] | None = None,
+) -> AbstractContextManager[Span | None]:
+    """``with serving(...)``: a SERVER span while tracing is on, nothing otherwise."""
+    if not active():
+        return nullcontext()
+    return server_span(method, trace, agent=agent, system=system, attributes=attributes)
+
+
+def calling(method: str, agent: str | None) -> AbstractContextManager[Span | None]:
+    """``with calling(...)``: a CLIENT span while tracing is on, nothing otherwise."""
+    if not active():
+        return nullcontext()
+    return client_span(method, agent)
+
+
+def environment() -> dict[str, str]:
+    """``TRACEPARENT``/``TRACESTATE`` for a child process, from the current span (or none)."""
+    trace = outgoing()
+    if trace is None:
+        return {}
+    return {"TRACEPARENT": trace[0], **({"TRACESTATE": trace[1]} if trace[1] else {})}
+
+
+@contextmanager
+def parent_from_environment(environ: Mapping[str, str] | None = None) -> Iterator[None]:
+    """With ``TRACEPARENT`` set (a spawned agent), make it the process's current parent, so
+    the agent's work that no caller's trace covers joins the trace that spawned it."""
+    env = os.environ if environ is None else environ
+    parent = env.get("TRACEPARENT")
+    if not parent or not active():
+        yield
+        return
+    token = _context.attach(_parent((parent[:128], env.get("TRACESTATE", "")[:512] or None)))
+    try:
+        yield
+    finally:
+        _context.detach(token)
+
+
+@contextmanager
+def operation(
+    name: str, attributes: Mapping[str, Any], *, client: bool = True
+) -> Iterator[Span | None]:
+    """A span for a GenAI operation (``invoke_agent``, ``chat``), current inside; ``None``
+    when tracing is off. An exception ends it as an error, by its type only."""
+    if not active():
+        yield None
+        return
+    kind = SpanKind.CLIENT if client else SpanKind.INTERNAL
+    made = tracer().start_span(name, kind=kind, attributes=dict(attributes))
+    token = _context.attach(_trace.set_span_in_context(made))
+    try:
+        yield made
+    except BaseException as exc:
+        made.set_attribute("error.type", type(exc).__name__)
+        made.set_status(StatusCode.ERROR, type(exc).__name__)
+        raise
+    finally:
+        _context.detach(token)
+        made.end()

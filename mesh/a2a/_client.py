@@ -1,0 +1,154 @@
+"""A2A's JSON-RPC binding, client side: the card, a message sent (streamed or not), a cancel.
+
+httpx, as the MCP mount uses: this is an HTTP wire with server-sent events, not
+a frame stream. Every request carries ``A2A-Version: 1.0`` and, when the
+manifest names one, the bearer token. A connection that breaks (the agent died)
+raises :class:`~mesh.ConnectionLost` at once, naming the agent and why; an A2A
+error raises the mesh error that matches it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any, Final
+
+import httpx
+import msgspec
+
+from mesh._errors import ConnectionLost, MeshError, MethodNotFound, ProtocolError, RemoteError
+
+__all__ = ["A2aClient"]
+
+#: Fetching the card (connecting, and each liveness check) must answer this fast.
+CARD_TIMEOUT: Final = 10.0
+_CARD_PATH: Final = "/.well-known/agent-card.json"
+#: Idle connections kept to the agent (64 calls in flight reuse theirs).
+MAX_IDLE: Final = 64
+
+
+class A2aClient:
+    """Talks to one remote A2A agent (see the module docstring)."""
+
+    def __init__(self, agent: str, endpoint: str, *, token: str | None = None) -> None:
+        self.agent = agent
+        self.card_url = (
+            endpoint if endpoint.endswith(".json") else endpoint.rstrip("/") + _CARD_PATH
+        )
+        headers = {"A2A-Version": "1.0"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        # No read timeout: a stream may be quiet for long; the mesh's deadline bounds each call.
+        timeout = httpx.Timeout(CARD_TIMEOUT, read=None)
+        # Calls in flight each hold a connection (a stream); keep as many alive for the next.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=MAX_IDLE)
+        self.http = httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits)
+        self.card: dict[str, Any] = {}
+        self.url = ""
+        self._etag = ""
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    def _lost(self, exc: Exception, doing: str) -> ConnectionLost:
+        return ConnectionLost(
+            f"A2A agent at {self.url or self.card_url}: {doing}: {exc}", agent=self.agent
+        )
+
+    async def fetch_card(self) -> dict[str, Any]:
+        """The card (revalidated by its ETag); the JSON-RPC URL from its 1.0 interface."""
+        headers = {"if-none-match": self._etag} if self._etag else {}
+        try:
+            response = await self.http.get(self.card_url, headers=headers, timeout=CARD_TIMEOUT)
+        except httpx.HTTPError as exc:
+            raise self._lost(exc, "fetching its card") from exc
+        if response.status_code == 304 and self.card:
+            return self.card
+        if response.status_code != 200:
+            raise ConnectionLost(
+                f"A2A agent card at {self.card_url} answered HTTP {response.status_code}",
+                agent=self.agent,
+            )
+        try:
+            card = msgspec.json.decode(response.content)
+        except msgspec.DecodeError as exc:
+            raise ProtocolError(f"the card at {self.card_url} is not JSON: {exc}") from None
+        if not isinstance(card, dict):
+            raise ProtocolError(f"the card at {self.card_url} is not a JSON object")
+        self.url = _jsonrpc_url(card, self.card_url)
+        self.card, self._etag = card, response.headers.get("etag", "")
+        return self.card
+
+    async def call(self, method: str, params: dict[str, Any]) -> Any:
+        body = {"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": method, "params": params}
+        try:
+            response = await self.http.post(self.url, json=body)
+        except httpx.HTTPError as exc:
+            raise self._lost(exc, method) from exc
+        return self._result(response.status_code, response.content, method)
+
+    async def stream(self, method: str, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Each event's result, until the agent ends the stream (read to the end, always)."""
+        body = {"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": method, "params": params}
+        headers = {"accept": "text/event-stream"}
+        try:
+            async with self.http.stream("POST", self.url, json=body, headers=headers) as response:
+                if "text/event-stream" not in response.headers.get("content-type", ""):
+                    yield self._result(response.status_code, await response.aread(), method)
+                    return
+                buffer = b""
+                chunks = response.aiter_raw()
+                async with aclosing(chunks):  # type: ignore[type-var]
+                    async for chunk in chunks:
+                        buffer += chunk.replace(b"\r\n", b"\n")
+                        while b"\n\n" in buffer:
+                            event, buffer = buffer.split(b"\n\n", 1)
+                            data = b"\n".join(
+                                line[5:].lstrip()
+                                for line in event.split(b"\n")
+                                if line.startswith(b"data:")
+                            )
+                            if data:
+                                yield self._result(200, data, method)
+        except httpx.HTTPError as exc:
+            raise self._lost(exc, method) from exc
+
+    def _result(self, status: int, content: bytes, method: str) -> Any:
+        try:
+            answer = msgspec.json.decode(content)
+        except msgspec.DecodeError:
+            raise ProtocolError(
+                f"A2A agent {self.agent!r} answered {method} with HTTP {status}, not JSON-RPC",
+                agent=self.agent,
+            ) from None
+        if not isinstance(answer, dict):
+            raise ProtocolError(f"A2A agent {self.agent!r} answered {method} with {answer!r}")
+        error = answer.get("error")
+        if isinstance(error, dict):
+            raise _error(error, self.agent, method)
+        if "result" not in answer:
+            raise ProtocolError(
+                f"A2A agent {self.agent!r} answered {method} with neither result nor error"
+            )
+        return answer["result"]
+
+
+def _jsonrpc_url(card: Any, card_url: str) -> str:
+    interfaces = card.get("supportedInterfaces") if isinstance(card, dict) else None
+    for interface in interfaces or ():
+        if (
+            isinstance(interface, dict)
+            and interface.get("protocolBinding") == "JSONRPC"
+            and str(interface.get("protocolVersion", "")).startswith("1")
+        ):
+            return str(interface["url"])
+    raise ProtocolError(f"the card at {card_url} offers no JSON-RPC interface of A2A 1.0")
+
+
+def _error(error: dict[str, Any], agent: str, method: str) -> MeshError:
+    code, message = error.get("code"), str(error.get("message") or "no message")
+    text = f"A2A agent {agent!r} refused {method}: {message} (A2A error {code})"
+    if code == -32601:
+        return MethodNotFound(text, agent=agent, method=method)
+    return RemoteError(text, agent=agent, method=method, data={"a2a_code": code})

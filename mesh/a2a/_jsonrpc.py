@@ -1,0 +1,109 @@
+"""JSON-RPC plumbing of the A2A endpoint: decoding a request, answers and errors, and
+server-sent events (a task's numbered events from a cursor, with keepalives)."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import anyio
+import msgspec
+
+from mesh.a2a._tasks import Task
+from mesh.a2a._wire import Version, event_for
+from transports import BodyWriter, HttpRequest, HttpResponse
+
+__all__ = [
+    "A2aError",
+    "decode_call",
+    "param_dict",
+    "param_int",
+    "pump",
+    "rpc_error",
+    "rpc_result",
+    "stream_cursor",
+]
+
+#: An idle stream gets a comment this often, so a client that left is noticed.
+KEEPALIVE: Final = 15.0
+
+
+class A2aError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def rpc_result(rpc_id: Any, result: Any) -> bytes:
+    return msgspec.json.encode({"jsonrpc": "2.0", "id": rpc_id, "result": result})
+
+
+def rpc_error(rpc_id: Any, code: int, message: str) -> HttpResponse:
+    error = {"jsonrpc": "2.0", "id": rpc_id, "error": {"code": code, "message": message}}
+    return HttpResponse(200, msgspec.json.encode(error))
+
+
+def param_dict(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise A2aError(-32602, f"`{what}` must be an object")
+    return value
+
+
+def param_int(params: dict[str, Any], key: str, low: int, high: int) -> int | None:
+    value = params.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise A2aError(-32602, f"`params.{key}` must be an integer from {low} to {high}")
+    return value
+
+
+async def pump(
+    task: Task, cursor: int | None, version: Version, rpc_id: Any, write: BodyWriter
+) -> None:
+    """Every event of ``task`` after ``cursor`` as server-sent events, until it rests."""
+    while True:
+        changed = task.changed
+        if cursor is None or cursor + 1 < task.oldest_event:
+            # New, or so far behind that the log moved on: the task itself says it all.
+            cursor = task.last_event
+            snapshot = {"task": task.snapshot()}
+            await write(_sse(cursor, rpc_result(rpc_id, event_for(snapshot, version))))
+            continue
+        batch = list(task.events_after(cursor))
+        for number, event in batch:
+            cursor = number
+            await write(_sse(number, rpc_result(rpc_id, event_for(event, version))))
+        if batch:
+            continue  # more may have come while these were written
+        if task.resting:
+            return
+        with anyio.move_on_after(KEEPALIVE) as idle:
+            await changed.wait()
+        if idle.cancelled_caught:
+            await write(b": keepalive\n\n")
+
+
+def _sse(number: int, data: bytes) -> bytes:
+    return b"id: %d\ndata: %s\n\n" % (number, data)
+
+
+def stream_cursor(request: HttpRequest) -> int | None:
+    value = (request.header("last-event-id") or "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def decode_call(body: bytes) -> dict[str, Any]:
+    try:
+        call = msgspec.json.decode(body)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise A2aError(-32700, f"the body is not JSON: {exc}") from None
+    if not isinstance(call, dict) or call.get("jsonrpc") != "2.0":
+        raise A2aError(-32600, 'not a JSON-RPC 2.0 request (an object with "jsonrpc": "2.0")')
+    if not isinstance(call.get("method"), str):
+        raise A2aError(-32600, "`method` must be a string")
+    rpc_id = call.get("id")
+    if rpc_id is not None and (isinstance(rpc_id, bool) or not isinstance(rpc_id, str | int)):
+        raise A2aError(-32600, "`id` must be a string, a number or null")
+    return call

@@ -1,0 +1,136 @@
+"""Running one task: the mesh call a message became, its progress and its end as A2A events.
+
+The call is made through :meth:`~mesh.MeshOrchestrator.call` (the one door:
+access, deadlines and cancel are the orchestrator's), inside a cancel scope the
+task holds, so ``CancelTask`` cancels the call and the agent hears ``cancelled``
+at once. What happens becomes the task's events:
+
+- the start: ``WORKING``;
+- a tool's progress report: a ``WORKING`` status whose message holds the
+  report's text and ``{"progress", "total"}``;
+- a chat reply being written: each piece appended to the ``reply`` artifact;
+- the result: the ``result`` (or ``reply``) artifact, then ``COMPLETED``;
+- an error: ``FAILED`` with the mesh's message; a cancel: ``CANCELED``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from mesh._errors import MeshError
+from mesh._orchestrator.access import EMBEDDER, Principal
+from mesh.a2a._mapping import ROOM_TURN, Conversations, Plan, result_parts
+from mesh.a2a._tasks import Task, new_id
+
+if TYPE_CHECKING:
+    from mesh._orchestrator.orchestrator import MeshOrchestrator
+
+__all__ = ["agent_message", "run_task"]
+
+
+def agent_message(text: str, data: Any = None, *, context_id: str, task_id: str) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = [{"text": text}] if text else []
+    if data is not None:
+        parts.append({"data": data})
+    return {
+        "messageId": new_id(),
+        "role": "ROLE_AGENT",
+        "parts": parts,
+        "contextId": context_id,
+        "taskId": task_id,
+    }
+
+
+async def run_task(
+    mesh: MeshOrchestrator,
+    task: Task,
+    plan: Plan,
+    *,
+    conversations: Conversations,
+    timeout: float | None,
+    on_behalf_of: Principal = EMBEDDER,
+) -> None:
+    """Make the call ``plan`` says for ``task``, for ``on_behalf_of``, and record what happens."""
+    if task.finished:
+        return  # cancelled before it started
+    task.set_state("TASK_STATE_WORKING")
+    with anyio.CancelScope() as scope:
+        task.scope = scope
+        try:
+            if plan.tool is None:
+                await _chat(mesh, task, plan.text, conversations, timeout, on_behalf_of)
+            else:
+                await _tool(mesh, task, plan, timeout, on_behalf_of)
+        except MeshError as exc:
+            task.set_state("TASK_STATE_FAILED", _say(task, str(exc), {"code": exc.code}))
+        finally:
+            task.scope = None
+    if scope.cancelled_caught:
+        task.set_state("TASK_STATE_CANCELED", _say(task, "cancelled by the client"))
+
+
+def _say(task: Task, text: str, data: Any = None) -> dict[str, Any]:
+    return agent_message(text, data, context_id=task.context_id, task_id=task.id)
+
+
+async def _tool(
+    mesh: MeshOrchestrator,
+    task: Task,
+    plan: Plan,
+    timeout: float | None,
+    on_behalf_of: Principal,
+) -> None:
+    def progress(update: Mapping[str, Any]) -> None:
+        text = update.get("message")
+        numbers = {k: update[k] for k in ("progress", "total") if update.get(k) is not None}
+        message = _say(task, text if isinstance(text, str) else "", numbers)
+        task.set_state("TASK_STATE_WORKING", message, remember=False)
+
+    params = {"name": plan.tool, "arguments": plan.arguments}
+    result = await mesh.call(
+        task.agent,
+        "tools/call",
+        params,
+        timeout=timeout,
+        on_progress=progress,
+        on_behalf_of=on_behalf_of,
+    )
+    artifact = {"artifactId": new_id(), "name": "result", "parts": result_parts(result)}
+    task.add_artifact(artifact, append=False, last=True)
+    task.set_state("TASK_STATE_COMPLETED")
+
+
+async def _chat(
+    mesh: MeshOrchestrator,
+    task: Task,
+    text: str,
+    conversations: Conversations,
+    timeout: float | None,
+    on_behalf_of: Principal,
+) -> None:
+    artifact_id = new_id()
+
+    def piece(update: Mapping[str, Any]) -> None:
+        written = update.get("message")
+        if isinstance(written, str) and written:
+            artifact = {"artifactId": artifact_id, "name": "reply", "parts": [{"text": written}]}
+            task.add_artifact(artifact, append=True, last=False)
+
+    params = conversations.turn(task.owner, task.agent, task.context_id, text)
+    if timeout is not None:
+        params["timeout"] = timeout
+    # A chat is a conversation of one: its turns go through the door as a room's do,
+    # for the token that made the task.
+    room = on_behalf_of.in_room(f"a2a-{task.context_id}")
+    result = await mesh.call(
+        task.agent, ROOM_TURN, params, timeout=timeout, on_progress=piece, on_behalf_of=room
+    )
+    reply = str(result.get("text", "")) if isinstance(result, dict) else str(result)
+    conversations.replied(task.owner, task.agent, task.context_id, reply)
+    # The whole reply replaces the pieces: what a late reader sees is exactly what was said.
+    whole = {"artifactId": artifact_id, "name": "reply", "parts": [{"text": reply}]}
+    task.add_artifact(whole, append=False, last=True)
+    task.set_state("TASK_STATE_COMPLETED", _say(task, reply))

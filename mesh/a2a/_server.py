@@ -1,0 +1,442 @@
+"""The mesh's agents as A2A agents: the JSON-RPC binding, one endpoint per agent.
+
+:class:`A2aServer` answers one HTTP request for one agent: its card, or one
+JSON-RPC call. The daemon puts it behind its tokens (``/a2a/{agent}``); the
+caller arrives as a :class:`Caller` (who owns the tasks it makes, and what it
+may call). Bad input is answered with the A2A error that names it, over HTTP
+200 as JSON-RPC errors are, and the connection carries on:
+
+========  =============================================================
+ -32700   the body is not JSON
+ -32600   not a JSON-RPC 2.0 request, or a body past ``max_message_size``
+ -32601   a method A2A does not have (in the version asked for)
+ -32602   params that do not say what they must (the text says where)
+ -32001   no such task, or another client's (the same answer, on purpose)
+ -32002   the task has finished, so it cannot be cancelled
+ -32003   push notifications (not offered)
+ -32007   the extended card (not offered)
+ -32009   an ``A2A-Version`` the mesh does not speak (1.0; 0.3 when empty)
+========  =============================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+import msgspec
+
+from mesh._errors import MeshError
+from mesh._orchestrator.access import EMBEDDER, Principal
+from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh.a2a._card import build_card, card_etag
+from mesh.a2a._jsonrpc import (
+    A2aError,
+    decode_call,
+    param_dict,
+    param_int,
+    pump,
+    rpc_error,
+    rpc_result,
+    stream_cursor,
+)
+from mesh.a2a._mapping import CHAT_CAPABILITY, Conversations, PlanError, plan_call
+from mesh.a2a._push import MAX_CONFIGS, CheckUrl, PushConfig, PushRefused, deliver, push_config_in
+from mesh.a2a._runner import run_task
+from mesh.a2a._tasks import StoreFull, Task, TaskStore
+from mesh.a2a._wire import Version, WireError, message_in, method_of, negotiate
+from mesh.a2a._wire import state_in as _state_in
+from mesh.a2a._wire import task_for as _task_for
+from registry import AgentId
+from transports import BodyWriter, HttpRequest, HttpResponse
+
+__all__ = ["A2aError", "A2aServer", "Caller"]
+
+#: A JSON-RPC body larger than this is refused with -32600 (the daemon's own body
+#: limit, larger, is an HTTP 413 before anything is read).
+DEFAULT_MAX_MESSAGE: Final = 256 * 1024
+#: Streams one client may hold open at once (each holds a connection of the daemon's).
+DEFAULT_MAX_STREAMS: Final = 64
+#: A card is rebuilt at most this often per agent (it asks the agent twice).
+CARD_FRESH: Final = 5.0
+#: How long asking an agent for its card's facts may take.
+CARD_TIMEOUT: Final = 5.0
+#: CancelTask waits this long for the agent's call to wind down before answering.
+CANCEL_WAIT: Final = 5.0
+MAX_PAGE: Final = 100
+DEFAULT_PAGE: Final = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is asking: ``owner`` keys the tasks it makes (nobody else sees them);
+    ``identity`` is whom the mesh calls are made for, passed on as it is."""
+
+    owner: str
+    identity: Principal = EMBEDDER
+
+
+class A2aServer:
+    """Serves every agent of an orchestrator over A2A (see the module docstring)."""
+
+    def __init__(
+        self,
+        mesh: MeshOrchestrator,
+        *,
+        store: TaskStore | None = None,
+        max_message_size: int = DEFAULT_MAX_MESSAGE,
+        max_call_timeout: float = 3600.0,
+        max_streams: int = DEFAULT_MAX_STREAMS,
+        check_push_url: CheckUrl | None = None,
+    ) -> None:
+        """``check_push_url(url)`` says why a webhook URL is refused (None: allowed);
+        without it, push notifications are not offered. ``max_streams``: streams one
+        client (owner) may hold open at once."""
+        self._mesh = mesh
+        self.max_streams = max_streams
+        self._streams: dict[str, int] = {}
+        self._check_push = check_push_url
+        self.store = store or TaskStore()
+        self.max_message_size = max_message_size
+        self.max_call_timeout = max_call_timeout
+        self._conversations = Conversations()
+        self._cards: dict[str, tuple[float, dict[str, Any], str]] = {}
+        self._tasks: anyio.abc.TaskGroup | None = None
+
+    async def serve(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run the tasks clients start, until cancelled (which cancels them)."""
+        async with anyio.create_task_group() as tg:
+            self._tasks = tg
+            task_status.started()
+            try:
+                await anyio.sleep_forever()
+            finally:
+                self._tasks = None
+
+    # -- the card ----------------------------------------------------------------------------
+
+    async def card(self, request: HttpRequest, agent: str, url: str) -> HttpResponse:
+        """``GET …/.well-known/agent-card.json``, with an ETag (304 when unchanged)."""
+        now = anyio.current_time()
+        kept = self._cards.get(agent)
+        if kept is None or now - kept[0] >= CARD_FRESH or kept[1]["url"] != url:
+            card = await self._build_card(agent, url)
+            kept = self._cards[agent] = (now, card, card_etag(card))
+        _, card, etag = kept
+        headers = [("etag", etag), ("cache-control", "private, max-age=60")]
+        if request.header("if-none-match") == etag:
+            return HttpResponse(304, headers=headers)
+        return HttpResponse(200, msgspec.json.encode(card), headers=headers)
+
+    async def _build_card(self, agent: str, url: str) -> dict[str, Any]:
+        info: Any = {}
+        try:
+            info = await self._mesh.call(agent, "agent/info", timeout=CARD_TIMEOUT)
+        except MeshError:
+            record = self._mesh.registry.get(AgentId(agent))
+            info = {"name": record.name} if record is not None else {}
+        tools = await self._tools(agent)
+        info = info if isinstance(info, dict) else {}
+        push = self._check_push is not None
+        return build_card(agent, info, tools, chat=self._chat(agent), url=url, push=push)
+
+    async def _tools(self, agent: str) -> list[Any]:
+        try:
+            listed = await self._mesh.call(agent, "tools/list", timeout=CARD_TIMEOUT)
+        except MeshError:
+            return []
+        tools = listed.get("tools") if isinstance(listed, dict) else None
+        return list(tools) if isinstance(tools, list) else []
+
+    def _chat(self, agent: str) -> bool:
+        record = self._mesh.registry.get(AgentId(agent))
+        return record is not None and CHAT_CAPABILITY in record.capabilities
+
+    # -- JSON-RPC ------------------------------------------------------------------------------
+
+    async def handle(self, request: HttpRequest, agent: str, caller: Caller) -> HttpResponse:
+        """Answer one JSON-RPC request to ``agent``."""
+        call: dict[str, Any] = {}
+        try:
+            version, method, params = self._parse(request, call)
+            return await self._dispatch(
+                method, params, agent, caller, version, call.get("id"), request
+            )
+        except A2aError as exc:
+            return rpc_error(call.get("id"), exc.code, str(exc))
+
+    def _parse(
+        self, request: HttpRequest, call: dict[str, Any]
+    ) -> tuple[Version, str, dict[str, Any]]:
+        """The version, method and params of a request; ``call`` is filled with its body."""
+        asked = request.header("a2a-version")
+        version = negotiate(asked)
+        size = len(request.body)
+        if size > self.max_message_size:
+            why = f"a message of {size} bytes exceeds the limit of {self.max_message_size} bytes"
+            raise A2aError(-32600, why)
+        call.update(decode_call(request.body))
+        if version is None:
+            why = f"A2A-Version {asked!r} is not supported; this server speaks 1.0 and 0.3"
+            raise A2aError(-32009, why)
+        method = method_of(call["method"], version)
+        if method is None:
+            raise A2aError(-32601, f"no method {call['method']!r} in A2A {version}")
+        return version, method, param_dict(call.get("params"), "params")
+
+    async def _dispatch(
+        self,
+        method: str,
+        params: dict[str, Any],
+        agent: str,
+        caller: Caller,
+        version: Version,
+        rpc_id: Any,
+        request: HttpRequest,
+    ) -> HttpResponse:
+        if method in ("SendStreamingMessage", "SubscribeToTask"):
+            held = self._streams.get(caller.owner, 0)
+            if held >= self.max_streams:
+                why = f"this client holds {held} open streams, the limit; close one first"
+                return HttpResponse.error(429, why, limit="max_streams")
+        if method in ("SendMessage", "SendStreamingMessage"):
+            task, wait = await self._start(params, agent, caller)
+            if method == "SendStreamingMessage":
+                return self._stream(task, None, version, rpc_id, caller.owner)
+            if wait:
+                while not task.resting:
+                    await task.changed.wait()
+            history = param_int(
+                param_dict(params.get("configuration"), "configuration"), "historyLength", 0, 1000
+            )
+            result = {"task": task.snapshot(history_length=history)}
+            return HttpResponse(
+                200,
+                rpc_result(
+                    rpc_id, result if version == "1.0" else _task_for(result["task"], version)
+                ),
+            )
+        if method == "ListTasks":
+            return HttpResponse(200, rpc_result(rpc_id, self._list(params, agent, caller, version)))
+        if "PushNotificationConfig" in method:
+            result = self._push_method(method, params, agent, caller, version)
+            return HttpResponse(200, rpc_result(rpc_id, result))
+        if method == "GetExtendedAgentCard":
+            raise A2aError(-32007, "this agent has no extended card: its card says everything")
+        task = self._find(params, agent, caller)
+        if method == "GetTask":
+            history = param_int(params, "historyLength", 0, 1000)
+            return HttpResponse(
+                200, rpc_result(rpc_id, _task_for(task.snapshot(history_length=history), version))
+            )
+        if method == "CancelTask":
+            return HttpResponse(
+                200, rpc_result(rpc_id, _task_for(await self._cancel(task), version))
+            )
+        # SubscribeToTask: from the client's last event (Last-Event-ID), else from now.
+        return self._stream(task, stream_cursor(request), version, rpc_id, caller.owner)
+
+    def _find(self, params: dict[str, Any], agent: str, caller: Caller) -> Task:
+        task_id = params.get("id")
+        if not isinstance(task_id, str) or not task_id:
+            raise A2aError(-32602, "`params.id` must be a task's id")
+        task = self.store.get(task_id, caller.owner, agent)
+        if task is None:
+            raise A2aError(-32001, f"no task {task_id!r}")
+        return task
+
+    async def _start(self, params: dict[str, Any], agent: str, caller: Caller) -> tuple[Task, bool]:
+        try:
+            message = message_in(params.get("message"))
+        except WireError as exc:
+            raise A2aError(-32602, f"invalid message: {exc}") from None
+        config = param_dict(params.get("configuration"), "configuration")
+        metadata = param_dict(params.get("metadata"), "metadata")
+        timeout = self._timeout(metadata)
+        if message.get("taskId"):
+            task = self.store.get(message["taskId"], caller.owner, agent)
+            if task is None:
+                raise A2aError(-32001, f"no task {message['taskId']!r}")
+            raise A2aError(
+                -32004,
+                f"task {task.id!r} is {task.state}; send a new message without taskId"
+                " (the same contextId continues the conversation)",
+            )
+        plan = await self._plan(agent, message)
+        # A webhook is checked before the task exists: a refused one leaves nothing behind.
+        push = config.get("taskPushNotificationConfig") or config.get("pushNotificationConfig")
+        webhook = None if push is None else self._push_config(push, "")
+        tasks = self._tasks
+        if tasks is None:
+            raise A2aError(-32603, "the A2A server is not running")
+        try:
+            task = self.store.create(agent, caller.owner, message.get("contextId"))
+        except StoreFull as exc:
+            raise A2aError(-32603, str(exc)) from None
+        message.update(contextId=task.context_id, taskId=task.id)
+        task.remember(message)
+        if webhook is not None:
+            self._add_push(task, dataclasses.replace(webhook, task_id=task.id), cursor=0)
+        tasks.start_soon(self._run, task, plan, timeout, caller.identity)
+        # blocking (1.0: unless returnImmediately; 0.3: unless blocking is false)
+        wait = (
+            not config.get("returnImmediately", False) and config.get("blocking", True) is not False
+        )
+        return task, wait
+
+    async def _run(
+        self, task: Task, plan: Any, timeout: float | None, on_behalf_of: Principal
+    ) -> None:
+        await run_task(
+            self._mesh,
+            task,
+            plan,
+            conversations=self._conversations,
+            timeout=timeout,
+            on_behalf_of=on_behalf_of,
+        )
+
+    def _timeout(self, metadata: dict[str, Any]) -> float | None:
+        value = metadata.get("timeout")
+        if value is None:
+            return None
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 0 < value <= self.max_call_timeout
+        ):
+            raise A2aError(
+                -32602,
+                f"`metadata.timeout` must be seconds, > 0 and at most {self.max_call_timeout:g}",
+            )
+        return float(value)
+
+    async def _plan(self, agent: str, message: dict[str, Any]) -> Any:
+        named = any(
+            isinstance(p.get("data"), dict) and "tool" in p["data"] for p in message["parts"]
+        )
+        tools = None if named else await self._tools(agent)
+        try:
+            return plan_call(agent, message, tools, self._chat(agent))
+        except PlanError as exc:
+            raise A2aError(-32602, str(exc)) from None
+
+    async def _cancel(self, task: Task) -> dict[str, Any]:
+        if task.finished:
+            raise A2aError(-32002, f"task {task.id!r} is {task.state} and cannot be cancelled")
+        if task.scope is None:
+            task.set_state("TASK_STATE_CANCELED")  # not started yet: it never will
+        else:
+            task.scope.cancel()
+            with anyio.move_on_after(CANCEL_WAIT):
+                while not task.finished:
+                    await task.changed.wait()
+        return task.snapshot()
+
+    def _list(
+        self, params: dict[str, Any], agent: str, caller: Caller, version: Version
+    ) -> dict[str, Any]:
+        size = param_int(params, "pageSize", 1, MAX_PAGE) or DEFAULT_PAGE
+        history = param_int(params, "historyLength", 0, 1000)
+        artifacts = params.get("includeArtifacts") is True
+        tasks = self.store.listing(caller.owner, agent)
+        if isinstance(params.get("contextId"), str) and params["contextId"]:
+            tasks = [t for t in tasks if t.context_id == params["contextId"]]
+        if params.get("status") not in (None, "", "TASK_STATE_UNSPECIFIED"):
+            state = _state_in(params["status"])
+            if state is None:
+                raise A2aError(-32602, f"`params.status` {params['status']!r} is not a task state")
+            tasks = [t for t in tasks if t.state == state]
+        total = len(tasks)
+        token = params.get("pageToken") or ""
+        if token:
+            if not isinstance(token, str) or not token.isdigit():
+                raise A2aError(-32602, "`params.pageToken` must be a token a ListTasks answer gave")
+            tasks = [t for t in tasks if t.number < int(token)]
+        page, rest = tasks[:size], tasks[size:]
+        return {
+            "tasks": [
+                _task_for(t.snapshot(history_length=history, artifacts=artifacts), version)
+                for t in page
+            ],
+            "nextPageToken": str(page[-1].number) if rest else "",
+            "pageSize": size,
+            "totalSize": total,
+        }
+
+    # -- push notifications --------------------------------------------------------------------
+
+    def _push_config(self, value: Any, task_id: str) -> PushConfig:
+        if self._check_push is None:
+            raise A2aError(-32003, "push notifications are not offered by this agent")
+        try:
+            return push_config_in(value, task_id, self._check_push)
+        except PushRefused as exc:
+            raise A2aError(-32602, str(exc)) from None
+
+    def _add_push(self, task: Task, config: PushConfig, *, cursor: int) -> PushConfig:
+        if config.id not in task.push and len(task.push) >= MAX_CONFIGS:
+            raise A2aError(-32602, f"a task holds at most {MAX_CONFIGS} push configs")
+        task.push[config.id] = config
+        tasks = self._tasks
+        if tasks is not None:
+
+            def wanted() -> bool:
+                return task.push.get(config.id) is config
+
+            tasks.start_soon(partial(deliver, task, config, cursor, still_wanted=wanted))
+        return config
+
+    def _push_method(
+        self, method: str, params: dict[str, Any], agent: str, caller: Caller, version: Version
+    ) -> Any:
+        if self._check_push is None:
+            raise A2aError(-32003, "push notifications are not offered by this agent")
+        task = self._find({"id": params.get("taskId") or params.get("id")}, agent, caller)
+        if method == "CreateTaskPushNotificationConfig":
+            made = self._push_config(params, task.id)
+            return _shown(self._add_push(task, made, cursor=task.last_event), version)
+        if method == "ListTaskPushNotificationConfigs":
+            configs = [_shown(c, version) for c in task.push.values()]
+            return configs if version == "0.3" else {"configs": configs}
+        wanted = params.get("id") if "taskId" in params else params.get("pushNotificationConfigId")
+        config = task.push.get(str(wanted)) if wanted else next(iter(task.push.values()), None)
+        if config is None:
+            raise A2aError(-32001, f"task {task.id!r} has no push config {wanted!r}")
+        if method == "GetTaskPushNotificationConfig":
+            return _shown(config, version)
+        del task.push[config.id]  # DeleteTaskPushNotificationConfig: its loop stops
+        return None if version == "0.3" else {}
+
+    # -- streams ---------------------------------------------------------------------------------
+
+    def _stream(
+        self, task: Task, cursor: int | None, version: Version, rpc_id: Any, owner: str
+    ) -> HttpResponse:
+        async def produce(write: BodyWriter) -> None:
+            # Counted while it runs (a stream whose head never went out never starts).
+            self._streams[owner] = self._streams.get(owner, 0) + 1
+            try:
+                await pump(task, cursor, version, rpc_id, write)
+            finally:
+                self._streams[owner] -= 1
+                if not self._streams[owner]:
+                    del self._streams[owner]
+
+        return HttpResponse(200, content_type="text/event-stream", stream=produce)
+
+
+def _shown(config: PushConfig, version: Version) -> dict[str, Any]:
+    shown = config.shown()
+    if version == "1.0":
+        return shown
+    inner = {k: v for k, v in shown.items() if k != "taskId"}
+    if "authentication" in inner:
+        inner["authentication"] = {"schemes": [inner["authentication"]["scheme"]]}
+    return {"taskId": config.task_id, "pushNotificationConfig": inner}

@@ -1,0 +1,79 @@
+"""The daemon's A2A face: each agent an A2A agent at ``/a2a/{agent}`` (docs/a2a.md).
+
+``GET /a2a/{agent}/.well-known/agent-card.json`` (the ``read`` right) is the
+agent's card; ``POST /a2a/{agent}`` (the ``call`` right) is its JSON-RPC
+endpoint. Before either, the agent must be one the daemon knows (404) and its
+manifest's ``access.callers`` must admit the token (403: the orchestrator's door,
+asked ahead; every call a task makes passes the door again). An agent a token may
+not call has, for that token, no card either. Tasks belong to the token that made
+them: another token asking for one is told there is no such task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from urllib.parse import quote
+
+from mesh._errors import Forbidden
+from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh.a2a import A2aServer, Caller
+from mesh.daemon._auth import Identity
+from mesh.daemon._limits import check_endpoint
+from mesh.daemon._routes import Params
+from transports import HttpRequest, HttpResponse
+
+__all__ = ["DaemonA2a"]
+
+
+def check_webhook(url: str, *, allowed: Sequence[str]) -> str | None:
+    """Why the daemon will not POST push notifications to ``url`` (None: it will)."""
+    return check_endpoint(url, allowed)
+
+
+class DaemonA2a:
+    """The handlers of the ``/a2a/…`` routes."""
+
+    def __init__(
+        self,
+        orchestrator: MeshOrchestrator,
+        *,
+        secure: bool,
+        max_call_timeout: float,
+        endpoint_hosts: Sequence[str],
+    ) -> None:
+        self._mesh = orchestrator
+        self._scheme = "https" if secure else "http"
+        # Webhooks are held to the rule of registered endpoints: no request forgery.
+        self.server = A2aServer(
+            orchestrator,
+            max_call_timeout=max_call_timeout,
+            check_push_url=partial(check_webhook, allowed=endpoint_hosts),
+        )
+
+    def _refused(self, who: Identity, agent: str) -> HttpResponse | None:
+        if not self._mesh.knows(agent):
+            return HttpResponse.error(404, f"no agent {agent!r}")
+        try:  # the door's own answer, asked ahead: no card for an agent the token may not call
+            self._mesh.authorize(agent, "tools/call", on_behalf_of=who.principal)
+        except Forbidden as exc:
+            return HttpResponse.error(403, str(exc))
+        return None
+
+    def _url(self, request: HttpRequest, agent: str) -> str:
+        host = request.header("host") or "127.0.0.1"
+        return f"{self._scheme}://{host}/a2a/{quote(agent, safe='')}"
+
+    async def handle_card(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        agent = p["agent"]
+        refused = self._refused(who, agent)
+        if refused is not None:
+            return refused
+        return await self.server.card(request, agent, self._url(request, agent))
+
+    async def handle_rpc(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        agent = p["agent"]
+        refused = self._refused(who, agent)
+        if refused is not None:
+            return refused
+        return await self.server.handle(request, agent, Caller(who.owner, identity=who.principal))

@@ -1,0 +1,130 @@
+"""Push notifications to a real webhook on loopback: every event, in order, at least once
+(a refused delivery is retried), with the client's token and auth, never to a host the
+daemon's allow-list does not name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from a2a.client import ClientConfig, ClientFactory
+from a2a.types.a2a_pb2 import (
+    AuthenticationInfo,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTasksRequest,
+    TaskPushNotificationConfig,
+)
+from a2a.utils.errors import InvalidParamsError
+
+from tests.a2a._mesh import GUARD, open_mesh, sdk_client, tool_message
+from transports import HttpRequest, HttpResponse, open_http_server
+
+pytestmark = pytest.mark.anyio
+
+
+class Receiver:
+    """A webhook that refuses its first delivery (503) and takes the rest."""
+
+    def __init__(self) -> None:
+        self.deliveries: list[tuple[int, dict[str, str], dict[str, Any]]] = []
+        self.done = anyio.Event()
+
+    async def handle(self, request: HttpRequest) -> HttpResponse:
+        status = 503 if not self.deliveries else 200
+        body = json.loads(request.body)
+        self.deliveries.append((status, dict(request.headers), body))
+        state = body.get("statusUpdate", {}).get("status", {}).get("state")
+        if status == 200 and state == "TASK_STATE_COMPLETED":
+            self.done.set()
+        return HttpResponse(status, b"{}")
+
+
+def _kind(event: dict[str, Any]) -> str:
+    if "statusUpdate" in event:
+        status = event["statusUpdate"]["status"]
+        said = "".join(p.get("text", "") for p in status.get("message", {}).get("parts", ()))
+        return f"{status['state']} {said}".strip()
+    return next(iter(event))
+
+
+async def test_every_event_is_pushed_in_order_at_least_once_with_the_clients_auth(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    receiver = Receiver()
+    async with (
+        open_mesh(tmp_path, monkeypatch) as mesh,
+        open_http_server(receiver.handle, host="127.0.0.1", port=0) as hook,
+        sdk_client(mesh, "echo", streaming=False) as (_, card),
+        mesh.http() as http,
+    ):
+        webhook = TaskPushNotificationConfig(
+            url=f"{hook.url}/hook",
+            token="tok-1",
+            authentication=AuthenticationInfo(scheme="Bearer", credentials="cred-1"),
+        )
+        config = ClientConfig(httpx_client=http, streaming=False, push_notification_config=webhook)
+        client = ClientFactory(config).create(card)
+        request = tool_message("sleep", seconds=0.3, progress_every=0.1)
+        with anyio.fail_after(GUARD):
+            sent = [e async for e in client.send_message(request)]
+            task_id = sent[-1].task.id
+            await receiver.done.wait()
+        kinds = [_kind(body) for status, _, body in receiver.deliveries if status == 200]
+        assert kinds == [
+            "TASK_STATE_WORKING",
+            "TASK_STATE_WORKING slept 0.1 of 0.3 s",
+            "TASK_STATE_WORKING slept 0.2 of 0.3 s",
+            "TASK_STATE_WORKING slept 0.3 of 0.3 s",
+            "artifactUpdate",
+            "TASK_STATE_COMPLETED",
+        ]
+        first_refused, first_taken = receiver.deliveries[0], receiver.deliveries[1]
+        assert first_refused[0] == 503 and first_refused[2] == first_taken[2]  # sent again
+        headers = first_taken[1]
+        assert headers["x-a2a-notification-token"] == "tok-1"
+        assert headers["authorization"] == "Bearer cred-1"
+        listed = await client.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=task_id)
+        )
+        assert [c.url for c in listed.configs] == [f"{hook.url}/hook"]
+        assert not listed.configs[0].authentication.credentials  # never shown back
+        config_id = listed.configs[0].id
+        got = await client.get_task_push_notification_config(
+            GetTaskPushNotificationConfigRequest(task_id=task_id, id=config_id)
+        )
+        assert got.token == "tok-1"
+        await client.delete_task_push_notification_config(
+            DeleteTaskPushNotificationConfigRequest(task_id=task_id, id=config_id)
+        )
+        listed = await client.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=task_id)
+        )
+        assert list(listed.configs) == []
+
+
+async def test_a_webhook_outside_the_allow_list_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with (
+        open_mesh(tmp_path, monkeypatch) as mesh,
+        sdk_client(mesh, "echo", streaming=False) as (client, card),
+    ):
+        assert card.capabilities.push_notifications
+        sent = [e async for e in client.send_message(tool_message("echo", message="x"))]
+        for url in ("http://169.254.169.254/latest", "file:///etc/passwd", "http://u:p@127.0.0.1/"):
+            with pytest.raises(InvalidParamsError, match="push url refused"):
+                await client.create_task_push_notification_config(
+                    TaskPushNotificationConfig(task_id=sent[-1].task.id, url=url)
+                )
+        # With the message itself: refused before any task is made.
+        request = tool_message("echo", message="y")
+        request.configuration.task_push_notification_config.url = "http://10.0.0.1/hook"
+        with pytest.raises(InvalidParamsError, match="endpoint_hosts"):
+            _ = [e async for e in client.send_message(request)]
+        listed = await client.list_tasks(ListTasksRequest())
+        assert [t.id for t in listed.tasks] == [sent[-1].task.id]

@@ -1,0 +1,74 @@
+"""The A2A server in process, on an orchestrator of one local agent: what needs no sockets."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+
+from mesh import Agent, AgentSpec, MeshOrchestrator, local_connector
+from mesh.a2a import A2aServer, Caller
+from transports import HttpRequest
+
+pytestmark = pytest.mark.anyio
+
+
+def _request(method: str, params: dict[str, Any]) -> HttpRequest:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    return HttpRequest("POST", "/", (("a2a-version", "1.0"),), json.dumps(body).encode())
+
+
+def _hold() -> dict[str, Any]:
+    data = {"tool": "hold", "arguments": {}}
+    return {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"data": data}]}}
+
+
+async def test_one_client_holds_at_most_max_streams_and_another_is_not_held_back() -> None:
+    release = anyio.Event()
+    agent = Agent("slow")
+
+    @agent.tool
+    async def hold() -> str:
+        """Wait for the test."""
+        await release.wait()
+        return "done"
+
+    async with MeshOrchestrator([AgentSpec("slow", local_connector(agent))]) as mesh:
+        server = A2aServer(mesh, max_streams=1)
+        async with anyio.create_task_group() as tg:
+            await tg.start(server.serve)
+            first = await server.handle(
+                _request("SendStreamingMessage", _hold()), "slow", Caller("ann")
+            )
+            assert first.stream is not None
+            wrote = anyio.Event()
+            pieces: list[bytes] = []
+
+            async def write(data: bytes) -> None:
+                pieces.append(data)
+                wrote.set()
+
+            produce = first.stream
+
+            async def stream() -> None:
+                await produce(write)
+
+            tg.start_soon(stream)
+            with anyio.fail_after(10):
+                await wrote.wait()  # ann's stream is open
+            second = await server.handle(
+                _request("SendStreamingMessage", _hold()), "slow", Caller("ann")
+            )
+            assert second.status == 429 and b"max_streams" in second.body
+            other = await server.handle(
+                _request("SendStreamingMessage", _hold()), "slow", Caller("bob")
+            )
+            assert other.status == 200 and other.stream is not None
+            release.set()
+            with anyio.fail_after(10):
+                while b"TASK_STATE_COMPLETED" not in b"".join(pieces):
+                    wrote = anyio.Event()
+                    await wrote.wait()
+            tg.cancel_scope.cancel()

@@ -1,0 +1,213 @@
+"""Rooms under their owner's rules: who may join, what a guest's words can do, whose a seat is,
+and how long one token can hold room slots. A real ``mesh serve`` with scripted personas."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from mesh.rooms import (
+    DeltaEvent,
+    ErrorEvent,
+    MessageEvent,
+    ResumedEvent,
+    StoppedEvent,
+    decode_event,
+    decode_live_event,
+)
+from mesh.testing import Daemon, spawn_daemon
+
+from ._daemon import persona_manifest
+from .test_daemon_auth import create_token
+
+pytestmark = pytest.mark.anyio
+
+#: Never the goodbye word, never the same twice (no exit rule of theirs fires on its own).
+SCRIPT = ["Reply {turn}, after {speaker}."]
+GUARD = 60.0
+BYE = "Goodbye."
+
+
+def _manifests(tmp_path: Path, delay: float) -> Path:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir(exist_ok=True)
+    persona_manifest(manifests, "alice", "Alice", SCRIPT, delay)
+    persona_manifest(manifests, "bob", "Bob", SCRIPT, delay)
+    return manifests
+
+
+async def _create(daemon: Daemon, token: str, room_id: str, **spec: Any) -> dict[str, Any]:
+    body = {"id": room_id, "topic": "Tea or coffee?", "members": ["alice", "bob"], **spec}
+    async with daemon.client(token=token) as http:
+        created = await http.post("/rooms", json=body)
+    assert created.status_code == 201, created.text
+    answer: dict[str, Any] = created.json()
+    return answer
+
+
+async def _goodbye_in_turn(daemon: Daemon, http: httpx.AsyncClient) -> MessageEvent:
+    """Gwen says "Goodbye." when her turn comes; the first agent's message after it."""
+    said_at: int | None = None
+    with anyio.fail_after(GUARD):
+        async with daemon.open_events("/rooms/open/events?deltas=1") as events:
+            while True:
+                event = decode_live_event(await events.receive())
+                assert not isinstance(event, StoppedEvent), event
+                if isinstance(event, DeltaEvent) and event.agent_id == "gwen" and said_at is None:
+                    said = await http.post("/rooms/open/say", json={"member": "gwen", "text": BYE})
+                    assert said.status_code == 200, said.text  # the answer to her turn
+                    said_at = said.json()["turn"]
+                elif (
+                    isinstance(event, MessageEvent)
+                    and said_at is not None
+                    and event.agent_id in ("alice", "bob")
+                    and event.turn > said_at
+                ):
+                    return event
+
+
+async def test_the_owner_chooses_who_joins_and_a_guests_goodbye_ends_nothing(
+    tmp_path: Path,
+) -> None:
+    async with spawn_daemon(_manifests(tmp_path, 0.3)) as daemon:
+        await daemon.wait_online("alice", "bob")
+        owner = await create_token(daemon, "client", "owner")
+        guest = await create_token(daemon, "client", "guest")
+        await _create(daemon, owner, "closed", limits={"max_turns": 200})
+        await _create(daemon, owner, "open", limits={"max_turns": 200}, people={"join": ["guest"]})
+        async with daemon.client(token=guest) as http:
+            closed = await http.post("/rooms/closed/join", json={"name": "Gwen"})
+            assert closed.status_code == 403, closed.text
+            assert "people.join" in closed.json()["error"]["message"]
+            joined = await http.post("/rooms/open/join", json={"name": "Gwen"})
+            assert joined.status_code == 200, joined.text
+            await _goodbye_in_turn(daemon, http)  # and the room went on
+        async with daemon.client(token=owner) as http:
+            assert (await http.post("/rooms/open/pause")).status_code == 200
+            resumed = await http.post("/rooms/open/resume")
+            assert resumed.status_code == 200, resumed.text
+            assert resumed.json()["status"] == "running"
+            for room in ("open", "closed"):
+                await http.post(f"/rooms/{room}/stop")
+
+
+async def _people_answers(daemon: Daemon, token: str, name: str) -> tuple[int, int, int]:
+    """What ``token`` gets for joining as ``name``, then saying and leaving as ``carol``."""
+    async with daemon.client(token=token) as http:
+        joined = await http.post("/rooms/seats/join", json={"name": name})
+        said = await http.post("/rooms/seats/say", json={"member": "carol", "text": "It's me."})
+        left = await http.post("/rooms/seats/leave", json={"member": "carol"})
+    return joined.status_code, said.status_code, left.status_code
+
+
+async def test_a_seat_stays_its_holders_after_leaving_and_a_restart(tmp_path: Path) -> None:
+    manifests, data = _manifests(tmp_path, 0.5), tmp_path / "data"
+    args = ["--data-dir", str(data)]
+    async with spawn_daemon(manifests, extra_args=args) as daemon:
+        await daemon.wait_online("alice", "bob")
+        owner = await create_token(daemon, "client", "owner")
+        carol = await create_token(daemon, "client", "carol")
+        mallory = await create_token(daemon, "client", "mallory")
+        spec = {"max_turns": 400, "max_messages_per_agent": 200}
+        await _create(daemon, owner, "seats", limits=spec, people={"join": "clients"})
+        async with daemon.client(token=carol) as http:
+            assert (await http.post("/rooms/seats/join", json={"name": "Carol"})).status_code == 200
+            assert (
+                await http.post("/rooms/seats/leave", json={"member": "carol"})
+            ).status_code == 204
+        # Carol is away: her seat is still hers.
+        assert await _people_answers(daemon, mallory, "Carol") == (403, 403, 403)
+        async with daemon.client(token=mallory) as http:
+            alike = await http.post("/rooms/seats/join", json={"name": "C\u0430rol"})  # Cyrillic a
+            assert alike.status_code == 409, alike.text
+            assert "looks like 'Carol'" in alike.json()["error"]["message"]
+            wide = await http.post("/rooms/seats/join", json={"name": "\uff23arol"})  # fullwidth C
+            assert wide.status_code == 409, wide.text
+            own = await http.post("/rooms/seats/join", json={"name": "Mallory"})
+            assert own.status_code == 200, own.text
+    async with spawn_daemon(manifests, extra_args=args) as daemon:  # the same data dir
+        await daemon.wait_online("alice", "bob")
+        assert await _people_answers(daemon, mallory, "Carol") == (403, 403, 403)
+        async with daemon.client(token=carol) as http:
+            back = await http.post("/rooms/seats/join", json={"name": "Carol"})
+            assert back.status_code == 200, back.text
+        async with daemon.client() as admin:
+            events = (await admin.get("/rooms/seats/events")).json()["events"]
+            carols = [e for e in events if e["type"] == "AGENT_JOINED" and e["agent_id"] == "carol"]
+            assert carols and all(e["by"] == "carol" for e in carols), carols
+            await admin.post("/rooms/seats/stop")
+
+
+async def test_one_token_holds_only_its_share_of_rooms_and_absent_people_free_theirs(
+    tmp_path: Path,
+) -> None:
+    settings = tmp_path / "settings.toml"
+    settings.write_text("max_rooms_per_identity = 2\nmax_person_wait = 1.0\n")
+    args = ["--config", str(settings), "--data-dir", str(tmp_path / "data")]
+    async with spawn_daemon(_manifests(tmp_path, 0.0), extra_args=args) as daemon:
+        await daemon.wait_online("alice", "bob")
+        hog = await create_token(daemon, "client", "hog")
+        other = await create_token(daemon, "client", "other")
+        # A room where a person is to speak after one message from each agent: nobody comes.
+        people = {"people": {"join": "clients"}, "limits": {"max_messages_per_agent": 1}}
+        carol = {"id": "carol", "name": "Carol", "kind": "human"}
+        waiting = {**people, "members": ["alice", "bob", carol]}
+        await _create(daemon, hog, "wait-1", **waiting)
+        await _create(daemon, hog, "wait-2", **waiting)
+        async with daemon.client(token=hog) as http:
+            third = await http.post(
+                "/rooms", json={"topic": "t", "members": ["alice", "bob"], "id": "wait-3"}
+            )
+            assert third.status_code == 429, third.text
+            assert third.json()["error"]["limit"] == "max_rooms_per_identity"
+        await _create(daemon, other, "others")  # the hog's share is not everyone's
+        async with daemon.client(token=other) as http:
+            await http.post("/rooms/others/stop")
+        # Carol never comes: each room stops, resumably, naming her, and frees its slot.
+        for room_id in ("wait-1", "wait-2"):
+            with anyio.fail_after(GUARD):
+                async with daemon.open_events(f"/rooms/{room_id}/events") as events:
+                    while not isinstance(
+                        stopped := decode_event(await events.receive()), StoppedEvent
+                    ):
+                        pass
+            assert stopped.reason == "AGENT_LOST", stopped
+            assert "Carol" in stopped.detail, stopped.detail
+        async with daemon.client(token=hog) as http:
+            again = await http.post("/rooms", json={"topic": "t", "members": ["alice", "bob"]})
+            assert again.status_code == 201, again.text
+            await http.post(f"/rooms/{again.json()['room']['id']}/stop")
+            resumed = await http.post("/rooms/wait-1/resume")  # resumable, and it has a slot
+            assert resumed.status_code == 200, resumed.text
+            await http.post("/rooms/wait-1/stop")
+
+
+async def test_a_resumed_room_still_calls_for_its_creator(tmp_path: Path) -> None:
+    manifests, data = _manifests(tmp_path, 0.5), tmp_path / "data"
+    args = ["--data-dir", str(data)]
+    async with spawn_daemon(manifests, extra_args=args) as daemon:
+        await daemon.wait_online("alice", "bob")
+        dev = await create_token(daemon, "client", "dev")
+        await _create(daemon, dev, "kept", limits={"max_turns": 400})
+    # While the daemon is down, the operator closes bob to everyone but the token ops.
+    with (manifests / "bob.toml").open("a") as bob:
+        bob.write('\n[access]\ncallers = ["client:ops"]\n')
+    async with spawn_daemon(manifests, extra_args=args) as daemon:
+        await daemon.wait_online("alice", "bob")
+        resumed = False  # bob's messages from before the restart are replayed first
+        with anyio.fail_after(GUARD):
+            async with daemon.open_events("/rooms/kept/events") as events:
+                while True:
+                    event = decode_event(await events.receive())
+                    resumed = resumed or isinstance(event, ResumedEvent)
+                    if isinstance(event, ErrorEvent) and event.agent_id == "bob":
+                        break
+                    spoke = isinstance(event, MessageEvent) and event.agent_id == "bob"
+                    assert not (resumed and spoke), f"bob answered the resumed room: {event}"
+        assert "does not accept calls from client token 'dev'" in event.message, event
+        async with daemon.client() as admin:
+            await admin.post("/rooms/kept/stop")

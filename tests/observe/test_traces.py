@@ -1,0 +1,252 @@
+"""ONE trace per call across real processes, each exporting with the SDK's OTLP exporter to a
+receiver on loopback: ``mesh call`` -> ``mesh serve`` -> an agent over stdio, WebSocket dial-in
+and HTTP; the tool's own span under the agent's SERVER span; across two daemons on NATS."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mesh.testing import Daemon, spawn_daemon, spawn_echo_server, spawn_nats_server
+from tests.observe._otlp import ReceivedSpan, Receiver, chain, has_chain, open_receiver
+from tests.observe._spans import by_name, traced
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(180)]
+
+AGENT_MODULE = "tests.observe.traced_agent"
+ROOT = Path(__file__).resolve().parents[2]
+#: The tool's argument: it must show in no span.
+SECRET = "xylophone"
+
+
+def stdio_manifest(agent_id: str, receiver: Receiver) -> str:
+    env = receiver.environment(agent_id)
+    env_table = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
+    return f"""
+id = "{agent_id}"
+[transport]
+type = "stdio"
+command = "python"
+args = ["-m", "{AGENT_MODULE}", "--stdio", "--id", "{agent_id}"]
+cwd = "{ROOT}"
+env = {{ {env_table} }}
+"""
+
+
+async def mesh_call(daemon: Daemon, receiver: Receiver, agent: str, message: str) -> None:
+    """``mesh call AGENT work --arg message=...`` as a process of its own, traced."""
+    env = daemon.env(**receiver.environment("mesh-cli"))
+    command = [
+        sys.executable,
+        "-m",
+        "mesh.cli",
+        "call",
+        agent,
+        "work",
+        "--arg",
+        f"message={message}",
+    ]
+    done = await anyio.run_process(command, env=env, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads(done.stdout) == {"message": message.upper()}
+
+
+def the_tool_span(span: ReceivedSpan) -> bool:
+    return span.name == "the tool's own work"
+
+
+async def the_whole_trace(receiver: Receiver) -> list[ReceivedSpan]:
+    """The tool's span and every ancestor up to its root, once all of them have arrived."""
+    spans = await receiver.wait_for(lambda got: has_chain(got, the_tool_span, ""))
+    return chain(spans, next(filter(the_tool_span, spans)))
+
+
+def assert_hops(path: list[ReceivedSpan], agent: str) -> None:
+    """CLI client -> daemon server -> daemon client -> agent server -> the tool's span."""
+    hops = [(s.service, s.kind, s.name) for s in path]
+    assert hops == [
+        ("mesh-cli", "CLIENT", "tools/call"),
+        ("mesh-daemon", "SERVER", "tools/call"),
+        ("mesh-daemon", "CLIENT", "tools/call"),
+        (agent, "SERVER", "tools/call"),
+        (agent, "INTERNAL", "the tool's own work"),
+    ], hops
+    assert len({s.trace_id for s in path}) == 1
+    for span in path[:4]:
+        assert span.attributes["rpc.method"] == "tools/call"
+        assert span.attributes["rpc.response.status_code"] == "OK"
+    shown = json.dumps([s.attributes for s in path]).lower()
+    assert SECRET not in shown  # neither the argument nor the result is an attribute
+
+
+async def test_mesh_call_to_a_stdio_agent_is_one_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_receiver() as receiver:
+        (tmp_path / "worker.toml").write_text(stdio_manifest("worker", receiver))
+        for key, value in receiver.environment("mesh-daemon").items():
+            monkeypatch.setenv(key, value)
+        async with spawn_daemon(tmp_path) as daemon:
+            await daemon.wait_online("worker")
+            await mesh_call(daemon, receiver, "worker", SECRET)
+            path = await the_whole_trace(receiver)
+    assert_hops(path, "worker")
+
+
+async def test_over_websocket_dial_in_is_one_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_receiver() as receiver:
+        manifest = 'id = "dialer"\n[transport]\ntype = "dial-in"\ntoken_env = "DIALER_TOKEN"\n'
+        (tmp_path / "dialer.toml").write_text(manifest)
+        for key, value in receiver.environment("mesh-daemon").items():
+            monkeypatch.setenv(key, value)
+        env = {"DIALER_TOKEN": "dial-in-token-for-tests"}
+        async with spawn_daemon(tmp_path, env=env) as daemon:
+            command = [sys.executable, "-m", AGENT_MODULE, "--connect", daemon.ws]
+            command += ["--token-env", "DIALER_TOKEN", "--id", "dialer"]
+            agent_env = {**os.environ, **env, **receiver.environment("dialer")}
+            async with await anyio.open_process(command, env=agent_env, stderr=None) as dialler:
+                try:
+                    await daemon.wait_online("dialer")
+                    await mesh_call(daemon, receiver, "dialer", SECRET)
+                    path = await the_whole_trace(receiver)
+                finally:
+                    dialler.terminate()
+    assert_hops(path, "dialer")
+
+
+async def test_over_http_is_one_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with open_receiver() as receiver:
+        for key, value in receiver.environment("web").items():
+            monkeypatch.setenv(key, value)
+        async with spawn_echo_server(module=AGENT_MODULE, extra_args=["--id", "web"]) as web:
+            manifest = f'id = "web"\n[transport]\ntype = "http"\nendpoint = "{web.http}"\n'
+            (tmp_path / "web.toml").write_text(manifest)
+            monkeypatch.setenv("OTEL_SERVICE_NAME", "mesh-daemon")
+            async with spawn_daemon(tmp_path) as daemon:
+                await daemon.wait_online("web")
+                await mesh_call(daemon, receiver, "web", SECRET)
+                path = await the_whole_trace(receiver)
+    assert_hops(path, "web")
+
+
+def mcp_manifest(receiver: Receiver) -> str:
+    env = {"PYTHONPATH": str(ROOT), **receiver.environment("mcp-peer")}
+    env_table = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
+    return f"""
+id = "peer"
+[transport]
+type = "stdio"
+command = {json.dumps(sys.executable)}
+args = ["-m", "tests.observe.traced_mcp_server"]
+cwd = "{ROOT}"
+protocol = "mcp"
+env = {{ {env_table} }}
+"""
+
+
+def served_by_the_peer(span: ReceivedSpan) -> bool:
+    return span.service == "mcp-peer" and span.name == "tools/call shout"
+
+
+async def test_an_mcp_client_through_mcp_to_a_mounted_mcp_server_is_one_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcp.client import Client
+
+    from tests.mcp.test_serve import over_http
+
+    async with open_receiver() as receiver:
+        (tmp_path / "peer.toml").write_text(mcp_manifest(receiver))
+        for key, value in receiver.environment("mesh-daemon").items():
+            monkeypatch.setenv(key, value)
+        async with spawn_daemon(tmp_path) as daemon:
+            await daemon.wait_online("peer")
+            with traced() as (provider, exporter):
+                tracer = provider.get_tracer("the MCP client's application")
+                with tracer.start_as_current_span("ask the mesh"):
+                    async with Client(over_http(daemon)) as client:
+                        answer = await client.call_tool("peer__shout", {"text": SECRET})
+            assert answer.structured_content == {"result": SECRET.upper()}
+            root = by_name(exporter.get_finished_spans(), "ask the mesh")
+            outside = f"{root.context.span_id:016x}"
+            spans = await receiver.wait_for(lambda got: has_chain(got, served_by_the_peer, outside))
+    served = next(filter(served_by_the_peer, spans))
+    path = chain(spans, served, outside)
+    hops = [(s.service, s.kind, s.name) for s in path]
+    assert hops == [
+        ("mesh-daemon", "SERVER", "tools/call peer__shout"),
+        ("mesh-daemon", "CLIENT", "tools/call"),
+        ("mesh-daemon", "SERVER", "tools/call"),
+        ("mcp-peer", "SERVER", "tools/call shout"),
+    ], hops
+    assert path[0].parent_id == f"{root.context.span_id:016x}"
+    assert {s.trace_id for s in path} == {f"{root.context.trace_id:032x}"}
+    assert path[0].attributes["gen_ai.tool.name"] == "peer__shout"
+    assert SECRET not in json.dumps([s.attributes for s in path]).lower()
+
+
+async def test_across_two_daemons_on_nats_is_one_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_receiver() as receiver, spawn_nats_server() as nats, AsyncExitStack() as stack:
+        for key, value in receiver.environment("unnamed").items():
+            monkeypatch.setenv(key, value)
+        daemons = {}
+        for name, manifests in (
+            ("a", {"worker.toml": stdio_manifest("worker", receiver)}),
+            ("b", {}),
+        ):
+            directory = tmp_path / name / "manifests"
+            directory.mkdir(parents=True)
+            for file, text in manifests.items():
+                (directory / file).write_text(text)
+            args = ["--nats", nats.url, "--daemon-id", name, "--data-dir", str(tmp_path / name)]
+            env = {"OTEL_SERVICE_NAME": f"daemon-{name}"}
+            daemons[name] = await stack.enter_async_context(
+                spawn_daemon(directory, extra_args=args, env=env)
+            )
+        await daemons["b"].wait_online("worker", timeout=60)
+        await mesh_call(daemons["b"], receiver, "worker", SECRET)
+        path = await the_whole_trace(receiver)
+    hops = [(s.service, s.kind, s.name) for s in path]
+    assert hops == [
+        ("mesh-cli", "CLIENT", "tools/call"),
+        ("daemon-b", "SERVER", "tools/call"),
+        ("daemon-b", "CLIENT", "tools/call"),
+        ("daemon-a", "SERVER", "tools/call"),
+        ("daemon-a", "CLIENT", "tools/call"),
+        ("worker", "SERVER", "tools/call"),
+        ("worker", "INTERNAL", "the tool's own work"),
+    ], hops
+
+
+async def test_a_spawned_stdio_agent_continues_the_trace_in_its_environment() -> None:
+    from mesh import open_stdio_peer
+
+    async with open_receiver() as receiver:
+        env = {"PYTHONPATH": str(ROOT), **receiver.environment("child")}
+        args = ["-m", AGENT_MODULE, "--stdio", "--id", "child"]
+        with (
+            traced() as (provider, _),
+            provider.get_tracer("test").start_as_current_span("spawn") as spawn,
+        ):
+            link = open_stdio_peer(sys.executable, args, env=env, cwd=str(ROOT))
+            peer = await link.__aenter__()
+        try:
+            # Tracing is off here: the request carries no trace, so the agent's SERVER span
+            # can only have its parent from TRACEPARENT, set when it was spawned.
+            assert await peer.call_tool("work", {"message": SECRET}) == {"message": SECRET.upper()}
+            spans = await receiver.wait_for(lambda got: any(map(the_tool_span, got)))
+        finally:
+            await link.__aexit__(None, None, None)
+    server = next(s for s in spans if s.kind == "SERVER" and s.name == "tools/call")
+    assert server.parent_id == f"{spawn.get_span_context().span_id:016x}"
+    assert server.trace_id == f"{spawn.get_span_context().trace_id:032x}"
