@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -78,6 +80,9 @@ async def test_metrics_count_the_calls_and_name_nothing_unbounded(tmp_path: Path
     assert value(found, calls, agent="(unknown)", method="ping", status="UNAVAILABLE") == 1
     assert "nobody-by-this-name" not in text
     assert value(found, "mesh_build_info", version=version("agent-mesh")) == 1
+    # ... and the CLI names the same build.
+    cli = await anyio.run_process([sys.executable, "-m", "mesh.cli", "--version"])
+    assert cli.stdout.decode().split() == ["mesh", version("agent-mesh")]
     assert value(found, "mesh_links", transport="stdio", status="connected") == 1
     assert value(found, "mesh_registry_agents", status="online") == 1
     assert value(found, "mesh_frames_total", direction="out") >= 4
