@@ -18,6 +18,7 @@ import httpx
 import pytest
 import trustme
 
+from mesh._errors import ErrorCode
 from mesh.daemon._auth import Right
 from mesh.daemon._routes import ROUTES
 from mesh.testing import Daemon, echo_agent_command, spawn_daemon
@@ -63,7 +64,11 @@ async def test_a_stranger_gets_401_on_every_route_but_health(tmp_path: Path) -> 
                     assert reply.status_code == 200, route
                     continue
                 assert reply.status_code == 401, (route, reply.text)
+                assert reply.headers["www-authenticate"].startswith("Bearer"), route
                 error = reply.json()["error"]
+                if route.path == "/mcp":  # MCP clients show a JSON-RPC error (docs/mcp.md)
+                    assert error["code"] == ErrorCode.UNAUTHORIZED, (route, error)
+                    continue
                 assert error["status"] == 401 and error["missing"] == "token", route
         for route in ROUTES:
             if route.method == "WS":
@@ -90,7 +95,12 @@ async def test_each_role_gets_403_naming_the_right_it_lacks(tmp_path: Path) -> N
                         assert reply.status_code not in (401, 403), (token_name, route)
                     else:
                         assert reply.status_code == 403, (token_name, route, reply.text)
-                        assert reply.json()["error"]["missing"] == str(route.right)
+                        error = reply.json()["error"]
+                        if route.path == "/mcp":  # a JSON-RPC error that names the right
+                            assert error["code"] == ErrorCode.FORBIDDEN, (route, error)
+                            assert str(route.right) in error["message"], error
+                            continue
+                        assert error["missing"] == str(route.right)
         async with open_websocket(daemon.ws, token=client) as stream:
             assert await _closed_with(stream) == CloseCode.FORBIDDEN  # /ws is for agents
         async with daemon.open_events("/agents/events", token=observer) as events:
