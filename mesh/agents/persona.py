@@ -19,6 +19,11 @@ for an earlier turn, or a duplicate that arrives while the first is still being
 answered, is ``dropped``. A turn whose first attempt failed or was cancelled
 is answered afresh: it was never spoken.
 
+**Budgets.** The room's reply budget (``max_tokens`` of the request; the
+persona's own ``max_tokens`` when smaller) and its turn's ``seed`` go to the
+model; a reply the budget cut ends at its last full sentence, or with ``…``
+when that would lose most of it (:func:`mesh.rooms._budget.end_of_reply`).
+
 **Streaming.** The model's reply is streamed where its API allows, and each
 piece goes back to the room as a ``progress`` notification of the ``room/turn``
 call (the piece in ``message``, the characters so far in ``progress``); the
@@ -50,6 +55,7 @@ from mesh.manifests._load import load_manifest
 from mesh.manifests._types import Persona
 from mesh.providers import Provider, ProviderConfig, ProviderError, create_provider
 from mesh.providers._base import Completion
+from mesh.rooms._budget import end_of_reply
 from mesh.rooms._mesh import ROOM_PERSONA, ROOM_TURN, PersonaInfo
 from mesh.rooms._model import TurnReply, TurnRequest
 from mesh.rooms._roles import ROLE_PROMPTS, role_persona
@@ -65,6 +71,10 @@ log = get_logger("mesh.persona")
 #: forgot treats its next request as new, which is the right call for a room
 #: that has been silent through a thousand others.
 MAX_ROOMS: Final = 1024
+
+#: The finish reasons that say a reply was cut by its token budget (OpenAI-compatible
+#: and Ollama ``length``, Anthropic ``max_tokens``, Gemini ``MAX_TOKENS``).
+_CUT: Final = frozenset({"length", "max_tokens", "MAX_TOKENS"})
 
 Admission = Literal["speak", "replay", "stale", "busy"]
 
@@ -182,11 +192,19 @@ class PersonaAgent(Agent):
             self._seats.popitem(last=False)
         system = f"{self.persona.system_prompt}\n\n{request.system}".strip()
         try:
-            # on_delta only when streaming: a provider written before it takes two arguments.
-            streaming = {"on_delta": on_delta} if on_delta is not None else {}
+            # Each option only when set: a provider written before it does not take it.
+            options: dict[str, Any] = {
+                key: value
+                for key, value in (
+                    ("on_delta", on_delta),
+                    ("max_tokens", request.max_tokens),
+                    ("seed", request.seed),
+                )
+                if value is not None
+            }
             with chat_span(self.provider) as span:
                 completion = await self.provider.complete(
-                    request.messages, system=system, **streaming
+                    request.messages, system=system, **options
                 )
                 record_completion(span, completion)
         except ProviderError as exc:
@@ -196,7 +214,7 @@ class PersonaAgent(Agent):
         reply = TurnReply(
             room_id=request.room_id,
             turn=request.turn,
-            text=completion.text.strip(),
+            text=end_of_reply(completion.text, cut=completion.finish_reason in _CUT),
             usage=completion.usage,
         )
         seat.reply = reply
@@ -225,6 +243,7 @@ class PersonaAgent(Agent):
             awareness=self.persona.awareness,
             provider=config.provider,
             model=config.model,
+            context_tokens=self.persona.context_tokens,
         )
         return msgspec.to_builtins(info)
 

@@ -324,6 +324,10 @@ class Persona(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     provider: ProviderConfig
     role: _NonEmpty = "participant"
     awareness: Literal["basic", "intermediate", "high"] = "intermediate"
+    #: How many tokens of a room's transcript this persona's model is shown (None: the
+    #: room's choice): set it to fit a small context window. Its reply budget is the
+    #: provider's ``max_tokens``.
+    context_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
 
 class Manifest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -103,8 +103,10 @@ class AnthropicProvider(HttpProvider):
             headers["x-api-key"] = api_key
         return headers
 
-    def build_body(self, messages: Sequence[ChatMessage], system: str | None) -> dict[str, Any]:
-        return build_request(self.config, messages, system)
+    def build_body(
+        self, messages: Sequence[ChatMessage], system: str | None, config: ProviderConfig
+    ) -> dict[str, Any]:
+        return build_request(config, messages, system)
 
     def parse_body(self, data: dict[str, Any]) -> Completion:
         return parse_response(self.config, data)

@@ -95,6 +95,12 @@ class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     api_key_env: str | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    #: The sampling seed (OpenAI-compatible servers, Ollama, Gemini; Anthropic has none):
+    #: the same seed, prompt and settings give the same reply.
+    seed: int | None = None
+    #: Penalises tokens by how often they already appear, in [-2, 2] (OpenAI-compatible
+    #: servers, Ollama, Gemini; Anthropic has none): a small model repeats itself less.
+    frequency_penalty: float | None = None
     timeout: float = 60.0
     max_retries: int = 3
     script: tuple[str, ...] = ()
@@ -115,8 +121,21 @@ class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             raise ValueError(f"`delay` must be a finite number of seconds >= 0, got {self.delay}")
         if self.max_retries < 0:
             raise ValueError(f"`max_retries` must be >= 0, got {self.max_retries}")
+        if self.frequency_penalty is not None and not -2.0 <= self.frequency_penalty <= 2.0:
+            raise ValueError(
+                f"`frequency_penalty` must be between -2 and 2, got {self.frequency_penalty}"
+            )
         if self.max_tokens is not None and self.max_tokens <= 0:
             raise ValueError(f"`max_tokens` must be positive, got {self.max_tokens}")
+
+    def for_call(self, *, max_tokens: int | None = None, seed: int | None = None) -> Self:
+        """This config with one call's reply budget (the smaller wins) and seed, if given."""
+        changes: dict[str, int] = {}
+        if max_tokens is not None:
+            changes["max_tokens"] = min(max_tokens, self.max_tokens or max_tokens)
+        if seed is not None:
+            changes["seed"] = seed
+        return msgspec.structs.replace(self, **changes) if changes else self
 
     def resolved_base_url(self) -> str:
         """``base_url``, or the provider's public endpoint, without a trailing slash."""
@@ -143,12 +162,16 @@ class Provider(Protocol):
         *,
         system: str | None = None,
         on_delta: Callable[[str], None] | None = None,
+        max_tokens: int | None = None,
+        seed: int | None = None,
     ) -> Completion:
         """Answer ``messages`` (oldest first) as the assistant, under ``system``.
 
         With ``on_delta`` the reply is streamed where the API can: each piece of
         text is passed to it as it arrives, and the returned completion holds the
         whole text. A stream cut off before its end raises ``ProviderStreamCut``.
+        ``max_tokens`` and ``seed`` are this call's (a room's reply budget and turn
+        seed): the smaller budget of the call's and the config's wins.
         """
         ...
 

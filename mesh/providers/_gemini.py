@@ -48,6 +48,10 @@ def build_request(
         generation["temperature"] = config.temperature
     if config.max_tokens is not None:
         generation["maxOutputTokens"] = config.max_tokens
+    if config.seed is not None:
+        generation["seed"] = config.seed
+    if config.frequency_penalty is not None:
+        generation["frequencyPenalty"] = config.frequency_penalty
     if generation:
         body["generationConfig"] = generation
     return body
@@ -142,14 +146,18 @@ class GeminiProvider(HttpProvider):
         # The streaming method, with SSE framing (without ``alt=sse`` it sends one JSON array).
         return self.endpoint().replace(":generateContent", ":streamGenerateContent") + "?alt=sse"
 
-    def stream_body(self, messages: Sequence[ChatMessage], system: str | None) -> dict[str, Any]:
-        return self.build_body(messages, system)
+    def stream_body(
+        self, messages: Sequence[ChatMessage], system: str | None, config: ProviderConfig
+    ) -> dict[str, Any]:
+        return self.build_body(messages, system, config)
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         return {"x-goog-api-key": api_key} if api_key else {}
 
-    def build_body(self, messages: Sequence[ChatMessage], system: str | None) -> dict[str, Any]:
-        return build_request(self.config, messages, system)
+    def build_body(
+        self, messages: Sequence[ChatMessage], system: str | None, config: ProviderConfig
+    ) -> dict[str, Any]:
+        return build_request(config, messages, system)
 
     def parse_body(self, data: dict[str, Any]) -> Completion:
         return parse_response(self.config, data)

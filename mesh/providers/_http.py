@@ -189,8 +189,10 @@ class HttpProvider(ProviderBase, abc.ABC):
         """The headers that carry ``api_key``, plus any fixed version header."""
 
     @abc.abstractmethod
-    def build_body(self, messages: Sequence[ChatMessage], system: str | None) -> dict[str, Any]:
-        """The JSON request body for this API."""
+    def build_body(
+        self, messages: Sequence[ChatMessage], system: str | None, config: ProviderConfig
+    ) -> dict[str, Any]:
+        """The JSON request body for this API, with ``config``'s sampling settings."""
 
     @abc.abstractmethod
     def parse_body(self, data: dict[str, Any]) -> Completion:
@@ -200,9 +202,11 @@ class HttpProvider(ProviderBase, abc.ABC):
         """Where streamed completions are POSTed (the same URL, unless the API differs)."""
         return self.endpoint()
 
-    def stream_body(self, messages: Sequence[ChatMessage], system: str | None) -> dict[str, Any]:
+    def stream_body(
+        self, messages: Sequence[ChatMessage], system: str | None, config: ProviderConfig
+    ) -> dict[str, Any]:
         """The JSON body that asks for a streamed reply (``"stream": true`` by default)."""
-        return {**self.build_body(messages, system), "stream": True}
+        return {**self.build_body(messages, system, config), "stream": True}
 
     def is_auth_failure(self, status: int, detail: str | None) -> bool:
         return status in (401, 403)
@@ -228,13 +232,16 @@ class HttpProvider(ProviderBase, abc.ABC):
         *,
         system: str | None = None,
         on_delta: TextSink | None = None,
+        max_tokens: int | None = None,
+        seed: int | None = None,
     ) -> Completion:
+        config = self.config.for_call(max_tokens=max_tokens, seed=seed)
         if on_delta is not None and self.stream_reader is not None:
-            body = msgspec.json.encode(self.stream_body(messages, system))
+            body = msgspec.json.encode(self.stream_body(messages, system, config))
             completion = await self._retrying(lambda: self._stream_attempt(body, on_delta))
             self._log_completion(completion)
             return completion
-        content = msgspec.json.encode(self.build_body(messages, system))
+        content = msgspec.json.encode(self.build_body(messages, system, config))
         response = await self._retrying(lambda: self._attempt(content))
         data = self._decode(response)
         try:

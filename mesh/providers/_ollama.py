@@ -36,6 +36,10 @@ def build_request(
         options["temperature"] = config.temperature
     if config.max_tokens is not None:
         options["num_predict"] = config.max_tokens
+    if config.seed is not None:
+        options["seed"] = config.seed
+    if config.frequency_penalty is not None:
+        options["frequency_penalty"] = config.frequency_penalty
     if options:
         body["options"] = options
     return body
@@ -80,8 +84,10 @@ class OllamaProvider(HttpProvider):
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         return {"authorization": f"Bearer {api_key}"} if api_key else {}
 
-    def build_body(self, messages: Sequence[ChatMessage], system: str | None) -> dict[str, Any]:
-        return build_request(self.config, messages, system)
+    def build_body(
+        self, messages: Sequence[ChatMessage], system: str | None, config: ProviderConfig
+    ) -> dict[str, Any]:
+        return build_request(config, messages, system)
 
     def parse_body(self, data: dict[str, Any]) -> Completion:
         return parse_response(self.config, data)

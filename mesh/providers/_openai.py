@@ -54,6 +54,10 @@ def build_request(
         body["temperature"] = config.temperature
     if config.max_tokens is not None:
         body["max_tokens"] = config.max_tokens
+    if config.seed is not None:
+        body["seed"] = config.seed
+    if config.frequency_penalty is not None:
+        body["frequency_penalty"] = config.frequency_penalty
     return body
 
 
@@ -112,13 +116,17 @@ class OpenAIProvider(HttpProvider):
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         return {"authorization": f"Bearer {api_key}"} if api_key else {}
 
-    def build_body(self, messages: Sequence[ChatMessage], system: str | None) -> dict[str, Any]:
-        return build_request(self.config, messages, system)
+    def build_body(
+        self, messages: Sequence[ChatMessage], system: str | None, config: ProviderConfig
+    ) -> dict[str, Any]:
+        return build_request(config, messages, system)
 
     def parse_body(self, data: dict[str, Any]) -> Completion:
         return parse_response(self.config, data)
 
-    def stream_body(self, messages: Sequence[ChatMessage], system: str | None) -> dict[str, Any]:
+    def stream_body(
+        self, messages: Sequence[ChatMessage], system: str | None, config: ProviderConfig
+    ) -> dict[str, Any]:
         # include_usage: the token counts come in one last chunk before [DONE].
-        body = super().stream_body(messages, system)
+        body = super().stream_body(messages, system, config)
         return {**body, "stream_options": {"include_usage": True}}

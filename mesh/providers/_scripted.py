@@ -18,6 +18,11 @@ is left alone (a reply may hold code or JSON):
 
 Asked to stream (``on_delta``), it hands the reply over word by word, with the
 configured ``delay`` spread over the words rather than spent before them.
+
+Words stand in for tokens: a reply longer than the budget (the call's
+``max_tokens``, or the config's, the smaller) is cut after that many words with
+``finish_reason="length"``, as a model's would be; ``seed`` is recorded in
+:attr:`ScriptedProvider.calls` (a script has no sampling to seed).
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ class ScriptedCall(msgspec.Struct, frozen=True, kw_only=True):
 
     messages: tuple[ChatMessage, ...]
     system: str | None
+    max_tokens: int | None = None
+    seed: int | None = None
 
 
 def render_reply(template: str, messages: Sequence[ChatMessage], *, turn: int, model: str) -> str:
@@ -75,6 +82,8 @@ class ScriptedProvider(ProviderBase):
         *,
         system: str | None = None,
         on_delta: Callable[[str], None] | None = None,
+        max_tokens: int | None = None,
+        seed: int | None = None,
     ) -> Completion:
         # A real provider would yield to the event loop here; so does this one,
         # so that cancellation and deadlines behave the same in offline rooms.
@@ -87,10 +96,22 @@ class ScriptedProvider(ProviderBase):
         text = render_reply(
             script[spoken % len(script)], messages, turn=spoken + 1, model=self.model
         )
-        self.calls.append(ScriptedCall(messages=tuple(messages), system=system))
+        config = self.config.for_call(max_tokens=max_tokens, seed=seed)
+        self.calls.append(
+            ScriptedCall(
+                messages=tuple(messages),
+                system=system,
+                max_tokens=config.max_tokens,
+                seed=config.seed,
+            )
+        )
+        pieces = _PIECE.findall(text)
+        finish = "stop"
+        if config.max_tokens is not None and len(text.split()) > config.max_tokens:
+            pieces = [p for p in pieces if p.strip()][: config.max_tokens]
+            text, finish = "".join(pieces).rstrip(), "length"
         if on_delta is not None:
             # Word by word, as a real stream arrives; the delay is spread over the words.
-            pieces = _PIECE.findall(text)
             for piece in pieces:
                 on_delta(piece)
                 if self.config.delay:
@@ -101,5 +122,5 @@ class ScriptedProvider(ProviderBase):
         heard = sum(len(m.content.split()) for m in messages) + len((system or "").split())
         usage = Usage(input_tokens=heard, output_tokens=len(text.split()))
         return Completion(
-            text=text, model=self.model, provider="scripted", usage=usage, finish_reason="stop"
+            text=text, model=self.model, provider="scripted", usage=usage, finish_reason=finish
         )

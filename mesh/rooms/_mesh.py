@@ -62,6 +62,8 @@ class PersonaInfo(msgspec.Struct, frozen=True, kw_only=True):
     awareness: str | None = None
     provider: str = ""
     model: str = ""
+    #: The persona's context budget, from its manifest (a later field: None from older ones).
+    context_tokens: int | None = None
 
 
 def mesh_speaker(orchestrator: MeshOrchestrator) -> Speak:
@@ -107,7 +109,13 @@ def mesh_describer(orchestrator: MeshOrchestrator, *, timeout: float = 10.0) -> 
         try:
             info = msgspec.convert(result, PersonaInfo)
             return msgspec.convert(
-                {"id": agent_id, "name": info.name, "role": info.role, "awareness": info.awareness},
+                {
+                    "id": agent_id,
+                    "name": info.name,
+                    "role": info.role,
+                    "awareness": info.awareness,
+                    "context_tokens": info.context_tokens,
+                },
                 Member,
             )
         except msgspec.ValidationError as exc:

@@ -119,6 +119,10 @@ class Member(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     role: str = ""
     awareness: Awareness | None = None
     kind: MemberKind = "agent"
+    #: This member's own budgets (None: the room's ``limits``): tokens per reply, and
+    #: tokens of transcript shown to it. In a spec, or from the persona's manifest.
+    reply_tokens: _Count | None = None
+    context_tokens: _Count | None = None
 
     @property
     def human(self) -> bool:
@@ -130,7 +134,12 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
     ``max_turns`` counts messages in a chat and rounds in a review (``None``:
     :data:`DEFAULT_MAX_TURNS`). ``context_messages`` caps how many past messages a
-    member is shown (``None``: all; set it for small-context models).
+    member is shown (``None``: all; set it for small-context models), and
+    ``context_tokens`` how many tokens of them (estimated; what falls out is
+    summarised in a line). ``reply_tokens`` is each reply's budget: the smaller
+    of it and the persona's ``max_tokens`` is asked of the model, and a reply cut
+    by it ends at its last full sentence (or says it was cut). A member's own
+    ``reply_tokens``/``context_tokens`` win over these.
     ``turn_timeout`` is one attempt's deadline; a failed attempt is retried after
     ``retry_delay`` seconds, doubling each time.
     """
@@ -140,6 +149,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     turn_timeout: _Seconds = 120.0
     retry_delay: Annotated[float, msgspec.Meta(ge=0)] = 1.0
     context_messages: _Count | None = None
+    context_tokens: _Count | None = None
+    reply_tokens: _Count | None = None
 
 
 class ExitRules(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -153,12 +164,16 @@ class ExitRules(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     room (``None`` turns the rule off). ``agent_grace`` is how long a member may
     be offline before the room stops with ``AGENT_LOST``; ``max_failures`` how
     many failed attempts in a row at one turn stop it with ``ERROR``.
+    ``repetition_threshold`` is the loop guard: ``NO_IMPROVEMENT`` when a message is
+    at least this similar to its speaker's previous one, or the convergence score
+    reaches it on two messages running (``None`` turns it off).
     """
 
     verifier: AgentId | None = None
     verified_prefix: Annotated[str, msgspec.Meta(min_length=1)] = "Verified"
     convergence_threshold: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
     no_improvement: bool = True
+    repetition_threshold: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
     goodbye: Annotated[str, msgspec.Meta(min_length=1)] | None = "goodbye"
     agent_grace: Annotated[float, msgspec.Meta(ge=0)] = 60.0
     max_failures: _Count = 3
@@ -205,6 +220,9 @@ class RoomSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     rules: ExitRules = ExitRules()
     people: People = People()
     id: str | None = None
+    #: The sampling seed of the run: turn *n* asks its model with ``seed + n`` (None:
+    #: unseeded, each run differs). Printed by the demo, settable to replay one.
+    seed: Annotated[int, msgspec.Meta(ge=0, lt=2**31)] | None = None
 
     def __post_init__(self) -> None:
         ids = self.member_ids()
@@ -246,6 +264,7 @@ class Room(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     limits: Limits = Limits()
     rules: ExitRules = ExitRules()
     people: People = People()
+    seed: int | None = None  # see RoomSpec.seed
     created_at: int = 0  # epoch milliseconds
     #: Who created it through the daemon (``token:<id>``); None: the operator's. Only the
     #: owner or an admin may pause, resume, stop or delete it over HTTP.
@@ -305,6 +324,10 @@ class TurnRequest(msgspec.Struct, frozen=True, kw_only=True):
     messages: tuple[ChatMessage, ...]
     step: Step | None = None
     timeout: float = 120.0
+    #: The room's budget for this reply, in tokens (the persona's own may be smaller),
+    #: and the sampling seed of this turn (None: the persona's own settings).
+    max_tokens: int | None = None
+    seed: int | None = None
 
 
 class TurnReply(msgspec.Struct, frozen=True, kw_only=True):

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from mesh.providers._base import ChatMessage
+from mesh.rooms._budget import first_sentence, fit_context, reply_budget, summary_of
 from mesh.rooms._events import MessageEvent
 from mesh.rooms._model import Awareness, Member, Room, Step, TurnRequest
 from mesh.rooms._policy import TurnPlan
@@ -32,6 +33,7 @@ __all__ = [
     "opening",
     "perspective_messages",
     "system_prompt",
+    "turn_prompt",
 ]
 
 #: What each review step asks of its speaker (docs/rooms.md).
@@ -55,50 +57,81 @@ STEP_INSTRUCTIONS: Final[dict[Step, str]] = {
     ),
 }
 
+#: How much of the last speaker's message the turn prompt quotes.
+_QUOTE_WORDS: Final = 30
+
 _CHAT_STYLE: Final = (
-    "Reply with your next message only, in your own voice: concise (two or three short "
-    "paragraphs), building on what was said."
+    "Reply with your next message only, in your own voice, building on what was said."
 )
 
 
-def opening(room: Room) -> ChatMessage:
-    """The first message everyone sees: the topic, or the task."""
+def opening(room: Room, summary: str = "") -> ChatMessage:
+    """The first message everyone sees: the topic, or the task (and what fell out of view)."""
     if room.mode == "review":
-        return ChatMessage(role="user", content=f"Task: {room.topic}")
-    return ChatMessage(
-        role="user",
-        content=f"Discussion topic: {room.topic}\n\nPlease share your initial thoughts.",
-    )
+        content = f"Task: {room.topic}"
+    else:
+        content = f"Discussion topic: {room.topic}\n\nPlease share your initial thoughts."
+    return ChatMessage(role="user", content=f"{content}\n\n{summary}" if summary else content)
 
 
 def perspective_messages(
     room: Room, transcript: Sequence[MessageEvent], member: str
 ) -> tuple[ChatMessage, ...]:
-    """The opening, then the transcript (its last ``context_messages``) as ``member`` sees it."""
-    limit = room.limits.context_messages
-    shown = transcript[-limit:] if limit is not None else transcript
+    """The opening, then the transcript within ``member``'s budgets, as ``member`` sees it.
+
+    The budgets (``context_messages``, ``context_tokens``) are :func:`fit_context`'s;
+    the opening sums up what they left out.
+    """
+    dropped, shown = fit_context(room, transcript, room.member(member))
     turned = (
         ChatMessage(role="assistant", content=m.text)
         if m.agent_id == member
         else ChatMessage(role="user", content=m.text, name=m.name)
         for m in shown
     )
-    return (opening(room), *turned)
+    return (opening(room, summary_of(dropped)), *turned)
 
 
 def awareness_of(room: Room, member: Member) -> Awareness:
     return room.awareness or member.awareness or "basic"
 
 
-def system_prompt(room: Room, member: Member, plan: TurnPlan | None = None) -> str:
-    """The room's part of ``member``'s system prompt, for the turn in ``plan``."""
+def system_prompt(
+    room: Room,
+    member: Member,
+    plan: TurnPlan | None = None,
+    transcript: Sequence[MessageEvent] = (),
+) -> str:
+    """The room's part of ``member``'s system prompt, for the turn in ``plan``.
+
+    In a chat it ends with the turn prompt: who spoke last and what they said, so
+    the member answers them rather than the topic in general (see :func:`turn_prompt`).
+    """
     level = awareness_of(room, member)
     others = [m for m in room.members if m.id != member.id]
     parts = [_who(member, others, level), _topic(room)]
     if level == "high":
         parts.append(_setting(room, plan))
     parts.append(_task(room, member, plan))
+    if room.mode == "chat" and plan is not None:
+        parts.append(turn_prompt(room, transcript, member))
     return "\n\n".join(part for part in parts if part)
+
+
+def turn_prompt(room: Room, transcript: Sequence[MessageEvent], member: Member) -> str:
+    """What this turn asks of ``member``: answer the last speaker, on the topic, briefly."""
+    last = next((m for m in reversed(transcript) if m.agent_id != member.id), None)
+    if last is None:
+        ask = f"You speak first: give your own view on {_quoted_topic(room)}"
+    else:
+        ask = (
+            f'{last.name} spoke last and said: "{first_sentence(last.text, _QUOTE_WORDS)}" '
+            f"Answer {last.name} directly: agree or disagree with that point and say why, "
+            "then add one new point of your own"
+        )
+    budget = reply_budget(room, member)
+    size = f"at most {_words(budget)} words" if budget else "two or three short paragraphs"
+    return f"{ask}. Stay on the topic. Reply in {size}, ending with a full sentence."
 
 
 def build_turn_request(
@@ -109,11 +142,22 @@ def build_turn_request(
         room_id=room.id,
         turn=plan.turn,
         agent_id=plan.speaker.id,
-        system=system_prompt(room, plan.speaker, plan),
+        system=system_prompt(room, plan.speaker, plan, transcript),
         messages=perspective_messages(room, transcript, plan.speaker.id),
         step=plan.step,
         timeout=room.limits.turn_timeout,
+        max_tokens=reply_budget(room, plan.speaker),
+        seed=None if room.seed is None else (room.seed + plan.turn) % 2**31,
     )
+
+
+def _quoted_topic(room: Room) -> str:
+    return f'"{room.topic.rstrip(" ?.!")}"'
+
+
+def _words(tokens: int) -> int:
+    """Words that fit ``tokens`` with room to finish the sentence (about 3/4 word a token)."""
+    return max(5, tokens * 3 // 5)
 
 
 def _names(members: Sequence[str]) -> str:
@@ -165,6 +209,8 @@ def _endings(room: Room) -> str:
         ends.append(f'when someone says "{rules.goodbye.capitalize()}"')
     if rules.no_improvement:
         ends.append("when someone repeats their previous message")
+    if rules.repetition_threshold is not None and room.mode == "chat":
+        ends.append("when someone says nearly what was already said")
     if rules.convergence_threshold is not None:
         ends.append("when the messages become nearly the same")
     return f"The room ends {_names(ends)}."

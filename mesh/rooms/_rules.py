@@ -17,7 +17,10 @@ score 1, texts with no word in common and very different lengths near 0.
    and "Goodbye, Bob: it was a pleasure" all count; "I won't say goodbye yet" does not.
 3. ``NO_IMPROVEMENT``: the message is the same (whitespace aside) as the one
    before it or as its speaker's previous message; in a review only the
-   builder's diffs are compared.
+   builder's diffs are compared. With ``repetition_threshold`` (the loop guard,
+   chat only) also when its similarity to its speaker's previous message reaches
+   the threshold, or the convergence score reached it on this message and the
+   one before: the members have started to say the same things over again.
 4. ``CONVERGED``: the score reached ``convergence_threshold`` (off by default).
 5. ``MAX_TURNS``: the turn limit (a review: the verify step of the last round).
 
@@ -227,6 +230,31 @@ def _no_improvement(room: Room, transcript: Sequence[MessageEvent]) -> Verdict |
                 StopReason.NO_IMPROVEMENT,
                 f"turn {message.turn} ({message.name}) repeats turn {before.turn}",
             )
+    if room.mode == "chat":
+        return _looping(room, transcript)
+    return None
+
+
+def _looping(room: Room, transcript: Sequence[MessageEvent]) -> Verdict | None:
+    """The loop guard: near repeats, by the similarity the convergence score is made of."""
+    threshold = room.rules.repetition_threshold
+    if threshold is None:
+        return None
+    message = transcript[-1]
+    own = [m for m in transcript[:-1] if m.agent_id == message.agent_id]
+    if own and (alike := similarity(own[-1].text, message.text)) >= threshold:
+        return Verdict(
+            StopReason.NO_IMPROVEMENT,
+            f"turn {message.turn} ({message.name}) is {alike:.2f} alike to their turn "
+            f"{own[-1].turn} (the loop guard: {threshold:.2f})",
+        )
+    scored = [m for m in transcript if not _from_person(room, m)][-2:]
+    if len(scored) == 2 and all(m.score >= threshold for m in scored):
+        return Verdict(
+            StopReason.NO_IMPROVEMENT,
+            f"the convergence score stayed at {threshold:.2f} or above for turns "
+            f"{scored[0].turn} and {scored[1].turn}: the conversation is going round",
+        )
     return None
 
 

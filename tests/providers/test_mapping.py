@@ -315,3 +315,35 @@ def test_invalid_configs_are_rejected_naming_the_field(
 ) -> None:
     with pytest.raises(msgspec.ValidationError, match=path):
         msgspec.convert(fields, ProviderConfig)
+
+
+# -- one call's budget and seed ----------------------------------------------------------
+
+
+def test_seed_and_frequency_penalty_reach_each_api_that_has_them() -> None:
+    chat = [ChatMessage(role="user", content="hi")]
+    tuned = {"seed": 7, "frequency_penalty": 0.5}
+    assert openai.build_request(config("openai", **tuned), chat, None) == {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "seed": 7,
+        "frequency_penalty": 0.5,
+    }
+    options = ollama.build_request(config("ollama", **tuned), chat, None)["options"]
+    assert options == {"seed": 7, "frequency_penalty": 0.5}
+    generation = gemini.build_request(config("gemini", **tuned), chat, None)["generationConfig"]
+    assert generation == {"seed": 7, "frequencyPenalty": 0.5}
+    assert "seed" not in anthropic.build_request(config("anthropic", **tuned), chat, None)
+
+
+def test_a_calls_budget_is_the_smaller_and_its_seed_wins() -> None:
+    base = config("openai", max_tokens=100, seed=1)
+    assert base.for_call() is base
+    assert (base.for_call(max_tokens=40).max_tokens, base.for_call(max_tokens=400).max_tokens) == (
+        40,
+        100,
+    )
+    assert config("openai").for_call(max_tokens=40, seed=9).max_tokens == 40
+    assert base.for_call(seed=9).seed == 9
+    with pytest.raises(ValueError, match="frequency_penalty"):
+        config("openai", frequency_penalty=3.0)

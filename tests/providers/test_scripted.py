@@ -157,3 +157,16 @@ async def test_two_scripted_personas_hold_a_deterministic_conversation() -> None
         ("Bob", "Either works."),
         ("Ann", "Goodbye!"),
     ]
+
+
+async def test_a_reply_past_its_budget_is_cut_after_that_many_words_and_says_length() -> None:
+    provider = scripted("one two three four five six")
+    pieces: list[str] = []
+    with anyio.fail_after(GUARD):
+        whole = await provider.complete(history(0))
+        cut = await provider.complete(history(0), max_tokens=4, seed=11, on_delta=pieces.append)
+    assert (whole.text, whole.finish_reason) == ("one two three four five six", "stop")
+    assert (cut.text, cut.finish_reason) == ("one two three four", "length")
+    assert "".join(pieces).strip() == cut.text and cut.usage.output_tokens == 4
+    assert (provider.calls[1].max_tokens, provider.calls[1].seed) == (4, 11)
+    assert provider.calls[0].seed is None

@@ -204,6 +204,7 @@ async def test_the_program_serves_room_turns_over_stdio(tmp_path: Path) -> None:
                 "awareness": "intermediate",
                 "provider": "scripted",
                 "model": "",
+                "context_tokens": None,
             }
             params = _builtins(request(2))
             reply = await bob.call("room/turn", params)

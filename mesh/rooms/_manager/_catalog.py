@@ -95,6 +95,7 @@ class Catalog:
                 limits=limits,
                 rules=spec.rules,
                 people=spec.people,
+                seed=spec.seed,
                 created_at=table.clock(),
                 owner=owner,
                 creator=creator,
@@ -157,6 +158,8 @@ class Catalog:
             name=member.name or described.name or member.id,
             role=member.role or described.role or "participant",
             awareness=member.awareness or described.awareness,
+            reply_tokens=member.reply_tokens,
+            context_tokens=member.context_tokens or described.context_tokens,
         )
 
     async def get(self, room_id: str) -> RoomSnapshot:
