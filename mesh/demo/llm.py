@@ -5,21 +5,26 @@ loopback (:mod:`mesh.demo._llama`), gives two persona agents different system
 prompts and the ``openai`` provider pointed at it, and runs a room between them
 through a :class:`~mesh.MeshOrchestrator` and a :class:`~mesh.rooms.RoomManager`,
 printing each reply as it is streamed, until a rule stops the room; then the
-stop reason, and the generation speed the server reported.
+stop reason, the time to each reply's first word, and the generation speed the
+server reported.
 
-The model is tiny (135 M parameters, 4-bit): it rambles and repeats itself, but
-it is a real model answering a real chat template, and the whole mesh path
-(persona, provider, streaming, the room's rules and store) runs as it would
-against any OpenAI-compatible server.
+The model is tiny (135 M parameters, 4-bit), so the room's choices carry it:
+a reply budget that ends each reply at a sentence, a context budget (the
+prompt, and the wait for the first word, stay the same size every turn), a turn
+prompt that names the last speaker and quotes them, every exit rule on (with a
+loop guard), and a seed per run: printed, and ``--seed`` replays a run.
 """
 
 from __future__ import annotations
 
 import argparse
+import secrets
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Final
 
 import anyio
@@ -47,23 +52,40 @@ TOPIC: Final = "Is it worth growing your own vegetables on a small city balcony?
 _PROMPTS: Final = {
     ("ada", "Ada", "gardener"): (
         "You are Ada, a cheerful city gardener who grows tomatoes and herbs on her balcony. "
-        "You are enthusiastic and practical. Answer in two or three short sentences."
+        "You think a balcony garden is worth it: fresh food, less waste, and joy. "
+        "Speak plainly, in short sentences."
     ),
     ("ben", "Ben", "skeptic"): (
-        "You are Ben, a skeptical accountant who thinks about cost and time. You ask "
-        "pointed questions. Answer in two or three short sentences."
+        "You are Ben, a careful accountant. You doubt a balcony garden is worth it: "
+        "pots, soil and water cost money, and the harvest is small. "
+        "Speak plainly, in short sentences."
     ),
 }
 
+#: Sampling for a small model: a little randomness, and a penalty on tokens it has
+#: already used, so it does not fall into saying one phrase again and again.
+TEMPERATURE: Final = 0.7
+FREQUENCY_PENALTY: Final = 0.6
+#: A reply's budget (tokens): two or three sentences, with the prompt asking for fewer
+#: words so the model ends on its own before the cut.
+REPLY_TOKENS: Final = 70
+#: How much transcript each persona is shown (tokens, estimated): the last few replies
+#: and a line summing up the rest, well inside the 2048-token window.
+CONTEXT_TOKENS: Final = 240
+#: The loop guard: a reply this alike to its speaker's last one, or a score this high
+#: twice running, ends the room with NO_IMPROVEMENT.
+REPETITION: Final = 0.6
 
-def personas(server: LlamaServer, *, max_tokens: int = 60) -> list[PersonaAgent]:
+
+def personas(server: LlamaServer, *, max_tokens: int = 120) -> list[PersonaAgent]:
     """Ada and Ben: the same model, different system prompts."""
     config = ProviderConfig(
         provider="openai",
         model=server.model,
         base_url=server.base_url,
         api_key_env="",  # a local server wants no key
-        temperature=0.8,
+        temperature=TEMPERATURE,
+        frequency_penalty=FREQUENCY_PENALTY,
         max_tokens=max_tokens,
         timeout=120.0,
     )
@@ -77,70 +99,135 @@ def personas(server: LlamaServer, *, max_tokens: int = 60) -> list[PersonaAgent]
     ]
 
 
-def room_spec(max_turns: int) -> RoomSpec:
+def room_spec(
+    max_turns: int,
+    *,
+    seed: int | None = None,
+    reply_tokens: int | None = REPLY_TOKENS,
+    context_tokens: int | None = CONTEXT_TOKENS,
+) -> RoomSpec:
+    """The demo's room: its budgets, and every exit rule on (goodbye, repeats, the guard)."""
     return RoomSpec(
         topic=TOPIC,
         members=("ada", "ben"),
-        # A small context keeps the prompt short for a 2048-token window.
-        limits=Limits(max_turns=max_turns, context_messages=4, turn_timeout=120, retry_delay=1),
-        # A 135 M model says "goodbye" at random and soon quotes its partner word for word
-        # (NO_IMPROVEMENT): the turn limit ends this room, and the scores show the echo.
-        rules=ExitRules(goodbye=None, no_improvement=False),
+        limits=Limits(
+            max_turns=max_turns,
+            reply_tokens=reply_tokens,
+            context_tokens=context_tokens,
+            turn_timeout=120,
+            retry_delay=1,
+        ),
+        rules=ExitRules(repetition_threshold=REPETITION),
+        seed=seed,
     )
 
 
-async def run_demo(max_turns: int = 12) -> int:
+async def run_demo(
+    max_turns: int = 14,
+    seed: int | None = None,
+    *,
+    reply_tokens: int | None = REPLY_TOKENS,
+    context_tokens: int | None = CONTEXT_TOKENS,
+) -> int:
     """Run the room, printing it live; returns the number of messages."""
+    seed = secrets.randbelow(2**31) if seed is None else seed
     print("starting llama.cpp's server with SmolLM2-135M-Instruct (Q4_1) on loopback ...")
     async with open_llama_server() as server:
         print(f"  {server.base_url} serves {server.model!r}\n")
         agents = personas(server)
         specs = [AgentSpec(agent.id, local_connector(agent)) for agent in agents]
+        spec = room_spec(
+            max_turns, seed=seed, reply_tokens=reply_tokens, context_tokens=context_tokens
+        )
         with tempfile.TemporaryDirectory() as data_dir:
             async with (
                 MeshOrchestrator(specs) as mesh,
                 RoomManager.for_orchestrator(mesh, data_dir) as rooms,
             ):
-                room = await rooms.create(room_spec(max_turns))
-                print(f"room {room.id}: {TOPIC!r}")
-                print("  " + ", ".join(f"{m.name} ({m.role})" for m in room.room.members) + "\n")
-                messages = await _print_live(rooms, room.id)
+                room = await rooms.create(spec)
+                print(f"room {room.id}: {TOPIC!r}  (seed {seed}: --seed {seed} replays it)")
+                print("  " + ", ".join(f"{m.name} ({m.role})" for m in room.room.members))
+                print(f"  {_settings(spec)}\n")
+                messages, waits = await _print_live(rooms, room.id)
             for agent in agents:
                 await agent.aclose()
+        if waits:
+            shown = ", ".join(f"{wait:.1f}" for wait in waits)
+            print(f"\ntime to the first word of each reply (s): {shown}")
         rates = server.eval_rates
         if rates:
             print(
-                f"\nthe server reported {statistics.mean(rates):.1f} tokens/s on average "
+                f"the server reported {statistics.mean(rates):.1f} tokens/s on average "
                 f"({min(rates):.1f} to {max(rates):.1f}) over {len(rates)} replies"
             )
     return messages
 
 
-async def _print_live(rooms: RoomManager, room_id: str) -> int:
-    messages = 0
+def _settings(spec: RoomSpec) -> str:
+    limits, rules = spec.limits, spec.rules
+    reply = f"{limits.reply_tokens} tokens a reply" if limits.reply_tokens else "no reply budget"
+    context = (
+        f"{limits.context_tokens} tokens of context"
+        if limits.context_tokens
+        else "the whole transcript as context"
+    )
+    return (
+        f"{reply}, {context}; ends at {limits.max_turns} turns, on goodbye, on a repeat, "
+        f"or when the loop guard sees {rules.repetition_threshold} alike"
+    )
+
+
+async def _print_live(rooms: RoomManager, room_id: str) -> tuple[int, list[float]]:
+    """Print the room as it streams; the messages, and each reply's wait for its first word."""
+    messages, waits, streamed = 0, [], ""
+    began: float | None = None
     async with rooms.subscribe_live(room_id) as events:
         async for event in events:
             if isinstance(event, DeltaEvent):
                 if not event.text:
+                    began, streamed = time.perf_counter(), ""
                     print(f"{event.name} ({event.role}), turn {event.turn}: ", end="", flush=True)
+                elif began is not None:
+                    waits.append(time.perf_counter() - began)
+                    began = None
+                streamed += event.text
                 print(event.text.replace("\n", " "), end="", flush=True)
             elif isinstance(event, MessageEvent):
                 messages += 1
+                if event.text != streamed.strip():  # the budget cut it: what the room keeps
+                    print(f"\n  [kept: {' '.join(event.text.split())}]", end="")
                 print(f"\n  [score {event.score:.2f}]\n", flush=True)
             elif isinstance(event, StoppedEvent):
                 print(f"stopped after {messages} messages: {event.reason} ({event.detail})")
             elif event.__struct_config__.tag == "ERROR":
                 print(f"\n  error: {getattr(event, 'message', '')}", flush=True)
-    return messages
+    return messages, waits
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mesh.demo.llm", description=__doc__)
-    parser.add_argument("--turns", type=int, default=12, help="the room's turn limit")
+    parser.add_argument("--turns", type=int, default=14, help="the room's turn limit")
+    parser.add_argument("--seed", type=int, help="replay a run (default: a new seed, printed)")
+    parser.add_argument(
+        "--reply-tokens", type=int, default=REPLY_TOKENS, help="a reply's budget (0: none)"
+    )
+    parser.add_argument(
+        "--context-tokens",
+        type=int,
+        default=CONTEXT_TOKENS,
+        help="the transcript each persona is shown, in tokens (0: all of it)",
+    )
     args = parser.parse_args(argv)
     configure_logging(level="warning")  # the conversation is the output
+    run = partial(
+        run_demo,
+        args.turns,
+        args.seed,
+        reply_tokens=args.reply_tokens or None,
+        context_tokens=args.context_tokens or None,
+    )
     try:
-        anyio.run(run_demo, args.turns)
+        anyio.run(run)
     except LlamaUnavailable as exc:
         print(f"demo-llm: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -17,6 +17,7 @@ from mesh.demo._llama import LlamaServer, open_llama_server
 from mesh.demo.llm import personas, room_spec
 from mesh.providers import ChatMessage, ProviderConfig, create_provider
 from mesh.rooms import DeltaEvent, MessageEvent, RoomManager, StopReason
+from mesh.rooms._budget import CUT_MARK
 
 pytestmark = [pytest.mark.anyio, pytest.mark.llm, pytest.mark.timeout(600)]
 
@@ -84,6 +85,21 @@ async def test_a_room_of_two_real_personas_runs_and_stops_with_a_reason(
             transcript = await rooms.transcript(room.id)
     for agent in agents:
         await agent.aclose()
-    assert snapshot.stop_reason in {StopReason.MAX_TURNS, StopReason.NO_IMPROVEMENT}
+    assert snapshot.stop_reason in {
+        StopReason.MAX_TURNS,
+        StopReason.NO_IMPROVEMENT,
+        StopReason.GOODBYE,
+    }
     assert all(isinstance(m, MessageEvent) and m.text for m in transcript)
     assert [m.name for m in transcript[:2]] == ["Ada", "Ben"] and deltas > len(transcript)
+    # The reply budget (24 tokens here) cuts most replies: each ends at a sentence, or says so.
+    assert all(m.text.endswith((".", "!", "?", '"', CUT_MARK)) for m in transcript)
+
+
+async def test_the_same_seed_gives_the_same_reply(server: LlamaServer) -> None:
+    provider = create_provider(_config(server, max_tokens=24, temperature=0.9))
+    with anyio.fail_after(GUARD):
+        first = await provider.complete(CHAT, seed=1234)
+        again = await provider.complete(CHAT, seed=1234)
+    await provider.aclose()
+    assert first.text == again.text
