@@ -133,6 +133,20 @@ def _mcp(f: _Figures) -> Iterator[Check]:
                 yield Check(
                     f"MCP serving / MCPServer, {wire} {mode}", backend, ratio, 5.0, True, "x"
                 )
+    for mine, floor, wire in (
+        ("mesh-mcp-serve", "mcp-relay-raw", "stdio"),
+        ("mesh-mcp-http", "mcp-relay-http-raw", "HTTP"),
+    ):
+        for backend in BACKENDS:
+            ratio = f.ratio(mine, floor, "sequential", backend, "calls_per_s")
+            yield Check(
+                f"MCP serving / raw relay of its hops, {wire} sequential",
+                backend,
+                ratio,
+                0.8,
+                True,
+                "x",
+            )
 
 
 def _a2a(f: _Figures) -> Iterator[Check]:
