@@ -7,6 +7,7 @@ it is where the core's cost per call is measured and cut::
     python -m bench.profile --callgrind             # instructions per call (valgrind)
     python -m bench.profile --cprofile --backend trio  # the top entries by own time
     python -m bench.profile --pyinstrument
+    python -m bench.profile --transport mcp --cprofile   # the daemon's MCP serving path
 
 CPU time (``time.process_time``) counts only this process's work; callgrind
 counts instructions, the same for the same code whatever else the machine runs:

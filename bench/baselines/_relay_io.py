@@ -331,7 +331,8 @@ async def _http_trio(command: list[str], announce: Announce) -> None:
 
     agent = await trio.lowlevel.open_process(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     to_agent, from_agent = agent.stdin, agent.stdout
-    assert to_agent is not None and from_agent is not None
+    assert to_agent is not None
+    assert from_agent is not None
     queued: list[bytes] = []
     relay = HttpRelay(queued.append)
 
