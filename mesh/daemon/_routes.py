@@ -116,15 +116,40 @@ ROUTES: Final = (
 )
 
 
+def _by_literal_path(routes: tuple[Route, ...]) -> dict[tuple[str, ...], list[Route]]:
+    found: dict[tuple[str, ...], list[Route]] = {}
+    for route in routes:
+        if route.literal == len(route.segments):
+            found.setdefault(route.segments, []).append(route)
+    return found
+
+
+def _by_length(routes: tuple[Route, ...]) -> dict[int, tuple[Route, ...]]:
+    lengths = {len(route.segments) for route in routes}
+    return {n: tuple(r for r in routes if len(r.segments) == n) for n in lengths}
+
+
+#: The routes without parameters, by path: a request for one of these paths needs no
+#: scan (no route can match it with more literal segments); the others are tried only
+#: against routes of as many segments. /rpc, /mcp and /a2a/{agent} are asked on every call.
+_LITERAL: Final = _by_literal_path(ROUTES)
+_BY_LENGTH: Final = _by_length(ROUTES)
+
+
 def resolve(method: str, path: str) -> tuple[Route, dict[str, str]] | HttpResponse:
     """The route for ``method path``, or the 404 / 405 / 426 that says why none."""
     # Each segment is percent-decoded after the split: `a%2Fb` is one id, not two.
     parts = tuple(unquote(p) for p in path.split("/") if p)
-    matches = [(r, params) for r in ROUTES if (params := r.match(parts)) is not None]
-    if not matches:
-        return refusal(404, f"no route {method} {path}")
-    best = max(r.literal for r, _ in matches)
-    matches = [(r, params) for r, params in matches if r.literal == best]
+    literal = _LITERAL.get(parts)
+    if literal is not None:
+        matches: list[tuple[Route, dict[str, str]]] = [(r, {}) for r in literal]
+    else:
+        candidates = _BY_LENGTH.get(len(parts), ())
+        matches = [(r, params) for r in candidates if (params := r.match(parts)) is not None]
+        if not matches:
+            return refusal(404, f"no route {method} {path}")
+        best = max(r.literal for r, _ in matches)
+        matches = [(r, params) for r, params in matches if r.literal == best]
     for route, params in matches:
         if route.method == method:
             return route, params
@@ -167,7 +192,6 @@ class RouteTable:
         checked = self.gate.check(request, Right.PUBLIC)
         if isinstance(checked, HttpResponse):
             return _refused(request, checked)
-        found = resolve(request.method, request.path)
         if isinstance(found, HttpResponse):
             return found
         route, params = found

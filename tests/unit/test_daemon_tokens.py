@@ -119,6 +119,29 @@ def test_only_health_the_probes_and_the_page_are_public_and_routes_resolve() -> 
     assert isinstance(found, HttpResponse) and found.status == 404
 
 
+def _resolve_by_scan(method: str, path: str) -> tuple[str, dict[str, str]] | int:
+    """What `resolve` answers, worked out by trying every route (no index)."""
+    parts = tuple(p for p in path.split("/") if p)
+    matches = [(r, params) for r in ROUTES if (params := r.match(parts)) is not None]
+    if not matches:
+        return 404
+    best = max(r.literal for r, _ in matches)
+    for route, params in matches:
+        if route.literal == best and route.method == method:
+            return route.name, params
+    return 426 if {r.method for r, _ in matches if r.literal == best} == {"WS"} else 405
+
+
+def test_the_literal_index_resolves_every_path_as_trying_every_route_does() -> None:
+    paths = {r.path.replace("{id}", "x").replace("{name}", "x") for r in ROUTES}
+    paths |= {"/mcp/x", "/agents", "/agents/events/x", "/a2a/x/y", "/"}
+    for path in sorted(paths):
+        for method in ("GET", "POST", "DELETE", "WS", "PUT"):
+            found = resolve(method, path)
+            got = found.status if isinstance(found, HttpResponse) else (found[0].name, found[1])
+            assert got == _resolve_by_scan(method, path), (method, path)
+
+
 @pytest.mark.parametrize(
     ("url", "why"),
     [
