@@ -124,16 +124,24 @@ def _by_literal_path(routes: tuple[Route, ...]) -> dict[tuple[str, ...], list[Ro
     return found
 
 
-def _by_length(routes: tuple[Route, ...]) -> dict[int, tuple[Route, ...]]:
-    lengths = {len(route.segments) for route in routes}
-    return {n: tuple(r for r in routes if len(r.segments) == n) for n in lengths}
+def _by_first(routes: tuple[Route, ...]) -> dict[tuple[int, str], tuple[Route, ...]]:
+    """Routes by (how many segments, the first one)."""
+    found: dict[tuple[int, str], list[Route]] = {}
+    for route in routes:
+        if not route.segments:
+            continue
+        if route.segments[0].startswith("{"):
+            raise ValueError(f"a route begins with a literal segment: {route.path}")
+        found.setdefault((len(route.segments), route.segments[0]), []).append(route)
+    return {key: tuple(bucket) for key, bucket in found.items()}
 
 
 #: The routes without parameters, by path: a request for one of these paths needs no
 #: scan (no route can match it with more literal segments); the others are tried only
-#: against routes of as many segments. /rpc, /mcp and /a2a/{agent} are asked on every call.
+#: against routes of as many segments that begin the same way. /rpc, /mcp and
+#: /a2a/{agent} are asked on every call.
 _LITERAL: Final = _by_literal_path(ROUTES)
-_BY_LENGTH: Final = _by_length(ROUTES)
+_BY_FIRST: Final = _by_first(ROUTES)
 
 
 def resolve(method: str, path: str) -> tuple[Route, dict[str, str]] | HttpResponse:
@@ -144,7 +152,7 @@ def resolve(method: str, path: str) -> tuple[Route, dict[str, str]] | HttpRespon
     if literal is not None:
         matches: list[tuple[Route, dict[str, str]]] = [(r, {}) for r in literal]
     else:
-        candidates = _BY_LENGTH.get(len(parts), ())
+        candidates = _BY_FIRST.get((len(parts), parts[0]), ()) if parts else ()
         matches = [(r, params) for r in candidates if (params := r.match(parts)) is not None]
         if not matches:
             return refusal(404, f"no route {method} {path}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import stat
 from pathlib import Path
 
@@ -133,8 +134,8 @@ def _resolve_by_scan(method: str, path: str) -> tuple[str, dict[str, str]] | int
 
 
 def test_the_literal_index_resolves_every_path_as_trying_every_route_does() -> None:
-    paths = {r.path.replace("{id}", "x").replace("{name}", "x") for r in ROUTES}
-    paths |= {"/mcp/x", "/agents", "/agents/events/x", "/a2a/x/y", "/"}
+    paths = {re.sub(r"\{\w+\}", "x", r.path) for r in ROUTES}
+    paths |= {"/mcp/x", "/agents", "/agents/events/x", "/a2a/x/y", "/", "/x/y", "/rooms/x/y"}
     for path in sorted(paths):
         for method in ("GET", "POST", "DELETE", "WS", "PUT"):
             found = resolve(method, path)
