@@ -7,7 +7,6 @@ it is where the core's cost per call is measured and cut::
     python -m bench.profile --callgrind             # instructions per call (valgrind)
     python -m bench.profile --cprofile --backend trio  # the top entries by own time
     python -m bench.profile --pyinstrument
-    python -m bench.profile --transport mcp --cprofile   # the daemon's MCP serving path
 
 CPU time (``time.process_time``) counts only this process's work; callgrind
 counts instructions, the same for the same code whatever else the machine runs:
@@ -59,10 +58,6 @@ async def _open_link(transport: str) -> AsyncIterator[Peer]:
         async with _pipe_link(agent) as peer:
             yield peer
         return
-    if transport == "mcp":
-        async with _mcp_link(agent) as peer:
-            yield peer
-        return
     async with (
         open_agent_server(agent) as server,
         open_websocket_peer(f"{server.ws_url}/ws", agent="echo") as peer,
@@ -88,56 +83,6 @@ async def _pipe_link(agent: Agent) -> AsyncIterator[Peer]:
         tg.cancel_scope.cancel()
     await served.aclose()
     await caller.aclose()
-
-
-_HELLO = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "p"}}
-
-
-class _McpClient:
-    """Calls ``echo__echo`` as an MCP client calls the daemon's served tools."""
-
-    def __init__(self, peer: Peer) -> None:
-        self._peer = peer
-
-    async def call_tool(self, name: str, arguments: dict[str, str]) -> Any:
-        params = {"name": f"echo__{name}", "arguments": arguments}
-        return await self._peer.call("tools/call", params)
-
-
-@contextlib.asynccontextmanager
-async def _mcp_link(agent: Agent) -> AsyncIterator[Any]:
-    """The daemon's MCP serving path in one process: an MCP client on a memory pair to
-    ``serve_mcp``, whose catalog calls the echo agent through a ``MeshOrchestrator`` over
-    two pipes (the stdio transport), for a client token, authorized as the daemon does
-    (the relay and the WebSocket are left out)."""
-    from mesh import AgentSpec, MeshOrchestrator, open_peer
-    from mesh._orchestrator.access import Principal
-    from mesh.mcp import MCP_CODEC, ToolCatalog, serve_mcp
-    from transports import memory_stream_pair
-
-    spec = AgentSpec("echo", _pipe_connector(agent), transport="stdio")
-    async with MeshOrchestrator([spec]) as mesh:
-        catalog = ToolCatalog(mesh)
-        catalog.attach()
-        who = Principal.client("bench", admin=True)
-
-        def authorize(agent_id: str | None, tool: str) -> None:
-            if agent_id is not None:
-                mesh.authorize(agent_id, "tools/call", on_behalf_of=who)
-
-        client_end, server_end = memory_stream_pair()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(
-                functools.partial(serve_mcp, authorize=authorize, on_behalf_of=who),
-                server_end,
-                catalog,
-            )
-            async with open_peer(client_end, codec=MCP_CODEC) as client:
-                await client.call("initialize", _HELLO)
-                client.notify_nowait("notifications/initialized")
-                await client.call("tools/list")
-                yield _McpClient(client)
-            tg.cancel_scope.cancel()
 
 
 class _Through:
@@ -283,11 +228,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument(
         "--transport",
-        choices=["memory", "pipe", "websocket", "mcp"],
+        choices=["memory", "pipe", "websocket"],
         default="memory",
         help="pipe: the stdio transport's two ends over os.pipe(); websocket: the echo agent's"
-        " server and a peer in this process, over loopback; mcp: the daemon's MCP serving"
-        " path (serve_mcp, the catalog, the orchestrator, the agent over pipes), no relay",
+        " server and a peer in this process, over loopback",
     )
     parser.add_argument(
         "--hooks",

@@ -57,8 +57,14 @@ def test_the_echo_tool_answers_calls_as_the_mesh_does_and_not_notifications() ->
 
 
 def _row(scenario: str, backend: str, rate: float) -> dict[str, Any]:
-    figures = {"calls_per_s": rate}
-    return {"scenario": scenario, "mode": "sequential", "backend": backend, "figures": figures}
+    return {
+        "scenario": scenario,
+        "mode": "sequential",
+        "backend": backend,
+        "figures": {"calls_per_s": rate},
+        "higher_is_better": True,
+        "trio_vs_asyncio": None,
+    }
 
 
 def test_serving_is_judged_against_the_floor_of_its_own_hops_and_backend() -> None:
