@@ -92,7 +92,7 @@ def test_a_failure_is_not_repeated() -> None:
 
 
 def test_ratios_are_taken_per_round_and_skip_failed_rounds() -> None:
-    rounds = [
+    rounds: list[list[dict[str, float] | None]] = [
         [{"calls_per_s": 800.0}, {"calls_per_s": 1000.0}],
         [None, {"calls_per_s": 1000.0}],
         [{"calls_per_s": 450.0}, {"calls_per_s": 500.0}],
