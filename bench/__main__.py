@@ -3,6 +3,7 @@
 python -m bench                        # everything, asyncio and trio
 python -m bench --smoke                # seconds: every scenario once, tiny windows
 python -m bench --only ws-raw --only pipe-raw --backend trio --repeat 3
+python -m bench --only mesh-stdio --without mcp-stdio --mode sequential
 python -m bench --list
 """
 
@@ -45,6 +46,18 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         metavar="NAME",
         help="run this scenario and its baselines (repeatable)",
+    )
+    parser.add_argument(
+        "--without",
+        action="append",
+        metavar="NAME",
+        help="leave this scenario out, even as a baseline (repeatable)",
+    )
+    parser.add_argument(
+        "--mode",
+        action="append",
+        metavar="MODE",
+        help="run only this mode of each scenario, e.g. sequential (repeatable)",
     )
     parser.add_argument("--backend", choices=[*BACKENDS, "both"], help="default: both")
     parser.add_argument("--duration", type=float, help="measured seconds per run (default 2)")
@@ -93,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         wanted = set(args.only)
         wanted |= {b for s in scenarios if s.name in wanted for b in s.baselines}
         scenarios = [s for s in scenarios if s.name in wanted]
+    scenarios = [s for s in scenarios if s.name not in set(args.without or ())]
     default_duration, default_warmup = (
         (SMOKE_DURATION_S, SMOKE_WARMUP_S) if args.smoke else (2.0, 0.5)
     )
@@ -111,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     header = machine_header(settings, list(backends))
     started = time.monotonic()
     cases = plan_cases(scenarios, backends, smoke=settings.smoke)
+    if args.mode:
+        cases = [case for case in cases if case.mode in args.mode]
     groups = [] if args.no_pairs else plan_groups(cases, wanted_pairs())
     # Repeats may add at most half the planned runs' time (start-up ~2 s each).
     runs = settings.repeat * len(cases)

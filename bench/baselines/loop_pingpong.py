@@ -16,7 +16,8 @@ the codec work every RPC layer does, as every baseline here does.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -73,21 +74,16 @@ def _trio_handoff() -> Handoff:
     return box
 
 
-@scenario(
-    "loop-pingpong",
-    group="in-process",
-    modes=("sequential",),
-    description="two tasks ping-ponging a JSON message over the loop's own wake-up",
-)
-async def loop_pingpong(ctx: RunContext) -> Measurement:
-    box = _trio_handoff() if ctx.backend == "trio" else _asyncio_handoff()
+@contextlib.asynccontextmanager
+async def open_pingpong(backend: str) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    """A serving task on this loop; yields ``call()``, one round trip to it."""
+    box = _trio_handoff() if backend == "trio" else _asyncio_handoff()
     decoder, encoder = msgspec.json.Decoder(), msgspec.json.Encoder()
     inbox: list[tuple[Callable[[Any], None], Callable[[], Awaitable[Any]]]] = [box()]
 
     async def serve() -> None:
         while True:
-            wait_in = inbox[0][1]
-            frame, answer = await wait_in()
+            frame, answer = await inbox[0][1]()
             inbox[0] = box()  # the next request's box, ready before the answer goes
             answer(encoder.encode(decoder.decode(frame)))
 
@@ -99,6 +95,16 @@ async def loop_pingpong(ctx: RunContext) -> Measurement:
     async with anyio.create_task_group() as tg:
         tg.start_soon(serve)
         await anyio.lowlevel.checkpoint()  # the server parks first
-        result = await measure_calls(call, ctx)
+        yield call
         tg.cancel_scope.cancel()
-    return result
+
+
+@scenario(
+    "loop-pingpong",
+    group="in-process",
+    modes=("sequential",),
+    description="two tasks ping-ponging a JSON message over the loop's own wake-up",
+)
+async def loop_pingpong(ctx: RunContext) -> Measurement:
+    async with open_pingpong(ctx.backend) as call:
+        return await measure_calls(call, ctx)
