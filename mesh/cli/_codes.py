@@ -23,7 +23,6 @@ import sys
 from typing import Final, NoReturn
 
 from mesh._text import printable
-from mesh.rooms import StopReason
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -36,18 +35,6 @@ EXIT_ROOM_HALTED: Final = 7
 EXIT_DENIED: Final = 8
 EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT, as shells report it
 EXIT_BROKEN_PIPE: Final = 141  # 128 + SIGPIPE, what `yes | head -1` reports for yes
-
-#: ``mesh room run``'s exit status for each way a room stops.
-ROOM_EXITS: Final = {
-    StopReason.CONVERGED: EXIT_OK,
-    StopReason.NO_IMPROVEMENT: EXIT_OK,
-    StopReason.MAX_TURNS: EXIT_OK,
-    StopReason.GOODBYE: EXIT_OK,
-    StopReason.ERROR: EXIT_FAILED,
-    StopReason.AGENT_LOST: EXIT_UNAVAILABLE,
-    StopReason.PAUSED: EXIT_ROOM_HALTED,
-    StopReason.STOPPED: EXIT_ROOM_HALTED,
-}
 
 
 def seconds(text: str) -> float:

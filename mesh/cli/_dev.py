@@ -43,7 +43,6 @@ from mesh._errors import (
     MeshError,
     RemoteError,
 )
-from mesh._sdk.agent import Agent
 from mesh._text import json_text, printable
 from mesh.cli._codes import (
     EXIT_FAILED,
@@ -58,6 +57,7 @@ from mesh.cli._tools_table import format_tools, usage
 
 if TYPE_CHECKING:
     from mesh._rpc.peer import Peer
+    from mesh._sdk.agent import Agent
     from mesh.manifests._types import Manifest
 
 __all__ = ["add_dev_commands", "load_agent"]
@@ -156,6 +156,8 @@ def _run_author_code(load: Callable[[], Any], where: str) -> Any:
 
 
 def _find_agent(module: ModuleType, name: str | None, where: str) -> Agent:
+    from mesh._sdk.agent import Agent
+
     if name is not None:
         found = getattr(module, name, None)
         if not isinstance(found, Agent):
