@@ -48,6 +48,14 @@ def seconds(text: str) -> float:
     return value
 
 
+def interrupted(detail: str = "") -> int:
+    """Ctrl-C: one line on stderr, the same whenever it comes, and :data:`EXIT_INTERRUPTED`.
+
+    ``detail`` says what the interruption left behind (a room that runs on)."""
+    print(f"mesh: interrupted{'; ' if detail else ''}{detail}", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
 def fail(code: int, message: str) -> NoReturn:
     """The one way a command fails: one line on stderr (controls escaped), exit ``code``."""
     # Messages quote what agents and clients sent (an agent's error, a room's id).

@@ -46,11 +46,11 @@ from mesh._errors import (
 from mesh._text import json_text, printable
 from mesh.cli._codes import (
     EXIT_FAILED,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_TIMEOUT,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    interrupted,
     seconds,
 )
 from mesh.cli._tools_table import format_tools, usage
@@ -381,7 +381,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     except MeshError as exc:  # the agent would not start, or would not answer
         return _refuse(_exit_code(exc) if not isinstance(exc, RemoteError) else 1, str(exc))
     except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+        return interrupted()
     except BaseExceptionGroup as group:  # two at once (a timeout and the link it closed): the first
         first = _first_mesh_error(group)
         if first is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import suppress
@@ -28,13 +29,13 @@ from mesh.cli._codes import (
     EXIT_CANNOT_LISTEN,
     EXIT_DENIED,
     EXIT_FAILED,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_TIMEOUT,
     EXIT_UNAVAILABLE,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     fail,
+    interrupted,
     seconds,
 )
 from mesh.cli._connection import (
@@ -183,12 +184,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from mesh._errors import MeshError
 
     try:
-        with suppress(KeyboardInterrupt):  # SIGINT is handled inside; this covers start-up
-            anyio.run(serve_daemon, settings, backend=args.backend)
+        # SIGINT is the daemon's own once it listens; before, it is a KeyboardInterrupt.
+        stopped_by = anyio.run(serve_daemon, settings, backend=args.backend)
     except ListenError as exc:
         _fail(EXIT_CANNOT_LISTEN, str(exc))
     except MeshError as exc:  # e.g. NATS refused the daemon's credentials
         _fail(EXIT_USAGE, str(exc))
+    if stopped_by == signal.SIGINT:  # Ctrl-C, as every command reports it; SIGTERM is a stop
+        raise KeyboardInterrupt
     return EXIT_OK
 
 
@@ -504,7 +507,21 @@ def _command(argv: Sequence[str]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
-    args = build_parser(_command(words)).parse_args(words)
+    # Ctrl-C is one line and 130 whenever it comes: while the command's imports load too.
+    try:
+        args = build_parser(_command(words)).parse_args(words)
+        _configure(args)
+        code: int = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        return interrupted()
+    return code
+
+
+def _configure(args: argparse.Namespace) -> None:
     from mesh._tracing import configure_from_environment
 
     # Traces to a collector when OTEL_* asks for them and the SDK is installed.
@@ -514,16 +531,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # The library is silent until configured; a client command shows its warnings.
         configure_logging(level="warning", stream=sys.stderr)
-    try:
-        code: int = args.func(args)
-        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
-    except BrokenPipeError:
-        _silence_stdout()
-        return EXIT_BROKEN_PIPE
-    except KeyboardInterrupt:
-        print("mesh: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    return code
 
 
 def _silence_stdout() -> None:

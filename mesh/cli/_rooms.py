@@ -33,11 +33,11 @@ from mesh._text import json_text, printable, safe_json
 from mesh.cli._codes import (
     EXIT_DENIED,
     EXIT_FAILED,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_ROOM_HALTED,
     EXIT_UNAVAILABLE,
     EXIT_UNREACHABLE,
+    interrupted,
 )
 from mesh.cli._connection import add_connection_arguments, ssl_context, token_for
 from mesh.cli._follow import follow_until_interrupted
@@ -137,14 +137,11 @@ def _interrupted(args: argparse.Namespace, request: Request, room_id: str) -> in
     shown = printable(room_id)
     if args.stop_on_interrupt:
         request(args, "POST", room_path(room_id, "stop"))
-        print(f"mesh: interrupted; room {shown} stopped", file=sys.stderr)
-    else:
-        print(
-            f"mesh: interrupted; room {shown} is still running on the daemon. "
-            f"Stop it with: mesh room stop {shown} (POST {printable(room_path(room_id, 'stop'))})",
-            file=sys.stderr,
-        )
-    return EXIT_INTERRUPTED
+        return interrupted(f"room {shown} stopped")
+    return interrupted(
+        f"room {shown} is still running on the daemon. "
+        f"Stop it with: mesh room stop {shown} (POST {printable(room_path(room_id, 'stop'))})"
+    )
 
 
 def cmd_room_watch(args: argparse.Namespace, request: Request) -> int:
@@ -153,8 +150,7 @@ def cmd_room_watch(args: argparse.Namespace, request: Request) -> int:
     shown = request(args, "GET", room_path(args.room))
     code = _follow(args, args.room, args.since, recorded=shown["room"].get("last_seq", 0))
     if code is None:
-        print(f"mesh: interrupted; room {printable(args.room)} runs on", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupted(f"room {printable(args.room)} runs on")
     return code
 
 
