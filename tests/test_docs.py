@@ -53,18 +53,29 @@ SERVERS = re.compile(r"^(mesh serve|nats-server)\b")
 #: A fixed port in a recipe (--port 8701, -p 4222, :8703): each becomes a free one here, so
 #: the recipe cannot meet another program on this machine.
 PORT = re.compile(r"(?<=--port )\d{4,5}\b|(?<=-p )\d{4,5}\b|(?<=127\.0\.0\.1:)\d{4,5}\b")
+#: A block of the same page that names its file on its first line (``# greeter.py``): the
+#: page's recipes find it in their directory, as a reader who saved it would.
+NAMED_FILE = re.compile(r"^```\w+\n# ([\w/.-]+\.(?:py|toml))\n.*?^```", re.DOTALL | re.MULTILINE)
 #: A command's expected output: a comment line right after it holding JSON.
 EXPECTED = re.compile(r"^# (\{.*)$")
 #: Printed after each command that has an expected output, to cut stdout into answers.
 MARK = "@@recipe-output@@"
 
 
-def _recipes() -> list[tuple[str, str]]:
+def _recipes() -> list[tuple[str, str, dict[str, str]]]:
     found = []
     for path in sorted((ROOT / "docs").glob("*.md")):
-        for n, match in enumerate(RECIPE.finditer(path.read_text()), start=1):
-            found.append((f"{path.relative_to(ROOT)}#recipe{n}", match.group(1)))
+        text = path.read_text()
+        files = {match.group(1): match.group(0) for match in NAMED_FILE.finditer(text)}
+        files = {name: _body(block) for name, block in files.items()}
+        for n, match in enumerate(RECIPE.finditer(text), start=1):
+            found.append((f"{path.relative_to(ROOT)}#recipe{n}", match.group(1), files))
     return found
+
+
+def _body(block: str) -> str:
+    """A fenced block's text without its fences."""
+    return block.split("\n", 1)[1].rsplit("```", 1)[0]
 
 
 def _free_port() -> int:
@@ -78,8 +89,10 @@ def _split(recipe: str) -> tuple[str, list[str], str]:
     ports: dict[str, str] = {}
     recipe = PORT.sub(lambda m: ports.setdefault(m.group(), str(_free_port())), recipe)
     lines = [line for line in recipe.splitlines() if not line.startswith("pip install ")]
-    first = next(i for i, line in enumerate(lines) if SERVERS.match(line))
-    last = max(i for i, line in enumerate(lines) if SERVERS.match(line))
+    at = [i for i, line in enumerate(lines) if SERVERS.match(line)]
+    if not at:  # commands only (mesh dev, say)
+        return "", [], "\n".join(lines)
+    first, last = at[0], at[-1]
     servers = [
         line.split("#")[0].strip() for line in lines[first : last + 1] if SERVERS.match(line)
     ]
@@ -111,6 +124,9 @@ def _marked(commands: str) -> tuple[str, list[str]]:
 def _check_outputs(stdout: str, expected: list[str], where: str) -> None:
     answers = stdout.split(f"\n{MARK}\n")
     for shown, answer in zip(expected, answers, strict=False):
+        if "..." not in shown:  # JSON, however it is laid out
+            assert json.loads(answer) == json.loads(shown), f"{where}: printed\n{answer}"
+            continue
         last = answer.strip().splitlines()[-1] if answer.strip() else ""
         pattern = ".*".join(re.escape(part) for part in shown.split("..."))
         assert re.fullmatch(pattern, last), (
@@ -163,15 +179,20 @@ def _everyone_online(directory: Path, servers: list[str]) -> None:
         anyio.run(_wait_online, f"http://127.0.0.1:{port}", token, ids)
 
 
-@pytest.mark.parametrize(("where", "recipe"), _recipes(), ids=[w for w, _ in _recipes()])
-def test_recipe_runs_as_written(where: str, recipe: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("where", "recipe", "files"), _recipes(), ids=[w for w, *_ in _recipes()])
+def test_recipe_runs_as_written(
+    where: str, recipe: str, files: dict[str, str], tmp_path: Path
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
     setup, servers, commands = _split(recipe)
     servers = [_with_port(command) for command in servers]
     commands, expected = _marked(commands)
     # The recipe's own `mesh`, `python` and `nats-server`: this environment's.
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env = {k: v for k, v in env.items() if not k.startswith("MESH_")}
-    first = shlex.split(servers[0]) if servers[0].startswith("mesh serve") else []
+    first = shlex.split(servers[0]) if servers and servers[0].startswith("mesh serve") else []
     if first and "--port" in first:  # the clients' default daemon: the recipe's first
         env["MESH_URL"] = f"http://127.0.0.1:{first[first.index('--port') + 1]}"
     bash = ["bash", "-euo", "pipefail", "-c"]

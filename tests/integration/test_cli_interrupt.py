@@ -18,6 +18,7 @@ from mesh.cli._codes import EXIT_INTERRUPTED
 from mesh.testing import spawn_daemon
 from tests.integration._daemon import persona_manifest
 from tests.integration.test_cli_truth import mesh, read_all, read_until
+from tests.integration.test_daemon_people import _create, _echo_daemon
 from transports import HttpRequest, HttpResponse, open_http_server
 
 pytestmark = pytest.mark.anyio
@@ -107,3 +108,16 @@ async def test_mesh_room_watch(tmp_path: Path) -> None:
             EXIT_INTERRUPTED,
             ["mesh: interrupted; room tea runs on"],
         )
+
+
+async def test_mesh_room_join(tmp_path: Path) -> None:
+    manifests, args = await _echo_daemon(tmp_path, 0.3)
+    async with spawn_daemon(manifests, extra_args=args) as daemon:
+        await daemon.wait_online("alice", "bob")
+        await _create(daemon, "desk", 40)
+        process = await mesh("room", "join", "desk", "--as", "Dave", daemon=daemon)
+        with anyio.fail_after(60):
+            await read_until(process, b"-- your turn (turn ")  # flushed: a prompt
+        code, lines = await interrupt(process)
+    assert code == EXIT_INTERRUPTED
+    assert lines[1:] == ["mesh: interrupted; left room desk"], lines  # after "joined room …"
