@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import anyio
 import msgspec
 import pytest
@@ -84,15 +86,17 @@ async def test_an_entry_written_while_its_daemon_leaves_is_withdrawn_too(
     async with open_member(nats.url, "c") as c, anyio.create_task_group() as tg:
         async with open_member(nats.url, "b") as b:
             link, sync = b.cluster.link, b.cluster.sync
-            put, withdraw = link.kv_put, sync.withdraw
+            write, withdraw = link.kv_write_many, sync.withdraw
 
-            async def slow_put(bucket: str, key_: str, value: bytes, *, ttl: float) -> int:
-                if key_ == key:  # the put goes out once the daemon has begun to leave
-                    put_started.set()
+            async def slow_write(
+                bucket: str, writes: Sequence[tuple[str, bytes | None, float]]
+            ) -> list[str | None]:
+                if any(k == key and v is not None for k, v, _ in writes):
+                    put_started.set()  # the put goes out once the daemon has begun to leave
                     await gate.wait()
                 with anyio.CancelScope(shield=True):  # and lands, whatever happens meanwhile
-                    revision = await put(bucket, key_, value, ttl=ttl)
-                return revision  # noqa: RET504 (after the block: a cancel scope may swallow)
+                    outcomes = await write(bucket, writes)
+                return outcomes  # noqa: RET504 (after the block: a cancel scope may swallow)
 
             async def withdraw_now() -> None:
                 withdrawing.set()
@@ -102,7 +106,7 @@ async def test_an_entry_written_while_its_daemon_leaves_is_withdrawn_too(
                 await withdrawing.wait()
                 gate.set()
 
-            link.kv_put = slow_put  # type: ignore[method-assign,assignment]
+            link.kv_write_many = slow_write  # type: ignore[method-assign]
             sync.withdraw = withdraw_now  # type: ignore[method-assign]
             tg.start_soon(open_gate)
             late = AgentRecord(id=AgentId("late"), name="late")
