@@ -250,11 +250,18 @@ class RemoteCalls:
             origin=self._names.daemon,
             caller=caller,
         )
+
+        def not_sent(error: ClusterError) -> None:
+            self._finish(reply, error)
+
         with timed(METRICS.remote_calls, (), None):
             try:
-                await self._link.publish(
+                # Sent without waiting for the NATS loop (under trio, a crossing fewer);
+                # a failure to send ends the call through not_sent.
+                await self._link.send(
                     self._names.calls(holder),
                     ENCODER.encode(request),
+                    not_sent,
                     reply=reply,
                     headers=headers_for(outgoing()) or None,  # the caller's span, if traced
                 )
@@ -342,11 +349,15 @@ class RemoteCalls:
 
     async def _cancel(self, holder: str, reply: str) -> None:
         note = ENCODER.encode(CancelCall(reply=reply))
+
+        def not_sent(error: ClusterError) -> None:
+            log.debug("cluster.cancel_not_sent", holder=holder, error=str(error))
+
         with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_TIMEOUT):
             try:
-                await self._link.publish(self._names.cancels(holder), note)
+                await self._link.send(self._names.cancels(holder), note, not_sent)
             except ClusterError as exc:
-                log.debug("cluster.cancel_not_sent", holder=holder, error=str(exc))
+                not_sent(exc)
 
     def _on_reply(self, message: NatsMessage) -> None:
         call = self._calls.get(message.subject)
@@ -538,10 +549,14 @@ class RemoteCalls:
             data = ENCODER.encode(
                 CallFailed(code=ErrorCode.INTERNAL_ERROR, message=f"answer not encodable: {exc}")
             )
+
+        def lost(error: ClusterError) -> None:
+            log.info("cluster.answer_lost", reply=reply, error=str(error))
+
         try:
-            await self._link.publish(reply, data)
+            await self._link.send(reply, data, lost)
         except ClusterError as exc:
-            log.info("cluster.answer_lost", reply=reply, error=str(exc))
+            lost(exc)
 
 
 def _data(exc: MeshError) -> Any:

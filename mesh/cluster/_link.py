@@ -240,6 +240,32 @@ class NatsLink:
             f"publish to {subject}", lambda: nc.publish(subject, data, reply=reply, headers=headers)
         )
 
+    async def send(
+        self,
+        subject: str,
+        data: bytes,
+        on_error: Callable[[ClusterError], None],
+        *,
+        reply: str = "",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Publish without waiting for the NATS loop (under trio; in order with other sends);
+        a failure reaches ``on_error`` on the mesh's loop."""
+        import nats.errors
+
+        nc = self.nc
+
+        def failed(exc: Exception) -> None:
+            if not isinstance(exc, (nats.errors.Error, TimeoutError, OSError, ClusterError)):
+                raise exc  # a bug: _call_safely logs it
+            detail = str(exc) or type(exc).__name__
+            error = exc if isinstance(exc, ClusterError) else None
+            on_error(error or ClusterError(f"NATS could not publish to {subject}: {detail}"))
+
+        await self.loop.send(
+            lambda: nc.publish(subject, data, reply=reply, headers=headers), failed
+        )
+
     async def subscribe(self, subject: str, on_message: Callable[[NatsMessage], None]) -> Watch:
         """Deliver every message on ``subject`` to ``on_message`` on the mesh's loop."""
         nc, to_mesh = self.nc, self.loop.to_mesh
