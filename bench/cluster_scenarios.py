@@ -10,6 +10,9 @@ the live echo agent over stdio (a child process), member ``b`` holds nothing.
 ``nats-raw``        nats-py's own ``request`` to a responder in this process that decodes
                     and re-encodes the JSON it echoes (asyncio: nats-py has no trio).
 ``cluster-registry`` agents written to the KV bucket by ``a`` and mirrored by ``b``.
+``kv-raw``          the same through bare nats-py: ``js.publish_async`` of one entry per
+                    key (per-key TTL) on one connection, an ordered consumer on another
+                    counting them (asyncio: nats-py has no trio).
 
 The issue's target: a cross-daemon call costs at most 1.3 x (the local call +
 one bare request/reply); docs/performance.md holds the figures and the sums.
@@ -168,10 +171,72 @@ async def nats_raw(ctx: RunContext) -> Measurement:
             await responder.close()
 
 
+REGISTRY_MODES = ("agents1000", "agents10000")
+
+
+@scenario(
+    "kv-raw",
+    group="cluster",
+    modes=REGISTRY_MODES,
+    backends=("asyncio",),
+    metric="mirrored_per_s",
+    description="bare nats-py: KV entries published async on one connection, read by an "
+    "ordered consumer on another",
+)
+async def kv_raw(ctx: RunContext) -> Measurement:
+    import msgspec
+    import nats
+    from nats.js.api import DeliverPolicy, KeyValueConfig, StorageType
+
+    from mesh.testing import spawn_nats_server
+
+    n = 100 if ctx.smoke else int(ctx.mode.removeprefix("agents"))
+    entry = {"daemon": "a", "id": "agent-0", "name": "agent-0", "status": "online"}
+    value = msgspec.json.encode(entry)
+    async with spawn_nats_server() as server:
+        writer, reader = await nats.connect(server.url), await nats.connect(server.url)
+        try:
+            js = writer.jetstream(publish_async_max_pending=n + 1)
+            config = KeyValueConfig(
+                bucket="raw", history=1, storage=StorageType.FILE, limit_marker_ttl=1.0
+            )
+            await js.create_key_value(config)
+            seen, all_seen = 0, anyio.Event()
+
+            async def count(msg: Any) -> None:
+                nonlocal seen
+                msgspec.json.decode(msg.data)
+                seen += 1
+                if seen == n:
+                    all_seen.set()
+
+            await reader.jetstream().subscribe(
+                "$KV.raw.>",
+                stream="KV_raw",
+                cb=count,
+                ordered_consumer=True,
+                deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+            )
+            started = time.perf_counter()
+            for i in range(n):
+                await js.publish_async(f"$KV.raw.agent.agent-{i}", value, msg_ttl=30)
+            with anyio.fail_after(SPREAD_TIMEOUT):
+                await js.publish_async_completed()
+                await all_seen.wait()
+            mirrored_s = time.perf_counter() - started
+        finally:
+            await writer.close()
+            await reader.close()
+    return Measurement(
+        extra={"mirrored_per_s": n / mirrored_s, "ms_to_mirror_all": mirrored_s * 1e3}
+    )
+
+
 @scenario(
     "cluster-registry",
     group="cluster",
-    modes=("agents1000",),
+    baseline="kv-raw",
+    modes=REGISTRY_MODES,
     metric="mirrored_per_s",
     description="registry through the KV bucket: agents written by a, mirrored by b",
 )

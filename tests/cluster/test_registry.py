@@ -133,3 +133,20 @@ async def test_the_clusters_context_managers_raise_the_callers_error_as_itself(
         async with open_member(nats.url, "alpha"):
             raise Mine("in open_cluster")
     assert type(caught.value) is Mine
+
+
+async def test_a_batch_of_writes_says_for_each_whether_it_was_stored(nats: NatsServer) -> None:
+    """More writes than one flush carries, puts and deletes mixed; a bucket that does not
+    exist refuses each write with the reason, and raises nothing."""
+    async with open_member(nats.url, "a") as a:
+        link, bucket = a.cluster.link, "mesh-mesh-agents"
+        puts = [(f"agent.k{i}", b'"v%d"' % i, 30.0) for i in range(1200)]
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            assert await link.kv_write_many(bucket, puts) == [None] * 1200
+            deletes = [(f"agent.k{i}", None, 0.0) for i in range(0, 1200, 2)]
+            assert await link.kv_write_many(bucket, deletes) == [None] * 600
+            assert await link.kv_get(bucket, "agent.k0") is None
+            stored = await link.kv_get(bucket, "agent.k1199")
+            assert stored is not None and stored[0] == b'"v1199"'
+            refused = await link.kv_write_many("no-such-bucket", puts[:3])
+        assert all(reason is not None and "no JetStream stream" in reason for reason in refused)
