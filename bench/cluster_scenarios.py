@@ -73,29 +73,34 @@ async def open_pair(backend: str) -> AsyncIterator[tuple[MeshOrchestrator, MeshO
 async def _wait_for(mesh: MeshOrchestrator, agent_id: str, count: int = 1) -> None:
     """Until ``count`` agents whose id starts with ``agent_id`` are online on ``mesh``.
 
-    Counted from the changes as they come (one scan at the start): a scan per
-    change would cost the mirror's measurement n² (10,000 agents: 10⁸ looks).
+    Counted by a listener as the changes happen (one scan at the start): a scan
+    per change would cost the mirror's measurement n² (10,000 agents: 10⁸ looks),
+    and a subscriber a loop iteration per change.
     """
-    from registry import AgentStatus
+    from registry import AgentStatus, StatusChange
 
-    with anyio.fail_after(SPREAD_TIMEOUT):
-        async with mesh.registry.subscribe(max_buffer=1 << 20) as changes:
-            online = {
-                r.id
-                for r in mesh.registry.find(status=AgentStatus.ONLINE)
-                if r.id.startswith(agent_id)
-            }
-            if len(online) >= count:
-                return
-            async for change in changes:
-                if not change.agent_id.startswith(agent_id):
-                    continue
-                if change.new is AgentStatus.ONLINE:
-                    online.add(change.agent_id)
-                else:
-                    online.discard(change.agent_id)
-                if len(online) >= count:
-                    return
+    registry = mesh.registry
+    there = anyio.Event()
+    online = {r.id for r in registry.find(status=AgentStatus.ONLINE) if r.id.startswith(agent_id)}
+
+    def count_online(change: StatusChange) -> None:
+        if not change.agent_id.startswith(agent_id):
+            return
+        if change.new is AgentStatus.ONLINE:
+            online.add(change.agent_id)
+        else:
+            online.discard(change.agent_id)
+        if len(online) >= count:
+            there.set()
+
+    registry.add_listener(count_online)
+    try:
+        if len(online) >= count:
+            return
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            await there.wait()
+    finally:
+        registry.remove_listener(count_online)
 
 
 async def measure_mesh(mesh: MeshOrchestrator, ctx: RunContext) -> Measurement:

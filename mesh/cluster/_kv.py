@@ -33,12 +33,16 @@ if TYPE_CHECKING:
 
 __all__ = ["AckInbox", "KvChange", "watch_bucket"]
 
+#: Tokens of a v1 ack subject (no domain); the v2 form has 11 or more.
+_V1_TOKENS: Final = 9
 #: Writes of one batch in flight at once (nats-py's write buffer holds them all).
 BATCH: Final = 512
 _KV_OP: Final = "KV-Operation"
 _MARKER: Final = "Nats-Marker-Reason"
 #: Marker reasons that end a key (nats-server 2.11+); others are not changes of a key.
 _GONE_REASONS: Final = frozenset({"MaxAge", "Purge", "Remove"})
+#: The header naming the daemon that wrote an entry: its own watch skips it undecoded.
+WRITER: Final = "Mesh-Daemon"
 
 
 class KvChange(msgspec.Struct, frozen=True):
@@ -136,6 +140,16 @@ class AckInbox:
         batch.settle(index, _outcome(msg))
 
 
+def _position(reply: str) -> tuple[int, float, int]:
+    """A consumer message's stream sequence, stored time (epoch s) and pending count, from
+    its ack subject (``$JS.ACK.<stream>.<consumer>.<n>.<sseq>.<dseq>.<ns>.<pending>``, or
+    the form with a domain and an account hash); nats-py's ``metadata`` builds a datetime."""
+    tokens = reply.split(".")
+    if len(tokens) == _V1_TOKENS:
+        return int(tokens[5]), int(tokens[7]) / 1e9, int(tokens[8])
+    return int(tokens[7]), int(tokens[9]) / 1e9, int(tokens[10])
+
+
 def _outcome(msg: Msg) -> str | None:
     if msg.headers and msg.headers.get("Status") == "503":
         return "no JetStream stream answers for that subject"
@@ -156,10 +170,12 @@ async def watch_bucket(
     on_change: Callable[[KvChange | None], None],
     *,
     timeout: float,
+    skip: str | None = None,
 ) -> Any:
     """Every key's current value, then ``None`` (caught up), then each change; the
     subscription (``unsubscribe()`` ends it). Runs on the NATS loop; ``on_change``
-    is called there."""
+    is called there. Values whose :data:`WRITER` header is ``skip`` (this daemon's
+    own writes, echoed) are not passed on."""
     from nats.js.api import DeliverPolicy
 
     prefix = f"$KV.{bucket}."
@@ -175,8 +191,18 @@ async def watch_bucket(
     async def deliver(msg: Msg) -> None:
         if not ready.done():
             await asyncio.wait_for(asyncio.shield(ready), timeout)
-        meta = msg.metadata
+        sequence, stamp, pending = _position(msg.reply)
         headers = msg.headers
+        if (
+            headers
+            and skip is not None
+            and headers.get(WRITER) == skip
+            and _KV_OP not in headers
+            and _MARKER not in headers  # an expiry is never skipped
+        ):
+            if pending == 0:
+                up_to_date()
+            return  # our own write, echoed: nothing to mirror
         value: bytes | None = msg.data
         known = True
         if headers:
@@ -186,9 +212,9 @@ async def watch_bucket(
             elif reason is not None:
                 known = False  # a marker of a kind we do not know: no change of the key
         if known:
-            age = max(0.0, time.time() - meta.timestamp.timestamp())
-            on_change(KvChange(msg.subject[len(prefix) :], value, meta.sequence.stream, age))
-        if meta.num_pending == 0:
+            age = max(0.0, time.time() - stamp)
+            on_change(KvChange(msg.subject[len(prefix) :], value, sequence, age))
+        if pending == 0:
             up_to_date()
 
     subscription = await js.subscribe(

@@ -259,7 +259,8 @@ class RegistrySync:
         if self._watch is not None:
             await self._watch.stop()
         self._snapshot = set()
-        self._watch = await self._link.watch(self._names.agents_bucket, self._on_kv)
+        # Our own entries' echoes are skipped before they are decoded (or cross to trio).
+        self._watch = await self._link.watch(self._names.agents_bucket, self._on_kv, skip_own=True)
 
     def _on_kv(self, change: KvChange | None) -> None:
         if change is None:
