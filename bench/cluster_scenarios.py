@@ -183,6 +183,7 @@ REGISTRY_MODES = ("agents1000", "agents10000")
     "kv-raw",
     group="cluster",
     modes=REGISTRY_MODES,
+    smoke_modes=("agents1000",),
     backends=("asyncio",),
     metric="mirrored_per_s",
     description="bare nats-py: KV entries published async on one connection, read by an "
@@ -242,6 +243,7 @@ async def kv_raw(ctx: RunContext) -> Measurement:
     group="cluster",
     baseline="kv-raw",
     modes=REGISTRY_MODES,
+    smoke_modes=("agents1000",),
     metric="mirrored_per_s",
     description="registry through the KV bucket: agents written by a, mirrored by b",
 )
