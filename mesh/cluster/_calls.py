@@ -8,10 +8,13 @@ wait out, up to a hard maximum, as on a direct link), then one ``result`` or
 ``error``. The holder applies the deadline itself; we wait a little longer so
 its verdict, which names the agent, arrives first. Giving up (a timeout, or the
 caller cancelled) tells the holder, which cancels the agent's call. A holder
-that is gone answers at once: NATS says nobody listens there.
+that is gone answers at once: NATS says nobody listens there. A caller parks on
+the loop's own one-shot wake-up, and one clock serves every call's deadline (a
+``call_at`` timer on asyncio, a task on trio): no cancel scope or task per call.
 
 **Serving.** This daemon takes calls for the agents it holds on its own call
-subject, each in a task with its own cancel scope, and calls only local agents
+subject, each in a task (on asyncio the loop's own, cancelled directly; on trio
+the group's, in a cancel scope), and calls only local agents
 (never a hop further), so two daemons that briefly disagree on who holds an
 agent cannot bounce a call between them. Each call carries who it is made for
 (a :class:`~mesh._orchestrator.access.Principal`), and is made on their behalf
