@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import gc
 import os
 import re
 import subprocess
@@ -158,6 +159,56 @@ async def _calls(
     return took
 
 
+async def _links(n: int, *, profile: str | None = None) -> float:
+    """Open `n` WebSocket links to the echo agent served in this process, 50 at a time,
+    and hold them; a link is up once ``open_websocket_peer`` returns (``agent/info``
+    answered). The CPU seconds until all are up, both ends (what ``mesh-idle`` meters
+    per link); closing them is not counted."""
+    from mesh import open_agent_server, open_websocket_peer
+    from mesh.agents.echo import agent
+
+    async def open_many(url: str, count: int, profile: str | None) -> float:
+        limiter = anyio.Semaphore(50)
+        all_up, release = anyio.Event(), anyio.Event()
+        left = [count]
+
+        async def link() -> None:
+            async with limiter:
+                opening = open_websocket_peer(url, agent="echo")
+                await opening.__aenter__()
+            left[0] -= 1
+            if left[0] == 0:
+                all_up.set()
+            try:
+                await release.wait()
+            finally:
+                await opening.__aexit__(None, None, None)
+
+        async with anyio.create_task_group() as tg:
+            # As the crowd does: with thousands of links held, the cyclic GC's passes
+            # over them, not the links, would be what is measured.
+            gc.collect()
+            gc.disable()
+            profiler = _start(profile)
+            started = time.process_time()
+            for _ in range(count):
+                tg.start_soon(link)
+            await all_up.wait()
+            took = time.process_time() - started
+            _stop(profile, profiler)
+            gc.enable()
+            release.set()
+        return took
+
+    from transports import HttpServerConfig
+
+    many = HttpServerConfig(max_connections=n + 1000)  # the default admits 1,000
+    async with open_agent_server(agent, http_config=many) as server:
+        url = f"{server.ws_url}/ws"
+        await open_many(url, 200, None)
+        return await open_many(url, n, profile)
+
+
 def _start(profile: str | None) -> object:
     if profile == "cprofile":
         import cProfile
@@ -239,6 +290,12 @@ def main(argv: list[str] | None = None) -> None:
         help="call through a MeshOrchestrator: its observability hook taken out (bare), as"
         " shipped with tracing off (on), or every call sampled by the OpenTelemetry SDK (sdk)",
     )
+    parser.add_argument(
+        "--links",
+        type=int,
+        help="open this many WebSocket links (server and peers in this process) instead of"
+        " calling: CPU per link opened, both ends",
+    )
     parser.add_argument("--callgrind", action="store_true", help="instructions per call")
     parser.add_argument("--cprofile", action="store_true")
     parser.add_argument("--pyinstrument", action="store_true")
@@ -253,6 +310,11 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{backend}: {per_call:,.0f} instructions per call over {args.transport}{how}")
             continue
         profile = "cprofile" if args.cprofile else "pyinstrument" if args.pyinstrument else None
+        if args.links:
+            opening = functools.partial(_links, args.links, profile=profile)
+            took = anyio.run(opening, backend=backend)
+            print(f"{backend}: {took / args.links * 1e6:.0f} us CPU per link opened (both ends)")
+            continue
         run = functools.partial(
             _calls, args.calls, profile=profile, transport=args.transport, hooks=args.hooks
         )
