@@ -17,7 +17,7 @@ import anyio
 import pytest
 from websockets.frames import Opcode
 
-from mesh import Agent, open_agent_server, open_websocket_peer, serve_peer
+from mesh import Agent, CallTimeout, open_agent_server, open_websocket_peer, serve_peer
 from mesh._rpc.connect import INFO_OFFER
 from mesh.protocol import (
     MESH_CODEC,
@@ -171,3 +171,14 @@ async def test_a_server_that_does_not_take_the_offer_up_is_asked_after_opening()
             async with open_websocket_peer(url, agent="teller", connect_timeout=GUARD) as peer:
                 assert peer.remote_info["id"] == "teller"
                 assert await peer.call("ping", timeout=GUARD)
+
+
+async def test_a_server_that_takes_the_offer_up_and_never_answers_is_bounded() -> None:
+    async def serve(stream: WebSocketStream, _: str | None) -> None:
+        await anyio.sleep_forever()  # took the offer up (the 101 echoed it), answers nothing
+
+    async with _hand_built_server(serve, offers=(INFO_OFFER,)) as url:
+        with anyio.fail_after(GUARD), pytest.raises(CallTimeout) as caught:
+            async with open_websocket_peer(url, agent="mute", connect_timeout=0.5):
+                pytest.fail("should not open")
+    assert "did not answer within 0.5 s of connecting" in str(caught.value)
