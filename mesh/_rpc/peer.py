@@ -246,9 +246,29 @@ class Peer(CallMethods):
         Cancelling the calling task also tells the peer ``cancelled``.
         """
         timeout, on_progress = options.get("timeout"), options.get("on_progress")
-        session = self._session
         now = self._now()
-        rid = session.send_request(method, params, now=now, timeout=timeout, trace=outgoing())
+        rid = self._session.send_request(method, params, now=now, timeout=timeout, trace=outgoing())
+        return await self._wait_answer(rid, now, timeout, on_progress)
+
+    async def wait_handshake_answer(
+        self, method: str, request_id: RequestId, *, timeout: float | None = None
+    ) -> Any:
+        """The answer to a call made in the connection's handshake (no frame sent here).
+
+        Completes, times out and fails as :meth:`call` does; the deadline runs from now.
+        """
+        now = self._now()
+        self._session.expect_response(method, request_id=request_id, now=now, timeout=timeout)
+        return await self._wait_answer(request_id, now, timeout, None)
+
+    async def _wait_answer(
+        self,
+        rid: RequestId,
+        now: float,
+        timeout: float | None,
+        on_progress: ProgressCallback | None,
+    ) -> Any:
+        session = self._session
         waiter = self._waiters[rid] = self._wakeup()
         if on_progress is not None:
             self._progress[rid] = on_progress
@@ -719,15 +739,22 @@ async def serve_peer(
     *,
     config: SessionConfig | None = None,
     codec: Codec = MESH_CODEC,
+    handshake_request: tuple[RequestId, str] | None = None,
 ) -> None:
     """Serve ``handler`` on ``stream`` until the connection ends.
 
     The calling task reads the connection itself: one task fewer per link served.
+    ``handshake_request`` is a request (id, method) the client made in the
+    connection's handshake: it is answered first, as if its frame had come.
     """
     peer = Peer(stream, handler=handler, config=config, codec=codec)
     with unwrap_single_error():
         async with anyio.create_task_group() as tg:
             peer._start(tg, read=False)
+            if handshake_request is not None:
+                peer._dispatch(peer._session.receive_request(*handshake_request))
+                if peer._session.has_data_to_send:
+                    peer._wake_writer()
             try:
                 await peer._read_loop()
             finally:
