@@ -26,6 +26,7 @@ WINGS = (
     Wing("mesh._gc", 1),
     Wing("mesh._text", 1),
     Wing("mesh._tasks", 1),
+    Wing("mesh._nats_settings", 1),  # the NATS knobs the daemon reads and the cluster takes
     Wing("mesh._metrics", 2),  # the process's tallies: uses the error codes
     Wing("mesh.protocol", 2),
     Wing("mesh.providers", 3),
