@@ -144,8 +144,9 @@ async def serve_daemon(
     environ: Mapping[str, str] | None = None,
     handle_signals: bool = True,
     task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Run the daemon until SIGINT/SIGTERM (or cancellation); returns after a graceful stop."""
+) -> signal.Signals | None:
+    """Run the daemon until SIGINT/SIGTERM (or cancellation); returns after a graceful stop,
+    with the signal that asked for it (None when ``handle_signals`` is off)."""
     ssl_context = _ssl_context(settings)
     _private_data_dir(Path(settings.data_dir))
     # Logs each broken manifest (invalid, unusable, or a dial-in token unset) and goes on.
@@ -212,7 +213,7 @@ async def serve_daemon(
             background.start_soon(_delete_old_rooms, rooms, settings.room_retention)
         _announce(server, settings, admin_file, agents=len(orchestrator.linked_agents()))
         task_status.started(server.url)
-        await _wait_for_stop(handle_signals)
+        stopped_by = await _wait_for_stop(handle_signals)
         with anyio.CancelScope(shield=True):
             # New work is refused with 503 from now on, but the port stays open until the
             # other daemons were told to stop sending us calls: a client then gets an
@@ -224,6 +225,7 @@ async def serve_daemon(
         background.cancel_scope.cancel()
     log.info("daemon.stopped")
     sys.stdout.flush()
+    return stopped_by
 
 
 def _announce(
@@ -277,13 +279,14 @@ async def _listen(
         raise ListenError(f"cannot listen on {settings.host}:{settings.port}: {why}") from None
 
 
-async def _wait_for_stop(handle_signals: bool) -> None:
+async def _wait_for_stop(handle_signals: bool) -> signal.Signals | None:
     if not handle_signals:
         await anyio.sleep_forever()
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
             log.info("daemon.stopping", signal=signal.Signals(signum).name)
-            return
+            return signal.Signals(signum)
+    return None  # the receiver never ends by itself
 
 
 async def _delete_old_rooms(rooms: RoomManager, retention: float) -> None:
