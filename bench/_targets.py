@@ -386,6 +386,9 @@ def format_targets(report: dict[str, Any]) -> str:
         width = max(len(c.target) for c in measured)
         for check in measured:
             verdict = "holds" if check.holds else "MISSED"
+            spread = getattr(check.value, "spread", None)
+            if spread is not None and spread.count > 1 and spread.low <= check.bound <= spread.high:
+                verdict += " (the bound is inside the spread: a noisier run may differ)"
             held, missed = held + bool(check.holds), missed + (not check.holds)
             lines.append(
                 f"    {check.target.ljust(width)}  {check.backend:7}  {_value(check):>12}"

@@ -197,6 +197,7 @@ class Peer(CallMethods):
         self._ended = False
         self._ended_event: anyio.Event | None = None  # made by the first wait_closed
         self._call_ended: list[Wakeup] | None = None  # wait_calls_finished, parked
+        self._delivering = False  # in _deliver: a frame arriving meanwhile goes to the reader
         self._new_scope = loop.cancel_scope
         #: What the peer said of itself in the handshake (``agent/info``), if any.
         self.remote_info: dict[str, Any] = {}
@@ -379,6 +380,9 @@ class Peer(CallMethods):
         """
         self._tasks = tasks
         if read:
+            deliver_to = getattr(self._stream, "deliver_to", None)
+            if deliver_to is not None:
+                deliver_to(self._deliver)
             self._reader = self._new_scope()
             tasks.start_soon(self._read_in_scope, self._reader, name="mesh.reader")
         else:
@@ -389,6 +393,27 @@ class Peer(CallMethods):
             tasks.start_soon(self._clock_loop, name="mesh.clock")
         elif deadline is not None:
             self._arm_clock(deadline)
+
+    def _deliver(self, frame: bytes) -> bool:
+        """A lone call's answer, handed over by the stream as it arrives (in the sender's
+        task): the caller wakes from here, not from the reader task woken first, so a
+        sequential call takes two loop iterations, not three. Anything else (calls that
+        overlap, a frame with a method: requests and notifications run their handlers in
+        the reader's task and context) is left to the reader.
+        """
+        if len(self._waiters) != 1 or self._delivering or b'"method"' in frame:
+            return False
+        self._delivering = True
+        try:
+            session = self._session
+            events = session.receive_frame(frame, self._now())
+            if events:
+                self._dispatch(events)
+            if session.has_data_to_send:
+                self._wake_writer()
+        finally:
+            self._delivering = False
+        return True
 
     async def _read_in_scope(self, scope: anyio.CancelScope) -> None:
         with scope:

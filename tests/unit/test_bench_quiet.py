@@ -131,7 +131,11 @@ def test_a_paired_ratio_holds_on_its_median_whatever_the_absolute_figures() -> N
     assert isinstance(check.value, Measured)
     assert check.value.spread is not None
     assert check.value.spread.count == 3
-    assert "n=3" in format_targets(report)
+    text = format_targets(report)
+    assert "n=3" in text
+    assert "inside the spread" not in text  # 0.80 .. 0.89 all hold 0.8
+    rounds.append([{"calls_per_s": 3_000.0}, {"calls_per_s": 5_000.0}])
+    assert "holds (the bound is inside the spread" in format_targets(report)
 
 
 def test_verdicts() -> None:
