@@ -15,6 +15,7 @@ from mesh.rooms import (
     MessageEvent,
     People,
     RoomConflict,
+    RoomId,
     RoomManager,
     RoomSpec,
     TurnReply,
@@ -28,10 +29,12 @@ from registry import AgentId
 from ._helpers import GUARD, assert_log_and_db_agree, direct_describer
 from .test_people import Held, manager, next_matching, personas, room_spec, turn_of
 
+TALK = RoomId("talk")
+
 
 def _said(agent: str, turn: int, *, interjection: bool = False) -> MessageEvent:
     return MessageEvent(
-        room_id="talk", agent_id=agent, name=agent.title(), turn=turn, text="...",
+        room_id=TALK, agent_id=agent, name=agent.title(), turn=turn, text="...",
         interjection=interjection,
     )  # fmt: skip
 
@@ -39,7 +42,7 @@ def _said(agent: str, turn: int, *, interjection: bool = False) -> MessageEvent:
 def test_a_person_is_not_asked_to_speak_right_after_their_own_interjection() -> None:
     carol = Member(id=AgentId("carol"), name="Carol", role="person", kind="human")
     members = (Member(id=AgentId("alice")), Member(id=AgentId("bob")), carol)
-    room = Room(id="talk", topic="Tea?", members=members)
+    room = Room(id=TALK, topic="Tea?", members=members)
     transcript = [_said("alice", 1), _said("bob", 2), _said("carol", 3, interjection=True)]
     plan = next_turn(room, transcript)
     assert plan is not None and plan.speaker.id == "alice"  # not Carol, who has just spoken
@@ -47,7 +50,7 @@ def test_a_person_is_not_asked_to_speak_right_after_their_own_interjection() -> 
     plan = next_turn(room, transcript[:2])
     assert plan is not None and plan.speaker.id == "carol"
     # And if only she could speak, she is asked all the same.
-    two = Room(id="talk", topic="Tea?", members=(Member(id=AgentId("alice")), carol))
+    two = Room(id=TALK, topic="Tea?", members=(Member(id=AgentId("alice")), carol))
     plan = next_turn(two, [_said("alice", 1), _said("carol", 2, interjection=True)])
     assert plan is not None and plan.speaker.id == "carol"
 
