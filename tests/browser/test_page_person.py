@@ -165,8 +165,8 @@ def test_a_first_visit_asks_to_sign_in_quietly_and_a_link_keeps_its_room(
 ) -> None:
     _room(daemon, "linked", max_turns=2)
     problems: list[str] = []
-    page.on("console", lambda m: m.type == "error" and problems.append(m.text))
-    page.on("response", lambda r: r.status == 401 and problems.append(f"401 {r.url}"))
+    page.on("console", lambda m: problems.extend([m.text] if m.type == "error" else []))
+    page.on("response", lambda r: problems.extend([f"401 {r.url}"] if r.status == 401 else []))
     with page.expect_response("**/health"):
         page.goto(daemon.page_url())
     page.wait_for_selector("#signin:not([hidden])")
