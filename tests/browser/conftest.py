@@ -141,9 +141,8 @@ def start_daemon(
     return daemon
 
 
-def restart_daemon(daemon: LiveDaemon) -> None:
-    """Stop ``daemon`` and start it again on the same port and data: a running room resumes."""
-    _stop(daemon.process)
+def start_again(daemon: LiveDaemon) -> None:
+    """Start a stopped ``daemon`` again on the same port and data: a running room resumes."""
     port = daemon.url.rsplit(":", 1)[1]
     command = list(daemon.command)
     command[command.index("--port") + 1] = port
