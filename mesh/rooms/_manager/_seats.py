@@ -210,10 +210,14 @@ class Seats:
         member = self._person(room, member_id)
         check_seat(room_id, member.id, room.state.holders.get(member.id), holder)
         room.desk.check_holder(member.id, holder)
-        if room.runner is None:  # its turns are taken on another daemon, or none are
-            raise RoomConflict(
-                f"room {room_id!r} takes no turns here: pass where it runs", room=room_id
+        if room.runner is None:  # not running, or its turns are taken on another daemon
+            status = room.state.status
+            why = (
+                "runs on another daemon: pass through that one"
+                if status is RoomStatus.RUNNING
+                else f"is {status}: there is no turn to pass"
             )
+            raise RoomConflict(f"room {room_id!r} {why}", room=room_id)
         room.desk.pass_turn(member.id)
 
     @staticmethod
