@@ -75,6 +75,7 @@ def daemon(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LiveDaemo
 
 
 @pytest.mark.parametrize("size", [(360, 740), (390, 844)], ids=["360", "390x844"])
+@pytest.mark.timeout(300)  # a real browser and daemon on a loaded machine
 def test_a_phone_reads_joins_answers_and_pauses(
     chromium: Any, daemon: LiveDaemon, size: tuple[int, int]
 ) -> None:
@@ -107,6 +108,7 @@ def test_a_phone_reads_joins_answers_and_pauses(
         context.close()
 
 
+@pytest.mark.timeout(300)  # a real browser and daemon on a loaded machine
 def test_keyboard_alone_opens_a_room_joins_and_answers(page: Any, daemon: LiveDaemon) -> None:
     _room(daemon, "keys")
     page.goto(daemon.page_url())
@@ -181,6 +183,7 @@ def test_a_first_visit_asks_to_sign_in_quietly_and_a_link_keeps_its_room(
     assert "room=linked" in page.url and link not in page.url
 
 
+@pytest.mark.timeout(300)  # a real browser and daemon on a loaded machine
 def test_the_page_has_no_serious_accessibility_violation(chromium: Any, daemon: LiveDaemon) -> None:
     _room(daemon, "a11y")
     context = chromium.new_context(viewport={"width": 1280, "height": 860}, bypass_csp=True)

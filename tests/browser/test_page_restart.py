@@ -68,6 +68,7 @@ def _writing_shows_the_reply_from_its_start(page: Any) -> None:
     assert re.search(r"\d\d:\d\d:\d\d", head) and "00:00:00" not in head
 
 
+@pytest.mark.timeout(300)  # a real browser and daemon on a loaded machine
 def test_a_reply_being_written_shows_whole_on_opening_and_after_a_reload(
     page: Any, slow_daemon: LiveDaemon
 ) -> None:
@@ -79,6 +80,7 @@ def test_a_reply_being_written_shows_whole_on_opening_and_after_a_reload(
     _writing_shows_the_reply_from_its_start(page)
 
 
+@pytest.mark.timeout(300)  # a real browser and daemon on a loaded machine
 def test_a_daemon_restart_mid_reply_with_a_person_in_the_room(
     page: Any, slow_daemon: LiveDaemon
 ) -> None:
