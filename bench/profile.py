@@ -25,11 +25,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import sniffio
 
 if TYPE_CHECKING:
     from mesh import Agent, MeshOrchestrator, Peer
@@ -53,6 +54,12 @@ async def _open_link(transport: str) -> AsyncIterator[Peer]:
     if transport == "memory":
         async with open_memory_peer(agent) as peer:
             yield peer
+        return
+    if transport == "pingpong":
+        from bench.baselines.loop_pingpong import open_pingpong
+
+        async with open_pingpong(sniffio.current_async_library()) as call:
+            yield _PingPong(call)  # type: ignore[misc]
         return
     if transport == "pipe":
         async with _pipe_link(agent) as peer:
@@ -83,6 +90,16 @@ async def _pipe_link(agent: Agent) -> AsyncIterator[Peer]:
         tg.cancel_scope.cancel()
     await served.aclose()
     await caller.aclose()
+
+
+class _PingPong:
+    """The physical limit (bench/baselines/loop_pingpong.py) behind ``call_tool``."""
+
+    def __init__(self, call: Callable[[], Awaitable[None]]) -> None:
+        self._call = call
+
+    async def call_tool(self, name: str, arguments: dict[str, str]) -> Any:
+        return await self._call()
 
 
 class _Through:
@@ -228,10 +245,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument(
         "--transport",
-        choices=["memory", "pipe", "websocket"],
+        choices=["memory", "pipe", "websocket", "pingpong"],
         default="memory",
         help="pipe: the stdio transport's two ends over os.pipe(); websocket: the echo agent's"
-        " server and a peer in this process, over loopback",
+        " server and a peer in this process, over loopback; pingpong: no mesh, the physical limit"
+        " (two tasks handing a JSON message over the loop's own wake-up)",
     )
     parser.add_argument(
         "--hooks",

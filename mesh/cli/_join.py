@@ -18,6 +18,8 @@ from urllib.parse import quote
 import anyio
 import httpx
 
+from mesh._text import printable
+from mesh.cli._codes import interrupted
 from mesh.cli._connection import auth_headers, ssl_context, token_for, ws_url
 from mesh.rooms import (
     DeltaEvent,
@@ -54,13 +56,16 @@ def cmd_room_join(args: argparse.Namespace, request: Request) -> int:
         file=sys.stderr,
     )
     reason: str | None = None
+    stopped_by_user = False
     try:
         reason = anyio.run(_take_part, args, member["id"], sys.stdout.isatty())
     except KeyboardInterrupt:
-        reason = None
+        stopped_by_user = True
     finally:
         if reason is None:
             request(args, "POST", f"{path}/leave", {"member": member["id"]})
+    if stopped_by_user:
+        return interrupted(f"left room {printable(args.room)}")
     print(f"room {args.room} stopped: {reason}" if reason else "left the room", file=sys.stderr)
     return 0
 

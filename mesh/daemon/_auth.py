@@ -8,7 +8,7 @@ admin, client, observer or agent) or a dial-in agent's token from its
 manifest's variable. No token or an unknown one: 401 (WebSocket close 4001).
 A token without the route's right: 403 (close 4003). Both bodies say which.
 
-:class:`Gate` also remembers the live WebSocket connections of each issued
+:class:`Identities` also remembers the live WebSocket connections of each issued
 token, so revoking one closes them with 4001 at once.
 """
 
@@ -37,7 +37,7 @@ from transports import (
     protocol_token,
 )
 
-__all__ = ["Gate", "Identity", "Right", "refusal", "unauthorized"]
+__all__ = ["Identities", "Identity", "Right", "refusal", "unauthorized"]
 
 log = get_logger("mesh.daemon")
 
@@ -107,8 +107,14 @@ def refusal(status: int, message: str, **extra: object) -> HttpResponse:
     return HttpResponse.error(status, message, **extra)
 
 
-class Gate:
-    """Turns a request's token into an :class:`Identity` and checks its rights."""
+class Identities:
+    """Who holds each token the daemon accepts: a request's token becomes an
+    :class:`Identity` (or a 401/403 for a route it may not use), and each identity's
+    open streams are counted and closed when its token is revoked.
+
+    Only the route's right is checked here; whether an identity may call a given agent or
+    method is the orchestrator's door (:func:`mesh._orchestrator.access.authorize`), for
+    every surface alike."""
 
     def __init__(
         self,

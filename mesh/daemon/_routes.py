@@ -20,7 +20,7 @@ from urllib.parse import unquote
 import anyio.abc
 
 from mesh._logging import get_logger
-from mesh.daemon._auth import Gate, Identity, Right, forbidden, refusal, websocket_refusal
+from mesh.daemon._auth import Identities, Identity, Right, forbidden, refusal, websocket_refusal
 from mesh.daemon._tokens import Role
 from mesh.mcp._http_server import jsonrpc_refusal
 from transports import (
@@ -139,7 +139,7 @@ class RouteTable:
 
     def __init__(
         self,
-        gate: Gate,
+        identities: Identities,
         http: Mapping[str, HttpHandler],
         websocket: Mapping[str, WebSocketHandler],
         ws_config: WebSocketConfig | None = None,
@@ -152,7 +152,7 @@ class RouteTable:
                 f"route table and handlers disagree: no handler for {sorted(wanted - given)}, "
                 f"no route for {sorted(given - wanted)}"
             )
-        self.gate = gate
+        self.identities = identities
         self.ws_config = ws_config
         #: Why a WebSocket upgrade's Origin may not open this route (None: it may).
         self.refuse_origin = refuse_origin
@@ -164,7 +164,7 @@ class RouteTable:
         if not isinstance(found, HttpResponse) and found[0].right is Right.PUBLIC:
             # /health and the page's files: a stranger learns only that they exist.
             return await self._http[found[0].name](request, _NOBODY, found[1])
-        checked = self.gate.check(request, Right.PUBLIC)
+        checked = self.identities.check(request, Right.PUBLIC)
         if isinstance(checked, HttpResponse):
             return _refused(request, checked)
         found = resolve(request.method, request.path)
@@ -185,7 +185,7 @@ class RouteTable:
             paths: tuple[str, ...] | None = ()
         else:
             route, params = found
-            identity = self.gate.identify(request, websocket=True)
+            identity = self.identities.identify(request, websocket=True)
             claimed = request.header("x-agent-id") or request.query_value("agent")
             if identity is None or not identity.may(route.right):
                 code, reason = websocket_refusal(identity, route.right)
@@ -213,9 +213,9 @@ class RouteTable:
         stream: WebSocketStream,
         _: str | None,
     ) -> None:
-        with self.gate.track(identity, stream) as room:
+        with self.identities.track(identity, stream) as room:
             if not room:
-                limit = self.gate.max_streams
+                limit = self.identities.max_streams
                 reason = f"this token has {limit} streams open (max_streams_per_identity)"
                 log.info("websocket.too_many", identity=identity.name, limit=limit)
                 await stream.aclose(CloseCode.TOO_MANY, reason)

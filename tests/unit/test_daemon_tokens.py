@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mesh.daemon._auth import Gate, Identity, Right
+from mesh.daemon._auth import Identities, Identity, Right
 from mesh.daemon._limits import check_endpoint, check_id, host_allowed
 from mesh.daemon._routes import ROUTES, resolve
 from mesh.daemon._serve import _loopback
@@ -82,20 +82,20 @@ def _request(token: str | None) -> HttpRequest:
 def test_gate_identities_and_rights(tmp_path: Path) -> None:
     store = TokenStore(tmp_path)
     _, observer = store.create(Role.OBSERVER, "eyes")
-    gate = Gate(store, TokenAuthenticator({"dial-secret": "bob"}))
-    missing = gate.check(_request(None), Right.READ)
+    identities = Identities(store, TokenAuthenticator({"dial-secret": "bob"}))
+    missing = identities.check(_request(None), Right.READ)
     assert isinstance(missing, HttpResponse) and missing.status == 401
     assert json.loads(missing.body)["error"]["missing"] == "token"
-    unknown = gate.check(_request("mesh_nope"), Right.READ)
+    unknown = identities.check(_request("mesh_nope"), Right.READ)
     assert isinstance(unknown, HttpResponse) and unknown.status == 401
     assert b"unknown or revoked" in unknown.body
-    who = gate.check(_request(observer), Right.READ)
+    who = identities.check(_request(observer), Right.READ)
     assert isinstance(who, Identity) and who.name == "eyes" and who.owner.startswith("token:")
-    denied = gate.check(_request(observer), Right.CALL)
+    denied = identities.check(_request(observer), Right.CALL)
     assert isinstance(denied, HttpResponse) and denied.status == 403
     body = json.loads(denied.body)["error"]
     assert body["missing"] == "call" and "held by admin, client" in body["message"]
-    agent = gate.identify(_request("dial-secret"))
+    agent = identities.identify(_request("dial-secret"))
     assert agent == Identity(role=Role.AGENT, name="bob", agent="bob")
     assert agent.may(Right.DIAL) and not agent.may(Right.READ)
 
