@@ -34,9 +34,10 @@ from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import Protocol, Side, State
 from websockets.server import ServerProtocol
+from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
-from transports._auth import TokenAuthenticator, bearer_token
+from transports._auth import WS_PROTOCOL, TokenAuthenticator, bearer_token, protocol_token
 from transports._base import DEFAULT_MAX_FRAME_SIZE, FrameTooLarge, TransportClosed, TransportInfo
 from transports._groups import unwrap_single_error
 from transports._http_server import HttpRequest, UpgradeHandler
@@ -558,7 +559,12 @@ async def _accept(
 ) -> tuple[WebSocketStream, str | None] | None:
     """The server's half of the handshake: the stream and the token's agent id, or None
     when the connection was refused (404, 4001, 4003) and is closed already."""
-    handshake = ServerProtocol(max_size=config.hard_limit)
+    # A browser offers `mesh` beside its token (see protocol_token): select it; anything
+    # else offered is ignored, as it was before a subprotocol existed.
+    handshake = ServerProtocol(
+        max_size=config.hard_limit,
+        select_subprotocol=_select_subprotocol,
+    )
     # h11 routed the request; websockets parses its own handshake from the
     # same head (its parser must see the request before it reads frames).
     handshake.receive_data(_request_head(request))
@@ -596,7 +602,11 @@ async def _accept(
     agent_id = None
     if authenticator is not None:
         agent_id = authenticator.identify(
-            bearer_token(request.header("authorization"), request.query_value("token"))
+            bearer_token(
+                request.header("authorization"),
+                request.query_value("token")
+                or protocol_token(request.header("sec-websocket-protocol")),
+            )
         )
         if agent_id is None:
             log.info("websocket.unauthorized", client=request.client)
@@ -621,6 +631,10 @@ def _take_offers(request: HttpRequest, offers: Sequence[str]) -> dict[str, str]:
         if value is not None and _OFFER_VALUE.fullmatch(value):
             taken[name.lower()] = value
     return taken
+
+
+def _select_subprotocol(_: ServerProtocol, offered: Sequence[Subprotocol]) -> Subprotocol | None:
+    return Subprotocol(WS_PROTOCOL) if WS_PROTOCOL in offered else None
 
 
 def _request_head(request: HttpRequest) -> bytes:

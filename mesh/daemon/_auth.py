@@ -1,7 +1,8 @@
 """Who is asking, and may they: identities from bearer tokens, rights by role.
 
 Every request but ``GET /health`` carries ``Authorization: Bearer <token>``
-(``?token=`` on WebSocket upgrades, which browsers cannot give headers). A
+(on WebSocket upgrades, which browsers cannot give headers, the subprotocol
+``bearer.<token>`` beside ``mesh``, or ``?token=``). A
 token is either one the daemon issued (:class:`~mesh.daemon._tokens.TokenStore`:
 admin, client, observer or agent) or a dial-in agent's token from its
 manifest's variable. No token or an unknown one: 401 (WebSocket close 4001).
@@ -33,6 +34,7 @@ from transports import (
     WebSocketStream,
     bearer_challenge,
     bearer_token,
+    protocol_token,
 )
 
 __all__ = ["Identities", "Identity", "Right", "refusal", "unauthorized"]
@@ -140,7 +142,10 @@ class Identities:
         return self._open.get(identity.owner, 0)
 
     def identify(self, request: HttpRequest, *, websocket: bool = False) -> Identity | None:
-        query = request.query_value("token") if websocket else None
+        query = None
+        if websocket:  # browsers cannot send headers on a WebSocket: see protocol_token
+            offered = request.header("sec-websocket-protocol")
+            query = request.query_value("token") or protocol_token(offered)
         token = bearer_token(request.header("authorization"), query)
         if token is None:
             return None
@@ -204,10 +209,14 @@ def forbidden(identity: Identity, right: Right) -> HttpResponse:
     holders = sorted(str(role) for role, rights in RIGHTS.items() if right in rights)
     return refusal(
         403,
-        f"a {identity.role} token may not do this: it needs the {right!r} right "
-        f"(held by {', '.join(holders)})",
+        f"{_article(identity.role)} {identity.role} token may not do this: it needs the "
+        f"{right.value!r} right (held by {', '.join(holders)})",
         missing=str(right),
     )
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
 
 
 async def _close_revoked(stream: WebSocketStream) -> None:
