@@ -9,7 +9,10 @@ cases instead of landing on one, and each figure is the median of its repeats.
 
 Each run is bracketed by a CPU probe (`bench._cpu.cpu_probe_ms`, wall time of a
 fixed loop): a run whose probe moved by more than `PROBE_TOLERANCE` had other
-work land inside it, and is flagged in the table and the JSON.
+work land inside it, so it is made again (bounded: `bench._quiet`) and the
+quietest kept; one that stayed noisy is flagged in the table and the JSON.
+The cases a ratio target divides (`bench._targets`) run as a *group*: one run
+of each, back to back, per round, so each round gives one ratio.
 """
 
 from __future__ import annotations
@@ -23,26 +26,45 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from bench._children import REPO_ROOT, bench_env
 from bench._cpu import cpu_probe_ms
+from bench._quiet import (
+    PROBE_TOLERANCE,
+    Attempt,
+    Quiet,
+    QuietPolicy,
+    RepeatBudget,
+    probe_move,
+    run_quietly,
+)
 from bench._registry import Backend, Scenario
 from bench.run_one import RESULT_PREFIX
 
-__all__ = ["Case", "CaseResult", "Settings", "plan_cases", "run_cases"]
+__all__ = [
+    "PROBE_TOLERANCE",
+    "Case",
+    "CaseResult",
+    "Group",
+    "GroupResult",
+    "PairKey",
+    "Settings",
+    "plan_cases",
+    "plan_groups",
+    "run_cases",
+]
 
 #: Start-up and set-up allowed on top of warm-up + duration: opening 10,000
 #: WebSocket connections takes ~30 s on a shared 2-core machine.
 SETUP_ALLOWANCE_S = 150.0
 #: Lines of a failed run's stderr kept to explain it.
 STDERR_TAIL = 12
-#: A run is flagged when its CPU probe after differs from the one before by more
-#: than this fraction (of the smaller): the same code measured twice on a quiet
-#: shared machine differs by up to ~25 %, so a probe that moved more says load changed.
-PROBE_TOLERANCE = 0.25
+#: Probe readings before and after a run, in ms.
+Probe = tuple[float, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +75,9 @@ class Settings:
     smoke: bool
     env_tweaks: bool
     jobs: int = 1
+    quiet: QuietPolicy = field(default_factory=QuietPolicy)
+    #: Seconds the whole run may spend repeating noisy measurements.
+    repeat_budget_s: float = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +99,26 @@ class CaseResult:
     notes: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
-    #: Each run's CPU probe before and after, in ms (see PROBE_TOLERANCE).
-    probes: list[tuple[float, float]] = field(default_factory=list)
+    #: Each kept run's CPU probe before and after, in ms (see PROBE_TOLERANCE).
+    probes: list[Probe] = field(default_factory=list)
+    #: Runs made again because load changed inside them, and kept runs still noisy.
+    repeated: int = 0
+    noisy: int = 0
+
+    def keep(
+        self, output: RunOutput | str, probe: Probe, quiet: Quiet[Any], seconds: float
+    ) -> None:
+        """Record a kept run (the quietest of `quiet.attempts`)."""
+        self.seconds += seconds
+        self.probes.append(probe)
+        self.repeated += quiet.attempts - 1
+        self.noisy += probe_moved(*probe)
+        if isinstance(output, str):
+            self.errors.append(output)
+            return
+        self.runs.append(output.figures)
+        self.samples.append(output.samples)
+        self.notes.update(output.notes)
 
     @property
     def flagged(self) -> list[tuple[float, float]]:
@@ -93,7 +136,7 @@ class CaseResult:
 
 def probe_moved(before: float, after: float) -> bool:
     """True if the machine's speed changed during a run more than `PROBE_TOLERANCE`."""
-    return abs(after - before) > PROBE_TOLERANCE * min(before, after)
+    return probe_move(before, after) > PROBE_TOLERANCE
 
 
 def plan_cases(
@@ -171,49 +214,114 @@ def run_once(case: Case, settings: Settings) -> RunOutput | str:
     return f"exit code {process.returncode}, no result; stderr: {_tail(err)}"
 
 
+#: A ratio's members, as a target asks for them: ((scenario, backend), ...) and the mode.
+PairKey = tuple[tuple[tuple[str, str], ...], str]
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Cases measured back to back, one run of each per round: the A and B of a ratio."""
+
+    key: PairKey
+    cases: tuple[Case, ...]
+
+
+@dataclass(slots=True)
+class GroupResult:
+    group: Group
+    #: Per kept round, each member's figures in order (None: that run failed).
+    rounds: list[list[dict[str, float] | None]] = field(default_factory=list)
+
+
+def plan_groups(cases: Sequence[Case], wanted: Iterable[PairKey]) -> list[Group]:
+    """The pairs (or larger groups) the targets ask for whose members this run measures.
+
+    A member runs on the backend asked if its scenario runs there; a later member
+    (a baseline) that runs on one backend only (the fan-out server, bare NATS)
+    stands in from its own. A group with a member not planned is left out: its
+    target falls back to the medians, or is not measured.
+    """
+    groups: list[Group] = []
+    for members, mode in dict.fromkeys(wanted):
+        found = []
+        for index, (name, backend) in enumerate(members):
+            same = [c for c in cases if c.scenario.name == name and c.mode == mode]
+            exact = [c for c in same if c.backend == backend]
+            pick = exact or (same if index else [])
+            if not pick:
+                break
+            found.append(pick[0])
+        else:
+            groups.append(Group((members, mode), tuple(found)))
+    return groups
+
+
 def run_cases(
     cases: Sequence[Case],
     settings: Settings,
     progress: Callable[[str], None] = lambda line: None,
-) -> list[CaseResult]:
-    """Run every case `settings.repeat` times, interleaved; never raises for a failed run.
+    groups: Sequence[Group] = (),
+) -> tuple[list[CaseResult], list[GroupResult]]:
+    """Run every case `settings.repeat` times; never raises for a failed run.
 
-    With ``settings.jobs > 1`` runs overlap: only for --smoke, whose figures
-    mean nothing, since two runs on two cores measure each other.
+    A case in a group runs in that group's rounds (members back to back); the
+    others run alone. Rounds and lone runs are interleaved (every one once, then
+    again), and each is repeated while its CPU probe says load changed inside it
+    (`bench._quiet.run_quietly`), the quietest kept. With ``settings.jobs > 1``
+    runs overlap: only for --smoke, whose figures mean nothing.
     """
-    results = [CaseResult(case) for case in cases]
-    queue = [
-        result
-        for repeat in range(settings.repeat)
-        for result in results
-        if repeat < (result.case.scenario.max_repeat or settings.repeat)
+    results = {case: CaseResult(case) for case in cases}
+    group_results = [GroupResult(g) for g in groups]
+    grouped = {case for g in groups for case in g.cases}
+    units: list[tuple[tuple[Case, ...], GroupResult | None]] = [
+        *((g.group.cases, g) for g in group_results),
+        *(((case,), None) for case in cases if case not in grouped),
     ]
+
+    def repeats(members: tuple[Case, ...]) -> int:
+        caps = [c.scenario.max_repeat for c in members if c.scenario.max_repeat]
+        return min([settings.repeat, *caps])
+
+    queue = [unit for r in range(settings.repeat) for unit in units if r < repeats(unit[0])]
+    budget = RepeatBudget(settings.repeat_budget_s)
     lock = threading.Lock()
     done = 0
 
-    def run(result: CaseResult) -> None:
+    def attempt(members: tuple[Case, ...]) -> Attempt[list[tuple[RunOutput | str, Probe]]]:
+        runs = []
+        for case in members:
+            before = cpu_probe_ms()
+            output = run_once(case, settings)
+            runs.append((output, (round(before, 1), round(cpu_probe_ms(), 1))))
+            line = output if isinstance(output, str) else _brief(output.figures)
+            progress(f"  {case.label}: {line} [probe {runs[-1][1][0]}->{runs[-1][1][1]} ms]")
+        failed = any(isinstance(output, str) for output, _ in runs)
+        return Attempt(runs, 0.0 if failed else max(probe_move(*p) for _, p in runs))
+
+    def run(unit: tuple[tuple[Case, ...], GroupResult | None]) -> None:
         nonlocal done
+        members, group = unit
         started = time.monotonic()
-        before = cpu_probe_ms()
-        output = run_once(result.case, settings)
-        probe = (round(before, 1), round(cpu_probe_ms(), 1))
+        quiet = run_quietly(
+            lambda: attempt(members), policy=settings.quiet, budget=budget, clock=time.monotonic
+        )
         with lock:
             done += 1
-            result.seconds += time.monotonic() - started
-            result.probes.append(probe)
-            moved = " [PROBE MOVED {} -> {} ms]".format(*probe) if probe_moved(*probe) else ""
-            if isinstance(output, str):
-                result.errors.append(output)
-                progress(f"[{done}/{len(queue)}] {result.case.label}: FAILED {output}{moved}")
-                return
-            result.runs.append(output.figures)
-            result.samples.append(output.samples)
-            result.notes.update(output.notes)
-            progress(f"[{done}/{len(queue)}] {result.case.label}: {_brief(output.figures)}{moved}")
+            took = time.monotonic() - started
+            for case, (output, probe) in zip(members, quiet.kept, strict=True):
+                results[case].keep(output, probe, quiet, took / len(members))
+            if group is not None:
+                group.rounds.append(
+                    [None if isinstance(o, str) else o.figures for o, _ in quiet.kept]
+                )
+            labels = " | ".join(c.label for c in members)
+            state = "quiet" if not quiet.noisy else f"STILL NOISY ({quiet.noise:.0%})"
+            again = f", {quiet.attempts - 1} repeat(s)" if quiet.attempts > 1 else ""
+            progress(f"[{done}/{len(queue)}] {labels}: {state}{again}")
 
     with ThreadPoolExecutor(max_workers=settings.jobs) as pool:
         list(pool.map(run, queue))
-    return results
+    return list(results.values()), group_results
 
 
 def _brief(figures: dict[str, float]) -> str:

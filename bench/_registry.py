@@ -45,6 +45,7 @@ SCENARIO_MODULES: tuple[str, ...] = (
     "bench.baselines.mcp_peer",
     "bench.baselines.http_echo",
     "bench.baselines.ws_crowd",
+    "bench.baselines.loop_pingpong",
     "bench.own_vs_library",
     "bench.mesh_scenarios",
     "bench.mcp_scenarios",

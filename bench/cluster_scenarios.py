@@ -10,6 +10,9 @@ the live echo agent over stdio (a child process), member ``b`` holds nothing.
 ``nats-raw``        nats-py's own ``request`` to a responder in this process that decodes
                     and re-encodes the JSON it echoes (asyncio: nats-py has no trio).
 ``cluster-registry`` agents written to the KV bucket by ``a`` and mirrored by ``b``.
+``kv-raw``          the same through bare nats-py: ``js.publish_async`` of one entry per
+                    key (per-key TTL) on one connection, an ordered consumer on another
+                    counting them (asyncio: nats-py has no trio).
 
 The issue's target: a cross-daemon call costs at most 1.3 x (the local call +
 one bare request/reply); docs/performance.md holds the figures and the sums.
@@ -68,19 +71,36 @@ async def open_pair(backend: str) -> AsyncIterator[tuple[MeshOrchestrator, MeshO
 
 
 async def _wait_for(mesh: MeshOrchestrator, agent_id: str, count: int = 1) -> None:
-    from registry import AgentStatus
+    """Until ``count`` agents whose id starts with ``agent_id`` are online on ``mesh``.
 
-    def there() -> bool:
-        online = mesh.registry.find(status=AgentStatus.ONLINE)
-        return sum(1 for r in online if r.id.startswith(agent_id)) >= count
+    Counted by a listener as the changes happen (one scan at the start): a scan
+    per change would cost the mirror's measurement n² (10,000 agents: 10⁸ looks),
+    and a subscriber a loop iteration per change.
+    """
+    from registry import AgentStatus, StatusChange
 
-    with anyio.fail_after(SPREAD_TIMEOUT):
-        async with mesh.registry.subscribe(max_buffer=1 << 20) as changes:
-            if there():
-                return
-            async for _ in changes:
-                if there():
-                    return
+    registry = mesh.registry
+    there = anyio.Event()
+    online = {r.id for r in registry.find(status=AgentStatus.ONLINE) if r.id.startswith(agent_id)}
+
+    def count_online(change: StatusChange) -> None:
+        if not change.agent_id.startswith(agent_id):
+            return
+        if change.new is AgentStatus.ONLINE:
+            online.add(change.agent_id)
+        else:
+            online.discard(change.agent_id)
+        if len(online) >= count:
+            there.set()
+
+    registry.add_listener(count_online)
+    try:
+        if len(online) >= count:
+            return
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            await there.wait()
+    finally:
+        registry.remove_listener(count_online)
 
 
 async def measure_mesh(mesh: MeshOrchestrator, ctx: RunContext) -> Measurement:
@@ -156,10 +176,74 @@ async def nats_raw(ctx: RunContext) -> Measurement:
             await responder.close()
 
 
+REGISTRY_MODES = ("agents1000", "agents10000")
+
+
+@scenario(
+    "kv-raw",
+    group="cluster",
+    modes=REGISTRY_MODES,
+    smoke_modes=("agents1000",),
+    backends=("asyncio",),
+    metric="mirrored_per_s",
+    description="bare nats-py: KV entries published async on one connection, read by an "
+    "ordered consumer on another",
+)
+async def kv_raw(ctx: RunContext) -> Measurement:
+    import msgspec
+    import nats
+    from nats.js.api import DeliverPolicy, KeyValueConfig, StorageType
+
+    from mesh.testing import spawn_nats_server
+
+    n = 100 if ctx.smoke else int(ctx.mode.removeprefix("agents"))
+    entry = {"daemon": "a", "id": "agent-0", "name": "agent-0", "status": "online"}
+    value = msgspec.json.encode(entry)
+    async with spawn_nats_server() as server:
+        writer, reader = await nats.connect(server.url), await nats.connect(server.url)
+        try:
+            js = writer.jetstream(publish_async_max_pending=n + 1)
+            config = KeyValueConfig(
+                bucket="raw", history=1, storage=StorageType.FILE, limit_marker_ttl=1.0
+            )
+            await js.create_key_value(config)
+            seen, all_seen = 0, anyio.Event()
+
+            async def count(msg: Any) -> None:
+                nonlocal seen
+                msgspec.json.decode(msg.data)
+                seen += 1
+                if seen == n:
+                    all_seen.set()
+
+            await reader.jetstream().subscribe(
+                "$KV.raw.>",
+                stream="KV_raw",
+                cb=count,
+                ordered_consumer=True,
+                deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+            )
+            started = time.perf_counter()
+            for i in range(n):
+                await js.publish_async(f"$KV.raw.agent.agent-{i}", value, msg_ttl=30)
+            with anyio.fail_after(SPREAD_TIMEOUT):
+                await js.publish_async_completed()
+                await all_seen.wait()
+            mirrored_s = time.perf_counter() - started
+        finally:
+            await writer.close()
+            await reader.close()
+    return Measurement(
+        extra={"mirrored_per_s": n / mirrored_s, "ms_to_mirror_all": mirrored_s * 1e3}
+    )
+
+
 @scenario(
     "cluster-registry",
     group="cluster",
-    modes=("agents1000",),
+    baseline="kv-raw",
+    modes=REGISTRY_MODES,
+    smoke_modes=("agents1000",),
     metric="mirrored_per_s",
     description="registry through the KV bucket: agents written by a, mirrored by b",
 )

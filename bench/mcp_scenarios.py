@@ -204,9 +204,28 @@ def _env(token: str | None = None) -> dict[str, str]:
 
 
 @scenario(
+    "mcp-relay-raw",
+    group="mcp-serve",
+    modes=("sequential",),
+    description="the floor of mesh-mcp-serve: its three process hops, raw relays, no mesh code",
+    smoke_modes=("sequential",),
+)
+async def mcp_relay_raw(ctx: RunContext) -> Measurement:
+    hub = python_module("bench.baselines.mcp_relay", "hub", ctx.backend)
+    async with open_server(hub) as server:
+        url = f"ws://127.0.0.1:{server.port}/"
+        command = python_module("bench.baselines.mcp_relay", "relay", ctx.backend, url)
+        process = await anyio.open_process(command, stderr=None, env=_env())
+        try:
+            return await drive_stdio(process, "echo__echo", {"message": TEXT}, ctx)
+        finally:
+            await stop_process(process)
+
+
+@scenario(
     "mesh-mcp-serve",
     group="mcp-serve",
-    baseline="mcp-server-raw",
+    baseline=("mcp-server-raw", "mcp-relay-raw"),
     description="`mesh mcp` (stdio) -> daemon -> echo agent (stdio), same client",
     smoke_modes=("sequential",),
     setup_allowance_s=60.0,
@@ -339,9 +358,23 @@ async def mcp_server_http(ctx: RunContext) -> Measurement:
 
 
 @scenario(
+    "mcp-relay-http-raw",
+    group="mcp-http",
+    modes=("sequential",),
+    description="the floor of mesh-mcp-http: its two process hops, raw h11 and a pipe",
+    smoke_modes=("sequential",),
+)
+async def mcp_relay_http_raw(ctx: RunContext) -> Measurement:
+    command = python_module("bench.baselines.mcp_relay", "http", ctx.backend)
+    async with open_server(command) as server:
+        url = f"http://127.0.0.1:{server.port}/mcp"
+        return await drive_http(url, "echo__echo", {"message": TEXT}, ctx)
+
+
+@scenario(
     "mesh-mcp-http",
     group="mcp-http",
-    baseline="mcp-server-http",
+    baseline=("mcp-server-http", "mcp-relay-http-raw"),
     description="the daemon's /mcp -> echo agent (stdio), same HTTP client",
     smoke_modes=("sequential",),
     setup_allowance_s=60.0,

@@ -4,7 +4,8 @@ The mesh's counterpart of `bench.baselines.ws_crowd`, built from what the mesh
 has today (no daemon yet): the server (``python -m bench.mesh_crowd server
 BACKEND``) is ``open_agent_server`` with a small `mesh.Agent` whose methods are
 
-* ``bench/subscribe``: remember the calling peer (``ctx.peer``) as a recipient;
+* ``bench/subscribe`` (a notification, so a link is up with no more round trips than
+  the handshake's): remember the peer it came on as a recipient;
 * ``bench/wait {n}``: answer once ``n`` recipients are held;
 * ``bench/broadcast {seq}``: ``Peer.broadcast_nowait(recipients, "bench/stamp", {seq, t0})`` to
   every recipient, ``t0`` being ``time.monotonic()`` before the first.
@@ -47,10 +48,10 @@ if TYPE_CHECKING:
 
 #: Concurrent handshakes while opening a crowd (the listen backlog holds them).
 OPEN_CONCURRENCY = 100
-#: Opening 10,000 mesh links (handshake + agent/info + subscribe) on 2 shared cores:
+#: Opening 10,000 mesh links (handshake with agent/info, subscribe) on 2 shared cores:
 #: ~20 s at best, minutes when the server's cyclic GC keeps re-scanning the links.
 OPEN_TIMEOUT_S = 300.0
-#: One link's handshake, agent/info and subscribe.
+#: One link's handshake with its agent/info.
 LINK_TIMEOUT_S = 60.0
 #: Counting the links held, on a server that may be saturated.
 CENSUS_TIMEOUT_S = 60.0
@@ -81,13 +82,12 @@ async def serve_crowd() -> None:
     recipients: dict[Peer, None] = {}  # insertion-ordered set
     joined = [anyio.Event()]  # set, and replaced, whenever a recipient joins
 
-    @agent.method("bench/subscribe")
-    async def subscribe(ctx: RequestContext, params: Any) -> int:
-        assert ctx.peer is not None
-        recipients[ctx.peer] = None
+    @agent.on_notification("bench/subscribe")
+    def subscribe(peer: Peer | None, params: Any) -> None:
+        assert peer is not None
+        recipients[peer] = None
         joined[0].set()
         joined[0] = anyio.Event()
-        return len(recipients)
 
     @agent.method("bench/wait")
     async def wait(ctx: RequestContext, params: Any) -> dict[str, int]:
@@ -161,7 +161,7 @@ class _Crowd:
                             self.url, agent="crowd", handler=self, connect_timeout=LINK_TIMEOUT_S
                         )
                     )
-                    await peer.call("bench/subscribe", timeout=LINK_TIMEOUT_S)
+                    peer.notify_nowait("bench/subscribe")
                 self.opened += 1
                 opened = True
                 self._check_done()

@@ -92,6 +92,7 @@ async def open_echo_server(backend: str) -> AsyncIterator[int]:
 @scenario(
     "mesh-memory",
     group="in-process",
+    baseline="loop-pingpong",
     description="mesh RPC, agent in-process (no I/O)",
     smoke_modes=("sequential",),
 )

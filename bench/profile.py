@@ -19,17 +19,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import gc
 import os
 import re
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import sniffio
 
 if TYPE_CHECKING:
     from mesh import Agent, MeshOrchestrator, Peer
@@ -53,6 +55,12 @@ async def _open_link(transport: str) -> AsyncIterator[Peer]:
     if transport == "memory":
         async with open_memory_peer(agent) as peer:
             yield peer
+        return
+    if transport == "pingpong":
+        from bench.baselines.loop_pingpong import open_pingpong
+
+        async with open_pingpong(sniffio.current_async_library()) as call:
+            yield _PingPong(call)  # type: ignore[misc]
         return
     if transport == "pipe":
         async with _pipe_link(agent) as peer:
@@ -83,6 +91,16 @@ async def _pipe_link(agent: Agent) -> AsyncIterator[Peer]:
         tg.cancel_scope.cancel()
     await served.aclose()
     await caller.aclose()
+
+
+class _PingPong:
+    """The physical limit (bench/baselines/loop_pingpong.py) behind ``call_tool``."""
+
+    def __init__(self, call: Callable[[], Awaitable[None]]) -> None:
+        self._call = call
+
+    async def call_tool(self, name: str, arguments: dict[str, str]) -> Any:
+        return await self._call()
 
 
 class _Through:
@@ -158,6 +176,119 @@ async def _calls(
     return took
 
 
+async def _links(n: int, *, profile: str | None = None) -> float:
+    """Open `n` WebSocket links to the echo agent served in this process, 50 at a time,
+    and hold them; a link is up once ``open_websocket_peer`` returns (``agent/info``
+    answered). The CPU seconds until all are up, both ends (what ``mesh-idle`` meters
+    per link); closing them is not counted."""
+    from mesh import open_agent_server, open_websocket_peer
+    from mesh.agents.echo import agent
+
+    async def open_many(url: str, count: int, profile: str | None) -> float:
+        limiter = anyio.Semaphore(50)
+        all_up, release = anyio.Event(), anyio.Event()
+        left = [count]
+
+        async def link() -> None:
+            async with limiter:
+                opening = open_websocket_peer(url, agent="echo")
+                await opening.__aenter__()
+            left[0] -= 1
+            if left[0] == 0:
+                all_up.set()
+            try:
+                await release.wait()
+            finally:
+                await opening.__aexit__(None, None, None)
+
+        async with anyio.create_task_group() as tg:
+            # As the crowd does: with thousands of links held, the cyclic GC's passes
+            # over them, not the links, would be what is measured.
+            gc.collect()
+            gc.disable()
+            profiler = _start(profile)
+            started = time.process_time()
+            for _ in range(count):
+                tg.start_soon(link)
+            await all_up.wait()
+            took = time.process_time() - started
+            _stop(profile, profiler)
+            gc.enable()
+            release.set()
+        return took
+
+    from transports import HttpServerConfig
+
+    many = HttpServerConfig(max_connections=n + 1000)  # the default admits 1,000
+    async with open_agent_server(agent, http_config=many) as server:
+        url = f"{server.ws_url}/ws"
+        await open_many(url, 200, None)
+        return await open_many(url, n, profile)
+
+
+async def _broadcasts(n: int, *, peers: int = 1000, profile: str | None = None) -> float:
+    """Broadcast `n` notifications to `peers` WebSocket peers, server and crowd in this
+    process, one at a time (each once every peer's handler ran). The CPU seconds the
+    broadcasts took, both ends (``mesh-broadcast`` meters each end on its own)."""
+    from mesh import Agent, Peer, open_agent_server, open_websocket_peer
+    from transports import HttpServerConfig
+
+    agent = Agent("crowd")
+    recipients: list[Peer] = []
+
+    @agent.method("join")
+    def join(ctx: Any, params: Any) -> None:
+        recipients.append(ctx.peer)
+
+    class Crowd:
+        def __init__(self) -> None:
+            self.left = 0
+            self.done = anyio.Event()
+
+        async def handle_request(self, ctx: Any, method: str, params: Any) -> Any:
+            raise NotImplementedError(method)
+
+        def handle_notification(self, peer: Any, method: str, params: Any) -> None:
+            self.left -= 1
+            if self.left == 0:
+                self.done.set()
+
+    crowd = Crowd()
+
+    async def broadcast() -> None:
+        crowd.left, crowd.done = len(recipients), anyio.Event()
+        Peer.broadcast_nowait(recipients, "stamp", {"seq": 1, "t0": time.monotonic()})
+        await crowd.done.wait()
+
+    async def hold(url: str, up: anyio.Event, release: anyio.Event) -> None:
+        async with open_websocket_peer(url, agent="crowd", handler=crowd) as peer:
+            await peer.call("join")
+            up.set()
+            await release.wait()
+
+    many = HttpServerConfig(max_connections=peers + 100)
+    async with open_agent_server(agent, http_config=many) as server:
+        release = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            for _ in range(peers):
+                up = anyio.Event()
+                tg.start_soon(hold, f"{server.ws_url}/ws", up, release)
+                await up.wait()
+            for _ in range(20):
+                await broadcast()
+            gc.collect()
+            gc.disable()
+            profiler = _start(profile)
+            started = time.process_time()
+            for _ in range(n):
+                await broadcast()
+            took = time.process_time() - started
+            _stop(profile, profiler)
+            gc.enable()
+            release.set()
+    return took
+
+
 def _start(profile: str | None) -> object:
     if profile == "cprofile":
         import cProfile
@@ -228,16 +359,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument(
         "--transport",
-        choices=["memory", "pipe", "websocket"],
+        choices=["memory", "pipe", "websocket", "pingpong"],
         default="memory",
         help="pipe: the stdio transport's two ends over os.pipe(); websocket: the echo agent's"
-        " server and a peer in this process, over loopback",
+        " server and a peer in this process, over loopback; pingpong: no mesh, the physical limit"
+        " (two tasks handing a JSON message over the loop's own wake-up)",
     )
     parser.add_argument(
         "--hooks",
         choices=["bare", "on", "sdk"],
         help="call through a MeshOrchestrator: its observability hook taken out (bare), as"
         " shipped with tracing off (on), or every call sampled by the OpenTelemetry SDK (sdk)",
+    )
+    parser.add_argument(
+        "--links",
+        type=int,
+        help="open this many WebSocket links (server and peers in this process) instead of"
+        " calling: CPU per link opened, both ends",
+    )
+    parser.add_argument(
+        "--broadcasts",
+        type=int,
+        help="broadcast this many times to 1,000 WebSocket peers (server and crowd in this"
+        " process) instead of calling: CPU per broadcast, both ends",
     )
     parser.add_argument("--callgrind", action="store_true", help="instructions per call")
     parser.add_argument("--cprofile", action="store_true")
@@ -253,6 +397,16 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{backend}: {per_call:,.0f} instructions per call over {args.transport}{how}")
             continue
         profile = "cprofile" if args.cprofile else "pyinstrument" if args.pyinstrument else None
+        if args.broadcasts:
+            fanning = functools.partial(_broadcasts, args.broadcasts, profile=profile)
+            took = anyio.run(fanning, backend=backend)
+            print(f"{backend}: {took / args.broadcasts * 1e6:.0f} us CPU per broadcast to 1,000")
+            continue
+        if args.links:
+            opening = functools.partial(_links, args.links, profile=profile)
+            took = anyio.run(opening, backend=backend)
+            print(f"{backend}: {took / args.links * 1e6:.0f} us CPU per link opened (both ends)")
+            continue
         run = functools.partial(
             _calls, args.calls, profile=profile, transport=args.transport, hooks=args.hooks
         )

@@ -53,6 +53,9 @@ __all__ = ["BACKENDS", "MeshDaemon"]
 #: The event loops ``both_backends`` runs a test on.
 BACKENDS: Final = ("asyncio", "trio")
 MARKER: Final = "both_backends"
+#: As ``mesh.testing.SPAWN_TIMEOUT`` (not imported here, so that loading the plugin stays
+#: cheap): agents start as child processes, and a loaded CI machine takes its time.
+WAIT_ONLINE_TIMEOUT: Final = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +70,9 @@ class MeshDaemon:
     client: DaemonClient
     daemon: Daemon
 
-    async def wait_online(self, *agent_ids: str, timeout: float = 20) -> dict[str, Any]:
+    async def wait_online(
+        self, *agent_ids: str, timeout: float = WAIT_ONLINE_TIMEOUT
+    ) -> dict[str, Any]:
         """Until every named agent is online (watching ``/agents/events``, no polling).
 
         Past ``timeout`` seconds, a :class:`TimeoutError` that says which agents are

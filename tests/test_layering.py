@@ -26,6 +26,7 @@ WINGS = (
     Wing("mesh._gc", 1),
     Wing("mesh._text", 1),
     Wing("mesh._tasks", 1),
+    Wing("mesh._nats_settings", 1),  # the NATS knobs the daemon reads and the cluster takes
     Wing("mesh._metrics", 2),  # the process's tallies: uses the error codes
     Wing("mesh.protocol", 2),
     Wing("mesh.providers", 3),
@@ -36,7 +37,7 @@ WINGS = (
     Wing("mesh._daemon_client", 5),  # the daemon's HTTP API from outside: tests and scripts
     Wing("mesh._orchestrator", 6),
     Wing("mesh.rooms", 7),
-    # MCP both ways: serving needs the orchestrator; `mesh` imports it to register "mcp"
+    # MCP both ways: serving needs the orchestrator; `mesh` names it among its subpackages
     Wing("mesh.mcp", 7),
     # A2A both ways: the same place as MCP, for the same reasons
     Wing("mesh.a2a", 7),

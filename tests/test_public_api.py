@@ -401,6 +401,7 @@ def test_transports_public_names() -> None:
         "bearer_challenge",
         "bearer_token",
         "memory_stream_pair",
+        "protocol_token",
         "open_http_client",
         "open_http_server",
         "open_stdio_process",

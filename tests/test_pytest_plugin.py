@@ -203,3 +203,10 @@ def test_the_walkthrough_in_docs_testing_md_goes_green(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     assert "6 passed" in run.stdout
     assert "test_daemon.py::test_greets_through_the_daemon[trio] PASSED" in run.stdout
+
+
+def test_the_plugins_wait_matches_the_spawn_timeout_of_mesh_testing() -> None:
+    from mesh.pytest_plugin import WAIT_ONLINE_TIMEOUT
+    from mesh.testing import SPAWN_TIMEOUT
+
+    assert WAIT_ONLINE_TIMEOUT == SPAWN_TIMEOUT

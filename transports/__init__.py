@@ -5,7 +5,7 @@ JSON, no retries. It imports nothing from ``mesh`` or ``registry``.
 """
 
 from transports._admission import Standing, Vouch
-from transports._auth import TokenAuthenticator, bearer_challenge, bearer_token
+from transports._auth import TokenAuthenticator, bearer_challenge, bearer_token, protocol_token
 from transports._base import (
     DEFAULT_MAX_FRAME_SIZE,
     Connector,
@@ -71,6 +71,7 @@ __all__ = [
     "open_stdio_process",
     "open_stdio_server",
     "open_websocket",
+    "protocol_token",
     "unwrap_single_error",
     "websocket_upgrade_handler",
 ]

@@ -10,7 +10,13 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-__all__ = ["TokenAuthenticator", "bearer_challenge", "bearer_token"]
+__all__ = [
+    "WS_PROTOCOL",
+    "TokenAuthenticator",
+    "bearer_challenge",
+    "bearer_token",
+    "protocol_token",
+]
 
 _BEARER: Final = "bearer "
 
@@ -61,11 +67,30 @@ class TokenAuthenticator:
         return len(self._by_digest)
 
 
+#: The subprotocol a browser's WebSocket selects (see :func:`protocol_token`).
+WS_PROTOCOL: Final = "mesh"
+_PROTOCOL_BEARER: Final = "bearer."
+
+
 def bearer_token(authorization: str | None, query_token: str | None) -> str | None:
     """The token from ``Authorization: Bearer …`` (preferred) or ``?token=`` (for browsers)."""
     if authorization and authorization[: len(_BEARER)].lower() == _BEARER:
         return authorization[len(_BEARER) :].strip() or None
     return query_token or None
+
+
+def protocol_token(offered: str | None) -> str | None:
+    """The token a browser offers as the WebSocket subprotocol ``bearer.<token>``.
+
+    A browser's WebSocket cannot send headers, and a token in the URL is shown in
+    its console and logs; so the page offers two subprotocols, ``mesh`` (which
+    the server selects) and ``bearer.<token>`` (which it reads and never echoes).
+    """
+    for value in (offered or "").split(","):
+        value = value.strip()
+        if value.startswith(_PROTOCOL_BEARER):
+            return value[len(_PROTOCOL_BEARER) :] or None
+    return None
 
 
 def bearer_challenge(authorization: str | None, *, realm: str = "mesh") -> tuple[str, str]:

@@ -64,6 +64,7 @@ class LineChannel:
         self._flushing = anyio.Lock(fast_acquire=True)
         self._closed: TransportClosed | None = None
         self._watch: _AsyncioReader | None = None
+        self._take: Callable[[bytes], bool] | None = None  # see deliver_to
 
     @property
     def max_frame_size(self) -> int:
@@ -78,6 +79,24 @@ class LineChannel:
             self._closed = reason
 
     # -- receiving ---------------------------------------------------------------------
+
+    def deliver_to(self, take: Callable[[bytes], bool] | None) -> None:
+        """On asyncio, offer ``take`` a frame that arrives alone while the receiver waits.
+
+        A read that is exactly one whole line, with nothing buffered before it, is offered
+        from the loop's readable callback; ``take`` returns True if it consumed the frame
+        (``receive`` never returns it), False to leave it to ``receive``. A peer uses it to
+        wake a lone caller directly instead of through its reader task.
+        """
+        self._take = take
+
+    def _offer(self, chunk: bytes) -> bool:
+        take = self._take
+        if take is None or self._ready or self._partial or self._discarding is not None:
+            return False
+        if chunk.find(_NEWLINE) != len(chunk) - 1 or len(chunk) - 1 > self._max:
+            return False
+        return len(chunk) > 1 and take(chunk[:-1])
 
     async def receive(self) -> bytes:
         ready = self._ready
@@ -113,7 +132,7 @@ class LineChannel:
                 return b""
             if sniffio.current_async_library() == "asyncio":
                 # From now on the loop reads for us (see _AsyncioReader).
-                self._watch = _AsyncioReader(self._rfd, self.mark_closed)
+                self._watch = _AsyncioReader(self._rfd, self.mark_closed, self._offer)
                 return await self._watch.read()
             try:
                 await anyio.wait_readable(self._rfd)
@@ -265,13 +284,20 @@ class _AsyncioReader:
         "_fd",
         "_loop",
         "_mark_closed",
+        "_offer",
         "_reading",
         "_waiter",
     )
 
-    def __init__(self, fd: int, mark_closed: Callable[[TransportClosed], None]) -> None:
+    def __init__(
+        self,
+        fd: int,
+        mark_closed: Callable[[TransportClosed], None],
+        offer: Callable[[bytes], bool],
+    ) -> None:
         self._fd = fd
         self._mark_closed = mark_closed
+        self._offer = offer  # a chunk taken here while the receiver waits is not queued
         self._loop = asyncio.get_running_loop()
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
@@ -314,6 +340,8 @@ class _AsyncioReader:
             return
         if not chunk:  # end of file: the receiver asks describe_eof why
             self._stop(closed=True)
+            return
+        if self._waiter is not None and not self._chunks and self._offer(chunk):
             return
         self._chunks.append(chunk)
         self._buffered += len(chunk)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import anyio
 
@@ -47,6 +47,7 @@ class _Channel:
         "_loop",
         "_receiver",
         "_senders",
+        "deliver",
         "read_closed",
         "sent_all",
     )
@@ -58,6 +59,9 @@ class _Channel:
         self._receiver: Wakeup | None = None  # a receiver parked on an empty channel
         self._senders: deque[Wakeup] = deque()  # senders parked for room
         self.read_closed = False  # the receiving end closed
+        #: Offered a frame when the receiver is parked on an empty channel; True: it took it
+        #: (see MemoryFrameStream.deliver_to).
+        self.deliver: Callable[[bytes], bool] | None = None
         self.sent_all = False  # the sending end closed: the receiver ends after what is queued
 
     def _wakeup(self) -> Wakeup:
@@ -72,6 +76,9 @@ class _Channel:
         receiver = self._receiver
         if receiver is None and len(self._frames) >= self._capacity:
             return False
+        # A parked receiver means nothing is queued: a frame taken here overtakes none.
+        if receiver is not None and self.deliver is not None and self.deliver(frame):
+            return True
         self._frames.append(frame)
         if receiver is not None:
             self._receiver = None
@@ -183,6 +190,20 @@ class MemoryFrameStream:
             except _Broken:
                 raise self._peer_closed() from None
         return True
+
+    def deliver_to(self, take: Callable[[bytes], bool] | None) -> None:
+        """Offer ``take`` each frame that arrives while the receiver waits on an empty link.
+
+        ``take`` runs in the sender's task and returns True if it consumed the frame (which
+        ``receive`` then never returns), False to leave it to ``receive``. A peer uses it to
+        wake a lone caller straight from here rather than through its reader task.
+        """
+        limit = self._max
+
+        def offer(frame: bytes) -> bool:
+            return len(frame) <= limit and take is not None and take(frame)
+
+        self._in.deliver = None if take is None else offer
 
     def _check_open(self) -> None:
         if self._closed_reason is not None:

@@ -10,7 +10,10 @@ I/O through a :class:`SocketIO`:
 - on asyncio, an ``asyncio.Protocol`` of ours takes over the connection's
   transport, as websockets' own asyncio implementation is built: reading stays
   on (paused only past a high-water mark), writes go straight to the transport;
-- on trio, writes go straight to the socket, reads through anyio;
+- on trio, writes go straight to the socket, and a read waits for the socket
+  to be readable, then reads it (not ``recv`` first: a link read when it is
+  idle would try, fail with EAGAIN, then wait; a crowd of 1,000 links pays
+  that and anyio's and trio's wrappers on every message it is sent);
 - anything else (TLS) keeps anyio's stream: every write waits, as before.
 
 Each probes what it reaches under anyio (a private transport on asyncio) and
@@ -137,19 +140,44 @@ class _QueuedIO:
     through anyio.
     """
 
-    __slots__ = ("_draining", "_pending", "_sock", "_stream")
+    __slots__ = (
+        "_closed_while_waiting",
+        "_draining",
+        "_pending",
+        "_sock",
+        "_stream",
+        "_wait_readable",
+    )
 
     def __init__(self, stream: anyio.abc.ByteStream, sock: socket.socket | None) -> None:
         self._stream = stream
         self._sock = sock
         self._pending = bytearray()
         self._draining = False
+        self._wait_readable: Any = None
+        self._closed_while_waiting: type[BaseException] = anyio.ClosedResourceError
+        if sock is not None:
+            import trio  # only ever given a socket on trio
+
+            self._wait_readable = trio.lowlevel.wait_readable
+            self._closed_while_waiting = trio.ClosedResourceError
 
     async def receive(self) -> bytes:
+        sock = self._sock
+        if sock is None:
+            try:
+                return await self._stream.receive(READ_SIZE)
+            except anyio.EndOfStream:
+                return b""
         try:
-            return await self._stream.receive(READ_SIZE)
-        except anyio.EndOfStream:
-            return b""
+            while True:
+                await self._wait_readable(sock)  # a checkpoint, as every receive must be
+                try:
+                    return sock.recv(READ_SIZE)
+                except BlockingIOError:  # woken, and someone else read first
+                    continue
+        except self._closed_while_waiting:  # closed while we waited
+            raise anyio.ClosedResourceError from None
 
     def write(self, data: bytes) -> bool:
         if self._sock is None or self._pending or self._draining:

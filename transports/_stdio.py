@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Final
 
@@ -89,6 +89,10 @@ class _LineStream:
     async def receive(self) -> bytes:
         return await self._channel.receive()
 
+    def deliver_to(self, take: Callable[[bytes], bool] | None) -> None:
+        """See `LineChannel.deliver_to` (asyncio only; trio keeps its reader)."""
+        self._channel.deliver_to(take)
+
 
 class StdioProcessStream(_LineStream):
     """Frames to and from a child process. Opened by :func:`open_stdio_process`."""
@@ -134,6 +138,19 @@ class StdioProcessStream(_LineStream):
         frame = await self._channel.receive()
         self._stderr_answered = self._stderr_lines
         return frame
+
+    def deliver_to(self, take: Callable[[bytes], bool] | None) -> None:
+        if take is None:
+            self._channel.deliver_to(None)
+            return
+
+        def taken(frame: bytes) -> bool:
+            if not take(frame):
+                return False
+            self._stderr_answered = self._stderr_lines  # as receive does
+            return True
+
+        self._channel.deliver_to(taken)
 
     async def _describe_eof(self) -> TransportClosed:
         with anyio.move_on_after(EXIT_STATUS_WAIT):

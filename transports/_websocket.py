@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Final
 
 import anyio
@@ -32,9 +34,10 @@ from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import Protocol, Side, State
 from websockets.server import ServerProtocol
+from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
-from transports._auth import TokenAuthenticator, bearer_token
+from transports._auth import WS_PROTOCOL, TokenAuthenticator, bearer_token, protocol_token
 from transports._base import DEFAULT_MAX_FRAME_SIZE, FrameTooLarge, TransportClosed, TransportInfo
 from transports._groups import unwrap_single_error
 from transports._http_server import HttpRequest, UpgradeHandler
@@ -55,6 +58,10 @@ log = get_logger("transports.websocket")
 
 _READ_SIZE: Final = 64 * 1024
 _HEAD: Final = 512
+#: What an offer's value may be (an id, a version): short and printable, so that
+#: echoing it in the 101 response cannot split or bloat the headers.
+_OFFER_VALUE: Final = re.compile(r"[!-~]{1,128}")
+_NO_OFFERS: Final[Mapping[str, str]] = MappingProxyType({})
 
 
 class CloseCode(enum.IntEnum):
@@ -131,6 +138,11 @@ class WebSocketConfig:
 
 class WebSocketStream:
     """A :class:`~transports.FrameStream` over one WebSocket connection (either side)."""
+
+    #: The handshake's offers both sides took up (header name, lower case -> value): see
+    #: ``offers`` in :func:`open_websocket` and :func:`websocket_upgrade_handler`.
+    #: Shared and empty unless some were: an idle link holds nothing for it.
+    offers: Mapping[str, str] = _NO_OFFERS
 
     def __init__(
         self,
@@ -436,6 +448,7 @@ async def open_websocket(
     token: str | None = None,
     token_in_query: bool = False,
     headers: Sequence[tuple[str, str]] = (),
+    offers: Sequence[tuple[str, str]] = (),
     ssl_context: ssl.SSLContext | None = None,
     config: WebSocketConfig | None = None,
 ) -> AsyncIterator[WebSocketStream]:
@@ -444,6 +457,11 @@ async def open_websocket(
     The token goes in ``Authorization: Bearer`` (or ``?token=`` with
     ``token_in_query``, as browsers must). Raises :class:`ConnectFailed` naming the
     URL and cause when the TCP, TLS or WebSocket handshake fails.
+
+    ``offers`` are request headers proposing something the server may take up
+    (see :func:`websocket_upgrade_handler`): the ones its 101 response echoes
+    with the same value are in the stream's ``offers``; a server that knows
+    none of them ignores them, as HTTP does any header it does not know.
     """
     config = config or WebSocketConfig()
     if token and token_in_query:
@@ -476,7 +494,7 @@ async def open_websocket(
                 request = protocol.connect()
                 if token and not token_in_query:
                     request.headers["Authorization"] = f"Bearer {token}"
-                for name, value in headers:
+                for name, value in (*headers, *offers):
                     request.headers[name] = value
                 protocol.send_request(request)
                 await stream.send(b"".join(protocol.data_to_send()))
@@ -497,6 +515,9 @@ async def open_websocket(
         status = f"HTTP {response.status_code} {response.reason_phrase}"
         raise ConnectFailed(f"WebSocket handshake with {shown} failed: {status}")
     ws = WebSocketStream(stream, protocol, info=TransportInfo("websocket", shown), config=config)
+    taken = {name.lower(): value for name, value in offers if response.headers.get(name) == value}
+    if taken:
+        ws.offers = taken
     for frame in early_frames:  # frames that arrived with the handshake (even a close)
         if not ws._handle_frame(frame):
             break
@@ -534,10 +555,16 @@ async def _accept(
     config: WebSocketConfig,
     paths: Sequence[str] | None,
     authenticator: TokenAuthenticator | None,
+    offers: Sequence[str] = (),
 ) -> tuple[WebSocketStream, str | None] | None:
     """The server's half of the handshake: the stream and the token's agent id, or None
     when the connection was refused (404, 4001, 4003) and is closed already."""
-    handshake = ServerProtocol(max_size=config.hard_limit)
+    # A browser offers `mesh` beside its token (see protocol_token): select it; anything
+    # else offered is ignored, as it was before a subprotocol existed.
+    handshake = ServerProtocol(
+        max_size=config.hard_limit,
+        select_subprotocol=_select_subprotocol,
+    )
     # h11 routed the request; websockets parses its own handshake from the
     # same head (its parser must see the request before it reads frames).
     handshake.receive_data(_request_head(request))
@@ -546,6 +573,10 @@ async def _accept(
         reply = handshake.reject(404, f"no WebSocket endpoint at {request.path}\n")
     else:
         reply = handshake.accept(parsed)
+    taken = _take_offers(request, offers) if offers else None
+    if taken and reply.status_code == 101:
+        for name, value in taken.items():
+            reply.headers[name] = value
     handshake.send_response(reply)
     opened = handshake.state is State.OPEN
     try:
@@ -564,12 +595,18 @@ async def _accept(
         stream, protocol, info=TransportInfo("websocket", request.client), config=config
     )
     ws.request_target = request.target
+    if taken:
+        ws.offers = taken
     if trailing:
         protocol.receive_data(trailing)
     agent_id = None
     if authenticator is not None:
         agent_id = authenticator.identify(
-            bearer_token(request.header("authorization"), request.query_value("token"))
+            bearer_token(
+                request.header("authorization"),
+                request.query_value("token")
+                or protocol_token(request.header("sec-websocket-protocol")),
+            )
         )
         if agent_id is None:
             log.info("websocket.unauthorized", client=request.client)
@@ -586,6 +623,20 @@ async def _accept(
     return ws, agent_id
 
 
+def _take_offers(request: HttpRequest, offers: Sequence[str]) -> dict[str, str]:
+    """The offers in ``request`` this server takes up: each echoed in the 101 response."""
+    taken = {}
+    for name in offers:
+        value = request.header(name)
+        if value is not None and _OFFER_VALUE.fullmatch(value):
+            taken[name.lower()] = value
+    return taken
+
+
+def _select_subprotocol(_: ServerProtocol, offered: Sequence[Subprotocol]) -> Subprotocol | None:
+    return Subprotocol(WS_PROTOCOL) if WS_PROTOCOL in offered else None
+
+
 def _request_head(request: HttpRequest) -> bytes:
     lines = [f"{request.method} {request.target} HTTP/1.1"]
     lines.extend(f"{name}: {value}" for name, value in request.headers)
@@ -598,6 +649,7 @@ def websocket_upgrade_handler(
     authenticator: TokenAuthenticator | None,
     paths: Sequence[str] | None = ("/ws",),
     config: WebSocketConfig | None = None,
+    offers: Sequence[str] = (),
 ) -> UpgradeHandler:
     """An upgrade handler for :func:`~transports.open_http_server` that accepts WebSockets.
 
@@ -605,11 +657,16 @@ def websocket_upgrade_handler(
     4001 before anything it sends is read; one whose ``X-Agent-Id`` header (or
     ``?agent=``) names another agent than its token is closed with 4003. The
     handler gets the stream and the agent id the token belongs to.
+
+    ``offers`` names request headers this server takes up: one the client sent
+    with a short printable value (at most 128 characters) is echoed in the 101
+    response and is in the stream's ``offers``; what taking it up means is the
+    handler's to honour.
     """
     ws_config = config or WebSocketConfig()
 
     async def upgrade(stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes) -> None:
-        accepted = await _accept(stream, request, trailing, ws_config, paths, authenticator)
+        accepted = await _accept(stream, request, trailing, ws_config, paths, authenticator, offers)
         client = request.client
         # Nothing of the handshake outlives it: an idle link keeps only what it uses.
         del request, trailing

@@ -8,13 +8,14 @@ the orchestrator's :class:`~transports.TokenAuthenticator`, as digests).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from mesh._errors import MeshError
 from mesh._logging import get_logger
@@ -45,6 +46,7 @@ __all__ = [
     "ProtocolAdapter",
     "dial_in_tokens",
     "links_from_manifests",
+    "protocol_adapter",
     "spec_from_manifest",
 ]
 
@@ -53,9 +55,12 @@ log = get_logger("mesh.orchestrator")
 #: Builds the connector for an agent whose transport speaks another protocol
 #: (``protocol = "mcp"``): given the manifest, the spec made so far and the environment.
 ProtocolAdapter = Callable[[Manifest, AgentSpec, Mapping[str, str] | None], Connector]
-#: By protocol name. :mod:`mesh.mcp` adds "mcp" when imported (``import mesh`` does);
-#: the wing that knows a protocol sits above this one, so it registers itself here.
+#: By protocol name. The wing that knows a protocol sits above this one, so it registers
+#: itself here when imported (:mod:`mesh.mcp` adds "mcp").
 PROTOCOL_ADAPTERS: dict[str, ProtocolAdapter] = {}
+#: The wing to import for each protocol a manifest may name, on first use: a manifest that
+#: says ``protocol = "mcp"`` loads in a process that never imported :mod:`mesh.mcp`.
+PROTOCOL_WINGS: Final = {"mcp": "mesh.mcp", "a2a": "mesh.a2a"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,14 +126,21 @@ def spec_from_manifest(
     protocol = getattr(transport, "protocol", "mesh")
     if protocol == "mesh":
         return spec
-    adapter = PROTOCOL_ADAPTERS.get(protocol)
+    adapter = protocol_adapter(protocol)
     if adapter is None:
         raise ManifestError(
-            f"no adapter for protocol {protocol!r} is loaded (import mesh.mcp)",
+            f"no adapter for protocol {protocol!r}",
             field="$.transport.protocol",
             agent=manifest.id,
         )
     return dataclasses.replace(spec, connector=adapter(manifest, spec, environ))
+
+
+def protocol_adapter(protocol: str) -> ProtocolAdapter | None:
+    """The adapter for ``protocol``, importing the wing that registers it the first time."""
+    if protocol not in PROTOCOL_ADAPTERS and protocol in PROTOCOL_WINGS:
+        importlib.import_module(PROTOCOL_WINGS[protocol])
+    return PROTOCOL_ADAPTERS.get(protocol)
 
 
 def unusable_spec(manifest: Manifest) -> AgentSpec:

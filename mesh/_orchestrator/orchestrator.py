@@ -161,7 +161,7 @@ class MeshOrchestrator:
     def from_links(cls, links: ManifestLinks, **kwargs: Any) -> Self:
         """Link what :func:`links_from_manifests` loaded, keeping why an agent cannot connect.
 
-        For a caller that needs ``links`` itself (the daemon's gate takes its tokens).
+        For a caller that needs ``links`` itself (the daemon's identities take its dial-in tokens).
         """
         orchestrator = cls(links.specs, **kwargs)
         orchestrator._unusable.update(links.unusable)

@@ -20,6 +20,7 @@ from mesh._rpc.boundary import map_transport_errors
 from mesh._rpc.peer import Peer, RequestHandler, open_peer
 from mesh._rpc.session import SessionConfig
 from mesh._tracing import environment as trace_environment
+from mesh.protocol import RequestId, new_request_id
 from transports import (
     DEFAULT_MAX_FRAME_SIZE,
     FrameStream,
@@ -31,12 +32,20 @@ from transports import (
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
+    "INFO_OFFER",
     "handshake",
+    "handshake_request",
     "link_websocket_config",
     "open_http_peer",
     "open_stdio_peer",
     "open_websocket_peer",
 ]
+
+#: The WebSocket handshake's request header that asks ``agent/info`` with the
+#: connection itself (its value is the call's id): a server that takes it up echoes it
+#: in its 101 response and answers first thing, so the link is up in one round trip.
+#: A server that does not know it ignores it, and the client asks after opening.
+INFO_OFFER: Final = "Mesh-Agent-Info"
 
 #: Starting a Python agent takes a few hundred milliseconds; ten seconds allows
 #: for a loaded machine without letting a wedged start-up hang the caller.
@@ -56,14 +65,26 @@ def link_websocket_config(config: SessionConfig, **settings: Any) -> WebSocketCo
     return WebSocketConfig(max_frame_size=config.max_frame_size, **settings)
 
 
-async def handshake(peer: Peer, *, timeout: float) -> dict[str, Any]:
+def handshake_request(stream: FrameStream) -> tuple[RequestId, str] | None:
+    """The ``agent/info`` call a client made in its WebSocket handshake, for ``serve_peer``."""
+    asked = getattr(stream, "offers", {}).get(INFO_OFFER.lower())
+    return None if asked is None else (RequestId(asked), "agent/info")
+
+
+async def handshake(
+    peer: Peer, *, timeout: float, asked: RequestId | None = None
+) -> dict[str, Any]:
     """Ask the new peer who it is (``agent/info``); proves it is up and speaking the protocol.
 
-    A peer that answers ``agent/info`` with "method not found" is alive all the
-    same; its info is then empty.
+    ``asked``: the id of the call the connection's handshake already made (its
+    answer is then awaited, not asked for). A peer that answers ``agent/info``
+    with "method not found" is alive all the same; its info is then empty.
     """
     try:
-        info = await peer.call("agent/info", timeout=timeout)
+        if asked is None:
+            info = await peer.call("agent/info", timeout=timeout)
+        else:
+            info = await peer.wait_handshake_answer("agent/info", asked, timeout=timeout)
     except MethodNotFound:
         return {}
     except CallTimeout as exc:
@@ -153,16 +174,28 @@ async def open_websocket_peer(
 ) -> AsyncIterator[Peer]:
     """Dial an agent's WebSocket endpoint with its token.
 
+    ``agent/info`` is asked in the WebSocket handshake (``INFO_OFFER``): a server
+    that takes it up answers it first thing, so the link is up in one round
+    trip; with one that does not, it is asked once the link is open.
+
     A refused or unreachable dial, or a certificate that does not verify, raises
     :class:`~mesh.ConnectFailed`; a refused token (close 4001/4003),
     :class:`~mesh.Unauthorized` with its ``close_code``.
     """
     config = config or SessionConfig()
     ws_config = websocket_config or link_websocket_config(config, connect_timeout=connect_timeout)
+    asked = new_request_id()
     dial = open_websocket(
-        url, token=token, headers=headers, ssl_context=ssl_context, config=ws_config
+        url,
+        token=token,
+        headers=headers,
+        offers=[(INFO_OFFER, asked)],
+        ssl_context=ssl_context,
+        config=ws_config,
     )
-    async with _open(dial, "websocket", agent or url, config, handler, connect_timeout) as peer:
+    async with _open(
+        dial, "websocket", agent or url, config, handler, connect_timeout, asked
+    ) as peer:
         yield peer
 
 
@@ -174,6 +207,7 @@ async def _open(
     config: SessionConfig | None,
     handler: RequestHandler | None,
     connect_timeout: float,
+    asked: RequestId | None = None,
 ) -> AsyncIterator[Peer]:
     """Dial, start the session and handshake, translating any failure; then hand the peer out.
 
@@ -186,5 +220,6 @@ async def _open(
             peer = await stack.enter_async_context(
                 open_peer(stream, handler=handler, config=config, agent=agent)
             )
-            await handshake(peer, timeout=connect_timeout)
+            taken = asked is not None and getattr(stream, "offers", {}).get(INFO_OFFER.lower())
+            await handshake(peer, timeout=connect_timeout, asked=asked if taken else None)
         yield peer

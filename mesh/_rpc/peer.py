@@ -197,6 +197,7 @@ class Peer(CallMethods):
         self._ended = False
         self._ended_event: anyio.Event | None = None  # made by the first wait_closed
         self._call_ended: list[Wakeup] | None = None  # wait_calls_finished, parked
+        self._delivering = False  # in _deliver: a frame arriving meanwhile goes to the reader
         self._new_scope = loop.cancel_scope
         #: What the peer said of itself in the handshake (``agent/info``), if any.
         self.remote_info: dict[str, Any] = {}
@@ -246,9 +247,29 @@ class Peer(CallMethods):
         Cancelling the calling task also tells the peer ``cancelled``.
         """
         timeout, on_progress = options.get("timeout"), options.get("on_progress")
-        session = self._session
         now = self._now()
-        rid = session.send_request(method, params, now=now, timeout=timeout, trace=outgoing())
+        rid = self._session.send_request(method, params, now=now, timeout=timeout, trace=outgoing())
+        return await self._wait_answer(rid, now, timeout, on_progress)
+
+    async def wait_handshake_answer(
+        self, method: str, request_id: RequestId, *, timeout: float | None = None
+    ) -> Any:
+        """The answer to a call made in the connection's handshake (no frame sent here).
+
+        Completes, times out and fails as :meth:`call` does; the deadline runs from now.
+        """
+        now = self._now()
+        self._session.expect_response(method, request_id=request_id, now=now, timeout=timeout)
+        return await self._wait_answer(request_id, now, timeout, None)
+
+    async def _wait_answer(
+        self,
+        rid: RequestId,
+        now: float,
+        timeout: float | None,
+        on_progress: ProgressCallback | None,
+    ) -> Any:
+        session = self._session
         waiter = self._waiters[rid] = self._wakeup()
         if on_progress is not None:
             self._progress[rid] = on_progress
@@ -359,6 +380,9 @@ class Peer(CallMethods):
         """
         self._tasks = tasks
         if read:
+            deliver_to = getattr(self._stream, "deliver_to", None)
+            if deliver_to is not None:
+                deliver_to(self._deliver)
             self._reader = self._new_scope()
             tasks.start_soon(self._read_in_scope, self._reader, name="mesh.reader")
         else:
@@ -369,6 +393,27 @@ class Peer(CallMethods):
             tasks.start_soon(self._clock_loop, name="mesh.clock")
         elif deadline is not None:
             self._arm_clock(deadline)
+
+    def _deliver(self, frame: bytes) -> bool:
+        """A lone call's answer, handed over by the stream as it arrives (in the sender's
+        task): the caller wakes from here, not from the reader task woken first, so a
+        sequential call takes two loop iterations, not three. Anything else (calls that
+        overlap, a frame with a method: requests and notifications run their handlers in
+        the reader's task and context) is left to the reader.
+        """
+        if len(self._waiters) != 1 or self._delivering or b'"method"' in frame:
+            return False
+        self._delivering = True
+        try:
+            session = self._session
+            events = session.receive_frame(frame, self._now())
+            if events:
+                self._dispatch(events)
+            if session.has_data_to_send:
+                self._wake_writer()
+        finally:
+            self._delivering = False
+        return True
 
     async def _read_in_scope(self, scope: anyio.CancelScope) -> None:
         with scope:
@@ -719,15 +764,22 @@ async def serve_peer(
     *,
     config: SessionConfig | None = None,
     codec: Codec = MESH_CODEC,
+    handshake_request: tuple[RequestId, str] | None = None,
 ) -> None:
     """Serve ``handler`` on ``stream`` until the connection ends.
 
     The calling task reads the connection itself: one task fewer per link served.
+    ``handshake_request`` is a request (id, method) the client made in the
+    connection's handshake: it is answered first, as if its frame had come.
     """
     peer = Peer(stream, handler=handler, config=config, codec=codec)
     with unwrap_single_error():
         async with anyio.create_task_group() as tg:
             peer._start(tg, read=False)
+            if handshake_request is not None:
+                peer._dispatch(peer._session.receive_request(*handshake_request))
+                if peer._session.has_data_to_send:
+                    peer._wake_writer()
             try:
                 await peer._read_loop()
             finally:

@@ -294,6 +294,27 @@ class Session:
         self._outbox.append(frame)
         return rid
 
+    def expect_response(
+        self, method: str, *, request_id: RequestId, now: float, timeout: float | None = None
+    ) -> None:
+        """Hold a call the handshake already made (its request went with the connection's
+        opening): its answer completes it like any other's, its deadline runs from ``now``."""
+        if self._close_error is not None:
+            raise self._lost(method)
+        self._calls.start(
+            request_id,
+            _Call(method, None),
+            now=now,
+            timeout=self._call_timeout if timeout is None else timeout,
+        )
+        self._stats.calls_started += 1
+
+    def receive_request(self, request_id: RequestId, method: str) -> list[Event]:
+        """A request the peer made in the connection's handshake (no frame of its own)."""
+        return self._handle_request(
+            Request(id=request_id, timestamp=now_ms(), payload=RequestPayload(method=method))
+        )
+
     def cancel_call(self, request_id: RequestId, *, reason: str = "cancelled by caller") -> bool:
         """Forget a call of ours and tell the peer; False if it had already ended."""
         if self._calls.abandon(request_id) is None:

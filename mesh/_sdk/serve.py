@@ -16,7 +16,7 @@ from functools import partial
 
 from mesh._errors import ConnectionLost, Unauthorized
 from mesh._logging import get_logger
-from mesh._rpc.connect import link_websocket_config
+from mesh._rpc.connect import INFO_OFFER, handshake_request, link_websocket_config
 from mesh._rpc.exchange import Exchange
 from mesh._rpc.peer import serve_peer
 from mesh._rpc.reconnect import ReconnectPolicy, open_reconnecting_peer
@@ -96,14 +96,16 @@ async def open_agent_server(
     http_config = http_config or HttpServerConfig(max_body_size=session_config.max_frame_size)
 
     async def serve_link(stream: WebSocketStream, agent_id: str | None) -> None:
-        await serve_peer(stream, agent, config=session_config)  # one frame less per link
+        # One frame less per link: the server's peer reads on this task.
+        asked = handshake_request(stream)
+        await serve_peer(stream, agent, config=session_config, handshake_request=asked)
 
     async with open_http_server(
         _AgentRoutes(agent, tokens, session_config),
         host=host,
         port=port,
         upgrade_handler=websocket_upgrade_handler(
-            serve_link, authenticator=tokens, config=ws_config
+            serve_link, authenticator=tokens, config=ws_config, offers=(INFO_OFFER,)
         ),
         ssl_context=ssl_context,
         config=http_config,

@@ -23,7 +23,6 @@ import sys
 from typing import Final, NoReturn
 
 from mesh._text import printable
-from mesh.rooms import StopReason
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -37,18 +36,6 @@ EXIT_DENIED: Final = 8
 EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT, as shells report it
 EXIT_BROKEN_PIPE: Final = 141  # 128 + SIGPIPE, what `yes | head -1` reports for yes
 
-#: ``mesh room run``'s exit status for each way a room stops.
-ROOM_EXITS: Final = {
-    StopReason.CONVERGED: EXIT_OK,
-    StopReason.NO_IMPROVEMENT: EXIT_OK,
-    StopReason.MAX_TURNS: EXIT_OK,
-    StopReason.GOODBYE: EXIT_OK,
-    StopReason.ERROR: EXIT_FAILED,
-    StopReason.AGENT_LOST: EXIT_UNAVAILABLE,
-    StopReason.PAUSED: EXIT_ROOM_HALTED,
-    StopReason.STOPPED: EXIT_ROOM_HALTED,
-}
-
 
 def seconds(text: str) -> float:
     """An argparse type: a duration past zero (a deadline of 0, -1, nan or inf is a usage error)."""
@@ -59,6 +46,14 @@ def seconds(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
     return value
+
+
+def interrupted(detail: str = "") -> int:
+    """Ctrl-C: one line on stderr, the same whenever it comes, and :data:`EXIT_INTERRUPTED`.
+
+    ``detail`` says what the interruption left behind (a room that runs on)."""
+    print(f"mesh: interrupted{'; ' if detail else ''}{detail}", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def fail(code: int, message: str) -> NoReturn:

@@ -17,7 +17,6 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from mesh.cli._codes import EXIT_USAGE, fail
-from mesh.daemon._tokens import find_token
 
 __all__ = [
     "DEFAULT_URL",
@@ -73,6 +72,8 @@ def token_for(args: argparse.Namespace) -> str | None:
             return Path(path).read_text().strip() or None
         except OSError:
             return None
+    from mesh.daemon._tokens import find_token
+
     return find_token()
 
 

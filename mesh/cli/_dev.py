@@ -43,21 +43,21 @@ from mesh._errors import (
     MeshError,
     RemoteError,
 )
-from mesh._sdk.agent import Agent
 from mesh._text import json_text, printable
 from mesh.cli._codes import (
     EXIT_FAILED,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_TIMEOUT,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    interrupted,
     seconds,
 )
 from mesh.cli._tools_table import format_tools, usage
 
 if TYPE_CHECKING:
     from mesh._rpc.peer import Peer
+    from mesh._sdk.agent import Agent
     from mesh.manifests._types import Manifest
 
 __all__ = ["add_dev_commands", "load_agent"]
@@ -156,6 +156,8 @@ def _run_author_code(load: Callable[[], Any], where: str) -> Any:
 
 
 def _find_agent(module: ModuleType, name: str | None, where: str) -> Agent:
+    from mesh._sdk.agent import Agent
+
     if name is not None:
         found = getattr(module, name, None)
         if not isinstance(found, Agent):
@@ -379,7 +381,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     except MeshError as exc:  # the agent would not start, or would not answer
         return _refuse(_exit_code(exc) if not isinstance(exc, RemoteError) else 1, str(exc))
     except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+        return interrupted()
     except BaseExceptionGroup as group:  # two at once (a timeout and the link it closed): the first
         first = _first_mesh_error(group)
         if first is None:

@@ -10,7 +10,9 @@ room; the command also ends when the room stops for good.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any, Final
 from urllib.parse import quote
@@ -18,6 +20,8 @@ from urllib.parse import quote
 import anyio
 import httpx
 
+from mesh._text import printable
+from mesh.cli._codes import interrupted
 from mesh.cli._connection import auth_headers, ssl_context, token_for, ws_url
 from mesh.rooms import (
     DeltaEvent,
@@ -40,6 +44,8 @@ def room_path(room_id: str) -> str:
     return f"/rooms/{quote(room_id, safe='')}"
 
 
+#: The name of the thread that reads the person's lines.
+READER: Final = "mesh-room-join-stdin"
 #: Sending one line to the daemon: it answers at once (the engine records it later).
 SAY_TIMEOUT: Final = 15.0
 
@@ -54,15 +60,31 @@ def cmd_room_join(args: argparse.Namespace, request: Request) -> int:
         file=sys.stderr,
     )
     reason: str | None = None
+    stopped_by_user = False
     try:
         reason = anyio.run(_take_part, args, member["id"], sys.stdout.isatty())
     except KeyboardInterrupt:
-        reason = None
+        stopped_by_user = True
     finally:
         if reason is None:
             request(args, "POST", f"{path}/leave", {"member": member["id"]})
-    print(f"room {args.room} stopped: {reason}" if reason else "left the room", file=sys.stderr)
-    return 0
+    if stopped_by_user:
+        code = interrupted(f"left room {printable(args.room)}")
+    else:
+        print(f"room {args.room} stopped: {reason}" if reason else "left the room", file=sys.stderr)
+        code = 0
+    _leave_the_reader_behind(code)
+    return code
+
+
+def _leave_the_reader_behind(code: int) -> None:
+    """End the process now if a thread is still blocked reading stdin (Ctrl-C, or the room
+    stopped, while the person was typing): the interpreter would wait at exit for a line
+    that never comes, since no thread blocked on a terminal can be interrupted."""
+    if any(thread.name == READER for thread in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 async def _take_part(args: argparse.Namespace, member: str, color: bool) -> str | None:
@@ -107,12 +129,22 @@ async def _watch(args: argparse.Namespace, member: str, color: bool) -> str | No
                 return str(event.reason)
 
 
+def _read_line() -> str:
+    """One line of stdin, in a worker thread named as the one to leave behind at exit."""
+    thread = threading.current_thread()
+    name, thread.name = thread.name, READER
+    try:
+        return sys.stdin.readline()
+    finally:
+        thread.name = name
+
+
 async def _say_lines(
     http: httpx.AsyncClient, room_id: str, member: str, done: anyio.CancelScope
 ) -> None:
     while True:
         # A thread blocked on a terminal cannot be interrupted: it is abandoned on exit.
-        line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+        line = await anyio.to_thread.run_sync(_read_line, abandon_on_cancel=True)
         if not line:
             done.cancel()  # end of input: leave
             return

@@ -16,28 +16,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, Final
-
-import httpx
+from typing import TYPE_CHECKING, Any, Final
 
 from mesh._text import json_text, printable
-from mesh._tracing import calling, configure_from_environment, headers_for, outgoing
 from mesh.cli._codes import (
     EXIT_BROKEN_PIPE,
     EXIT_CANNOT_LISTEN,
     EXIT_DENIED,
     EXIT_FAILED,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_TIMEOUT,
     EXIT_UNAVAILABLE,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     fail,
+    interrupted,
     seconds,
 )
 from mesh.cli._connection import (
@@ -47,8 +45,10 @@ from mesh.cli._connection import (
     ssl_context,
 )
 from mesh.cli._dev import add_dev_commands
-from mesh.cli._rooms import add_room_commands
 from mesh.cli._tokens import add_token_commands
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["main"]
 
@@ -88,6 +88,10 @@ def _exchange(
     args: argparse.Namespace, method: str, path: str, body: Any = None, timeout: float = 10.0
 ) -> tuple[Any, httpx.Headers]:
     """The daemon's JSON answer and its headers; any failure is a one-line exit."""
+    import httpx
+
+    from mesh._tracing import headers_for, outgoing
+
     url = args.url.rstrip("/") + path
     headers = {**auth_headers(args), **headers_for(outgoing())}
     verify: Any = ssl_context(args) or True
@@ -180,12 +184,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from mesh._errors import MeshError
 
     try:
-        with suppress(KeyboardInterrupt):  # SIGINT is handled inside; this covers start-up
-            anyio.run(serve_daemon, settings, backend=args.backend)
+        # SIGINT is the daemon's own once it listens; before, it is a KeyboardInterrupt.
+        stopped_by = anyio.run(serve_daemon, settings, backend=args.backend)
     except ListenError as exc:
         _fail(EXIT_CANNOT_LISTEN, str(exc))
     except MeshError as exc:  # e.g. NATS refused the daemon's credentials
         _fail(EXIT_USAGE, str(exc))
+    if stopped_by == signal.SIGINT:  # Ctrl-C, as every command reports it; SIGTERM is a stop
+        raise KeyboardInterrupt
     return EXIT_OK
 
 
@@ -246,6 +252,8 @@ def _arguments(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_call(args: argparse.Namespace) -> int:
+    from mesh._tracing import calling
+
     arguments = _arguments(args)
     body = {
         "agent": args.agent,
@@ -333,11 +341,21 @@ def cmd_validate(args: argparse.Namespace) -> int:
 # -- the parser ------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: The commands whose arguments cost an import of their wing to describe, and their help.
+HEAVY_COMMANDS: Final = {
+    "room": "conversation rooms: run, watch, list, show, export, steer, delete",
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """``mesh``'s parser: every command, or with ``command`` (the one about to run) only
+    that one's arguments in full: the others are names and help lines, so ``mesh call``
+    or ``mesh --help`` does not import the rooms wing to describe ``mesh room run``.
+    """
     parser = argparse.ArgumentParser(
         prog="mesh", description="agent-mesh: run the daemon and talk to agents."
     )
-    parser.add_argument("--version", action="version", version=f"mesh {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def client(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -347,7 +365,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_serve_command(sub)
     _add_call_commands(client)
-    add_room_commands(sub, client, _request)
+    for name, help_text in HEAVY_COMMANDS.items():
+        if command is None or command == name:
+            from mesh.cli._rooms import add_room_commands
+
+            add_room_commands(client(name, help_text), _request)
+        else:
+            sub.add_parser(name, help=help_text)
     add_token_commands(sub, client, _request)
     add_dev_commands(sub, client, _request)
 
@@ -366,6 +390,14 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("directory", nargs="?", default="manifests")
     validate.set_defaults(func=cmd_validate)
     return parser
+
+
+class _VersionAction(argparse._VersionAction):
+    """``--version``, reading the installed version only when asked (it costs an import)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        self.version = f"mesh {_version()}"
+        super().__call__(parser, *args, **kwargs)
 
 
 def _version() -> str:
@@ -467,8 +499,31 @@ def _add_call_commands(client: Callable[[str, str], argparse.ArgumentParser]) ->
     ping.set_defaults(func=cmd_ping)
 
 
+def _command(argv: Sequence[str]) -> str:
+    """The command ``argv`` names: its first word that is not an option (``mesh``'s own
+    options take no value), or "" when there is none (``mesh --help``)."""
+    return next((word for word in argv if not word.startswith("-")), "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    # Ctrl-C is one line and 130 whenever it comes: while the command's imports load too.
+    try:
+        args = build_parser(_command(words)).parse_args(words)
+        _configure(args)
+        code: int = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        return interrupted()
+    return code
+
+
+def _configure(args: argparse.Namespace) -> None:
+    from mesh._tracing import configure_from_environment
+
     # Traces to a collector when OTEL_* asks for them and the SDK is installed.
     configure_from_environment("mesh-daemon" if args.command == "serve" else "mesh-cli")
     if args.command not in ("serve", "dev"):  # those two choose their own level and format
@@ -476,16 +531,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # The library is silent until configured; a client command shows its warnings.
         configure_logging(level="warning", stream=sys.stderr)
-    try:
-        code: int = args.func(args)
-        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
-    except BrokenPipeError:
-        _silence_stdout()
-        return EXIT_BROKEN_PIPE
-    except KeyboardInterrupt:
-        print("mesh: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    return code
 
 
 def _silence_stdout() -> None:

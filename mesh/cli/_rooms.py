@@ -3,7 +3,7 @@
 ``run`` creates a room on the daemon and prints it live (coloured on a TTY) by
 watching ``/rooms/{id}/events`` over WebSocket (resuming from the last event it
 printed when the stream drops), until it stops; it prints the stop reason and
-exits with the status that reason maps to (:data:`~mesh.cli._codes.ROOM_EXITS`).
+exits with the status that reason maps to (:data:`ROOM_EXITS`).
 Ctrl-C detaches and says how to stop the room, or stops it with
 ``--stop-on-interrupt``. ``watch`` follows a room that exists the same way (from
 its first event, or after ``--since SEQ``). ``list`` and ``show`` read rooms,
@@ -23,14 +23,22 @@ import argparse
 import sys
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote
 
 import anyio
 import msgspec
 
 from mesh._text import json_text, printable, safe_json
-from mesh.cli._codes import EXIT_DENIED, EXIT_INTERRUPTED, EXIT_UNREACHABLE, ROOM_EXITS
+from mesh.cli._codes import (
+    EXIT_DENIED,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_ROOM_HALTED,
+    EXIT_UNAVAILABLE,
+    EXIT_UNREACHABLE,
+    interrupted,
+)
 from mesh.cli._connection import add_connection_arguments, ssl_context, token_for
 from mesh.cli._follow import follow_until_interrupted
 from mesh.cli._join import cmd_room_join
@@ -41,6 +49,7 @@ from mesh.rooms import (
     Room,
     RoomEvent,
     RoomSnapshot,
+    StopReason,
     decode_event,
     encode_event,
     format_event,
@@ -53,6 +62,17 @@ Request = Callable[..., Any]
 
 #: Each member's message limit when the room does not set one.
 PER_AGENT = Limits().max_messages_per_agent
+#: ``mesh room run``'s exit status for each way a room stops.
+ROOM_EXITS: Final = {
+    StopReason.CONVERGED: EXIT_OK,
+    StopReason.NO_IMPROVEMENT: EXIT_OK,
+    StopReason.MAX_TURNS: EXIT_OK,
+    StopReason.GOODBYE: EXIT_OK,
+    StopReason.ERROR: EXIT_FAILED,
+    StopReason.AGENT_LOST: EXIT_UNAVAILABLE,
+    StopReason.PAUSED: EXIT_ROOM_HALTED,
+    StopReason.STOPPED: EXIT_ROOM_HALTED,
+}
 #: Topics are cut to this many characters in ``mesh room list``.
 TOPIC_WIDTH = 48
 
@@ -117,14 +137,11 @@ def _interrupted(args: argparse.Namespace, request: Request, room_id: str) -> in
     shown = printable(room_id)
     if args.stop_on_interrupt:
         request(args, "POST", room_path(room_id, "stop"))
-        print(f"mesh: interrupted; room {shown} stopped", file=sys.stderr)
-    else:
-        print(
-            f"mesh: interrupted; room {shown} is still running on the daemon. "
-            f"Stop it with: mesh room stop {shown} (POST {printable(room_path(room_id, 'stop'))})",
-            file=sys.stderr,
-        )
-    return EXIT_INTERRUPTED
+        return interrupted(f"room {shown} stopped")
+    return interrupted(
+        f"room {shown} is still running on the daemon. "
+        f"Stop it with: mesh room stop {shown} (POST {printable(room_path(room_id, 'stop'))})"
+    )
 
 
 def cmd_room_watch(args: argparse.Namespace, request: Request) -> int:
@@ -133,8 +150,7 @@ def cmd_room_watch(args: argparse.Namespace, request: Request) -> int:
     shown = request(args, "GET", room_path(args.room))
     code = _follow(args, args.room, args.since, recorded=shown["room"].get("last_seq", 0))
     if code is None:
-        print(f"mesh: interrupted; room {printable(args.room)} runs on", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupted(f"room {printable(args.room)} runs on")
     return code
 
 
@@ -220,10 +236,8 @@ def cmd_room_delete(args: argparse.Namespace, request: Request) -> int:
     return 0
 
 
-def add_room_commands(
-    sub: Any, client: Callable[[str, str], argparse.ArgumentParser], request: Request
-) -> None:
-    room = client("room", "conversation rooms: run, watch, list, show, export, steer, delete")
+def add_room_commands(room: argparse.ArgumentParser, request: Request) -> None:
+    """``mesh room``'s commands, under its parser."""
     commands = room.add_subparsers(dest="room_command", required=True, metavar="ROOM_COMMAND")
     url_default = room.get_default("url")
 

@@ -7,8 +7,15 @@ awaited from trio, and what NATS delivers (messages, connection events) is
 handed back with ``TrioToken.run_sync_soon``, so the cluster's own code always
 runs on the mesh's loop, one thread, as the rest of the mesh does.
 
-:class:`NatsLoop` is that one seam: ``run`` an operation there, ``spawn`` a
-background pump there, and ``to_mesh`` a callback back here.
+:class:`NatsLoop` is that one seam: ``run`` an operation there, ``send`` one
+whose result nobody waits for, ``spawn`` a background pump there, and
+``to_mesh`` a callback back here.
+
+Under trio a crossing costs a wake-up of the other thread (a write to its
+wake-up socket) and a task switch on each side. So what crosses without an
+answer crosses in batches: every ``send`` queued before the NATS thread wakes
+goes in one crossing, in order, and every ``to_mesh`` queued before trio wakes
+comes back in one (docs/performance.md measures it).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, Final, Protocol, TypeVar
@@ -47,6 +55,13 @@ class NatsLoop(Protocol):
         """Run ``factory()`` on the NATS loop and return its result (from the mesh's loop)."""
         ...
 
+    async def send(
+        self, factory: Callable[[], Awaitable[Any]], on_error: Callable[[Exception], None]
+    ) -> None:
+        """Run ``factory()`` on the NATS loop in order with earlier sends; a failure goes to
+        ``on_error`` on the mesh's loop (under trio without waiting for the NATS loop)."""
+        ...
+
     def spawn(self, factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Run ``factory()`` on the NATS loop until it returns or the loop closes."""
         ...
@@ -64,6 +79,14 @@ class _SameLoop:
 
     async def run(self, factory: Callable[[], Awaitable[T]]) -> T:
         return await factory()
+
+    async def send(
+        self, factory: Callable[[], Awaitable[Any]], on_error: Callable[[Exception], None]
+    ) -> None:
+        try:
+            await factory()
+        except Exception as exc:
+            on_error(exc)
 
     def spawn(self, factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
         self._tasks.start_soon(factory)
@@ -84,6 +107,14 @@ class _ThreadLoop:
         self._ready = threading.Event()
         self._spawned: set[concurrent.futures.Future[None]] = set()
         self._thread = threading.Thread(target=self._main, name="mesh-nats", daemon=True)
+        # Each way, a queue and whether the other side has been woken for it. The side
+        # that drains clears the flag *before* it drains, so an item queued meanwhile is
+        # either drained now or wakes it again: none is left behind.
+        self._outbound: deque[tuple[Callable[[], Awaitable[Any]], Callable[..., None]]] = deque()
+        self._outbound_woken = False
+        self._outbound_ready: asyncio.Event | None = None  # made on the NATS loop
+        self._inbound: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
+        self._inbound_woken = False
 
     def _main(self) -> None:
         asyncio.run(self._serve())
@@ -91,9 +122,12 @@ class _ThreadLoop:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        self._outbound_ready = asyncio.Event()
+        sender = asyncio.create_task(self._send_queued(self._outbound_ready))
         self._ready.set()
         await self._stop.wait()
         # What is still running (pumps) is cancelled, and awaited, before the loop goes.
+        sender.cancel()
         pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         for task in pending:
             task.cancel()
@@ -136,6 +170,35 @@ class _ThreadLoop:
         except concurrent.futures.CancelledError:
             raise ClusterError("the NATS thread stopped while an operation was running") from None
 
+    async def send(
+        self, factory: Callable[[], Awaitable[Any]], on_error: Callable[[Exception], None]
+    ) -> None:
+        loop, ready = self._loop, self._outbound_ready
+        if loop is None or ready is None or loop.is_closed():
+            on_error(ClusterError("the NATS thread is not running (the cluster has stopped)"))
+            return
+        self._outbound.append((factory, on_error))
+        if not self._outbound_woken:
+            self._outbound_woken = True
+            try:
+                loop.call_soon_threadsafe(ready.set)
+            except RuntimeError:  # closed meanwhile
+                on_error(ClusterError("the NATS thread stopped"))
+
+    async def _send_queued(self, ready: asyncio.Event) -> None:
+        """On the NATS loop: run what ``send`` queued, in order, a batch per wake-up."""
+        queued = self._outbound
+        while True:
+            await ready.wait()
+            ready.clear()
+            self._outbound_woken = False
+            while queued:
+                factory, on_error = queued.popleft()
+                try:
+                    await factory()
+                except Exception as exc:
+                    self.to_mesh(on_error, exc)
+
     def spawn(self, factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
         future = self._submit(factory)
         self._spawned.add(future)
@@ -144,9 +207,21 @@ class _ThreadLoop:
     def to_mesh(self, function: Callable[..., None], *args: Any) -> None:
         import trio
 
+        self._inbound.append((function, args))
+        if self._inbound_woken:
+            return  # trio has been woken for the queue and has not drained it yet
+        self._inbound_woken = True
         # RunFinishedError: the mesh's loop has ended, and nobody is left to tell.
         with contextlib.suppress(trio.RunFinishedError):
-            self._token.run_sync_soon(_call_safely, function, *args)
+            self._token.run_sync_soon(self._deliver_queued)
+
+    def _deliver_queued(self) -> None:
+        """On trio: everything ``to_mesh`` queued since the last wake-up, in order."""
+        self._inbound_woken = False
+        queued = self._inbound
+        while queued:
+            function, args = queued.popleft()
+            _call_safely(function, *args)
 
 
 def _call_safely(function: Callable[..., None], *args: Any) -> None:

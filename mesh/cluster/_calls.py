@@ -8,10 +8,13 @@ wait out, up to a hard maximum, as on a direct link), then one ``result`` or
 ``error``. The holder applies the deadline itself; we wait a little longer so
 its verdict, which names the agent, arrives first. Giving up (a timeout, or the
 caller cancelled) tells the holder, which cancels the agent's call. A holder
-that is gone answers at once: NATS says nobody listens there.
+that is gone answers at once: NATS says nobody listens there. A caller parks on
+the loop's own one-shot wake-up, and one clock serves every call's deadline (a
+``call_at`` timer on asyncio, a task on trio): no cancel scope or task per call.
 
 **Serving.** This daemon takes calls for the agents it holds on its own call
-subject, each in a task with its own cancel scope, and calls only local agents
+subject, each in a task (on asyncio the loop's own, cancelled directly; on trio
+the group's, in a cancel scope), and calls only local agents
 (never a hop further), so two daemons that briefly disagree on who holds an
 agent cannot bounce a call between them. Each call carries who it is made for
 (a :class:`~mesh._orchestrator.access.Principal`), and is made on their behalf
@@ -24,7 +27,9 @@ at once too (they may or may not have run, and the message says that).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol, Unpack
 
@@ -66,6 +71,7 @@ from mesh.cluster._wire import (
 )
 from mesh.manifests._types import AccessSection
 from registry import AgentId, AgentStatus, ChangeKind, Registry, StatusChange
+from transports._loop import Timer, Wakeup, current_loop
 
 __all__ = ["LocalCalls", "RemoteCaller", "RemoteCalls"]
 
@@ -96,44 +102,33 @@ class LocalCalls(Protocol):
 
 
 class _Waiter:
-    """A call in flight, as the task that made it waits for it (the pending table's info)."""
+    """A call in flight, as the task that made it waits for it (the pending table's info).
 
-    __slots__ = (
-        "agent",
-        "changed",
-        "error",
-        "expired",
-        "finished",
-        "holder",
-        "method",
-        "on_progress",
-        "progressed",
-        "result",
-    )
+    The caller parks on the loop's own one-shot wake-up (no cancel scope, no task):
+    the answer, a lost link or the clock's deadline finishes it."""
+
+    __slots__ = ("agent", "done", "error", "expired", "holder", "method", "on_progress", "result")
 
     def __init__(
-        self, holder: str, agent: str, method: str, on_progress: ProgressCallback | None
+        self,
+        holder: str,
+        agent: str,
+        method: str,
+        on_progress: ProgressCallback | None,
+        done: Wakeup,
     ) -> None:
         self.holder = holder
         self.agent = agent
         self.method = method
         self.on_progress = on_progress
-        self.changed = anyio.Event()
-        self.finished = False
+        self.done = done
         self.expired = False
-        self.progressed = False
         self.result: Any = None
         self.error: MeshError | None = None
 
     def finish(self, result: Any = None, error: MeshError | None = None) -> None:
-        self.result, self.error, self.finished = result, error, True
-        self.changed.set()
-
-    def progress(self, params: Mapping[str, Any]) -> None:
-        self.progressed = True
-        if self.on_progress is not None:
-            self.on_progress(params)
-        self.changed.set()
+        self.result, self.error = result, error
+        self.done.set()
 
 
 class RemoteCalls:
@@ -163,7 +158,18 @@ class RemoteCalls:
         self._calls: PendingCalls[str, _Waiter] = PendingCalls(
             max_duration=MAX_CALL_DURATION + ROUTE_MARGIN
         )
-        self._serving: dict[str, anyio.CancelScope] = {}
+        #: How to stop each call we serve, by its reply subject (a task's or a scope's cancel).
+        self._serving: dict[str, Callable[[], Any]] = {}
+        loop = current_loop()
+        self._now, self._wakeup, self._call_at = loop.now, loop.wakeup, loop.call_at
+        self._new_scope = loop.cancel_scope
+        #: asyncio: served calls are tasks of the loop's own (no task group, no scope).
+        self._spawn: Callable[[Any], asyncio.Task[None]] | None = None
+        if self._call_at is not None:
+            self._spawn = asyncio.get_running_loop().create_task
+        self._clock_target = math.inf
+        self._timer: Timer | None = None  # asyncio: the pending call_at
+        self._clock: Wakeup | None = None  # trio: where the clock task waits
         self._idle = anyio.Event()
         self._tasks: anyio.abc.TaskGroup | None = None
         self._subscriptions: list[Watch] = []
@@ -235,9 +241,10 @@ class RemoteCalls:
         if not self._link.connected or not self._inbox:
             raise self._unreachable(holder, agent, method)
         reply = f"{self._inbox}.{next(self._numbers)}"
-        waiter = _Waiter(holder, agent, method, on_progress)
-        now = anyio.current_time()
-        self._calls.start(reply, waiter, now=now, timeout=timeout + ROUTE_MARGIN)
+        waiter = _Waiter(holder, agent, method, on_progress, self._wakeup())
+        call = self._calls.start(reply, waiter, now=self._now(), timeout=timeout + ROUTE_MARGIN)
+        if call.deadline < self._clock_target:
+            self._arm_clock(call.deadline)
         request = CallRequest(
             agent=agent,
             method=method,
@@ -246,16 +253,23 @@ class RemoteCalls:
             origin=self._names.daemon,
             caller=caller,
         )
+
+        def not_sent(error: ClusterError) -> None:
+            self._finish(reply, error)
+
         with timed(METRICS.remote_calls, (), None):
             try:
-                await self._link.publish(
+                # Sent without waiting for the NATS loop (under trio, a crossing fewer);
+                # a failure to send ends the call through not_sent.
+                await self._link.send(
                     self._names.calls(holder),
                     ENCODER.encode(request),
+                    not_sent,
                     reply=reply,
                     headers=headers_for(outgoing()) or None,  # the caller's span, if traced
                 )
                 self.calls_sent += 1
-                await self._wait(reply, waiter)
+                await waiter.done.wait()
             except BaseException:
                 if self._calls.abandon(reply) is not None:
                     await self._cancel(holder, reply)
@@ -288,19 +302,39 @@ class RemoteCalls:
         if failed:
             log.warning("cluster.calls_failed_offline", agent=change.agent_id, calls=failed)
 
-    async def _wait(self, reply: str, waiter: _Waiter) -> None:
-        """Until the call ends: answered, lost, or past its deadline (which progress extends)."""
-        while not waiter.finished:
-            call = self._calls.get(reply)
-            assert call is not None  # whatever takes it out of the table finishes the waiter
-            with anyio.move_on_after(max(0.0, call.deadline - anyio.current_time())):
-                await waiter.changed.wait()
-            waiter.changed = anyio.Event()
-            now = anyio.current_time()
-            if waiter.progressed:
-                waiter.progressed = False
-                self._calls.progressed(reply, now)
-            self._expire(now)
+    # -- the clock: one for every call in flight --------------------------------------------
+
+    def _arm_clock(self, deadline: float) -> None:
+        """Have the clock fire at ``deadline`` (earlier than what it waits for now)."""
+        self._clock_target = deadline
+        if self._call_at is None:
+            if self._clock is not None:
+                self._clock.set()  # the clock task re-reads the target
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._tick()
+
+    def _tick(self) -> None:
+        """Fail the calls past their deadline; arm the clock for the next one."""
+        self._clock_target = math.inf
+        self._expire(self._now())
+        deadline = self._calls.next_deadline()
+        if deadline is not None:
+            self._arm_clock(deadline)
+
+    async def _run_clock(self) -> None:
+        """trio's clock (it has no timers): sleep until the next deadline, or an earlier one."""
+        while True:
+            clock = self._clock = self._wakeup()
+            with anyio.move_on_after(self._clock_target - self._now()):
+                await clock.wait()
+            if self._now() >= self._clock_target:
+                self._tick()
 
     def _expire(self, now: float) -> None:
         for call in self._calls.expired(now):
@@ -318,11 +352,15 @@ class RemoteCalls:
 
     async def _cancel(self, holder: str, reply: str) -> None:
         note = ENCODER.encode(CancelCall(reply=reply))
+
+        def not_sent(error: ClusterError) -> None:
+            log.debug("cluster.cancel_not_sent", holder=holder, error=str(error))
+
         with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_TIMEOUT):
             try:
-                await self._link.publish(self._names.cancels(holder), note)
+                await self._link.send(self._names.cancels(holder), note, not_sent)
             except ClusterError as exc:
-                log.debug("cluster.cancel_not_sent", holder=holder, error=str(exc))
+                not_sent(exc)
 
     def _on_reply(self, message: NatsMessage) -> None:
         call = self._calls.get(message.subject)
@@ -341,7 +379,10 @@ class RemoteCalls:
             self._finish(message.subject, error)
             return
         if isinstance(reply, CallProgress):
-            call.info.progress(reply.params)
+            # Still at it: the deadline moves out (the clock, armed earlier, re-arms later).
+            self._calls.progressed(message.subject, self._now())
+            if call.info.on_progress is not None:
+                call.info.on_progress(reply.params)
         elif isinstance(reply, CallResult):
             self._finish(message.subject, None, reply.result)
         else:
@@ -377,10 +418,18 @@ class RemoteCalls:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Take calls for our agents until cancelled (subscriptions are made by :meth:`listen`)."""
-        async with anyio.create_task_group() as tg:
-            self._tasks = tg
-            task_status.started()
-            await anyio.sleep_forever()
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tasks = tg
+                if self._call_at is None:
+                    tg.start_soon(self._run_clock)
+                task_status.started()
+                await anyio.sleep_forever()
+        finally:
+            for cancel in list(self._serving.values()):
+                cancel()  # asyncio's served calls are the loop's tasks, not the group's
+            if self._timer is not None:
+                self._timer.cancel()
 
     async def listen(self) -> None:
         """Subscribe to our call and cancel subjects (nats-py keeps them over reconnects)."""
@@ -403,8 +452,14 @@ class RemoteCalls:
     def _on_request(self, message: NatsMessage) -> None:
         if self._tasks is None or not message.reply:
             return
-        scope = anyio.CancelScope()
-        self._serving[message.reply] = scope
+        if self._spawn is not None:
+            # asyncio: a task of the loop's own, cancelled directly: no task group's
+            # bookkeeping and no cancel scope per served call.
+            task = self._spawn(self._answer(message, None))
+            self._serving[message.reply] = task.cancel
+            return
+        scope = self._new_scope()
+        self._serving[message.reply] = scope.cancel
         self._tasks.start_soon(self._answer, message, scope)
 
     def _on_cancel(self, message: NatsMessage) -> None:
@@ -412,17 +467,21 @@ class RemoteCalls:
             note = CANCEL_CALL.decode(message.data)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return
-        scope = self._serving.get(note.reply)
-        if scope is not None:
-            scope.cancel()
+        cancel = self._serving.get(note.reply)
+        if cancel is not None:
+            cancel()
 
-    async def _answer(self, message: NatsMessage, scope: anyio.CancelScope) -> None:
+    async def _answer(self, message: NatsMessage, scope: anyio.CancelScope | None) -> None:
         reply = message.reply
         try:
-            with scope:
+            if scope is None:  # asyncio: cancelling the task ends it here, unanswered
                 answer = await self._run_request(message.data, reply, message.headers)
-            if not scope.cancel_called:
-                await self._send(reply, answer)
+            else:
+                with scope:
+                    answer = await self._run_request(message.data, reply, message.headers)
+                if scope.cancel_called:
+                    return
+            await self._send(reply, answer)
         finally:
             self._serving.pop(reply, None)
             if not self._serving:
@@ -493,10 +552,14 @@ class RemoteCalls:
             data = ENCODER.encode(
                 CallFailed(code=ErrorCode.INTERNAL_ERROR, message=f"answer not encodable: {exc}")
             )
+
+        def lost(error: ClusterError) -> None:
+            log.info("cluster.answer_lost", reply=reply, error=str(error))
+
         try:
-            await self._link.publish(reply, data)
+            await self._link.send(reply, data, lost)
         except ClusterError as exc:
-            log.info("cluster.answer_lost", reply=reply, error=str(exc))
+            lost(exc)
 
 
 def _data(exc: MeshError) -> Any:

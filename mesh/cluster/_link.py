@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -25,6 +25,7 @@ from mesh._metrics import METRICS
 from mesh._tasks import open_task_group
 from mesh.cluster._bridge import NatsLoop
 from mesh.cluster._errors import ClusterError
+from mesh.cluster._kv import WRITER, AckInbox, KvChange, watch_bucket
 from mesh.cluster._settings import ClusterSettings
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ MARKER_TTL: Final = 1.0
 _KV_OP: Final = "KV-Operation"
 _MARKER: Final = "Nats-Marker-Reason"
 _EXPECTED_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
+_TTL: Final = "Nats-TTL"
 #: JetStream's codes for "wrong last sequence" (the compare-and-set lost).
 _WRONG_LAST_SEQUENCE: Final = frozenset({10071, 10164})
 
@@ -67,17 +69,6 @@ class NatsMessage:
     @property
     def no_responders(self) -> bool:
         return self.headers.get("Status") == "503"
-
-
-@dataclass(frozen=True, slots=True)
-class KvChange:
-    """One key's new value, or its end (``value is None``: deleted, purged or expired)."""
-
-    key: str
-    value: bytes | None
-    revision: int
-    #: Seconds since the server stored it (by the wall clocks involved; 0 if unknown).
-    age: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +111,8 @@ class NatsLink:
         self.server: str | None = None
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
+        self._acks: AckInbox | None = None  # made on the NATS loop, for this connection
+        self._acks_of: Client | None = None
         self._listeners: list[Callable[[bool], None]] = []
         self._changed = anyio.Event()
         self._closing = False
@@ -245,6 +238,32 @@ class NatsLink:
         nc = self.nc
         await self.run(
             f"publish to {subject}", lambda: nc.publish(subject, data, reply=reply, headers=headers)
+        )
+
+    async def send(
+        self,
+        subject: str,
+        data: bytes,
+        on_error: Callable[[ClusterError], None],
+        *,
+        reply: str = "",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Publish without waiting for the NATS loop (under trio; in order with other sends);
+        a failure reaches ``on_error`` on the mesh's loop."""
+        import nats.errors
+
+        nc = self.nc
+
+        def failed(exc: Exception) -> None:
+            if not isinstance(exc, (nats.errors.Error, TimeoutError, OSError, ClusterError)):
+                raise exc  # a bug: _call_safely logs it
+            detail = str(exc) or type(exc).__name__
+            error = exc if isinstance(exc, ClusterError) else None
+            on_error(error or ClusterError(f"NATS could not publish to {subject}: {detail}"))
+
+        await self.loop.send(
+            lambda: nc.publish(subject, data, reply=reply, headers=headers), failed
         )
 
     async def subscribe(self, subject: str, on_message: Callable[[NatsMessage], None]) -> Watch:
@@ -406,34 +425,50 @@ class NatsLink:
         )
         return seq is not None
 
-    async def watch(self, bucket: str, on_change: Callable[[KvChange | None], None]) -> Watch:
-        """Every key's current value, then ``None`` (caught up), then each change, in order."""
-        import datetime
+    async def kv_write_many(
+        self, bucket: str, writes: Sequence[tuple[str, bytes | None, float]]
+    ) -> list[str | None]:
+        """Put (a value) or delete (None) each (key, value, ttl) in one batch: for each,
+        None (stored) or why not. One crossing to the NATS loop for the whole batch.
 
-        js, loop = self.js, self.loop
+        Puts name this daemon in a header, so that its own watch skips their echo."""
+        nc, daemon = self.nc, self.settings.daemon_id
+        messages = []
+        for key, value, ttl in writes:
+            if value is None:
+                messages.append((self._kv_subject(bucket, key), b"", {_KV_OP: "DEL"}))
+            else:
+                # The header holds whole seconds; a TTL is never rounded down to nothing.
+                headers = {_TTL: str(max(1, math.ceil(ttl))), WRITER: daemon}
+                messages.append((self._kv_subject(bucket, key), value, headers))
 
-        async def start() -> Any:
-            kv = await js.key_value(bucket)
-            return await kv.watchall()
+        async def publish() -> list[str | None]:
+            if self._acks is None or self._acks_of is not nc:
+                self._acks, self._acks_of = AckInbox(nc), nc
+            return await self._acks.publish_many(messages, JS_TIMEOUT)
 
-        watcher = await self.run(f"watch bucket {bucket}", start)
+        return await self.run(f"write to bucket {bucket}", publish)
 
-        async def pump() -> None:
-            async for entry in watcher:
-                if entry is None:
-                    loop.to_mesh(on_change, None)
-                    continue
-                created = entry.created
-                age = 0.0
-                if created is not None:
-                    now = datetime.datetime.now(datetime.UTC)
-                    age = max(0.0, (now - created).total_seconds())
-                gone = entry.operation in ("DEL", "PURGE")
-                value = None if gone else bytes(entry.value or b"")
-                loop.to_mesh(on_change, KvChange(entry.key, value, entry.revision or 0, age))
+    async def watch(
+        self,
+        bucket: str,
+        on_change: Callable[[KvChange | None], None],
+        *,
+        skip_own: bool = False,
+    ) -> Watch:
+        """Every key's current value, then ``None`` (caught up), then each change, in order;
+        with ``skip_own``, not the values this daemon wrote with :meth:`kv_write_many`."""
+        js, to_mesh = self.js, self.loop.to_mesh
+        skip = self.settings.daemon_id if skip_own else None
 
-        loop.spawn(pump)
-        return Watch(self, watcher.stop)
+        def deliver(change: KvChange | None) -> None:
+            to_mesh(on_change, change)
+
+        subscription = await self.run(
+            f"watch bucket {bucket}",
+            lambda: watch_bucket(js, bucket, deliver, timeout=JS_TIMEOUT, skip=skip),
+        )
+        return Watch(self, subscription.unsubscribe)
 
     async def consume(
         self, stream: str, subjects: str, start: int, on_event: Callable[[StreamEvent], None]

@@ -44,8 +44,6 @@ HOLDER: Final = "mesh.daemon"
 #: A beat is relayed if the last write of the agent is this share of its interval old:
 #: mirrors hear of it well inside the interval, and a chatty agent costs four writes each.
 RELAY_SHARE: Final = 0.25
-#: Writes to the bucket in flight at once (a resync of thousands of agents).
-MAX_WRITES: Final = 64
 #: A daemon's own entry expires this long after its last renewal.
 DAEMON_TTL: Final = 6.0
 _GONE: Final = frozenset({ChangeKind.REMOVED, ChangeKind.DEREGISTERED})
@@ -169,7 +167,7 @@ class RegistrySync:
         self._wake.set()
 
     async def run_publisher(self) -> None:
-        """Write dirty agents as they come; kept for later while NATS is away."""
+        """Write dirty agents as they come, in batches; kept for later while NATS is away."""
         while True:
             await self._wake.wait()
             self._wake = anyio.Event()
@@ -179,36 +177,40 @@ class RegistrySync:
                 if self._withdrawn:
                     return  # the daemon is leaving: nothing is written after the deletes
                 batch, self._dirty = list(self._dirty), {}
-                limiter = anyio.CapacityLimiter(MAX_WRITES)
-                async with anyio.create_task_group() as tg:
-                    for agent_id in batch:
-                        tg.start_soon(self._write, agent_id, limiter)
+                await self._write(batch)
 
-    async def _write(self, agent_id: AgentId, limiter: anyio.CapacityLimiter) -> None:
-        async with limiter:
+    async def _write(self, batch: list[AgentId]) -> None:
+        """One batch of puts and deletes (one flush, acks matched as they come)."""
+        writes: list[tuple[str, bytes | None, float]] = []
+        written: list[tuple[AgentId, bool]] = []  # (agent, put) in the order of writes
+        now = anyio.current_time()
+        for agent_id in batch:
             record = self._registry.get(agent_id)
-            key = agent_key(agent_id)
-            bucket = self._names.agents_bucket
-            try:
-                if record is None or agent_id in self.remote:
-                    if agent_id in self._published:
-                        self._published.discard(agent_id)
-                        self._last_write.pop(agent_id, None)
-                        await self._link.kv_delete(bucket, key)
-                    return
-                self._last_write[agent_id] = anyio.current_time()
-                entry = AgentEntry.of(
-                    record,
-                    self._names.daemon,
-                    self._call_timeout_of(agent_id),
-                    self._access_of(agent_id),
-                )
-                await self._link.kv_put(bucket, key, ENCODER.encode(entry), ttl=_ttl(record))
+            if record is None or agent_id in self.remote:
+                if agent_id in self._published:
+                    self._published.discard(agent_id)
+                    self._last_write.pop(agent_id, None)
+                    writes.append((agent_key(agent_id), None, 0.0))
+                    written.append((agent_id, False))
+                continue
+            self._last_write[agent_id] = now
+            timeout, access = self._call_timeout_of(agent_id), self._access_of(agent_id)
+            entry = AgentEntry.of(record, self._names.daemon, timeout, access)
+            writes.append((agent_key(agent_id), ENCODER.encode(entry), _ttl(record)))
+            written.append((agent_id, True))
+        if not writes:
+            return
+        try:
+            outcomes = await self._link.kv_write_many(self._names.agents_bucket, writes)
+        except ClusterError as exc:
+            outcomes = [str(exc)] * len(writes)
+        for (agent_id, put), error in zip(written, outcomes, strict=True):
+            if error is not None:
+                log.info("cluster.publish_failed", agent=agent_id, error=error)
+                self._dirty[agent_id] = None  # written again at the next wake or reconnect
+            elif put:
                 self._published.add(agent_id)
                 self._writes += 1
-            except ClusterError as exc:
-                log.info("cluster.publish_failed", agent=agent_id, error=str(exc))
-                self._dirty[agent_id] = None  # written again at the next wake or reconnect
 
     async def run_daemon_entry(self) -> None:
         """Keep this daemon's own entry alive (who is up, and where its API answers)."""
@@ -241,18 +243,14 @@ class RegistrySync:
             self._withdrawn = True
             if not self._link.connected:
                 return
-            bucket = self._names.agents_bucket
             keys = [agent_key(a) for a in self._published] + [DAEMON_PREFIX + self._names.daemon]
             self._published.clear()
-            async with anyio.create_task_group() as tg:
-                for key in keys:
-                    tg.start_soon(self._delete_quietly, bucket, key)
-
-    async def _delete_quietly(self, bucket: str, key: str) -> None:
-        try:
-            await self._link.kv_delete(bucket, key)
-        except ClusterError as exc:
-            log.debug("cluster.withdraw_failed", key=key, error=str(exc))
+            try:
+                await self._link.kv_write_many(
+                    self._names.agents_bucket, [(key, None, 0.0) for key in keys]
+                )
+            except ClusterError as exc:
+                log.debug("cluster.withdraw_failed", error=str(exc))
 
     # -- mirroring the others ------------------------------------------------------------------
 
@@ -261,7 +259,8 @@ class RegistrySync:
         if self._watch is not None:
             await self._watch.stop()
         self._snapshot = set()
-        self._watch = await self._link.watch(self._names.agents_bucket, self._on_kv)
+        # Our own entries' echoes are skipped before they are decoded (or cross to trio).
+        self._watch = await self._link.watch(self._names.agents_bucket, self._on_kv, skip_own=True)
 
     def _on_kv(self, change: KvChange | None) -> None:
         if change is None:

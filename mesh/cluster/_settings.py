@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from mesh._nats_settings import NatsSettings
 from mesh.cluster._errors import ClusterError
 
 __all__ = ["ClusterSettings", "Names", "agent_key", "key_agent"]
@@ -32,34 +33,16 @@ _PLAIN_KEY: Final = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 _ENCODED: Final = "="
 
 
-class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """How to reach NATS and who this daemon is there. Secrets come from variables or a file."""
+class ClusterSettings(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How to reach NATS and who this daemon is there (the knobs of
+    :class:`~mesh._nats_settings.NatsSettings`, which ``mesh serve`` reads), and what only
+    the cluster sets. Secrets come from variables or a file."""
 
-    #: One URL or several, comma-separated (``nats://host:4222``, ``tls://...``).
-    nats: str
-    #: Daemons with the same cluster id on one NATS are one mesh.
-    cluster_id: str = "mesh"
-    #: Unique per daemon; empty picks ``<hostname>-<random>`` at start.
-    daemon_id: str = ""
     #: Where this daemon's HTTP API answers (shown to the others); set by the daemon.
     daemon_url: str = ""
-    nats_token: str | None = None
-    nats_user: str | None = None
-    nats_password: str | None = None
-    #: A NATS ``.creds`` file (user JWT and nkey seed; needs the ``nkeys`` package).
-    nats_creds: str | None = None
-    nats_tls_ca: str | None = None
-    nats_tls_cert: str | None = None
-    nats_tls_key: str | None = None
     #: The daemon waits this long for NATS at start, then serves its own agents
     #: while it keeps trying.
     connect_timeout: float = 5.0
-    #: A room's holder renews its lease every third of this; a dead holder's rooms
-    #: move to another daemon within it.
-    room_lease_ttl: float = 10.0
-    #: Join a NATS at a network address in plaintext with no credentials anyway
-    #: (anyone who reaches that NATS can then read calls and forge registry entries).
-    nats_allow_open: bool = False
 
     def __post_init__(self) -> None:
         if not self.nats.strip():
@@ -80,14 +63,6 @@ class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 
         if not self.credentials and not self.nats_allow_open:
             _refuse_open(self.servers, tls=bool(self.nats_tls_ca or self.nats_tls_cert))
-
-    def __repr__(self) -> str:
-        # Settings end up in errors and debug logs: the secrets never do.
-        shown = ", ".join(
-            f"{name}={'***' if name in _SECRETS and value else repr(value)}"
-            for name, value in msgspec.structs.asdict(self).items()
-        )
-        return f"ClusterSettings({shown})"
 
     @property
     def servers(self) -> list[str]:
@@ -128,8 +103,6 @@ class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         return context
 
 
-#: Settings whose values are secrets: never shown, whatever shows the settings.
-_SECRETS: Final = frozenset({"nats_token", "nats_password"})
 _LOOPBACK_NAMES: Final = frozenset({"localhost", "localhost.localdomain"})
 
 

@@ -33,7 +33,7 @@ from mesh._orchestrator.view import LINK_STATUSES
 from mesh._tracing import serving, trace_from
 from mesh.daemon._a2a import DaemonA2a
 from mesh.daemon._agents import AgentRoutes
-from mesh.daemon._auth import Gate, Identity, Right
+from mesh.daemon._auth import Identities, Identity, Right
 from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._limits import check_id
 from mesh.daemon._mcp import DaemonMcp
@@ -113,7 +113,7 @@ class DaemonApi:
         self,
         orchestrator: MeshOrchestrator,
         rooms: RoomRoutes,
-        gate: Gate,
+        identities: Identities,
         settings: DaemonSettings,
         *,
         dial_in: WebSocketHandler,
@@ -121,7 +121,7 @@ class DaemonApi:
         more_http: Mapping[str, HttpHandler] | None = None,
     ) -> None:
         self._mesh = orchestrator
-        self._gate = gate
+        self._identities = identities
         self._settings = settings
         self.agents = AgentRoutes(orchestrator, settings, manifest_ids)
         self._started = anyio.current_time()
@@ -144,8 +144,8 @@ class DaemonApi:
             max_call_timeout=settings.max_call_timeout,
             endpoint_hosts=settings.endpoint_hosts,
         )
-        self.dispatcher = RouteTable(
-            gate,
+        self.routes = RouteTable(
+            identities,
             http={
                 "health": self.handle_health,
                 "agents": agents.handle_agents,
@@ -179,7 +179,7 @@ class DaemonApi:
         )
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
-        return await self.lifecycle.run(request, self.dispatcher.handle)
+        return await self.lifecycle.run(request, self.routes.handle)
 
     @property
     def cluster(self) -> ClusterView | None:
@@ -205,7 +205,7 @@ class DaemonApi:
             "agents": counts,
         }
         if self._cluster is not None:
-            caller = self._gate.identify(request)
+            caller = self._identities.identify(request)
             described = self._cluster.describe()
             if caller is not None and caller.may(Right.READ):
                 health["cluster"] = described
@@ -296,7 +296,7 @@ class DaemonApi:
 
     async def handle_tokens(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
         return HttpResponse.json(
-            200, {"tokens": [entry.shown() for entry in self._gate.store.entries()]}
+            200, {"tokens": [entry.shown() for entry in self._identities.store.entries()]}
         )
 
     async def handle_whoami(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
@@ -314,7 +314,7 @@ class DaemonApi:
         if body.agent is not None and (why := check_id(body.agent)) is not None:
             return HttpResponse.error(400, why)
         try:
-            entry, token = self._gate.store.create(body.role, body.name, agent=body.agent)
+            entry, token = self._identities.store.create(body.role, body.name, agent=body.agent)
         except TooManyTokens as exc:
             return HttpResponse.error(429, str(exc), limit="max_tokens")
         except TokenError as exc:
@@ -325,7 +325,7 @@ class DaemonApi:
         self, request: HttpRequest, who: Identity, p: Params
     ) -> HttpResponse:
         try:
-            revoked = await self._gate.revoke(p["id"])
+            revoked = await self._identities.revoke(p["id"])
         except TokenError as exc:
             return HttpResponse.error(404, str(exc))
         return HttpResponse.json(200, {"revoked": [entry.shown() for entry in revoked]})

@@ -1,13 +1,14 @@
 """Who is asking, and may they: identities from bearer tokens, rights by role.
 
 Every request but ``GET /health`` carries ``Authorization: Bearer <token>``
-(``?token=`` on WebSocket upgrades, which browsers cannot give headers). A
+(on WebSocket upgrades, which browsers cannot give headers, the subprotocol
+``bearer.<token>`` beside ``mesh``, or ``?token=``). A
 token is either one the daemon issued (:class:`~mesh.daemon._tokens.TokenStore`:
 admin, client, observer or agent) or a dial-in agent's token from its
 manifest's variable. No token or an unknown one: 401 (WebSocket close 4001).
 A token without the route's right: 403 (close 4003). Both bodies say which.
 
-:class:`Gate` also remembers the live WebSocket connections of each issued
+:class:`Identities` also remembers the live WebSocket connections of each issued
 token, so revoking one closes them with 4001 at once.
 """
 
@@ -33,9 +34,10 @@ from transports import (
     WebSocketStream,
     bearer_challenge,
     bearer_token,
+    protocol_token,
 )
 
-__all__ = ["Gate", "Identity", "Right", "refusal", "unauthorized"]
+__all__ = ["Identities", "Identity", "Right", "refusal", "unauthorized"]
 
 log = get_logger("mesh.daemon")
 
@@ -105,8 +107,14 @@ def refusal(status: int, message: str, **extra: object) -> HttpResponse:
     return HttpResponse.error(status, message, **extra)
 
 
-class Gate:
-    """Turns a request's token into an :class:`Identity` and checks its rights."""
+class Identities:
+    """Who holds each token the daemon accepts: a request's token becomes an
+    :class:`Identity` (or a 401/403 for a route it may not use), and each identity's
+    open streams are counted and closed when its token is revoked.
+
+    Only the route's right is checked here; whether an identity may call a given agent or
+    method is the orchestrator's door (:func:`mesh._orchestrator.access.authorize`), for
+    every surface alike."""
 
     def __init__(
         self,
@@ -134,7 +142,10 @@ class Gate:
         return self._open.get(identity.owner, 0)
 
     def identify(self, request: HttpRequest, *, websocket: bool = False) -> Identity | None:
-        query = request.query_value("token") if websocket else None
+        query = None
+        if websocket:  # browsers cannot send headers on a WebSocket: see protocol_token
+            offered = request.header("sec-websocket-protocol")
+            query = request.query_value("token") or protocol_token(offered)
         token = bearer_token(request.header("authorization"), query)
         if token is None:
             return None
@@ -198,10 +209,14 @@ def forbidden(identity: Identity, right: Right) -> HttpResponse:
     holders = sorted(str(role) for role, rights in RIGHTS.items() if right in rights)
     return refusal(
         403,
-        f"a {identity.role} token may not do this: it needs the {right!r} right "
-        f"(held by {', '.join(holders)})",
+        f"{_article(identity.role)} {identity.role} token may not do this: it needs the "
+        f"{right.value!r} right (held by {', '.join(holders)})",
         missing=str(right),
     )
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
 
 
 async def _close_revoked(stream: WebSocketStream) -> None:

@@ -16,7 +16,9 @@ The people routes (see :mod:`mesh.rooms._people`):
 ``POST /rooms/{id}/leave``          ``{"member": "carol"}``
 ``POST /rooms/{id}/say``            ``{"member": "carol", "text": "..."}``: 200 when
                                     it answers your turn, 202 when it waits for
-                                    the turn in flight (an interjection)
+                                    the turn in flight (an interjection);
+                                    ``{"member": "carol", "pass": true}`` passes
+                                    your turn (200; 409 when it is not yours)
 ==================================  ============================================
 
 They need the ``rooms`` right (client and admin tokens), and the room's
@@ -108,7 +110,8 @@ class LeaveBody(msgspec.Struct, forbid_unknown_fields=True):
 
 class SayBody(msgspec.Struct, forbid_unknown_fields=True):
     member: str
-    text: str
+    text: str = ""
+    passing: bool = msgspec.field(default=False, name="pass")
 
 
 def _status(exc: RoomError) -> int:
@@ -161,6 +164,11 @@ class PeopleRoutes:
                 await rooms.leave(room_id, leaving.member, holder=holder)
                 return HttpResponse(204)
             said = msgspec.json.decode(body, type=SayBody)
+            if said.passing:
+                if said.text:
+                    return HttpResponse.error(400, "a pass says nothing: send text or pass")
+                await rooms.pass_turn(room_id, said.member, holder=holder)
+                return HttpResponse.json(200, {"status": "passed", "member": said.member})
             outcome = await rooms.say(room_id, said.member, said.text, holder=holder, person=person)
             return HttpResponse.json(200 if outcome["status"] == "turn" else 202, outcome)
         except msgspec.DecodeError as exc:

@@ -5,11 +5,13 @@
 /rooms/{id}/pause|resume|stop`` steer them and ``DELETE /rooms/{id}`` removes a
 stopped one (owner or admin only); ``/rooms/{id}/events`` is a WebSocket that
 sends every event of the room, in order, from ``?since=SEQ`` on, then live
-until the room stops. Creation is bounded: topic length, members, turns, and
-how many rooms may be active at once, in all and per owner (resuming a stopped
-room is bounded the same way). A room's turns are made on behalf of its
-creator's token, so creating one with an agent that token may not call is
-refused at once (403, naming the agent and the rule).
+until the room stops (``GET`` it for the events so far as JSON, or with
+``?format=md`` as the Markdown transcript the CLI exports). Creation is
+bounded: topic length, members, turns, and how many rooms may be active at
+once, in all and per owner (resuming a stopped room is bounded the same way).
+A room's turns are made on behalf of its creator's token, so creating one with
+an agent that token may not call is refused at once (403, naming the agent and
+the rule).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from mesh.rooms import (
     RoomStatus,
     decode_room_spec,
     encode_event,
+    transcript_markdown,
 )
 from transports import CloseCode, HttpRequest, HttpResponse, WebSocketStream
 
@@ -175,6 +178,13 @@ class RoomRoutes:
         if since is None:
             return HttpResponse.error(400, "since must be a sequence number (an integer >= 0)")
         events = await self._rooms.events(p["id"], since=since)
+        shape = request.query_value("format") or "json"
+        if shape == "md":  # the CLI's `mesh room export --format md`, for the page's button
+            snapshot = await self._rooms.get(p["id"])
+            text = transcript_markdown(snapshot, events).encode()
+            return HttpResponse(200, text, content_type="text/markdown; charset=utf-8")
+        if shape != "json":
+            return HttpResponse.error(400, f"format must be json or md, not {shape[:20]!r}")
         return HttpResponse.json(200, {"events": events})
 
     async def observe(self, stream: WebSocketStream, who: Identity, p: Params) -> None:

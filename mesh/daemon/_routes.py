@@ -20,7 +20,7 @@ from urllib.parse import unquote
 import anyio.abc
 
 from mesh._logging import get_logger
-from mesh.daemon._auth import Gate, Identity, Right, forbidden, refusal, websocket_refusal
+from mesh.daemon._auth import Identities, Identity, Right, forbidden, refusal, websocket_refusal
 from mesh.daemon._tokens import Role
 from mesh.mcp._http_server import jsonrpc_refusal
 from transports import (
@@ -116,15 +116,48 @@ ROUTES: Final = (
 )
 
 
+def _by_literal_path(routes: tuple[Route, ...]) -> dict[tuple[str, ...], list[Route]]:
+    found: dict[tuple[str, ...], list[Route]] = {}
+    for route in routes:
+        if route.literal == len(route.segments):
+            found.setdefault(route.segments, []).append(route)
+    return found
+
+
+def _by_first(routes: tuple[Route, ...]) -> dict[tuple[int, str], tuple[Route, ...]]:
+    """Routes by (how many segments, the first one)."""
+    found: dict[tuple[int, str], list[Route]] = {}
+    for route in routes:
+        if not route.segments:
+            continue
+        if route.segments[0].startswith("{"):
+            raise ValueError(f"a route begins with a literal segment: {route.path}")
+        found.setdefault((len(route.segments), route.segments[0]), []).append(route)
+    return {key: tuple(bucket) for key, bucket in found.items()}
+
+
+#: The routes without parameters, by path: a request for one of these paths needs no
+#: scan (no route can match it with more literal segments); the others are tried only
+#: against routes of as many segments that begin the same way. /rpc, /mcp and
+#: /a2a/{agent} are asked on every call.
+_LITERAL: Final = _by_literal_path(ROUTES)
+_BY_FIRST: Final = _by_first(ROUTES)
+
+
 def resolve(method: str, path: str) -> tuple[Route, dict[str, str]] | HttpResponse:
     """The route for ``method path``, or the 404 / 405 / 426 that says why none."""
     # Each segment is percent-decoded after the split: `a%2Fb` is one id, not two.
     parts = tuple(unquote(p) for p in path.split("/") if p)
-    matches = [(r, params) for r in ROUTES if (params := r.match(parts)) is not None]
-    if not matches:
-        return refusal(404, f"no route {method} {path}")
-    best = max(r.literal for r, _ in matches)
-    matches = [(r, params) for r, params in matches if r.literal == best]
+    literal = _LITERAL.get(parts)
+    if literal is not None:
+        matches: list[tuple[Route, dict[str, str]]] = [(r, {}) for r in literal]
+    else:
+        candidates = _BY_FIRST.get((len(parts), parts[0]), ()) if parts else ()
+        matches = [(r, params) for r in candidates if (params := r.match(parts)) is not None]
+        if not matches:
+            return refusal(404, f"no route {method} {path}")
+        best = max(r.literal for r, _ in matches)
+        matches = [(r, params) for r, params in matches if r.literal == best]
     for route, params in matches:
         if route.method == method:
             return route, params
@@ -139,7 +172,7 @@ class RouteTable:
 
     def __init__(
         self,
-        gate: Gate,
+        identities: Identities,
         http: Mapping[str, HttpHandler],
         websocket: Mapping[str, WebSocketHandler],
         ws_config: WebSocketConfig | None = None,
@@ -152,7 +185,7 @@ class RouteTable:
                 f"route table and handlers disagree: no handler for {sorted(wanted - given)}, "
                 f"no route for {sorted(given - wanted)}"
             )
-        self.gate = gate
+        self.identities = identities
         self.ws_config = ws_config
         #: Why a WebSocket upgrade's Origin may not open this route (None: it may).
         self.refuse_origin = refuse_origin
@@ -164,10 +197,9 @@ class RouteTable:
         if not isinstance(found, HttpResponse) and found[0].right is Right.PUBLIC:
             # /health and the page's files: a stranger learns only that they exist.
             return await self._http[found[0].name](request, _NOBODY, found[1])
-        checked = self.gate.check(request, Right.PUBLIC)
+        checked = self.identities.check(request, Right.PUBLIC)
         if isinstance(checked, HttpResponse):
             return _refused(request, checked)
-        found = resolve(request.method, request.path)
         if isinstance(found, HttpResponse):
             return found
         route, params = found
@@ -185,7 +217,7 @@ class RouteTable:
             paths: tuple[str, ...] | None = ()
         else:
             route, params = found
-            identity = self.gate.identify(request, websocket=True)
+            identity = self.identities.identify(request, websocket=True)
             claimed = request.header("x-agent-id") or request.query_value("agent")
             if identity is None or not identity.may(route.right):
                 code, reason = websocket_refusal(identity, route.right)
@@ -213,9 +245,9 @@ class RouteTable:
         stream: WebSocketStream,
         _: str | None,
     ) -> None:
-        with self.gate.track(identity, stream) as room:
+        with self.identities.track(identity, stream) as room:
             if not room:
-                limit = self.gate.max_streams
+                limit = self.identities.max_streams
                 reason = f"this token has {limit} streams open (max_streams_per_identity)"
                 log.info("websocket.too_many", identity=identity.name, limit=limit)
                 await stream.aclose(CloseCode.TOO_MANY, reason)

@@ -36,7 +36,7 @@ from mesh._orchestrator.links import links_from_manifests
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._tasks import open_task_group
 from mesh.daemon._api import DaemonApi
-from mesh.daemon._auth import Gate
+from mesh.daemon._auth import Identities
 from mesh.daemon._dial_in import DialIns
 from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._page import PageFiles, PeopleRoutes
@@ -71,10 +71,11 @@ RETENTION_CHECK_INTERVAL: Final = 60.0
 CUT_ANSWER_TIMEOUT: Final = 2.0
 
 
-def _gate(settings: DaemonSettings, dial_in_tokens: TokenAuthenticator) -> Gate:
+def _identities(settings: DaemonSettings, dial_in_tokens: TokenAuthenticator) -> Identities:
     store = TokenStore(settings.data_dir, max_tokens=settings.max_tokens)
     store.load()
-    return Gate(store, dial_in_tokens, max_streams_per_identity=settings.max_streams_per_identity)
+    limit = settings.max_streams_per_identity
+    return Identities(store, dial_in_tokens, max_streams_per_identity=limit)
 
 
 def _ssl_context(settings: DaemonSettings) -> ssl.SSLContext | None:
@@ -143,13 +144,14 @@ async def serve_daemon(
     environ: Mapping[str, str] | None = None,
     handle_signals: bool = True,
     task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Run the daemon until SIGINT/SIGTERM (or cancellation); returns after a graceful stop."""
+) -> signal.Signals | None:
+    """Run the daemon until SIGINT/SIGTERM (or cancellation); returns after a graceful stop,
+    with the signal that asked for it (None when ``handle_signals`` is off)."""
     ssl_context = _ssl_context(settings)
     _private_data_dir(Path(settings.data_dir))
     # Logs each broken manifest (invalid, unusable, or a dial-in token unset) and goes on.
     links = links_from_manifests(settings.manifests, environ=environ)
-    gate = _gate(settings, links.tokens)
+    identities = _identities(settings, links.tokens)
     orchestrator = MeshOrchestrator.from_links(links, registry=_registry(settings))
     # In a cluster, rooms are resumed by whichever daemon takes their lease.
     rooms = RoomManager.for_orchestrator(
@@ -162,7 +164,7 @@ async def serve_daemon(
     api = DaemonApi(
         orchestrator,
         RoomRoutes(rooms, settings),
-        gate,
+        identities,
         settings,
         dial_in=dial_ins.serve,
         manifest_ids=links.ids,
@@ -179,7 +181,7 @@ async def serve_daemon(
             await orchestrator.wait_linked()
         else:
             await api.lifecycle.wait_serving()
-        await api.dispatcher.upgrade(stream, request, trailing)
+        await api.routes.upgrade(stream, request, trailing)
 
     http_config = HttpServerConfig(
         max_body_size=settings.max_body_size,
@@ -193,10 +195,10 @@ async def serve_daemon(
     async with AsyncExitStack() as stack:
         # The port first: a busy port must fail before any agent process is started.
         server = await _listen(
-            stack, settings, api.handle, upgrade, http_config, ssl_context, gate.vouch
+            stack, settings, api.handle, upgrade, http_config, ssl_context, identities.vouch
         )
         # After the port: a daemon that cannot listen leaves no token behind and says one line.
-        admin_file = gate.store.ensure_admin()
+        admin_file = identities.store.ensure_admin()
         await stack.enter_async_context(orchestrator)
         await stack.enter_async_context(rooms)
         # Joined before serving, so that no room is ever created unshared.
@@ -211,7 +213,7 @@ async def serve_daemon(
             background.start_soon(_delete_old_rooms, rooms, settings.room_retention)
         _announce(server, settings, admin_file, agents=len(orchestrator.linked_agents()))
         task_status.started(server.url)
-        await _wait_for_stop(handle_signals)
+        stopped_by = await _wait_for_stop(handle_signals)
         with anyio.CancelScope(shield=True):
             # New work is refused with 503 from now on, but the port stays open until the
             # other daemons were told to stop sending us calls: a client then gets an
@@ -223,6 +225,7 @@ async def serve_daemon(
         background.cancel_scope.cancel()
     log.info("daemon.stopped")
     sys.stdout.flush()
+    return stopped_by
 
 
 def _announce(
@@ -276,13 +279,14 @@ async def _listen(
         raise ListenError(f"cannot listen on {settings.host}:{settings.port}: {why}") from None
 
 
-async def _wait_for_stop(handle_signals: bool) -> None:
+async def _wait_for_stop(handle_signals: bool) -> signal.Signals | None:
     if not handle_signals:
         await anyio.sleep_forever()
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
             log.info("daemon.stopping", signal=signal.Signals(signum).name)
-            return
+            return signal.Signals(signum)
+    return None  # the receiver never ends by itself
 
 
 async def _delete_old_rooms(rooms: RoomManager, retention: float) -> None:

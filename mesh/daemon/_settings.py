@@ -14,6 +14,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 
 from mesh._errors import MeshError
+from mesh._nats_settings import NatsSettings, variable_of
 
 __all__ = [
     "ENV_SETTINGS",
@@ -36,25 +37,10 @@ ENV_SETTINGS: Final = {
     "MESH_TLS_CERT": "tls_cert",
     "MESH_TLS_KEY": "tls_key",
     # Joining a mesh of daemons over NATS (docs/cluster.md); secrets only here or in the file.
-    "MESH_NATS": "nats",
-    "MESH_CLUSTER_ID": "cluster_id",
-    "MESH_DAEMON_ID": "daemon_id",
-    "MESH_NATS_TOKEN": "nats_token",
-    "MESH_NATS_USER": "nats_user",
-    "MESH_NATS_PASSWORD": "nats_password",
-    "MESH_NATS_CREDS": "nats_creds",
-    "MESH_NATS_TLS_CA": "nats_tls_ca",
-    "MESH_NATS_TLS_CERT": "nats_tls_cert",
-    "MESH_NATS_TLS_KEY": "nats_tls_key",
-    "MESH_ROOM_LEASE_TTL": "room_lease_ttl",
-    "MESH_NATS_ALLOW_OPEN": "nats_allow_open",
+    **{variable_of(name): name for name in NatsSettings.__struct_fields__},
 }
 #: The settings that go to the cluster (mesh.cluster.ClusterSettings) when ``nats`` is set.
-CLUSTER_SETTINGS: Final = tuple(
-    name
-    for name in ENV_SETTINGS.values()
-    if name.startswith(("nats", "cluster_", "daemon_", "room_lease"))
-)
+CLUSTER_SETTINGS: Final = NatsSettings.__struct_fields__
 
 _Positive = Annotated[int, msgspec.Meta(gt=0)]
 _Seconds = Annotated[float, msgspec.Meta(gt=0)]
@@ -63,7 +49,10 @@ _Seconds = Annotated[float, msgspec.Meta(gt=0)]
 LOOPBACK: Final = ("localhost", "127.0.0.0/8", "::1")
 
 
-class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class DaemonSettings(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Everything ``mesh serve`` reads; the NATS settings (joining other daemons,
+    docs/cluster.md) are inherited from :class:`~mesh._nats_settings.NatsSettings`."""
+
     host: str = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8700
     manifests: str = "manifests"
@@ -135,37 +124,9 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: Finished rooms older than this many seconds are deleted; None keeps them.
     room_retention: _Seconds | None = None
 
-    # -- many daemons as one mesh over NATS (docs/cluster.md) -------------------------------
-    #: Join the mesh of daemons at this NATS URL (several: comma-separated); "" runs alone.
-    nats: str = ""
-    cluster_id: str = "mesh"
-    #: Unique per daemon; "" picks ``<hostname>-<random>``.
-    daemon_id: str = ""
-    nats_token: str | None = None
-    nats_user: str | None = None
-    nats_password: str | None = None
-    nats_creds: str | None = None
-    nats_tls_ca: str | None = None
-    nats_tls_cert: str | None = None
-    nats_tls_key: str | None = None
-    room_lease_ttl: float = 10.0
-    #: Join a plaintext NATS at a network address with no credentials anyway.
-    nats_allow_open: bool = False
-
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both or neither")
-
-    def __repr__(self) -> str:
-        # Settings end up in errors and debug logs: the secrets never do.
-        shown = ", ".join(
-            f"{name}={'***' if name in _SECRETS and value else repr(value)}"
-            for name, value in msgspec.structs.asdict(self).items()
-        )
-        return f"DaemonSettings({shown})"
-
-
-_SECRETS: Final = frozenset({"nats_token", "nats_password"})
 
 
 class ListenError(MeshError):

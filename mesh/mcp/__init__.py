@@ -9,7 +9,7 @@
   an MCP client; the daemon serves them at ``/mcp`` and ``mesh mcp`` relays stdio there.
 
 See ``docs/mcp.md``. Importing this package registers the ``mcp`` protocol with the
-manifest loader (``import mesh`` does so).
+manifest loader, which imports it the first time a manifest names that protocol.
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import secrets
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final, TypeGuard
 
 import anyio
@@ -152,8 +154,13 @@ class McpHttpEndpoint:
         ``caller`` is handed to the extra tools; agents' tools are called
         ``on_behalf_of`` (see :class:`~mesh.mcp.McpServer`)."""
         if request.method == "POST":
-            fresh = _HttpServer(
-                self._catalog, authorize=authorize, caller=caller, on_behalf_of=on_behalf_of
+            # Made only for a new session or a sessionless request, not for every POST.
+            fresh = partial(
+                _HttpServer,
+                self._catalog,
+                authorize=authorize,
+                caller=caller,
+                on_behalf_of=on_behalf_of,
             )
             return await self._post(request, owner, fresh)
         if request.method == "DELETE":
@@ -176,9 +183,9 @@ class McpHttpEndpoint:
         return HttpResponse(204)
 
     async def _post(
-        self, request: HttpRequest, owner: str | None, fresh: _HttpServer
+        self, request: HttpRequest, owner: str | None, fresh: Callable[[], _HttpServer]
     ) -> HttpResponse:
-        """``fresh``: the server a new session or a sessionless request runs on."""
+        """``fresh`` makes the server a new session or a sessionless request runs on."""
         kind = (request.header("content-type") or "").split(";")[0].strip().lower()
         if kind != "application/json":
             return HttpResponse.error(415, "POST /mcp takes Content-Type: application/json")
@@ -190,7 +197,7 @@ class McpHttpEndpoint:
         session: _Session | None = None
         headers: list[tuple[str, str]] = []
         if peek.method == "initialize":
-            opened = self._open(now, owner, fresh)
+            opened = self._open(now, owner, fresh())
             if isinstance(opened, HttpResponse):
                 return opened
             session, session_id = opened
@@ -208,7 +215,7 @@ class McpHttpEndpoint:
             if peek.method == CANCELLED:
                 self._cancel(owner, peek.params)
             answer, invalid = await self._stand_alone(
-                self._exchange(fresh), peek, owner, request.body
+                self._exchange(fresh()), peek, owner, request.body
             )
         if answer is None:
             return HttpResponse(202, headers=headers)

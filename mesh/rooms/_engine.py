@@ -41,7 +41,7 @@ resumed at the next start.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import partial
@@ -67,7 +67,7 @@ from mesh.rooms._events import (
 )
 from mesh.rooms._model import Member, Room, Step, StopReason, TurnReply, TurnRequest
 from mesh.rooms._observe import clock, count_stop, count_turn, count_usage, turn_span
-from mesh.rooms._people import Desk
+from mesh.rooms._people import Desk, Passed
 from mesh.rooms._perspective import build_turn_request
 from mesh.rooms._policy import TurnPlan, next_turn
 from mesh.rooms._rules import (
@@ -168,6 +168,10 @@ class Journal:
         self._clock = clock
         self._lock = anyio.Lock()
 
+    def now(self) -> int:
+        """The journal's clock: epoch milliseconds, as events are stamped."""
+        return self._clock()
+
     def broadcast(self, event: LiveEvent) -> None:
         """Show ``event`` to observers now, unrecorded (a ``DELTA``), after the last ``seq``."""
         if self._publish_live is not None:
@@ -225,6 +229,10 @@ class RoomRunner:
         self.verdict: Verdict | None = None
         #: Whose turn is in flight (and which): an observer arriving now is told.
         self.turn_open: tuple[Member, int] | None = None
+        self._written = ""  # the reply in flight so far, for an observer arriving mid-reply
+        self._opened_at = 0  # when the turn in flight opened (epoch ms)
+        self._deadline: int | None = None  # when a person's turn in flight times out
+        self._passed: frozenset[str] = frozenset()  # a person who passed: not asked next
 
     @property
     def _room(self) -> Room:
@@ -339,7 +347,7 @@ class RoomRunner:
             verdict = before_turn(self._room, transcript) or await self._wait_for_members()
             if verdict is not None:
                 return verdict
-            plan = next_turn(self._room, transcript, self._absent_people())
+            plan = self._plan(transcript)
             if plan is None:  # only people could answer, and none is here
                 verdict = await self._wait_for_people()
                 if verdict is not None:
@@ -376,7 +384,7 @@ class RoomRunner:
     async def _attempt(self, request: TurnRequest) -> tuple[str | None, str, int | None]:
         """``(text, "", None)`` for a good reply, else ``(None, why, error code)``."""
         speaker = self._room.member(request.agent_id)
-        self.turn_open = (speaker, request.turn)
+        self.turn_open, self._deadline = (speaker, request.turn), None
         self._delta(speaker, request.turn, "")  # the turn has begun: "… is writing"
         token = _DELTAS.set(partial(self._delta, speaker, request.turn))
         try:
@@ -421,11 +429,23 @@ class RoomRunner:
             return None
         member, turn = self.turn_open
         return msgspec.structs.replace(
-            self._delta_event(member, turn, ""), seq=self._state.last_seq
+            self._delta_event(member, turn, self._written),
+            seq=self._state.last_seq,
+            timestamp=self._opened_at,
+            deadline=self._deadline,
         )
 
     def _delta(self, member: Member, turn: int, text: str) -> None:
-        self._journal.broadcast(self._delta_event(member, turn, text))
+        if not text:  # the turn opens
+            self._written, self._opened_at = "", self._journal.now()
+            event = self._delta_event(member, turn, "")
+            self._journal.broadcast(msgspec.structs.replace(event, deadline=self._deadline))
+            return
+        at = len(self._written)
+        self._written += text
+        self._journal.broadcast(
+            msgspec.structs.replace(self._delta_event(member, turn, text), at=at)
+        )
 
     def _delta_event(self, member: Member, turn: int, text: str) -> DeltaEvent:
         return DeltaEvent(
@@ -484,6 +504,14 @@ class RoomRunner:
 
     # -- people --------------------------------------------------------------------------
 
+    def _plan(self, transcript: Sequence[MessageEvent]) -> TurnPlan | None:
+        """The next turn; a person who just passed is not asked again at once, if another may
+        speak."""
+        passed, self._passed = self._passed, frozenset()
+        absent = self._absent_people()
+        plan = next_turn(self._room, transcript, absent | passed) if passed else None
+        return plan or next_turn(self._room, transcript, absent)
+
     def _absent_people(self) -> frozenset[str]:
         present = self._desk.present
         return frozenset(m.id for m in self._room.members if m.human and m.id not in present)
@@ -499,17 +527,21 @@ class RoomRunner:
     async def _human_turn(self, plan: TurnPlan) -> Verdict | None:
         """Wait for a person's message; record it, or skip them, or pause, at the deadline."""
         member, people = plan.speaker, self._room.people
-        self.turn_open = (member, plan.turn)
-        self._delta(member, plan.turn, "")  # the turn is theirs: pages show "your turn"
-        text: str | None = None
         timeout = min(people.turn_timeout, self._person_wait or people.turn_timeout)
+        self.turn_open = (member, plan.turn)
+        self._deadline = self._journal.now() + round(timeout * 1000)
+        self._delta(member, plan.turn, "")  # the turn is theirs: pages show "your turn"
+        text: str | Passed | None = None
         try:
             with anyio.move_on_after(timeout):
                 text = await self._desk.wait_for(member.id, plan.turn)
                 if text is None:
                     return None  # they left (recorded by whoever saw them go): plan again
+                if isinstance(text, Passed):
+                    self._passed = frozenset({member.id})
+                    return None
         finally:
-            self.turn_open = None
+            self.turn_open, self._deadline = None, None
         if text is None:
             why = f"did not answer turn {plan.turn} within {timeout:g} s"
             if people.at_timeout == "pause":
@@ -525,6 +557,7 @@ class RoomRunner:
                     )
                 )
             return None
+        assert not isinstance(text, Passed)  # a pass returned above
         await self._journal.emit(self._said(member, plan.turn, text))
         return after_message(self._room, self._state.transcript)
 

@@ -130,11 +130,17 @@ class DeltaEvent(_Event, frozen=True, kw_only=True, tag="DELTA"):
     """A piece of the reply ``agent_id`` is writing for ``turn`` (live only, never stored).
 
     Each turn opens with one whose ``text`` is empty: the turn is theirs now (for
-    a person: the room waits for their message).
+    a person: the room waits for their message, until ``deadline``, epoch
+    milliseconds). ``at`` is where ``text`` starts in the reply, so a reader
+    can place each piece exactly: an observer arriving mid-reply is sent the
+    reply so far as one piece at 0, and pieces it then gets twice land on the
+    same place.
     """
 
     turn: int
     text: str
+    at: int = 0
+    deadline: int | None = None
 
 
 RoomEvent: TypeAlias = (

@@ -11,7 +11,9 @@ to the engine, which records them:
 - during their own turn, :meth:`Desk.offer` hands the text to the engine waiting
   in :meth:`Desk.wait_for`;
 - at any other time (where the room allows interjections) it is queued, one
-  message per person, and the engine records it after the turn in flight.
+  message per person, and the engine records it after the turn in flight;
+- during their own turn, :meth:`Desk.pass_turn` ends it with nothing said: the
+  room goes on with the next speaker, and asks them again after that.
 
 Everything here is synchronous but the engine's waits, so a manager can call it
 from any task without locks.
@@ -32,7 +34,9 @@ from mesh.rooms._model import Room
 __all__ = [
     "MAX_NAME",
     "MAX_TEXT",
+    "PASSED",
     "Desk",
+    "Passed",
     "check_join",
     "check_lookalike",
     "check_seat",
@@ -46,6 +50,16 @@ __all__ = [
 MAX_TEXT: Final = 8000
 #: The longest display name.
 MAX_NAME: Final = 64
+
+
+class Passed:
+    """What a person's turn ends with when they pass it (see :meth:`Desk.pass_turn`)."""
+
+    def __repr__(self) -> str:
+        return "PASSED"
+
+
+PASSED: Final = Passed()
 
 _SLUG = re.compile(r"[^a-z0-9._-]+")
 
@@ -138,7 +152,7 @@ class Desk:
         self.holders: dict[str, str | None] = {}
         self._queued: dict[str, str] = {}
         self._awaited: tuple[str, int] | None = None
-        self._answer: str | None = None
+        self._answer: str | Passed | None = None
         self._changed = anyio.Event()
 
     # -- what people do --------------------------------------------------------------------
@@ -187,6 +201,13 @@ class Desk:
         self._wake()
         return "queued"
 
+    def pass_turn(self, member_id: str) -> None:
+        """End ``member_id``'s turn with nothing said; :class:`RoomConflict` if it is not theirs."""
+        if self._awaited is None or self._awaited[0] != member_id or self._answer is not None:
+            raise RoomConflict("it is not your turn: there is nothing to pass")
+        self._answer = PASSED
+        self._wake()
+
     # -- what the engine does --------------------------------------------------------------
 
     def awaiting(self) -> tuple[str, int] | None:
@@ -199,8 +220,9 @@ class Desk:
         self._queued.clear()
         return queued
 
-    async def wait_for(self, member_id: str, turn: int) -> str | None:
-        """``member_id``'s answer for ``turn``; None if they leave first (cancel for deadlines)."""
+    async def wait_for(self, member_id: str, turn: int) -> str | Passed | None:
+        """``member_id``'s answer for ``turn`` (:data:`PASSED` if they pass it); None if they
+        leave first (cancel for deadlines)."""
         self._awaited, self._answer = (member_id, turn), None
         try:
             while (answer := self._given()) is None:
@@ -211,7 +233,7 @@ class Desk:
         finally:
             self._awaited, self._answer = None, None
 
-    def _given(self) -> str | None:
+    def _given(self) -> str | Passed | None:
         return self._answer
 
     async def wait_changed(self) -> None:

@@ -9,7 +9,8 @@ stays silent and is skipped; once no one but the last speaker may still speak
 there is no conversation left, and :func:`next_turn` returns ``None``.
 People who are ``absent`` (away, or never joined) are skipped too, and a
 person's interjection does not move the turn: the next speaker follows the last
-message that was someone's turn.
+message that was someone's turn, and a person who has just interjected is not
+asked to speak again at once (when anyone else may).
 
 A **review** is turn 1 *propose* (architect), then rounds of
 *implement* (builder), *critique* (architect), *verify* (architect): turns 2-4
@@ -80,6 +81,15 @@ def next_turn(
     last = turns[-1].agent_id if turns else None
     if not any(m.id != last for m in may_speak):
         return None
+    # Who interjected since the last turn has just spoken: the others go first.
+    just_spoke = set()
+    for message in reversed(transcript):
+        if not message.interjection:
+            break
+        just_spoke.add(message.agent_id)
+    others = [m for m in may_speak if m.id not in just_spoke]
+    if any(m.id != last for m in others):
+        may_speak = others
     return TurnPlan(turn, _after(room, transcript, may_speak))
 
 

@@ -18,7 +18,7 @@ import anyio.abc
 import httpx
 import sniffio
 
-from mesh.testing._process import read_announcement, stop_process
+from mesh.testing._process import SPAWN_TIMEOUT, read_announcement, stop_process
 from transports import WebSocketStream, open_websocket
 
 __all__ = ["Daemon", "spawn_daemon"]
@@ -72,7 +72,9 @@ class Daemon:
         url = self.ws.removesuffix("/ws") + path
         return open_websocket(url, token=token or self.token, ssl_context=self.ssl_context())
 
-    async def wait_online(self, *agent_ids: str, timeout: float = 20) -> dict[str, dict[str, Any]]:
+    async def wait_online(
+        self, *agent_ids: str, timeout: float = SPAWN_TIMEOUT
+    ) -> dict[str, dict[str, Any]]:
         """Until every named agent is online; every agent as last shown (``GET /agents`` form).
 
         Watches ``/agents/events`` (a snapshot, then each status change): no polling.

@@ -15,7 +15,7 @@ import sniffio
 from mesh._rpc.connect import open_stdio_peer
 from mesh._rpc.peer import Peer
 from mesh._rpc.session import SessionConfig
-from mesh.testing._process import ECHO_MODULE, read_announcement, stop_process
+from mesh.testing._process import ECHO_MODULE, SPAWN_TIMEOUT, read_announcement, stop_process
 from mesh.testing._recorder import NotificationRecorder
 
 __all__ = ["EchoServer", "echo_agent_command", "open_echo_agent", "spawn_echo_server"]
@@ -46,7 +46,9 @@ async def open_echo_agent(
     command, args = echo_agent_command(
         *extra_args, backend=backend or sniffio.current_async_library()
     )
-    async with open_stdio_peer(command, args, agent="echo", config=config, handler=handler) as peer:
+    async with open_stdio_peer(
+        command, args, agent="echo", config=config, handler=handler, connect_timeout=SPAWN_TIMEOUT
+    ) as peer:
         yield peer
 
 

@@ -48,9 +48,15 @@ class LiveDaemon:
     process: subprocess.Popen[bytes]
     data_dir: Path
     token: str | None = None
+    command: tuple[str, ...] = ()  # how it was started, to start it again on its port
+    agents: tuple[str, ...] = ()
 
     def page_url(self, fragment: str = "") -> str:
         return f"{self.url}/#{fragment}" if fragment else f"{self.url}/"
+
+    def env(self) -> dict[str, str]:
+        """The environment for a ``mesh`` CLI subprocess on this daemon."""
+        return {**os.environ, "MESH_URL": self.url, "MESH_TOKEN": self.token or ""}
 
 
 def _announcement(process: subprocess.Popen[bytes]) -> dict[str, Any]:
@@ -123,15 +129,26 @@ def start_daemon(
     command += ["--manifests", str(manifests), "--data-dir", str(data_dir)]
     command += ["--backend", backend, "--log-format", "json", "--log-level", "warning"]
     command += extra_args
+    agents = (*scripts, *(["echo"] if tools else []))
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         url = _announcement(process)["http"]
-        daemon = LiveDaemon(url, process, data_dir, _admin_token(data_dir))
-        wait_online(url, *scripts, *(["echo"] if tools else []), token=daemon.token, ca=ca)
+        daemon = LiveDaemon(url, process, data_dir, _admin_token(data_dir), tuple(command), agents)
+        wait_online(url, *agents, token=daemon.token, ca=ca)
     except BaseException:
         _stop(process)
         raise
     return daemon
+
+
+def start_again(daemon: LiveDaemon) -> None:
+    """Start a stopped ``daemon`` again on the same port and data: a running room resumes."""
+    port = daemon.url.rsplit(":", 1)[1]
+    command = list(daemon.command)
+    command[command.index("--port") + 1] = port
+    daemon.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    _announcement(daemon.process)
+    wait_online(daemon.url, *daemon.agents, token=daemon.token)
 
 
 def stop_daemon(daemon: LiveDaemon) -> None:
@@ -180,6 +197,35 @@ def page(chromium: Any) -> Iterator[Any]:
     finally:
         context.close()
     assert not errors, f"the page raised: {errors}"
+
+
+#: axe-core, installed with the npm peers (tests/mcp/peers, `make peers`).
+AXE = Path(__file__).resolve().parents[1] / "mcp" / "peers" / "node_modules" / "axe-core"
+#: The WCAG 2.2 AA rules (and those of the versions it builds on).
+WCAG_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]
+
+
+def serious_violations(page: Any) -> list[dict[str, Any]]:
+    """axe-core's serious and critical WCAG 2.2 AA violations on the page as it is now.
+
+    The page's context must bypass its Content-Security-Policy, which (rightly) runs no
+    script but the daemon's own.
+    """
+    script = AXE / "axe.min.js"
+    if not script.exists():
+        pytest.fail(f"no {script}: run `make peers` (tests/mcp/peers/package.json has axe-core)")
+    page.add_script_tag(path=str(script))
+    found: list[dict[str, Any]] = page.evaluate(
+        """async (tags) => {
+            const result = await axe.run(document, { runOnly: { type: "tag", values: tags } });
+            return result.violations.map((v) => ({
+                id: v.id, impact: v.impact, help: v.help,
+                nodes: v.nodes.map((n) => n.target.join(" ")),
+            }));
+        }""",
+        WCAG_TAGS,
+    )
+    return [v for v in found if v["impact"] in ("serious", "critical")]
 
 
 def screenshot(page: Any, name: str) -> None:

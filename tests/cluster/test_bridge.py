@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 import pytest
@@ -78,3 +80,74 @@ async def test_a_background_pump_delivers_to_the_mesh_loop_and_a_broken_callback
             await done.wait()
     assert got == [1, 2, 3]
     assert sum(entry["event"] == "cluster.callback_failed" for entry in logs) == 3
+
+
+async def test_what_is_sent_runs_in_order_and_a_failure_reaches_the_mesh_loop() -> None:
+    ran: list[int] = []
+    failures: list[str] = []
+    failed = anyio.Event()
+
+    def on_error(exc: Exception) -> None:
+        failures.append(str(exc))
+        failed.set()
+
+    async with open_nats_loop() as loop:
+
+        def job(n: int) -> Callable[[], Awaitable[None]]:
+            async def run() -> None:
+                await asyncio.sleep(0)  # on the NATS loop: a later send must still wait for it
+                if n == 50:
+                    raise OSError("the socket is gone")
+                ran.append(n)
+
+            return run
+
+        with anyio.fail_after(GUARD):
+            for n in range(100):
+                await loop.send(job(n), on_error)
+            await failed.wait()
+            flushed = anyio.Event()
+
+            async def mark() -> None:
+                loop.to_mesh(flushed.set)
+
+            await loop.send(mark, on_error)
+            await flushed.wait()
+    assert ran == [n for n in range(100) if n != 50]
+    assert failures == ["the socket is gone"]
+
+
+async def test_deliveries_queued_before_the_mesh_loop_wakes_cross_in_one_wake_up() -> None:
+    """Under trio each crossing wakes the other thread; many deliveries share one.
+    (On asyncio nats-py shares the loop: nothing crosses, and the order is the same.)"""
+    got: list[int] = []
+    done = anyio.Event()
+    wake_ups = 0
+    async with open_nats_loop() as loop:
+        token: Any = getattr(loop, "_token", None)
+        if token is not None:
+
+            class Counting:
+                def run_sync_soon(self, *args: Any) -> None:
+                    nonlocal wake_ups
+                    wake_ups += 1
+                    token.run_sync_soon(*args)
+
+            loop._token = Counting()  # type: ignore[attr-defined]
+
+        def deliver(n: int) -> None:
+            got.append(n)
+            if n == 999:
+                done.set()
+
+        async def burst() -> None:  # one NATS read's worth of messages, handed over at once
+            for n in range(1000):
+                loop.to_mesh(deliver, n)
+
+        with anyio.fail_after(GUARD):
+            await loop.run(burst)
+            await done.wait()
+    assert got == list(range(1000))
+    # A few: trio may drain while the NATS thread is still queueing (the GIL switches
+    # threads every 5 ms), and the run's own result comes back too. Before: one each.
+    assert wake_ups <= 20

@@ -230,3 +230,58 @@ def dev() -> Any:
     from mesh import Principal
 
     return Principal.client("dev")
+
+
+async def test_a_holder_that_never_answers_times_out_on_the_callers_clock(
+    nats: NatsServer,
+) -> None:
+    """The caller's own deadline (the timeout plus the margin for the holder's verdict) ends
+    a call whose holder took it and went silent, and tells the holder it gave up; a second
+    call's later deadline, armed first, does not hide it (one clock for every call)."""
+    from mesh.cluster._link import NatsMessage
+    from mesh.cluster._wire import CANCEL_CALL
+
+    taken: list[str] = []
+    gave_up: list[str] = []
+    both_taken, both_cancelled, timed_out = anyio.Event(), anyio.Event(), anyio.Event()
+    async with (
+        open_member(nats.url, "a", [echo("echo")]) as a,
+        open_member(nats.url, "b") as b,
+    ):
+        await wait_status(b.mesh.registry, "echo")
+        calls, link = a.cluster.calls, a.cluster.link
+
+        def take_and_stay_silent(message: NatsMessage) -> None:
+            taken.append(message.reply)
+            if len(taken) == 2:
+                both_taken.set()
+
+        def note_cancel(message: NatsMessage) -> None:
+            gave_up.append(CANCEL_CALL.decode(message.data).reply)
+            if len(gave_up) == 2:
+                both_cancelled.set()
+
+        calls._on_request = take_and_stay_silent  # type: ignore[method-assign]
+        calls._on_cancel = note_cancel  # type: ignore[method-assign]
+        await calls.stop_listening()
+        await calls.listen()  # subscribed again, to the silent handlers
+        await link.run("flush", link.nc.flush)  # the server has the subscriptions
+        failures: list[BaseException] = []
+
+        async def call(timeout: float) -> None:
+            try:
+                await b.mesh.call_tool("echo", "echo", {"message": "hi"}, timeout=timeout)
+            except CallTimeout as exc:
+                failures.append(exc)
+                timed_out.set()
+
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, 20.0)  # the later deadline, armed first
+                tg.start_soon(call, 0.2)
+                await timed_out.wait()
+                await both_taken.wait()
+                tg.cancel_scope.cancel()
+            await both_cancelled.wait()  # the timed-out call and the cancelled one
+    assert len(failures) == 1 and "no answer from daemon 'a' within 0.2 s" in str(failures[0])
+    assert sorted(gave_up) == sorted(taken)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import anyio
 import msgspec
 import pytest
@@ -84,15 +86,17 @@ async def test_an_entry_written_while_its_daemon_leaves_is_withdrawn_too(
     async with open_member(nats.url, "c") as c, anyio.create_task_group() as tg:
         async with open_member(nats.url, "b") as b:
             link, sync = b.cluster.link, b.cluster.sync
-            put, withdraw = link.kv_put, sync.withdraw
+            write, withdraw = link.kv_write_many, sync.withdraw
 
-            async def slow_put(bucket: str, key_: str, value: bytes, *, ttl: float) -> int:
-                if key_ == key:  # the put goes out once the daemon has begun to leave
-                    put_started.set()
+            async def slow_write(
+                bucket: str, writes: Sequence[tuple[str, bytes | None, float]]
+            ) -> list[str | None]:
+                if any(k == key and v is not None for k, v, _ in writes):
+                    put_started.set()  # the put goes out once the daemon has begun to leave
                     await gate.wait()
                 with anyio.CancelScope(shield=True):  # and lands, whatever happens meanwhile
-                    revision = await put(bucket, key_, value, ttl=ttl)
-                return revision  # noqa: RET504 (after the block: a cancel scope may swallow)
+                    outcomes = await write(bucket, writes)
+                return outcomes  # noqa: RET504 (after the block: a cancel scope may swallow)
 
             async def withdraw_now() -> None:
                 withdrawing.set()
@@ -102,7 +106,7 @@ async def test_an_entry_written_while_its_daemon_leaves_is_withdrawn_too(
                 await withdrawing.wait()
                 gate.set()
 
-            link.kv_put = slow_put  # type: ignore[method-assign,assignment]
+            link.kv_write_many = slow_write  # type: ignore[method-assign]
             sync.withdraw = withdraw_now  # type: ignore[method-assign]
             tg.start_soon(open_gate)
             late = AgentRecord(id=AgentId("late"), name="late")
@@ -129,3 +133,20 @@ async def test_the_clusters_context_managers_raise_the_callers_error_as_itself(
         async with open_member(nats.url, "alpha"):
             raise Mine("in open_cluster")
     assert type(caught.value) is Mine
+
+
+async def test_a_batch_of_writes_says_for_each_whether_it_was_stored(nats: NatsServer) -> None:
+    """More writes than one flush carries, puts and deletes mixed; a bucket that does not
+    exist refuses each write with the reason, and raises nothing."""
+    async with open_member(nats.url, "a") as a:
+        link, bucket = a.cluster.link, "mesh-mesh-agents"
+        puts = [(f"agent.k{i}", b'"v%d"' % i, 30.0) for i in range(1200)]
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            assert await link.kv_write_many(bucket, puts) == [None] * 1200
+            deletes = [(f"agent.k{i}", None, 0.0) for i in range(0, 1200, 2)]
+            assert await link.kv_write_many(bucket, deletes) == [None] * 600
+            assert await link.kv_get(bucket, "agent.k0") is None
+            stored = await link.kv_get(bucket, "agent.k1199")
+            assert stored is not None and stored[0] == b'"v1199"'
+            refused = await link.kv_write_many("no-such-bucket", puts[:3])
+        assert all(reason is not None and "no JetStream stream" in reason for reason in refused)

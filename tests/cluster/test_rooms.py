@@ -174,6 +174,8 @@ async def test_only_the_holder_records_and_a_duplicate_is_never_a_write(
         assert a.cluster.rooms is not None and b.cluster.rooms is not None
         await wait_status(a.mesh.registry, "bob")
         await a.rooms.create(spec)
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            await b.cluster.rooms.wait_absorbed()  # b knows the room (a loaded machine lags)
         async with b.rooms.subscribe("tea") as events:  # b has read a's first turn
             with anyio.fail_after(SPREAD_TIMEOUT):
                 async for event in events:

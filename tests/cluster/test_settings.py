@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 
 from mesh.cluster import ClusterError, ClusterSettings
@@ -111,3 +112,34 @@ async def test_mesh_serve_says_when_nats_refuses_it(
     assert done.returncode == 2
     assert b"refused this daemon's credentials" in done.stderr
     assert b"Traceback" not in done.stderr
+
+
+def _other_value(name: str, default: object) -> object:
+    """A value for the setting ``name`` that is not its default and that the cluster takes."""
+    if name == "nats":
+        return "nats://127.0.0.1:4222"
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, float):
+        return default + 1.0
+    return f"{name}-value"  # a string or an unset path, cluster and daemon ids included
+
+
+def test_each_nats_setting_is_declared_once_and_reaches_the_cluster() -> None:
+    """The daemon and the cluster share one declaration: a knob added to it is a daemon
+    setting, has its variable, and arrives in the cluster's settings with no other edit."""
+    from mesh._nats_settings import NatsSettings, variable_of
+    from mesh.daemon import DaemonSettings
+    from mesh.daemon._settings import ENV_SETTINGS, cluster_settings
+
+    assert issubclass(DaemonSettings, NatsSettings) and issubclass(ClusterSettings, NatsSettings)
+    knobs = NatsSettings.__struct_fields__
+    defaults = msgspec.structs.asdict(NatsSettings())
+    environ = {variable_of(name): str(_other_value(name, defaults[name])) for name in knobs}
+    assert set(environ) <= set(ENV_SETTINGS)
+    cluster = cluster_settings(load_settings(environ=environ))
+    for name in knobs:
+        assert getattr(cluster, name) == _other_value(name, defaults[name]), name
+    shown = repr(cluster) + repr(load_settings(environ=environ))
+    assert "nats_token-value" not in shown and "nats_password-value" not in shown
+    assert "nats_user='nats_user-value'" in shown

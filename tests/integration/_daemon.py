@@ -14,6 +14,7 @@ import anyio
 import httpx
 
 from mesh.daemon import DaemonSettings, serve_daemon
+from mesh.testing import SPAWN_TIMEOUT
 from transports import WebSocketStream, open_websocket
 
 
@@ -74,7 +75,7 @@ class InProcessDaemon:
         """A WebSocket on ``path`` (``/agents/events``, ``/rooms/ID/events``) with the token."""
         return open_websocket(self.ws.removesuffix("/ws") + path, token=self.token)
 
-    async def wait_online(self, *agent_ids: str, timeout: float = 20) -> dict[str, Any]:
+    async def wait_online(self, *agent_ids: str, timeout: float = SPAWN_TIMEOUT) -> dict[str, Any]:
         """Until every named agent is online, watching ``/agents/events`` (no polling)."""
         agents: dict[str, Any] = {}
         with anyio.fail_after(timeout):

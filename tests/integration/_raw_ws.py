@@ -7,7 +7,7 @@ a stream through N of the server's keepalive rounds by counting its pings.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
@@ -23,6 +23,8 @@ class RawWebSocket:
         self._stream = stream
         self._protocol = protocol
         self._frames: list[Frame] = []
+        #: The server's handshake response (its headers).
+        self.response: Response | None = None
 
     async def receive_frame(self) -> Frame:
         """The next frame from the server (pongs to its pings are sent before returning)."""
@@ -41,6 +43,10 @@ class RawWebSocket:
             if not self._frames and self._protocol.close_exc is not None:
                 raise AssertionError(f"closed without a close frame: {self._protocol.close_exc}")
         return self._frames.pop(0)
+
+    async def send_text(self, data: bytes) -> None:
+        self._protocol.send_text(data)
+        await self._stream.send(b"".join(self._protocol.data_to_send()))
 
     async def hold(self, pings: int) -> list[bytes]:
         """Answer ``pings`` of the server's keepalive pings; returns the data frames seen.
@@ -61,17 +67,23 @@ class RawWebSocket:
 
 
 @asynccontextmanager
-async def open_raw_websocket(url: str) -> AsyncIterator[RawWebSocket]:
+async def open_raw_websocket(
+    url: str, headers: Sequence[tuple[str, str]] = ()
+) -> AsyncIterator[RawWebSocket]:
     uri = parse_uri(url)
     protocol = ClientProtocol(uri)
     async with await anyio.connect_tcp(uri.host, uri.port) as stream:
-        protocol.send_request(protocol.connect())
+        request = protocol.connect()
+        for name, value in headers:
+            request.headers[name] = value
+        protocol.send_request(request)
         await stream.send(b"".join(protocol.data_to_send()))
         ws = RawWebSocket(stream, protocol)
         while True:
             protocol.receive_data(await stream.receive(65536))
             events = protocol.events_received()
             if any(isinstance(e, Response) for e in events):
+                ws.response = next(e for e in events if isinstance(e, Response))
                 ws._frames.extend(e for e in events if isinstance(e, Frame))
                 break
         assert protocol.handshake_exc is None, protocol.handshake_exc

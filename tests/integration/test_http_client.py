@@ -452,7 +452,121 @@ async def test_closing_a_stream_with_thousands_of_posts_in_line_is_quick() -> No
         raise AssertionError("unreachable")
 
     async with open_http_server(hold) as server:
-        with anyio.fail_after(WITHIN):
+        # Only turns a hang into a failure: at load 20 on two cores, trio took over 10 s
+        # to start and cancel 5,000 tasks.
+        with anyio.fail_after(60):
             async with open_http_client(server.url, max_connections=2) as stream:
                 stream.send_nowait([b"%d" % n for n in range(5000)])
                 await anyio.wait_all_tasks_blocked()
+
+
+# -- what an error answer says, whatever its body -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [
+        # Not our JSON: the status line's reason phrase, not the page.
+        (
+            HttpResponse(500, b"<html>oops</html>", content_type="text/html"),
+            "Internal Server Error",
+        ),
+        # JSON whose message is not text: the reason phrase too.
+        (HttpResponse.json(503, {"error": {"message": 7}}), "Service Unavailable"),
+        # A mesh envelope carrying the error (an agent's own words).
+        (HttpResponse.json(502, {"payload": {"error": {"message": "busy"}}}), "busy"),
+        # A status with no reason phrase and no words of its own.
+        (HttpResponse(599, b""), "error"),
+    ],
+)
+async def test_an_error_answer_is_rejected_with_the_best_words_it_has(
+    answer: HttpResponse, says: str
+) -> None:
+    async def refuse(request: HttpRequest) -> HttpResponse:
+        return answer if request.body != b"fine" else HttpResponse(200, b"fine")
+
+    async with open_http_server(refuse) as server, open_http_client(server.url) as stream:
+        await stream.send(b"please")
+        with anyio.fail_after(WITHIN), pytest.raises(FrameRejected) as rejected:
+            await stream.receive()
+        assert (rejected.value.status, rejected.value.message) == (answer.status, says)
+        assert rejected.value.head == b"please"
+        assert await round_trip(stream, b"fine") == b"fine"  # the stream carries on
+
+
+async def test_an_error_answer_over_the_limit_names_the_request_not_the_page() -> None:
+    async def huge_error(request: HttpRequest) -> HttpResponse:
+        if request.body == b"small":
+            return HttpResponse(200, b"small")
+        return HttpResponse(500, b"x" * 100_000, content_type="text/plain")
+
+    async with (
+        open_http_server(huge_error) as server,
+        open_http_client(server.url, max_frame_size=4096) as stream,
+    ):
+        await stream.send(b"the request")
+        with anyio.fail_after(WITHIN), pytest.raises(FrameRejected) as rejected:
+            await stream.receive()
+        assert rejected.value.status == 500 and rejected.value.message == "Internal Server Error"
+        assert rejected.value.head == b"the request"
+        assert await round_trip(stream, b"small") == b"small"
+
+
+def _chunked(pieces: list[bytes]) -> HttpResponse:
+    async def write(send: Callable[[bytes], Any]) -> None:
+        for piece in pieces:
+            await send(piece)
+
+    return HttpResponse(200, stream=write)
+
+
+async def test_a_chunked_answer_is_one_frame_and_over_the_limit_too_large() -> None:
+    async def chunked(request: HttpRequest) -> HttpResponse:
+        if request.body == b"big":
+            return _chunked([b'{"type":"response","id":"big",'] + [b"x" * 1024] * 8)
+        return _chunked([b'{"type":"response",', b'"id":"small"}'])
+
+    async with (
+        open_http_server(chunked) as server,
+        open_http_client(server.url, max_frame_size=4096) as stream,
+    ):
+        assert await round_trip(stream, b"small") == b'{"type":"response","id":"small"}'
+        await stream.send(b"big")
+        with anyio.fail_after(WITHIN), pytest.raises(FrameTooLarge) as too_large:
+            await stream.receive()
+        assert too_large.value.limit == 4096 and too_large.value.size > 4096
+        assert too_large.value.head.startswith(b'{"type":"response","id":"big",')
+
+
+async def test_posts_lost_together_end_the_stream_once() -> None:
+    """Two POSTs in flight on two connections the server drops: the stream ends with the
+    first loss, and the second adds no second error behind it."""
+    async with (
+        scripted_server(lambda conn, n: "read_then_close") as server,
+        open_http_client(server.url) as stream,
+    ):
+        await stream.send_many([b"one", b"two"])
+        with anyio.fail_after(WITHIN):
+            for _ in range(2):
+                await server.closes.receive()  # both read, both dropped
+        with anyio.fail_after(WITHIN), pytest.raises(TransportClosed) as first:
+            await stream.receive()
+        with pytest.raises(TransportClosed) as again:
+            await stream.receive()
+        assert again.value is first.value
+        assert sorted(server.bodies) == [b"one", b"two"]
+
+
+async def test_a_closed_stream_says_closed_to_receive_and_send() -> None:
+    async with open_http_server(Recorder()) as server, open_http_client(server.url) as stream:
+        await stream.aclose()
+        with pytest.raises(TransportClosed, match="closed"):
+            await stream.receive()
+        with pytest.raises(TransportClosed, match="closed"):
+            await stream.send(b"too late")
+
+
+async def test_max_connections_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_connections must be at least 1, not 0"):
+        async with open_http_client("http://127.0.0.1:1", max_connections=0):
+            pass

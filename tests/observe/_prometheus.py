@@ -9,11 +9,13 @@ import shutil
 import socket
 import subprocess
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import httpx
 
 #: Prometheus is up (its /-/ready answers) well within this on a loaded machine.
@@ -62,9 +64,14 @@ scrape_configs:
 """
 
 
+#: What Prometheus logs (at info) once its web API answers.
+_READY_LINE = b"Server is ready to receive web requests."
+
+
 @asynccontextmanager
 async def run_prometheus(workdir: Path, target: str, token: str) -> AsyncIterator[str]:
-    """A Prometheus server scraping ``target`` (host:port) every second; yields its URL."""
+    """A Prometheus server scraping ``target`` (host:port) every second; yields its URL
+    once it says it is ready (its own log line, read as it comes)."""
     token_file = workdir / "scrape.token"
     token_file.write_text(token)
     token_file.chmod(0o600)
@@ -76,14 +83,19 @@ async def run_prometheus(workdir: Path, target: str, token: str) -> AsyncIterato
         f"--config.file={config}",
         f"--storage.tsdb.path={workdir / 'data'}",
         f"--web.listen-address=127.0.0.1:{port}",
-        "--log.level=warn",
+        "--log.level=info",
     ]
-    url = f"http://127.0.0.1:{port}"
-    process = await anyio.open_process(command, stdout=subprocess.DEVNULL, stderr=None)
+    process = await anyio.open_process(command, stdout=subprocess.DEVNULL)
     try:
-        async with httpx.AsyncClient(base_url=url, timeout=5) as http:
-            await wait_for(http, lambda: _ready(http), START_TIMEOUT)
-        yield url
+        async with anyio.create_task_group() as tg:
+            ready = anyio.Event()
+            said: list[bytes] = []
+            tg.start_soon(_read_log, process, ready, said)
+            with anyio.fail_after(START_TIMEOUT):
+                await ready.wait()
+            assert process.returncode is None, b"".join(said).decode(errors="replace")
+            yield f"http://127.0.0.1:{port}"
+            tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             process.terminate()
@@ -94,19 +106,81 @@ async def run_prometheus(workdir: Path, target: str, token: str) -> AsyncIterato
                 await process.wait()
 
 
-async def _ready(http: httpx.AsyncClient) -> bool:
+async def _read_log(process: anyio.abc.Process, ready: anyio.Event, said: list[bytes]) -> None:
+    """Sets ``ready`` at Prometheus's ready line (or when it exits before: the caller then
+    shows what it said); reads on after that, so its log never fills the pipe."""
+    assert process.stderr is not None
+    seen = b""
     try:
-        return (await http.get("/-/ready")).status_code == 200
-    except httpx.TransportError:
-        return False
+        async for chunk in process.stderr:
+            if not ready.is_set():
+                said.append(chunk)
+                seen = seen[-len(_READY_LINE) :] + chunk
+                if _READY_LINE in seen:
+                    ready.set()
+    finally:
+        await process.wait()
+        ready.set()
 
 
-async def wait_for(http: httpx.AsyncClient, check: Any, timeout: float) -> None:
-    """Until ``await check()`` is true. Prometheus has no way to push "scraped" to us, so
-    this asks it again every tenth of a second, bounded by ``timeout``."""
-    with anyio.fail_after(timeout):
-        while not await check():  # noqa: ASYNC110 - an outside server: nothing to wait on
-            await anyio.sleep(0.1)
+@dataclass
+class ScrapeRelay:
+    """Stands between Prometheus and the daemon, counting the scrapes that pass."""
+
+    target: str  # host:port for Prometheus's config
+    scrapes: int = 0
+    _changed: anyio.Event = field(default_factory=anyio.Event)
+
+    async def wait_stored(self, timeout: float) -> None:
+        """Until one whole scrape is stored. Prometheus scrapes a target, appends and commits
+        the samples, and only then starts the next scrape of it: the second request to
+        arrive proves the first one's samples can be queried."""
+        with anyio.fail_after(timeout):
+            while self.scrapes < 2:
+                await self._changed.wait()
+
+    def _saw_scrape(self) -> None:
+        self.scrapes += 1
+        self._changed.set()
+        self._changed = anyio.Event()
+
+
+@asynccontextmanager
+async def relay_scrapes(target: str) -> AsyncIterator[ScrapeRelay]:
+    """A loopback TCP relay to ``target`` (host:port) that counts ``GET /metrics`` requests."""
+    host, _, port = target.rpartition(":")
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    relay = ScrapeRelay(f"127.0.0.1:{listener.extra(anyio.abc.SocketAttribute.local_port)}")
+
+    async def handle(client: anyio.abc.SocketStream) -> None:
+        server = await anyio.connect_tcp(host, int(port))
+        async with client, server, anyio.create_task_group() as pipes:
+            pipes.start_soon(_pipe, server, client, None)
+            await _pipe(client, server, relay._saw_scrape)
+            pipes.cancel_scope.cancel()
+
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, handle)
+        yield relay
+        tg.cancel_scope.cancel()
+
+
+async def _pipe(
+    source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream, on_scrape: Any
+) -> None:
+    """Copies ``source`` to ``sink`` until either end closes, calling ``on_scrape`` for
+    each scrape request line that passes (a line may come in two reads: the tail is kept)."""
+    request = b"GET /metrics "
+    tail = b""
+    with suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        while True:
+            data = await source.receive()
+            if on_scrape is not None:
+                seen = tail + data
+                for _ in range(seen.count(request)):
+                    on_scrape()
+                tail = seen[-(len(request) - 1) :]
+            await sink.send(data)
 
 
 async def query(url: str, promql: str) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from tests.integration._daemon import persona_manifest
 from tests.integration.test_daemon import rpc, stdio_manifest, write
 from tests.integration.test_daemon_auth import create_token
 from tests.integration.test_daemon_rooms import watch_room
-from tests.observe._prometheus import promtool_check, query, run_prometheus, wait_for
+from tests.observe._prometheus import promtool_check, query, relay_scrapes, run_prometheus
 
 pytestmark = pytest.mark.anyio
 
@@ -120,15 +120,12 @@ async def test_a_real_prometheus_scrapes_the_daemon(tmp_path: Path) -> None:
         await daemon.wait_online("echo")
         observer = await create_token(daemon, "observer", "prometheus")
         await make_calls(daemon)
-        target = urlsplit(daemon.http).netloc
-        async with run_prometheus(tmp_path, target, observer) as url:
+        async with (
+            relay_scrapes(urlsplit(daemon.http).netloc) as relay,
+            run_prometheus(tmp_path, relay.target, observer) as url,
+        ):
+            await relay.wait_stored(60)
             promql = 'sum(mesh_rpc_client_duration_seconds_count{agent="echo",status="OK"})'
-
-            async def scraped() -> bool:
-                return bool(await query(url, promql))
-
-            async with httpx.AsyncClient(base_url=url) as http:
-                await wait_for(http, scraped, 60)
             result = await query(url, promql)
             up = await query(url, 'up{job="mesh"}')
     assert float(result[0]["value"][1]) == 3

@@ -49,10 +49,16 @@ def test_ratios_divide_figures_of_the_same_run_and_backend() -> None:
 
 
 def test_a_mesh_figure_never_stands_in_for_the_other_backend() -> None:
-    report = {"results": [_row("mesh-memory", "sequential", "asyncio", calls_per_s=45_000)]}
+    report = {
+        "results": [
+            _row("mesh-memory", "sequential", "asyncio", calls_per_s=45_000),
+            _row("loop-pingpong", "sequential", "asyncio", calls_per_s=60_000),
+            _row("loop-pingpong", "sequential", "trio", calls_per_s=50_000),
+        ]
+    }
     checks = _checks(report)
-    assert checks["in-process calls/s, sequential", "asyncio"].holds is True
-    assert checks["in-process calls/s, sequential (0.8 x 40,000)", "trio"].value is None
+    assert checks["in-process sequential / loop ping-pong", "asyncio"].holds is True
+    assert checks["in-process sequential / loop ping-pong", "trio"].value is None
 
 
 def test_an_asyncio_only_baseline_answers_for_trio() -> None:

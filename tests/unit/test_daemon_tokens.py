@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import stat
 from pathlib import Path
 
 import pytest
 
-from mesh.daemon._auth import Gate, Identity, Right
+from mesh.daemon._auth import Identities, Identity, Right
 from mesh.daemon._limits import check_endpoint, check_id, host_allowed
 from mesh.daemon._routes import ROUTES, resolve
 from mesh.daemon._serve import _loopback
@@ -82,20 +83,20 @@ def _request(token: str | None) -> HttpRequest:
 def test_gate_identities_and_rights(tmp_path: Path) -> None:
     store = TokenStore(tmp_path)
     _, observer = store.create(Role.OBSERVER, "eyes")
-    gate = Gate(store, TokenAuthenticator({"dial-secret": "bob"}))
-    missing = gate.check(_request(None), Right.READ)
+    identities = Identities(store, TokenAuthenticator({"dial-secret": "bob"}))
+    missing = identities.check(_request(None), Right.READ)
     assert isinstance(missing, HttpResponse) and missing.status == 401
     assert json.loads(missing.body)["error"]["missing"] == "token"
-    unknown = gate.check(_request("mesh_nope"), Right.READ)
+    unknown = identities.check(_request("mesh_nope"), Right.READ)
     assert isinstance(unknown, HttpResponse) and unknown.status == 401
     assert b"unknown or revoked" in unknown.body
-    who = gate.check(_request(observer), Right.READ)
+    who = identities.check(_request(observer), Right.READ)
     assert isinstance(who, Identity) and who.name == "eyes" and who.owner.startswith("token:")
-    denied = gate.check(_request(observer), Right.CALL)
+    denied = identities.check(_request(observer), Right.CALL)
     assert isinstance(denied, HttpResponse) and denied.status == 403
     body = json.loads(denied.body)["error"]
     assert body["missing"] == "call" and "held by admin, client" in body["message"]
-    agent = gate.identify(_request("dial-secret"))
+    agent = identities.identify(_request("dial-secret"))
     assert agent == Identity(role=Role.AGENT, name="bob", agent="bob")
     assert agent.may(Right.DIAL) and not agent.may(Right.READ)
 
@@ -117,6 +118,29 @@ def test_only_health_the_probes_and_the_page_are_public_and_routes_resolve() -> 
     assert isinstance(found, HttpResponse) and found.status == 405
     found = resolve("GET", "/nowhere")
     assert isinstance(found, HttpResponse) and found.status == 404
+
+
+def _resolve_by_scan(method: str, path: str) -> tuple[str, dict[str, str]] | int:
+    """What `resolve` answers, worked out by trying every route (no index)."""
+    parts = tuple(p for p in path.split("/") if p)
+    matches = [(r, params) for r in ROUTES if (params := r.match(parts)) is not None]
+    if not matches:
+        return 404
+    best = max(r.literal for r, _ in matches)
+    for route, params in matches:
+        if route.literal == best and route.method == method:
+            return route.name, params
+    return 426 if {r.method for r, _ in matches if r.literal == best} == {"WS"} else 405
+
+
+def test_the_literal_index_resolves_every_path_as_trying_every_route_does() -> None:
+    paths = {re.sub(r"\{\w+\}", "x", r.path) for r in ROUTES}
+    paths |= {"/mcp/x", "/agents", "/agents/events/x", "/a2a/x/y", "/", "/x/y", "/rooms/x/y"}
+    for path in sorted(paths):
+        for method in ("GET", "POST", "DELETE", "WS", "PUT"):
+            found = resolve(method, path)
+            got = found.status if isinstance(found, HttpResponse) else (found[0].name, found[1])
+            assert got == _resolve_by_scan(method, path), (method, path)
 
 
 @pytest.mark.parametrize(

@@ -212,7 +212,7 @@ def test_tool_results_become_mesh_results() -> None:
 
 def test_mesh_results_become_call_tool_results() -> None:
     assert call_result({"a": 1}) == {
-        "content": [{"type": "text", "text": '{"a": 1}'}],
+        "content": [{"type": "text", "text": '{"a":1}'}],
         "isError": False,
         "structuredContent": {"a": 1},
     }

@@ -307,6 +307,11 @@ class RoomManager:
             room_id, member_id, text, holder=holder, person=person, forward=forward
         )
 
+    async def pass_turn(self, room_id: str, member_id: str, *, holder: str | None = None) -> None:
+        """A person passes their turn: the room goes on with the next speaker, and asks them
+        again after that. :class:`RoomConflict` when it is not their turn."""
+        await self._seats.pass_turn(room_id, member_id, holder=holder)
+
     # Last, because inside the class body the name shadows the builtin for mypy.
     async def list(self, status: RoomStatus | None = None) -> list[RoomSnapshot]:
         """Every room (or those with ``status``), oldest first."""

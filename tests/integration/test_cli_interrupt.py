@@ -1,0 +1,129 @@
+"""Ctrl-C is one line, the same every time, and exit 130: a real SIGINT to each long command.
+
+Each command is interrupted while it is working (the daemon listening, a call in flight,
+a room being followed), and its whole stderr must be the one line: no traceback, no log.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import pytest
+
+from mesh.cli._codes import EXIT_INTERRUPTED
+from mesh.testing import spawn_daemon
+from tests.integration._daemon import persona_manifest
+from tests.integration.test_cli_truth import mesh, read_all, read_until
+from tests.integration.test_daemon_people import _create
+from transports import HttpRequest, HttpResponse, open_http_server
+
+pytestmark = pytest.mark.anyio
+
+MESH = [sys.executable, "-m", "mesh.cli"]
+
+
+async def interrupt(process: anyio.abc.Process) -> tuple[int, list[str]]:
+    """SIGINT, then the exit status and stderr's lines."""
+    async with process:
+        with anyio.fail_after(60):
+            process.send_signal(signal.SIGINT)
+            code = await process.wait()
+            err = (await read_all(process.stderr)).decode()
+    return code, err.strip().splitlines()
+
+
+async def test_mesh_serve(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    serve = [*MESH, "serve", "--port", "0", "--manifests", str(tmp_path / "m")]
+    serve += ["--data-dir", str(tmp_path / "d"), "--log-level", "warning"]
+    process = await anyio.open_process(serve)
+    with anyio.fail_after(60):
+        assert b'"listening"' in await read_until(process, b"\n")
+    assert await interrupt(process) == (EXIT_INTERRUPTED, ["mesh: interrupted"])
+
+
+async def test_mesh_call_with_the_call_in_flight() -> None:
+    arrived = anyio.Event()
+
+    async def handle(request: HttpRequest) -> HttpResponse:
+        arrived.set()
+        await anyio.sleep_forever()  # the agent is slow: the call is in flight
+        raise AssertionError  # pragma: no cover
+
+    async with open_http_server(handle) as server:
+        process = await mesh("call", "echo", "sleep", "--arg", "seconds=60", url=server.url)
+        with anyio.fail_after(60):
+            await arrived.wait()
+        assert await interrupt(process) == (EXIT_INTERRUPTED, ["mesh: interrupted"])
+
+
+SLOW_AGENT = """
+import sys
+import anyio
+from mesh import Agent
+
+agent = Agent("slow")
+
+
+@agent.tool
+async def wait() -> None:
+    print("in flight", file=sys.stderr, flush=True)
+    await anyio.sleep(60)
+"""
+
+
+async def test_mesh_dev_with_the_call_in_flight(tmp_path: Path) -> None:
+    (tmp_path / "slow.py").write_text(SLOW_AGENT)
+    process = await anyio.open_process([*MESH, "dev", str(tmp_path / "slow.py"), "--call", "wait"])
+    with anyio.fail_after(60):
+        await read_stderr_until(process, b"in flight\n")
+    assert await interrupt(process) == (EXIT_INTERRUPTED, ["mesh: interrupted"])
+
+
+async def read_stderr_until(process: anyio.abc.Process, marker: bytes) -> None:
+    assert process.stderr is not None
+    seen = b""
+    while marker not in seen:  # bounded by the caller's deadline
+        seen += await process.stderr.receive()
+
+
+@pytest.mark.timeout(180)  # a daemon, two personas and the CLI on a loaded machine
+async def test_mesh_room_watch(tmp_path: Path) -> None:
+    manifests = tmp_path / "m"
+    manifests.mkdir()
+    persona_manifest(manifests, "alice", "Alice", ["Tea."], delay=60)  # a turn takes a minute
+    persona_manifest(manifests, "bob", "Bob", ["Coffee."], delay=60)
+    async with spawn_daemon(manifests, extra_args=["--data-dir", str(tmp_path / "d")]) as daemon:
+        await daemon.wait_online("alice", "bob")
+        async with daemon.client() as http:
+            body = {"id": "tea", "topic": "Tea?", "members": ["alice", "bob"]}
+            assert (await http.post("/rooms", json=body)).status_code == 201
+        process = await mesh("room", "watch", "tea", daemon=daemon)
+        with anyio.fail_after(60):
+            await read_until(process, b"Bob")  # following: the room is running
+        assert await interrupt(process) == (
+            EXIT_INTERRUPTED,
+            ["mesh: interrupted; room tea runs on"],
+        )
+
+
+@pytest.mark.timeout(180)  # a daemon, two personas and the CLI on a loaded machine
+async def test_mesh_room_join(tmp_path: Path) -> None:
+    manifests = tmp_path / "m"
+    manifests.mkdir()
+    persona_manifest(manifests, "alice", "Alice", ["Tea."], delay=60)  # a turn takes a minute
+    persona_manifest(manifests, "bob", "Bob", ["Coffee."], delay=60)
+    async with spawn_daemon(manifests, extra_args=["--data-dir", str(tmp_path / "d")]) as daemon:
+        await daemon.wait_online("alice", "bob")
+        await _create(daemon, "desk", 40)
+        process = await mesh("room", "join", "desk", "--as", "Dave", daemon=daemon)
+        with anyio.fail_after(60):
+            await read_until(process, b"Dave")  # the room's events, Dave's joining among them
+        # Its stdin stays open, as a terminal's does: the reader thread must not hold the exit.
+        code, lines = await interrupt(process)
+    assert code == EXIT_INTERRUPTED
+    assert lines[1:] == ["mesh: interrupted; left room desk"], lines  # after "joined room …"

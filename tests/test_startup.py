@@ -1,0 +1,190 @@
+"""Start-up pays only for what it uses: ``import mesh`` and the ``mesh`` command stay light.
+
+Each check runs in a fresh interpreter (the test process has imported everything), and
+reads ``sys.modules`` there. The protocols a manifest names still load when it names
+them: the wing that serves one is imported by the loader, not by ``import mesh``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import mesh
+from tests.mcp._peers import ROOT, mcp_server_command
+
+#: The wings a plain ``import mesh`` must not load (each costs start-up or side effects).
+HEAVY = (
+    "mesh._orchestrator",
+    "mesh._rpc",
+    "mesh._sdk",
+    "mesh._tracing",
+    "mesh.a2a",
+    "mesh.cluster",
+    "mesh.daemon",
+    "mesh.manifests",
+    "mesh.mcp",
+    "mesh.providers",
+    "mesh.rooms",
+    "transports",
+    "registry",
+    "httpx",
+    "structlog",
+    "anyio",
+    "msgspec",
+)
+#: What the ``mesh`` command may not load before it knows which subcommand runs.
+CLI_HEAVY = (
+    "mesh._orchestrator",
+    "mesh._rpc",
+    "mesh.a2a",
+    "mesh.cluster",
+    "mesh.daemon",
+    "mesh.mcp",
+    "mesh.providers",
+    "mesh.rooms",
+    "httpx",
+    "structlog",
+)
+
+
+def _loaded(code: str, *, timeout: float = 60) -> list[str]:
+    """The modules a fresh interpreter holds after running ``code`` (it prints nothing)."""
+    script = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    loaded: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return loaded
+
+
+def _under(modules: list[str], roots: tuple[str, ...]) -> set[str]:
+    return {m for m in modules if any(m == root or m.startswith(f"{root}.") for root in roots)}
+
+
+def test_import_mesh_loads_none_of_the_wings() -> None:
+    assert _under(_loaded("import mesh"), HEAVY) == set()
+
+
+def test_a_public_name_loads_its_own_wing_only() -> None:
+    loaded = _loaded("from mesh import Agent; assert repr(Agent) == \"<class 'mesh.Agent'>\"")
+    assert "mesh._sdk.agent" in loaded
+    assert _under(loaded, ("mesh.mcp", "mesh.a2a", "mesh.daemon", "mesh.cluster")) == set()
+
+
+@pytest.mark.parametrize(
+    ("argv", "unneeded"),
+    [
+        (["--version"], CLI_HEAVY),
+        (["--help"], CLI_HEAVY),
+        (["call", "--help"], CLI_HEAVY),
+        (["token", "list", "--help"], CLI_HEAVY),
+        # its help names the rooms' default limits: the rooms wing, not the daemon's others
+        (["room", "run", "--help"], ("mesh.a2a", "mesh.cluster", "mesh.daemon", "mesh.mcp")),
+    ],
+)
+def test_the_mesh_command_loads_only_what_it_runs(
+    argv: list[str], unneeded: tuple[str, ...]
+) -> None:
+    code = f"""
+import contextlib, io, sys
+from mesh.cli import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    main({argv!r})
+"""
+    assert _under(_loaded(code), unneeded) == set()
+
+
+def test_the_lazy_names_are_the_ones_type_checkers_see() -> None:
+    """``mesh/__init__.py``'s ``TYPE_CHECKING`` imports and its table of lazy names agree."""
+    tree = ast.parse(Path(mesh.__file__).read_text())
+    (block,) = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    ]
+    seen = {
+        alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert seen == mesh._WHERE
+    assert set(seen) <= set(mesh.__all__)
+    assert set(mesh.__all__) <= set(seen) | set(vars(mesh)), "a public name is nowhere"
+
+
+def test_dir_lists_every_public_name_before_it_is_used() -> None:
+    listed = _loaded("import mesh; assert set(mesh.__all__) <= set(dir(mesh)), dir(mesh)")
+    assert "mesh._rpc.peer" not in listed
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        mesh.Nope  # noqa: B018
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_an_mcp_manifest_mounts_in_a_process_that_never_imported_mesh_mcp(
+    backend: str, tmp_path: Path
+) -> None:
+    command, args = mcp_server_command()
+    (tmp_path / "peer.toml").write_text(
+        f"""id = "peer"
+[transport]
+type = "stdio"
+command = {json.dumps(command)}
+args = {json.dumps(args)}
+protocol = "mcp"
+env = {{ PYTHONPATH = {json.dumps(str(ROOT))} }}
+"""
+    )
+    script = textwrap.dedent(
+        f"""
+        import sys, anyio
+        from mesh import MeshOrchestrator
+        assert "mesh.mcp" not in sys.modules, "imported before any manifest named it"
+
+        async def main():
+            async with MeshOrchestrator.from_manifests({str(tmp_path)!r}) as orchestrator:
+                with anyio.fail_after(60):
+                    async with orchestrator.registry.subscribe() as changes:
+                        if not orchestrator.agents():
+                            async for _ in changes:
+                                if orchestrator.agents():
+                                    break
+                    await anyio.wait_all_tasks_blocked()
+                    print(await orchestrator.call_tool("peer", "add", {{"a": 2, "b": 3}}))
+
+        anyio.run(main, backend={backend!r})
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "{'result': 5}"
+
+
+def test_an_a2a_manifest_links_in_a_process_that_never_imported_mesh_a2a(tmp_path: Path) -> None:
+    (tmp_path / "remote.toml").write_text(
+        'id = "remote"\n[transport]\ntype = "http"\nendpoint = "http://127.0.0.1:9"\n'
+        'protocol = "a2a"\n'
+    )
+    code = f"""
+import sys
+from mesh._orchestrator.links import links_from_manifests
+assert "mesh.a2a" not in sys.modules
+links = links_from_manifests({str(tmp_path)!r})
+assert links.errors == [], links.errors
+(spec,) = links.specs
+assert spec.connector is not None
+"""
+    assert "mesh.a2a" in _loaded(code)
