@@ -228,6 +228,8 @@ class CutOnce:
         *,
         system: str | None = None,
         on_delta: Callable[[str], None] | None = None,
+        max_tokens: int | None = None,
+        seed: int | None = None,
     ) -> Completion:
         self.calls += 1
         assert on_delta is not None

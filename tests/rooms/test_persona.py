@@ -66,7 +66,13 @@ async def test_a_concurrent_duplicate_is_dropped() -> None:
         config = ProviderConfig(provider="scripted", script=("x",))
 
         async def complete(
-            self, messages: object, *, system: str | None = None, on_delta: object = None
+            self,
+            messages: object,
+            *,
+            system: str | None = None,
+            on_delta: object = None,
+            max_tokens: int | None = None,
+            seed: int | None = None,
         ) -> Completion:
             await gate.wait()
             return Completion(text="slow answer", model="m", provider="scripted")
@@ -103,7 +109,13 @@ async def test_a_failing_provider_is_a_tool_error_and_the_turn_can_be_retried() 
         attempts = 0
 
         async def complete(
-            self, messages: object, *, system: str | None = None, on_delta: object = None
+            self,
+            messages: object,
+            *,
+            system: str | None = None,
+            on_delta: object = None,
+            max_tokens: int | None = None,
+            seed: int | None = None,
         ) -> Completion:
             self.attempts += 1
             if self.attempts == 1:
