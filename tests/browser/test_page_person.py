@@ -216,12 +216,31 @@ def test_the_new_room_form_sets_limits_and_exit_rules(page: Any, daemon: LiveDae
     page.fill("#new-per-agent", "4")
     page.fill("#new-turn-timeout", "30")
     page.fill("#new-context", "6")
+    page.fill("#new-reply-tokens", "80")
+    page.fill("#new-context-tokens", "600")
     page.fill("#new-goodbye", "")
     page.fill("#new-threshold", "0.9")
     page.uncheck("#new-no-improvement")
+    page.fill("#new-repetition", "1.5")
+    page.fill("#new-seed", "1234")
     page.fill("#new-person-timeout", "45")
     page.select_option("#new-at-timeout", "pause")
     page.select_option("#new-join", "clients")
+    # Each new setting says what it does, and a value out of bounds is the daemon's to refuse:
+    # its error names the setting and the bound, and the field is marked and focused.
+    for field in ("reply-tokens", "context-tokens", "repetition", "seed"):
+        assert page.inner_text(f"#new-{field}-help").strip()
+    page.click("#start")
+    page.wait_for_selector("#new-error:has-text('rules.repetition_threshold')")
+    assert "<= 1" in page.inner_text("#new-error")
+    assert page.get_attribute("#new-repetition", "aria-invalid") == "true"
+    assert page.evaluate("document.activeElement.id") == "new-repetition"
+    page.fill("#new-repetition", "0.7")
+    page.fill("#new-seed", "-3")
+    page.click("#start")
+    page.wait_for_selector("#new-error:has-text('$.seed')")
+    assert page.get_attribute("#new-repetition", "aria-invalid") is None
+    page.fill("#new-seed", "1234")
     page.click("#start")
     page.wait_for_selector("#room-topic:has-text('Tabs or spaces?')")
     room_id = page.inner_text("#room-id")
@@ -230,10 +249,13 @@ def test_the_new_room_form_sets_limits_and_exit_rules(page: Any, daemon: LiveDae
     limits = room["limits"]
     shown = [limits[k] for k in ("max_turns", "max_messages_per_agent", "turn_timeout")]
     assert [*shown, limits["context_messages"]] == [9, 4, 30.0, 6]
+    assert (limits["reply_tokens"], limits["context_tokens"]) == (80, 600)
     rules = room["rules"]
     assert (rules["goodbye"], rules["convergence_threshold"], rules["no_improvement"]) == (
         None, 0.9, False,
     )  # fmt: skip
+    assert rules["repetition_threshold"] == 0.7
+    assert room["seed"] == 1234
     people = room["people"]
     assert (people["turn_timeout"], people["at_timeout"], people["join"]) == (
         45.0,

@@ -318,9 +318,50 @@ async function refreshRooms() {
   }
 }
 
+// A number field's value (null when empty). Text the browser cannot read as a number
+// is refused here: the field would otherwise read as empty and be silently left out.
 function numberOf(selector) {
-  const value = $(selector).value.trim();
+  const input = $(selector);
+  if (input.validity.badInput) {
+    throw new FieldError(input, `${labelOf(input)}: "${input.value}" is not a number`);
+  }
+  const value = input.value.trim();
   return value === "" ? null : Number(value);
+}
+
+function labelOf(input) {
+  const label = input.closest("label");
+  return label ? label.firstChild.textContent.trim() : input.id;
+}
+
+class FieldError extends Error {
+  constructor(input, message) {
+    super(message);
+    this.input = input;
+  }
+}
+
+// Which field of the form a path in the daemon's refusal (`at $.limits.reply_tokens`) names.
+const SPEC_FIELDS = {
+  "$.topic": "#new-topic",
+  "$.limits.max_turns": "#new-max-turns",
+  "$.limits.max_messages_per_agent": "#new-per-agent",
+  "$.limits.turn_timeout": "#new-turn-timeout",
+  "$.limits.context_messages": "#new-context",
+  "$.limits.reply_tokens": "#new-reply-tokens",
+  "$.limits.context_tokens": "#new-context-tokens",
+  "$.rules.goodbye": "#new-goodbye",
+  "$.rules.verifier": "#new-verifier",
+  "$.rules.convergence_threshold": "#new-threshold",
+  "$.rules.repetition_threshold": "#new-repetition",
+  "$.rules.agent_grace": "#new-grace",
+  "$.people.turn_timeout": "#new-person-timeout",
+  "$.seed": "#new-seed",
+};
+
+function fieldOf(message) {
+  const at = /at `(\$[\w.]+)`/.exec(message);
+  return at && SPEC_FIELDS[at[1]] ? $(SPEC_FIELDS[at[1]]) : null;
 }
 
 // The room spec from the form: what is left empty keeps the daemon's default.
@@ -339,24 +380,43 @@ function newRoomSpec() {
   put(limits, "max_messages_per_agent", numberOf("#new-per-agent"));
   put(limits, "turn_timeout", numberOf("#new-turn-timeout"));
   put(limits, "context_messages", numberOf("#new-context"));
+  put(limits, "reply_tokens", numberOf("#new-reply-tokens"));
+  put(limits, "context_tokens", numberOf("#new-context-tokens"));
   rules.goodbye = $("#new-goodbye").value.trim() || null;
   put(rules, "verifier", $("#new-verifier").value.trim() || null);
   put(rules, "convergence_threshold", numberOf("#new-threshold"));
+  put(rules, "repetition_threshold", numberOf("#new-repetition"));
   put(rules, "agent_grace", numberOf("#new-grace"));
   put(people, "turn_timeout", numberOf("#new-person-timeout"));
+  put(spec, "seed", numberOf("#new-seed"));
   return Object.assign(spec, { limits, rules, people });
 }
 
+// The form is `novalidate`: the daemon checks every value and its refusal, which names the
+// setting and its bound, is shown under the form, with the field it names marked and focused.
 async function startRoom(submit) {
   submit.preventDefault();
   $("#new-error").textContent = "";
+  for (const marked of $("#new-room").querySelectorAll("[aria-invalid]")) {
+    marked.removeAttribute("aria-invalid");
+    marked.removeAttribute("aria-errormessage");
+  }
   try {
+    if (!$("#new-topic").value.trim()) throw new FieldError($("#new-topic"), "Write a topic.");
     const created = await api("POST", "/rooms", newRoomSpec());
     $("#new-topic").value = "";
     await refreshRooms();
     openRoom(created.room.id);
   } catch (error) {
     $("#new-error").textContent = error.message;
+    const field = error.input || fieldOf(error.message);
+    if (field) {
+      field.setAttribute("aria-invalid", "true");
+      field.setAttribute("aria-errormessage", "new-error");
+      const tuning = field.closest("details");
+      if (tuning) tuning.open = true;
+      field.focus();
+    }
   }
 }
 
