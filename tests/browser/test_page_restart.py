@@ -84,6 +84,8 @@ def test_a_reply_being_written_shows_whole_on_opening_and_after_a_reload(
 def test_a_daemon_restart_mid_reply_with_a_person_in_the_room(
     page: Any, slow_daemon: LiveDaemon
 ) -> None:
+    # A daemon restart on a loaded machine: every wait of this walk gets a minute.
+    page.set_default_timeout(60_000)
     sockets: list[str] = []
     console: list[str] = []
     page.on("websocket", lambda ws: sockets.append(ws.url))
@@ -100,7 +102,7 @@ def test_a_daemon_restart_mid_reply_with_a_person_in_the_room(
     page.wait_for_selector("#offline:not([hidden])")
     page.wait_for_selector("#room-status:text-is('unknown')")
     page.wait_for_selector('#agents tr[data-agent="alice"] .badge.unknown')
-    assert page.locator("#transcript .message.writing").count() == 0
+    page.wait_for_selector("#transcript .message.writing", state="detached")
     page.fill("#say-text", "Still there?")
     page.press("#say-text", "Enter")
     page.wait_for_selector("#room-error:has-text('the daemon is not reachable')")
@@ -112,7 +114,11 @@ def test_a_daemon_restart_mid_reply_with_a_person_in_the_room(
     page.wait_for_selector("#room-status:text-is('running')")
     page.wait_for_function("document.querySelector('#room-error').textContent === ''")
     assert "Failed to fetch" not in page.inner_text("body")
-    assert page.locator("#transcript .joined:has-text('Carol joined')").count() == 2
+    # Carol takes her seat again (the second "joined"), however late it reaches the page.
+    page.wait_for_function(
+        """[...document.querySelectorAll('#transcript .joined')]
+            .filter((e) => e.textContent.includes('Carol joined')).length === 2"""
+    )
     # The reply asked again starts afresh, never on top of the half one.
     writing = page.locator("#transcript .message.writing .text:not(:empty)").first
     writing.wait_for(timeout=60_000)
