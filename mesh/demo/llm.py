@@ -11,7 +11,7 @@ server reported.
 The model is tiny (135 M parameters, 4-bit), so the room's choices carry it:
 a reply budget that ends each reply at a sentence, a context budget (the
 prompt, and the wait for the first word, stay the same size every turn), a turn
-prompt that names the last speaker and quotes them, every exit rule on (with a
+prompt that names the last speaker, quotes them and restates the topic, every exit rule on (with a
 loop guard), and a seed per run: printed, and ``--seed`` replays a run.
 """
 
@@ -51,14 +51,16 @@ TOPIC: Final = "Is it worth growing your own vegetables on a small city balcony?
 
 _PROMPTS: Final = {
     ("ada", "Ada", "gardener"): (
-        "You are Ada, a cheerful city gardener who grows tomatoes and herbs on her balcony. "
-        "You think a balcony garden is worth it: fresh food, less waste, and joy. "
-        "Speak plainly, in short sentences."
+        "You are Ada, a city gardener who grows tomatoes, lettuce and basil in pots on her "
+        "small balcony. You say a balcony garden is worth it: fresh vegetables, cheap seeds, "
+        "and the fun of picking your own food. Talk only about balcony vegetables. "
+        "Speak plainly, in two short sentences."
     ),
     ("ben", "Ben", "skeptic"): (
-        "You are Ben, a careful accountant. You doubt a balcony garden is worth it: "
-        "pots, soil and water cost money, and the harvest is small. "
-        "Speak plainly, in short sentences."
+        "You are Ben, a careful accountant. You say a balcony vegetable garden is not worth it: "
+        "pots, soil and water cost money, pests and wind ruin plants, and the harvest is tiny "
+        "next to the supermarket. Do not agree with Ada. Talk only about balcony vegetables. "
+        "Speak plainly, in two short sentences."
     ),
 }
 

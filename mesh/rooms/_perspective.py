@@ -119,7 +119,11 @@ def system_prompt(
 
 
 def turn_prompt(room: Room, transcript: Sequence[MessageEvent], member: Member) -> str:
-    """What this turn asks of ``member``: answer the last speaker, on the topic, briefly."""
+    """What this turn asks of ``member``: answer the last speaker, on the topic, briefly.
+
+    The topic is restated every turn: after a few replies it has fallen out of a small
+    context budget, and a small model otherwise drifts to whatever was said last.
+    """
     last = next((m for m in reversed(transcript) if m.agent_id != member.id), None)
     if last is None:
         ask = f"You speak first: give your own view on {_quoted_topic(room)}"
@@ -131,7 +135,8 @@ def turn_prompt(room: Room, transcript: Sequence[MessageEvent], member: Member) 
         )
     budget = reply_budget(room, member)
     size = f"at most {_words(budget)} words" if budget else "two or three short paragraphs"
-    return f"{ask}. Stay on the topic. Reply in {size}, ending with a full sentence."
+    topic = f"Stay on the topic, {_quoted_topic(room)}"
+    return f"{ask}. {topic}. Reply in {size}, ending with a full sentence."
 
 
 def build_turn_request(

@@ -101,7 +101,10 @@ def test_the_turn_prompt_names_the_last_speaker_and_quotes_them() -> None:
     assert prompt.startswith(
         'Ada spoke last and said: "Balconies get too much wind for tomatoes." Answer Ada directly'
     )
-    assert "Reply in at most 36 words, ending with a full sentence." in prompt
+    assert prompt.endswith(
+        'Stay on the topic, "tabs or spaces". '
+        "Reply in at most 36 words, ending with a full sentence."
+    )
     first = turn_prompt(room, [], room.member("ada"))
     assert first.startswith('You speak first: give your own view on "tabs or spaces"')
     plan = next_turn(room, history)
