@@ -56,7 +56,8 @@ WINGS = (
 #: over the table of rooms in memory, its face, and the package's public names.
 ROOMS = {
     **dict.fromkeys(
-        ("_errors", "_model", "_events", "_state", "_policy", "_rules", "_perspective"), 1
+        ("_errors", "_model", "_events", "_state", "_policy", "_rules", "_budget", "_perspective"),
+        1,
     ),
     **dict.fromkeys(("_roles", "_render", "_people", "_replica", "_observe"), 1),
     **dict.fromkeys(("_engine", "_store", "_observers"), 2),
