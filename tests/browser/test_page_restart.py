@@ -35,7 +35,7 @@ def slow_daemon(tmp_path: Path) -> Iterator[LiveDaemon]:
 def _room(daemon: LiveDaemon, room_id: str) -> None:
     spec: dict[str, object] = {"id": room_id, "topic": "Monolith first?"}
     spec["members"] = ["alice", "bob"]
-    spec |= {"limits": {"max_turns": 40}, "people": {"turn_timeout": 600}}
+    spec |= {"limits": {"max_turns": 400}, "people": {"turn_timeout": 600}}
     headers = {"authorization": f"Bearer {daemon.token}"}
     with httpx.Client(base_url=daemon.url, headers=headers, timeout=20) as http:
         assert http.post("/rooms", json=spec).status_code == 201
