@@ -26,7 +26,7 @@ from mesh.rooms._events import (
     StoppedEvent,
     WelcomeEvent,
 )
-from mesh.rooms._model import Room, RoomSnapshot
+from mesh.rooms._model import Room, RoomSnapshot, StopReason
 
 __all__ = ["format_event", "transcript_markdown"]
 
@@ -100,13 +100,19 @@ def _line(event: RoomEvent, who: str) -> str:
     if isinstance(event, AgentJoinedEvent):
         return f"{who} joined"
     if isinstance(event, AgentLeftEvent):
-        return f"{who} left ({printable(event.reason)})" if event.reason else f"{who} left"
+        # A person who leaves on their own has the reason "left": saying it twice is noise.
+        if event.reason and event.reason != "left":
+            return f"{who} left ({printable(event.reason)})"
+        return f"{who} left"
     if isinstance(event, ErrorEvent):
         attempt = f"{printable(event.name)}, attempt {event.attempt}"
         return f"error at turn {event.turn} ({attempt}): {printable(event.message)}"
     if isinstance(event, ResumedEvent):
         return f"resumed at turn {event.next_turn}"
     if isinstance(event, StoppedEvent):
+        if event.reason is StopReason.PAUSED:  # not a stop: the room goes on when resumed
+            detail = f" ({printable(event.detail)})" if event.detail else ""
+            return f"paused after turn {event.turn}{detail}"
         detail = f": {printable(event.detail)}" if event.detail else ""
         return f"stopped after turn {event.turn}, {event.reason}{detail}"
     raise TypeError(f"not a room event: {event!r}")  # pragma: no cover

@@ -42,6 +42,13 @@ def test_each_event_as_a_line() -> None:
             AgentLeftEvent(room_id=ROOM, timestamp=AT, reason="offline", **bob),
             "Bob (critic) left (offline)",
         ),
+        (AgentLeftEvent(room_id=ROOM, timestamp=AT, reason="left", **bob), "Bob (critic) left"),
+        (
+            StoppedEvent(
+                room_id=ROOM, timestamp=AT, reason=StopReason.PAUSED, turn=8, detail="on request"
+            ),
+            "paused after turn 8 (on request)",
+        ),
         (
             ErrorEvent(room_id=ROOM, timestamp=AT, message="boom", turn=3, attempt=2, **bob),
             "error at turn 3 (Bob, attempt 2): boom",
