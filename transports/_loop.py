@@ -18,6 +18,7 @@ there the clock runs in a task of its own.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -123,6 +124,22 @@ def _trio_loop() -> Loop:
     return Loop(trio.current_time, TrioWakeup, None, type(anyio.CancelScope()))
 
 
+def _trio_run_loop() -> Loop:
+    """trio's primitives, with this run's clock read directly: ``trio.current_time()``
+    finds the run and then its clock on every call, and a call reads the time three
+    times. A run's clock (a test's ``MockClock`` too) is fixed for the run."""
+    global _trio_last
+    import trio
+
+    clock = trio.lowlevel.current_clock()
+    if _trio_last is None or _trio_last[0] is not clock:
+        _trio_last = (clock, dataclasses.replace(_trio_loop(), now=clock.current_time))
+    return _trio_last[1]
+
+
+_trio_last: tuple[object, Loop] | None = None
+
+
 _last: tuple[asyncio.AbstractEventLoop, Loop] | None = None
 
 
@@ -130,7 +147,7 @@ def current_loop() -> Loop:
     """The running loop's primitives (call from inside a task on asyncio or trio)."""
     global _last
     if sniffio.current_async_library() == "trio":
-        return _trio_loop()
+        return _trio_run_loop()
     loop = asyncio.get_running_loop()
     if _last is None or _last[0] is not loop:  # one Loop per event loop, not per connection
         wakeup = functools.partial(_AsyncioWakeup, loop)

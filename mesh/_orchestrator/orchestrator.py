@@ -382,6 +382,13 @@ class MeshOrchestrator:
     def _available(self, agent_id: str, method: str) -> Link:
         record = self.registry.get(AgentId(agent_id))
         link = self._links.get(agent_id)
+        if (
+            record is not None
+            and link is not None
+            and record.status is not AgentStatus.OFFLINE
+            and link.connected
+        ):
+            return link  # the path of every call: no status text to build
         if record is None and link is None:
             raise AgentUnavailable(
                 f"no agent {agent_id!r} is registered", agent=agent_id, method=method

@@ -278,6 +278,14 @@ class ReconnectingPeer:
         failing at once with :class:`~mesh.ConnectionLost`. A call in flight when the
         link drops fails with the drop's reason and is not resent.
         """
+        peer = self._peer
+        if peer is not None and not peer.closed:  # connected: no wait to work out
+            return await peer.call(
+                method,
+                params,
+                timeout=options.get("timeout"),
+                on_progress=options.get("on_progress"),
+            )
         wait = options.get("wait_for_connection")
         peer, remaining = await self._peer_for(method, options.get("timeout"), wait)
         return await peer.call(
