@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -143,6 +144,14 @@ _trio_last: tuple[object, Loop] | None = None
 _last: tuple[asyncio.AbstractEventLoop, Loop] | None = None
 
 
+def _clock_of(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
+    """``loop.time``, or what it returns without its Python frame: asyncio's own loops
+    read ``time.monotonic()``, and a call reads the time three times."""
+    if type(loop).time is asyncio.BaseEventLoop.time:
+        return time.monotonic
+    return loop.time
+
+
 def current_loop() -> Loop:
     """The running loop's primitives (call from inside a task on asyncio or trio)."""
     global _last
@@ -151,7 +160,7 @@ def current_loop() -> Loop:
     loop = asyncio.get_running_loop()
     if _last is None or _last[0] is not loop:  # one Loop per event loop, not per connection
         wakeup = functools.partial(_AsyncioWakeup, loop)
-        _last = (loop, Loop(loop.time, wakeup, loop.call_at, type(anyio.CancelScope())))
+        _last = (loop, Loop(_clock_of(loop), wakeup, loop.call_at, type(anyio.CancelScope())))
     return _last[1]
 
 
