@@ -133,9 +133,10 @@ def _trio_run_loop() -> Loop:
     import trio
 
     clock = trio.lowlevel.current_clock()
-    if _trio_last is None or _trio_last[0] is not clock:
-        _trio_last = (clock, dataclasses.replace(_trio_loop(), now=clock.current_time))
-    return _trio_last[1]
+    last = _trio_last  # read once: a run in another thread may replace it meanwhile
+    if last is None or last[0] is not clock:
+        last = _trio_last = (clock, dataclasses.replace(_trio_loop(), now=clock.current_time))
+    return last[1]
 
 
 _trio_last: tuple[object, Loop] | None = None
@@ -158,10 +159,14 @@ def current_loop() -> Loop:
     if sniffio.current_async_library() == "trio":
         return _trio_run_loop()
     loop = asyncio.get_running_loop()
-    if _last is None or _last[0] is not loop:  # one Loop per event loop, not per connection
+    last = _last  # read once: a loop in another thread may replace it meanwhile
+    if last is None or last[0] is not loop:  # one Loop per event loop, not per connection
         wakeup = functools.partial(_AsyncioWakeup, loop)
-        _last = (loop, Loop(_clock_of(loop), wakeup, loop.call_at, type(anyio.CancelScope())))
-    return _last[1]
+        last = _last = (
+            loop,
+            Loop(_clock_of(loop), wakeup, loop.call_at, type(anyio.CancelScope())),
+        )
+    return last[1]
 
 
 class StreamLock:
