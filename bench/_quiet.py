@@ -9,13 +9,20 @@ pass a fake clock and fake probes):
   measurements made back to back); while the probe says load changed during
   it, run it again, at most `QuietPolicy.max_attempts` times and within the
   run's shared `RepeatBudget` of seconds; keep the quietest attempt.
+- `calibrate_tolerance`: how far the probe moves on its own on this machine right
+  now (readings taken back to back at the start, nothing measured between them);
+  a run is called noisy only when its probe moved more than that, so a quiet
+  shared machine reads quiet and a loaded one is not repeated without end.
 - `Spread` / `paired_values`: a ratio target's value is the median of one ratio
   per round (A B, A B, ...), printed with the lowest and highest, rather than
   one median divided by another measured minutes apart.
+- `settled`: whether a verdict is decided, i.e. its bound lies outside its spread
+  widened by `VERDICT_MARGIN`; one that is not is printed as unsettled.
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,9 +34,11 @@ __all__ = [
     "QuietPolicy",
     "RepeatBudget",
     "Spread",
+    "calibrate_tolerance",
     "paired_values",
     "probe_move",
     "run_quietly",
+    "settled",
 ]
 
 T = TypeVar("T")
@@ -38,14 +47,30 @@ T = TypeVar("T")
 #: fraction (of the smaller) had other work land inside it: the same code
 #: measured twice on a quiet shared machine differs by up to ~25 %.
 PROBE_TOLERANCE = 0.25
-#: Attempts of one measurement (or one round) before the quietest is kept anyway.
+#: Attempts of one measurement before the quietest is kept anyway.
 MAX_ATTEMPTS = 4
+#: The share of the probe's own moves at rest a run's move must exceed to be noisy.
+CALIBRATION_QUANTILE = 0.9
+#: A verdict is settled only if its bound lies outside its spread widened by this
+#: fraction each way: a ratio within 5 % of its bound is not called from one run
+#: (back-to-back pairs of the same code differ by about that on a quiet machine).
+VERDICT_MARGIN = 0.05
 
 
 def probe_move(before: float, after: float) -> float:
     """How far the CPU probe moved across a run, as a fraction of the smaller reading."""
     low = min(before, after)
     return abs(after - before) / low if low > 0 else 0.0
+
+
+def calibrate_tolerance(readings: Sequence[float], floor: float = PROBE_TOLERANCE) -> float:
+    """The tolerance for this run: the larger of `floor` and the `CALIBRATION_QUANTILE`
+    of the moves between consecutive `readings` (probes taken back to back at rest)."""
+    moves = sorted(probe_move(a, b) for a, b in itertools.pairwise(readings))
+    if not moves:
+        return floor
+    index = min(len(moves) - 1, int(CALIBRATION_QUANTILE * len(moves)))
+    return max(floor, moves[index])
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +150,12 @@ class Spread:
     def relative(self) -> float:
         """Half the range as a fraction of the median: ±this."""
         return (self.high - self.low) / 2 / self.median if self.median else 0.0
+
+
+def settled(low: float, high: float, bound: float, margin: float = VERDICT_MARGIN) -> bool:
+    """True if `bound` lies outside [low, high] widened by `margin` (a fraction) each way:
+    every round, and a little more, falls on the same side of it."""
+    return bound < low * (1 - margin) or bound > high * (1 + margin)
 
 
 def paired_values(
