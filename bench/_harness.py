@@ -166,6 +166,7 @@ def plan_cases(
 
 def _command(case: Case, settings: Settings) -> list[str]:
     command = [sys.executable, "-m", "bench.run_one", case.scenario.name]
+    command += ["--module", case.scenario.run.__module__]
     command += ["--mode", case.mode, "--backend", case.backend]
     command += ["--duration", str(settings.duration), "--warmup", str(settings.warmup)]
     return [*command, "--smoke"] if settings.smoke else command

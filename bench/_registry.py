@@ -179,7 +179,13 @@ def all_scenarios() -> list[Scenario]:
     return list(_REGISTRY.values())
 
 
-def get_scenario(name: str) -> Scenario:
+def get_scenario(name: str, module: str | None = None) -> Scenario:
+    """The scenario `name`; given the `module` that registers it, only that module is
+    imported (a measurement's process then carries no other scenario module)."""
+    if module is not None:
+        importlib.import_module(module)
+        if name in _REGISTRY:
+            return _REGISTRY[name]
     _load()
     try:
         return _REGISTRY[name]
