@@ -17,7 +17,8 @@ pass a fake clock and fake probes):
   per round (A B, A B, ...), printed with the lowest and highest, rather than
   one median divided by another measured minutes apart.
 - `settled`: whether a verdict is decided, i.e. its bound lies outside its spread
-  widened by `VERDICT_MARGIN`; one that is not is printed as unsettled.
+  widened by a margin that shrinks with the rounds it rests on (`verdict_margin`);
+  one that is not is printed as unsettled.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ __all__ = [
     "probe_move",
     "run_quietly",
     "settled",
+    "verdict_margin",
 ]
 
 T = TypeVar("T")
@@ -52,9 +54,20 @@ MAX_ATTEMPTS = 4
 #: The share of the probe's own moves at rest a run's move must exceed to be noisy.
 CALIBRATION_QUANTILE = 0.9
 #: A verdict is settled only if its bound lies outside its spread widened by this
-#: fraction each way: a ratio within 5 % of its bound is not called from one run
-#: (back-to-back pairs of the same code differ by about that on a quiet machine).
-VERDICT_MARGIN = 0.05
+#: fraction each way, by the number of rounds it rests on: one figure is good to
+#: ~25 % on this shared machine (the same code measured twice), two rounds' range
+#: may both sit on one side by chance, so 10 %; three or more, 5 %. A figure that
+#: load does not move (memory per idle link) is `STEADY_MARGIN` whatever its count.
+VERDICT_MARGIN = {1: 0.25, 2: 0.10}
+MANY_ROUNDS_MARGIN = 0.05
+STEADY_MARGIN = 0.05
+
+
+def verdict_margin(count: int, *, steady: bool = False) -> float:
+    """How far beyond its spread a bound must lie for a verdict resting on `count` rounds."""
+    if steady:
+        return STEADY_MARGIN
+    return VERDICT_MARGIN.get(max(1, count), MANY_ROUNDS_MARGIN)
 
 
 def probe_move(before: float, after: float) -> float:
@@ -152,7 +165,7 @@ class Spread:
         return (self.high - self.low) / 2 / self.median if self.median else 0.0
 
 
-def settled(low: float, high: float, bound: float, margin: float = VERDICT_MARGIN) -> bool:
+def settled(low: float, high: float, bound: float, margin: float = MANY_ROUNDS_MARGIN) -> bool:
     """True if `bound` lies outside [low, high] widened by `margin` (a fraction) each way:
     every round, and a little more, falls on the same side of it."""
     return bound < low * (1 - margin) or bound > high * (1 + margin)

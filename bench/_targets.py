@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench._quiet import VERDICT_MARGIN, Spread, paired_values, settled
+from bench._quiet import Spread, paired_values, settled, verdict_margin
 
 __all__ = ["Check", "Measured", "evaluate", "format_targets", "wanted", "wanted_pairs"]
 
@@ -49,6 +49,8 @@ class Check:
     bound: float
     at_least: bool  # value >= bound holds (else value <= bound)
     unit: str  # "x" for a ratio, else the figure's unit
+    #: A figure load does not move (memory): its verdict needs no wide margin.
+    steady: bool = False
 
     @property
     def holds(self) -> bool | None:
@@ -57,14 +59,20 @@ class Check:
         return self.value >= self.bound if self.at_least else self.value <= self.bound
 
     @property
+    def rounds(self) -> int:
+        spread = getattr(self.value, "spread", None)
+        return spread.count if spread is not None else 1
+
+    @property
     def settled(self) -> bool:
-        """True if every round (and `VERDICT_MARGIN` more) lies on one side of the bound:
-        a run as noisy again would give the same verdict. One figure: itself ± the margin."""
+        """True if every round, and a margin more (`bench._quiet.verdict_margin`), lies on
+        one side of the bound: a run as noisy again would give the same verdict."""
         if self.value is None:
             return False
         spread = getattr(self.value, "spread", None)
         low, high = (spread.low, spread.high) if spread is not None else (self.value,) * 2
-        return settled(min(low, self.value), max(high, self.value), self.bound)
+        margin = verdict_margin(self.rounds, steady=self.steady)
+        return settled(min(low, self.value), max(high, self.value), self.bound, margin)
 
     @property
     def verdict(self) -> str:
@@ -240,7 +248,7 @@ def _idle(f: _Figures) -> Iterator[Check]:
     for mode, links in (("conns1000", "1,000"), ("conns10000", "10,000")):
         for backend in BACKENDS:
             kib = f.get("mesh-idle", mode, backend, "kib_per_conn")
-            yield Check(f"KiB per idle link at {links}", backend, kib, 20.0, False, "KiB")
+            yield Check(f"KiB per idle link at {links}", backend, kib, 20.0, False, "KiB", True)
 
 
 def _opening(f: _Figures) -> Iterator[Check]:
@@ -404,8 +412,9 @@ def format_targets(report: dict[str, Any]) -> str:
         "",
         "targets (each a figure or a ratio within this run; a ratio is the median of one per"
         " round of its pair measured back to back, [lowest .. highest, rounds]; a verdict is"
-        f" 'unsettled' when its bound lies within that range widened by {VERDICT_MARGIN:.0%}:"
-        " a repeated run may give the other verdict):",
+        " 'unsettled' when its bound lies within that range widened by 25 % for one figure,"
+        " 10 % for two rounds, 5 % for three or more (5 % for memory): a repeated run may"
+        " give the other verdict):",
     ]
     counts = {"held": 0, "missed": 0, "unsettled": 0}
     for title, checks in evaluate(report):

@@ -1,7 +1,9 @@
 """``python -m bench.compare A.json B.json``: did two runs give the same verdicts?
 
-Reads the ``targets`` of two reports (`python -m bench` writes them) and prints
-each target measured in both with its value and verdict in each. Two verdicts
+Works out the targets of two reports (`python -m bench` writes them) with the
+current rules (`bench._targets`: a report keeps every round, so a rule made
+stricter applies to an old run too) and prints each target measured in both
+with its value and verdict in each. Two verdicts
 *agree* when they are the same, or when either run called its verdict unsettled
 (its bound within the run's spread, see `bench._quiet.settled`): an unsettled
 verdict claims nothing a run could contradict. They *flip* when both runs
@@ -16,13 +18,27 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench._targets import evaluate
+
 __all__ = ["compare", "main"]
 
 Key = tuple[str, str, str]
 
 
 def _targets(report: dict[str, Any]) -> dict[Key, dict[str, Any]]:
-    return {(t["section"], t["target"], t["backend"]): t for t in report.get("targets", [])}
+    if "results" not in report:  # targets alone, as written
+        return {(t["section"], t["target"], t["backend"]): t for t in report.get("targets", [])}
+    return {
+        (section, c.target, c.backend): {
+            "value": c.value,
+            "holds": c.holds,
+            "settled": c.settled,
+            "verdict": c.verdict,
+        }
+        for section, checks in evaluate(report)
+        for c in checks
+        if c.value is not None
+    }
 
 
 def _verdict(target: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ from bench._quiet import (
     probe_move,
     run_quietly,
     settled,
+    verdict_margin,
 )
 from bench._registry import Measurement, RunContext, Scenario
 from bench._targets import Check, Measured, evaluate, format_targets, wanted_pairs
@@ -148,10 +149,16 @@ def test_a_verdict_within_the_margin_of_its_bound_is_unsettled() -> None:
     assert settled(0.83, 0.95, 0.8) is False  # 0.83 less 5 % reaches 0.8
     assert settled(1.0, 1.1, 1.2) is True
     assert settled(1.0, 1.15, 1.2) is False
-    # one figure: itself and the margin
-    assert Check("KiB", "trio", 19.6, 20.0, False, "KiB").settled is False
-    assert Check("KiB", "trio", 18.0, 20.0, False, "KiB").settled is True
-    assert Check("KiB", "trio", 19.6, 20.0, False, "KiB").verdict == "holds, unsettled"
+    # the margin shrinks with the rounds a verdict rests on
+    assert [verdict_margin(n) for n in (1, 2, 3, 5)] == [0.25, 0.10, 0.05, 0.05]
+    three = Check("x", "asyncio", Measured.of([0.86, 0.9, 0.95]), 0.8, True, "x")
+    two = Check("x", "asyncio", Measured.of([0.86, 0.95]), 0.8, True, "x")
+    assert (three.settled, two.settled) == (True, False)  # 0.86 less 10 % reaches 0.8
+    # one figure: itself and 25 %, unless load does not move it (memory): 5 %
+    assert Check("ratio", "trio", 0.95, 0.8, True, "x").verdict == "holds, unsettled"
+    assert Check("ratio", "trio", 1.2, 0.8, True, "x").verdict == "holds"
+    assert Check("KiB", "trio", 19.6, 20.0, False, "KiB", True).verdict == "holds, unsettled"
+    assert Check("KiB", "trio", 18.0, 20.0, False, "KiB", True).settled is True
     missed = Check("x", "asyncio", Measured.of([0.5, 0.55, 0.6]), 0.8, True, "x")
     assert (missed.holds, missed.settled, missed.verdict) == (False, True, "MISSED")
 
