@@ -36,12 +36,13 @@ from bench._targets import evaluate, format_targets, wanted
 #: Identical code measured twice in one run differs by up to ~25% on a shared
 #: 2-core machine; the median of 3 interleaved rounds is what ratios can rest on.
 DEFAULT_REPEAT = 3
-#: A round of every case takes ~6 min on a quiet 2-core machine with 1 s windows
-#: (most of a run is its processes starting); the budget lets three fit quiet and
-#: at least two under load, and bounds the run either way.
+#: A run of one case takes ~3.5 s on a quiet 2-core machine with 1 s windows and
+#: ~6 s beside a CPU hog (most of it is processes starting); the budget lets three
+#: rounds of the targets' cases fit quiet and about two under load, and bounds the
+#: run either way.
 DEFAULT_DURATION_S = 1.0
 DEFAULT_WARMUP_S = 0.3
-DEFAULT_BUDGET_MIN = 20.0
+DEFAULT_BUDGET_MIN = 22.0
 #: Attempts at a noisy measurement: one repeat by default, more with --thorough.
 DEFAULT_MAX_ATTEMPTS = 2
 #: --thorough: the windows and rounds of a careful run, however long it takes.
@@ -52,8 +53,10 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 #: --smoke: long enough for every code path to run, short enough for CI.
 SMOKE_DURATION_S = 0.3
 SMOKE_WARMUP_S = 0.1
-#: Repeating noisy runs may add at most this share of the planned runs' time.
+#: Repeating noisy runs may add at most this share of the planned runs' time...
 REPEAT_SHARE = 0.5
+#: ... and of the run's time budget.
+BUDGET_REPEAT_SHARE = 0.2
 #: --smoke runs overlap this much (its figures are not measurements anyway).
 SMOKE_JOBS = 3
 
@@ -103,7 +106,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--thorough",
         action="store_true",
-        help="2 s windows after 0.5 s, 5 rounds, 4 attempts at a noisy run, no budget",
+        help="2 s windows after 0.5 s, 5 rounds, 4 attempts at a noisy run, no budget, and"
+        " the long modes (10,000 idle links)",
     )
     parser.add_argument("--jobs", type=int, help="runs at once (default 1; 3 with --smoke)")
     parser.add_argument(
@@ -120,6 +124,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-env-tweaks", action="store_true", help="omit MALLOC_* settings")
     parser.add_argument("--output", type=Path, default=RESULTS_DIR, help="JSON directory")
     parser.add_argument("--list", action="store_true", help="list scenarios and exit")
+    parser.add_argument("--plan", action="store_true", help="print the plan and exit")
     return parser.parse_args(argv)
 
 
@@ -149,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = [s for s in scenarios if s.name not in set(args.without or ())]
     settings = _settings(args)
     backends = _backends(args)
-    cases = plan_cases(scenarios, backends, smoke=settings.smoke)
+    # A mode asked by name runs even if it is one of the long ones --thorough keeps.
+    every_mode = args.thorough or bool(args.mode)
+    cases = plan_cases(scenarios, backends, smoke=settings.smoke, thorough=every_mode)
     if args.mode:
         cases = [case for case in cases if case.mode in args.mode]
     pairs, read = wanted(_rows(cases))
@@ -159,13 +166,21 @@ def main(argv: list[str] | None = None) -> int:
     targeted |= {c for c in cases if (c.scenario.name, c.mode, c.backend) in read}
     once = [] if args.thorough or args.no_pairs else [c for c in cases if c not in targeted]
     planned = estimate_plan_s(cases, settings, once)
-    # Repeats of noisy runs may add at most half the planned runs' time.
-    settings = replace(settings, repeat_budget_s=REPEAT_SHARE * planned)
+    # Repeats of noisy runs may add at most half the planned runs' time, and a fifth
+    # of the run's budget: the rounds matter more than a quieter single run.
+    repeats = REPEAT_SHARE * planned
+    if settings.budget_s is not None:
+        repeats = min(repeats, BUDGET_REPEAT_SHARE * settings.budget_s)
+    settings = replace(settings, repeat_budget_s=repeats)
     if not settings.smoke:
         settings = _calibrated(settings)
     header = machine_header(settings, list(backends))
     started = time.monotonic()
     print(_plan_text(cases, groups, once, settings, planned), file=sys.stderr)
+    if args.plan:
+        for block in plan_blocks(cases, groups):
+            print("  " + " | ".join(c.label for c in block.cases), file=sys.stderr)
+        return 0
     results, group_results = run_cases(
         cases,
         settings,

@@ -145,14 +145,19 @@ class CaseResult:
 
 
 def plan_cases(
-    scenarios: Sequence[Scenario], backends: Sequence[Backend], *, smoke: bool = False
+    scenarios: Sequence[Scenario],
+    backends: Sequence[Backend],
+    *,
+    smoke: bool = False,
+    thorough: bool = True,
 ) -> list[Case]:
     """Every (scenario, backend, mode) to run.
 
     A scenario runs on the asked backends it supports; one that supports none
     of them (an asyncio-only server measurement) runs on its own first backend,
     so that asking for trio still measures the fan-out and memory baselines.
-    With `smoke`, only each scenario's `smoke_modes` run.
+    With `smoke`, only each scenario's `smoke_modes` run; without `thorough`, its
+    `thorough_modes` (minutes each) do not.
     """
     cases = []
     for scenario in scenarios:
@@ -160,6 +165,8 @@ def plan_cases(
         modes = scenario.modes
         if smoke and scenario.smoke_modes is not None:
             modes = tuple(m for m in modes if m in scenario.smoke_modes)
+        if not thorough:
+            modes = tuple(m for m in modes if m not in scenario.thorough_modes)
         cases += [Case(scenario, mode, b) for b in chosen for mode in modes]
     return cases
 
