@@ -12,12 +12,20 @@ import itertools
 import pytest
 
 from bench import _harness
-from bench._harness import Case, RunOutput, Settings, plan_blocks, plan_groups, run_cases
+from bench._harness import (
+    Case,
+    RunOutput,
+    Settings,
+    plan_blocks,
+    plan_cases,
+    plan_groups,
+    run_cases,
+)
 from bench._plan import plan_rounds
 from bench._quiet import QuietPolicy
 from bench._registry import Measurement, RunContext, Scenario
 from bench._report import build_report
-from bench._targets import evaluate
+from bench._targets import evaluate, wanted
 
 
 async def _never_run(ctx: RunContext) -> Measurement:
@@ -135,3 +143,21 @@ def test_past_the_budget_later_rounds_give_way_and_the_first_runs_whole(fake: Fa
     assert rows["lone"]["errors"] == []
     assert rows["lone"]["by_round"] == []  # its one run came after two rounds: left out
     assert len(rows["mesh-stdio"]["by_round"]) == 1
+
+
+def test_the_long_modes_run_only_when_thorough() -> None:
+    idle = Scenario("idle", "memory", _never_run, modes=("c1", "c10"), thorough_modes=("c10",))
+    assert [c.mode for c in plan_cases([idle], ["asyncio"], thorough=False)] == ["c1"]
+    assert [c.mode for c in plan_cases([idle], ["asyncio"])] == ["c1", "c10"]
+
+
+def test_trio_against_asyncio_is_declared_as_a_pair_from_the_planned_rows() -> None:
+    rows = [
+        {"scenario": "mesh-stdio", "mode": "inflight64", "backend": b, "metric": "calls_per_s"}
+        | {"higher_is_better": True, "figures": {}}
+        for b in ("asyncio", "trio")
+    ]
+    pairs, read = wanted(rows)
+    assert ((("mesh-stdio", "trio"), ("mesh-stdio", "asyncio")), "inflight64") in pairs
+    assert ("mesh-idle", "conns1000", "trio") in read  # KiB per idle link: one figure, read
+    assert wanted()[0] == [p for p in pairs if p[0][0][0] != "mesh-stdio" or p[1] != "inflight64"]
