@@ -59,7 +59,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[str], int]:
         elif settled:
             state, flips = "FLIPPED", flips + 1
         else:
-            state, loose = "unsettled in one", loose + 1
+            state, loose = "unsettled", loose + 1
         lines.append(
             f"  {key[1]:58.58} {key[2]:7} {x['value']:9.3g} {_verdict(x):18}"
             f" {y['value']:9.3g} {_verdict(y):18} {state}"

@@ -41,7 +41,7 @@ def test_unsettled_verdicts_agree_and_settled_ones_that_differ_flip(tmp_path: Pa
     assert lines[-1].endswith(
         "1 same settled verdict, 1 unsettled in one run or both (they agree), 1 flipped"
     )
-    assert [line.split()[-1] for line in lines[:-1]] == ["same", "one", "FLIPPED"]
+    assert [line.split()[-1] for line in lines[:-1]] == ["same", "unsettled", "FLIPPED"]
     paths = []
     for name, report in (("1.json", first), ("2.json", second)):
         paths.append(tmp_path / name)
