@@ -11,6 +11,7 @@ python -m bench --list
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from dataclasses import asdict, replace
@@ -136,7 +137,13 @@ def _backends(args: argparse.Namespace) -> list[Backend]:
     return list(BACKENDS)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
+    # SIGTERM stops the run as Ctrl-C does: the measurements under way die with it.
+    signal.signal(signal.SIGTERM, _interrupt)
     args = _parse(argv)
     scenarios = all_scenarios()
     if args.list:

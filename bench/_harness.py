@@ -197,8 +197,25 @@ class RunOutput:
         return cls(figures, int(data.get("samples", 0)), notes)
 
 
+#: Process groups of the runs under way; `stop_runs` kills them when the run is stopped.
+_LIVE: set[int] = set()
+_STOPPING = threading.Event()
+
+
+def stop_runs() -> None:
+    """Stop the run: no further measurement starts, and those under way are killed with
+    their process groups (each runs in a session of its own, out of reach of the
+    terminal's Ctrl-C)."""
+    _STOPPING.set()
+    for group in list(_LIVE):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+
+
 def run_once(case: Case, settings: Settings) -> RunOutput | str:
     """One fresh-process run: its output, or why it failed."""
+    if _STOPPING.is_set():
+        return "stopped"
     allowance = case.scenario.setup_allowance_s or SETUP_ALLOWANCE_S
     timeout = settings.warmup + settings.duration + allowance
     process = subprocess.Popen(
@@ -211,6 +228,7 @@ def run_once(case: Case, settings: Settings) -> RunOutput | str:
         text=True,
         start_new_session=True,
     )
+    _LIVE.add(process.pid)
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -219,6 +237,7 @@ def run_once(case: Case, settings: Settings) -> RunOutput | str:
         return f"timed out after {timeout:.0f} s; stderr: {_tail(err)}"
     finally:
         # The run is over either way: nothing it started may outlive it.
+        _LIVE.discard(process.pid)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
     for line in reversed(out.splitlines()):
@@ -371,6 +390,8 @@ def run_cases(
             )
 
     def run_block(block: Block[Case], index: int, must: bool) -> None:
+        if _STOPPING.is_set():
+            return
         members = list(block.cases)
         if not must and not clock.fits(sum(state.estimate(c, settings) for c in members)):
             with lock:
@@ -381,8 +402,13 @@ def run_cases(
             measure(case, index)
 
     with ThreadPoolExecutor(max_workers=settings.jobs) as pool:
-        for number, (index, blocks) in enumerate(passes):
-            list(pool.map(run_block, blocks, [index] * len(blocks), [number == 0] * len(blocks)))
+        try:
+            for number, (index, blocks) in enumerate(passes):
+                must = [number == 0] * len(blocks)
+                list(pool.map(run_block, blocks, [index] * len(blocks), must))
+        except BaseException:  # Ctrl-C, or SIGTERM (see bench.__main__): stop at once
+            stop_runs()
+            raise
     group_results = []
     for group in groups:
         slots = [by_round[case] for case in group.cases]
