@@ -126,6 +126,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--output", type=Path, default=RESULTS_DIR, help="JSON directory")
     parser.add_argument("--list", action="store_true", help="list scenarios and exit")
     parser.add_argument("--plan", action="store_true", help="print the plan and exit")
+    parser.add_argument(
+        "--verbose", action="store_true", help="name each measurement as it starts, with its pid"
+    )
     return parser.parse_args(argv)
 
 
@@ -238,6 +241,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         jobs=args.jobs or (SMOKE_JOBS if args.smoke else 1),
         quiet=QuietPolicy(max_attempts=max(1, args.max_attempts or int(defaults["max_attempts"]))),
         budget_s=None if unbounded or minutes <= 0 else minutes * 60,
+        verbose=args.verbose,
     )
 
 

@@ -83,6 +83,8 @@ class Settings:
     repeat_budget_s: float = 600.0
     #: Seconds the whole run may take (None: no bound): later rounds give way.
     budget_s: float | None = None
+    #: Name each measurement on stderr as it starts, with its pid (what runs now).
+    verbose: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +231,8 @@ def run_once(case: Case, settings: Settings) -> RunOutput | str:
         start_new_session=True,
     )
     _LIVE.add(process.pid)
+    if settings.verbose:
+        print(f"  started {case.label} (pid {process.pid})", file=sys.stderr, flush=True)
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

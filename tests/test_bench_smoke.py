@@ -10,7 +10,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -150,29 +149,30 @@ def test_asyncio_only_scenarios_still_run_when_trio_is_asked() -> None:
 @pytest.mark.timeout(SMOKE_TIMEOUT_S + 10)
 def test_sigterm_stops_the_run_and_the_measurement_under_way(tmp_path: Path) -> None:
     """A measurement runs in a session of its own; stopping the bench must kill it too."""
-    from bench._cpu import descendants
 
     command = [sys.executable, "-m", "bench", "--only", "pipe-raw", "--mode", "sequential"]
     command += ["--backend", "asyncio", "--duration", "60", "--rounds", "1", "--budget", "0"]
-    bench = subprocess.Popen(
-        [*command, "--output", str(tmp_path)],
+    with subprocess.Popen(
+        [*command, "--verbose", "--output", str(tmp_path)],
         cwd=REPO_ROOT,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        children: list[int] = []
-        deadline = time.monotonic() + 60
-        while not children and time.monotonic() < deadline:  # bounded: a run starts in seconds
-            children = [p for p in descendants(bench.pid) if _is_run_one(p)]
-            time.sleep(0.1)
-        assert children, "no measurement started within 60 s"
-        bench.send_signal(signal.SIGTERM)
-        bench.wait(timeout=30)  # not the 60 s window: the run under way was killed
-        left = [p for p in children if Path(f"/proc/{p}").exists() and _is_run_one(p)]
-        assert left == []
-    finally:
-        bench.kill()
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as bench:
+        try:
+            assert bench.stderr is not None
+            # The bench names each measurement as it starts: read until it does (the pipe
+            # ends if the bench dies first; the test's timeout bounds the rest).
+            lines = (line.strip() for line in bench.stderr)
+            started = next((line for line in lines if line.startswith("started ")), "")
+            assert started, "the bench ended before any measurement started"
+            pid = int(started.rsplit("(pid ", 1)[1].rstrip(")"))
+            assert _is_run_one(pid)
+            bench.send_signal(signal.SIGTERM)
+            bench.wait(timeout=30)  # not the 60 s window: the run under way was killed
+            assert not _is_run_one(pid), "the measurement outlived the bench"
+        finally:
+            bench.kill()
 
 
 def _is_run_one(pid: int) -> bool:
