@@ -20,7 +20,7 @@ ECHO = ["{speaker} said: {last}"]
 PERSON = {"turn_timeout": 600}
 #: A room a person must reach runs this many turns (0.3 s each at least): on a loaded
 #: machine a scan or a sign-in can take longer than 40 turns, and then the room is over
-#: before anyone joins. The daemon is stopped when the test ends.
+#: before anyone joins. Every room is stopped and deleted when the test ends.
 LONG = 400
 
 
@@ -68,14 +68,40 @@ def _within_screen(page: Any, selector: str) -> None:
     assert box["x"] >= 0 and box["x"] + box["width"] <= page.viewport_size["width"], (selector, box)
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def daemon(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LiveDaemon]:
+@pytest.fixture(scope="module", params=["asyncio", "trio"])
+def shared_daemon(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[LiveDaemon]:
+    """One daemon and its two personas per backend: starting them is most of a test's cost."""
     scripts = {"alice": ("Alice", "participant", ECHO), "bob": ("Bob", "critic", ECHO)}
-    live = start_daemon(tmp_path, scripts, backend=request.param, delay=0.3)
+    directory = tmp_path_factory.mktemp(f"person-{request.param}")
+    live = start_daemon(directory, scripts, backend=request.param, delay=0.3)
     try:
         yield live
     finally:
         stop_daemon(live)
+
+
+def _remove_every_room(daemon: LiveDaemon) -> None:
+    """Stop and delete every room, so the next test finds the daemon as a fresh one is."""
+    with _client(daemon) as http:
+        listed = http.get("/rooms")
+        assert listed.status_code == 200, listed.text
+        for room in listed.json()["rooms"]:
+            room_id = room["room"]["id"]
+            stopped = http.post(f"/rooms/{room_id}/stop")
+            assert stopped.status_code == 200, stopped.text
+            deleted = http.delete(f"/rooms/{room_id}")
+            assert deleted.status_code == 204, deleted.text
+
+
+@pytest.fixture
+def daemon(shared_daemon: LiveDaemon) -> Iterator[LiveDaemon]:
+    """The shared daemon with no rooms, before and after the test (its tokens stay: each
+    test names its own)."""
+    _remove_every_room(shared_daemon)
+    yield shared_daemon
+    _remove_every_room(shared_daemon)
 
 
 @pytest.mark.parametrize("size", [(360, 740), (390, 844)], ids=["360", "390x844"])
@@ -83,12 +109,13 @@ def daemon(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LiveDaemo
 def test_a_phone_reads_joins_answers_and_pauses(
     chromium: Any, daemon: LiveDaemon, size: tuple[int, int]
 ) -> None:
-    _room(daemon, "phone")
+    room = f"phone-{size[0]}"
+    _room(daemon, room)
     context = chromium.new_context(viewport={"width": size[0], "height": size[1]}, is_mobile=True)
     context.set_default_timeout(30_000)
     try:
         page = context.new_page()
-        _sign_in(page, daemon, "room=phone")
+        _sign_in(page, daemon, f"room={room}")
         page.wait_for_selector("#transcript .message:not(.writing)")
         # The open room comes first on a phone, and nothing is wider than the screen.
         room_top = page.locator("#room").bounding_box()["y"]
