@@ -13,7 +13,13 @@ from typing import Any
 import httpx
 import pytest
 
-from .conftest import LiveDaemon, serious_violations, start_daemon, stop_daemon
+from .conftest import (
+    LiveDaemon,
+    remove_every_room,
+    serious_violations,
+    start_daemon,
+    stop_daemon,
+)
 
 ECHO = ["{speaker} said: {last}"]
 #: Long enough that the room is still going while the page signs in, joins and answers.
@@ -82,26 +88,13 @@ def shared_daemon(
         stop_daemon(live)
 
 
-def _remove_every_room(daemon: LiveDaemon) -> None:
-    """Stop and delete every room, so the next test finds the daemon as a fresh one is."""
-    with _client(daemon) as http:
-        listed = http.get("/rooms")
-        assert listed.status_code == 200, listed.text
-        for room in listed.json()["rooms"]:
-            room_id = room["room"]["id"]
-            stopped = http.post(f"/rooms/{room_id}/stop")
-            assert stopped.status_code == 200, stopped.text
-            deleted = http.delete(f"/rooms/{room_id}")
-            assert deleted.status_code == 204, deleted.text
-
-
 @pytest.fixture
 def daemon(shared_daemon: LiveDaemon) -> Iterator[LiveDaemon]:
     """The shared daemon with no rooms, before and after the test (its tokens stay: each
     test names its own)."""
-    _remove_every_room(shared_daemon)
+    remove_every_room(shared_daemon)
     yield shared_daemon
-    _remove_every_room(shared_daemon)
+    remove_every_room(shared_daemon)
 
 
 @pytest.mark.parametrize("size", [(360, 740), (390, 844)], ids=["360", "390x844"])
