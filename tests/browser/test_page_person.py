@@ -16,6 +16,7 @@ import pytest
 from .conftest import (
     LiveDaemon,
     remove_every_room,
+    screenshot,
     serious_violations,
     start_daemon,
     stop_daemon,
@@ -102,13 +103,12 @@ def daemon(shared_daemon: LiveDaemon) -> Iterator[LiveDaemon]:
 def test_a_phone_reads_joins_answers_and_pauses(
     chromium: Any, daemon: LiveDaemon, size: tuple[int, int]
 ) -> None:
-    room = f"phone-{size[0]}"
-    _room(daemon, room)
+    _room(daemon, "phone")
     context = chromium.new_context(viewport={"width": size[0], "height": size[1]}, is_mobile=True)
     context.set_default_timeout(30_000)
     try:
         page = context.new_page()
-        _sign_in(page, daemon, f"room={room}")
+        _sign_in(page, daemon, "room=phone")
         page.wait_for_selector("#transcript .message:not(.writing)")
         # The open room comes first on a phone, and nothing is wider than the screen.
         room_top = page.locator("#room").bounding_box()["y"]
@@ -123,6 +123,8 @@ def test_a_phone_reads_joins_answers_and_pauses(
         page.fill("#say-text", "Milk first, obviously.")
         page.click("#say")
         page.locator("#transcript .message", has_text="Carol said: Milk first").first.wait_for()
+        if size == (390, 844):
+            screenshot(page, "room-phone")
         page.click("#pause")
         page.wait_for_selector("#room-status.paused")
         page.wait_for_selector("#transcript .event.stopped:has-text('paused after turn')")
