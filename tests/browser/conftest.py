@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from playwright.sync_api import sync_playwright
 
@@ -149,6 +150,21 @@ def start_again(daemon: LiveDaemon) -> None:
     daemon.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     _announcement(daemon.process)
     wait_online(daemon.url, *daemon.agents, token=daemon.token)
+
+
+def remove_every_room(daemon: LiveDaemon) -> None:
+    """Stop and delete every room: a daemon shared by tests is then as a fresh one is
+    (tokens stay: each test names its own)."""
+    headers = {"authorization": f"Bearer {daemon.token}"} if daemon.token else {}
+    with httpx.Client(base_url=daemon.url, headers=headers, timeout=20) as http:
+        listed = http.get("/rooms")
+        assert listed.status_code == 200, listed.text
+        for room in listed.json()["rooms"]:
+            room_id = room["room"]["id"]
+            stopped = http.post(f"/rooms/{room_id}/stop")
+            assert stopped.status_code == 200, stopped.text
+            deleted = http.delete(f"/rooms/{room_id}")
+            assert deleted.status_code == 204, deleted.text
 
 
 def stop_daemon(daemon: LiveDaemon) -> None:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import trustme
 
-from .conftest import LiveDaemon, screenshot, start_daemon, stop_daemon
+from .conftest import LiveDaemon, remove_every_room, screenshot, start_daemon, stop_daemon
 
 ALICE = [
     "I'd start with a modular monolith: one deployable, clear module boundaries.",
@@ -55,14 +55,23 @@ def chat_daemon(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Live
         stop_daemon(daemon)
 
 
-@pytest.fixture
-def echo_daemon(tmp_path: Path) -> Iterator[LiveDaemon]:
+@pytest.fixture(scope="module")
+def shared_echo_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDaemon]:
     scripts = {"alice": ("Alice", "participant", ECHO), "bob": ("Bob", "participant", ECHO)}
-    daemon = start_daemon(tmp_path, scripts, backend="trio", delay=0.1)
+    directory = tmp_path_factory.mktemp("echo-daemon")
+    daemon = start_daemon(directory, scripts, backend="trio", delay=0.1)
     try:
         yield daemon
     finally:
         stop_daemon(daemon)
+
+
+@pytest.fixture
+def echo_daemon(shared_echo_daemon: LiveDaemon) -> Iterator[LiveDaemon]:
+    """The module's echo daemon, with no rooms before and after the test."""
+    remove_every_room(shared_echo_daemon)
+    yield shared_echo_daemon
+    remove_every_room(shared_echo_daemon)
 
 
 def test_agents_show_and_a_room_started_from_the_page_fills_in(

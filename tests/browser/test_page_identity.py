@@ -7,7 +7,6 @@ Also the page's Content-Security-Policy: sockets go back to the daemon only
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,10 +17,12 @@ from .conftest import LiveDaemon, start_daemon, stop_daemon
 ECHO = ["{speaker} said: {last}"]
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[LiveDaemon]:
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDaemon]:
+    """One daemon for the module: the tests open no rooms, and each signs in with a token of
+    its own name in a browser context of its own (the `page` fixture)."""
     scripts = {"alice": ("Alice", "participant", ECHO), "bob": ("Bob", "participant", ECHO)}
-    live = start_daemon(tmp_path, scripts, backend="asyncio", delay=0.0)
+    live = start_daemon(tmp_path_factory.mktemp("identity"), scripts, backend="asyncio", delay=0.0)
     try:
         yield live
     finally:

@@ -13,14 +13,21 @@ from typing import Any
 import httpx
 import pytest
 
-from .conftest import LiveDaemon, screenshot, serious_violations, start_daemon, stop_daemon
+from .conftest import (
+    LiveDaemon,
+    remove_every_room,
+    screenshot,
+    serious_violations,
+    start_daemon,
+    stop_daemon,
+)
 
 ECHO = ["{speaker} said: {last}"]
 #: Long enough that the room is still going while the page signs in, joins and answers.
 PERSON = {"turn_timeout": 600}
 #: A room a person must reach runs this many turns (0.3 s each at least): on a loaded
 #: machine a scan or a sign-in can take longer than 40 turns, and then the room is over
-#: before anyone joins. The daemon is stopped when the test ends.
+#: before anyone joins. Every room is stopped and deleted when the test ends.
 LONG = 400
 
 
@@ -68,14 +75,27 @@ def _within_screen(page: Any, selector: str) -> None:
     assert box["x"] >= 0 and box["x"] + box["width"] <= page.viewport_size["width"], (selector, box)
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def daemon(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LiveDaemon]:
+@pytest.fixture(scope="module", params=["asyncio", "trio"])
+def shared_daemon(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[LiveDaemon]:
+    """One daemon and its two personas per backend: starting them is most of a test's cost."""
     scripts = {"alice": ("Alice", "participant", ECHO), "bob": ("Bob", "critic", ECHO)}
-    live = start_daemon(tmp_path, scripts, backend=request.param, delay=0.3)
+    directory = tmp_path_factory.mktemp(f"person-{request.param}")
+    live = start_daemon(directory, scripts, backend=request.param, delay=0.3)
     try:
         yield live
     finally:
         stop_daemon(live)
+
+
+@pytest.fixture
+def daemon(shared_daemon: LiveDaemon) -> Iterator[LiveDaemon]:
+    """The shared daemon with no rooms, before and after the test (its tokens stay: each
+    test names its own)."""
+    remove_every_room(shared_daemon)
+    yield shared_daemon
+    remove_every_room(shared_daemon)
 
 
 @pytest.mark.parametrize("size", [(360, 740), (390, 844)], ids=["360", "390x844"])
@@ -83,6 +103,8 @@ def daemon(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LiveDaemo
 def test_a_phone_reads_joins_answers_and_pauses(
     chromium: Any, daemon: LiveDaemon, size: tuple[int, int]
 ) -> None:
+    # The same id for both sizes: the second room is made again under the id of the first,
+    # deleted after the first test (its personas must not take its turns for stale ones).
     _room(daemon, "phone")
     context = chromium.new_context(viewport={"width": size[0], "height": size[1]}, is_mobile=True)
     context.set_default_timeout(30_000)

@@ -1,13 +1,15 @@
 """One factory per transport, each yielding a Peer connected to a live echo agent.
 
 The conformance suite runs its every test over each of them. A new transport
-joins by adding a factory here.
+joins by adding a factory here: to ``OWN_AGENT`` if the agent's process is the link,
+to ``SHARED_AGENT`` if a test can dial its own link to a process others share.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
 
 import pytest
 
@@ -18,8 +20,8 @@ from mesh.testing import (
     open_dial_in_echo_agent,
     open_echo_agent,
     open_memory_peer,
-    spawn_echo_server,
 )
+from tests.conformance._servers import SharedServer, SharedServers
 
 EchoFactory = Callable[..., AbstractAsyncContextManager[Peer]]
 
@@ -42,26 +44,26 @@ async def _stdio(
 
 @asynccontextmanager
 async def _http(
-    *, handler: NotificationRecorder | None = None, config: SessionConfig | None = None
+    server: SharedServer,
+    *,
+    handler: NotificationRecorder | None = None,
+    config: SessionConfig | None = None,
 ) -> AsyncIterator[Peer]:
     # Over HTTP the agent cannot push frames: progress and notifications have no way back.
-    async with (
-        spawn_echo_server(token="http-secret") as server,
-        open_http_peer(server.http, token="http-secret", agent="echo", config=config) as peer,
-    ):
+    async with open_http_peer(server.http, token=server.token, agent="echo", config=config) as peer:
         yield peer
 
 
 @asynccontextmanager
 async def _websocket(
-    *, handler: NotificationRecorder | None = None, config: SessionConfig | None = None
+    server: SharedServer,
+    *,
+    handler: NotificationRecorder | None = None,
+    config: SessionConfig | None = None,
 ) -> AsyncIterator[Peer]:
-    async with (
-        spawn_echo_server(token="ws-secret") as server,
-        open_websocket_peer(
-            server.ws, token="ws-secret", agent="echo", config=config, handler=handler
-        ) as peer,
-    ):
+    async with open_websocket_peer(
+        server.ws, token=server.token, agent="echo", config=config, handler=handler
+    ) as peer:
         yield peer
 
 
@@ -73,22 +75,45 @@ async def _websocket_dial_in(
         yield peer
 
 
-FACTORIES: dict[str, EchoFactory] = {
+#: Each test starts its own agent: the process is the link (stdio, dial-in) or in this one.
+OWN_AGENT: dict[str, EchoFactory] = {
     "memory": _memory,
     "stdio": _stdio,
-    "http": _http,
-    "websocket": _websocket,
     "websocket-dial-in": _websocket_dial_in,
 }
+#: Each test dials its own link to an agent process shared by the module, one per backend
+#: (see _servers.py): a new connection is a new session, so nothing a test leaves behind
+#: in its session reaches the next.
+SHARED_AGENT: dict[str, Callable[..., AbstractAsyncContextManager[Peer]]] = {
+    "http": _http,
+    "websocket": _websocket,
+}
+TRANSPORTS = sorted([*OWN_AGENT, *SHARED_AGENT])
 #: What a request/response transport cannot do: the agent has no channel back.
 NO_PUSH = {"http"}
 
 
-@pytest.fixture(params=sorted(FACTORIES))
+@pytest.fixture(params=TRANSPORTS)
 def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture(scope="module")
+def shared_echo_servers() -> Iterator[SharedServers]:
+    servers = SharedServers(token="conformance-secret")
+    try:
+        yield servers
+    finally:
+        servers.close()
+
+
 @pytest.fixture
-def open_echo(transport: str) -> EchoFactory:
-    return FACTORIES[transport]
+def open_echo(
+    transport: str, anyio_backend: str, shared_echo_servers: SharedServers
+) -> Iterator[EchoFactory]:
+    if transport in OWN_AGENT:
+        yield OWN_AGENT[transport]
+        return
+    server = shared_echo_servers.get(anyio_backend)
+    yield partial(SHARED_AGENT[transport], server)
+    server.check_alive()

@@ -23,6 +23,7 @@ from mesh.cli._codes import (
     EXIT_UNAVAILABLE,
 )
 from mesh.testing import Daemon, spawn_daemon
+from tests.conftest import BACKENDS
 from tests.integration._daemon import persona_manifest
 from transports import HttpRequest, HttpResponse, open_http_server
 
@@ -37,6 +38,23 @@ type = "stdio"
 command = "python"
 args = ["-m", "mesh.agents.echo", "--stdio", "--id", "{id}"]
 """
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so that the tests that only ask a daemon share one per backend."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+async def echo_daemon(
+    anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Daemon]:
+    manifests = tmp_path_factory.mktemp("cli-truth")
+    (manifests / "echo.toml").write_text(ECHO.format(id="echo"))
+    async with spawn_daemon(manifests) as daemon:
+        await daemon.wait_online("echo")
+        yield daemon
 
 
 def _env(url: str | None, daemon: Daemon | None) -> dict[str, str]:
@@ -92,23 +110,19 @@ async def fake_daemon(timing: str) -> AsyncIterator[str]:
         yield server.url
 
 
-async def test_ping_reports_the_round_trip_the_daemon_measured(tmp_path: Path) -> None:
+async def test_ping_reports_the_round_trip_the_daemon_measured(echo_daemon: Daemon) -> None:
     async with fake_daemon("call;dur=1.234") as url:
         code, out, err = await run("ping", "echo", url=url)
     assert code == 0, err
     assert out.strip() == "echo: pong in 1.2 ms (daemon to agent and back)"
-    (tmp_path / "echo.toml").write_text(ECHO.format(id="echo"))
-    async with spawn_daemon(tmp_path) as daemon:
-        await daemon.wait_online("echo")
-        async with daemon.client() as http:
-            reply = await http.post("/rpc", json={"agent": "echo", "method": "ping"})
-        assert reply.headers["server-timing"].startswith("call;dur=")
-        assert reply.json().keys() == {"result"}
+    async with echo_daemon.client() as http:
+        reply = await http.post("/rpc", json={"agent": "echo", "method": "ping"})
+    assert reply.headers["server-timing"].startswith("call;dur=")
+    assert reply.json().keys() == {"result"}
 
 
-async def test_a_room_id_is_escaped_not_resolved_as_a_path(tmp_path: Path) -> None:
-    async with spawn_daemon(tmp_path, extra_args=["--data-dir", str(tmp_path / "d")]) as daemon:
-        code, out, err = await run("room", "show", "../health", daemon=daemon)
+async def test_a_room_id_is_escaped_not_resolved_as_a_path(echo_daemon: Daemon) -> None:
+    code, out, err = await run("room", "show", "../health", daemon=echo_daemon)
     assert code == EXIT_UNAVAILABLE, out + err
     assert err.strip() == "mesh: no room '../health'"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ import httpx
 import pytest
 
 from mesh.testing import Daemon, EchoServer, echo_agent_command, spawn_daemon, spawn_echo_server
+from tests.conftest import BACKENDS
 from tests.faults._helpers import spawn_holding_server, wait_holding
 from transports import (
     CloseCode,
@@ -44,6 +46,14 @@ type = "stdio"
 command = "python"
 args = ["-m", "mesh.agents.echo", "--stdio", "--id", "{agent_id}"]
 """
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (it was free a moment ago)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
 
 
 def write(directory: Path, name: str, text: str) -> None:
@@ -119,6 +129,21 @@ async def full_mesh(tmp_path: Path) -> AsyncIterator[tuple[Daemon, dict[str, Any
         yield daemon, agents
 
 
+@pytest.fixture(scope="module", params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so that the tests that only call through the full mesh share one."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+async def shared_mesh(
+    anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[tuple[Daemon, dict[str, Any]]]:
+    """``full_mesh`` for tests that only call through it: six processes, started once."""
+    async with full_mesh(tmp_path_factory.mktemp("full-mesh")) as mesh:
+        yield mesh
+
+
 async def _terminate(process: anyio.abc.Process) -> None:
     if process.returncode is None:
         process.kill()
@@ -126,67 +151,70 @@ async def _terminate(process: anyio.abc.Process) -> None:
     await process.aclose()
 
 
-async def test_echo_over_every_transport_through_the_daemon(tmp_path: Path) -> None:
-    async with full_mesh(tmp_path) as (daemon, agents):
-        assert {a: agents[a]["transport"] for a in agents} == {
-            "echo-stdio": "stdio",
-            "echo-http": "http",
-            "echo-ws": "websocket",
-            "echo-dial-in": "websocket",
-            "echo-registered": "http",
-        }
-        for agent in agents:
-            reply = await rpc(
-                daemon, agent, "tools/call", {"name": "echo", "arguments": {"message": agent}}
-            )
-            assert reply.status_code == 200, reply.text
-            assert reply.json() == {"result": {"message": agent}}
-        # agent -> agent, through the daemon's orchestrator
-        relayed = await rpc(
-            daemon,
-            "echo-stdio",
-            "tools/call",
-            {"name": "relay", "arguments": {"to": "echo-dial-in", "message": "hop"}},
+async def test_echo_over_every_transport_through_the_daemon(
+    shared_mesh: tuple[Daemon, dict[str, Any]],
+) -> None:
+    daemon, agents = shared_mesh
+    assert {a: agents[a]["transport"] for a in agents} == {
+        "echo-stdio": "stdio",
+        "echo-http": "http",
+        "echo-ws": "websocket",
+        "echo-dial-in": "websocket",
+        "echo-registered": "http",
+    }
+    for agent in agents:
+        reply = await rpc(
+            daemon, agent, "tools/call", {"name": "echo", "arguments": {"message": agent}}
         )
-        assert relayed.json() == {"result": {"from": "echo-dial-in", "message": "hop"}}
+        assert reply.status_code == 200, reply.text
+        assert reply.json() == {"result": {"message": agent}}
+    # agent -> agent, through the daemon's orchestrator
+    relayed = await rpc(
+        daemon,
+        "echo-stdio",
+        "tools/call",
+        {"name": "relay", "arguments": {"to": "echo-dial-in", "message": "hop"}},
+    )
+    assert relayed.json() == {"result": {"from": "echo-dial-in", "message": "hop"}}
 
 
-async def test_the_cli_against_a_running_daemon(tmp_path: Path) -> None:
-    async with full_mesh(tmp_path) as (daemon, _):
-        mesh = [sys.executable, "-m", "mesh.cli"]
-        env = daemon.env()
+async def test_the_cli_against_a_running_daemon(
+    shared_mesh: tuple[Daemon, dict[str, Any]],
+) -> None:
+    daemon, _ = shared_mesh
+    mesh = [sys.executable, "-m", "mesh.cli"]
+    env = daemon.env()
 
-        def run(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
-                [*mesh, *args], capture_output=True, text=True, env=env, timeout=30, check=False
-            )
-
-        table = await anyio.to_thread.run_sync(run, "agents")
-        assert table.returncode == 0, table.stderr
-        assert table.stdout.splitlines()[0].split() == [
-            "ID",
-            "TRANSPORT",
-            "STATUS",
-            "LAST",
-            "SEEN",
-            "CAPABILITIES",
-        ]
-        assert sum(" online " in line for line in table.stdout.splitlines()) == 5
-        called = await anyio.to_thread.run_sync(
-            run, "call", "echo-ws", "reverse", "--arg", "text=abc"
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*mesh, *args], capture_output=True, text=True, env=env, timeout=30, check=False
         )
-        assert called.returncode == 0 and '"cba"' in called.stdout
-        failing = await anyio.to_thread.run_sync(
-            run, "call", "echo-http", "fail", "--json", '{"message": "nope"}'
-        )
-        assert failing.returncode == 1 and "nope" in failing.stderr
-        unknown = await anyio.to_thread.run_sync(run, "ping", "nobody")
-        assert unknown.returncode == 4 and "no agent 'nobody'" in unknown.stderr
-        pinged = await anyio.to_thread.run_sync(run, "ping", "echo-stdio")
-        assert pinged.returncode == 0 and "pong" in pinged.stdout
+
+    table = await anyio.to_thread.run_sync(run, "agents")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[0].split() == [
+        "ID",
+        "TRANSPORT",
+        "STATUS",
+        "LAST",
+        "SEEN",
+        "CAPABILITIES",
+    ]
+    assert sum(" online " in line for line in table.stdout.splitlines()) == 5
+    called = await anyio.to_thread.run_sync(run, "call", "echo-ws", "reverse", "--arg", "text=abc")
+    assert called.returncode == 0 and '"cba"' in called.stdout
+    failing = await anyio.to_thread.run_sync(
+        run, "call", "echo-http", "fail", "--json", '{"message": "nope"}'
+    )
+    assert failing.returncode == 1 and "nope" in failing.stderr
+    unknown = await anyio.to_thread.run_sync(run, "ping", "nobody")
+    assert unknown.returncode == 4 and "no agent 'nobody'" in unknown.stderr
+    pinged = await anyio.to_thread.run_sync(run, "ping", "echo-stdio")
+    assert pinged.returncode == 0 and "pong" in pinged.stdout
+    nobody = f"http://127.0.0.1:{closed_port()}"  # the daemon is shared: it is still up
     unreachable = await anyio.to_thread.run_sync(
         lambda: subprocess.run(
-            [*mesh, "agents", "--url", daemon.http], capture_output=True, text=True, timeout=30
+            [*mesh, "agents", "--url", nobody], capture_output=True, text=True, timeout=30
         )
     )
     assert unreachable.returncode == 3 and "cannot reach the daemon" in unreachable.stderr

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,27 @@ from mesh._errors import ErrorCode
 from mesh.daemon._auth import Right
 from mesh.daemon._routes import ROUTES
 from mesh.testing import Daemon, echo_agent_command, spawn_daemon
+from tests.conftest import BACKENDS
 from transports import CloseCode, TransportClosed, WebSocketStream, open_websocket
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+async def daemon(
+    anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Daemon]:
+    """One plain daemon (no manifests) for the tests that only add tokens of their own names
+    and revoke only those: starting one is most of what each of them costs."""
+    async with spawn_daemon(tmp_path_factory.mktemp("auth-manifests")) as shared:
+        yield shared
+
 
 DIAL_IN = 'id = "dialer"\n[transport]\ntype = "dial-in"\ntoken_env = "DIALER_TOKEN"\n'
 
@@ -54,8 +73,8 @@ async def create_token(daemon: Daemon, role: str, name: str, **extra: Any) -> st
     return token
 
 
-async def test_a_stranger_gets_401_on_every_route_but_health(tmp_path: Path) -> None:
-    async with spawn_daemon(tmp_path) as daemon, httpx.AsyncClient(base_url=daemon.http) as anyone:
+async def test_a_stranger_gets_401_on_every_route_but_health(daemon: Daemon) -> None:
+    async with httpx.AsyncClient(base_url=daemon.http) as anyone:
         for route in ROUTES:
             method = "GET" if route.method == "WS" else route.method
             for headers in ({}, {"Authorization": "Bearer mesh_not-a-token"}):
@@ -78,38 +97,37 @@ async def test_a_stranger_gets_401_on_every_route_but_health(tmp_path: Path) -> 
         assert (await anyone.get("/nowhere")).status_code == 401  # no route map for strangers
 
 
-async def test_each_role_gets_403_naming_the_right_it_lacks(tmp_path: Path) -> None:
-    async with spawn_daemon(tmp_path) as daemon:
-        observer = await create_token(daemon, "observer", "eyes")
-        client = await create_token(daemon, "client", "ci")
-        async with daemon.client(token=observer) as eyes, daemon.client(token=client) as ci:
-            for route in ROUTES:
-                if route.method == "WS":
-                    continue
-                for token_name, http, rights in (
-                    ("observer", eyes, OBSERVER_RIGHTS),
-                    ("client", ci, CLIENT_RIGHTS),
-                ):
-                    reply = await http.request(route.method, _path(route.path))
-                    if route.right in rights:
-                        assert reply.status_code not in (401, 403), (token_name, route)
-                    else:
-                        assert reply.status_code == 403, (token_name, route, reply.text)
-                        error = reply.json()["error"]
-                        if route.path == "/mcp":  # a JSON-RPC error that names the right
-                            assert error["code"] == ErrorCode.FORBIDDEN, (route, error)
-                            assert str(route.right) in error["message"], error
-                            continue
-                        assert error["missing"] == str(route.right)
-        async with open_websocket(daemon.ws, token=client) as stream:
-            assert await _closed_with(stream) == CloseCode.FORBIDDEN  # /ws is for agents
-        async with daemon.open_events("/agents/events", token=observer) as events:
-            with anyio.fail_after(5):
-                assert json.loads(await events.receive())["type"] == "snapshot"
-        url = daemon.ws.removesuffix("/ws") + "/agents/events"  # browsers: ?token=
-        async with open_websocket(url, token=observer, token_in_query=True) as events:
-            with anyio.fail_after(5):
-                assert json.loads(await events.receive())["type"] == "snapshot"
+async def test_each_role_gets_403_naming_the_right_it_lacks(daemon: Daemon) -> None:
+    observer = await create_token(daemon, "observer", "eyes")
+    client = await create_token(daemon, "client", "ci")
+    async with daemon.client(token=observer) as eyes, daemon.client(token=client) as ci:
+        for route in ROUTES:
+            if route.method == "WS":
+                continue
+            for token_name, http, rights in (
+                ("observer", eyes, OBSERVER_RIGHTS),
+                ("client", ci, CLIENT_RIGHTS),
+            ):
+                reply = await http.request(route.method, _path(route.path))
+                if route.right in rights:
+                    assert reply.status_code not in (401, 403), (token_name, route)
+                else:
+                    assert reply.status_code == 403, (token_name, route, reply.text)
+                    error = reply.json()["error"]
+                    if route.path == "/mcp":  # a JSON-RPC error that names the right
+                        assert error["code"] == ErrorCode.FORBIDDEN, (route, error)
+                        assert str(route.right) in error["message"], error
+                        continue
+                    assert error["missing"] == str(route.right)
+    async with open_websocket(daemon.ws, token=client) as stream:
+        assert await _closed_with(stream) == CloseCode.FORBIDDEN  # /ws is for agents
+    async with daemon.open_events("/agents/events", token=observer) as events:
+        with anyio.fail_after(5):
+            assert json.loads(await events.receive())["type"] == "snapshot"
+    url = daemon.ws.removesuffix("/ws") + "/agents/events"  # browsers: ?token=
+    async with open_websocket(url, token=observer, token_in_query=True) as events:
+        with anyio.fail_after(5):
+            assert json.loads(await events.receive())["type"] == "snapshot"
 
 
 def _mesh(daemon: Daemon, *args: str, env: dict[str, str] | None = None) -> Any:
@@ -124,55 +142,54 @@ def _mesh(daemon: Daemon, *args: str, env: dict[str, str] | None = None) -> Any:
 
 
 async def test_tokens_are_managed_live_and_a_revoked_one_is_cut_off_within_a_second(
-    tmp_path: Path,
+    daemon: Daemon, tmp_path: Path
 ) -> None:
-    async with spawn_daemon(tmp_path) as daemon:
-        created = await anyio.to_thread.run_sync(
-            _mesh, daemon, "token", "create", "--role", "observer", "--name", "dash"
-        )
-        assert created.returncode == 0, created.stderr
-        token = created.stdout.splitlines()[0]
-        listed = await anyio.to_thread.run_sync(_mesh, daemon, "token", "list")
-        assert "dash" in listed.stdout and "observer" in listed.stdout
-        assert token not in listed.stdout
-        assert daemon.data_dir is not None
-        assert token not in (Path(daemon.data_dir) / "tokens.json").read_text()
-        async with daemon.open_events("/agents/events", token=token) as watcher:
-            with anyio.fail_after(5):
-                assert json.loads(await watcher.receive())["type"] == "snapshot"
-            revoked = await anyio.to_thread.run_sync(_mesh, daemon, "token", "revoke", "dash")
-            assert revoked.returncode == 0 and "revoked" in revoked.stdout
-            with anyio.fail_after(1):
-                assert await _closed_with(watcher) == CloseCode.UNAUTHORIZED
-        async with daemon.client(token=token) as gone:
-            assert (await gone.get("/agents")).status_code == 401
-        no_token = {k: v for k, v in daemon.env().items() if k != "MESH_TOKEN"}
-        no_token["MESH_DATA_DIR"] = str(tmp_path / "elsewhere")
-        refused = await anyio.to_thread.run_sync(lambda: _mesh(daemon, "agents", env=no_token))
-        assert refused.returncode == 8 and "no token was found" in refused.stderr
-        observer = await anyio.to_thread.run_sync(
-            lambda: _mesh(daemon, "call", "x", "y", env={**no_token, "MESH_TOKEN": token})
-        )
-        assert observer.returncode == 8
+    created = await anyio.to_thread.run_sync(
+        _mesh, daemon, "token", "create", "--role", "observer", "--name", "dash"
+    )
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.splitlines()[0]
+    listed = await anyio.to_thread.run_sync(_mesh, daemon, "token", "list")
+    # The daemon is shared: other tests' tokens may be listed too.
+    assert any("dash" in line and "observer" in line for line in listed.stdout.splitlines())
+    assert token not in listed.stdout
+    assert daemon.data_dir is not None
+    assert token not in (Path(daemon.data_dir) / "tokens.json").read_text()
+    async with daemon.open_events("/agents/events", token=token) as watcher:
+        with anyio.fail_after(5):
+            assert json.loads(await watcher.receive())["type"] == "snapshot"
+        revoked = await anyio.to_thread.run_sync(_mesh, daemon, "token", "revoke", "dash")
+        assert revoked.returncode == 0 and "revoked" in revoked.stdout
+        with anyio.fail_after(1):
+            assert await _closed_with(watcher) == CloseCode.UNAUTHORIZED
+    async with daemon.client(token=token) as gone:
+        assert (await gone.get("/agents")).status_code == 401
+    no_token = {k: v for k, v in daemon.env().items() if k != "MESH_TOKEN"}
+    no_token["MESH_DATA_DIR"] = str(tmp_path / "elsewhere")
+    refused = await anyio.to_thread.run_sync(lambda: _mesh(daemon, "agents", env=no_token))
+    assert refused.returncode == 8 and "no token was found" in refused.stderr
+    observer = await anyio.to_thread.run_sync(
+        lambda: _mesh(daemon, "call", "x", "y", env={**no_token, "MESH_TOKEN": token})
+    )
+    assert observer.returncode == 8
 
 
 async def test_an_agent_token_from_the_store_dials_in_and_is_cut_off_when_revoked(
-    tmp_path: Path,
+    daemon: Daemon,
 ) -> None:
-    async with spawn_daemon(tmp_path) as daemon:
-        token = await create_token(daemon, "agent", "dialer-token", agent="dialer")
-        command, _ = echo_agent_command()
-        args = ["-m", "mesh.agents.echo", "--connect", daemon.ws, "--token-env", "T"]
-        agent = await anyio.open_process(
-            [command, *args, "--id", "dialer"], env={**os.environ, "T": token}
-        )
-        async with agent:
-            await daemon.wait_online("dialer")
-            async with daemon.client() as admin:
-                assert (await admin.delete("/tokens/dialer-token")).status_code == 200
-            with anyio.fail_after(10):
-                code = await agent.wait()
-        assert code == 3  # the agent was told 4001: retrying cannot help
+    token = await create_token(daemon, "agent", "dialer-token", agent="dialer")
+    command, _ = echo_agent_command()
+    args = ["-m", "mesh.agents.echo", "--connect", daemon.ws, "--token-env", "T"]
+    agent = await anyio.open_process(
+        [command, *args, "--id", "dialer"], env={**os.environ, "T": token}
+    )
+    async with agent:
+        await daemon.wait_online("dialer")
+        async with daemon.client() as admin:
+            assert (await admin.delete("/tokens/dialer-token")).status_code == 200
+        with anyio.fail_after(10):
+            code = await agent.wait()
+    assert code == 3  # the agent was told 4001: retrying cannot help
 
 
 def _tls_files(tmp_path: Path) -> tuple[str, str, str]:

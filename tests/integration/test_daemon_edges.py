@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -11,10 +12,26 @@ from structlog.testing import capture_logs
 
 from mesh.daemon._auth import Right
 from mesh.daemon._routes import ROUTES
-from mesh.testing import spawn_daemon
+from mesh.testing import Daemon, spawn_daemon
+from tests.conftest import BACKENDS
 from tests.integration._daemon import serve_in_process
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so that one daemon per backend serves the tests that only ask it."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+async def daemon(
+    anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Daemon]:
+    async with spawn_daemon(tmp_path_factory.mktemp("edges")) as shared:
+        yield shared
+
 
 #: What each kind of refused Authorization header is told, in WWW-Authenticate.
 CHALLENGES = {
@@ -29,8 +46,8 @@ CHALLENGES = {
 }
 
 
-async def test_every_401_challenges_for_a_bearer_token_and_says_why(tmp_path: Path) -> None:
-    async with spawn_daemon(tmp_path) as daemon, httpx.AsyncClient(base_url=daemon.http) as anyone:
+async def test_every_401_challenges_for_a_bearer_token_and_says_why(daemon: Daemon) -> None:
+    async with httpx.AsyncClient(base_url=daemon.http) as anyone:
         for route in ROUTES:
             if route.right is Right.PUBLIC or route.method == "WS":
                 continue
@@ -46,19 +63,18 @@ async def test_every_401_challenges_for_a_bearer_token_and_says_why(tmp_path: Pa
         assert "c3ZjOnB3" not in basic.text
 
 
-async def test_status_lines_carry_their_reason_phrase(tmp_path: Path) -> None:
-    async with spawn_daemon(tmp_path) as daemon:
-        port = int(daemon.http.rsplit(":", 1)[1])
-        for request, status in (
-            (b"GET /health HTTP/1.1\r\nhost: m\r\n\r\n", b"200 OK\r\n"),
-            (b"GET /agents HTTP/1.1\r\nhost: m\r\n\r\n", b"401 Unauthorized\r\n"),
-            (b"GET /x HTTP/1.1\r\n\r\n", b"400 Bad Request\r\n"),
-        ):
-            async with await anyio.connect_tcp("127.0.0.1", port) as stream:
-                await stream.send(request)
-                with anyio.fail_after(10):
-                    reply = await stream.receive()
-            assert reply.startswith(b"HTTP/1.1 " + status), reply[:60]
+async def test_status_lines_carry_their_reason_phrase(daemon: Daemon) -> None:
+    port = int(daemon.http.rsplit(":", 1)[1])
+    for request, status in (
+        (b"GET /health HTTP/1.1\r\nhost: m\r\n\r\n", b"200 OK\r\n"),
+        (b"GET /agents HTTP/1.1\r\nhost: m\r\n\r\n", b"401 Unauthorized\r\n"),
+        (b"GET /x HTTP/1.1\r\n\r\n", b"400 Bad Request\r\n"),
+    ):
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(request)
+            with anyio.fail_after(10):
+                reply = await stream.receive()
+        assert reply.startswith(b"HTTP/1.1 " + status), reply[:60]
 
 
 async def test_a_malformed_request_line_never_puts_its_token_in_the_log(tmp_path: Path) -> None:

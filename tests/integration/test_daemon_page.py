@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -15,6 +16,7 @@ from websockets.sync.client import connect
 
 from mesh.rooms import DeltaEvent, decode_live_event
 from mesh.testing import Daemon, spawn_daemon
+from tests.conftest import BACKENDS
 
 from ._daemon import persona_manifest
 
@@ -30,6 +32,24 @@ def _manifests(tmp_path: Path, delay: float) -> tuple[Path, list[str]]:
     persona_manifest(manifests, "alice", "Alice", ECHO, delay)
     persona_manifest(manifests, "bob", "Bob", ECHO, delay)
     return manifests, ["--data-dir", str(tmp_path / "data")]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+async def daemon(
+    anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Daemon]:
+    """Alice and Bob answering at once, for the tests that open rooms and tokens of their own
+    names: a daemon and its two persona processes, started once."""
+    manifests, args = _manifests(tmp_path_factory.mktemp("page"), 0.0)
+    async with spawn_daemon(manifests, extra_args=args) as shared:
+        await shared.wait_online("alice", "bob")
+        yield shared
 
 
 async def _create(daemon: Daemon, room_id: str, max_turns: int) -> None:
@@ -55,19 +75,16 @@ def _refused(url: str, protocols: list[str]) -> int | None:
     return None
 
 
-async def test_a_browser_sends_its_token_as_a_websocket_subprotocol(tmp_path: Path) -> None:
-    manifests, args = _manifests(tmp_path, 0.0)
-    async with spawn_daemon(manifests, extra_args=args) as daemon:
-        await daemon.wait_online("alice", "bob")
-        url = daemon.ws.removesuffix("/ws") + "/agents/events"  # no ?token= in it
-        chosen, first = await anyio.to_thread.run_sync(
-            _first_frame, url, ["mesh", f"bearer.{daemon.token}"]
-        )
-        # The daemon selects `mesh` and never echoes the token.
-        assert chosen == "mesh" and first["type"] == "snapshot"
-        code = await anyio.to_thread.run_sync(_refused, url, ["mesh", "bearer.mesh_not-a-token"])
-        assert code == 4001
-        assert await anyio.to_thread.run_sync(_refused, url, ["mesh"]) == 4001
+async def test_a_browser_sends_its_token_as_a_websocket_subprotocol(daemon: Daemon) -> None:
+    url = daemon.ws.removesuffix("/ws") + "/agents/events"  # no ?token= in it
+    chosen, first = await anyio.to_thread.run_sync(
+        _first_frame, url, ["mesh", f"bearer.{daemon.token}"]
+    )
+    # The daemon selects `mesh` and never echoes the token.
+    assert chosen == "mesh" and first["type"] == "snapshot"
+    code = await anyio.to_thread.run_sync(_refused, url, ["mesh", "bearer.mesh_not-a-token"])
+    assert code == 4001
+    assert await anyio.to_thread.run_sync(_refused, url, ["mesh"]) == 4001
 
 
 async def test_a_person_passes_their_turn_over_http(tmp_path: Path) -> None:
@@ -96,37 +113,32 @@ async def test_a_person_passes_their_turn_over_http(tmp_path: Path) -> None:
             await http.post("/rooms/pass/stop")
 
 
-async def test_an_observer_is_refused_in_words_not_an_enum(tmp_path: Path) -> None:
-    manifests, args = _manifests(tmp_path, 0.0)
-    async with spawn_daemon(manifests, extra_args=args) as daemon:
-        async with daemon.client() as http:
-            made = await http.post("/tokens", json={"role": "observer", "name": "wall"})
-            observer = made.json()["token"]
-            spec = {"topic": "Tea?", "members": ["alice", "bob"]}
-            refused = await http.post(
-                "/rooms", json=spec, headers={"authorization": f"Bearer {observer}"}
-            )
-        assert refused.status_code == 403
-        message = refused.json()["error"]["message"]
-        assert message.startswith("an observer token may not do this: it needs the 'rooms' right")
-        assert "<" not in message and "Right." not in message
+async def test_an_observer_is_refused_in_words_not_an_enum(daemon: Daemon) -> None:
+    async with daemon.client() as http:
+        made = await http.post("/tokens", json={"role": "observer", "name": "wall"})
+        observer = made.json()["token"]
+        spec = {"topic": "Tea?", "members": ["alice", "bob"]}
+        refused = await http.post(
+            "/rooms", json=spec, headers={"authorization": f"Bearer {observer}"}
+        )
+    assert refused.status_code == 403
+    message = refused.json()["error"]["message"]
+    assert message.startswith("an observer token may not do this: it needs the 'rooms' right")
+    assert "<" not in message and "Right." not in message
 
 
-async def test_the_markdown_export_is_the_clis(tmp_path: Path) -> None:
-    manifests, args = _manifests(tmp_path, 0.0)
-    async with spawn_daemon(manifests, extra_args=args) as daemon:
-        await daemon.wait_online("alice", "bob")
-        await _create(daemon, "md", 3)
-        async with daemon.client() as http:
-            with anyio.fail_after(GUARD):
-                async with daemon.open_events("/rooms/md/events") as watch:
-                    while json.loads(await watch.receive())["type"] != "STOPPED":
-                        pass
-            served = await http.get("/rooms/md/events", params={"format": "md"})
-            bad = await http.get("/rooms/md/events", params={"format": "html"})
-        assert served.headers["content-type"].startswith("text/markdown")
-        assert bad.status_code == 400 and "format must be json or md" in bad.text
-        command = [sys.executable, "-m", "mesh.cli", "room", "export", "md", "--format", "md"]
-        printed = await anyio.run_process(command, env=daemon.env(), stderr=subprocess.PIPE)
+async def test_the_markdown_export_is_the_clis(daemon: Daemon) -> None:
+    await _create(daemon, "md", 3)
+    async with daemon.client() as http:
+        with anyio.fail_after(GUARD):
+            async with daemon.open_events("/rooms/md/events") as watch:
+                while json.loads(await watch.receive())["type"] != "STOPPED":
+                    pass
+        served = await http.get("/rooms/md/events", params={"format": "md"})
+        bad = await http.get("/rooms/md/events", params={"format": "html"})
+    assert served.headers["content-type"].startswith("text/markdown")
+    assert bad.status_code == 400 and "format must be json or md" in bad.text
+    command = [sys.executable, "-m", "mesh.cli", "room", "export", "md", "--format", "md"]
+    printed = await anyio.run_process(command, env=daemon.env(), stderr=subprocess.PIPE)
     assert served.text == printed.stdout.decode()
     assert served.text.startswith("# Tea or coffee?") and "## Turn 3: Alice" in served.text

@@ -3,36 +3,50 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
 
+from mesh.testing import Daemon
+from tests.conftest import BACKENDS
 from tests.mcp.test_serve import JSON, PING, daemon_with_echo, mcp_lines
 from transports import CloseCode, TransportClosed, open_websocket
 
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture(scope="module", params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so that one daemon per backend serves every test here (they only ask)."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+async def daemon(
+    anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Daemon]:
+    async with daemon_with_echo(tmp_path_factory.mktemp("mcp-edges")) as shared:
+        yield shared
+
+
 async def test_a_line_that_is_not_utf8_gets_a_parse_error_and_the_relay_lives(
-    tmp_path: Path,
+    daemon: Daemon,
 ) -> None:
-    async with daemon_with_echo(tmp_path) as daemon:
-        lines = [
-            b'{"jsonrpc":"2.0","id":1,"method":"\xff\xfe"}',
-            b'{"jsonrpc":"2.0","id":2,"method":"ping"}',
-        ]
-        answers = await mcp_lines(daemon, lines)  # and `mesh mcp` exits 0 when stdin closes
-        assert answers[0]["id"] is None and answers[0]["error"]["code"] == -32700
-        assert "UTF-8" in answers[0]["error"]["message"]
-        assert answers[1] == {"jsonrpc": "2.0", "id": 2, "result": {}}
+    lines = [
+        b'{"jsonrpc":"2.0","id":1,"method":"\xff\xfe"}',
+        b'{"jsonrpc":"2.0","id":2,"method":"ping"}',
+    ]
+    answers = await mcp_lines(daemon, lines)  # and `mesh mcp` exits 0 when stdin closes
+    assert answers[0]["id"] is None and answers[0]["error"]["code"] == -32700
+    assert "UTF-8" in answers[0]["error"]["message"]
+    assert answers[1] == {"jsonrpc": "2.0", "id": 2, "result": {}}
 
 
-async def test_an_error_never_echoes_a_huge_tool_name(tmp_path: Path) -> None:
+async def test_an_error_never_echoes_a_huge_tool_name(daemon: Daemon) -> None:
     name = "n" * 10_000
     call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": name}}
-    async with daemon_with_echo(tmp_path) as daemon:
-        [answer] = await mcp_lines(daemon, [json.dumps(call).encode()])
+    [answer] = await mcp_lines(daemon, [json.dumps(call).encode()])
     message = answer["error"]["message"]
     assert answer["error"]["code"] == -32602 and "10000 characters" in message
     assert len(message) < 300
@@ -49,9 +63,9 @@ async def test_an_error_never_echoes_a_huge_tool_name(tmp_path: Path) -> None:
     ],
 )
 async def test_mcp_refuses_a_browser_origin_that_is_not_the_daemons_own(
-    tmp_path: Path, origin: str | None, allowed: bool
+    daemon: Daemon, origin: str | None, allowed: bool
 ) -> None:
-    async with daemon_with_echo(tmp_path) as daemon, daemon.client() as http:
+    async with daemon.client() as http:
         port = daemon.http.rsplit(":", 1)[1]
         headers = dict(JSON)
         if origin is not None:
@@ -66,12 +80,11 @@ async def test_mcp_refuses_a_browser_origin_that_is_not_the_daemons_own(
         assert "another origin" in answer.json()["error"]["message"]
 
 
-async def test_the_mcp_websocket_refuses_another_origin_too(tmp_path: Path) -> None:
-    async with daemon_with_echo(tmp_path) as daemon:
-        url = daemon.ws.removesuffix("/ws") + "/mcp"
-        headers = [("origin", "http://evil.example")]
-        async with open_websocket(url, token=daemon.token, headers=headers) as stream:
-            with anyio.fail_after(10), pytest.raises(TransportClosed) as closed:
-                await stream.receive()
-        assert closed.value.close_code == CloseCode.FORBIDDEN
-        assert "own origin" in closed.value.reason
+async def test_the_mcp_websocket_refuses_another_origin_too(daemon: Daemon) -> None:
+    url = daemon.ws.removesuffix("/ws") + "/mcp"
+    headers = [("origin", "http://evil.example")]
+    async with open_websocket(url, token=daemon.token, headers=headers) as stream:
+        with anyio.fail_after(10), pytest.raises(TransportClosed) as closed:
+            await stream.receive()
+    assert closed.value.close_code == CloseCode.FORBIDDEN
+    assert "own origin" in closed.value.reason

@@ -20,6 +20,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from mesh.cli._codes import EXIT_DENIED
 from mesh.testing import Daemon, spawn_daemon
+from tests.conftest import BACKENDS
 from tests.mcp._peers import ROOT, inspector_command
 from tests.mcp.test_limits import filesystem_manifest
 
@@ -43,6 +44,22 @@ async def daemon_with_echo(tmp_path: Path) -> AsyncIterator[Daemon]:
     async with spawn_daemon(manifests, extra_args=data) as daemon:
         await daemon.wait_online("echo")
         yield daemon
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+async def daemon(
+    anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Daemon]:
+    """The echo daemon for the tests that call through it and name their own tokens: the
+    daemon and its agent, started once per backend."""
+    async with daemon_with_echo(tmp_path_factory.mktemp("mcp-serve")) as shared:
+        yield shared
 
 
 def mesh_mcp(daemon: Daemon) -> StdioServerParameters:
@@ -93,30 +110,28 @@ async def check_client(client: Client) -> None:
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_the_sdk_client_through_mesh_mcp(tmp_path: Path, mode: Any) -> None:
-    async with daemon_with_echo(tmp_path) as daemon:
-        changes: list[Any] = []
+async def test_the_sdk_client_through_mesh_mcp(daemon: Daemon, mode: Any) -> None:
+    changes: list[Any] = []
 
-        async def on_message(message: Any) -> None:
-            changes.append(message)
+    async def on_message(message: Any) -> None:
+        changes.append(message)
 
-        async with Client(mesh_mcp(daemon), mode=mode, message_handler=on_message) as client:
-            await check_client(client)
-            if mode == "legacy":  # a handshake-era client hears of agents coming and going
-                async with daemon.client() as http:
-                    await http.post("/agents/register", json={"id": "newcomer"})
-                with anyio.fail_after(10):
-                    while not changes:
-                        await client.list_tools()  # a round trip lets the notification in
-                assert "list_changed" in repr(changes[0]), changes
+    async with Client(mesh_mcp(daemon), mode=mode, message_handler=on_message) as client:
+        await check_client(client)
+        if mode == "legacy":  # a handshake-era client hears of agents coming and going
+            async with daemon.client() as http:
+                await http.post("/agents/register", json={"id": "newcomer"})
+            with anyio.fail_after(10):
+                while not changes:
+                    await client.list_tools()  # a round trip lets the notification in
+            assert "list_changed" in repr(changes[0]), changes
+            async with daemon.client() as http:  # the daemon is shared: as it was
+                assert (await http.delete("/agents/newcomer")).status_code == 204
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_the_sdk_client_over_http(tmp_path: Path, mode: Any) -> None:
-    async with (
-        daemon_with_echo(tmp_path) as daemon,
-        Client(over_http(daemon), mode=mode) as client,
-    ):
+async def test_the_sdk_client_over_http(daemon: Daemon, mode: Any) -> None:
+    async with Client(over_http(daemon), mode=mode) as client:
         await check_client(client)
 
 
@@ -127,17 +142,16 @@ async def run_inspector(*args: str) -> Any:
     return json.loads(result.stdout)
 
 
-async def test_the_inspector_cli_through_mesh_mcp(tmp_path: Path) -> None:
+async def test_the_inspector_cli_through_mesh_mcp(daemon: Daemon) -> None:
     # (The inspector 0.15 CLI sends no headers, so it cannot present a token to /mcp;
     # over HTTP the SDK's Client is the real client.)
-    async with daemon_with_echo(tmp_path) as daemon:
-        target = [sys.executable, "-m", "mesh.cli", "mcp", "--url", daemon.http]
-        how = ["-e", f"PYTHONPATH={ROOT}", "-e", f"MESH_TOKEN={daemon.token}", *target]
-        listed = await run_inspector(*how, "--method", "tools/list")
-        assert "echo__echo" in {tool["name"] for tool in listed["tools"]}
-        yo = ["--tool-name", "echo__echo", "--tool-arg", "message=yo"]
-        called = await run_inspector(*how, "--method", "tools/call", *yo)
-        assert called["structuredContent"] == {"message": "yo"}
+    target = [sys.executable, "-m", "mesh.cli", "mcp", "--url", daemon.http]
+    how = ["-e", f"PYTHONPATH={ROOT}", "-e", f"MESH_TOKEN={daemon.token}", *target]
+    listed = await run_inspector(*how, "--method", "tools/list")
+    assert "echo__echo" in {tool["name"] for tool in listed["tools"]}
+    yo = ["--tool-name", "echo__echo", "--tool-arg", "message=yo"]
+    called = await run_inspector(*how, "--method", "tools/call", *yo)
+    assert called["structuredContent"] == {"message": "yo"}
 
 
 async def mcp_lines(daemon: Daemon, lines: list[bytes]) -> list[dict[str, Any]]:
@@ -156,30 +170,29 @@ async def mcp_lines(daemon: Daemon, lines: list[bytes]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in received.splitlines()]
 
 
-async def test_malformed_messages_get_jsonrpc_errors_and_the_link_lives(tmp_path: Path) -> None:
-    async with daemon_with_echo(tmp_path) as daemon:
-        lines = [
-            b"{not json",
-            b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]',
-            b'{"jsonrpc":"2.0","id":2}',
-            b'{"jsonrpc":"2.0","id":0,"method":"ping"}',
-            b'{"jsonrpc":"2.0","id":"0","method":"tools/call","params":{"name":"echo__echo",'
-            b'"arguments":{"message":"still here"}}}',
-        ]
-        answers = await mcp_lines(daemon, lines)
-        errors = [(a["id"], a["error"]["code"]) for a in answers if "error" in a]
-        assert errors == [(None, -32700), (None, -32600), (2, -32600)]
-        by_id = {a["id"]: a for a in answers if "result" in a}
-        assert by_id[0]["result"] == {}
-        assert by_id["0"]["result"]["structuredContent"] == {"message": "still here"}
-        async with daemon.client() as http:
-            bad = await http.post("/mcp", content=b"{nope", headers=JSON)
-            assert bad.status_code == 400 and bad.json()["error"]["code"] == -32700
-            unsessioned = await http.post("/mcp", json=PING, headers=JSON)
-            assert unsessioned.status_code == 400 and "Mcp-Session-Id" in unsessioned.text
-            assert (await http.get("/mcp")).status_code == 405
-            form = await http.post("/mcp", content=b"x", headers={"content-type": "text/plain"})
-            assert form.status_code == 415
+async def test_malformed_messages_get_jsonrpc_errors_and_the_link_lives(daemon: Daemon) -> None:
+    lines = [
+        b"{not json",
+        b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]',
+        b'{"jsonrpc":"2.0","id":2}',
+        b'{"jsonrpc":"2.0","id":0,"method":"ping"}',
+        b'{"jsonrpc":"2.0","id":"0","method":"tools/call","params":{"name":"echo__echo",'
+        b'"arguments":{"message":"still here"}}}',
+    ]
+    answers = await mcp_lines(daemon, lines)
+    errors = [(a["id"], a["error"]["code"]) for a in answers if "error" in a]
+    assert errors == [(None, -32700), (None, -32600), (2, -32600)]
+    by_id = {a["id"]: a for a in answers if "result" in a}
+    assert by_id[0]["result"] == {}
+    assert by_id["0"]["result"]["structuredContent"] == {"message": "still here"}
+    async with daemon.client() as http:
+        bad = await http.post("/mcp", content=b"{nope", headers=JSON)
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == -32700
+        unsessioned = await http.post("/mcp", json=PING, headers=JSON)
+        assert unsessioned.status_code == 400 and "Mcp-Session-Id" in unsessioned.text
+        assert (await http.get("/mcp")).status_code == 405
+        form = await http.post("/mcp", content=b"x", headers={"content-type": "text/plain"})
+        assert form.status_code == 415
 
 
 JSON = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
@@ -218,33 +231,32 @@ async def test_mesh_mcp_says_so_when_the_daemon_goes_away(tmp_path: Path) -> Non
             assert "closed the link" in said, said
 
 
-async def test_mcp_is_behind_the_daemons_tokens(tmp_path: Path) -> None:
-    async with daemon_with_echo(tmp_path) as daemon:
-        async with httpx.AsyncClient(base_url=daemon.http) as anonymous:
-            refused = await anonymous.post("/mcp", json=PING, headers=JSON)
-            assert refused.status_code == 401
-            error = refused.json()  # what an MCP client can show: a JSON-RPC error's words
-            assert (error["id"], error["error"]["code"]) == (1, -32005), error
-            assert "missing token" in error["error"]["message"], error
-            wrong = {**JSON, "Authorization": "Bearer not-a-token"}
-            refused = await anonymous.post("/mcp", json=PING, headers=wrong)
-            assert "not valid" in refused.json()["error"]["message"], refused.text
-        async with daemon.client() as admin:
-            made = await admin.post("/tokens", json={"role": "observer", "name": "watcher"})
-            observer = made.json()["token"]
-        async with httpx.AsyncClient(base_url=daemon.http) as http:
-            headers = {**JSON, "Authorization": f"Bearer {observer}"}
-            forbidden = await http.post("/mcp", json=PING, headers=headers)
-            assert forbidden.status_code == 403  # reading is not calling
-            assert forbidden.json()["error"]["code"] == -32007, forbidden.text
-        command = [sys.executable, "-m", "mesh.cli", "mcp", "--url", daemon.http]
-        for token in ("not-a-token", observer):  # stdin stays open, as a host keeps it
-            async with await anyio.open_process(command, env=relay_env(daemon, token)) as relay:
-                with anyio.fail_after(30):
-                    assert await relay.wait() == EXIT_DENIED
-                assert relay.stderr is not None
-                said = await relay.stderr.receive()
-                assert b"refused the token" in said, said
+async def test_mcp_is_behind_the_daemons_tokens(daemon: Daemon) -> None:
+    async with httpx.AsyncClient(base_url=daemon.http) as anonymous:
+        refused = await anonymous.post("/mcp", json=PING, headers=JSON)
+        assert refused.status_code == 401
+        error = refused.json()  # what an MCP client can show: a JSON-RPC error's words
+        assert (error["id"], error["error"]["code"]) == (1, -32005), error
+        assert "missing token" in error["error"]["message"], error
+        wrong = {**JSON, "Authorization": "Bearer not-a-token"}
+        refused = await anonymous.post("/mcp", json=PING, headers=wrong)
+        assert "not valid" in refused.json()["error"]["message"], refused.text
+    async with daemon.client() as admin:
+        made = await admin.post("/tokens", json={"role": "observer", "name": "watcher"})
+        observer = made.json()["token"]
+    async with httpx.AsyncClient(base_url=daemon.http) as http:
+        headers = {**JSON, "Authorization": f"Bearer {observer}"}
+        forbidden = await http.post("/mcp", json=PING, headers=headers)
+        assert forbidden.status_code == 403  # reading is not calling
+        assert forbidden.json()["error"]["code"] == -32007, forbidden.text
+    command = [sys.executable, "-m", "mesh.cli", "mcp", "--url", daemon.http]
+    for token in ("not-a-token", observer):  # stdin stays open, as a host keeps it
+        async with await anyio.open_process(command, env=relay_env(daemon, token)) as relay:
+            with anyio.fail_after(30):
+                assert await relay.wait() == EXIT_DENIED
+            assert relay.stderr is not None
+            said = await relay.stderr.receive()
+            assert b"refused the token" in said, said
 
 
 @pytest.mark.parametrize("route", ["mesh mcp", "/mcp"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import AsyncIterator
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mesh.rooms import MessageEvent, StoppedEvent
 from mesh.testing import Daemon, spawn_daemon
+from tests.conftest import BACKENDS
 from tests.integration._daemon import persona_manifest
 from tests.integration.test_daemon import rpc, stdio_manifest, write
 from tests.integration.test_daemon_auth import create_token
@@ -25,6 +27,26 @@ from tests.integration.test_daemon_rooms import watch_room
 from tests.observe._prometheus import promtool_check, query, relay_scrapes, run_prometheus
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+async def daemon(
+    anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Daemon]:
+    """A daemon with the echo agent over stdio, for the tests that read what it exposes:
+    they count in differences and name their own tokens, so they can share it."""
+    manifests = tmp_path_factory.mktemp("metrics-manifests")
+    write(manifests, "echo.toml", stdio_manifest("echo"))
+    async with spawn_daemon(manifests) as shared:
+        await shared.wait_online("echo")
+        yield shared
+
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,22 +84,24 @@ async def scrape(daemon: Daemon, token: str) -> httpx.Response:
         return await http.get("/metrics")
 
 
-async def test_metrics_count_the_calls_and_name_nothing_unbounded(tmp_path: Path) -> None:
-    write(tmp_path, "echo.toml", stdio_manifest("echo"))
-    async with spawn_daemon(tmp_path) as daemon:
-        await daemon.wait_online("echo")
-        observer = await create_token(daemon, "observer", "prometheus")
-        await make_calls(daemon)
-        reply = await scrape(daemon, observer)
+async def test_metrics_count_the_calls_and_name_nothing_unbounded(daemon: Daemon) -> None:
+    observer = await create_token(daemon, "observer", "prometheus")
+    before = samples((await scrape(daemon, observer)).text)  # the daemon is shared
+    await make_calls(daemon)
+    reply = await scrape(daemon, observer)
     assert reply.status_code == 200
     assert reply.headers["content-type"].startswith("text/plain; version=0.0.4")
     text = reply.text
     found = samples(text)
     calls = "mesh_rpc_client_duration_seconds_count"
-    assert value(found, calls, agent="echo", method="tools/call", status="OK") == 3
-    assert value(found, calls, agent="echo", method="tools/call", status="METHOD_NOT_FOUND") == 1
+
+    def counted(**labels: str) -> float:
+        return value(found, calls, **labels) - value(before, calls, **labels)
+
+    assert counted(agent="echo", method="tools/call", status="OK") == 3
+    assert counted(agent="echo", method="tools/call", status="METHOD_NOT_FOUND") == 1
     # An agent nobody knows is not a label: its name is whatever the client typed.
-    assert value(found, calls, agent="(unknown)", method="ping", status="UNAVAILABLE") == 1
+    assert counted(agent="(unknown)", method="ping", status="UNAVAILABLE") == 1
     assert "nobody-by-this-name" not in text
     assert value(found, "mesh_build_info", version=version("agent-mesh")) == 1
     # ... and the CLI names the same build.
@@ -91,23 +115,19 @@ async def test_metrics_count_the_calls_and_name_nothing_unbounded(tmp_path: Path
     assert value(found, "process_cpu_seconds_total") > 0
 
 
-async def test_promtool_accepts_the_exposition(tmp_path: Path) -> None:
-    write(tmp_path, "echo.toml", stdio_manifest("echo"))
-    async with spawn_daemon(tmp_path) as daemon:
-        await daemon.wait_online("echo")
-        await make_calls(daemon)
-        assert daemon.token is not None
-        reply = await scrape(daemon, daemon.token)
+async def test_promtool_accepts_the_exposition(daemon: Daemon) -> None:
+    await make_calls(daemon)
+    assert daemon.token is not None
+    reply = await scrape(daemon, daemon.token)
     checked = promtool_check(reply.content)
     assert checked.returncode == 0 and not checked.stdout.strip(), checked.stdout + checked.stderr
 
 
-async def test_metrics_want_a_token_that_may_read(tmp_path: Path) -> None:
-    async with spawn_daemon(tmp_path) as daemon:
-        async with httpx.AsyncClient(base_url=daemon.http) as stranger:
-            assert (await stranger.get("/metrics")).status_code == 401
-        agent = await create_token(daemon, "agent", "a1", agent="a1")
-        refused = await scrape(daemon, agent)
+async def test_metrics_want_a_token_that_may_read(daemon: Daemon) -> None:
+    async with httpx.AsyncClient(base_url=daemon.http) as stranger:
+        assert (await stranger.get("/metrics")).status_code == 401
+    agent = await create_token(daemon, "agent", "a1", agent="a1")
+    refused = await scrape(daemon, agent)
     assert refused.status_code == 403
     assert refused.json()["error"]["missing"] == "read"
 
@@ -138,12 +158,9 @@ async def probe(daemon: Daemon, path: str) -> tuple[int, Any]:
     return reply.status_code, reply.json()
 
 
-async def test_probes_are_public_and_say_only_ok(tmp_path: Path) -> None:
-    write(tmp_path, "echo.toml", stdio_manifest("echo"))
-    async with spawn_daemon(tmp_path) as daemon:
-        await daemon.wait_online("echo")
-        assert await probe(daemon, "/healthz") == (200, {"status": "ok"})
-        assert await probe(daemon, "/readyz") == (200, {"status": "ready"})
+async def test_probes_are_public_and_say_only_ok(daemon: Daemon) -> None:
+    assert await probe(daemon, "/healthz") == (200, {"status": "ok"})
+    assert await probe(daemon, "/readyz") == (200, {"status": "ready"})
 
 
 async def test_room_turns_stops_and_tokens_are_counted(tmp_path: Path) -> None:
@@ -169,10 +186,9 @@ async def test_room_turns_stops_and_tokens_are_counted(tmp_path: Path) -> None:
     assert "tea" not in {v for key in found for _, v in key[1]}  # no room id as a label
 
 
-async def test_the_dashboard_asks_only_for_metrics_the_daemon_serves(tmp_path: Path) -> None:
-    async with spawn_daemon(tmp_path) as daemon:
-        assert daemon.token is not None
-        exposition = (await scrape(daemon, daemon.token)).text
+async def test_the_dashboard_asks_only_for_metrics_the_daemon_serves(daemon: Daemon) -> None:
+    assert daemon.token is not None
+    exposition = (await scrape(daemon, daemon.token)).text
     served = set()
     for family in text_string_to_metric_families(exposition):
         suffixes = {"histogram": ("_bucket", "_count", "_sum"), "counter": ("_total",)}
