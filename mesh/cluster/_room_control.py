@@ -2,7 +2,7 @@
 
 Only a room's holder records its events, so a daemon asked to pause, stop or
 resume a room it does not run, or to seat a person there, take their words or
-let them go, asks the holder over ``mesh.C.room-control.<holder>`` and answers
+let them go or pass their turn, asks the holder over ``mesh.C.room-control.<holder>`` and answers
 with what the holder answered. The holder applies what it is asked as it would
 a request of its own, never forwarding it again: two daemons that briefly
 disagree about who runs a room cannot bounce an operation between them. A
@@ -135,6 +135,8 @@ async def _apply(rooms: RoomManager, control: RoomControl) -> RoomControlReply:
         result = await rooms.join(room_id, control.name, holder=holder, forward=False)
     elif control.op == "leave":
         await rooms.leave(room_id, control.member, holder=holder, forward=False)
+    elif control.op == "pass":
+        await rooms.pass_turn(room_id, control.member, holder=holder, forward=False)
     elif control.op == "say":
         result = await rooms.say(
             room_id, control.member, control.text, holder=holder, forward=False

@@ -145,11 +145,11 @@ CallReply = CallProgress | CallResult | CallFailed
 
 
 class RoomControl(msgspec.Struct, frozen=True, kw_only=True):
-    """Pause, stop or resume a room its holder runs, or a person's join, leave or say there
+    """Pause, stop or resume a room its holder runs, or a person's join, leave, say or pass there
     (asked by another daemon, which only the holder may record)."""
 
     room: str
-    op: Literal["pause", "stop", "resume", "join", "leave", "say"]
+    op: Literal["pause", "stop", "resume", "join", "leave", "say", "pass"]
     #: A person's operation: who (their name to join, their member id otherwise), what
     #: they said, and the identity that holds their seat (qualified by its daemon).
     name: str = ""

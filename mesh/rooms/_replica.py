@@ -23,7 +23,7 @@ from mesh.rooms._model import RoomSnapshot
 __all__ = ["Forwarded", "PersonOp", "RoomLeaseLost", "RoomOp", "RoomReplica"]
 
 RoomOp = Literal["pause", "stop", "resume"]
-PersonOp = Literal["join", "leave", "say"]
+PersonOp = Literal["join", "leave", "say", "pass"]
 
 
 class Forwarded(msgspec.Struct, frozen=True):

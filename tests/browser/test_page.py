@@ -137,6 +137,13 @@ def test_a_person_joins_from_the_page_and_the_next_persona_answers(
     ).first
     answer.wait_for()
     assert answer.locator(".name").inner_text() in {"Alice", "Bob"}
+    # The rooms list follows the open room: its turn is the last message's (read at once).
+    listed, last = page.evaluate(
+        """() => [document.querySelector('#rooms li[data-room="visit"] .turn').textContent,
+                  [...document.querySelectorAll('#transcript .message:not(.writing)')].pop()
+                      .dataset.turn]"""
+    )
+    assert listed == f"turn {last}"
     mine = page.locator('#transcript .message.person[data-agent="carol"]')
     assert mine.locator(".text").inner_text() == "Milk first, obviously."
     screenshot(page, "room-person")

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .conftest import LiveDaemon, serious_violations, start_daemon, stop_daemon
+from .conftest import LiveDaemon, screenshot, serious_violations, start_daemon, stop_daemon
 
 ECHO = ["{speaker} said: {last}"]
 #: Long enough that the room is still going while the page signs in, joins and answers.
@@ -103,6 +103,8 @@ def test_a_phone_reads_joins_answers_and_pauses(
         page.fill("#say-text", "Milk first, obviously.")
         page.click("#say")
         page.locator("#transcript .message", has_text="Carol said: Milk first").first.wait_for()
+        if size == (390, 844):
+            screenshot(page, "room-phone")
         page.click("#pause")
         page.wait_for_selector("#room-status.paused")
         page.wait_for_selector("#transcript .event.stopped:has-text('paused after turn')")

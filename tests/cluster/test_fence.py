@@ -15,10 +15,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import httpx
 import pytest
 
-from mesh.rooms import AgentJoinedEvent, MessageEvent, ResumedEvent
+from mesh.rooms import AgentJoinedEvent, DeltaEvent, MessageEvent, ResumedEvent, decode_live_event
 from mesh.testing import Daemon, EchoServer, NatsServer, spawn_echo_server, spawn_nats_server
 from tests.cluster._history import (
     GUARD,
@@ -45,7 +46,7 @@ async def post(daemon: Daemon, path: str, body: dict[str, object]) -> httpx.Resp
 
 
 async def person_elsewhere(tmp_path: Path, nats: NatsServer) -> None:
-    """Carol joins, speaks and leaves through daemon B while daemon A runs the room."""
+    """Carol joins, passes, speaks and leaves through daemon B while daemon A runs the room."""
     urls = {d: nats.url for d in "abc"}
     agents = {"a": ["alice"], "c": ["bob"]}
     async with open_daemons(tmp_path, urls, agents) as daemons:
@@ -54,14 +55,29 @@ async def person_elsewhere(tmp_path: Path, nats: NatsServer) -> None:
         await b.wait_online("alice", "bob", timeout=GUARD)
         spec: dict[str, object] = {"id": "tea", "topic": "Tea?", "members": ["alice", "bob"]}
         spec["limits"] = {"max_turns": 10}
+        spec["people"] = {"turn_timeout": 600}  # her turn moves on only when she acts
         created = await post(a, "/rooms", spec)
         assert created.status_code == 201, created.text
         async with anyio.create_task_group() as tg:
             views = [await tg.start(observe, d, name, "tea") for name, d in daemons.items()]
             on_a, on_b = views[0], views[1]
             await on_a.wait_for(lambda e: isinstance(e, MessageEvent) and e.turn >= 2)
-            joined = await post(b, "/rooms/tea/join", {"name": "Carol"})
+            turns: list[int] = []
+
+            async def her_turn(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+                turns.append(await wait_turn_of(a, "tea", "carol", task_status=task_status))
+
+            async with anyio.create_task_group() as waiting:
+                await waiting.start(her_turn)
+                joined = await post(b, "/rooms/tea/join", {"name": "Carol"})
+            [opened] = turns
             await on_b.wait_for(lambda e: isinstance(e, AgentJoinedEvent) and e.agent_id == "carol")
+            # Her turn opened on A (an empty piece); she passes it through B, and A goes on.
+            passed = await post(b, "/rooms/tea/say", {"member": "carol", "pass": True})
+            assert passed.status_code == 200, passed.text
+            await on_a.wait_for(
+                lambda e: isinstance(e, MessageEvent) and e.seq > opened and e.agent_id != "carol"
+            )
             said = await post(b, "/rooms/tea/say", {"member": "carol", "text": "milk first"})
             if said.is_success:
                 await on_b.wait_for(lambda e: isinstance(e, MessageEvent) and e.agent_id == "carol")
@@ -77,6 +93,20 @@ async def person_elsewhere(tmp_path: Path, nats: NatsServer) -> None:
     assert [r.event.agent_id for r in stream if isinstance(r.event, AgentJoinedEvent)][-1] == (
         "carol"
     )
+
+
+async def wait_turn_of(
+    daemon: Daemon, room_id: str, member: str, *, task_status: anyio.abc.TaskStatus[None]
+) -> int:
+    """The last recorded seq when ``member``'s turn opened on ``daemon`` (its empty piece),
+    watched from when this task has started."""
+    with anyio.fail_after(GUARD):
+        async with daemon.open_events(f"/rooms/{room_id}/events?deltas=1") as watch:
+            task_status.started()
+            while True:
+                event = decode_live_event(await watch.receive())
+                if isinstance(event, DeltaEvent) and event.agent_id == member and not event.text:
+                    return event.seq
 
 
 async def holder_cut_off(tmp_path: Path, nats: NatsServer) -> None:

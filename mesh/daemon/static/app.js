@@ -307,7 +307,9 @@ async function refreshRooms() {
     if (snapshot.room.id === state.room) open.setAttribute("aria-current", "true");
     const topic = small(snapshot.room.topic, "span");
     topic.className = "topic";
-    open.append(badge(snapshot.status), topic, small(`turn ${snapshot.current_turn}`));
+    const turn = small(`turn ${snapshot.current_turn}`);
+    turn.className = "turn";
+    open.append(badge(snapshot.status), topic, turn);
     open.onclick = () => openRoom(snapshot.room.id);
     item.append(open);
     list.append(item);

@@ -134,6 +134,7 @@ function onEvent(event) {
       }
       $("#transcript").append(messageItem(event, false));
       if (!event.interjection) state.scores.push([event.turn, event.score]);
+      showListedTurn(event.turn);
       renderChart();
       scrollDown();
       return;
@@ -155,6 +156,13 @@ function onEvent(event) {
     default:
       return undefined;
   }
+}
+
+// The rooms list says how far the open room is: it follows the room's own messages, not
+// only the list's last fetch.
+function showListedTurn(turn) {
+  const item = document.querySelector(`#rooms li[data-room="${CSS.escape(state.room)}"] .turn`);
+  if (item) item.textContent = `turn ${turn}`;
 }
 
 function stoppedLine(event) {

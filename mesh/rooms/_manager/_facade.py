@@ -307,10 +307,13 @@ class RoomManager:
             room_id, member_id, text, holder=holder, person=person, forward=forward
         )
 
-    async def pass_turn(self, room_id: str, member_id: str, *, holder: str | None = None) -> None:
+    async def pass_turn(
+        self, room_id: str, member_id: str, *, holder: str | None = None, forward: bool = True
+    ) -> None:
         """A person passes their turn: the room goes on with the next speaker, and asks them
-        again after that. :class:`RoomConflict` when it is not their turn."""
-        await self._seats.pass_turn(room_id, member_id, holder=holder)
+        again after that. :class:`RoomConflict` when it is not their turn. A room another
+        daemon runs is passed there (``forward``: see :meth:`pause`)."""
+        await self._seats.pass_turn(room_id, member_id, holder=holder, forward=forward)
 
     # Last, because inside the class body the name shadows the builtin for mypy.
     async def list(self, status: RoomStatus | None = None) -> list[RoomSnapshot]:

@@ -205,15 +205,21 @@ class Seats:
         turn = awaited[1] if status == "turn" and awaited else room.state.current_turn + 1
         return {"status": status, "turn": turn, "member": member.id}
 
-    async def pass_turn(self, room_id: str, member_id: str, *, holder: str | None = None) -> None:
+    async def pass_turn(
+        self, room_id: str, member_id: str, *, holder: str | None = None, forward: bool = True
+    ) -> None:
         room = await self._table.load(room_id)
+        if forward:
+            check_seat(room_id, member_id, room.state.holders.get(member_id), holder)
+            if await self._forward(room, "pass", member=member_id, holder=holder) is not None:
+                return
         member = self._person(room, member_id)
         check_seat(room_id, member.id, room.state.holders.get(member.id), holder)
         room.desk.check_holder(member.id, holder)
         if room.runner is None:  # not running, or its turns are taken on another daemon
             status = room.state.status
             why = (
-                "runs on another daemon: pass through that one"
+                "has no daemon running it right now (it is being taken over): try again"
                 if status is RoomStatus.RUNNING
                 else f"is {status}: there is no turn to pass"
             )
