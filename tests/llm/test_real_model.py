@@ -33,7 +33,9 @@ async def server() -> AsyncIterator[LlamaServer]:
 
 
 def _config(server: LlamaServer, **fields: object) -> ProviderConfig:
-    base = {"provider": "openai", "model": server.model, "base_url": server.base_url}
+    # A reply of 24 tokens took over 60 s (the provider's default) on a loaded machine.
+    base: dict[str, object] = {"provider": "openai", "model": server.model, "timeout": GUARD}
+    base["base_url"] = server.base_url
     return ProviderConfig(**(base | {"api_key_env": ""} | fields))  # type: ignore[arg-type]
 
 
