@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,18 +26,27 @@ __all__ = [
     "tree_cpu_seconds",
 ]
 
-#: Iterations of the probe loop: ~45 ms on an idle core of the reference machine,
-#: long enough to span several scheduler slices, short enough to run twice per run.
+#: Iterations of the probe loop per 1 ms reading unit: the probe reports the time of
+#: 1,000,000 iterations (~45 ms on an idle core of the reference machine).
 PROBE_LOOPS = 1_000_000
+#: Short probes per reading, of PROBE_LOOPS / PROBE_SLICES iterations each: the reading
+#: is their median, so one scheduler slice lost to another process (a single long
+#: probe's whole error on a quiet shared machine) moves one slice, not the reading.
+PROBE_SLICES = 5
 
 
 def cpu_probe_ms() -> float:
-    """Milliseconds for a fixed pure-Python loop: how fast this machine is right now."""
-    started = time.perf_counter()
-    total = 0
-    for i in range(PROBE_LOOPS):
-        total += i
-    return (time.perf_counter() - started) * 1e3
+    """Milliseconds per 1,000,000 turns of a fixed pure-Python loop, the median of
+    `PROBE_SLICES` short timings: how fast this machine runs us right now."""
+    loops = PROBE_LOOPS // PROBE_SLICES
+    timings = []
+    for _ in range(PROBE_SLICES):
+        started = time.perf_counter()
+        total = 0
+        for i in range(loops):
+            total += i
+        timings.append(time.perf_counter() - started)
+    return statistics.median(timings) * PROBE_SLICES * 1e3
 
 
 def cpu_seconds(pid: int) -> float:

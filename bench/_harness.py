@@ -11,8 +11,10 @@ Each run is bracketed by a CPU probe (`bench._cpu.cpu_probe_ms`, wall time of a
 fixed loop): a run whose probe moved by more than `PROBE_TOLERANCE` had other
 work land inside it, so it is made again (bounded: `bench._quiet`) and the
 quietest kept; one that stayed noisy is flagged in the table and the JSON.
-The cases a ratio target divides (`bench._targets`) run as a *group*: one run
-of each, back to back, per round, so each round gives one ratio.
+The cases a ratio target divides (`bench._targets`) run as a *group*, back to
+back in each round (`bench._plan`: each case once per round however many ratios
+it is in), so each round gives one ratio. A run-wide budget bounds the time:
+later rounds give way.
 """
 
 from __future__ import annotations
@@ -26,13 +28,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench._children import REPO_ROOT, bench_env
 from bench._cpu import cpu_probe_ms
+from bench._plan import Block, estimate_s, order_blocks, plan_rounds
 from bench._quiet import (
     PROBE_TOLERANCE,
     Attempt,
@@ -78,6 +81,10 @@ class Settings:
     quiet: QuietPolicy = field(default_factory=QuietPolicy)
     #: Seconds the whole run may spend repeating noisy measurements.
     repeat_budget_s: float = 600.0
+    #: Seconds the whole run may take (None: no bound): later rounds give way.
+    budget_s: float | None = None
+    #: Name each measurement on stderr as it starts, with its pid (what runs now).
+    verbose: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +111,9 @@ class CaseResult:
     #: Runs made again because load changed inside them, and kept runs still noisy.
     repeated: int = 0
     noisy: int = 0
+    #: Each round's figures (None: failed, or not run in that round), for pairing by round.
+    by_round: list[dict[str, float] | None] = field(default_factory=list)
+    _flagged: list[Probe] = field(default_factory=list)
 
     def keep(
         self, output: RunOutput | str, probe: Probe, quiet: Quiet[Any], seconds: float
@@ -112,7 +122,9 @@ class CaseResult:
         self.seconds += seconds
         self.probes.append(probe)
         self.repeated += quiet.attempts - 1
-        self.noisy += probe_moved(*probe)
+        self.noisy += quiet.noisy
+        if quiet.noisy:
+            self._flagged.append(probe)
         if isinstance(output, str):
             self.errors.append(output)
             return
@@ -122,8 +134,8 @@ class CaseResult:
 
     @property
     def flagged(self) -> list[tuple[float, float]]:
-        """The runs whose probe moved more than `PROBE_TOLERANCE` allows."""
-        return [p for p in self.probes if probe_moved(*p)]
+        """The kept runs whose probe moved more than the run's tolerance allows."""
+        return list(self._flagged)
 
     def median(self) -> dict[str, float]:
         """Each figure's median over the successful repeats."""
@@ -134,20 +146,20 @@ class CaseResult:
         }
 
 
-def probe_moved(before: float, after: float) -> bool:
-    """True if the machine's speed changed during a run more than `PROBE_TOLERANCE`."""
-    return probe_move(before, after) > PROBE_TOLERANCE
-
-
 def plan_cases(
-    scenarios: Sequence[Scenario], backends: Sequence[Backend], *, smoke: bool = False
+    scenarios: Sequence[Scenario],
+    backends: Sequence[Backend],
+    *,
+    smoke: bool = False,
+    thorough: bool = True,
 ) -> list[Case]:
     """Every (scenario, backend, mode) to run.
 
     A scenario runs on the asked backends it supports; one that supports none
     of them (an asyncio-only server measurement) runs on its own first backend,
     so that asking for trio still measures the fan-out and memory baselines.
-    With `smoke`, only each scenario's `smoke_modes` run.
+    With `smoke`, only each scenario's `smoke_modes` run; without `thorough`, its
+    `thorough_modes` (minutes each) do not.
     """
     cases = []
     for scenario in scenarios:
@@ -155,12 +167,15 @@ def plan_cases(
         modes = scenario.modes
         if smoke and scenario.smoke_modes is not None:
             modes = tuple(m for m in modes if m in scenario.smoke_modes)
+        if not thorough:
+            modes = tuple(m for m in modes if m not in scenario.thorough_modes)
         cases += [Case(scenario, mode, b) for b in chosen for mode in modes]
     return cases
 
 
 def _command(case: Case, settings: Settings) -> list[str]:
     command = [sys.executable, "-m", "bench.run_one", case.scenario.name]
+    command += ["--module", case.scenario.run.__module__]
     command += ["--mode", case.mode, "--backend", case.backend]
     command += ["--duration", str(settings.duration), "--warmup", str(settings.warmup)]
     return [*command, "--smoke"] if settings.smoke else command
@@ -184,8 +199,25 @@ class RunOutput:
         return cls(figures, int(data.get("samples", 0)), notes)
 
 
+#: Process groups of the runs under way; `stop_runs` kills them when the run is stopped.
+_LIVE: set[int] = set()
+_STOPPING = threading.Event()
+
+
+def stop_runs() -> None:
+    """Stop the run: no further measurement starts, and those under way are killed with
+    their process groups (each runs in a session of its own, out of reach of the
+    terminal's Ctrl-C)."""
+    _STOPPING.set()
+    for group in list(_LIVE):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+
+
 def run_once(case: Case, settings: Settings) -> RunOutput | str:
     """One fresh-process run: its output, or why it failed."""
+    if _STOPPING.is_set():
+        return "stopped"
     allowance = case.scenario.setup_allowance_s or SETUP_ALLOWANCE_S
     timeout = settings.warmup + settings.duration + allowance
     process = subprocess.Popen(
@@ -198,6 +230,9 @@ def run_once(case: Case, settings: Settings) -> RunOutput | str:
         text=True,
         start_new_session=True,
     )
+    _LIVE.add(process.pid)
+    if settings.verbose:
+        print(f"  started {case.label} (pid {process.pid})", file=sys.stderr, flush=True)
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -206,6 +241,7 @@ def run_once(case: Case, settings: Settings) -> RunOutput | str:
         return f"timed out after {timeout:.0f} s; stderr: {_tail(err)}"
     finally:
         # The run is over either way: nothing it started may outlive it.
+        _LIVE.discard(process.pid)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
     for line in reversed(out.splitlines()):
@@ -256,72 +292,153 @@ def plan_groups(cases: Sequence[Case], wanted: Iterable[PairKey]) -> list[Group]
     return groups
 
 
+@dataclass(slots=True)
+class Clock:
+    """The run's wall clock against its budget (None: no budget)."""
+
+    budget_s: float | None
+    started: float = field(default_factory=time.monotonic)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def fits(self, seconds: float) -> bool:
+        return self.budget_s is None or self.elapsed() + seconds <= self.budget_s
+
+
+@dataclass(slots=True)
+class _Progress:
+    """What the run has done, for its progress lines and its time estimates."""
+
+    planned: int
+    rounds: int
+    done: int = 0
+    skipped: int = 0
+    took: dict[Case, float] = field(default_factory=dict)
+
+    def estimate(self, case: Case, settings: Settings) -> float:
+        took = self.took.get(case)
+        return estimate_s(case.scenario.name, settings.warmup, settings.duration, took)
+
+
+def plan_blocks(cases: Sequence[Case], groups: Sequence[Group]) -> list[Block[Case]]:
+    """The run's blocks (`bench._plan`): each group's members back to back, each case once."""
+    twin = {case: (case.scenario.name, case.mode) for case in cases}
+    return order_blocks(cases, [g.cases for g in groups], twin)
+
+
+def estimate_plan_s(
+    cases: Sequence[Case], settings: Settings, once: Collection[Case] = ()
+) -> float:
+    """Seconds the planned rounds take at the estimates of `bench._plan`, before repeats."""
+    total = 0.0
+    for case in cases:
+        runs = (
+            1 if case in once else min(settings.repeat, case.scenario.max_repeat or settings.repeat)
+        )
+        total += runs * estimate_s(case.scenario.name, settings.warmup, settings.duration)
+    return total
+
+
 def run_cases(
     cases: Sequence[Case],
     settings: Settings,
     progress: Callable[[str], None] = lambda line: None,
     groups: Sequence[Group] = (),
+    once: Collection[Case] = (),
 ) -> tuple[list[CaseResult], list[GroupResult]]:
-    """Run every case `settings.repeat` times; never raises for a failed run.
+    """Measure every case once per round, `settings.repeat` rounds (the cases in `once`:
+    in one, after two rounds of the rest); never raises for a failed run.
 
-    A case in a group runs in that group's rounds (members back to back); the
-    others run alone. Rounds and lone runs are interleaved (every one once, then
-    again), and each is repeated while its CPU probe says load changed inside it
-    (`bench._quiet.run_quietly`), the quietest kept. With ``settings.jobs > 1``
-    runs overlap: only for --smoke, whose figures mean nothing.
+    Each round runs the blocks of `plan_blocks` in order: a group's members back
+    to back, each case once however many ratios it is in. A run whose CPU probe
+    says load changed inside it is made again at once (`bench._quiet.run_quietly`),
+    the quietest kept. With `settings.budget_s`, a block of a later round that
+    would end past the budget is left out (the first round always runs whole), so
+    the run ends in bounded time with fewer rounds where the machine was slow.
+    With ``settings.jobs > 1`` blocks overlap: only for --smoke, whose figures
+    mean nothing.
     """
     results = {case: CaseResult(case) for case in cases}
-    group_results = [GroupResult(g) for g in groups]
-    grouped = {case for g in groups for case in g.cases}
-    units: list[tuple[tuple[Case, ...], GroupResult | None]] = [
-        *((g.group.cases, g) for g in group_results),
-        *(((case,), None) for case in cases if case not in grouped),
-    ]
-
-    def repeats(members: tuple[Case, ...]) -> int:
-        caps = [c.scenario.max_repeat for c in members if c.scenario.max_repeat]
-        return min([settings.repeat, *caps])
-
-    queue = [unit for r in range(settings.repeat) for unit in units if r < repeats(unit[0])]
+    caps = {case: case.scenario.max_repeat for case in cases}
+    passes = plan_rounds(plan_blocks(cases, groups), settings.repeat, caps, once)
+    by_round: dict[Case, list[dict[str, float] | None]] = {case: [] for case in cases}
     budget = RepeatBudget(settings.repeat_budget_s)
+    clock = Clock(settings.budget_s)
+    planned = sum(len(b.cases) for _, blocks in passes for b in blocks)
+    state = _Progress(planned=planned, rounds=settings.repeat)
     lock = threading.Lock()
-    done = 0
 
-    def attempt(members: tuple[Case, ...]) -> Attempt[list[tuple[RunOutput | str, Probe]]]:
-        runs = []
-        for case in members:
-            before = cpu_probe_ms()
-            output = run_once(case, settings)
-            runs.append((output, (round(before, 1), round(cpu_probe_ms(), 1))))
-            line = output if isinstance(output, str) else _brief(output.figures)
-            progress(f"  {case.label}: {line} [probe {runs[-1][1][0]}->{runs[-1][1][1]} ms]")
-        failed = any(isinstance(output, str) for output, _ in runs)
-        return Attempt(runs, 0.0 if failed else max(probe_move(*p) for _, p in runs))
-
-    def run(unit: tuple[tuple[Case, ...], GroupResult | None]) -> None:
-        nonlocal done
-        members, group = unit
+    def measure(case: Case, index: int) -> None:
         started = time.monotonic()
         quiet = run_quietly(
-            lambda: attempt(members), policy=settings.quiet, budget=budget, clock=time.monotonic
+            lambda: _attempt(case, settings, progress),
+            policy=settings.quiet,
+            budget=budget,
+            clock=time.monotonic,
         )
+        output, probe = quiet.kept
+        took = time.monotonic() - started
         with lock:
-            done += 1
-            took = time.monotonic() - started
-            for case, (output, probe) in zip(members, quiet.kept, strict=True):
-                results[case].keep(output, probe, quiet, took / len(members))
-            if group is not None:
-                group.rounds.append(
-                    [None if isinstance(o, str) else o.figures for o, _ in quiet.kept]
-                )
-            labels = " | ".join(c.label for c in members)
-            state = "quiet" if not quiet.noisy else f"STILL NOISY ({quiet.noise:.0%})"
+            state.done += 1
+            state.took[case] = took / quiet.attempts
+            results[case].keep(output, probe, quiet, took)
+            slots = by_round[case]
+            slots += [None] * (index + 1 - len(slots))
+            slots[index] = None if isinstance(output, str) else output.figures
+            verdict = "quiet" if not quiet.noisy else f"STILL NOISY ({quiet.noise:.0%})"
             again = f", {quiet.attempts - 1} repeat(s)" if quiet.attempts > 1 else ""
-            progress(f"[{done}/{len(queue)}] {labels}: {state}{again}")
+            progress(
+                f"[{state.done}/{state.planned - state.skipped} round {index + 1}/{state.rounds},"
+                f" {clock.elapsed() / 60:.1f} min] {case.label}: {verdict}{again}"
+            )
+
+    def run_block(block: Block[Case], index: int, must: bool) -> None:
+        if _STOPPING.is_set():
+            return
+        members = list(block.cases)
+        if not must and not clock.fits(sum(state.estimate(c, settings) for c in members)):
+            with lock:
+                state.skipped += len(members)
+            progress(f"  round {index + 1}: over budget, left out {_labels(members)}")
+            return
+        for case in members:
+            measure(case, index)
 
     with ThreadPoolExecutor(max_workers=settings.jobs) as pool:
-        list(pool.map(run, queue))
+        try:
+            for number, (index, blocks) in enumerate(passes):
+                must = [number == 0] * len(blocks)
+                list(pool.map(run_block, blocks, [index] * len(blocks), must))
+        except BaseException:  # Ctrl-C, or SIGTERM (see bench.__main__): stop at once
+            stop_runs()
+            raise
+    group_results = []
+    for group in groups:
+        slots = [by_round[case] for case in group.cases]
+        count = max((len(s) for s in slots), default=0)
+        measured = [[s[i] if i < len(s) else None for s in slots] for i in range(count)]
+        group_results.append(GroupResult(group, [r for r in measured if any(r)]))
+    for case, result in results.items():
+        result.by_round = by_round[case]
     return list(results.values()), group_results
+
+
+def _attempt(
+    case: Case, settings: Settings, progress: Callable[[str], None]
+) -> Attempt[tuple[RunOutput | str, Probe]]:
+    """One run of `case`, bracketed by the CPU probe."""
+    before = cpu_probe_ms()
+    output = run_once(case, settings)
+    probe = (round(before, 1), round(cpu_probe_ms(), 1))
+    line = output if isinstance(output, str) else _brief(output.figures)
+    progress(f"  {case.label}: {line} [probe {probe[0]}->{probe[1]} ms]")
+    noise = 0.0 if isinstance(output, str) else probe_move(*probe)
+    return Attempt((output, probe), noise)
+
+
+def _labels(cases: Sequence[Case]) -> str:
+    return ", ".join(c.label for c in cases)
 
 
 def _brief(figures: dict[str, float]) -> str:

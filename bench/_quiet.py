@@ -9,13 +9,21 @@ pass a fake clock and fake probes):
   measurements made back to back); while the probe says load changed during
   it, run it again, at most `QuietPolicy.max_attempts` times and within the
   run's shared `RepeatBudget` of seconds; keep the quietest attempt.
+- `calibrate_tolerance`: how far the probe moves on its own on this machine right
+  now (readings taken back to back at the start, nothing measured between them);
+  a run is called noisy only when its probe moved more than that, so a quiet
+  shared machine reads quiet and a loaded one is not repeated without end.
 - `Spread` / `paired_values`: a ratio target's value is the median of one ratio
   per round (A B, A B, ...), printed with the lowest and highest, rather than
   one median divided by another measured minutes apart.
+- `settled`: whether a verdict is decided, i.e. its bound lies outside its spread
+  widened by a margin that shrinks with the rounds it rests on (`verdict_margin`);
+  one that is not is printed as unsettled.
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,9 +35,12 @@ __all__ = [
     "QuietPolicy",
     "RepeatBudget",
     "Spread",
+    "calibrate_tolerance",
     "paired_values",
     "probe_move",
     "run_quietly",
+    "settled",
+    "verdict_margin",
 ]
 
 T = TypeVar("T")
@@ -38,14 +49,41 @@ T = TypeVar("T")
 #: fraction (of the smaller) had other work land inside it: the same code
 #: measured twice on a quiet shared machine differs by up to ~25 %.
 PROBE_TOLERANCE = 0.25
-#: Attempts of one measurement (or one round) before the quietest is kept anyway.
+#: Attempts of one measurement before the quietest is kept anyway.
 MAX_ATTEMPTS = 4
+#: The share of the probe's own moves at rest a run's move must exceed to be noisy.
+CALIBRATION_QUANTILE = 0.9
+#: A verdict is settled only if its bound lies outside its spread widened by this
+#: fraction each way, by the number of rounds it rests on: one figure is good to
+#: ~25 % on this shared machine (the same code measured twice), two rounds' range
+#: may both sit on one side by chance, so 10 %; three or more, 5 %. A figure that
+#: load does not move (memory per idle link) is `STEADY_MARGIN` whatever its count.
+VERDICT_MARGIN = {1: 0.25, 2: 0.10}
+MANY_ROUNDS_MARGIN = 0.05
+STEADY_MARGIN = 0.05
+
+
+def verdict_margin(count: int, *, steady: bool = False) -> float:
+    """How far beyond its spread a bound must lie for a verdict resting on `count` rounds."""
+    if steady:
+        return STEADY_MARGIN
+    return VERDICT_MARGIN.get(max(1, count), MANY_ROUNDS_MARGIN)
 
 
 def probe_move(before: float, after: float) -> float:
     """How far the CPU probe moved across a run, as a fraction of the smaller reading."""
     low = min(before, after)
     return abs(after - before) / low if low > 0 else 0.0
+
+
+def calibrate_tolerance(readings: Sequence[float], floor: float = PROBE_TOLERANCE) -> float:
+    """The tolerance for this run: the larger of `floor` and the `CALIBRATION_QUANTILE`
+    of the moves between consecutive `readings` (probes taken back to back at rest)."""
+    moves = sorted(probe_move(a, b) for a, b in itertools.pairwise(readings))
+    if not moves:
+        return floor
+    index = min(len(moves) - 1, int(CALIBRATION_QUANTILE * len(moves)))
+    return max(floor, moves[index])
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +163,12 @@ class Spread:
     def relative(self) -> float:
         """Half the range as a fraction of the median: ±this."""
         return (self.high - self.low) / 2 / self.median if self.median else 0.0
+
+
+def settled(low: float, high: float, bound: float, margin: float = MANY_ROUNDS_MARGIN) -> bool:
+    """True if `bound` lies outside [low, high] widened by `margin` (a fraction) each way:
+    every round, and a little more, falls on the same side of it."""
+    return bound < low * (1 - margin) or bound > high * (1 + margin)
 
 
 def paired_values(

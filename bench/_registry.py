@@ -109,6 +109,9 @@ class Scenario:
     smoke_modes: tuple[str, ...] | None = None
     #: Seconds a run may take beyond warm-up + duration (default: the harness's).
     setup_allowance_s: float | None = None
+    #: Modes only --thorough (or --mode naming them) measures: minutes each on a loaded
+    #: machine (10,000 links opened), past what the default run's budget can hold.
+    thorough_modes: tuple[str, ...] = ()
 
     @property
     def baseline(self) -> str | None:
@@ -131,6 +134,7 @@ def scenario(
     max_repeat: int | None = None,
     smoke_modes: tuple[str, ...] | None = None,
     setup_allowance_s: float | None = None,
+    thorough_modes: tuple[str, ...] = (),
 ) -> Callable[[RunFn], RunFn]:
     """Register the decorated `async def run(ctx) -> Measurement` as a scenario.
 
@@ -156,6 +160,7 @@ def scenario(
             max_repeat=max_repeat,
             smoke_modes=smoke_modes,
             setup_allowance_s=setup_allowance_s,
+            thorough_modes=thorough_modes,
         )
         return run
 
@@ -179,7 +184,13 @@ def all_scenarios() -> list[Scenario]:
     return list(_REGISTRY.values())
 
 
-def get_scenario(name: str) -> Scenario:
+def get_scenario(name: str, module: str | None = None) -> Scenario:
+    """The scenario `name`; given the `module` that registers it, only that module is
+    imported (a measurement's process then carries no other scenario module)."""
+    if module is not None:
+        importlib.import_module(module)
+        if name in _REGISTRY:
+            return _REGISTRY[name]
     _load()
     try:
         return _REGISTRY[name]

@@ -19,7 +19,7 @@ from typing import Any
 
 from bench._children import ENV_TWEAKS
 from bench._cpu import cpu_probe_ms
-from bench._harness import PROBE_TOLERANCE, CaseResult, GroupResult, Settings
+from bench._harness import CaseResult, GroupResult, Settings
 
 __all__ = ["build_report", "cpu_probe_ms", "format_table", "machine_header", "write_json"]
 
@@ -56,6 +56,9 @@ def machine_header(settings: Settings, backends: list[str]) -> dict[str, Any]:
         "duration_s": settings.duration,
         "warmup_s": settings.warmup,
         "repeat": settings.repeat,
+        "probe_tolerance": settings.quiet.tolerance,
+        "max_attempts": settings.quiet.max_attempts,
+        "budget_s": settings.budget_s,
         "smoke": settings.smoke,
         "env_tweaks": ENV_TWEAKS if settings.env_tweaks else {},
         "loadavg_start": os.getloadavg(),
@@ -108,6 +111,8 @@ def build_report(
                 ],
                 "trio_vs_asyncio": trio_ratio,
                 "repeats": result.runs,
+                # Per round (None: failed or left out), so figures pair by round.
+                "by_round": result.by_round,
                 "samples": result.samples,
                 "notes": result.notes,
                 "errors": result.errors,
@@ -183,9 +188,10 @@ def format_table(report: dict[str, Any]) -> str:
         f" cpu probe {h['cpu_probe_ms_start']} -> {h['cpu_probe_ms_end']} ms (lower is faster)",
         f"packages: {packages}",
         f"run: backends {'/'.join(h['backends'])}, {h['duration_s']} s after {h['warmup_s']} s"
-        f" warm-up, median of {h['repeat']}, each measurement in a fresh process"
+        f" warm-up, median of up to {h['repeat']} rounds, each measurement in a fresh process"
         + (" [SMOKE: figures meaningless]" if h["smoke"] else ""),
         f"env of benchmark children: {tweaks}",
+        *([f"wall time: {h['wall_s'] / 60:.1f} min"] if "wall_s" in h else []),
         "",
     ]
     head = (
@@ -244,7 +250,8 @@ def format_table(report: dict[str, Any]) -> str:
     kept = sum(len(row["cpu_probes_ms"]) for row in report["results"])
     lines.append(
         f"noise: {repeated} run(s) made again because the CPU probe moved more than"
-        f" {PROBE_TOLERANCE:.0%} inside them (the quietest of each kept); {kept} kept."
+        f" {h.get('probe_tolerance', 0.25):.0%} inside them (the quietest of each kept);"
+        f" {kept} kept."
     )
     moved = [row for row in report["results"] if row.get("probe_moved")]
     if moved:

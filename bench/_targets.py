@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench._quiet import Spread, paired_values
+from bench._quiet import Spread, paired_values, settled, verdict_margin
 
-__all__ = ["Check", "Measured", "evaluate", "format_targets", "wanted_pairs"]
+__all__ = ["Check", "Measured", "evaluate", "format_targets", "wanted", "wanted_pairs"]
 
 BACKENDS = ("asyncio", "trio")
 
@@ -49,12 +49,36 @@ class Check:
     bound: float
     at_least: bool  # value >= bound holds (else value <= bound)
     unit: str  # "x" for a ratio, else the figure's unit
+    #: A figure load does not move (memory): its verdict needs no wide margin.
+    steady: bool = False
 
     @property
     def holds(self) -> bool | None:
         if self.value is None:
             return None
         return self.value >= self.bound if self.at_least else self.value <= self.bound
+
+    @property
+    def rounds(self) -> int:
+        spread = getattr(self.value, "spread", None)
+        return spread.count if spread is not None else 1
+
+    @property
+    def settled(self) -> bool:
+        """True if every round, and a margin more (`bench._quiet.verdict_margin`), lies on
+        one side of the bound: a run as noisy again would give the same verdict."""
+        if self.value is None:
+            return False
+        spread = getattr(self.value, "spread", None)
+        low, high = (spread.low, spread.high) if spread is not None else (self.value,) * 2
+        margin = verdict_margin(self.rounds, steady=self.steady)
+        return settled(min(low, self.value), max(high, self.value), self.bound, margin)
+
+    @property
+    def verdict(self) -> str:
+        """holds / MISSED, the median's, and "unsettled" when the bound is within reach."""
+        word = "holds" if self.holds else "MISSED"
+        return word if self.settled else f"{word}, unsettled"
 
 
 class _Figures:
@@ -113,9 +137,8 @@ class _Figures:
         ]
         if any(row is None or not row["figures"].get(figure) for row in rows):
             return None
-        by_index = paired_values(
-            list(zip(*(r.get("repeats", []) for r in rows if r), strict=False)), figure, combine
-        )
+        runs = [r.get("by_round") or r.get("repeats", []) for r in rows if r]
+        by_index = paired_values(list(zip(*runs, strict=False)), figure, combine)
         value = combine(*(r["figures"][figure] for r in rows if r))
         return Measured(value, Spread.of(by_index) if by_index else None)
 
@@ -128,15 +151,21 @@ class _Figures:
 
 
 class _Recorder(_Figures):
-    """Runs the rules before the run to learn which groups they ask for."""
+    """Runs the rules before the run to learn which groups and figures they ask for.
 
-    def __init__(self) -> None:
-        super().__init__({"results": []})
+    `rows` are the planned cases as rules see rows (scenario, mode, backend, metric),
+    so a rule that walks the rows (trio against asyncio) declares its pairs too.
+    """
+
+    def __init__(self, rows: Sequence[dict[str, Any]] = ()) -> None:
+        super().__init__({"results": list(rows)})
         self.asked: list[PairKey] = []
+        self.read: list[tuple[str, str, str]] = []
 
     def get(
         self, scenario: str, mode: str, backend: str, figure: str, *, baseline: bool = False
     ) -> float | None:
+        self.read.append((scenario, mode, backend))
         return 1.0
 
     def paired(
@@ -150,12 +179,19 @@ class _Recorder(_Figures):
         return 1.0
 
 
-def wanted_pairs() -> list[PairKey]:
-    """Every group a target asks for (`_Figures.ratio`, `_Figures.paired`), in order."""
-    recorder = _Recorder()
+def wanted_pairs(rows: Sequence[dict[str, Any]] = ()) -> list[PairKey]:
+    """Every group a target asks for (`_Figures.ratio`, `_Figures.paired`), in order;
+    with `rows` (the planned cases), also those of the rules that walk the rows."""
+    return wanted(rows)[0]
+
+
+def wanted(rows: Sequence[dict[str, Any]] = ()) -> tuple[list[PairKey], list[tuple[str, str, str]]]:
+    """The groups the targets divide, and the single figures they read ((scenario, mode,
+    backend)): what a run must measure in every round for its verdicts."""
+    recorder = _Recorder(rows)
     for _, rule in RULES:
         list(rule(recorder))
-    return list(dict.fromkeys(recorder.asked))
+    return list(dict.fromkeys(recorder.asked)), list(dict.fromkeys(recorder.read))
 
 
 Rule = Callable[[_Figures], Iterator[Check]]
@@ -212,16 +248,17 @@ def _idle(f: _Figures) -> Iterator[Check]:
     for mode, links in (("conns1000", "1,000"), ("conns10000", "10,000")):
         for backend in BACKENDS:
             kib = f.get("mesh-idle", mode, backend, "kib_per_conn")
-            yield Check(f"KiB per idle link at {links}", backend, kib, 20.0, False, "KiB")
+            yield Check(f"KiB per idle link at {links}", backend, kib, 20.0, False, "KiB", True)
 
 
 def _opening(f: _Figures) -> Iterator[Check]:
     """A mesh link (handshake with ``agent/info``) against a bare websockets connection."""
-    for backend in BACKENDS:
-        ratio = f.ratio("mesh-idle", "ws-idle", "conns10000", backend, "open_per_s")
-        yield Check(
-            "10,000 links opened per second / raw websockets", backend, ratio, 0.9, True, "x"
-        )
+    for mode, links in (("conns1000", "1,000"), ("conns10000", "10,000")):
+        for backend in BACKENDS:
+            ratio = f.ratio("mesh-idle", "ws-idle", mode, backend, "open_per_s")
+            yield Check(
+                f"{links} links opened per second / raw websockets", backend, ratio, 0.9, True, "x"
+            )
 
 
 def _mcp(f: _Figures) -> Iterator[Check]:
@@ -375,9 +412,12 @@ def format_targets(report: dict[str, Any]) -> str:
     lines = [
         "",
         "targets (each a figure or a ratio within this run; a ratio is the median of one per"
-        " round of its pair measured back to back, [lowest .. highest, rounds]):",
+        " round of its pair measured back to back, [lowest .. highest, rounds]; a verdict is"
+        " 'unsettled' when its bound lies within that range widened by 25 % for one figure,"
+        " 10 % for two rounds, 5 % for three or more (5 % for memory): a repeated run may"
+        " give the other verdict):",
     ]
-    held = missed = 0
+    counts = {"held": 0, "missed": 0, "unsettled": 0}
     for title, checks in evaluate(report):
         measured = [c for c in checks if c.value is not None]
         if not measured:
@@ -385,18 +425,16 @@ def format_targets(report: dict[str, Any]) -> str:
         lines.append(f"  {title}")
         width = max(len(c.target) for c in measured)
         for check in measured:
-            verdict = "holds" if check.holds else "MISSED"
-            spread = getattr(check.value, "spread", None)
-            if spread is not None and spread.count > 1 and spread.low <= check.bound <= spread.high:
-                verdict += " (the bound is inside the spread: a noisier run may differ)"
-            held, missed = held + bool(check.holds), missed + (not check.holds)
+            counts["held" if check.holds else "missed"] += 1
+            counts["unsettled"] += not check.settled
             lines.append(
                 f"    {check.target.ljust(width)}  {check.backend:7}  {_value(check):>12}"
-                f"  {_spread(check):<24}  {_bound(check):>14}  {verdict}"
+                f"  {_spread(check):<24}  {_bound(check):>14}  {check.verdict}"
             )
-    if held + missed == 0:
+    if counts["held"] + counts["missed"] == 0:
         return ""
     lines.append(
-        f"  {held} held, {missed} missed (docs/performance.md says why where one is missed)"
+        f"  {counts['held']} held, {counts['missed']} missed, {counts['unsettled']} of them"
+        " unsettled (docs/performance.md says why where one is missed)"
     )
     return "\n".join(lines)

@@ -191,6 +191,7 @@ async def mesh_broadcast(ctx: RunContext) -> Measurement:
     max_repeat=1,
     smoke_modes=("conns1000",),
     setup_allowance_s=IDLE_BUDGET_S + 150.0,
+    thorough_modes=("conns10000",),  # minutes on a loaded machine: --thorough
 )
 async def mesh_idle(ctx: RunContext) -> Measurement:
     from bench._children import rss_kib

@@ -28,12 +28,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=2.0)
     parser.add_argument("--warmup", type=float, default=0.5)
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--module", help="the module that registers the scenario (import only it)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = _parse(argv)
-    scenario = get_scenario(args.scenario)
+    scenario = get_scenario(args.scenario, args.module)
     if args.mode not in scenario.modes:
         sys.exit(f"{scenario.name} has no mode {args.mode!r}; it has {scenario.modes}")
     if args.backend not in scenario.backends:

@@ -7,6 +7,7 @@ the harness still spawns a measurement, parses it, and writes sane JSON.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -143,3 +144,39 @@ def test_asyncio_only_scenarios_still_run_when_trio_is_asked() -> None:
         "both inflight64 trio",
         "server conns1000 asyncio",
     ]
+
+
+@pytest.mark.timeout(SMOKE_TIMEOUT_S + 10)
+def test_sigterm_stops_the_run_and_the_measurement_under_way(tmp_path: Path) -> None:
+    """A measurement runs in a session of its own; stopping the bench must kill it too."""
+
+    command = [sys.executable, "-m", "bench", "--only", "pipe-raw", "--mode", "sequential"]
+    command += ["--backend", "asyncio", "--duration", "60", "--rounds", "1", "--budget", "0"]
+    with subprocess.Popen(
+        [*command, "--verbose", "--output", str(tmp_path)],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as bench:
+        try:
+            assert bench.stderr is not None
+            # The bench names each measurement as it starts: read until it does (the pipe
+            # ends if the bench dies first; the test's timeout bounds the rest).
+            lines = (line.strip() for line in bench.stderr)
+            started = next((line for line in lines if line.startswith("started ")), "")
+            assert started, "the bench ended before any measurement started"
+            pid = int(started.rsplit("(pid ", 1)[1].rstrip(")"))
+            assert _is_run_one(pid)
+            bench.send_signal(signal.SIGTERM)
+            bench.wait(timeout=30)  # not the 60 s window: the run under way was killed
+            assert not _is_run_one(pid), "the measurement outlived the bench"
+        finally:
+            bench.kill()
+
+
+def _is_run_one(pid: int) -> bool:
+    try:
+        return b"bench.run_one" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False

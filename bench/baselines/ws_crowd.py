@@ -258,6 +258,7 @@ async def ws_fanout(ctx: RunContext) -> Measurement:
     higher_is_better=False,
     description="raw websockets server RSS per idle connection",
     max_repeat=1,  # RSS per connection barely moves between runs; 10,000 take ~30 s
+    thorough_modes=("conns10000",),  # minutes on a loaded machine: --thorough
 )
 async def ws_idle(ctx: RunContext) -> Measurement:
     wanted = int(ctx.mode.removeprefix("conns"))

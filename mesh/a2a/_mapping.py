@@ -19,6 +19,7 @@ other value as a data part.
 
 from __future__ import annotations
 
+import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -113,6 +114,9 @@ def result_parts(result: Any) -> list[dict[str, Any]]:
 class _Conversation:
     turn: int = 0
     messages: list[dict[str, Any]] = field(default_factory=list)
+    #: Tells the persona this conversation from another client's (or a forgotten one's)
+    #: under the same context id: each starts at turn 1.
+    epoch: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 class Conversations:
@@ -138,6 +142,7 @@ class Conversations:
             "agent_id": agent,
             "system": "",
             "messages": list(conversation.messages),
+            "epoch": conversation.epoch,
         }
 
     def replied(self, owner: str, agent: str, context_id: str, text: str) -> None:

@@ -11,9 +11,10 @@ by lines holding only ``---``); ``--manifest F`` takes id, name and persona from
 an agent manifest. The transport flags are :func:`mesh.run_agent`'s (``--stdio``,
 the default; ``--http HOST:PORT``; ``--connect URL --token-env VAR``; ``--id``).
 
-**Idempotent turns**. Per room it remembers the last turn it was
-asked and its answer. A request for a later turn is answered by the model; a
-duplicate of the answered turn gets that answer again (``replayed``: the model
+**Idempotent turns**. Per room (its id and ``epoch``: a room made again under
+an old id is another room) it remembers the last turn it was asked and its
+answer. A request for a later turn is answered by the model; a duplicate of the
+answered turn gets that answer again (``replayed``: the model
 is not asked twice, so a reply lost in transit is not lost for good); a request
 for an earlier turn, or a duplicate that arrives while the first is still being
 answered, is ``dropped``. A turn whose first attempt failed or was cancelled
@@ -142,7 +143,7 @@ class PersonaAgent(Agent):
         )
         self.persona = persona
         self._provider = provider
-        self._seats: OrderedDict[str, _Seat] = OrderedDict()
+        self._seats: OrderedDict[tuple[str, str], _Seat] = OrderedDict()
         self.method(ROOM_TURN)(self._handle_turn)
         self.method(ROOM_PERSONA)(self._handle_persona)
 
@@ -165,7 +166,7 @@ class PersonaAgent(Agent):
         ``on_delta`` receives the reply piece by piece as the model writes it.
         """
         room = request.room_id
-        seat = self._seats.get(room)
+        seat = self._seats.get((room, request.epoch))
         decision = admit(seat, request.turn)
         if decision == "replay":
             assert seat is not None
@@ -186,8 +187,9 @@ class PersonaAgent(Agent):
         self, request: TurnRequest, on_delta: Callable[[str], None] | None
     ) -> TurnReply:
         seat = _Seat(turn=request.turn)
-        self._seats[request.room_id] = seat
-        self._seats.move_to_end(request.room_id)
+        key = (request.room_id, request.epoch)
+        self._seats[key] = seat
+        self._seats.move_to_end(key)
         while len(self._seats) > MAX_ROOMS:
             self._seats.popitem(last=False)
         system = f"{self.persona.system_prompt}\n\n{request.system}".strip()

@@ -328,6 +328,10 @@ class TurnRequest(msgspec.Struct, frozen=True, kw_only=True):
     #: and the sampling seed of this turn (None: the persona's own settings).
     max_tokens: int | None = None
     seed: int | None = None
+    #: Which life of ``room_id`` this is: a room made again under a deleted room's id (or
+    #: a new A2A conversation under a context id already used) starts again at turn 1,
+    #: and must not look stale to an agent that took turn 3 of the old one.
+    epoch: str = ""
 
 
 class TurnReply(msgspec.Struct, frozen=True, kw_only=True):

@@ -154,6 +154,9 @@ def build_turn_request(
         timeout=room.limits.turn_timeout,
         max_tokens=reply_budget(room, plan.speaker),
         seed=None if room.seed is None else (room.seed + plan.turn) % 2**31,
+        # The same after a restart or a take-over (the room's record keeps it), so a
+        # retried turn is still recognised; new when the id is used again.
+        epoch=str(room.created_at),
     )
 
 

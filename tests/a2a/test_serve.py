@@ -134,7 +134,14 @@ async def test_a_persona_reply_streams_as_it_is_written(
     async with open_mesh(tmp_path, monkeypatch) as mesh, sdk_client(mesh, "alice") as (client, _):
         with anyio.fail_after(GUARD):
             events = [as_dict(e) async for e in client.send_message(text_message("Tea?", "c1"))]
+        # The stream opens with the task as it is: pieces written before it opened are in
+        # its reply artifact, and the rest come appended.
         pieces = [
+            part["text"]
+            for artifact in events[0]["task"].get("artifacts", [])
+            for part in artifact["parts"]
+        ]
+        pieces += [
             e["artifactUpdate"]["artifact"]["parts"][0]["text"]
             for e in events
             if e.get("artifactUpdate", {}).get("append")

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from mesh.demo.fixtures import demo_chat
-from mesh.rooms import Limits, RoomConflict, RoomManager, RoomNotFound, RoomSpec
+from mesh.rooms import Limits, RoomConflict, RoomManager, RoomNotFound, RoomSpec, StopReason
 
 from ._helpers import GUARD, direct_describer, direct_speaker, read_db, seat_agent
 
@@ -53,6 +53,21 @@ async def test_a_stopped_room_is_deleted_with_its_log_and_rows(tmp_path: Path) -
             await rooms.delete("done")
     assert not (tmp_path / "rooms" / "done.jsonl").exists()
     assert read_db(tmp_path, "done") == {"room": None, "members": [], "messages": []}
+
+
+async def test_a_room_made_again_under_a_deleted_rooms_id_takes_its_turns(
+    tmp_path: Path,
+) -> None:
+    """The same agents, which took turns 1-4 of the old room, take turns 1-4 of the new one
+    (they once refused its turn 1 as stale, and the room ended in ERROR at turn 0)."""
+    clock = Clock()
+    async with manager(tmp_path, clock) as rooms:
+        for _ in range(2):
+            await rooms.create(spec("again"), owner="token:ab12")
+            with anyio.fail_after(GUARD):
+                done = await rooms.wait("again")
+            assert (done.stop_reason, done.current_turn) == (StopReason.MAX_TURNS, 4), done
+            await rooms.delete("again")
 
 
 async def test_a_running_or_paused_room_is_not_deleted(tmp_path: Path) -> None:

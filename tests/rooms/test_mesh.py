@@ -69,6 +69,7 @@ async def test_a_room_through_the_orchestrator_with_persona_agents(tmp_path: Pat
         calls_before = len(bob.provider.calls)  # type: ignore[attr-defined]
         last = TurnRequest(
             room_id=room.id,
+            epoch=str(room.created_at),  # this room's, as the room sends it
             turn=12,
             agent_id=AgentId("bob"),
             system="",

@@ -25,9 +25,10 @@ from ._helpers import GUARD, persona_agent
 pytestmark = pytest.mark.anyio
 
 
-def request(turn: int, room: str = "r1") -> TurnRequest:
+def request(turn: int, room: str = "r1", epoch: str = "") -> TurnRequest:
     return TurnRequest(
         room_id=RoomId(room),
+        epoch=epoch,
         turn=turn,
         agent_id=AgentId("bob"),
         system="You are Bob.",
@@ -57,6 +58,18 @@ async def test_a_duplicate_is_replayed_without_asking_the_model_and_a_stale_turn
     assert stale.reason == "turn 1 is stale: this agent was already asked for turn 2"
     assert len(bob.provider.calls) == 1  # type: ignore[attr-defined]
     assert bob.provider.calls[0].system == f"{ROLE_PROMPTS['participant']}\n\nYou are Bob."  # type: ignore[attr-defined]
+
+
+async def test_a_room_made_again_under_an_old_id_starts_afresh() -> None:
+    """A room deleted and made again under its id (another epoch) is another room: its
+    turn 1 is spoken, where the old room's turn 1 would be stale."""
+    bob = persona_agent("bob", "old", "new")
+    assert (await bob.take_turn(request(3, epoch="100"))).status == "spoken"
+    again = await bob.take_turn(request(1, epoch="200"))
+    assert again.status == "spoken", again.reason
+    stale = await bob.take_turn(request(2, epoch="100"))  # the old room's own rules still hold
+    assert stale.status == "dropped"
+    assert len(bob.provider.calls) == 2  # type: ignore[attr-defined]
 
 
 async def test_a_concurrent_duplicate_is_dropped() -> None:
