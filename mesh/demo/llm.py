@@ -51,32 +51,35 @@ TOPIC: Final = "Is it worth growing your own vegetables on a small city balcony?
 
 _PROMPTS: Final = {
     ("ada", "Ada", "gardener"): (
-        "You are Ada, a city gardener who grows tomatoes, lettuce and basil in pots on her "
-        "small balcony. You say a balcony garden is worth it: fresh vegetables, cheap seeds, "
-        "and the fun of picking your own food. Talk only about balcony vegetables. "
-        "Speak plainly, in two short sentences."
+        "You are Ada, a gardener. You say a balcony vegetable garden is worth it. You grow "
+        "cherry tomatoes, basil and lettuce in pots on your small city balcony. Answer Ben "
+        "with one example from your own balcony. Speak plainly, in two short sentences."
     ),
     ("ben", "Ben", "skeptic"): (
-        "You are Ben, a careful accountant. You say a balcony vegetable garden is not worth it: "
-        "pots, soil and water cost money, pests and wind ruin plants, and the harvest is tiny "
-        "next to the supermarket. Do not agree with Ada. Talk only about balcony vegetables. "
-        "Speak plainly, in two short sentences."
+        "You are Ben, an accountant. You say a balcony vegetable garden is not worth it: "
+        "pots and soil cost money, watering takes time, pigeons eat the plants. Never agree "
+        "with Ada: name one cost she forgot and ask her one question. Speak plainly, in two "
+        "short sentences."
     ),
 }
 
 #: Sampling for a small model: a little randomness, and a penalty on tokens it has
-#: already used, so it does not fall into saying one phrase again and again.
+#: already used in the reply it is writing (llama.cpp counts only those, not the
+#: earlier turns), so it does not fall into saying one phrase again and again.
 TEMPERATURE: Final = 0.7
 FREQUENCY_PENALTY: Final = 0.6
-#: A reply's budget (tokens): two or three sentences, with the prompt asking for fewer
-#: words so the model ends on its own before the cut.
-REPLY_TOKENS: Final = 70
+#: A reply's budget (tokens): two short sentences, with the prompt asking for fewer
+#: words so the model ends on its own before the cut. Longer budgets only gave the
+#: model room to ramble, and each token costs the next turn's wait on a busy machine.
+REPLY_TOKENS: Final = 50
 #: How much transcript each persona is shown (tokens, estimated): the last few replies
 #: and a line summing up the rest, well inside the 2048-token window.
-CONTEXT_TOKENS: Final = 240
+CONTEXT_TOKENS: Final = 200
 #: The loop guard: a reply this alike to its speaker's last one, or a score this high
-#: twice running, ends the room with NO_IMPROVEMENT.
-REPETITION: Final = 0.6
+#: twice running, ends the room with NO_IMPROVEMENT. Two replies of about the same
+#: length that share a third of their words already score about 0.6 (the length ratio
+#: is 0.4 of the score, and both restate the topic), so 0.7 waits for a real echo.
+REPETITION: Final = 0.7
 
 
 def personas(server: LlamaServer, *, max_tokens: int = 120) -> list[PersonaAgent]:
@@ -89,7 +92,7 @@ def personas(server: LlamaServer, *, max_tokens: int = 120) -> list[PersonaAgent
         temperature=TEMPERATURE,
         frequency_penalty=FREQUENCY_PENALTY,
         max_tokens=max_tokens,
-        timeout=120.0,
+        timeout=300.0,
     )
     return [
         PersonaAgent(
@@ -116,7 +119,7 @@ def room_spec(
             max_turns=max_turns,
             reply_tokens=reply_tokens,
             context_tokens=context_tokens,
-            turn_timeout=120,
+            turn_timeout=300,
             retry_delay=1,
         ),
         rules=ExitRules(repetition_threshold=REPETITION),
@@ -219,6 +222,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=CONTEXT_TOKENS,
         help="the transcript each persona is shown, in tokens (0: all of it)",
     )
+    parser.add_argument(
+        "--backend", choices=("asyncio", "trio"), default="asyncio", help="anyio's event loop"
+    )
     args = parser.parse_args(argv)
     configure_logging(level="warning")  # the conversation is the output
     run = partial(
@@ -229,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         context_tokens=args.context_tokens or None,
     )
     try:
-        anyio.run(run)
+        anyio.run(run, backend=args.backend)
     except LlamaUnavailable as exc:
         print(f"demo-llm: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

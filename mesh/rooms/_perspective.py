@@ -112,7 +112,8 @@ def system_prompt(
     parts = [_who(member, others, level), _topic(room)]
     if level == "high":
         parts.append(_setting(room, plan))
-    parts.append(_task(room, member, plan))
+    opens = plan is not None and not transcript
+    parts.append(_task(room, member, plan, opens=opens))
     if room.mode == "chat" and plan is not None:
         parts.append(turn_prompt(room, transcript, member))
     return "\n\n".join(part for part in parts if part)
@@ -224,13 +225,16 @@ def _endings(room: Room) -> str:
     return f"The room ends {_names(ends)}."
 
 
-def _task(room: Room, member: Member, plan: TurnPlan | None) -> str:
+def _task(room: Room, member: Member, plan: TurnPlan | None, *, opens: bool = False) -> str:
+    """The standing instructions; ``opens``: this turn opens the room."""
     rules = room.rules
     if room.mode == "review":
         step = plan.step if plan is not None and plan.step is not None else None
         return STEP_INSTRUCTIONS[step].format(prefix=rules.verified_prefix) if step else ""
     lines = [_CHAT_STYLE]
-    if rules.goodbye:
+    # Not to the opener: there is nothing to end yet, and a small model told how a
+    # conversation ends tends to open by saying it has ended.
+    if rules.goodbye and not opens:
         lines.append(
             "When the conversation has reached its natural end, finish your message with "
             f'the word "{rules.goodbye.capitalize()}".'

@@ -6,6 +6,7 @@ extra); these tests are marked ``llm`` and deselected from ``make test``.
 
 from __future__ import annotations
 
+import socket
 import tempfile
 from collections.abc import AsyncIterator
 
@@ -13,6 +14,7 @@ import anyio
 import pytest
 
 from mesh import AgentSpec, MeshOrchestrator, local_connector
+from mesh.demo import _llama
 from mesh.demo._llama import LlamaServer, open_llama_server
 from mesh.demo.llm import personas, room_spec
 from mesh.providers import ChatMessage, ProviderConfig, create_provider
@@ -33,7 +35,9 @@ async def server() -> AsyncIterator[LlamaServer]:
 
 
 def _config(server: LlamaServer, **fields: object) -> ProviderConfig:
-    base = {"provider": "openai", "model": server.model, "base_url": server.base_url}
+    # A reply of 24 tokens took over 60 s (the provider's default) on a loaded machine.
+    base: dict[str, object] = {"provider": "openai", "model": server.model, "timeout": GUARD}
+    base["base_url"] = server.base_url
     return ProviderConfig(**(base | {"api_key_env": ""} | fields))  # type: ignore[arg-type]
 
 
@@ -103,3 +107,23 @@ async def test_the_same_seed_gives_the_same_reply(server: LlamaServer) -> None:
         again = await provider.complete(CHAT, seed=1234)
     await provider.aclose()
     assert first.text == again.text
+
+
+async def test_a_port_taken_before_the_server_binds_it_is_given_up_for_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Another process took the picked port first: the server exited with "address already
+    # in use", and the start failed with an exception group instead of trying again.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        picks = iter([port])
+        free = _llama._free_port
+        monkeypatch.setattr(_llama, "_free_port", lambda: next(picks, None) or free())
+        with anyio.fail_after(GUARD):
+            async with open_llama_server() as running:
+                assert f":{port}/" not in running.base_url
+                provider = create_provider(_config(running, max_tokens=4))
+                assert (await provider.complete(CHAT)).text
+                await provider.aclose()

@@ -112,6 +112,18 @@ def test_the_turn_prompt_names_the_last_speaker_and_quotes_them() -> None:
     assert system_prompt(room, plan.speaker, plan, history).endswith(prompt)
 
 
+def test_the_opener_is_not_told_how_the_room_ends_the_others_are() -> None:
+    # A small model told at turn 1 how a conversation ends opened by saying it had ended.
+    room = make_room("ada", "ben")
+    opener = next_turn(room, [])
+    assert opener is not None
+    assert "Goodbye" not in system_prompt(room, opener.speaker, opener, [])
+    history = said(room, "Herbs first.")
+    answer = next_turn(room, history)
+    assert answer is not None
+    assert 'with the word "Goodbye"' in system_prompt(room, answer.speaker, answer, history)
+
+
 def test_the_turn_request_carries_the_reply_budget_and_the_turns_seed() -> None:
     room = msgspec.structs.replace(
         make_room("ada", "ben", limits=Limits(reply_tokens=50, retry_delay=0)), seed=1000
