@@ -23,8 +23,13 @@ import json
 import signal
 import ssl
 import sys
-from collections.abc import Mapping
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, nullcontext
+from collections.abc import AsyncIterator, Mapping
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    AsyncExitStack,
+    nullcontext,
+)
 from pathlib import Path
 from typing import Any, Final
 
@@ -211,9 +216,14 @@ async def serve_daemon(
         api.lifecycle.start_serving()
         if settings.room_retention is not None:
             background.start_soon(_delete_old_rooms, rooms, settings.room_retention)
+        # Caught before the daemon says it listens: a supervisor that signals it the moment
+        # it reads that line gets a graceful stop, even when the daemon was started with
+        # SIGINT ignored (a background job of a shell), where a signal before the receiver
+        # was lost and the daemon ran on.
+        signals = stack.enter_context(_stop_signals()) if handle_signals else None
         _announce(server, settings, admin_file, agents=len(orchestrator.linked_agents()))
         task_status.started(server.url)
-        stopped_by = await _wait_for_stop(handle_signals)
+        stopped_by = await _wait_for_stop(signals)
         with anyio.CancelScope(shield=True):
             # New work is refused with 503 from now on, but the port stays open until the
             # other daemons were told to stop sending us calls: a client then gets an
@@ -279,13 +289,17 @@ async def _listen(
         raise ListenError(f"cannot listen on {settings.host}:{settings.port}: {why}") from None
 
 
-async def _wait_for_stop(handle_signals: bool) -> signal.Signals | None:
-    if not handle_signals:
+def _stop_signals() -> AbstractContextManager[AsyncIterator[int]]:
+    return anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM)
+
+
+async def _wait_for_stop(signals: AsyncIterator[int] | None) -> signal.Signals | None:
+    if signals is None:
         await anyio.sleep_forever()
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            log.info("daemon.stopping", signal=signal.Signals(signum).name)
-            return signal.Signals(signum)
+        return None  # pragma: no cover (only cancellation ends the sleep)
+    async for signum in signals:
+        log.info("daemon.stopping", signal=signal.Signals(signum).name)
+        return signal.Signals(signum)
     return None  # the receiver never ends by itself
 
 

@@ -29,10 +29,16 @@ MESH = [sys.executable, "-m", "mesh.cli"]
 async def interrupt(process: anyio.abc.Process) -> tuple[int, list[str]]:
     """SIGINT, then the exit status and stderr's lines."""
     async with process:
-        with anyio.fail_after(60):
-            process.send_signal(signal.SIGINT)
-            code = await process.wait()
-            err = (await read_all(process.stderr)).decode()
+        try:
+            with anyio.fail_after(60):
+                process.send_signal(signal.SIGINT)
+                code = await process.wait()
+                err = (await read_all(process.stderr)).decode()
+        except TimeoutError:
+            # Closing the process waits for it, shielded: one that ignored the signal would
+            # hold the test past every timeout instead of failing it.
+            process.kill()
+            raise
     return code, err.strip().splitlines()
 
 
@@ -41,6 +47,23 @@ async def test_mesh_serve(tmp_path: Path) -> None:
     serve = [*MESH, "serve", "--port", "0", "--manifests", str(tmp_path / "m")]
     serve += ["--data-dir", str(tmp_path / "d"), "--log-level", "warning"]
     process = await anyio.open_process(serve)
+    with anyio.fail_after(60):
+        assert b'"listening"' in await read_until(process, b"\n")
+    assert await interrupt(process) == (EXIT_INTERRUPTED, ["mesh: interrupted"])
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+async def test_mesh_serve_stops_on_a_signal_sent_the_moment_it_listens(
+    tmp_path: Path, backend: str
+) -> None:
+    """Started as a shell's background job is (SIGINT ignored, inherited), and signalled as
+    a supervisor does the moment it reads "listening": the daemon caught the signal only
+    after it said so, and a SIGINT in between was lost (it ran on)."""
+    (tmp_path / "m").mkdir()
+    serve = [*MESH, "serve", "--port", "0", "--manifests", str(tmp_path / "m"), "--backend"]
+    serve += [backend, "--data-dir", str(tmp_path / "d"), "--log-level", "warning"]
+    ignoring = ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *serve]
+    process = await anyio.open_process(ignoring)
     with anyio.fail_after(60):
         assert b'"listening"' in await read_until(process, b"\n")
     assert await interrupt(process) == (EXIT_INTERRUPTED, ["mesh: interrupted"])
