@@ -9,6 +9,7 @@ Hypothesis keeps no example database, so a run leaves nothing in the tree.
 from __future__ import annotations
 
 import inspect
+import signal
 import tempfile
 
 import pytest
@@ -21,6 +22,12 @@ BACKENDS = ("asyncio", "trio")
 # Tests write only under temporary directories: no example database, and what
 # Hypothesis caches (constants it reads from the source, as modules are imported)
 # goes to a directory of this session, removed at its end.
+# A suite started as a shell's background job inherits SIGINT ignored, and so would every
+# command it starts: the Ctrl-C tests would find `mesh call` deaf to it. The suite's own
+# children get the default, as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 settings.register_profile("mesh", database=None)
 settings.load_profile("mesh")
 _HYPOTHESIS_HOME = tempfile.TemporaryDirectory(prefix="mesh-hypothesis-")
