@@ -88,7 +88,8 @@ async def test_a_room_moves_to_another_member_when_its_holder_leaves(
 async def test_pause_stop_and_resume_reach_the_daemon_that_runs_the_room(
     nats: NatsServer, tmp_path: Path
 ) -> None:
-    spec = RoomSpec(id="long", topic="Tea?", members=("alice", "bob"), limits=Limits(max_turns=40))
+    # 400 turns of 0.05 s: the room must still run when c pauses it, however loaded the machine.
+    spec = RoomSpec(id="long", topic="Tea?", members=("alice", "bob"), limits=Limits(max_turns=400))
     async with (
         open_member(nats.url, "a", [persona("alice", 0.05)], data_dir=tmp_path) as a,
         open_member(nats.url, "b", [persona("bob", 0.05)], data_dir=tmp_path) as b,
