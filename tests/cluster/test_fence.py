@@ -54,7 +54,9 @@ async def person_elsewhere(tmp_path: Path, nats: NatsServer) -> None:
         await a.wait_online("alice", "bob", timeout=GUARD)
         await b.wait_online("alice", "bob", timeout=GUARD)
         spec: dict[str, object] = {"id": "tea", "topic": "Tea?", "members": ["alice", "bob"]}
-        spec["limits"] = {"max_turns": 10}
+        # The room runs until the test stops it: it must still run when Carol's join reaches
+        # it through B, however loaded the machine.
+        spec["limits"] = {"max_turns": 400}
         spec["people"] = {"turn_timeout": 600}  # her turn moves on only when she acts
         created = await post(a, "/rooms", spec)
         assert created.status_code == 201, created.text
@@ -82,6 +84,7 @@ async def person_elsewhere(tmp_path: Path, nats: NatsServer) -> None:
             if said.is_success:
                 await on_b.wait_for(lambda e: isinstance(e, MessageEvent) and e.agent_id == "carol")
             left = await post(b, "/rooms/tea/leave", {"member": "carol"})
+            stopped = await post(b, "/rooms/tea/stop", {})  # forwarded to A, as the rest
             for view in views:
                 await view.wait_stopped()
     stream = await read_stream(nats.url, "tea")
@@ -89,6 +92,7 @@ async def person_elsewhere(tmp_path: Path, nats: NatsServer) -> None:
     assert joined.status_code == 200, joined.text
     assert said.status_code in (200, 202), said.text
     assert left.status_code == 204, left.text
+    assert stopped.status_code == 200, stopped.text
     assert {r.writer for r in stream} == {"a"}  # only the holder recorded
     assert [r.event.agent_id for r in stream if isinstance(r.event, AgentJoinedEvent)][-1] == (
         "carol"
