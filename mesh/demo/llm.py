@@ -61,9 +61,9 @@ AGENDA: Final = (
     "What about pests: pigeons, aphids and snails?",
     "Do vegetables from a balcony really taste better?",
 )
-#: Messages on one point before the room moves on (two each): the loop guard moves it
-#: on sooner when they go round.
-TURNS_PER_POINT: Final = 4
+#: Messages on one point before the room moves on (the two take turns opening a point):
+#: the loop guard moves it on sooner when they go round.
+TURNS_PER_POINT: Final = 3
 
 _PROMPTS: Final = {
     ("ada", "Ada", "gardener"): (
@@ -147,7 +147,7 @@ def room_spec(
 
 
 async def run_demo(
-    max_turns: int = 20,
+    max_turns: int = 15,
     seed: int | None = None,
     *,
     reply_tokens: int | None = REPLY_TOKENS,
@@ -234,7 +234,7 @@ async def _print_live(rooms: RoomManager, room_id: str) -> tuple[int, list[float
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mesh.demo.llm", description=__doc__)
-    parser.add_argument("--turns", type=int, default=20, help="the room's turn limit")
+    parser.add_argument("--turns", type=int, default=15, help="the room's turn limit")
     parser.add_argument("--seed", type=int, help="replay a run (default: a new seed, printed)")
     parser.add_argument(
         "--reply-tokens", type=int, default=REPLY_TOKENS, help="a reply's budget (0: none)"

@@ -363,7 +363,10 @@ class RoomRunner:
                 if verdict is not None:
                     return verdict
                 continue
-            request = build_turn_request(self._room, transcript, plan, point=self._state.point_text)
+            # With an agenda, the turn sees the current point's messages: a new point starts
+            # afresh, and a small model does not copy what it said on the last one.
+            state = self._state
+            request = build_turn_request(self._room, state.on_point, plan, point=state.point_text)
             started = clock()
             text, error, code = await self._attempt(request)
             count_turn(started, text is not None)

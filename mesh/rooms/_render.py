@@ -107,6 +107,7 @@ def _line(event: RoomEvent, who: str) -> str:
         return (
             f'room {printable(room.id)}: "{printable(room.topic)}" with {_members(room)}; '
             f"{room.mode}, at most {room.max_turns} {unit}"
+            + (f", {len(room.agenda)} points on the agenda" if room.agenda else "")
         )
     if isinstance(event, AgentJoinedEvent):
         return f"{who} joined"

@@ -190,10 +190,10 @@ def judge(
     said = [m for m in on_point if not m.interjection]
     if limit is None or len(said) < limit:
         return None
-    detail = f"{len(said)} turns on point {index + 1} (the limit per point)"
+    detail = f"{len(said)} turns on point {index + 1}"
     if last:
-        return Verdict(StopReason.MAX_TURNS, f"{detail}, the agenda's last")
-    return NextPoint(index + 1, detail)
+        return Verdict(StopReason.MAX_TURNS, f"{detail}, the agenda's last: the limit per point")
+    return NextPoint(index + 1, f"{detail}: the limit per point")
 
 
 def _from_person(room: Room, message: MessageEvent) -> bool:

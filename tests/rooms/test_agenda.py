@@ -105,6 +105,12 @@ async def test_going_round_on_a_point_moves_the_room_on_and_it_ends_on_the_last(
     for turn, system in named:
         point = AGENDA[(turn - 1) // 3]
         assert f"Now the point is: {point}. " in system, (turn, system)
+    # A new point starts afresh: its first speaker is shown the opening alone, and speaks
+    # first on it.
+    fourth = speak.requests[3]
+    assert fourth.turn == 4 and len(fourth.messages) == 1
+    assert "Now the point is: the light. You speak first" in fourth.system
+    assert len(speak.requests[4].messages) == 2
     # A new point is scored afresh: its first message has no one to be alike to yet.
     messages = recorder.messages()
     assert [messages[n].score for n in (0, 3, 6)] == [0.0, 0.0, 0.0]
@@ -148,10 +154,10 @@ async def test_a_limit_of_turns_per_point_moves_on_and_ends_after_the_last() -> 
     ]
     moved = recorder.events[3]
     assert (
-        isinstance(moved, PointEvent) and moved.detail == "2 turns on point 1 (the limit per point)"
+        isinstance(moved, PointEvent) and moved.detail == "2 turns on point 1: the limit per point"
     )
     assert runner.verdict is not None and runner.verdict.reason is StopReason.MAX_TURNS
-    assert runner.verdict.detail == "2 turns on point 2 (the limit per point), the agenda's last"
+    assert runner.verdict.detail == "2 turns on point 2, the agenda's last: the limit per point"
 
 
 @pytest.mark.parametrize(
