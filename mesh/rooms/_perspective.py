@@ -108,7 +108,8 @@ def system_prompt(
     """The room's part of ``member``'s system prompt, for the turn in ``plan``.
 
     In a chat it ends with the turn prompt: who spoke last and what they said, so
-    the member answers them rather than the topic in general (see :func:`turn_prompt`).
+    the member answers them rather than the topic in general (see :func:`turn_prompt`),
+    unless the room puts it at the end of the last message (``turn_prompt="message"``).
     """
     level = awareness_of(room, member)
     others = [m for m in room.members if m.id != member.id]
