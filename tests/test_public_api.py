@@ -157,6 +157,7 @@ PINNED: dict[str, set[str]] = {
         "ObserverTooSlow",
         "People",
         "PersonaInfo",
+        "PointEvent",
         "Presence",
         "ROLE_PROMPTS",
         "ROOM_PERSONA",

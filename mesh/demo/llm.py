@@ -10,9 +10,11 @@ server reported.
 
 The model is tiny (135 M parameters, 4-bit), so the room's choices carry it:
 a reply budget that ends each reply at a sentence, a context budget (the
-prompt, and the wait for the first word, stay the same size every turn), a turn
-prompt that names the last speaker, quotes them and restates the topic, every exit rule on (with a
-loop guard), and a seed per run: printed, and ``--seed`` replays a run.
+prompt, and the wait for the first word, stay the same size every turn), an agenda
+of five concrete points under the topic (the turn prompt names the current one, quotes the last
+speaker and restates the topic), every exit rule on, with a loop guard that moves the room to
+the next point when the two go round on one (and ends it on the last), and a seed per run:
+printed, and ``--seed`` replays a run.
 """
 
 from __future__ import annotations
@@ -40,14 +42,28 @@ from mesh.rooms import (
     ExitRules,
     Limits,
     MessageEvent,
+    PointEvent,
     RoomManager,
     RoomSpec,
     StoppedEvent,
 )
 
-__all__ = ["TOPIC", "main", "personas", "run_demo"]
+__all__ = ["AGENDA", "TOPIC", "main", "personas", "run_demo"]
 
 TOPIC: Final = "Is it worth growing your own vegetables on a small city balcony?"
+#: What the two get through, one point at a time: a small model given only the topic
+#: says its piece in a few turns and then goes round; a concrete point gives it
+#: something new to answer.
+AGENDA: Final = (
+    "What do pots, soil and seeds cost, against what the vegetables save?",
+    "Is there enough sun and space on a small balcony?",
+    "How much time does the daily watering take?",
+    "What about pests: pigeons, aphids and snails?",
+    "Do vegetables from a balcony really taste better?",
+)
+#: Messages on one point before the room moves on (the two take turns opening a point):
+#: the loop guard moves it on sooner when they go round.
+TURNS_PER_POINT: Final = 3
 
 _PROMPTS: Final = {
     ("ada", "Ada", "gardener"): (
@@ -119,16 +135,19 @@ def room_spec(
             max_turns=max_turns,
             reply_tokens=reply_tokens,
             context_tokens=context_tokens,
+            turns_per_point=TURNS_PER_POINT,
             turn_timeout=300,
             retry_delay=1,
         ),
         rules=ExitRules(repetition_threshold=REPETITION),
         seed=seed,
+        agenda=AGENDA,
+        turn_prompt="message",
     )
 
 
 async def run_demo(
-    max_turns: int = 14,
+    max_turns: int = 15,
     seed: int | None = None,
     *,
     reply_tokens: int | None = REPLY_TOKENS,
@@ -177,8 +196,9 @@ def _settings(spec: RoomSpec) -> str:
         else "the whole transcript as context"
     )
     return (
-        f"{reply}, {context}; ends at {limits.max_turns} turns, on goodbye, on a repeat, "
-        f"or when the loop guard sees {rules.repetition_threshold} alike"
+        f"{reply}, {context}; {len(spec.agenda)} points, {limits.turns_per_point} turns each "
+        f"at most, the next one when the loop guard sees {rules.repetition_threshold} alike; "
+        f"ends at {limits.max_turns} turns, on goodbye, on a repeat, or on the last point"
     )
 
 
@@ -202,6 +222,9 @@ async def _print_live(rooms: RoomManager, room_id: str) -> tuple[int, list[float
                 if event.text != streamed.strip():  # the budget cut it: what the room keeps
                     print(f"\n  [kept: {' '.join(event.text.split())}]", end="")
                 print(f"\n  [score {event.score:.2f}]\n", flush=True)
+            elif isinstance(event, PointEvent):
+                print(f"--- point {event.index + 1} of {len(AGENDA)}: {event.point}", end="")
+                print(f"  ({event.detail})\n" if event.detail else "\n", flush=True)
             elif isinstance(event, StoppedEvent):
                 print(f"stopped after {messages} messages: {event.reason} ({event.detail})")
             elif event.__struct_config__.tag == "ERROR":
@@ -211,7 +234,7 @@ async def _print_live(rooms: RoomManager, room_id: str) -> tuple[int, list[float
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mesh.demo.llm", description=__doc__)
-    parser.add_argument("--turns", type=int, default=14, help="the room's turn limit")
+    parser.add_argument("--turns", type=int, default=15, help="the room's turn limit")
     parser.add_argument("--seed", type=int, help="replay a run (default: a new seed, printed)")
     parser.add_argument(
         "--reply-tokens", type=int, default=REPLY_TOKENS, help="a reply's budget (0: none)"

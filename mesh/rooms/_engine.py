@@ -62,6 +62,7 @@ from mesh.rooms._events import (
     ErrorEvent,
     LiveEvent,
     MessageEvent,
+    PointEvent,
     RoomEvent,
     StoppedEvent,
 )
@@ -71,12 +72,13 @@ from mesh.rooms._people import Desk, Passed
 from mesh.rooms._perspective import build_turn_request
 from mesh.rooms._policy import TurnPlan, next_turn
 from mesh.rooms._rules import (
+    NextPoint,
     Verdict,
-    after_message,
     before_turn,
     check_agent_lost,
     check_failures,
     convergence_score,
+    judge,
     lost_deadline,
 )
 from mesh.rooms._state import RoomState
@@ -340,6 +342,8 @@ class RoomRunner:
                     grace = self._room.rules.agent_grace
                     why = f"not connected; the room waits up to {grace:g} s for it"
                     await self._set_presence(member.id, False, why)
+        if self._room.agenda and self._state.point is None:
+            await self._move_to(0, "")
         failures = 0
         while True:
             await self._record_interjections()
@@ -359,7 +363,10 @@ class RoomRunner:
                 if verdict is not None:
                     return verdict
                 continue
-            request = build_turn_request(self._room, transcript, plan)
+            # With an agenda, the turn sees the current point's messages: a new point starts
+            # afresh, and a small model does not copy what it said on the last one.
+            state = self._state
+            request = build_turn_request(self._room, state.on_point, plan, point=state.point_text)
             started = clock()
             text, error, code = await self._attempt(request)
             count_turn(started, text is not None)
@@ -377,9 +384,29 @@ class RoomRunner:
                 continue
             failures = 0
             await self._journal.emit(self._message(request, plan.speaker.id, text))
-            verdict = after_message(self._room, self._state.transcript)
+            verdict = await self._judge()
             if verdict is not None:
                 return verdict
+
+    async def _judge(self) -> Verdict | None:
+        """The rule the last message fires; with an agenda, moving on to the next point."""
+        state = self._state
+        outcome = judge(self._room, state.transcript, state.point, state.point_since)
+        if isinstance(outcome, NextPoint):
+            await self._move_to(outcome.index, outcome.detail)
+            return None
+        return outcome
+
+    async def _move_to(self, index: int, detail: str) -> None:
+        await self._journal.emit(
+            PointEvent(
+                room_id=self._room.id,
+                index=index,
+                point=self._room.agenda[index],
+                turn=self._state.current_turn,
+                detail=detail,
+            )
+        )
 
     async def _attempt(self, request: TurnRequest) -> tuple[str | None, str, int | None]:
         """``(text, "", None)`` for a good reply, else ``(None, why, error code)``."""
@@ -479,7 +506,8 @@ class RoomRunner:
             step=step,
             interjection=interjection,
         )
-        score = convergence_score([*self._state.transcript, message])
+        # With an agenda, scored on the current point only: a new point starts afresh.
+        score = convergence_score([*self._state.on_point, message])
         return msgspec.structs.replace(message, score=score)
 
     async def _failed(
@@ -559,7 +587,7 @@ class RoomRunner:
             return None
         assert not isinstance(text, Passed)  # a pass returned above
         await self._journal.emit(self._said(member, plan.turn, text))
-        return after_message(self._room, self._state.transcript)
+        return await self._judge()
 
     async def _wait_for_people(self) -> Verdict | None:
         """Until someone who could speak is here; past ``person_wait``, a resumable stop."""

@@ -1,7 +1,8 @@
 """A room's events, a turn-taking conversation made durable.
 
 One tagged union on ``type``: ``WELCOME`` (the room, once, first), ``AGENT_JOINED``,
-``MESSAGE``, ``AGENT_LEFT``, ``ERROR``, ``RESUMED`` and ``STOPPED``. Every event
+``MESSAGE``, ``AGENT_LEFT``, ``ERROR``, ``RESUMED``, ``STOPPED`` and ``POINT`` (a
+room with an agenda reached its next point). Every event
 carries the room id, a sequence number (1, 2, 3… per room: the order observers
 see, the key that makes writes idempotent, and where a reconnecting observer
 picks up), an epoch-millisecond timestamp, and the agent it is about: its id,
@@ -32,6 +33,7 @@ __all__ = [
     "ErrorEvent",
     "LiveEvent",
     "MessageEvent",
+    "PointEvent",
     "ResumedEvent",
     "RoomEvent",
     "StoppedEvent",
@@ -126,6 +128,19 @@ class StoppedEvent(_Event, frozen=True, kw_only=True, tag="STOPPED"):
     detail: str = ""
 
 
+class PointEvent(_Event, frozen=True, kw_only=True, tag="POINT"):
+    """The room is on agenda point ``index`` (counted from 0), ``point``, from after ``turn``.
+
+    Recorded before the room's first turn, and each time it moves on; ``detail``
+    says why it moved on (the loop guard's words, or the turns per point).
+    """
+
+    index: int
+    point: str
+    turn: int = 0
+    detail: str = ""
+
+
 class DeltaEvent(_Event, frozen=True, kw_only=True, tag="DELTA"):
     """A piece of the reply ``agent_id`` is writing for ``turn`` (live only, never stored).
 
@@ -151,6 +166,7 @@ RoomEvent: TypeAlias = (
     | ErrorEvent
     | ResumedEvent
     | StoppedEvent
+    | PointEvent
 )
 
 #: The ``type`` values, in the order the docs list them.
@@ -162,6 +178,7 @@ EVENT_TYPES: Final = (
     "ERROR",
     "RESUMED",
     "STOPPED",
+    "POINT",
 )
 
 #: What an observer may receive: the recorded events, and the deltas if it asked.

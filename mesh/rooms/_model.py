@@ -24,6 +24,8 @@ from registry import AgentId
 
 __all__ = [
     "DEFAULT_MAX_TURNS",
+    "MAX_AGENDA_POINTS",
+    "MAX_POINT_CHARS",
     "RESUMABLE",
     "Awareness",
     "ExitRules",
@@ -40,6 +42,7 @@ __all__ = [
     "Step",
     "StopReason",
     "TurnPolicy",
+    "TurnPromptIn",
     "TurnReply",
     "TurnRequest",
     "decode_room_spec",
@@ -51,6 +54,9 @@ RoomId = NewType("RoomId", str)
 Awareness: TypeAlias = Literal["basic", "intermediate", "high"]
 Mode: TypeAlias = Literal["chat", "review"]
 TurnPolicy: TypeAlias = Literal["round-robin"]
+#: Where a chat turn's prompt goes: the end of the system prompt, or the end of the last
+#: message the member is shown (a small model heeds the words it answers far more).
+TurnPromptIn: TypeAlias = Literal["system", "message"]
 Step: TypeAlias = Literal["propose", "implement", "critique", "verify"]
 #: An agent of the mesh (its turn is a ``room/turn`` call) or a person (its turn
 #: waits for their message, from the page or ``mesh room join``).
@@ -60,6 +66,13 @@ MemberKind: TypeAlias = Literal["agent", "human"]
 #: each for two agents (``max_messages_per_agent``'s default). A review counts rounds
 #: (implement, critique, verify) and stops after three (docs/rooms.md).
 DEFAULT_MAX_TURNS: Final = {"chat": 40, "review": 3}
+
+#: An agenda's bounds: a few points a conversation can get through, each a line.
+MAX_AGENDA_POINTS: Final = 12
+MAX_POINT_CHARS: Final = 200
+
+_Point = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_POINT_CHARS)]
+_Agenda = Annotated[tuple[_Point, ...], msgspec.Meta(max_length=MAX_AGENDA_POINTS)]
 
 # Room ids become file names (``<id>.jsonl``), so they are as strict as agent ids.
 _ROOM_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
@@ -71,6 +84,23 @@ _TokenNames = Annotated[
     tuple[Annotated[str, msgspec.Meta(min_length=1, max_length=64)], ...],
     msgspec.Meta(max_length=64),
 ]
+
+
+def check_agenda(agenda: tuple[str, ...], mode: Mode) -> None:
+    """Raise ``ValueError`` for an agenda past its bounds (JSON is checked on decoding too)."""
+    if not agenda:
+        return
+    if mode != "chat":
+        raise ValueError("an agenda is for a chat; a review has its own steps")
+    if len(agenda) > MAX_AGENDA_POINTS:
+        raise ValueError(f"an agenda has at most {MAX_AGENDA_POINTS} points, got {len(agenda)}")
+    for number, point in enumerate(agenda, 1):
+        if not point.strip():
+            raise ValueError(f"agenda point {number} is empty")
+        if len(point) > MAX_POINT_CHARS:
+            raise ValueError(
+                f"agenda point {number} has {len(point)} characters; at most {MAX_POINT_CHARS}"
+            )
 
 
 def valid_room_id(room_id: str) -> bool:
@@ -141,7 +171,10 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     by it ends at its last full sentence (or says it was cut). A member's own
     ``reply_tokens``/``context_tokens`` win over these.
     ``turn_timeout`` is one attempt's deadline; a failed attempt is retried after
-    ``retry_delay`` seconds, doubling each time.
+    ``retry_delay`` seconds, doubling each time. ``turns_per_point`` (a room with an
+    agenda) moves the room to the next point after that many messages on one, and
+    ends it (``MAX_TURNS``) after that many on the last (None: only the loop guard
+    moves it on).
     """
 
     max_turns: _Count | None = None
@@ -151,6 +184,7 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     context_messages: _Count | None = None
     context_tokens: _Count | None = None
     reply_tokens: _Count | None = None
+    turns_per_point: _Count | None = None
 
 
 class ExitRules(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -223,8 +257,15 @@ class RoomSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     #: The sampling seed of the run: turn *n* asks its model with ``seed + n`` (None:
     #: unseeded, each run differs). Printed by the demo, settable to replay one.
     seed: Annotated[int, msgspec.Meta(ge=0, lt=2**31)] | None = None
+    #: The points to get through under the topic, in order (a chat only): each turn
+    #: names the current one, and when the members go round on it (what would end the
+    #: room ``NO_IMPROVEMENT``) the room moves to the next; see docs/rooms.md.
+    agenda: _Agenda = ()
+    #: Where each chat turn's prompt goes (see :data:`TurnPromptIn`).
+    turn_prompt: TurnPromptIn = "system"
 
     def __post_init__(self) -> None:
+        check_agenda(self.agenda, self.mode)
         ids = self.member_ids()
         if len(ids) < 2:
             raise ValueError("a room needs at least two members")
@@ -265,6 +306,8 @@ class Room(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     rules: ExitRules = ExitRules()
     people: People = People()
     seed: int | None = None  # see RoomSpec.seed
+    agenda: tuple[str, ...] = ()  # see RoomSpec.agenda
+    turn_prompt: TurnPromptIn = "system"  # see RoomSpec.turn_prompt
     created_at: int = 0  # epoch milliseconds
     #: Who created it through the daemon (``token:<id>``); None: the operator's. Only the
     #: owner or an admin may pause, resume, stop or delete it over HTTP.

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+import msgspec
+
 from mesh.providers._base import ChatMessage
 from mesh.rooms._budget import first_sentence, fit_context, reply_budget, summary_of
 from mesh.rooms._events import MessageEvent
@@ -101,11 +103,13 @@ def system_prompt(
     member: Member,
     plan: TurnPlan | None = None,
     transcript: Sequence[MessageEvent] = (),
+    point: str | None = None,
 ) -> str:
     """The room's part of ``member``'s system prompt, for the turn in ``plan``.
 
     In a chat it ends with the turn prompt: who spoke last and what they said, so
-    the member answers them rather than the topic in general (see :func:`turn_prompt`).
+    the member answers them rather than the topic in general (see :func:`turn_prompt`),
+    unless the room puts it at the end of the last message (``turn_prompt="message"``).
     """
     level = awareness_of(room, member)
     others = [m for m in room.members if m.id != member.id]
@@ -114,18 +118,26 @@ def system_prompt(
         parts.append(_setting(room, plan))
     opens = plan is not None and not transcript
     parts.append(_task(room, member, plan, opens=opens))
-    if room.mode == "chat" and plan is not None:
-        parts.append(turn_prompt(room, transcript, member))
+    if room.mode == "chat" and plan is not None and room.turn_prompt == "system":
+        parts.append(turn_prompt(room, transcript, member, point))
     return "\n\n".join(part for part in parts if part)
 
 
-def turn_prompt(room: Room, transcript: Sequence[MessageEvent], member: Member) -> str:
+def turn_prompt(
+    room: Room, transcript: Sequence[MessageEvent], member: Member, point: str | None = None
+) -> str:
     """What this turn asks of ``member``: answer the last speaker, on the topic, briefly.
 
     The topic is restated every turn: after a few replies it has fallen out of a small
-    context budget, and a small model otherwise drifts to whatever was said last.
+    context budget, and a small model otherwise drifts to whatever was said last. In a
+    room with an agenda, ``point`` (the one the room is on) is named first.
     """
     last = next((m for m in reversed(transcript) if m.agent_id != member.id), None)
+    budget = reply_budget(room, member)
+    size = f"at most {_words(budget)} words" if budget else "two or three short paragraphs"
+    now = f"Now the point is: {_sentence(point)} " if point else ""
+    if room.turn_prompt == "message":
+        return _message_prompt(room, last, now, size)
     if last is None:
         ask = f"You speak first: give your own view on {_quoted_topic(room)}"
     else:
@@ -134,22 +146,33 @@ def turn_prompt(room: Room, transcript: Sequence[MessageEvent], member: Member) 
             f"Answer {last.name} directly: agree or disagree with that point and say why, "
             "then add one new point of your own"
         )
-    budget = reply_budget(room, member)
-    size = f"at most {_words(budget)} words" if budget else "two or three short paragraphs"
     topic = f"Stay on the topic, {_quoted_topic(room)}"
-    return f"{ask}. {topic}. Reply in {size}, ending with a full sentence."
+    return f"{now}{ask}. {topic}. Reply in {size}, ending with a full sentence."
+
+
+def _message_prompt(room: Room, last: MessageEvent | None, now: str, size: str) -> str:
+    """The turn prompt at the end of the last message: short, since the words it answers
+    are right above it (quoting them again only invites an echo)."""
+    if last is None:
+        about = "" if now else f" on {_quoted_topic(room)}"
+        ask = f"You speak first: what is your view{about}?"
+    else:
+        ask = f"Answer {last.name}: agree or disagree, and say why."
+    return f"{now}{ask} Reply in {size}, ending with a full sentence."
 
 
 def build_turn_request(
-    room: Room, transcript: Sequence[MessageEvent], plan: TurnPlan
+    room: Room, transcript: Sequence[MessageEvent], plan: TurnPlan, *, point: str | None = None
 ) -> TurnRequest:
-    """Everything the speaker of ``plan`` needs to take its turn."""
+    """Everything the speaker of ``plan`` needs to take its turn (on agenda ``point``)."""
     return TurnRequest(
         room_id=room.id,
         turn=plan.turn,
         agent_id=plan.speaker.id,
-        system=system_prompt(room, plan.speaker, plan, transcript),
-        messages=perspective_messages(room, transcript, plan.speaker.id),
+        system=system_prompt(room, plan.speaker, plan, transcript, point),
+        messages=_with_turn_prompt(
+            room, transcript, plan, perspective_messages(room, transcript, plan.speaker.id), point
+        ),
         step=plan.step,
         timeout=room.limits.turn_timeout,
         max_tokens=reply_budget(room, plan.speaker),
@@ -158,6 +181,34 @@ def build_turn_request(
         # retried turn is still recognised; new when the id is used again.
         epoch=str(room.created_at),
     )
+
+
+def _with_turn_prompt(
+    room: Room,
+    transcript: Sequence[MessageEvent],
+    plan: TurnPlan,
+    messages: tuple[ChatMessage, ...],
+    point: str | None,
+) -> tuple[ChatMessage, ...]:
+    """``messages``, with the turn prompt at the end of the last one (``turn_prompt="message"``).
+
+    The last message is the one the member answers (the last speaker's, or the opening);
+    in the rare case it is the member's own, the prompt comes as a message of its own.
+    """
+    if room.mode != "chat" or room.turn_prompt != "message":
+        return messages
+    prompt = turn_prompt(room, transcript, plan.speaker, point)
+    last = messages[-1]
+    if last.role != "user":
+        return (*messages, ChatMessage(role="user", content=prompt))
+    asked = msgspec.structs.replace(last, content=f"{last.content}\n\n{prompt}")
+    return (*messages[:-1], asked)
+
+
+def _sentence(text: str) -> str:
+    """``text`` ending as a sentence does (a question keeps its mark)."""
+    text = text.strip()
+    return text if text.endswith((".", "?", "!")) else f"{text}."
 
 
 def _quoted_topic(room: Room) -> str:

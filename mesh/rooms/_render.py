@@ -21,6 +21,7 @@ from mesh.rooms._events import (
     ErrorEvent,
     LiveEvent,
     MessageEvent,
+    PointEvent,
     ResumedEvent,
     RoomEvent,
     StoppedEvent,
@@ -65,7 +66,17 @@ def format_event(event: LiveEvent, *, room: Room | None = None, color: bool = Fa
         score = _paint(f" (score {event.score:.2f})", _DIM, color=color)
         body = "\n".join(f"  {line}" for line in printable(event.text).splitlines() or [""])
         return f"{stamp} {head}{score}\n{body}"
+    if isinstance(event, PointEvent):
+        return f"{stamp} {_paint(_point(event, room), _BOLD, color=color)}"
     return f"{stamp} {_paint(_line(event, who), *_tone(event), color=color)}"
+
+
+def _point(event: PointEvent, room: Room | None) -> str:
+    """``point 2 of 5: <point>``, and why the room moved on to it."""
+    of = f" of {len(room.agenda)}" if room is not None and room.agenda else ""
+    head = "point" if event.index == 0 else "next point"
+    detail = f" ({printable(event.detail)})" if event.detail else ""
+    return f"{head}, {event.index + 1}{of}: {printable(event.point)}{detail}"
 
 
 def _who(name: str, role: str) -> str:
@@ -96,6 +107,7 @@ def _line(event: RoomEvent, who: str) -> str:
         return (
             f'room {printable(room.id)}: "{printable(room.topic)}" with {_members(room)}; '
             f"{room.mode}, at most {room.max_turns} {unit}"
+            + (f", {len(room.agenda)} points on the agenda" if room.agenda else "")
         )
     if isinstance(event, AgentJoinedEvent):
         return f"{who} joined"
@@ -109,6 +121,8 @@ def _line(event: RoomEvent, who: str) -> str:
         return f"error at turn {event.turn} ({attempt}): {printable(event.message)}"
     if isinstance(event, ResumedEvent):
         return f"resumed at turn {event.next_turn}"
+    if isinstance(event, PointEvent):
+        return _point(event, None)
     if isinstance(event, StoppedEvent):
         if event.reason is StopReason.PAUSED:  # not a stop: the room goes on when resumed
             detail = f" ({printable(event.detail)})" if event.detail else ""
@@ -122,7 +136,8 @@ def transcript_markdown(snapshot: RoomSnapshot, events: Sequence[RoomEvent]) -> 
     """The room and what was said, as a Markdown document.
 
     ``events`` are its messages, and may include its stops and resumes (a pause and
-    a resume show where they happened); other events are left out.
+    a resume show where they happened) and its agenda's points (each a heading);
+    other events are left out.
     """
     room = snapshot.room
     status = str(snapshot.status)
@@ -136,8 +151,10 @@ def transcript_markdown(snapshot: RoomSnapshot, events: Sequence[RoomEvent]) -> 
         f"- Room: `{printable(room.id)}` ({room.mode})",
         f"- Members: {_members(room)}",
         f"- Status: {status}",
-        "",
     ]
+    if room.agenda:
+        lines.append(f"- Agenda: {'; '.join(printable(point) for point in room.agenda)}")
+    lines.append("")
     for event in events:
         if isinstance(event, MessageEvent):
             step = f", {event.step}" if event.step else ""
@@ -149,6 +166,8 @@ def transcript_markdown(snapshot: RoomSnapshot, events: Sequence[RoomEvent]) -> 
                 printable(event.text),
                 "",
             ]
+        elif isinstance(event, PointEvent):
+            lines += [f"## {_point(event, room).capitalize()}", ""]
         elif isinstance(event, StoppedEvent | ResumedEvent):
             lines += [f"*{_clock(event.timestamp)}: {_line(event, '')}*", ""]
     return "\n".join(lines)

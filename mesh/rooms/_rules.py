@@ -24,6 +24,12 @@ score 1, texts with no word in common and very different lengths near 0.
 4. ``CONVERGED``: the score reached ``convergence_threshold`` (off by default).
 5. ``MAX_TURNS``: the turn limit (a review: the verify step of the last round).
 
+**An agenda** (a chat's list of points): the rules look only at the messages on
+the current point, and what would end the room ``NO_IMPROVEMENT`` moves it to
+the next point instead (:class:`NextPoint`), but on the last; with
+``turns_per_point`` it moves on after that many messages on a point too, and
+ends ``MAX_TURNS`` after that many on the last.
+
 A person's message (a member of kind ``human``) fires only ``MAX_TURNS``: the
 rules 1-4 end a room for good, and a room is ended for good by its agents or by
 its owner's ``stop``, never by the words of a guest.
@@ -50,6 +56,7 @@ from mesh.rooms._policy import next_turn, review_step
 __all__ = [
     "JACCARD_WEIGHT",
     "LENGTH_WEIGHT",
+    "NextPoint",
     "Verdict",
     "after_message",
     "before_turn",
@@ -57,6 +64,7 @@ __all__ = [
     "check_failures",
     "convergence_score",
     "is_verified",
+    "judge",
     "lost_deadline",
     "same_output",
     "says_goodbye",
@@ -89,6 +97,14 @@ class Verdict:
     """A rule fired: the room stops for ``reason``; ``detail`` says why in words."""
 
     reason: StopReason
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class NextPoint:
+    """The room moves on to agenda point ``index``; ``detail`` says why in words."""
+
+    index: int
     detail: str
 
 
@@ -152,6 +168,32 @@ def after_message(room: Room, transcript: Sequence[MessageEvent]) -> Verdict | N
         or _converged(room, message)
         or _max_turns(room, message)
     )
+
+
+def judge(
+    room: Room, transcript: Sequence[MessageEvent], point: int | None = None, since: int = 0
+) -> Verdict | NextPoint | None:
+    """:func:`after_message` for a room on agenda point ``point``, whose messages are
+    ``transcript[since:]``: a loop on a point that is not the last moves the room on."""
+    if not room.agenda:
+        return after_message(room, transcript)
+    index, on_point = point or 0, transcript[since:]
+    if not on_point:
+        return None
+    verdict = after_message(room, on_point)
+    last = index + 1 >= len(room.agenda)
+    if verdict is not None:
+        if verdict.reason is StopReason.NO_IMPROVEMENT and not last:
+            return NextPoint(index + 1, verdict.detail)
+        return verdict
+    limit = room.limits.turns_per_point
+    said = [m for m in on_point if not m.interjection]
+    if limit is None or len(said) < limit:
+        return None
+    detail = f"{len(said)} turns on point {index + 1}"
+    if last:
+        return Verdict(StopReason.MAX_TURNS, f"{detail}, the agenda's last: the limit per point")
+    return NextPoint(index + 1, f"{detail}: the limit per point")
 
 
 def _from_person(room: Room, message: MessageEvent) -> bool:

@@ -16,6 +16,7 @@ import msgspec
 from mesh.rooms._events import (
     AgentJoinedEvent,
     MessageEvent,
+    PointEvent,
     ResumedEvent,
     RoomEvent,
     StoppedEvent,
@@ -46,11 +47,26 @@ class RoomState:
     transcript: list[MessageEvent] = field(default_factory=list)
     #: Who holds each person's seat: the first identity that took it (see AGENT_JOINED).
     holders: dict[str, str] = field(default_factory=dict)
+    #: A room with an agenda: the point it is on (None before its first ``POINT``), and
+    #: how many messages of the transcript came before that point.
+    point: int | None = None
+    point_since: int = 0
 
     @property
     def current_turn(self) -> int:
         """The last turn whose message is recorded (0 before the first)."""
         return self.transcript[-1].turn if self.transcript else 0
+
+    @property
+    def on_point(self) -> list[MessageEvent]:
+        """The messages said on the current agenda point (all of them without an agenda)."""
+        return self.transcript[self.point_since :]
+
+    @property
+    def point_text(self) -> str | None:
+        """The agenda point the room is on, in words (None without an agenda)."""
+        agenda = self.room.agenda
+        return agenda[self.point or 0] if agenda else None
 
     def apply(self, event: RoomEvent) -> None:
         """Fold one event in. Events must come in ``seq`` order, each once."""
@@ -67,6 +83,8 @@ class RoomState:
             self.status = RoomStatus.PAUSED if paused else RoomStatus.STOPPED
             self.stop_reason = event.reason
             self.detail = event.detail
+        elif isinstance(event, PointEvent):
+            self.point, self.point_since = event.index, len(self.transcript)
         elif isinstance(event, AgentJoinedEvent):
             if event.member is not None:
                 self.room = seated(self.room, event.member)

@@ -40,6 +40,7 @@ from mesh._logging import get_logger
 from mesh.rooms._events import (
     AgentJoinedEvent,
     MessageEvent,
+    PointEvent,
     ResumedEvent,
     RoomEvent,
     StoppedEvent,
@@ -247,6 +248,8 @@ class RoomStore:
         snapshot = self.snapshot(room_id)
         if snapshot is None:
             return None
+        transcript = self.messages(room_id)
+        point = self.point(room_id) if snapshot.room.agenda else None
         return RoomState(
             room=snapshot.room,
             status=snapshot.status,
@@ -254,9 +257,25 @@ class RoomStore:
             detail=snapshot.detail,
             last_seq=snapshot.last_seq,
             updated_at=snapshot.updated_at,
-            transcript=self.messages(room_id),
+            transcript=transcript,
             holders=self.holders(room_id),
+            point=None if point is None else point.index,
+            point_since=0 if point is None else sum(m.seq < point.seq for m in transcript),
         )
+
+    def point(self, room_id: str) -> PointEvent | None:
+        """A room with an agenda: the last ``POINT`` its log holds (the point it is on)."""
+        with self._lock:
+            path = self.log_path(room_id)
+            data = path.read_bytes() if path.exists() else b""
+        last: PointEvent | None = None
+        for line in data.splitlines():
+            if b'"POINT"' not in line:
+                continue  # the other events: not decoded for nothing
+            event = _decode_line(line)
+            if isinstance(event, PointEvent):
+                last = event
+        return last
 
     def holders(self, room_id: str) -> dict[str, str]:
         """Who holds each person's seat: the first holder each ``AGENT_JOINED`` names."""

@@ -13,7 +13,14 @@ from typing import Any
 import anyio
 import pytest
 
-from mesh.rooms import MessageEvent, StoppedEvent, WelcomeEvent, decode_event
+from mesh.rooms import (
+    AgentJoinedEvent,
+    MessageEvent,
+    PointEvent,
+    StoppedEvent,
+    WelcomeEvent,
+    decode_event,
+)
 from mesh.testing import Daemon, spawn_daemon
 from tests.integration._daemon import persona_manifest
 
@@ -132,3 +139,52 @@ async def test_sigkill_mid_room_then_restart_resumes_with_every_turn_once(tmp_pa
         == [(m["turn"], m["text"]) for m in final["transcript"]]
     )
     assert any(e["type"] == "RESUMED" for e in logged)
+
+
+async def test_a_room_with_an_agenda_through_the_daemon_and_its_bounds(tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    persona_manifest(manifests, "alice", "Alice", ALICE, 0.0)
+    persona_manifest(manifests, "bob", "Bob", BOB, 0.0)
+    async with spawn_daemon(manifests) as daemon:
+        await daemon.wait_online("alice", "bob")
+        async with daemon.client() as http:
+            base = {"topic": "Tea or coffee?", "members": ["alice", "bob"]}
+            refused = {
+                "length <= 12 - at `$.agenda`": {
+                    **base,
+                    "agenda": [f"point {n}" for n in range(13)],
+                },
+                "length <= 200 - at `$.agenda[1]`": {**base, "agenda": ["taste", "x" * 201]},
+                "agenda point 1 is empty": {**base, "agenda": [" "]},
+                "an agenda is for a chat": {**base, "mode": "review", "agenda": ["taste"]},
+            }
+            for words, body in refused.items():
+                bad = await http.post("/rooms", json=body)
+                assert bad.status_code == 400, (words, bad.text)
+                assert words in bad.json()["error"]["message"]
+            spec = {
+                **base,
+                "id": "agenda",
+                "agenda": ["the taste", "the price"],
+                "limits": {"max_turns": 10, "turns_per_point": 2},
+            }
+            created = await http.post("/rooms", json=spec)
+            assert created.status_code == 201, created.text
+            events = await watch_room(daemon, "agenda", lambda e: isinstance(e, StoppedEvent))
+            shown = (await http.get("/rooms/agenda")).json()["room"]
+    kinds = [e.__struct_config__.tag for e in events if not isinstance(e, AgentJoinedEvent)]
+    assert kinds == [
+        "WELCOME",
+        "POINT",
+        "MESSAGE",
+        "MESSAGE",
+        "POINT",
+        "MESSAGE",
+        "MESSAGE",
+        "STOPPED",
+    ]
+    points = [e for e in events if isinstance(e, PointEvent)]
+    assert [(p.index, p.point) for p in points] == [(0, "the taste"), (1, "the price")]
+    assert shown["room"]["agenda"] == ["the taste", "the price"]
+    assert shown["stop_reason"] == "MAX_TURNS" and "the agenda's last" in shown["detail"]

@@ -18,7 +18,7 @@ from mesh.demo import _llama
 from mesh.demo._llama import LlamaServer, open_llama_server
 from mesh.demo.llm import personas, room_spec
 from mesh.providers import ChatMessage, ProviderConfig, create_provider
-from mesh.rooms import DeltaEvent, MessageEvent, RoomManager, StopReason
+from mesh.rooms import DeltaEvent, MessageEvent, PointEvent, RoomManager, StopReason
 from mesh.rooms._budget import CUT_MARK
 
 pytestmark = [pytest.mark.anyio, pytest.mark.llm, pytest.mark.timeout(600)]
@@ -75,7 +75,7 @@ async def test_a_room_of_two_real_personas_runs_and_stops_with_a_reason(
 ) -> None:
     agents = personas(server, max_tokens=24)
     specs = [AgentSpec(agent.id, local_connector(agent)) for agent in agents]
-    deltas = 0
+    deltas, points = 0, []
     with tempfile.TemporaryDirectory() as data_dir, anyio.fail_after(GUARD):
         async with (
             MeshOrchestrator(specs) as mesh,
@@ -85,6 +85,8 @@ async def test_a_room_of_two_real_personas_runs_and_stops_with_a_reason(
             async with rooms.subscribe_live(room.id) as events:
                 async for event in events:
                     deltas += isinstance(event, DeltaEvent) and bool(event.text)
+                    if isinstance(event, PointEvent):
+                        points.append(event.index)
             snapshot = await rooms.get(room.id)
             transcript = await rooms.transcript(room.id)
     for agent in agents:
@@ -96,6 +98,11 @@ async def test_a_room_of_two_real_personas_runs_and_stops_with_a_reason(
     }
     assert all(isinstance(m, MessageEvent) and m.text for m in transcript)
     assert [m.name for m in transcript[:2]] == ["Ada", "Ben"] and deltas > len(transcript)
+    # The demo's agenda: the room opens on its first point, and has moved on, point by point,
+    # at the latest after three messages.
+    assert points and points == list(range(len(points)))
+    if snapshot.stop_reason is StopReason.MAX_TURNS:
+        assert len(points) >= 2
     # The reply budget (24 tokens here) cuts most replies: each ends at a sentence, or says so.
     assert all(m.text.endswith((".", "!", "?", '"', CUT_MARK)) for m in transcript)
 

@@ -53,6 +53,7 @@ def make_room(
     limits: Limits | None = None,
     rules: ExitRules | None = None,
     awareness: str | None = None,
+    agenda: tuple[str, ...] = (),
 ) -> Room:
     members = tuple(member(agent_id) for agent_id in (ids or ("alice", "bob")))
     return msgspec.convert(
@@ -64,6 +65,7 @@ def make_room(
             "awareness": awareness,
             "limits": msgspec.to_builtins(limits or Limits(retry_delay=0)),
             "rules": msgspec.to_builtins(rules or ExitRules()),
+            "agenda": agenda,
         },
         Room,
     )

@@ -13,6 +13,7 @@ from mesh.rooms import (
     InvalidRoomSpec,
     Member,
     MessageEvent,
+    PointEvent,
     ResumedEvent,
     RoomEvent,
     RoomSpec,
@@ -74,6 +75,7 @@ def test_every_event_round_trips_through_one_tagged_union() -> None:
         ErrorEvent(room_id=ROOM, seq=5, message="boom", turn=2, attempt=1, code=-32001),
         ResumedEvent(room_id=ROOM, seq=6, next_turn=2),
         StoppedEvent(room_id=ROOM, seq=7, reason=StopReason.GOODBYE, turn=1, detail="bye"),
+        PointEvent(room_id=ROOM, seq=8, index=1, point="the light", turn=1, detail="alike"),
     ]
     for event in events:
         assert decode_event(encode_event(event)) == event
@@ -86,6 +88,7 @@ def test_every_event_round_trips_through_one_tagged_union() -> None:
         "ERROR",
         "RESUMED",
         "STOPPED",
+        "POINT",
     ]
     assert set(types) == set(EVENT_TYPES)
 

@@ -141,6 +141,8 @@ function onEvent(event) {
     case "ERROR":
       clearWriting(event.agent_id);
       return line(`turn ${event.turn}, ${event.name}, attempt ${event.attempt}: ${event.message}`, "error");
+    case "POINT":
+      return line(pointLine(event), "point");
     case "RESUMED":
       state.stopped = false;
       showSnapshot();
@@ -163,6 +165,14 @@ function onEvent(event) {
 function showListedTurn(turn) {
   const item = document.querySelector(`#rooms li[data-room="${CSS.escape(state.room)}"] .turn`);
   if (item) item.textContent = `turn ${turn}`;
+}
+
+// An agenda's point: the room is on it from here on (and why it moved on, if it did).
+function pointLine(event) {
+  const of = state.welcome && state.welcome.agenda ? ` of ${state.welcome.agenda.length}` : "";
+  const head = event.index === 0 ? "point" : "next point";
+  const detail = event.detail ? ` (${event.detail})` : "";
+  return `${head}, ${event.index + 1}${of}: ${event.point}${detail}`;
 }
 
 function stoppedLine(event) {

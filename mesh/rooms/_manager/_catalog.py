@@ -96,6 +96,8 @@ class Catalog:
                 rules=spec.rules,
                 people=spec.people,
                 seed=spec.seed,
+                agenda=spec.agenda,
+                turn_prompt=spec.turn_prompt,
                 created_at=table.clock(),
                 owner=owner,
                 creator=creator,
