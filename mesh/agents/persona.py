@@ -18,7 +18,8 @@ answered turn gets that answer again (``replayed``: the model
 is not asked twice, so a reply lost in transit is not lost for good); a request
 for an earlier turn, or a duplicate that arrives while the first is still being
 answered, is ``dropped``. A turn whose first attempt failed or was cancelled
-is answered afresh: it was never spoken.
+is answered afresh: it was never spoken. A later ``draw`` of the answered turn
+(the room set the reply aside: ``Limits.redraws``) is answered afresh too.
 
 **Budgets.** The room's reply budget (``max_tokens`` of the request; the
 persona's own ``max_tokens`` when smaller) and its turn's ``seed`` go to the
@@ -85,16 +86,19 @@ class _Seat:
     """This persona's place in one room."""
 
     turn: int
+    draw: int = 0
     reply: TurnReply | None = None
     busy: bool = True
 
 
-def admit(seat: _Seat | None, turn: int) -> Admission:
-    """What to do with a request for ``turn``, given the room's seat (pure)."""
+def admit(seat: _Seat | None, turn: int, draw: int = 0) -> Admission:
+    """What to do with a request for ``draw`` of ``turn``, given the room's seat (pure)."""
     if seat is None or turn > seat.turn:
         return "speak"
     if turn < seat.turn:
         return "stale"
+    if draw > seat.draw:  # the room set the last reply aside: a new one is wanted
+        return "busy" if seat.busy else "speak"
     if seat.reply is not None:
         return "replay"
     return "busy" if seat.busy else "speak"
@@ -167,7 +171,7 @@ class PersonaAgent(Agent):
         """
         room = request.room_id
         seat = self._seats.get((room, request.epoch))
-        decision = admit(seat, request.turn)
+        decision = admit(seat, request.turn, request.draw)
         if decision == "replay":
             assert seat is not None
             assert seat.reply is not None
@@ -186,7 +190,7 @@ class PersonaAgent(Agent):
     async def _speak(
         self, request: TurnRequest, on_delta: Callable[[str], None] | None
     ) -> TurnReply:
-        seat = _Seat(turn=request.turn)
+        seat = _Seat(turn=request.turn, draw=request.draw)
         key = (request.room_id, request.epoch)
         self._seats[key] = seat
         self._seats.move_to_end(key)

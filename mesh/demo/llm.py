@@ -13,7 +13,8 @@ a reply budget that ends each reply at a sentence, a context budget (the
 prompt, and the wait for the first word, stay the same size every turn), an agenda
 of five concrete points under the topic (the turn prompt names the current one, quotes the last
 speaker and restates the topic), every exit rule on, with a loop guard that moves the room to
-the next point when the two go round on one (and ends it on the last), and a seed per run:
+the next point when the two go round on one (and ends it on the last), redraws (a reply
+that recites its prompt or repeats a message is asked for again), and a seed per run:
 printed, and ``--seed`` replays a run.
 """
 
@@ -91,6 +92,9 @@ REPLY_TOKENS: Final = 50
 #: How much transcript each persona is shown (tokens, estimated): the last few replies
 #: and a line summing up the rest, well inside the 2048-token window.
 CONTEXT_TOKENS: Final = 200
+#: A reply that recites its prompt, addresses itself, talks about its reply or repeats a
+#: message is asked for again, up to this many times (the room keeps the best draw).
+REDRAWS: Final = 2
 #: The loop guard: a reply this alike to its speaker's last one, or a score this high
 #: twice running, ends the room with NO_IMPROVEMENT. Two replies of about the same
 #: length that share a third of their words already score about 0.6 (the length ratio
@@ -138,6 +142,7 @@ def room_spec(
             turns_per_point=TURNS_PER_POINT,
             turn_timeout=300,
             retry_delay=1,
+            redraws=REDRAWS,
         ),
         rules=ExitRules(repetition_threshold=REPETITION),
         seed=seed,
@@ -198,6 +203,7 @@ def _settings(spec: RoomSpec) -> str:
     return (
         f"{reply}, {context}; {len(spec.agenda)} points, {limits.turns_per_point} turns each "
         f"at most, the next one when the loop guard sees {rules.repetition_threshold} alike; "
+        f"a faulty reply drawn again up to {limits.redraws} times; "
         f"ends at {limits.max_turns} turns, on goodbye, on a repeat, or on the last point"
     )
 
@@ -210,6 +216,8 @@ async def _print_live(rooms: RoomManager, room_id: str) -> tuple[int, list[float
         async for event in events:
             if isinstance(event, DeltaEvent):
                 if not event.text:
+                    if event.redraw:  # the room set the reply above aside and asks again
+                        print(f"\n  [set aside: {event.redraw}]\n")
                     began, streamed = time.perf_counter(), ""
                     print(f"{event.name} ({event.role}), turn {event.turn}: ", end="", flush=True)
                 elif began is not None:

@@ -55,6 +55,7 @@ from mesh._errors import MeshError
 from mesh._logging import get_logger
 from mesh._orchestrator.access import EMBEDDER, Principal
 from mesh.protocol import now_ms
+from mesh.rooms._draws import unlabelled
 from mesh.rooms._events import (
     AgentJoinedEvent,
     AgentLeftEvent,
@@ -69,7 +70,7 @@ from mesh.rooms._events import (
 from mesh.rooms._model import Member, Room, Step, StopReason, TurnReply, TurnRequest
 from mesh.rooms._observe import clock, count_stop, count_turn, count_usage, turn_span
 from mesh.rooms._people import Desk, Passed
-from mesh.rooms._perspective import build_turn_request
+from mesh.rooms._perspective import build_turn_request, faults_of
 from mesh.rooms._policy import TurnPlan, next_turn
 from mesh.rooms._rules import (
     NextPoint,
@@ -233,6 +234,7 @@ class RoomRunner:
         self.turn_open: tuple[Member, int] | None = None
         self._written = ""  # the reply in flight so far, for an observer arriving mid-reply
         self._opened_at = 0  # when the turn in flight opened (epoch ms)
+        self._redraw = ""  # why the turn in flight was asked again, if it was
         self._deadline: int | None = None  # when a person's turn in flight times out
         self._passed: frozenset[str] = frozenset()  # a person who passed: not asked next
 
@@ -369,6 +371,8 @@ class RoomRunner:
             request = build_turn_request(self._room, state.on_point, plan, point=state.point_text)
             started = clock()
             text, error, code = await self._attempt(request)
+            if text is not None and self._room.limits.redraws:
+                text = await self._redrawn(plan, state.on_point, state.point_text, text)
             count_turn(started, text is not None)
             if text is None:
                 if await self._went_away(plan.speaker.id):
@@ -408,11 +412,48 @@ class RoomRunner:
             )
         )
 
-    async def _attempt(self, request: TurnRequest) -> tuple[str | None, str, int | None]:
-        """``(text, "", None)`` for a good reply, else ``(None, why, error code)``."""
+    async def _redrawn(
+        self,
+        plan: TurnPlan,
+        transcript: Sequence[MessageEvent],
+        point: str | None,
+        text: str,
+    ) -> str:
+        """``text``, or a later draw of its turn if it has faults (``Limits.redraws``).
+
+        Each draw goes to the speaker as the same turn with the next ``draw`` (and
+        seed); the first without a fault is kept, else the one with the fewest. A draw
+        that fails keeps the best so far: the turn itself was answered. A draw that opens
+        with its speaker's own name as a label ("Ben: …") has it taken off first.
+        """
+        room = self._room
+        text = unlabelled(text, plan.speaker.name)
+        faults = faults_of(room, transcript, plan, text, point=point)
+        best = (len(faults), text)
+        for draw in range(1, room.limits.redraws + 1):
+            if not faults:
+                break
+            why = "; ".join(faults)
+            log.info("room.redraw", room=room.id, turn=plan.turn, draw=draw, faults=why)
+            request = build_turn_request(room, transcript, plan, point=point, draw=draw)
+            again, _, _ = await self._attempt(request, redraw=why)
+            if again is None:
+                break
+            again = unlabelled(again, plan.speaker.name)
+            faults = faults_of(room, transcript, plan, again, point=point)
+            best = min(best, (len(faults), again), key=lambda drawn: drawn[0])
+        return best[1]
+
+    async def _attempt(
+        self, request: TurnRequest, *, redraw: str = ""
+    ) -> tuple[str | None, str, int | None]:
+        """``(text, "", None)`` for a good reply, else ``(None, why, error code)``.
+
+        ``redraw``: why the turn is asked again (its opening ``DELTA`` says so).
+        """
         speaker = self._room.member(request.agent_id)
         self.turn_open, self._deadline = (speaker, request.turn), None
-        self._delta(speaker, request.turn, "")  # the turn has begun: "… is writing"
+        self._delta(speaker, request.turn, "", redraw=redraw)  # the turn has begun
         token = _DELTAS.set(partial(self._delta, speaker, request.turn))
         try:
             with (
@@ -460,13 +501,15 @@ class RoomRunner:
             seq=self._state.last_seq,
             timestamp=self._opened_at,
             deadline=self._deadline,
+            redraw=self._redraw,
         )
 
-    def _delta(self, member: Member, turn: int, text: str) -> None:
+    def _delta(self, member: Member, turn: int, text: str, *, redraw: str = "") -> None:
         if not text:  # the turn opens
-            self._written, self._opened_at = "", self._journal.now()
+            self._written, self._opened_at, self._redraw = "", self._journal.now(), redraw
             event = self._delta_event(member, turn, "")
-            self._journal.broadcast(msgspec.structs.replace(event, deadline=self._deadline))
+            opened = msgspec.structs.replace(event, deadline=self._deadline, redraw=redraw)
+            self._journal.broadcast(opened)
             return
         at = len(self._written)
         self._written += text

@@ -70,6 +70,8 @@ DEFAULT_MAX_TURNS: Final = {"chat": 40, "review": 3}
 #: An agenda's bounds: a few points a conversation can get through, each a line.
 MAX_AGENDA_POINTS: Final = 12
 MAX_POINT_CHARS: Final = 200
+#: At most this many draws again of one turn: each is a whole reply's worth of model time.
+MAX_REDRAWS: Final = 5
 
 _Point = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_POINT_CHARS)]
 _Agenda = Annotated[tuple[_Point, ...], msgspec.Meta(max_length=MAX_AGENDA_POINTS)]
@@ -174,7 +176,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     ``retry_delay`` seconds, doubling each time. ``turns_per_point`` (a room with an
     agenda) moves the room to the next point after that many messages on one, and
     ends it (``MAX_TURNS``) after that many on the last (None: only the loop guard
-    moves it on).
+    moves it on). ``redraws`` is how many times a reply with a fault (it recites its
+    instructions, addresses itself, talks about its reply, or repeats a message; see
+    ``docs/rooms.md``) is asked for again, with the next seed, before the room keeps
+    the draw with the fewest faults, less any label of its own name ("Ben: …") it opens
+    with (0: every reply is kept as it comes).
     """
 
     max_turns: _Count | None = None
@@ -185,6 +191,7 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     context_tokens: _Count | None = None
     reply_tokens: _Count | None = None
     turns_per_point: _Count | None = None
+    redraws: Annotated[int, msgspec.Meta(ge=0, le=MAX_REDRAWS)] = 0
 
 
 class ExitRules(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -375,6 +382,9 @@ class TurnRequest(msgspec.Struct, frozen=True, kw_only=True):
     #: a new A2A conversation under a context id already used) starts again at turn 1,
     #: and must not look stale to an agent that took turn 3 of the old one.
     epoch: str = ""
+    #: Which draw of this turn this is: the room asks a turn again (``Limits.redraws``)
+    #: when a reply has a fault, and a later draw is a new reply, not a duplicate.
+    draw: int = 0
 
 
 class TurnReply(msgspec.Struct, frozen=True, kw_only=True):

@@ -24,6 +24,7 @@ import msgspec
 
 from mesh.providers._base import ChatMessage
 from mesh.rooms._budget import first_sentence, fit_context, reply_budget, summary_of
+from mesh.rooms._draws import reply_faults
 from mesh.rooms._events import MessageEvent
 from mesh.rooms._model import Awareness, Member, Room, Step, TurnRequest
 from mesh.rooms._policy import TurnPlan
@@ -32,6 +33,7 @@ __all__ = [
     "STEP_INSTRUCTIONS",
     "awareness_of",
     "build_turn_request",
+    "faults_of",
     "opening",
     "perspective_messages",
     "system_prompt",
@@ -58,6 +60,9 @@ STEP_INSTRUCTIONS: Final[dict[Step, str]] = {
         '"{prefix}: meets scope & checklist."); if not, say what remains.'
     ),
 }
+
+#: How far apart the seeds of one turn's draws are: no draw takes another turn's seed.
+_DRAW_SEEDS: Final = 1 << 20
 
 #: How much of the last speaker's message the turn prompt quotes.
 _QUOTE_WORDS: Final = 30
@@ -162,9 +167,18 @@ def _message_prompt(room: Room, last: MessageEvent | None, now: str, size: str) 
 
 
 def build_turn_request(
-    room: Room, transcript: Sequence[MessageEvent], plan: TurnPlan, *, point: str | None = None
+    room: Room,
+    transcript: Sequence[MessageEvent],
+    plan: TurnPlan,
+    *,
+    point: str | None = None,
+    draw: int = 0,
 ) -> TurnRequest:
-    """Everything the speaker of ``plan`` needs to take its turn (on agenda ``point``)."""
+    """Everything the speaker of ``plan`` needs to take its turn (on agenda ``point``).
+
+    ``draw`` counts the times the turn was asked again (``Limits.redraws``); each
+    draw has a seed of its own.
+    """
     return TurnRequest(
         room_id=room.id,
         turn=plan.turn,
@@ -176,10 +190,34 @@ def build_turn_request(
         step=plan.step,
         timeout=room.limits.turn_timeout,
         max_tokens=reply_budget(room, plan.speaker),
-        seed=None if room.seed is None else (room.seed + plan.turn) % 2**31,
+        seed=None if room.seed is None else (room.seed + plan.turn + draw * _DRAW_SEEDS) % 2**31,
         # The same after a restart or a take-over (the room's record keeps it), so a
         # retried turn is still recognised; new when the id is used again.
         epoch=str(room.created_at),
+        draw=draw,
+    )
+
+
+def faults_of(
+    room: Room,
+    transcript: Sequence[MessageEvent],
+    plan: TurnPlan,
+    text: str,
+    *,
+    point: str | None = None,
+) -> tuple[str, ...]:
+    """What is wrong with ``text`` as the reply to ``plan``'s turn (see ``reply_faults``)."""
+    speaker = plan.speaker
+    _, shown = fit_context(room, transcript, speaker)
+    told = system_prompt(room, speaker, plan, transcript, point)
+    if room.mode == "chat":
+        told = f"{told}\n\n{turn_prompt(room, transcript, speaker, point)}"
+    return reply_faults(
+        text,
+        name=speaker.name,
+        instructions=told,
+        subject=(room.topic, point or ""),
+        messages=[message.text for message in shown],
     )
 
 

@@ -246,6 +246,7 @@ def test_the_new_room_form_sets_limits_and_exit_rules(page: Any, daemon: LiveDae
     page.fill("#new-context", "6")
     page.fill("#new-reply-tokens", "80")
     page.fill("#new-context-tokens", "600")
+    page.fill("#new-redraws", "2")
     page.fill("#new-goodbye", "")
     page.fill("#new-threshold", "0.9")
     page.uncheck("#new-no-improvement")
@@ -256,7 +257,7 @@ def test_the_new_room_form_sets_limits_and_exit_rules(page: Any, daemon: LiveDae
     page.select_option("#new-join", "clients")
     # Each new setting says what it does, and a value out of bounds is the daemon's to refuse:
     # its error names the setting and the bound, and the field is marked and focused.
-    for field in ("reply-tokens", "context-tokens", "repetition", "seed"):
+    for field in ("reply-tokens", "context-tokens", "redraws", "repetition", "seed"):
         assert page.inner_text(f"#new-{field}-help").strip()
     page.click("#start")
     page.wait_for_selector("#new-error:has-text('rules.repetition_threshold')")
@@ -277,7 +278,7 @@ def test_the_new_room_form_sets_limits_and_exit_rules(page: Any, daemon: LiveDae
     limits = room["limits"]
     shown = [limits[k] for k in ("max_turns", "max_messages_per_agent", "turn_timeout")]
     assert [*shown, limits["context_messages"]] == [9, 4, 30.0, 6]
-    assert (limits["reply_tokens"], limits["context_tokens"]) == (80, 600)
+    assert (limits["reply_tokens"], limits["context_tokens"], limits["redraws"]) == (80, 600, 2)
     rules = room["rules"]
     assert (rules["goodbye"], rules["convergence_threshold"], rules["no_improvement"]) == (
         None, 0.9, False,

@@ -352,6 +352,7 @@ const SPEC_FIELDS = {
   "$.limits.context_messages": "#new-context",
   "$.limits.reply_tokens": "#new-reply-tokens",
   "$.limits.context_tokens": "#new-context-tokens",
+  "$.limits.redraws": "#new-redraws",
   "$.rules.goodbye": "#new-goodbye",
   "$.rules.verifier": "#new-verifier",
   "$.rules.convergence_threshold": "#new-threshold",
@@ -384,6 +385,7 @@ function newRoomSpec() {
   put(limits, "context_messages", numberOf("#new-context"));
   put(limits, "reply_tokens", numberOf("#new-reply-tokens"));
   put(limits, "context_tokens", numberOf("#new-context-tokens"));
+  put(limits, "redraws", numberOf("#new-redraws"));
   rules.goodbye = $("#new-goodbye").value.trim() || null;
   put(rules, "verifier", $("#new-verifier").value.trim() || null);
   put(rules, "convergence_threshold", numberOf("#new-threshold"));

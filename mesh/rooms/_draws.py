@@ -1,0 +1,118 @@
+"""Which replies a room asks for again: the checks behind ``Limits.redraws``. Pure.
+
+A small model now and then answers with its instructions instead of the
+conversation ("You are Ben. You are talking with Ada. The topic: …"), writes
+about the reply it was asked for ("Your answer should be one sentence"), or
+says again what it is answering. None of these is a failed turn, and the loop
+guard only sees the last kind, after the fact. A room with ``redraws`` set
+checks each reply before it is recorded, and asks the same turn again with
+the next seed while the reply has a fault, at most ``redraws`` times; then it
+keeps the draw with the fewest faults. The checks are lexical, like the
+room's convergence score:
+
+- **addresses itself**: "you are NAME" or "you're NAME", NAME its own name;
+- **recites its instructions**: three or more runs of three words that are in the
+  instructions (the system prompt and the turn prompt) and nowhere in what the
+  member was shown of the conversation (the topic, the point, the messages);
+- **talks about its reply**: "your answer", "the answer is", "a possible response",
+  "one sentence" and the like;
+- **repeats a message**: half or more of its runs of three words are in one
+  message it was shown (its own or another's);
+- **strays from the subject**: not one word of four letters or more (other than
+  the commonest) in common with the topic, the point or the message it answers,
+  comparing the first five letters ("watering" is "water").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+__all__ = ["reply_faults", "unlabelled"]
+
+#: Runs of three words shared with the instructions (and not the conversation) that
+#: make a recital: one or two are a turn of phrase, three are the prompt read back.
+RECITAL_RUNS: Final = 3
+#: The share of a reply's runs found in one shown message that makes it a repeat.
+REPEAT_SHARE: Final = 0.5
+
+_WORD = re.compile(r"[\w']+")
+#: Words too common to say what a message is about (those of four letters or more).
+_COMMON: Final = frozenset(
+    "about also been because being could does doing don't each even from have here i'll "
+    "i'm into it's just know like make many more most much must only other really right "
+    "said same should some such sure than that that's their them then there these they "
+    "thing think this those though very want well were what when where which while will "
+    "with would yeah your you're yours agree disagree point".split()
+)
+#: Words compared by their first letters: "vegetable" and "vegetables", "water" and "watering".
+_STEM: Final = 5
+_ABOUT_REPLY = re.compile(
+    r"\b(?:your|my) (?:answer|reply|response)\b"
+    r"|\bthe (?:answer|response) (?:is|will be|should be)\b"
+    r"|\bpossible (?:answer|reply|response)\b"
+    r"|\banswer (?:it|this|the question) correctly\b"
+    r"|\b(?:one|a|two|three|full|short|single) sentences?\b"
+    r"|\bjustification:"
+    r"|\bword (?:count|limit)\b",
+    re.IGNORECASE,
+)
+
+
+def reply_faults(
+    text: str,
+    *,
+    name: str,
+    instructions: str,
+    subject: Sequence[str],
+    messages: Sequence[str],
+) -> tuple[str, ...]:
+    """What is wrong with ``text`` as ``name``'s next message (empty: nothing).
+
+    ``instructions`` is what the member was told (its system and turn prompts),
+    ``subject`` what the conversation is about (the topic, the point) and
+    ``messages`` the messages it was shown.
+    """
+    shown = (*subject, *messages)
+    faults: list[str] = []
+    if re.search(rf"\byou(?:'re|\u2019re| are) {re.escape(name)}\b", text, re.IGNORECASE):
+        faults.append("addresses itself")
+    runs = _runs(text)
+    seen = set().union(*(_runs(part) for part in shown)) if shown else set()
+    if len((runs & _runs(instructions)) - seen) >= RECITAL_RUNS:
+        faults.append("recites its instructions")
+    if _ABOUT_REPLY.search(text) and not any(_ABOUT_REPLY.search(part) for part in shown):
+        faults.append("talks about its reply")
+    if runs and any(len(runs & _runs(part)) >= REPEAT_SHARE * len(runs) for part in messages):
+        faults.append("repeats a message")
+    about = set().union(*(_stems(part) for part in (*subject, *messages[-1:])))
+    if about and not _stems(text) & about:
+        faults.append("strays from the subject")
+    return tuple(faults)
+
+
+def unlabelled(text: str, name: str) -> str:
+    """``text`` without a leading label of its speaker's own name ("Ben: …" from Ben).
+
+    A model that has read a transcript of ``Name: message`` lines sometimes writes
+    its own reply the same way; the room already says who speaks.
+    """
+    label = re.match(rf"\s*\**{re.escape(name)}\**\s*:\s*", text, re.IGNORECASE)
+    return text[label.end() :] if label and label.end() < len(text) else text
+
+
+def _stems(text: str) -> set[str]:
+    """The words of ``text`` that say what it is about, by their first letters."""
+    words = _WORD.findall(text.casefold())
+    return {word[:_STEM] for word in words if len(word) >= 4 and word not in _COMMON}
+
+
+def _runs(text: str) -> set[tuple[str, ...]]:
+    """The runs of three words in ``text`` (case folded)."""
+    words = _WORD.findall(text.casefold())
+    return set(_triples(words))
+
+
+def _triples(words: Sequence[str]) -> Iterable[tuple[str, ...]]:
+    return (tuple(words[i : i + 3]) for i in range(len(words) - 2))

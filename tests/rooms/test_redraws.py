@@ -1,0 +1,280 @@
+"""Redraws: a reply that recites its prompt, addresses itself, talks about its reply or
+repeats a message is asked for again (``Limits.redraws``), and the room keeps the first
+draw without a fault, else the one with the fewest. The faulty replies below are ones the
+demo's 135 M model really wrote. On both backends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import msgspec
+import pytest
+
+from mesh.agents.persona import _Seat, admit
+from mesh.rooms import (
+    DeltaEvent,
+    InvalidRoomSpec,
+    Limits,
+    Member,
+    MessageEvent,
+    RoomManager,
+    RoomSpec,
+    TurnReply,
+    TurnRequest,
+    decode_room_spec,
+)
+from mesh.rooms._draws import reply_faults, unlabelled
+from mesh.rooms._engine import Journal, RoomRunner, report_delta
+from mesh.rooms._perspective import build_turn_request
+from mesh.rooms._policy import next_turn
+from mesh.rooms._state import RoomState
+from registry import AgentId
+
+from ._helpers import GUARD, Recorder, clock, make_room, persona_agent
+
+TOPIC = "Is it worth growing your own vegetables on a small city balcony?"
+POINT = "What about pests: pigeons, aphids and snails?"
+GOOD = "Pigeons took the lettuce on my balcony twice, so I put a net over the pots."
+INSTRUCTIONS = (
+    "You are Ben. You are talking with Ada.\n\nThe topic: " + TOPIC + "\n\nReply with your "
+    "next message only, in your own voice, building on what was said. When the conversation "
+    'has reached its natural end, finish your message with the word "Goodbye".'
+)
+
+
+def faults(text: str, *, name: str = "Ben", messages: tuple[str, ...] = (GOOD,)) -> set[str]:
+    found = reply_faults(
+        text, name=name, instructions=INSTRUCTIONS, subject=(TOPIC, POINT), messages=messages
+    )
+    return set(found)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "You are Ben. You're talking with Ada. The conversation: Is it worth growing your "
+            "own vegetables on a small city balcony?",
+            {"addresses itself", "recites its instructions"},
+        ),
+        (
+            "Your answer should be: You can use a sentence.",
+            {"talks about its reply", "strays from the subject"},
+        ),
+        ("Here's a possible response: the pots cost more.", {"talks about its reply"}),
+        ("I think the answer is: not enough sun on a balcony.", {"talks about its reply"}),
+        ("I have no idea.", {"strays from the subject"}),
+        ("Ben, you've got it. Well done!", {"strays from the subject"}),
+        # A word of the point, the topic or the message it answers is enough.
+        ("A net keeps the birds off.", {"strays from the subject"}),
+        ("A net keeps the pigeon off.", set()),
+        ("Lettuce is cheap at the market.", set()),
+        (
+            "Reply with your next message only, in your own voice, building on what was said.",
+            {"recites its instructions", "strays from the subject"},
+        ),
+        (
+            "Pigeons took the lettuce on my balcony twice, so I put a net over the pots!",
+            {"repeats a message"},
+        ),
+        # Restating the topic or the point is not reciting: it is what they talk about.
+        ("Snails are worse than pigeons: they eat the basil at night.", set()),
+        ("It is worth growing your own vegetables on a small city balcony, net or not.", set()),
+        # Another's name after "you are" is talk, not a recital of one's own prompt.
+        ("You are Ada, the one with the pigeons: a net costs money too.", set()),
+    ],
+)
+def test_each_fault_is_found_and_a_good_reply_has_none(text: str, expected: set[str]) -> None:
+    assert faults(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("Ben: The nets cost money.", "The nets cost money."),
+        ("**ben** :  The nets cost money.", "The nets cost money."),
+        ("Ada: you forgot the nets.", "Ada: you forgot the nets."),  # talking to Ada
+        ("Ben:", "Ben:"),  # nothing after the label: left as it is
+        ("Bend the stems: they grow back.", "Bend the stems: they grow back."),
+    ],
+)
+def test_a_label_of_the_speakers_own_name_is_taken_off(text: str, kept: str) -> None:
+    assert unlabelled(text, "Ben") == kept
+
+
+def test_a_format_word_the_conversation_itself_used_is_not_a_fault() -> None:
+    said = ("Can you say in one sentence what the net cost?",)
+    assert faults("In one sentence: the net cost four euros.", messages=said) == set()
+
+
+def test_admit_answers_a_later_draw_afresh_and_an_earlier_one_from_the_seat() -> None:
+    answered = _Seat(turn=3, draw=0, reply=TurnReply(room_id="r", turn=3, text="x"), busy=False)
+    assert admit(answered, 3, 1) == "speak"
+    assert admit(answered, 3, 0) == "replay"
+    assert admit(_Seat(turn=3, draw=0, busy=True), 3, 1) == "busy"
+    redrawn = _Seat(turn=3, draw=2, reply=TurnReply(room_id="r", turn=3, text="y"), busy=False)
+    # A room restarted mid-turn asks draw 0 again: it gets the last draw, not a new one.
+    assert admit(redrawn, 3, 0) == "replay"
+    assert admit(redrawn, 2, 5) == "stale"
+
+
+class Live(Recorder):
+    """A recorder that also keeps what is only shown live (the ``DELTA`` events)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: list[DeltaEvent] = []
+
+    def show(self, event: object) -> None:
+        assert isinstance(event, DeltaEvent)
+        self.live.append(event)
+
+
+class Draws:
+    """Answers each member from its own list, one line a request (a draw is a request)."""
+
+    def __init__(self, **scripts: tuple[str, ...]) -> None:
+        self._left = {agent: list(lines) for agent, lines in scripts.items()}
+        self.requests: list[TurnRequest] = []
+
+    async def __call__(self, agent_id: str, request: TurnRequest) -> TurnReply:
+        await anyio.lowlevel.checkpoint()
+        self.requests.append(request)
+        return TurnReply(
+            room_id=request.room_id, turn=request.turn, text=self._left[agent_id].pop(0)
+        )
+
+
+async def run_room(redraws: int, speak: Draws) -> Live:
+    room = make_room(
+        "ada", "ben", topic=TOPIC, limits=Limits(max_turns=2, retry_delay=0, redraws=redraws)
+    )
+    room = msgspec.structs.replace(room, seed=40)
+    live = Live()
+    log = Journal(
+        RoomState(room=room), live.record, live.publish, clock=clock(), publish_live=live.show
+    )
+    with anyio.fail_after(GUARD):
+        await RoomRunner(log, speak).run()
+    return live
+
+
+SELF = "You are Ada. You are talking with Ben. The topic: " + TOPIC
+ABOUT = "Your answer should be one sentence about the pots."
+NETS = "Nets cost money, and who waters the pots in August?"
+
+
+@pytest.mark.anyio
+async def test_a_faulty_reply_is_drawn_again_and_the_good_draw_is_kept() -> None:
+    speak = Draws(ada=(SELF, GOOD), ben=("Ben: " + NETS,))
+    live = await run_room(2, speak)
+    assert [m.text for m in live.messages()] == [GOOD, NETS]  # Ben's own label taken off
+    opened = [(d.agent_id, d.turn, d.redraw) for d in live.live if d.text == ""]
+    assert opened == [
+        ("ada", 1, ""),
+        ("ada", 1, "addresses itself; recites its instructions"),
+        ("ben", 2, ""),
+    ]
+    # The draw is the same turn, marked as a new draw, with a seed of its own.
+    first, again, _ = speak.requests
+    assert (first.turn, first.draw, again.turn, again.draw) == (1, 0, 1, 1)
+    assert first.seed is not None and again.seed is not None and first.seed != again.seed
+    assert again.messages == first.messages and again.system == first.system
+
+
+@pytest.mark.anyio
+async def test_when_every_draw_has_a_fault_the_one_with_the_fewest_is_kept() -> None:
+    worst = "You are Ada. Your answer should be one sentence."  # two faults
+    speak = Draws(ada=(worst, ABOUT, worst), ben=(NETS,))
+    live = await run_room(2, speak)
+    assert live.messages()[0].text == ABOUT
+    assert [r.draw for r in speak.requests if r.agent_id == "ada"] == [0, 1, 2]
+
+
+@pytest.mark.anyio
+async def test_without_redraws_every_reply_is_kept_as_it_comes() -> None:
+    speak = Draws(ada=(SELF, GOOD), ben=(NETS,))
+    live = await run_room(0, speak)
+    assert live.messages()[0].text == SELF
+    assert [r.agent_id for r in speak.requests] == ["ada", "ben"]
+    assert all(d.redraw == "" for d in live.live)
+
+
+@pytest.mark.anyio
+async def test_a_persona_answers_a_later_draw_with_a_new_reply() -> None:
+    """The real persona agent: draw 1 of an answered turn asks its model again."""
+    ada = persona_agent("ada", "first", "second")
+    room = make_room("ada", "ben", topic=TOPIC)
+    plan = next_turn(room, ())
+    assert plan is not None
+    request = build_turn_request(room, (), plan)
+    first = await ada.take_turn(request)
+    again = await ada.take_turn(msgspec.structs.replace(request, draw=1))
+    replayed = await ada.take_turn(request)
+    assert (first.status, again.status, replayed.status) == ("spoken", "spoken", "replayed")
+    assert len(ada.provider.calls) == 2  # type: ignore[attr-defined]
+    assert replayed.text == again.text
+
+
+class Streamed(Draws):
+    """:class:`Draws`, each reply streamed in two pieces, once the watcher is there."""
+
+    def __init__(self, **scripts: tuple[str, ...]) -> None:
+        super().__init__(**scripts)
+        self.go = anyio.Event()
+
+    async def __call__(self, agent_id: str, request: TurnRequest) -> TurnReply:
+        await self.go.wait()
+        reply = await super().__call__(agent_id, request)
+        half = len(reply.text) // 2
+        report_delta(reply.text[:half])
+        report_delta(reply.text[half:])
+        return reply
+
+
+async def describe(agent_id: str) -> Member:
+    return Member(id=AgentId(agent_id), name=agent_id.capitalize(), role="participant")
+
+
+@pytest.mark.anyio
+async def test_a_watcher_sees_the_draw_open_the_turn_again_and_stream_afresh(
+    tmp_path: Path,
+) -> None:
+    speak = Streamed(ada=(SELF, GOOD), ben=(NETS,))
+    spec = RoomSpec(
+        topic=TOPIC, members=("ada", "ben"), limits=Limits(max_turns=2, retry_delay=0, redraws=1)
+    )
+    async with RoomManager(tmp_path, speak=speak, describe=describe) as rooms:
+        room = await rooms.create(spec)
+        seen: list[tuple[str, str, int, str]] = []
+        with anyio.fail_after(GUARD):
+            async with rooms.subscribe_live(room.id) as events:
+                speak.go.set()
+                async for event in events:
+                    if isinstance(event, DeltaEvent):
+                        seen.append(("DELTA", event.agent_id, event.at, event.text or event.redraw))
+                    elif isinstance(event, MessageEvent):
+                        seen.append(("MESSAGE", event.agent_id, event.turn, event.text))
+    why = "addresses itself; recites its instructions"
+    assert (
+        seen[:7]
+        == [
+            ("DELTA", "ada", 0, ""),
+            ("DELTA", "ada", 0, SELF[: len(SELF) // 2]),
+            ("DELTA", "ada", len(SELF) // 2, SELF[len(SELF) // 2 :]),
+            ("DELTA", "ada", 0, why),  # the turn opens again: what came before is set aside
+            ("DELTA", "ada", 0, GOOD[: len(GOOD) // 2]),
+            ("DELTA", "ada", len(GOOD) // 2, GOOD[len(GOOD) // 2 :]),
+            ("MESSAGE", "ada", 1, GOOD),
+        ]
+    )
+
+
+def test_redraws_are_bounded_with_a_clear_error() -> None:
+    spec = {"topic": "t", "members": ["a", "b"], "limits": {"redraws": 6}}
+    with pytest.raises(InvalidRoomSpec, match="redraws"):
+        decode_room_spec(msgspec.json.encode(spec))
+    assert decode_room_spec(msgspec.json.encode({**spec, "limits": {"redraws": 5}})).limits
+    assert RoomSpec(topic="t", members=("a", "b")).limits.redraws == 0
