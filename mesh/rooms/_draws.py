@@ -40,11 +40,13 @@ REPEAT_SHARE: Final = 0.5
 _WORD = re.compile(r"[\w']+")
 #: Words too common to say what a message is about (those of four letters or more).
 _COMMON: Final = frozenset(
-    "about also been because being could does doing don't each even from have here i'll "
-    "i'm into it's just know like make many more most much must only other really right "
-    "said same should some such sure than that that's their them then there these they "
-    "thing think this those though very want well were what when where which while will "
-    "with would yeah your you're yours agree disagree point".split()
+    _WORD.findall(
+        "about also been because being could does doing don't each even from have here "
+        "i'll i'm into it's just know like make many more most much must only other "
+        "really right said same should some such sure than that that's their them then "
+        "there these they thing think this those though very want well were what when "
+        "where which while will with would yeah your you're yours agree disagree point"
+    )
 )
 #: Words compared by their first letters: "vegetable" and "vegetables", "water" and "watering".
 _STEM: Final = 5
@@ -52,6 +54,10 @@ _ABOUT_REPLY = re.compile(
     r"\b(?:your|my) (?:answer|reply|response)\b"
     r"|\bthe (?:answer|response) (?:is|will be|should be)\b"
     r"|\bpossible (?:answer|reply|response)\b"
+    r"|\bthe answer to (?:my|your|the|this) question\b"
+    r"|\bhere(?:'s| is) (?:the|a|my) (?:corrected |revised |new )?"
+    r"(?:message|reply|response|answer)\b"
+    r"|\bthe question has been\b"
     r"|\banswer (?:it|this|the question) correctly\b"
     r"|\b(?:one|a|two|three|full|short|single) sentences?\b"
     r"|\bjustification:"

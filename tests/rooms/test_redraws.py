@@ -65,6 +65,11 @@ def faults(text: str, *, name: str = "Ben", messages: tuple[str, ...] = (GOOD,))
         ),
         ("Here's a possible response: the pots cost more.", {"talks about its reply"}),
         ("I think the answer is: not enough sun on a balcony.", {"talks about its reply"}),
+        (
+            "Here's the corrected message: snails eat the balcony lettuce.",
+            {"talks about its reply"},
+        ),
+        ("The answer to your question is: the balcony is too small.", {"talks about its reply"}),
         ("I have no idea.", {"strays from the subject"}),
         ("Ben, you've got it. Well done!", {"strays from the subject"}),
         # A word of the point, the topic or the message it answers is enough.
