@@ -273,6 +273,9 @@ class RoomSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
     def __post_init__(self) -> None:
         check_agenda(self.agenda, self.mode)
+        if self.limits.redraws and self.mode != "chat":
+            # The checks judge conversation; a review's code and critiques are other texts.
+            raise ValueError("redraws are for a chat; a review's verifier judges its replies")
         ids = self.member_ids()
         if len(ids) < 2:
             raise ValueError("a room needs at least two members")

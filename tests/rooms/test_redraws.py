@@ -283,3 +283,6 @@ def test_redraws_are_bounded_with_a_clear_error() -> None:
         decode_room_spec(msgspec.json.encode(spec))
     assert decode_room_spec(msgspec.json.encode({**spec, "limits": {"redraws": 5}})).limits
     assert RoomSpec(topic="t", members=("a", "b")).limits.redraws == 0
+    review = {**spec, "mode": "review", "limits": {"redraws": 1}}
+    with pytest.raises(InvalidRoomSpec, match="redraws are for a chat"):
+        decode_room_spec(msgspec.json.encode(review))
