@@ -18,6 +18,7 @@ room's convergence score:
   "one sentence" and the like;
 - **repeats a message**: half or more of its runs of three words are in one
   message it was shown (its own or another's);
+- **is cut off**: its budget cut it with no sentence to end on (it ends with ``…``);
 - **strays from the subject**: not one word of four letters or more (other than
   the commonest) in common with the topic, the point or the message it answers,
   comparing the first five letters ("watering" is "water").
@@ -28,6 +29,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from typing import Final
+
+from mesh.rooms._budget import CUT_MARK
 
 __all__ = ["reply_faults", "unlabelled"]
 
@@ -90,6 +93,8 @@ def reply_faults(
         faults.append("recites its instructions")
     if _ABOUT_REPLY.search(text) and not any(_ABOUT_REPLY.search(part) for part in shown):
         faults.append("talks about its reply")
+    if text.rstrip().endswith(CUT_MARK):
+        faults.append("is cut off")
     if runs and any(len(runs & _runs(part)) >= REPEAT_SHARE * len(runs) for part in messages):
         faults.append("repeats a message")
     about = set().union(*(_stems(part) for part in (*subject, *messages[-1:])))
@@ -98,13 +103,15 @@ def reply_faults(
     return tuple(faults)
 
 
-def unlabelled(text: str, name: str) -> str:
-    """``text`` without a leading label of its speaker's own name ("Ben: …" from Ben).
+def unlabelled(text: str, names: Sequence[str]) -> str:
+    """``text`` without a leading label of a member's name ("Ben: …").
 
     A model that has read a transcript of ``Name: message`` lines sometimes writes
-    its own reply the same way; the room already says who speaks.
+    its own reply the same way, under its own name or the one it answers; the room
+    already says who speaks, and to whom.
     """
-    label = re.match(rf"\s*\**{re.escape(name)}\**\s*:\s*", text, re.IGNORECASE)
+    pattern = "|".join(re.escape(name) for name in names if name)
+    label = re.match(rf"\s*\**(?:{pattern})\**\s*:\s*", text, re.IGNORECASE) if pattern else None
     return text[label.end() :] if label and label.end() < len(text) else text
 
 

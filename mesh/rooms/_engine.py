@@ -424,10 +424,11 @@ class RoomRunner:
         Each draw goes to the speaker as the same turn with the next ``draw`` (and
         seed); the first without a fault is kept, else the one with the fewest. A draw
         that fails keeps the best so far: the turn itself was answered. A draw that opens
-        with its speaker's own name as a label ("Ben: …") has it taken off first.
+        with a member's name as a label ("Ben: …") has it taken off first.
         """
         room = self._room
-        text = unlabelled(text, plan.speaker.name)
+        names = [member.name for member in room.members]
+        text = unlabelled(text, names)
         faults = faults_of(room, transcript, plan, text, point=point)
         best = (len(faults), text)
         for draw in range(1, room.limits.redraws + 1):
@@ -439,7 +440,7 @@ class RoomRunner:
             again, _, _ = await self._attempt(request, redraw=why)
             if again is None:
                 break
-            again = unlabelled(again, plan.speaker.name)
+            again = unlabelled(again, names)
             faults = faults_of(room, transcript, plan, again, point=point)
             best = min(best, (len(faults), again), key=lambda drawn: drawn[0])
         return best[1]

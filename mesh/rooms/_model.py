@@ -179,8 +179,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     moves it on). ``redraws`` is how many times a reply with a fault (it recites its
     instructions, addresses itself, talks about its reply, or repeats a message; see
     ``docs/rooms.md``) is asked for again, with the next seed, before the room keeps
-    the draw with the fewest faults, less any label of its own name ("Ben: …") it opens
-    with (0: every reply is kept as it comes).
+    the draw with the fewest faults, less any label of a member's name ("Ben: …") it
+    opens with (0: every reply is kept as it comes).
     """
 
     max_turns: _Count | None = None

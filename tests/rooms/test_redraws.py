@@ -71,6 +71,7 @@ def faults(text: str, *, name: str = "Ben", messages: tuple[str, ...] = (GOOD,))
         ),
         ("The answer to your question is: the balcony is too small.", {"talks about its reply"}),
         ("I have no idea.", {"strays from the subject"}),
+        ("Pigeons and snails eat the balcony…", {"is cut off"}),
         ("Ben, you've got it. Well done!", {"strays from the subject"}),
         # A word of the point, the topic or the message it answers is enough.
         ("A net keeps the birds off.", {"strays from the subject"}),
@@ -100,13 +101,14 @@ def test_each_fault_is_found_and_a_good_reply_has_none(text: str, expected: set[
     [
         ("Ben: The nets cost money.", "The nets cost money."),
         ("**ben** :  The nets cost money.", "The nets cost money."),
-        ("Ada: you forgot the nets.", "Ada: you forgot the nets."),  # talking to Ada
+        ("Ada: you forgot the nets.", "you forgot the nets."),  # the one it answers
+        ("Carl: you forgot the nets.", "Carl: you forgot the nets."),  # not in the room
         ("Ben:", "Ben:"),  # nothing after the label: left as it is
         ("Bend the stems: they grow back.", "Bend the stems: they grow back."),
     ],
 )
-def test_a_label_of_the_speakers_own_name_is_taken_off(text: str, kept: str) -> None:
-    assert unlabelled(text, "Ben") == kept
+def test_a_label_of_a_members_name_is_taken_off(text: str, kept: str) -> None:
+    assert unlabelled(text, ["Ada", "Ben"]) == kept
 
 
 def test_a_format_word_the_conversation_itself_used_is_not_a_fault() -> None:
