@@ -63,7 +63,8 @@ AGENDA: Final = (
     "Do vegetables from a balcony really taste better?",
 )
 #: Messages on one point before the room moves on (the two take turns opening a point):
-#: the loop guard moves it on sooner when they go round.
+#: the loop guard moves it on sooner when they go round. After the last point the room
+#: ends, inside the turn limit (20): the agenda done is the reason it stops.
 TURNS_PER_POINT: Final = 3
 
 _PROMPTS: Final = {
@@ -152,7 +153,7 @@ def room_spec(
 
 
 async def run_demo(
-    max_turns: int = 15,
+    max_turns: int = 20,
     seed: int | None = None,
     *,
     reply_tokens: int | None = REPLY_TOKENS,
@@ -242,7 +243,7 @@ async def _print_live(rooms: RoomManager, room_id: str) -> tuple[int, list[float
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mesh.demo.llm", description=__doc__)
-    parser.add_argument("--turns", type=int, default=15, help="the room's turn limit")
+    parser.add_argument("--turns", type=int, default=20, help="the room's turn limit")
     parser.add_argument("--seed", type=int, help="replay a run (default: a new seed, printed)")
     parser.add_argument(
         "--reply-tokens", type=int, default=REPLY_TOKENS, help="a reply's budget (0: none)"
