@@ -234,7 +234,7 @@ class RoomRunner:
         self.turn_open: tuple[Member, int] | None = None
         self._written = ""  # the reply in flight so far, for an observer arriving mid-reply
         self._opened_at = 0  # when the turn in flight opened (epoch ms)
-        self._redraw = ""  # why the turn in flight was asked again, if it was
+        self._draw = (0, "")  # the draw of the turn in flight, and why it was asked again
         self._deadline: int | None = None  # when a person's turn in flight times out
         self._passed: frozenset[str] = frozenset()  # a person who passed: not asked next
 
@@ -454,7 +454,8 @@ class RoomRunner:
         """
         speaker = self._room.member(request.agent_id)
         self.turn_open, self._deadline = (speaker, request.turn), None
-        self._delta(speaker, request.turn, "", redraw=redraw)  # the turn has begun
+        self._draw = (request.draw, redraw)
+        self._delta(speaker, request.turn, "")  # the turn has begun
         token = _DELTAS.set(partial(self._delta, speaker, request.turn))
         try:
             with (
@@ -502,15 +503,13 @@ class RoomRunner:
             seq=self._state.last_seq,
             timestamp=self._opened_at,
             deadline=self._deadline,
-            redraw=self._redraw,
         )
 
-    def _delta(self, member: Member, turn: int, text: str, *, redraw: str = "") -> None:
+    def _delta(self, member: Member, turn: int, text: str) -> None:
         if not text:  # the turn opens
-            self._written, self._opened_at, self._redraw = "", self._journal.now(), redraw
+            self._written, self._opened_at = "", self._journal.now()
             event = self._delta_event(member, turn, "")
-            opened = msgspec.structs.replace(event, deadline=self._deadline, redraw=redraw)
-            self._journal.broadcast(opened)
+            self._journal.broadcast(msgspec.structs.replace(event, deadline=self._deadline))
             return
         at = len(self._written)
         self._written += text
@@ -519,6 +518,7 @@ class RoomRunner:
         )
 
     def _delta_event(self, member: Member, turn: int, text: str) -> DeltaEvent:
+        draw, redraw = self._draw
         return DeltaEvent(
             room_id=self._room.id,
             agent_id=member.id,
@@ -526,6 +526,8 @@ class RoomRunner:
             role=member.role,
             turn=turn,
             text=text,
+            draw=draw,
+            redraw=redraw,
         )
 
     def _message(self, request: TurnRequest, agent_id: str, text: str) -> MessageEvent:
@@ -600,7 +602,7 @@ class RoomRunner:
         """Wait for a person's message; record it, or skip them, or pause, at the deadline."""
         member, people = plan.speaker, self._room.people
         timeout = min(people.turn_timeout, self._person_wait or people.turn_timeout)
-        self.turn_open = (member, plan.turn)
+        self.turn_open, self._draw = (member, plan.turn), (0, "")
         self._deadline = self._journal.now() + round(timeout * 1000)
         self._delta(member, plan.turn, "")  # the turn is theirs: pages show "your turn"
         text: str | Passed | None = None

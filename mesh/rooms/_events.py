@@ -149,14 +149,15 @@ class DeltaEvent(_Event, frozen=True, kw_only=True, tag="DELTA"):
     milliseconds). ``at`` is where ``text`` starts in the reply, so a reader
     can place each piece exactly: an observer arriving mid-reply is sent the
     reply so far as one piece at 0, and pieces it then gets twice land on the
-    same place. A turn the room asks again (``Limits.redraws``) opens again, with
-    ``redraw`` saying what was wrong with the reply it set aside.
+    same place. A turn the room asks again (``Limits.redraws``) opens again, as ``draw``
+    1, 2, …, with ``redraw`` saying what was wrong with the reply it set aside.
     """
 
     turn: int
     text: str
     at: int = 0
     deadline: int | None = None
+    draw: int = 0
     redraw: str = ""
 
 

@@ -61,7 +61,7 @@ class RoomEvents(Generic[E]):
         self._history: deque[LiveEvent] = deque()
         self._last = since
         self._finished = False
-        self._opened: tuple[str, int, str] | None = None  # the last turn opening yielded
+        self._opened: tuple[str, int, int] | None = None  # the last turn opening yielded
 
     def add_history(self, events: Iterable[RoomEvent]) -> None:
         """Queue recorded events to yield before the live ones (older than ``since`` skipped)."""
@@ -85,9 +85,9 @@ class RoomEvents(Generic[E]):
         event = self._history.popleft() if self._history else await self._next_live()
         while isinstance(event, DeltaEvent) and not event.text:
             # A turn's opening, once: an observer arriving mid-turn may get it twice. A
-            # draw again of the turn (``redraw``) opens it anew.
-            if self._opened != (event.agent_id, event.turn, event.redraw):
-                self._opened = (event.agent_id, event.turn, event.redraw)
+            # draw again of the turn (``draw``) opens it anew.
+            if self._opened != (event.agent_id, event.turn, event.draw):
+                self._opened = (event.agent_id, event.turn, event.draw)
                 return cast(E, event)
             event = self._history.popleft() if self._history else await self._next_live()
         if isinstance(event, DeltaEvent):

@@ -246,37 +246,42 @@ async def describe(agent_id: str) -> Member:
 
 
 @pytest.mark.anyio
-async def test_a_watcher_sees_the_draw_open_the_turn_again_and_stream_afresh(
+async def test_a_watcher_sees_each_draw_open_the_turn_again_and_stream_afresh(
     tmp_path: Path,
 ) -> None:
-    speak = Streamed(ada=(SELF, GOOD), ben=(NETS,))
-    spec = RoomSpec(
-        topic=TOPIC, members=("ada", "ben"), limits=Limits(max_turns=2, retry_delay=0, redraws=1)
-    )
+    again = SELF.replace("Ben.", "Ben, on a balcony.")  # the same faults as the first draw
+    speak = Streamed(ada=(SELF, again, GOOD), ben=(NETS,))
+    limits = Limits(max_turns=2, retry_delay=0, redraws=2)
+    spec = RoomSpec(topic=TOPIC, members=("ada", "ben"), limits=limits)
     async with RoomManager(tmp_path, speak=speak, describe=describe) as rooms:
         room = await rooms.create(spec)
-        seen: list[tuple[str, str, int, str]] = []
+        seen: list[tuple[object, ...]] = []
         with anyio.fail_after(GUARD):
             async with rooms.subscribe_live(room.id) as events:
                 speak.go.set()
                 async for event in events:
                     if isinstance(event, DeltaEvent):
-                        seen.append(("DELTA", event.agent_id, event.at, event.text or event.redraw))
+                        seen.append((event.draw, event.at, event.text or event.redraw))
                     elif isinstance(event, MessageEvent):
-                        seen.append(("MESSAGE", event.agent_id, event.turn, event.text))
+                        seen.append(("MESSAGE", event.turn, event.text))
     why = "addresses itself; recites its instructions"
+    half, rest = len(SELF) // 2, len(again) // 2
     assert (
-        seen[:7]
+        seen[:10]
         == [
-            ("DELTA", "ada", 0, ""),
-            ("DELTA", "ada", 0, SELF[: len(SELF) // 2]),
-            ("DELTA", "ada", len(SELF) // 2, SELF[len(SELF) // 2 :]),
-            ("DELTA", "ada", 0, why),  # the turn opens again: what came before is set aside
-            ("DELTA", "ada", 0, GOOD[: len(GOOD) // 2]),
-            ("DELTA", "ada", len(GOOD) // 2, GOOD[len(GOOD) // 2 :]),
-            ("MESSAGE", "ada", 1, GOOD),
+            (0, 0, ""),
+            (0, 0, SELF[:half]),
+            (0, half, SELF[half:]),
+            (1, 0, why),  # the turn opens again: what came before is set aside
+            (1, 0, again[:rest]),
+            (1, rest, again[rest:]),
+            (2, 0, why),  # and again, for the same fault: each draw opens it
+            (2, 0, GOOD[: len(GOOD) // 2]),
+            (2, len(GOOD) // 2, GOOD[len(GOOD) // 2 :]),
+            ("MESSAGE", 1, GOOD),
         ]
     )
+    assert seen[10] == (0, 0, "")  # Ben's turn is a first draw again
 
 
 def test_redraws_are_bounded_with_a_clear_error() -> None:
