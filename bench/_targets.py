@@ -270,12 +270,13 @@ def _mcp(f: _Figures) -> Iterator[Check]:
         ("mesh-mcp-serve", "mcp-server-raw", "stdio"),
         ("mesh-mcp-http", "mcp-server-http", "HTTP"),
     ):
-        for mode in ("sequential", "inflight64"):
-            for backend in BACKENDS:
-                ratio = f.ratio(mine, theirs, mode, backend, "calls_per_s")
-                yield Check(
-                    f"MCP serving / MCPServer, {wire} {mode}", backend, ratio, 5.0, True, "x"
-                )
+        # 5x the SDK's server is asked with 64 in flight; one call at a time is bounded by
+        # the process hops it crosses, so it is judged against their raw relay below.
+        for backend in BACKENDS:
+            ratio = f.ratio(mine, theirs, "inflight64", backend, "calls_per_s")
+            yield Check(
+                f"MCP serving / MCPServer, {wire} inflight64", backend, ratio, 5.0, True, "x"
+            )
     for mine, floor, wire in (
         ("mesh-mcp-serve", "mcp-relay-raw", "stdio"),
         ("mesh-mcp-http", "mcp-relay-http-raw", "HTTP"),

@@ -94,3 +94,23 @@ def test_cluster_latencies_add_sequentially_and_times_per_call_add_in_flight() -
     text = format_targets(report)
     assert "1 held, 1 missed" in text
     assert "MISSED" in text
+
+
+def test_mcp_serving_is_asked_5x_the_sdk_in_flight_and_its_relay_floor_one_at_a_time() -> None:
+    rows = [
+        _row(scenario, mode, "asyncio", calls_per_s=rate)
+        for scenario, mode, rate in (
+            ("mesh-mcp-serve", "sequential", 900),
+            ("mcp-server-raw", "sequential", 400),
+            ("mcp-relay-raw", "sequential", 1_000),
+            ("mesh-mcp-serve", "inflight64", 3_000),
+            ("mcp-server-raw", "inflight64", 500),
+        )
+    ]
+    checks = _checks({"results": rows})
+    assert checks["MCP serving / MCPServer, stdio inflight64", "asyncio"].value == 6.0
+    # One call at a time crosses three process hops: 2.25x the SDK says nothing of the mesh;
+    # 0.9x the raw relay of the same hops does.
+    assert ("MCP serving / MCPServer, stdio sequential", "asyncio") not in checks
+    floor = checks["MCP serving / raw relay of its hops, stdio sequential", "asyncio"]
+    assert floor.value == 0.9 and floor.holds is True
