@@ -56,7 +56,17 @@ WINGS = (
 #: over the table of rooms in memory, its face, and the package's public names.
 ROOMS = {
     **dict.fromkeys(
-        ("_errors", "_model", "_events", "_state", "_policy", "_rules", "_budget", "_perspective"),
+        (
+            "_errors",
+            "_model",
+            "_events",
+            "_state",
+            "_policy",
+            "_rules",
+            "_budget",
+            "_draws",
+            "_perspective",
+        ),
         1,
     ),
     **dict.fromkeys(("_roles", "_render", "_people", "_replica", "_observe"), 1),
