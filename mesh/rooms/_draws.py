@@ -61,6 +61,7 @@ _ABOUT_REPLY = re.compile(
     r"|\bhere(?:'s| is) (?:the|a|my) (?:corrected |revised |new )?"
     r"(?:message|reply|response|answer)\b"
     r"|\bthe question has been\b"
+    r"|\banswer [A-Z]\w*:"
     r"|\banswer (?:it|this|the question) correctly\b"
     r"|\b(?:one|a|two|three|full|short|single) sentences?\b"
     r"|\bjustification:"
