@@ -119,11 +119,15 @@ def test_a_format_word_the_conversation_itself_used_is_not_a_fault() -> None:
 
 
 def test_admit_answers_a_later_draw_afresh_and_an_earlier_one_from_the_seat() -> None:
-    answered = _Seat(turn=3, draw=0, reply=TurnReply(room_id=RoomId("r"), turn=3, text="x"), busy=False)
+    answered = _Seat(
+        turn=3, draw=0, reply=TurnReply(room_id=RoomId("r"), turn=3, text="x"), busy=False
+    )
     assert admit(answered, 3, 1) == "speak"
     assert admit(answered, 3, 0) == "replay"
     assert admit(_Seat(turn=3, draw=0, busy=True), 3, 1) == "busy"
-    redrawn = _Seat(turn=3, draw=2, reply=TurnReply(room_id=RoomId("r"), turn=3, text="y"), busy=False)
+    redrawn = _Seat(
+        turn=3, draw=2, reply=TurnReply(room_id=RoomId("r"), turn=3, text="y"), busy=False
+    )
     # A room restarted mid-turn asks draw 0 again: it gets the last draw, not a new one.
     assert admit(redrawn, 3, 0) == "replay"
     assert admit(redrawn, 2, 5) == "stale"
