@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import argparse
 import secrets
+import signal
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Final
 
@@ -95,7 +96,7 @@ REPLY_TOKENS: Final = 50
 CONTEXT_TOKENS: Final = 200
 #: A reply that recites its prompt, addresses itself, talks about its reply or repeats a
 #: message is asked for again, up to this many times (the room keeps the best draw).
-REDRAWS: Final = 3
+REDRAWS: Final = 4
 #: The loop guard: a reply this alike to its speaker's last one, or a score this high
 #: twice running, ends the room with NO_IMPROVEMENT. Two replies of about the same
 #: length that share a third of their words already score about 0.6 (the length ratio
@@ -267,12 +268,37 @@ def main(argv: Sequence[str] | None = None) -> None:
         context_tokens=args.context_tokens or None,
     )
     try:
-        anyio.run(run, backend=args.backend)
+        terminated = anyio.run(_until_terminated, run, backend=args.backend)
     except LlamaUnavailable as exc:
         print(f"demo-llm: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
     except KeyboardInterrupt:
         raise SystemExit(130) from None
+    if terminated:
+        raise SystemExit(128 + signal.SIGTERM)
+
+
+async def _until_terminated(run: Callable[[], Awaitable[object]]) -> bool:
+    """``run()``, cancelled by SIGTERM (True then) so that llama.cpp's server is stopped too.
+
+    Without this a ``kill`` or a ``timeout`` ends the demo at once and leaves the server,
+    its child, running with no one to stop it.
+    """
+    terminated = False
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            nonlocal terminated
+            with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+                async for _ in signals:
+                    terminated = True
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(watch)
+        await run()
+        tg.cancel_scope.cancel()
+    return terminated
 
 
 if __name__ == "__main__":

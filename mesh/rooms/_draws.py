@@ -18,6 +18,7 @@ room's convergence score:
   "one sentence" and the like;
 - **repeats a message**: half or more of its runs of three words are in one
   message it was shown (its own or another's);
+- **repeats the question**: three quarters of them are in the topic or the point;
 - **is cut off**: its budget cut it with no sentence to end on (it ends with ``…``);
 - **strays from the subject**: not one word of four letters or more (other than
   the commonest) in common with the topic, the point or the message it answers,
@@ -39,6 +40,9 @@ __all__ = ["reply_faults", "unlabelled"]
 RECITAL_RUNS: Final = 3
 #: The share of a reply's runs found in one shown message that makes it a repeat.
 REPEAT_SHARE: Final = 0.5
+#: The share that makes it the topic or the point asked back: higher, since an answer
+#: may well restate its question ("It is worth growing vegetables on a balcony, …").
+QUESTION_SHARE: Final = 0.75
 
 _WORD = re.compile(r"[\w']+")
 #: Words too common to say what a message is about (those of four letters or more).
@@ -98,6 +102,8 @@ def reply_faults(
         faults.append("is cut off")
     if runs and any(len(runs & _runs(part)) >= REPEAT_SHARE * len(runs) for part in messages):
         faults.append("repeats a message")
+    elif runs and any(len(runs & _runs(part)) >= QUESTION_SHARE * len(runs) for part in subject):
+        faults.append("repeats the question")
     about = set().union(*(_stems(part) for part in (*subject, *messages[-1:])))
     if about and not _stems(text) & about:
         faults.append("strays from the subject")

@@ -6,9 +6,13 @@ extra); these tests are marked ``llm`` and deselected from ``make test``.
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import anyio
 import pytest
@@ -134,3 +138,38 @@ async def test_a_port_taken_before_the_server_binds_it_is_given_up_for_another(
                 provider = create_provider(_config(running, max_tokens=4))
                 assert (await provider.complete(CHAT)).text
                 await provider.aclose()
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux's /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it ended while we looked
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pids: list[int]) -> list[int]:
+    return [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+
+
+async def test_a_terminated_demo_stops_its_llama_server_too() -> None:
+    # A `kill` or a `timeout` ended the demo at once, and left llama.cpp's server running.
+    command = [sys.executable, "-m", "mesh.demo.llm", "--turns", "2"]
+    async with await anyio.open_process(command, stderr=subprocess.STDOUT) as demo:
+        assert demo.stdout is not None
+        seen = b""
+        with anyio.fail_after(GUARD):
+            while b" serves " not in seen:
+                seen += await demo.stdout.receive()
+        servers = _children(demo.pid)
+        assert servers, seen
+        demo.send_signal(signal.SIGTERM)
+        with anyio.fail_after(GUARD):
+            code = await demo.wait()
+    assert code == 128 + signal.SIGTERM
+    assert _alive(servers) == []

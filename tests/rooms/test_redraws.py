@@ -73,6 +73,8 @@ def faults(text: str, *, name: str = "Ben", messages: tuple[str, ...] = (GOOD,))
         ("The answer to your question is: the balcony is too small.", {"talks about its reply"}),
         ("Snails on the balcony? Answer Ada: no.", {"talks about its reply"}),
         ("I have no idea.", {"strays from the subject"}),
+        ("Is it worth growing your own vegetables on a small balcony?", {"repeats the question"}),
+        ("What about pests?", {"repeats the question"}),
         ("Pigeons and snails eat the balcony…", {"is cut off"}),
         ("Ben, you've got it. Well done!", {"strays from the subject"}),
         # A word of the point, the topic or the message it answers is enough.
