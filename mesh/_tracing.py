@@ -71,7 +71,10 @@ else:
     _PROPAGATOR: Final = TraceContextTextMapPropagator()
 
 _override: TracerProvider | None = None
-_tracers: dict[int, Tracer] = {}
+#: The last provider asked and its tracer. The provider itself is held, not its ``id()``: a
+#: provider shut down and freed leaves its id to the next one made, which then got the dead
+#: one's tracer, and every span went to a processor that had shut down.
+_last: tuple[object, Tracer] | None = None
 
 
 def use_tracer_provider(provider: TracerProvider | None) -> None:
@@ -91,10 +94,13 @@ def active() -> bool:
 
 
 def tracer() -> Tracer:
+    global _last
     provider = _override if _override is not None else _trace.get_tracer_provider()
-    found = _tracers.get(id(provider))
-    if found is None:
-        found = _tracers[id(provider)] = provider.get_tracer(INSTRUMENTATION)
+    last = _last
+    if last is not None and last[0] is provider:
+        return last[1]
+    found = provider.get_tracer(INSTRUMENTATION)
+    _last = (provider, found)
     return found
 
 

@@ -151,3 +151,18 @@ def test_mcp_carries_trace_context_in_meta_both_ways() -> None:
     assert (back.traceparent, back.tracestate) == (parent, "k=v")
     wire["params"]["_meta"]["traceparent"] = "x" * 200  # out of bounds: no trace, no failure
     assert MCP_CODEC.decode(msgspec.json.encode(wire)).traceparent is None  # type: ignore[union-attr]
+
+
+def _one_traced_span(name: str) -> list[str]:
+    """A span made under a provider of its own; the provider is freed on return."""
+    with traced() as (_, exporter):
+        with _tracing.tracer().start_as_current_span(name):
+            pass
+        return [s.name for s in exporter.get_finished_spans()]
+
+
+def test_each_provider_gets_its_own_tracer_even_at_a_freed_ones_address() -> None:
+    # A test's provider, shut down and freed, left its id() to the next test's; the mesh
+    # kept tracers by id, so the next test's spans went to the dead processor (and were lost).
+    for round_ in range(20):
+        assert _one_traced_span(f"round {round_}") == [f"round {round_}"]
