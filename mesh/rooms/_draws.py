@@ -7,8 +7,8 @@ says again what it is answering. None of these is a failed turn, and the loop
 guard only sees the last kind, after the fact. A room with ``redraws`` set
 checks each reply before it is recorded, and asks the same turn again with
 the next seed while the reply has a fault, at most ``redraws`` times; then it
-keeps the draw with the fewest faults. The checks are lexical, like the
-room's convergence score:
+keeps the draw whose faults weigh least (:func:`weight`). The checks are
+lexical, like the room's convergence score:
 
 - **addresses itself**: "you are NAME" or "you're NAME", NAME its own name;
 - **recites its instructions**: three or more runs of three words that are in the
@@ -33,7 +33,7 @@ from typing import Final
 
 from mesh.rooms._budget import CUT_MARK
 
-__all__ = ["reply_faults", "unlabelled"]
+__all__ = ["reply_faults", "unlabelled", "weight"]
 
 #: Runs of three words shared with the instructions (and not the conversation) that
 #: make a recital: one or two are a turn of phrase, three are the prompt read back.
@@ -108,6 +108,19 @@ def reply_faults(
     if about and not _stems(text) & about:
         faults.append("strays from the subject")
     return tuple(faults)
+
+
+#: Faults that make a draw no reply at all: the prompt, a message or the question said
+#: again. They weigh more than those of a reply that is only poor (vague, off the subject,
+#: cut off, or talking about itself), so a room keeps the poor reply over the copy.
+_NO_REPLY: Final = frozenset(
+    {"addresses itself", "recites its instructions", "repeats a message", "repeats the question"}
+)
+
+
+def weight(faults: Sequence[str]) -> int:
+    """How bad a draw with ``faults`` is: 2 for each that makes it no reply, 1 for the rest."""
+    return sum(2 if fault in _NO_REPLY else 1 for fault in faults)
 
 
 def unlabelled(text: str, names: Sequence[str]) -> str:

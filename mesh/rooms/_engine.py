@@ -55,7 +55,7 @@ from mesh._errors import MeshError
 from mesh._logging import get_logger
 from mesh._orchestrator.access import EMBEDDER, Principal
 from mesh.protocol import now_ms
-from mesh.rooms._draws import unlabelled
+from mesh.rooms._draws import unlabelled, weight
 from mesh.rooms._events import (
     AgentJoinedEvent,
     AgentLeftEvent,
@@ -422,7 +422,8 @@ class RoomRunner:
         """``text``, or a later draw of its turn if it has faults (``Limits.redraws``).
 
         Each draw goes to the speaker as the same turn with the next ``draw`` (and
-        seed); the first without a fault is kept, else the one with the fewest. A draw
+        seed); the first without a fault is kept, else the one whose faults weigh least
+        (a reply that is not one, a copy or the prompt read back, weighs more). A draw
         that fails keeps the best so far: the turn itself was answered. A draw that opens
         with a member's name as a label ("Ben: …") has it taken off first.
         """
@@ -430,7 +431,7 @@ class RoomRunner:
         names = [member.name for member in room.members]
         text = unlabelled(text, names)
         faults = faults_of(room, transcript, plan, text, point=point)
-        best = (len(faults), text)
+        best = (weight(faults), text)
         for draw in range(1, room.limits.redraws + 1):
             if not faults:
                 break
@@ -442,7 +443,7 @@ class RoomRunner:
                 break
             again = unlabelled(again, names)
             faults = faults_of(room, transcript, plan, again, point=point)
-            best = min(best, (len(faults), again), key=lambda drawn: drawn[0])
+            best = min(best, (weight(faults), again), key=lambda drawn: drawn[0])
         return best[1]
 
     async def _attempt(

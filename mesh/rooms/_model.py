@@ -179,7 +179,7 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     moves it on). ``redraws`` is how many times a reply with a fault (it recites its
     instructions, addresses itself, talks about its reply, or repeats a message; see
     ``docs/rooms.md``) is asked for again, with the next seed, before the room keeps
-    the draw with the fewest faults, less any label of a member's name ("Ben: …") it
+    the draw whose faults weigh least, less any label of a member's name ("Ben: …") it
     opens with (0: every reply is kept as it comes).
     """
 

@@ -26,14 +26,14 @@ from mesh.rooms import (
     TurnRequest,
     decode_room_spec,
 )
-from mesh.rooms._draws import reply_faults, unlabelled
+from mesh.rooms._draws import reply_faults, unlabelled, weight
 from mesh.rooms._engine import Journal, RoomRunner, report_delta
 from mesh.rooms._perspective import build_turn_request
 from mesh.rooms._policy import next_turn
 from mesh.rooms._state import RoomState
 from registry import AgentId
 
-from ._helpers import GUARD, Recorder, clock, make_room, persona_agent
+from ._helpers import GUARD, Recorder, clock, journal, make_room, persona_agent
 
 TOPIC = "Is it worth growing your own vegetables on a small city balcony?"
 POINT = "What about pests: pigeons, aphids and snails?"
@@ -206,6 +206,19 @@ async def test_when_every_draw_has_a_fault_the_one_with_the_fewest_is_kept() -> 
     live = await run_room(2, speak)
     assert live.messages()[0].text == ABOUT
     assert [r.draw for r in speak.requests if r.agent_id == "ada"] == [0, 1, 2]
+
+
+@pytest.mark.anyio
+async def test_a_poor_reply_is_kept_over_a_copy_when_every_draw_has_a_fault() -> None:
+    # Draw 0 copies Ben, draw 1 is cut off: one fault each, and the copy is no reply at all.
+    cut = "Pigeons, aphids and snails eat the balcony…"
+    speak = Draws(ada=(NETS, cut), ben=(NETS,))
+    room = make_room("ben", "ada", topic=TOPIC, limits=Limits(max_turns=2, redraws=1))
+    log, recorder = journal(room)
+    with anyio.fail_after(GUARD):
+        await RoomRunner(log, speak).run()
+    assert [m.text for m in recorder.messages()] == [NETS, cut]
+    assert weight(("repeats a message",)) > weight(("is cut off",))
 
 
 @pytest.mark.anyio
