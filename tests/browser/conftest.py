@@ -108,6 +108,39 @@ args = ["-m", "mesh.agents.echo", "--stdio"]
 """
 
 
+#: The daemon's log (JSON lines, info and up), beside its data directory: a failed test
+#: shows its tail (see ``pytest_runtest_makereport``), so a failure on a loaded CI machine
+#: can be read, not only rerun.
+DAEMON_LOG = "daemon.log"
+#: How much of it a failed test shows.
+LOG_TAIL = 80
+
+
+def _spawn(command: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as sink:  # the child keeps its own descriptor
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=sink)
+
+
+def log_tail(daemon: LiveDaemon, lines: int = LOG_TAIL) -> str:
+    """The last ``lines`` of ``daemon``'s log ("" if it wrote none)."""
+    path = daemon.data_dir.parent / DAEMON_LOG
+    if not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test that had a daemon shows the tail of the daemon's log."""
+    report = yield
+    if report.failed:
+        funcargs = getattr(item, "funcargs", {})
+        for value in funcargs.values():
+            if isinstance(value, LiveDaemon):
+                report.sections.append((f"daemon log, last {LOG_TAIL} lines", log_tail(value)))
+    return report
+
+
 def start_daemon(
     tmp_path: Path,
     scripts: dict[str, tuple[str, str, list[str]]],
@@ -128,10 +161,10 @@ def start_daemon(
     data_dir = tmp_path / "data"
     command = [sys.executable, "-m", "mesh.cli", "serve", "--port", "0"]
     command += ["--manifests", str(manifests), "--data-dir", str(data_dir)]
-    command += ["--backend", backend, "--log-format", "json", "--log-level", "warning"]
+    command += ["--backend", backend, "--log-format", "json", "--log-level", "info"]
     command += extra_args
     agents = (*scripts, *(["echo"] if tools else []))
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    process = _spawn(command, tmp_path / DAEMON_LOG)
     try:
         url = _announcement(process)["http"]
         daemon = LiveDaemon(url, process, data_dir, _admin_token(data_dir), tuple(command), agents)
@@ -147,7 +180,7 @@ def start_again(daemon: LiveDaemon) -> None:
     port = daemon.url.rsplit(":", 1)[1]
     command = list(daemon.command)
     command[command.index("--port") + 1] = port
-    daemon.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    daemon.process = _spawn(command, daemon.data_dir.parent / DAEMON_LOG)
     _announcement(daemon.process)
     wait_online(daemon.url, *daemon.agents, token=daemon.token)
 
