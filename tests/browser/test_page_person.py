@@ -137,6 +137,33 @@ def test_a_phone_reads_joins_answers_and_pauses(
 
 
 @pytest.mark.timeout(300)  # a real browser and daemon on a loaded machine
+def test_a_turn_that_opens_before_the_join_is_answered_is_still_mine(
+    page: Any, daemon: LiveDaemon
+) -> None:
+    # The events come on the page's socket, the join's answer on a connection of its own:
+    # on a busy machine the room can turn to the new person before the page hears that she
+    # joined. Holding the answer back until her turn has opened makes that order certain.
+    _room(daemon, "race")
+    _sign_in(page, daemon, "room=race")
+    page.wait_for_selector("#transcript .message:not(.writing)")
+    held: list[tuple[Any, Any]] = []
+    page.route("**/rooms/race/join", lambda route: held.append((route, route.fetch())))
+    page.fill("#join-name", "Erin")
+    page.click("#join")
+    page.locator('#transcript .message.waiting[data-agent="erin"]').wait_for(timeout=60_000)
+    assert len(held) == 1 and not page.is_visible("#say-form")
+    route, answer = held[0]
+    route.fulfill(response=answer)
+    page.wait_for_selector("#say-hint.your-turn")
+    assert page.evaluate("document.activeElement.id") == "say-text"
+    assert re.search(r"\d+:\d\d left", page.inner_text("#say-hint"))
+    page.fill("#say-text", "Coffee, black.")
+    page.click("#say")
+    page.locator('#transcript .message.person[data-agent="erin"]').first.wait_for()
+    assert not page.is_visible("#say-hint.your-turn")
+
+
+@pytest.mark.timeout(300)  # a real browser and daemon on a loaded machine
 def test_keyboard_alone_opens_a_room_joins_and_answers(page: Any, daemon: LiveDaemon) -> None:
     _room(daemon, "keys")
     page.goto(daemon.page_url())

@@ -206,6 +206,14 @@ function countdown(event) {
   return { until: Date.now() + Math.max(0, event.deadline - event.timestamp) };
 }
 
+// The turn a person's waiting bubble stands for, with its countdown; null if none waits.
+function waitingTurn(agentId) {
+  const item = state.writing.get(agentId);
+  if (!item || !item.classList.contains("waiting")) return null;
+  const left = item.querySelector(".left");
+  return { turn: Number(item.dataset.turn), until: left ? Number(left.dataset.until) : null };
+}
+
 function clearWriting(agentId) {
   const item = state.writing.get(agentId);
   if (item) item.remove();
@@ -402,6 +410,9 @@ async function join(submit) {
     state.me = joined.member.id;
     sessionStorage.setItem(`mesh.member.${state.room}`, state.me);
     sessionStorage.setItem(`mesh.member-name.${state.room}`, joined.member.name);
+    // The room may have turned to me before this answer arrived (the events come on the
+    // socket, this answer on its own connection): then my turn's bubble already waits.
+    state.myTurn = waitingTurn(state.me);
     renderPeople();
     $("#say-text").focus();
   } catch (error) {
