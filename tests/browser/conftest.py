@@ -135,9 +135,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if report.failed:
         funcargs = getattr(item, "funcargs", {})
-        for value in funcargs.values():
-            if isinstance(value, LiveDaemon):
-                report.sections.append((f"daemon log, last {LOG_TAIL} lines", log_tail(value)))
+        # A test's daemon can come in under two fixtures (the shared one, and the one
+        # that clears it): its log is shown once.
+        daemons = {value.url: value for value in funcargs.values() if isinstance(value, LiveDaemon)}
+        for daemon in daemons.values():
+            report.sections.append((f"daemon log, last {LOG_TAIL} lines", log_tail(daemon)))
     return report
 
 
