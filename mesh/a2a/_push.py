@@ -46,6 +46,11 @@ POST_TIMEOUT: Final = 10.0
 BACKOFF_BASE: Final = 0.5
 BACKOFF_CAP: Final = 30.0
 
+#: The longest token, scheme or credentials a config may give (each goes in a header).
+MAX_HEADER_VALUE: Final = 4096
+#: What an HTTP header's value may hold: visible ASCII, spaces and tabs inside.
+_HEADER_VALUE: Final = re.compile(r"(?:[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?)?")
+
 #: ``check(url)`` says why the daemon will not call ``url`` (None: it will).
 CheckUrl = Callable[[str], str | None]
 
@@ -101,17 +106,46 @@ def push_config_in(value: Any, task_id: str, check: CheckUrl) -> PushConfig:
         id=str(config.get("id") or new_id()),
         task_id=task_id,
         url=url,
-        token=str(config.get("token") or ""),
-        scheme=str(scheme or ""),
-        credentials=str(auth.get("credentials") or ""),
+        token=_header_value("token", config.get("token")),
+        scheme=_header_value("authentication scheme", scheme),
+        credentials=_header_value("authentication credentials", auth.get("credentials")),
     )
+
+
+def _header_value(what: str, value: Any) -> str:
+    """``value`` as it will be sent in a header of every POST, or why it cannot be.
+
+    Checked here, with the config: a value HTTP cannot carry (a line break, a byte past
+    ASCII) would otherwise fail each delivery later, far from the client that sent it.
+    """
+    text = str(value or "")
+    if len(text) > MAX_HEADER_VALUE:
+        raise PushRefused(f"the push {what} is longer than {MAX_HEADER_VALUE} characters")
+    if not _HEADER_VALUE.fullmatch(text):
+        raise PushRefused(
+            f"the push {what} must be printable ASCII with no space at either end "
+            f"(a header carries it), got {text[:40]!r}"
+        )
+    return text
 
 
 async def deliver(
     task: Task, config: PushConfig, cursor: int, *, still_wanted: Callable[[], bool]
 ) -> None:
     """POST every event of ``task`` after ``cursor`` to the webhook, in order, until the
-    task rests (or the config is deleted: ``still_wanted()`` turns false)."""
+    task rests (or the config is deleted: ``still_wanted()`` turns false).
+
+    It runs beside every other client's tasks: whatever goes wrong ends this delivery
+    and is logged, and never reaches them."""
+    try:
+        await _deliver(task, config, cursor, still_wanted)
+    except Exception:
+        log.exception("a2a.push_failed", task=config.task_id, config=config.id)
+
+
+async def _deliver(
+    task: Task, config: PushConfig, cursor: int, still_wanted: Callable[[], bool]
+) -> None:
     async with httpx.AsyncClient(timeout=POST_TIMEOUT, follow_redirects=False) as http:
         while still_wanted():
             changed = task.changed

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from mesh._errors import MeshError
+from mesh._logging import get_logger
 from mesh._orchestrator.access import EMBEDDER, Principal
 from mesh.a2a._mapping import ROOM_TURN, Conversations, Plan, result_parts
 from mesh.a2a._tasks import Task, new_id
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from mesh._orchestrator.orchestrator import MeshOrchestrator
 
 __all__ = ["agent_message", "run_task"]
+
+log = get_logger("mesh.a2a")
 
 
 def agent_message(text: str, data: Any = None, *, context_id: str, task_id: str) -> dict[str, Any]:
@@ -66,6 +69,11 @@ async def run_task(
                 await _tool(mesh, task, plan, timeout, on_behalf_of)
         except MeshError as exc:
             task.set_state("TASK_STATE_FAILED", _say(task, str(exc), {"code": exc.code}))
+        except Exception:
+            # A fault of ours, or an answer we could not read: this task fails, and the
+            # others (which share the server's task group) go on.
+            log.exception("a2a.task_crashed", task=task.id, agent=task.agent)
+            task.set_state("TASK_STATE_FAILED", _say(task, "the daemon failed this task"))
         finally:
             task.scope = None
     if scope.cancelled_caught:

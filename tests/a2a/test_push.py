@@ -18,6 +18,7 @@ from a2a.types.a2a_pb2 import (
     ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     TaskPushNotificationConfig,
+    TaskState,
 )
 from a2a.utils.errors import InvalidParamsError
 
@@ -128,3 +129,31 @@ async def test_a_webhook_outside_the_allow_list_is_refused(
             _ = [e async for e in client.send_message(request)]
         listed = await client.list_tasks(ListTasksRequest())
         assert [t.id for t in listed.tasks] == [sent[-1].task.id]
+
+
+@pytest.mark.parametrize(
+    ("token", "credentials"), [("é", "c"), ("t", "line\nbreak"), ("t" * 5000, "c")]
+)
+async def test_a_webhook_token_a_header_cannot_carry_is_refused_and_the_daemon_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token: str, credentials: str
+) -> None:
+    # Each value goes in a header of every POST: one HTTP cannot carry used to fail the
+    # delivery task, and with it the task group of every client's tasks.
+    receiver = Receiver()
+    async with (
+        open_mesh(tmp_path, monkeypatch) as mesh,
+        open_http_server(receiver.handle, host="127.0.0.1", port=0) as hook,
+        sdk_client(mesh, "echo", streaming=False) as (client, _),
+    ):
+        request = tool_message("echo", message="x")
+        webhook = request.configuration.task_push_notification_config
+        webhook.url = f"{hook.url}/hook"
+        webhook.token = token
+        webhook.authentication.scheme = "Bearer"
+        webhook.authentication.credentials = credentials
+        with anyio.fail_after(GUARD):
+            with pytest.raises(InvalidParamsError, match=r"the push .* (printable ASCII|longer)"):
+                _ = [e async for e in client.send_message(request)]
+            sent = [e async for e in client.send_message(tool_message("echo", message="y"))]
+        assert sent[-1].task.status.state == TaskState.TASK_STATE_COMPLETED
+        assert receiver.deliveries == []

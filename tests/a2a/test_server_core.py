@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
 
 from mesh import Agent, AgentSpec, MeshOrchestrator, local_connector
 from mesh.a2a import A2aServer, Caller
+from mesh.a2a._mapping import Conversations, Plan
+from mesh.a2a._runner import run_task
+from mesh.a2a._tasks import TaskStore
 from transports import HttpRequest
 
 pytestmark = pytest.mark.anyio
@@ -72,3 +75,22 @@ async def test_one_client_holds_at_most_max_streams_and_another_is_not_held_back
                     wrote = anyio.Event()
                     await wrote.wait()
             tg.cancel_scope.cancel()
+
+
+class _BrokenMesh:
+    """A mesh whose call fails with what no caller expects (not a MeshError)."""
+
+    async def call(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a fault of ours")
+
+
+async def test_a_task_whose_run_fails_unexpectedly_fails_alone() -> None:
+    # Every client's tasks share one task group: a task that raised would end them all.
+    store = TaskStore()
+    task = store.create("echo", "ann", None)
+    mesh = cast(MeshOrchestrator, _BrokenMesh())
+    with anyio.fail_after(10):
+        await run_task(mesh, task, Plan("echo"), conversations=Conversations(), timeout=5)
+    assert task.state == "TASK_STATE_FAILED"
+    said = task.status_message
+    assert said is not None and said["parts"] == [{"text": "the daemon failed this task"}]
