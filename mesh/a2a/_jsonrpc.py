@@ -8,8 +8,10 @@ from typing import Any, Final
 import anyio
 import msgspec
 
+from mesh._text import whole_number
 from mesh.a2a._tasks import Task
 from mesh.a2a._wire import Version, event_for
+from mesh.protocol import UNREADABLE_JSON, why_unreadable
 from transports import BodyWriter, HttpRequest, HttpResponse
 
 __all__ = [
@@ -90,15 +92,14 @@ def _sse(number: int, data: bytes) -> bytes:
 
 
 def stream_cursor(request: HttpRequest) -> int | None:
-    value = (request.header("last-event-id") or "").strip()
-    return int(value) if value.isdigit() else None
+    return whole_number((request.header("last-event-id") or "").strip())
 
 
 def decode_call(body: bytes) -> dict[str, Any]:
     try:
         call = msgspec.json.decode(body)
-    except (msgspec.DecodeError, RecursionError) as exc:
-        raise A2aError(-32700, f"the body is not JSON: {exc}") from None
+    except UNREADABLE_JSON as exc:
+        raise A2aError(-32700, f"the body is not JSON: {why_unreadable(exc)}") from None
     if not isinstance(call, dict) or call.get("jsonrpc") != "2.0":
         raise A2aError(-32600, 'not a JSON-RPC 2.0 request (an object with "jsonrpc": "2.0")')
     if not isinstance(call.get("method"), str):

@@ -33,6 +33,7 @@ import msgspec
 from mesh._errors import MeshError
 from mesh._orchestrator.access import EMBEDDER, Principal
 from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh._text import whole_number
 from mesh.a2a._card import build_card, card_etag
 from mesh.a2a._jsonrpc import (
     A2aError,
@@ -356,9 +357,10 @@ class A2aServer:
         total = len(tasks)
         token = params.get("pageToken") or ""
         if token:
-            if not isinstance(token, str) or not token.isdigit():
+            before = whole_number(token) if isinstance(token, str) else None
+            if before is None:
                 raise A2aError(-32602, "`params.pageToken` must be a token a ListTasks answer gave")
-            tasks = [t for t in tasks if t.number < int(token)]
+            tasks = [t for t in tasks if t.number < before]
         page, rest = tasks[:size], tasks[size:]
         return {
             "tasks": [

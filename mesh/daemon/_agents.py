@@ -24,7 +24,7 @@ from mesh._orchestrator.spec import AgentSpec
 from mesh._orchestrator.view import AgentView, LinkChanges
 from mesh.daemon._auth import Identity
 from mesh.daemon._limits import check_endpoint, check_id
-from mesh.daemon._routes import Params
+from mesh.daemon._routes import Params, read_body
 from mesh.daemon._settings import DaemonSettings
 from mesh.daemon._streams import serve_watcher
 from registry import (
@@ -241,10 +241,7 @@ class AgentRoutes:
     # -- changing -----------------------------------------------------------------------
 
     async def handle_register(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
-        try:
-            body = msgspec.json.decode(request.body, type=RegisterBody)
-        except msgspec.DecodeError as exc:
-            return HttpResponse.error(400, f"invalid registration: {exc}")
+        body = read_body(request, RegisterBody, "registration")
         refused = self._check(body, who) or self._may_change(body.id, who)
         if refused is not None:
             return refused

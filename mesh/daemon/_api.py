@@ -39,7 +39,7 @@ from mesh.daemon._limits import check_id
 from mesh.daemon._mcp import DaemonMcp
 from mesh.daemon._metrics import Probes
 from mesh.daemon._rooms import RoomRoutes
-from mesh.daemon._routes import HttpHandler, Params, RouteTable, WebSocketHandler
+from mesh.daemon._routes import HttpHandler, Params, RouteTable, WebSocketHandler, read_body
 from mesh.daemon._settings import DaemonSettings
 from mesh.daemon._tokens import Role, TokenError, TooManyTokens
 from mesh.protocol import MethodName
@@ -231,10 +231,7 @@ class DaemonApi:
         return None
 
     async def handle_rpc(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
-        try:
-            call = msgspec.json.decode(request.body, type=RpcBody)
-        except msgspec.DecodeError as exc:
-            return HttpResponse.error(400, f"invalid call: {exc}")
+        call = read_body(request, RpcBody, "call")
         refused = self._timeout_refused(call.timeout)
         if refused is not None:
             return refused
@@ -263,10 +260,7 @@ class DaemonApi:
     async def handle_broadcast(
         self, request: HttpRequest, who: Identity, _: Params
     ) -> HttpResponse:
-        try:
-            cast = msgspec.json.decode(request.body, type=BroadcastBody)
-        except msgspec.DecodeError as exc:
-            return HttpResponse.error(400, f"invalid broadcast: {exc}")
+        cast = read_body(request, BroadcastBody, "broadcast")
         refused = self._timeout_refused(cast.timeout)
         if refused is not None:
             return refused
@@ -307,10 +301,7 @@ class DaemonApi:
     async def handle_create_token(
         self, request: HttpRequest, who: Identity, _: Params
     ) -> HttpResponse:
-        try:
-            body = msgspec.json.decode(request.body, type=TokenBody)
-        except msgspec.DecodeError as exc:
-            return HttpResponse.error(400, f"invalid token request: {exc}")
+        body = read_body(request, TokenBody, "token request")
         if body.agent is not None and (why := check_id(body.agent)) is not None:
             return HttpResponse.error(400, why)
         try:

@@ -38,7 +38,7 @@ import msgspec
 
 from mesh._errors import Forbidden
 from mesh.daemon._auth import Identity
-from mesh.daemon._routes import HttpHandler, Params
+from mesh.daemon._routes import HttpHandler, Params, read_body
 from mesh.rooms import InvalidRoomSpec, RoomConflict, RoomError, RoomManager, RoomNotFound
 from transports import HttpRequest, HttpResponse
 
@@ -153,17 +153,17 @@ class PeopleRoutes:
     ) -> HttpResponse:
         holder = None if who.admin else who.owner
         person = who.principal
-        rooms, body = self._rooms, request.body
+        rooms = self._rooms
         try:
             if action == "join":
-                joined = msgspec.json.decode(body, type=JoinBody)
+                joined = read_body(request, JoinBody, f"{action} body")
                 member = await rooms.join(room_id, joined.name, holder=holder, person=person)
                 return HttpResponse.json(200, {"member": member})
             if action == "leave":
-                leaving = msgspec.json.decode(body, type=LeaveBody)
+                leaving = read_body(request, LeaveBody, f"{action} body")
                 await rooms.leave(room_id, leaving.member, holder=holder)
                 return HttpResponse(204)
-            said = msgspec.json.decode(body, type=SayBody)
+            said = read_body(request, SayBody, f"{action} body")
             if said.passing:
                 if said.text:
                     return HttpResponse.error(400, "a pass says nothing: send text or pass")
@@ -171,8 +171,6 @@ class PeopleRoutes:
                 return HttpResponse.json(200, {"status": "passed", "member": said.member})
             outcome = await rooms.say(room_id, said.member, said.text, holder=holder, person=person)
             return HttpResponse.json(200 if outcome["status"] == "turn" else 202, outcome)
-        except msgspec.DecodeError as exc:
-            return HttpResponse.error(400, f"invalid {action} body: {exc}")
         except RoomError as exc:
             return HttpResponse.error(_status(exc), str(exc))
         except Forbidden as exc:  # people.join, a seat another token holds, or the door

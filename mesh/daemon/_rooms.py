@@ -21,6 +21,7 @@ from typing import Any
 
 from mesh._errors import Forbidden
 from mesh._logging import get_logger
+from mesh._text import whole_number
 from mesh.daemon._auth import Identity
 from mesh.daemon._routes import HttpHandler, Params
 from mesh.daemon._settings import DaemonSettings
@@ -60,9 +61,7 @@ def parse_since(value: str | None) -> int | None:
     """``?since=SEQ``: absent is 0; anything but a whole number >= 0 is None."""
     if value is None or value == "":
         return 0
-    if not value.isascii() or not value.isdigit() or len(value) > 18:
-        return None
-    return int(value)
+    return whole_number(value)
 
 
 RoomHandler = Callable[[HttpRequest, Identity, Params], Awaitable[HttpResponse]]

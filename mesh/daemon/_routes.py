@@ -14,15 +14,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Final
+from typing import Final, TypeVar
 from urllib.parse import unquote
 
 import anyio.abc
+import msgspec
 
 from mesh._logging import get_logger
 from mesh.daemon._auth import Identities, Identity, Right, forbidden, refusal, websocket_refusal
 from mesh.daemon._tokens import Role
 from mesh.mcp._http_server import jsonrpc_refusal
+from mesh.protocol import UNREADABLE_JSON, why_unreadable
 from transports import (
     CloseCode,
     HttpRequest,
@@ -32,13 +34,39 @@ from transports import (
     websocket_upgrade_handler,
 )
 
-__all__ = ["ROUTES", "HttpHandler", "Route", "RouteTable", "WebSocketHandler"]
+__all__ = [
+    "ROUTES",
+    "BadBody",
+    "HttpHandler",
+    "Route",
+    "RouteTable",
+    "WebSocketHandler",
+    "read_body",
+]
 
 log = get_logger("mesh.daemon")
 
 Params = Mapping[str, str]
+_Body = TypeVar("_Body")
 HttpHandler = Callable[[HttpRequest, Identity, Params], Awaitable[HttpResponse]]
 WebSocketHandler = Callable[[WebSocketStream, Identity, Params], Awaitable[None]]
+
+
+class BadBody(ValueError):
+    """A request body its route cannot read (the text says why): the table answers 400."""
+
+
+def read_body(request: HttpRequest, kind: type[_Body], what: str) -> _Body:
+    """``request``'s JSON body as ``kind``; :class:`BadBody` names what is wrong.
+
+    Every route reads its body here, so none can answer malformed input with a 500:
+    msgspec raises Python's own errors for a string that is not UTF-8 and for nesting
+    past its depth, besides its ``DecodeError``.
+    """
+    try:
+        return msgspec.json.decode(request.body, type=kind)
+    except UNREADABLE_JSON as exc:
+        raise BadBody(f"invalid {what}: {why_unreadable(exc)}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +233,10 @@ class RouteTable:
         route, params = found
         if not checked.may(route.right):
             return _refused(request, forbidden(checked, route.right))
-        return await self._http[route.name](request, checked, params)
+        try:
+            return await self._http[route.name](request, checked, params)
+        except BadBody as exc:
+            return HttpResponse.error(400, str(exc))
 
     async def upgrade(
         self, stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes

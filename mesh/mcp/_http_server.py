@@ -39,6 +39,7 @@ from mesh.mcp._catalog import Authorize, ToolCatalog
 from mesh.mcp._codec import MCP_CODEC
 from mesh.mcp._revisions import MODERN, requested_revision
 from mesh.mcp._server import McpServer, serve_config
+from mesh.protocol import UNREADABLE_JSON
 from transports import HttpRequest, HttpResponse
 
 __all__ = ["McpHttpEndpoint", "jsonrpc_refusal"]
@@ -98,7 +99,7 @@ def jsonrpc_refusal(request: HttpRequest, refused: HttpResponse) -> HttpResponse
         message = "refused"
     try:
         request_id = _peek(request.body).id
-    except (msgspec.DecodeError, RecursionError):
+    except UNREADABLE_JSON:
         request_id = None
     code = ErrorCode.UNAUTHORIZED if refused.status == 401 else ErrorCode.FORBIDDEN
     answer = _rpc_error(refused.status, code, message, request_id if _is_id(request_id) else None)
@@ -191,7 +192,7 @@ class McpHttpEndpoint:
             return HttpResponse.error(415, "POST /mcp takes Content-Type: application/json")
         try:
             peek = _peek(request.body)
-        except (msgspec.DecodeError, RecursionError):
+        except UNREADABLE_JSON:
             peek = _Peek()  # not one JSON object: the exchange says exactly why
         now = anyio.current_time()
         session: _Session | None = None

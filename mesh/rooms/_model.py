@@ -19,6 +19,7 @@ from typing import Annotated, Any, Final, Literal, NewType, TypeAlias
 import msgspec
 
 from mesh._orchestrator.access import EMBEDDER, Principal
+from mesh.protocol import UNREADABLE_JSON, why_unreadable
 from mesh.providers._base import ChatMessage, Usage
 from registry import AgentId
 
@@ -417,5 +418,7 @@ def decode_room_spec(data: bytes | str | Mapping[str, Any]) -> RoomSpec:
         if isinstance(data, bytes | str):
             return msgspec.json.decode(data, type=RoomSpec)
         return msgspec.convert(data, RoomSpec)
-    except (msgspec.DecodeError, ValueError) as exc:
+    except UNREADABLE_JSON as exc:
+        raise invalid_spec(ValueError(why_unreadable(exc))) from None
+    except ValueError as exc:
         raise invalid_spec(exc) from None

@@ -309,6 +309,11 @@ async def test_bad_input_gets_the_a2a_error_and_the_link_lives(
                     -32600,
                     "exceeds",
                 ),
+                (b'{"jsonrpc": "2.0", "id": 1, "method": "\xff"}', -32700, "UTF-8"),
+                (b"[" * 50_000 + b"]" * 50_000, -32700, "not JSON"),
+                # Digits that str.isdigit takes and int does not: a superscript, 5,000 of them.
+                (json.dumps(rpc("ListTasks", {"pageToken": "\u00b2"})).encode(), -32602, "Token"),
+                (json.dumps(rpc("ListTasks", {"pageToken": "1" * 5000})).encode(), -32602, "Token"),
             ]
             for body, code, words in cases:
                 answer = await http.post(url, content=body, headers=_V1)
@@ -322,6 +327,14 @@ async def test_bad_input_gets_the_a2a_error_and_the_link_lives(
                 headers=_V1,
             )
             assert good.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+            # A Last-Event-ID that is no event number resumes from now, as none would.
+            task_id = good.json()["result"]["task"]["id"]
+            resumed = await http.post(
+                url,
+                json=rpc("SubscribeToTask", {"id": task_id}),
+                headers=[(b"a2a-version", b"1.0"), (b"last-event-id", "\u00b2".encode())],
+            )
+            assert resumed.status_code == 200, resumed.text
         async with httpx.AsyncClient() as stranger, mesh.http(observer) as watcher:
             assert (await stranger.post(url, json=rpc("GetTask", {"id": "x"}))).status_code == 401
             assert (await watcher.post(url, json=rpc("GetTask", {"id": "x"}))).status_code == 403

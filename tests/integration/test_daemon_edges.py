@@ -92,3 +92,26 @@ async def test_a_malformed_request_line_never_puts_its_token_in_the_log(tmp_path
     rejected = [e for e in logs if e["event"] == "http.rejected"]
     assert rejected and rejected[0]["reason"] == "bad request: illegal request line"
     assert secret not in repr(logs)
+
+
+#: Bodies that no route can read, each of a kind the JSON decoder reports with an error of
+#: Python's rather than its own: nesting past its depth, and a string that is not UTF-8.
+UNREADABLE = {
+    "nested": b"[" * 50_000 + b"]" * 50_000,
+    "not utf-8": b'{"name": "\xff", "id": "\xfe", "method": "\xfd"}',
+}
+
+
+async def test_every_route_answers_a_body_it_cannot_read_with_a_4xx(daemon: Daemon) -> None:
+    headers = {"content-type": "application/json"}
+    async with daemon.client() as admin:
+        for route in ROUTES:
+            if route.method != "POST":
+                continue
+            path = route.path.replace("{id}", "x").replace("{agent}", "echo")
+            for kind, body in UNREADABLE.items():
+                reply = await admin.post(path, content=body, headers=headers)
+                assert 400 <= reply.status_code < 500, (route.path, kind, reply.text)
+                assert "error" in reply.json(), (route.path, kind)
+        # Nothing broke on the way: the daemon still answers.
+        assert (await admin.get("/agents")).status_code == 200
