@@ -1,4 +1,4 @@
-"""Every route of the real daemon, fed anything: never a 5xx, always a JSON answer that says why.
+"""Every route of the real daemon, fed anything: never a 5xx, always an answer that says why.
 
 Bodies, path segments and query strings are drawn by hypothesis: garbage bytes,
 JSON of any shape, and objects with the routes' own field names holding values of
@@ -9,6 +9,7 @@ backend, with a live echo agent, for the whole module.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mesh.daemon._routes import ROUTES as DAEMON_ROUTES
 from mesh.testing import Daemon, spawn_daemon
 from tests.unit.test_protocol import json_values
 
@@ -41,23 +43,14 @@ command = "python"
 args = ["-m", "mesh.agents.echo", "--stdio"]
 """
 
-#: Every route the daemon serves, with ``{id}`` where a path segment goes.
+#: Every HTTP route of the daemon's own table (so a new route is fuzzed as soon as it is
+#: served), plus paths no route has; each ``{…}`` takes a drawn path segment.
 ROUTES = [
-    ("GET", "/health"),
-    ("GET", "/agents"),
-    ("POST", "/agents/register"),
-    ("GET", "/agents/{id}"),
-    ("DELETE", "/agents/{id}"),
-    ("POST", "/agents/{id}/heartbeat"),
-    ("POST", "/rpc"),
-    ("POST", "/broadcast"),
-    ("POST", "/rooms"),
-    ("GET", "/rooms"),
-    ("GET", "/rooms/{id}"),
-    ("GET", "/rooms/{id}/events"),
-    ("POST", "/rooms/{id}/pause"),
-    ("POST", "/rooms/{id}/resume"),
-    ("POST", "/rooms/{id}/stop"),
+    *(
+        (route.method, re.sub(r"\{\w+\}", "{id}", route.path))
+        for route in DAEMON_ROUTES
+        if route.method != "WS"
+    ),
     ("GET", "/{id}"),
     ("POST", "/{id}/{id}"),
 ]
@@ -81,12 +74,17 @@ values = (
     | st.text(min_size=200, max_size=400)
     | st.sampled_from(["echo", "ping", "agent/info", "http://127.0.0.1:9", "ftp://x", ""])
 )
+objects = st.dictionaries(st.sampled_from(FIELDS), values, max_size=6).map(
+    lambda v: json.dumps(v, allow_nan=False).encode()
+)
 bodies = st.one_of(
     st.binary(max_size=300),
     json_values.map(lambda v: json.dumps(v).encode()),
-    st.dictionaries(st.sampled_from(FIELDS), values, max_size=6).map(
-        lambda v: json.dumps(v, allow_nan=False).encode()
-    ),
+    objects,
+    # JSON whose first string holds a byte that is not UTF-8, and nesting past any
+    # decoder's depth: each is reported by Python's own errors, not the decoder's.
+    objects.filter(lambda b: b'"' in b).map(lambda b: b.replace(b'"', b'"\xff', 1)),
+    st.integers(1, 40_000).map(lambda n: b"[" * n + b"]" * n),
 )
 segments = st.sampled_from(["echo", "nobody", "..", ".", "%", "a/b", "", "events"]) | st.text(
     max_size=40
@@ -127,7 +125,8 @@ def _assert_answer_says_why(reply: httpx.Response, what: str) -> None:
     assert reply.status_code < 500, f"{what} -> {reply.status_code} {reply.text}"
     if reply.status_code == 204 or reply.request.method == "HEAD":
         return
-    page = reply.request.url.path == "/" or reply.request.url.path.startswith("/static/")
+    path = reply.request.url.path
+    page = path == "/" or path.startswith("/static/") or path == "/metrics"
     if page and reply.status_code == 200:  # the room page (a path like /rooms/.. lands there)
         assert reply.headers["content-type"].startswith(("text/", "image/")), what
         return
