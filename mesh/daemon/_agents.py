@@ -110,11 +110,17 @@ def describe_view(view: AgentView, now: float) -> dict[str, Any]:
 
 class AgentRoutes:
     def __init__(
-        self, orchestrator: MeshOrchestrator, settings: DaemonSettings, manifest_ids: frozenset[str]
+        self,
+        orchestrator: MeshOrchestrator,
+        settings: DaemonSettings,
+        manifest_ids: frozenset[str],
+        token_for: Callable[[str], bool] = lambda agent_id: False,
     ) -> None:
         self._mesh = orchestrator
         self._settings = settings
         self.manifest_ids = manifest_ids
+        #: Whether an agent token is issued for an id: that id dials in, and is kept for it.
+        self._token_for = token_for
         #: Ids registered over HTTP, and the identity (Identity.owner) each belongs to.
         self.owners: dict[str, str] = {}
         self._held: Counter[str] = Counter()
@@ -214,6 +220,14 @@ class AgentRoutes:
             if known:
                 return HttpResponse.error(
                     409, f"agent {agent_id!r} is held by its own connection, not over HTTP"
+                )
+            if self._token_for(agent_id) and not who.admin:
+                # Taken first, the id would turn the agent away when it dials in (and,
+                # with an endpoint, send its callers elsewhere).
+                return HttpResponse.error(
+                    409,
+                    f"agent {agent_id!r} has an agent token: it dials in at /ws with it, "
+                    "and its id cannot be registered over HTTP",
                 )
             return None
         if not who.owns(owner):

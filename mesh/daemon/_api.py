@@ -123,7 +123,9 @@ class DaemonApi:
         self._mesh = orchestrator
         self._identities = identities
         self._settings = settings
-        self.agents = AgentRoutes(orchestrator, settings, manifest_ids)
+        self.agents = AgentRoutes(
+            orchestrator, settings, manifest_ids, token_for=identities.store.names_agent
+        )
         self._started = anyio.current_time()
         self.calls_in_flight = 0
         self.lifecycle = Lifecycle()

@@ -223,8 +223,14 @@ class TokenStore:
                 f"the daemon holds {self.max_tokens} tokens (max_tokens): revoke some first"
             )
         token = _PREFIX + secrets.token_urlsafe(32)
+        taken = {entry.id for entry in self._by_digest.values()}
+        # Short ids are read and typed by people; each must still name one token, since
+        # revoking by id revokes every token that has it and rooms are owned by it.
+        token_id = secrets.token_hex(4)
+        while token_id in taken:  # at most max_tokens of 2**32 are taken: rarely twice
+            token_id = secrets.token_hex(4)
         entry = TokenEntry(
-            id=secrets.token_hex(4),
+            id=token_id,
             name=name,
             role=role,
             digest=token_digest(token),
@@ -248,6 +254,10 @@ class TokenStore:
         for entry in doomed:
             log.info("daemon.token_revoked", id=entry.id, name=entry.name)
         return doomed
+
+    def names_agent(self, agent_id: str) -> bool:
+        """Whether a live agent token is issued for ``agent_id`` (the id is kept for it)."""
+        return any(entry.agent == agent_id for entry in self._by_digest.values())
 
     def entries(self) -> list[TokenEntry]:
         return sorted(self._by_digest.values(), key=lambda e: (e.created_at, e.id))

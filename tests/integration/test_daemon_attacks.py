@@ -163,6 +163,33 @@ async def test_http_ids_belong_to_whoever_registered_them(tmp_path: Path) -> Non
             assert (await admin.delete("/agents/weather")).status_code == 204
 
 
+async def test_a_client_cannot_take_the_id_an_agent_token_dials_in_with(tmp_path: Path) -> None:
+    async with spawn_daemon(tmp_path) as daemon:
+        token = await create_token(daemon, "agent", "bob-token", agent="bob")
+        mallory = await create_token(daemon, "client", "mallory")
+        async with daemon.client(token=mallory) as http:
+            # Before bob dials in (or after a restart, before he is back): the id is his.
+            for body in ({"id": "bob"}, {"id": "bob", "endpoint": "http://127.0.0.1:9/"}):
+                taken = await http.post("/agents/register", json=body)
+                assert taken.status_code == 409 and "agent token" in taken.text, taken.text
+        command, _ = echo_agent_command()
+        args = ["-m", "mesh.agents.echo", "--connect", daemon.ws, "--token-env", "T"]
+        async with await anyio.open_process(
+            [command, *args, "--id", "bob"], env={**os.environ, "T": token}
+        ):
+            await daemon.wait_online("bob")
+            async with daemon.client(token=mallory) as http:
+                echoed = await http.post(
+                    "/rpc",
+                    json={
+                        "agent": "bob",
+                        "method": "tools/call",
+                        "params": {"name": "echo", "arguments": {"message": "it is bob"}},
+                    },
+                )
+            assert echoed.json() == {"result": {"message": "it is bob"}}
+
+
 async def test_a_stranger_cannot_keep_a_dead_dial_in_agent_online(tmp_path: Path) -> None:
     (tmp_path / "dialer.toml").write_text(
         'id = "dialer"\n[transport]\ntype = "dial-in"\ntoken_env = "DIALER_TOKEN"\n'

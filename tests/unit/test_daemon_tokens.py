@@ -220,3 +220,27 @@ def test_a_torn_last_journal_line_is_dropped_and_a_replay_changes_nothing(tmp_pa
     reloaded = TokenStore(tmp_path)
     reloaded.load()
     assert [e.name for e in reloaded.entries()] == ["kept"] and reloaded.identify(token) == kept
+
+
+def test_a_new_token_never_takes_an_id_another_token_has(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ids are short (read and typed by people): two may be drawn alike, but a token's id
+    # owns rooms and revokes, so the store draws again.
+    store = TokenStore(tmp_path)
+    first, _ = store.create(Role.CLIENT, "ann")
+    drawn = iter([first.id, first.id, "0badc0de"])
+    monkeypatch.setattr("mesh.daemon._tokens.secrets.token_hex", lambda _: next(drawn))
+    second, _ = store.create(Role.CLIENT, "bob")
+    assert second.id == "0badc0de"
+    store.revoke(first.id)
+    assert [entry.name for entry in store.entries()] == ["bob"]
+
+
+def test_the_store_says_which_ids_its_agent_tokens_name(tmp_path: Path) -> None:
+    store = TokenStore(tmp_path)
+    store.create(Role.AGENT, "bob-token", agent="bob")
+    store.create(Role.CLIENT, "ann")
+    assert store.names_agent("bob") and not store.names_agent("ann")
+    store.revoke("bob-token")
+    assert not store.names_agent("bob")
