@@ -16,7 +16,9 @@ the rule).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 from mesh._errors import Forbidden
@@ -83,6 +85,9 @@ class RoomRoutes:
     def __init__(self, rooms: RoomManager, settings: DaemonSettings) -> None:
         self._rooms = rooms
         self._settings = settings
+        #: Rooms being made or resumed, by owner: each holds its slot from the check to
+        #: the moment the room counts itself (its introductions come between).
+        self._claimed: Counter[str | None] = Counter()
 
     def http_handlers(self) -> dict[str, HttpHandler]:
         handlers: dict[str, RoomHandler] = {
@@ -101,15 +106,40 @@ class RoomRoutes:
 
     async def handle_create(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
         spec = decode_room_spec(request.body)
-        refused = self._bounds(spec) or await self._room_slots(who.owner, who.admin)
+        refused = self._bounds(spec)
         if refused is not None:
             return refused
-        created = await self._rooms.create(spec, owner=who.owner, creator=who.principal)
+        async with self._slot(who.owner) as claimed:
+            refused = await self._room_slots(who.owner, who.admin, claimed)
+            if refused is not None:
+                return refused
+            created = await self._rooms.create(spec, owner=who.owner, creator=who.principal)
         return HttpResponse.json(201, created)
 
-    async def _room_slots(self, owner: str | None, admin: bool) -> HttpResponse | None:
-        """The 429 when no room slot is free: in all, or for ``owner`` (admins: in all only)."""
+    @asynccontextmanager
+    async def _slot(self, owner: str | None) -> AsyncIterator[tuple[int, int]]:
+        """Claim a slot for ``owner`` until the block ends; yields the slots others have
+        claimed and not yet filled: ``(in all, of owner)``."""
+        claimed = self._claimed
+        others = (claimed.total(), claimed[owner])
+        claimed[owner] += 1
+        try:
+            yield others
+        finally:
+            claimed[owner] -= 1
+            if not claimed[owner]:
+                del claimed[owner]
+
+    async def _room_slots(
+        self, owner: str | None, admin: bool, claimed: tuple[int, int] = (0, 0)
+    ) -> HttpResponse | None:
+        """The 429 when no room slot is free: in all, or for ``owner`` (admins: in all only).
+
+        ``claimed`` counts the rooms still being made (in all, of ``owner``): they have
+        passed this check and do not count themselves yet.
+        """
         active, limit = await self._rooms.active_count(), self._settings.max_active_rooms
+        active += claimed[0]
         if active >= limit:
             return HttpResponse.error(
                 429,
@@ -119,7 +149,7 @@ class RoomRoutes:
             )
         if admin:
             return None
-        mine = 0
+        mine = claimed[1]
         for status in (RoomStatus.RUNNING, RoomStatus.PAUSED):
             mine += sum(s.room.owner == owner for s in await self._rooms.list(status))
         per = self._settings.max_rooms_per_identity
@@ -243,11 +273,14 @@ class RoomRoutes:
         owned = await self._owned(p["id"], who)
         if isinstance(owned, HttpResponse):
             return owned
-        if owned.status is RoomStatus.STOPPED:  # back to running: it takes a slot again
-            refused = await self._room_slots(owned.room.owner, who.admin)
+        if owned.status is not RoomStatus.STOPPED:
+            return HttpResponse.json(200, await self._rooms.resume(p["id"]))
+        async with self._slot(owned.room.owner) as claimed:  # running again: it takes a slot
+            refused = await self._room_slots(owned.room.owner, who.admin, claimed)
             if refused is not None:
                 return refused
-        return HttpResponse.json(200, await self._rooms.resume(p["id"]))
+            resumed = await self._rooms.resume(p["id"])
+        return HttpResponse.json(200, resumed)
 
     async def handle_stop(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
         return await self._steer(p["id"], who, self._rooms.stop)

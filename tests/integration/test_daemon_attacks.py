@@ -26,6 +26,7 @@ pytestmark = pytest.mark.anyio
 
 ALICE = [f"Alice says {n}." for n in range(10)]
 BOB = [f"Bob says {n}." for n in range(10)]
+GUARD = 60.0
 
 
 def turn_params(room: str, agent: str, turn: int) -> dict[str, Any]:
@@ -176,18 +177,22 @@ async def test_a_client_cannot_take_the_id_an_agent_token_dials_in_with(tmp_path
         args = ["-m", "mesh.agents.echo", "--connect", daemon.ws, "--token-env", "T"]
         async with await anyio.open_process(
             [command, *args, "--id", "bob"], env={**os.environ, "T": token}
-        ):
-            await daemon.wait_online("bob")
-            async with daemon.client(token=mallory) as http:
-                echoed = await http.post(
-                    "/rpc",
-                    json={
-                        "agent": "bob",
-                        "method": "tools/call",
-                        "params": {"name": "echo", "arguments": {"message": "it is bob"}},
-                    },
-                )
-            assert echoed.json() == {"result": {"message": "it is bob"}}
+        ) as bob:
+            try:
+                with anyio.fail_after(GUARD):
+                    await daemon.wait_online("bob")
+                async with daemon.client(token=mallory) as http:
+                    echoed = await http.post(
+                        "/rpc",
+                        json={
+                            "agent": "bob",
+                            "method": "tools/call",
+                            "params": {"name": "echo", "arguments": {"message": "it is bob"}},
+                        },
+                    )
+                assert echoed.json() == {"result": {"message": "it is bob"}}
+            finally:
+                bob.kill()
 
 
 async def test_a_stranger_cannot_keep_a_dead_dial_in_agent_online(tmp_path: Path) -> None:

@@ -186,6 +186,34 @@ async def test_one_token_holds_only_its_share_of_rooms_and_absent_people_free_th
             await http.post("/rooms/wait-1/stop")
 
 
+async def test_rooms_asked_for_at_once_take_no_more_slots_than_there_are(tmp_path: Path) -> None:
+    # Each room is checked against the limit, then its members are introduced, and only
+    # then does it count: asked for all at once, each used to find every slot free.
+    settings = tmp_path / "settings.toml"
+    settings.write_text("max_rooms_per_identity = 2\n")
+    args = ["--config", str(settings), "--data-dir", str(tmp_path / "data")]
+    async with spawn_daemon(_manifests(tmp_path, 0.0), extra_args=args) as daemon:
+        await daemon.wait_online("alice", "bob")
+        burst = await create_token(daemon, "client", "burst")
+        statuses: list[int] = []
+        async with daemon.client(token=burst) as http:
+
+            async def create(n: int) -> None:
+                body = {"id": f"at-once-{n}", "topic": "t", "members": ["alice", "bob"]}
+                statuses.append((await http.post("/rooms", json=body)).status_code)
+
+            with anyio.fail_after(GUARD):
+                async with anyio.create_task_group() as tg:
+                    for n in range(8):
+                        tg.start_soon(create, n)
+            assert sorted(statuses) == [201, 201, *[429] * 6], statuses
+            listed = (await http.get("/rooms")).json()["rooms"]
+            running = [r for r in listed if r["status"] == "running"]
+            assert len(running) == 2, listed
+            for room in running:
+                await http.post(f"/rooms/{room['room']['id']}/stop")
+
+
 async def test_a_resumed_room_still_calls_for_its_creator(tmp_path: Path) -> None:
     manifests, data = _manifests(tmp_path, 0.5), tmp_path / "data"
     args = ["--data-dir", str(data)]
