@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any, Final
 
-__all__ = ["json_text", "printable", "safe_json", "whole_number"]
+__all__ = ["json_text", "printable", "safe_json"]
 
 #: C0 but newline and tab, DEL, C1, and the bidi embeddings, overrides and isolates.
 _UNSAFE: Final = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -47,15 +47,3 @@ def json_text(value: Any, *, indent: int | None = None) -> str:
 def safe_json(encoded: str) -> str:
     """Already-encoded JSON with the control characters JSON left raw turned into escapes."""
     return _UNSAFE.sub(_json_escape, encoded)
-
-
-def whole_number(text: str, digits: int = 18) -> int | None:
-    """``text`` as a whole number of at most ``digits`` ASCII digits; None if it is not one.
-
-    ``str.isdigit`` also says yes to "²" and to digits of other scripts, which ``int``
-    then refuses, and ``int`` refuses more than 4,300 digits: a cursor or a page token
-    from a client is checked here, so neither reaches a handler as an exception.
-    """
-    if not text or len(text) > digits or not text.isascii() or not text.isdigit():
-        return None
-    return int(text)

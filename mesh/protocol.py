@@ -23,7 +23,6 @@ from mesh._errors import ErrorCode
 
 __all__ = [
     "MESH_CODEC",
-    "UNREADABLE_JSON",
     "Codec",
     "DecodeFailure",
     "ErrorInfo",
@@ -41,25 +40,9 @@ __all__ = [
     "new_request_id",
     "now_ms",
     "salvage_id",
-    "why_unreadable",
 ]
 
 RequestId = NewType("RequestId", str)
-
-#: What decoding JSON from a peer or a client can raise: msgspec's own error, and
-#: Python's for a string that is not UTF-8 (checked only when a string is built) and
-#: for nesting past the decoder's depth. Each is bad input, to be answered as such.
-UNREADABLE_JSON: Final = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
-
-
-def why_unreadable(exc: BaseException) -> str:
-    """What is wrong with JSON that raised ``exc`` (one of :data:`UNREADABLE_JSON`), in words."""
-    if isinstance(exc, UnicodeDecodeError):
-        return f"a string is not valid UTF-8 ({exc.reason})"
-    if isinstance(exc, RecursionError):
-        return "JSON nested too deeply"
-    return str(exc)
-
 
 # Ids we make are uuid4 strings; ids from peers are opaque strings (as in
 # JSON-RPC), bounded so that a hostile peer cannot grow our tables' keys.

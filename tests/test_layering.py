@@ -25,6 +25,7 @@ WINGS = (
     Wing("mesh._logging", 1),
     Wing("mesh._gc", 1),
     Wing("mesh._text", 1),
+    Wing("mesh._input", 1),  # reading client input: JSON errors, whole numbers
     Wing("mesh._tasks", 1),
     Wing("mesh._nats_settings", 1),  # the NATS knobs the daemon reads and the cluster takes
     Wing("mesh._metrics", 2),  # the process's tallies: uses the error codes

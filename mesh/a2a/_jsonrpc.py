@@ -8,10 +8,9 @@ from typing import Any, Final
 import anyio
 import msgspec
 
-from mesh._text import whole_number
+from mesh._input import UNREADABLE_JSON, whole_number, why_unreadable
 from mesh.a2a._tasks import Task
 from mesh.a2a._wire import Version, event_for
-from mesh.protocol import UNREADABLE_JSON, why_unreadable
 from transports import BodyWriter, HttpRequest, HttpResponse
 
 __all__ = [

@@ -31,9 +31,9 @@ import anyio.abc
 import msgspec
 
 from mesh._errors import MeshError
+from mesh._input import whole_number
 from mesh._orchestrator.access import EMBEDDER, Principal
 from mesh._orchestrator.orchestrator import MeshOrchestrator
-from mesh._text import whole_number
 from mesh.a2a._card import build_card, card_etag
 from mesh.a2a._jsonrpc import (
     A2aError,

@@ -22,8 +22,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from mesh._errors import Forbidden
+from mesh._input import whole_number
 from mesh._logging import get_logger
-from mesh._text import whole_number
 from mesh.daemon._auth import Identity
 from mesh.daemon._routes import HttpHandler, Params
 from mesh.daemon._settings import DaemonSettings

@@ -20,11 +20,11 @@ from urllib.parse import unquote
 import anyio.abc
 import msgspec
 
+from mesh._input import UNREADABLE_JSON, why_unreadable
 from mesh._logging import get_logger
 from mesh.daemon._auth import Identities, Identity, Right, forbidden, refusal, websocket_refusal
 from mesh.daemon._tokens import Role
 from mesh.mcp._http_server import jsonrpc_refusal
-from mesh.protocol import UNREADABLE_JSON, why_unreadable
 from transports import (
     CloseCode,
     HttpRequest,

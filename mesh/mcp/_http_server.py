@@ -32,6 +32,7 @@ import anyio
 import msgspec
 
 from mesh._errors import ErrorCode, MethodNotFound
+from mesh._input import UNREADABLE_JSON
 from mesh._orchestrator.access import EMBEDDER, Principal
 from mesh._rpc.exchange import Exchange
 from mesh._rpc.peer import RequestContext
@@ -39,7 +40,6 @@ from mesh.mcp._catalog import Authorize, ToolCatalog
 from mesh.mcp._codec import MCP_CODEC
 from mesh.mcp._revisions import MODERN, requested_revision
 from mesh.mcp._server import McpServer, serve_config
-from mesh.protocol import UNREADABLE_JSON
 from transports import HttpRequest, HttpResponse
 
 __all__ = ["McpHttpEndpoint", "jsonrpc_refusal"]

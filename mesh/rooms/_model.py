@@ -18,8 +18,8 @@ from typing import Annotated, Any, Final, Literal, NewType, TypeAlias
 
 import msgspec
 
+from mesh._input import UNREADABLE_JSON, why_unreadable
 from mesh._orchestrator.access import EMBEDDER, Principal
-from mesh.protocol import UNREADABLE_JSON, why_unreadable
 from mesh.providers._base import ChatMessage, Usage
 from registry import AgentId
 

@@ -1,0 +1,42 @@
+"""Input from clients and peers, read without surprises.
+
+Python raises errors of its own, besides the decoder's, for some bad input: msgspec
+reports a string that is not UTF-8, and nesting past its depth, with
+``UnicodeDecodeError`` and ``RecursionError``; ``str.isdigit`` says yes to "²",
+which ``int`` then refuses. Each reader of client input takes them from here, so
+none answers bad input with an exception.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+__all__ = ["UNREADABLE_JSON", "whole_number", "why_unreadable"]
+
+#: What decoding JSON from a peer or a client can raise: msgspec's own error, and
+#: Python's for a string that is not UTF-8 (checked only when a string is built) and
+#: for nesting past the decoder's depth. Each is bad input, to be answered as such.
+UNREADABLE_JSON: Final = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+
+
+def why_unreadable(exc: BaseException) -> str:
+    """What is wrong with JSON that raised ``exc`` (one of :data:`UNREADABLE_JSON`), in words."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"a string is not valid UTF-8 ({exc.reason})"
+    if isinstance(exc, RecursionError):
+        return "JSON nested too deeply"
+    return str(exc)
+
+
+def whole_number(text: str, digits: int = 18) -> int | None:
+    """``text`` as a whole number of at most ``digits`` ASCII digits; None if it is not one.
+
+    ``str.isdigit`` also says yes to "²" and to digits of other scripts, which ``int``
+    then refuses, and ``int`` refuses more than 4,300 digits: a cursor or a page token
+    from a client is checked here, so neither reaches a handler as an exception.
+    """
+    if not text or len(text) > digits or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
