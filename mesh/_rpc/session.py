@@ -74,6 +74,9 @@ PROGRESS: Final = "progress"
 #: A call routed through the mesh: its answer is the router's verdict on the target's
 #: link, so a timeout or a lost link in it is this side's own kind (see mesh._errors).
 ROUTE_METHOD: Final = "mesh/call"
+#: A link's requests served at once by default: far past what a client keeps in flight
+#: (the bench's heaviest case is 64), low enough that one link cannot hold a process.
+DEFAULT_MAX_REQUESTS_IN_PROGRESS: Final = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,10 @@ class SessionConfig:
     #: After construction it is ``None`` exactly when heartbeats are off.
     heartbeat_ttl: float | None = None
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    #: The peer's requests served at once, at most: each holds a task until it is
+    #: answered, and one that never ends (a subscription) would otherwise let a single
+    #: link hold any number. Past it a request is refused at once (UNAVAILABLE).
+    max_requests_in_progress: int = DEFAULT_MAX_REQUESTS_IN_PROGRESS
 
     def __post_init__(self) -> None:
         if self.heartbeat_interval is None:
@@ -596,6 +603,16 @@ class Session:
             self._queue_error(rid, ErrorCode.INVALID_REQUEST, f"duplicate request id {rid!r}")
             return []
         method = message.payload.method
+        limit = self.config.max_requests_in_progress
+        if len(self._incoming) >= limit:
+            self._queue_error(
+                rid,
+                ErrorCode.UNAVAILABLE,
+                f"{limit} requests are in progress on this link (max_requests_in_progress): "
+                "wait for an answer, then send again",
+                {"limit": "max_requests_in_progress"},
+            )
+            return []
         self._incoming[rid] = method
         if message.traceparent is None:
             return [IncomingRequest(rid, method, message.payload.params)]

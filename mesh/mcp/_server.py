@@ -205,11 +205,21 @@ def _progress(ctx: RequestContext, params: dict[str, Any]) -> ProgressCallback |
     return relay
 
 
+#: An MCP client's requests served at once on one link (a subscription holds its own
+#: until the client leaves): clients keep a few in flight.
+MCP_REQUESTS_IN_PROGRESS: Final = 128
+
+
 def serve_config(catalog: ToolCatalog) -> SessionConfig:
     """An MCP client link: no mesh heartbeats (MCP's liveness is the client's business),
-    and answers as large as the agents' results need (:meth:`ToolCatalog.answer_limit`);
-    what the client sends is bounded by its transport."""
-    return SessionConfig(heartbeat_interval=None, max_frame_size=catalog.answer_limit())
+    answers as large as the agents' results need (:meth:`ToolCatalog.answer_limit`), and
+    at most :data:`MCP_REQUESTS_IN_PROGRESS` requests at once; what the client sends is
+    bounded by its transport."""
+    return SessionConfig(
+        heartbeat_interval=None,
+        max_frame_size=catalog.answer_limit(),
+        max_requests_in_progress=MCP_REQUESTS_IN_PROGRESS,
+    )
 
 
 async def serve_mcp(

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import pytest
 
+from mesh import ErrorCode
+from mesh.mcp._server import MCP_REQUESTS_IN_PROGRESS
 from mesh.testing import Daemon
 from tests.conftest import BACKENDS
 from tests.mcp.test_serve import JSON, PING, daemon_with_echo, mcp_lines
@@ -88,3 +91,32 @@ async def test_the_mcp_websocket_refuses_another_origin_too(daemon: Daemon) -> N
             await stream.receive()
     assert closed.value.close_code == CloseCode.FORBIDDEN
     assert "own origin" in closed.value.reason
+
+
+async def test_one_mcp_websocket_holds_at_most_its_share_of_requests(daemon: Daemon) -> None:
+    # A subscription holds its request until the client leaves: without a bound, one
+    # socket could hold any number of them.
+    url = daemon.ws.removesuffix("/ws") + "/mcp"
+    meta = {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}
+    extra = 3
+    async with open_websocket(url, token=daemon.token) as stream:
+        for n in range(MCP_REQUESTS_IN_PROGRESS + extra):
+            listen = {"jsonrpc": "2.0", "id": n, "method": "subscriptions/listen", "params": meta}
+            await stream.send(json.dumps(listen).encode())
+        refused: list[dict[str, Any]] = []
+        acknowledged = 0
+        with anyio.fail_after(60):
+            while len(refused) < extra or acknowledged < MCP_REQUESTS_IN_PROGRESS:
+                message = json.loads(await stream.receive())
+                if message.get("method") == "notifications/subscriptions/acknowledged":
+                    acknowledged += 1
+                elif "error" in message:
+                    refused.append(message)
+        assert sorted(m["id"] for m in refused) == list(
+            range(MCP_REQUESTS_IN_PROGRESS, MCP_REQUESTS_IN_PROGRESS + extra)
+        )
+        error = refused[0]["error"]
+        assert (
+            error["code"] == ErrorCode.UNAVAILABLE
+            and "max_requests_in_progress" in error["message"]
+        )

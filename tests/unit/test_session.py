@@ -437,3 +437,18 @@ def test_fail_pending_fails_every_call_now_tells_the_peer_and_keeps_the_link() -
     assert not client.closed and client.statistics().calls_in_flight == 0
     third = client.send_request("again", None, now=1.0)  # the link is still usable
     assert client.deadline_of(third) is not None
+
+
+def test_requests_past_the_links_limit_are_refused_at_once_until_one_is_answered() -> None:
+    client, server = pair(SessionConfig(heartbeat_interval=None, max_requests_in_progress=2))
+    ids = [client.send_request("subscriptions/listen", {"n": n}, now=0.0) for n in range(3)]
+    served = deliver(client, server)
+    assert [e.id for e in served] == ids[:2]  # the third never reaches a handler
+    (refused,) = calls_done(deliver(server, client))
+    assert refused.id == ids[2] and isinstance(refused.error, AgentUnavailable)
+    assert refused.error.code == ErrorCode.UNAVAILABLE
+    assert "max_requests_in_progress" in str(refused.error)
+    assert server.statistics().requests_in_progress == 2
+    assert server.send_response(served[0].id, "done")
+    again = client.send_request("subscriptions/listen", {"n": 3}, now=0.0)
+    assert [e.id for e in deliver(client, server)] == [again]
