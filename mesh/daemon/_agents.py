@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from typing import Annotated, Any, Final, Literal
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import anyio
 import msgspec
@@ -45,7 +46,7 @@ from transports import (
     unwrap_single_error,
 )
 
-__all__ = ["AgentRoutes", "describe"]
+__all__ = ["AgentRoutes", "describe", "shown_endpoint"]
 
 log = get_logger("mesh.daemon")
 
@@ -85,11 +86,12 @@ def describe(
 
     An agent the registry does not hold (configured, not connected) has no times.
     """
+    endpoint = shown_endpoint(record.endpoint)
     shown: dict[str, Any] = {
         "id": record.id,
         "name": record.name,
         "transport": record.transport,
-        "endpoint": record.endpoint,
+        "endpoint": endpoint,
         "status": status or str(record.status),
         "capabilities": sorted(record.capabilities),
         "last_seen_ago": round(max(0.0, now - record.last_seen), 3) if registered else None,
@@ -98,8 +100,30 @@ def describe(
         "heartbeat_ttl": record.heartbeat_ttl,
     }
     if link_error:
+        if record.endpoint and endpoint:  # errors quote the URL they failed on
+            link_error = link_error.replace(record.endpoint, endpoint)
         shown["link_error"] = link_error
     return shown
+
+
+def shown_endpoint(url: str | None) -> str | None:
+    """``url`` as the API shows it: no user-info, no fragment, and every query value hidden.
+
+    A manifest may point at a server whose key rides in the URL (``?api_key=…``), and
+    whoever may read the agents list is not meant to read the key.
+    """
+    if not url:
+        return url
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "(a URL that does not parse)"
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    netloc = f"{host}:{port}" if port is not None else host
+    query = "&".join(f"{key}=…" for key, _ in parse_qsl(parts.query, keep_blank_values=True))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
 def describe_view(view: AgentView, now: float) -> dict[str, Any]:
