@@ -20,7 +20,7 @@ other value as a data part.
 from __future__ import annotations
 
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -32,8 +32,14 @@ CHAT_CAPABILITY: Final = "chat"
 ROOM_TURN: Final = "room/turn"
 #: Conversations kept (one per client, agent and contextId); the oldest is forgotten.
 MAX_CONVERSATIONS: Final = 1024
+#: Of them, one client's: its own oldest is forgotten first, so one client opening
+#: contexts without end cannot push the others' conversations out.
+MAX_CONVERSATIONS_PER_OWNER: Final = 64
 #: Messages of one conversation sent with each turn.
 MAX_TURN_MESSAGES: Final = 64
+#: Characters of one conversation kept (the newest message always is): what the
+#: conversations hold stays bounded however long each message is.
+MAX_CONVERSATION_CHARS: Final = 256 * 1024
 
 
 class PlanError(ValueError):
@@ -125,17 +131,19 @@ class Conversations:
 
     def __init__(self) -> None:
         self._kept: OrderedDict[tuple[str, str, str], _Conversation] = OrderedDict()
+        self._owned: Counter[str] = Counter()
 
     def turn(self, owner: str, agent: str, context_id: str, text: str) -> dict[str, Any]:
         """The ``room/turn`` params for the next turn, the user's ``text`` included."""
         key = (owner, agent, context_id)
-        conversation = self._kept.pop(key, None) or _Conversation()
+        conversation = self._kept.pop(key, None)
+        if conversation is None:
+            conversation = _Conversation()
+            self._make_room(owner)
+            self._owned[owner] += 1
         self._kept[key] = conversation
-        while len(self._kept) > MAX_CONVERSATIONS:
-            self._kept.popitem(last=False)
         conversation.turn += 1
-        conversation.messages.append({"role": "user", "content": text})
-        del conversation.messages[:-MAX_TURN_MESSAGES]
+        _keep(conversation, {"role": "user", "content": text})
         return {
             "room_id": f"a2a-{context_id}",
             "turn": conversation.turn,
@@ -148,5 +156,28 @@ class Conversations:
     def replied(self, owner: str, agent: str, context_id: str, text: str) -> None:
         conversation = self._kept.get((owner, agent, context_id))
         if conversation is not None:
-            conversation.messages.append({"role": "assistant", "content": text})
-            del conversation.messages[:-MAX_TURN_MESSAGES]
+            _keep(conversation, {"role": "assistant", "content": text})
+
+    def _make_room(self, owner: str) -> None:
+        """Forget what a new conversation of ``owner`` would put past a bound: the
+        owner's own oldest, then (if the whole is full) the oldest of all."""
+        if self._owned[owner] >= MAX_CONVERSATIONS_PER_OWNER:
+            self._forget(next(key for key in self._kept if key[0] == owner))
+        if len(self._kept) >= MAX_CONVERSATIONS:
+            self._forget(next(iter(self._kept)))
+
+    def _forget(self, key: tuple[str, str, str]) -> None:
+        del self._kept[key]
+        self._owned[key[0]] -= 1
+        if not self._owned[key[0]]:
+            del self._owned[key[0]]
+
+
+def _keep(conversation: _Conversation, message: dict[str, Any]) -> None:
+    """Add ``message``, then drop the oldest past the message and character bounds."""
+    messages = conversation.messages
+    messages.append(message)
+    del messages[:-MAX_TURN_MESSAGES]
+    kept = sum(len(m["content"]) for m in messages)
+    while kept > MAX_CONVERSATION_CHARS and len(messages) > 1:
+        kept -= len(messages.pop(0)["content"])
