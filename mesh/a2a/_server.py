@@ -105,7 +105,9 @@ class A2aServer:
         self.max_message_size = max_message_size
         self.max_call_timeout = max_call_timeout
         self._conversations = Conversations()
-        self._cards: dict[str, tuple[float, dict[str, Any], str]] = {}
+        #: What each agent's card is made of (its ``agent/info`` and its tools), and when
+        #: it was asked: the card itself is made per request, for the URL it was asked at.
+        self._cards: dict[str, tuple[float, dict[str, Any], list[Any]]] = {}
         self._tasks: anyio.abc.TaskGroup | None = None
 
     async def serve(
@@ -126,16 +128,21 @@ class A2aServer:
         """``GET …/.well-known/agent-card.json``, with an ETag (304 when unchanged)."""
         now = anyio.current_time()
         kept = self._cards.get(agent)
-        if kept is None or now - kept[0] >= CARD_FRESH or kept[1]["url"] != url:
-            card = await self._build_card(agent, url)
-            kept = self._cards[agent] = (now, card, card_etag(card))
-        _, card, etag = kept
+        if kept is None or now - kept[0] >= CARD_FRESH:
+            info, tools = await self._ask_agent(agent)
+            kept = self._cards[agent] = (now, info, tools)
+            self._forget_gone_cards()
+        _, info, tools = kept
+        push = self._check_push is not None
+        card = build_card(agent, info, tools, chat=self._chat(agent), url=url, push=push)
+        etag = card_etag(card)
         headers = [("etag", etag), ("cache-control", "private, max-age=60")]
         if request.header("if-none-match") == etag:
             return HttpResponse(304, headers=headers)
         return HttpResponse(200, msgspec.json.encode(card), headers=headers)
 
-    async def _build_card(self, agent: str, url: str) -> dict[str, Any]:
+    async def _ask_agent(self, agent: str) -> tuple[dict[str, Any], list[Any]]:
+        """What ``agent``'s card says of it: its ``agent/info`` and its tools."""
         info: Any = {}
         try:
             info = await self._mesh.call(agent, "agent/info", timeout=CARD_TIMEOUT)
@@ -143,9 +150,12 @@ class A2aServer:
             record = self._mesh.registry.get(AgentId(agent))
             info = {"name": record.name} if record is not None else {}
         tools = await self._tools(agent)
-        info = info if isinstance(info, dict) else {}
-        push = self._check_push is not None
-        return build_card(agent, info, tools, chat=self._chat(agent), url=url, push=push)
+        return (info if isinstance(info, dict) else {}), tools
+
+    def _forget_gone_cards(self) -> None:
+        """Drop what is kept for agents the mesh no longer knows (registered, then gone)."""
+        for gone in [agent for agent in self._cards if not self._mesh.knows(agent)]:
+            del self._cards[gone]
 
     async def _tools(self, agent: str) -> list[Any]:
         try:

@@ -94,3 +94,34 @@ async def test_a_task_whose_run_fails_unexpectedly_fails_alone() -> None:
     assert task.state == "TASK_STATE_FAILED"
     said = task.status_message
     assert said is not None and said["parts"] == [{"text": "the daemon failed this task"}]
+
+
+async def test_a_card_asked_at_many_hosts_asks_its_agent_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The card names the URL it was asked at (the Host header), but what it says of the
+    # agent is asked once: a client changing its Host must not make the daemon call out.
+    agent = Agent("echo")
+
+    @agent.tool
+    async def echo(message: str) -> str:
+        """Say it back."""
+        return message
+
+    async with MeshOrchestrator([AgentSpec("echo", local_connector(agent))]) as mesh:
+        asked: list[str] = []
+        call = mesh.call
+
+        async def counted(target: str, method: str, *args: Any, **kwargs: Any) -> Any:
+            asked.append(method)
+            return await call(target, method, *args, **kwargs)
+
+        monkeypatch.setattr(mesh, "call", counted)
+        server = A2aServer(mesh)
+        get = HttpRequest("GET", "/a2a/echo/.well-known/agent-card.json", (), b"")
+        for host in ("a.example", "b.example", "a.example"):
+            answer = await server.card(get, "echo", f"http://{host}/a2a/echo")
+            card = json.loads(answer.body)
+            assert card["url"] == f"http://{host}/a2a/echo"
+            assert [skill["id"] for skill in card["skills"]] == ["echo"]
+        assert asked == ["agent/info", "tools/list"]
