@@ -15,7 +15,9 @@ from mesh.rooms import RoomManager
 from registry import AgentId, AgentStatus, Registry
 
 #: A member waits this long for what another member did to reach it (NATS on loopback).
-SPREAD_TIMEOUT = 10.0
+#: Only a guard against a hang, never a measure: on loopback it takes milliseconds, but
+#: at a load of 5 on two cores a call, its silent holder and two cancels took over 10 s.
+SPREAD_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True, slots=True)
