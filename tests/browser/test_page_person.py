@@ -156,11 +156,18 @@ def test_a_turn_that_opens_before_the_join_is_answered_is_still_mine(
     route.fulfill(response=answer)
     page.wait_for_selector("#say-hint.your-turn")
     assert page.evaluate("document.activeElement.id") == "say-text"
-    assert re.search(r"\d+:\d\d left", page.inner_text("#say-hint"))
+    hint = page.inner_text("#say-hint")
+    assert re.search(r"\d+:\d\d left", hint)
+    turn = re.search(r"turn (\d+)", hint)
+    assert turn is not None, hint
     page.fill("#say-text", "Coffee, black.")
     page.click("#say")
-    page.locator('#transcript .message.person[data-agent="erin"]').first.wait_for()
-    assert not page.is_visible("#say-hint.your-turn")
+    # Her message is the turn the page offered her (the room may come back to her at once
+    # on a busy machine: two short agent turns later it is her turn again).
+    mine = page.locator('#transcript .message.person[data-agent="erin"]').first
+    mine.wait_for()
+    assert mine.get_attribute("data-turn") == turn.group(1)
+    assert "Coffee, black." in mine.inner_text()
 
 
 @pytest.mark.timeout(300)  # a real browser and daemon on a loaded machine
@@ -194,7 +201,8 @@ def test_keyboard_alone_opens_a_room_joins_and_answers(page: Any, daemon: LiveDa
     # Her turn puts the cursor in the box and says so in the tab's title, with a countdown.
     assert page.evaluate("document.activeElement.id") == "say-text"
     assert page.title().startswith("Your turn")
-    assert re.search(r"\d+:\d\d left", page.inner_text("#say-hint"))
+    hint = page.inner_text("#say-hint")
+    assert re.search(r"\d+:\d\d left", hint)
     page.keyboard.type("line one")
     page.keyboard.press("Shift+Enter")
     page.keyboard.type("line two")
@@ -202,7 +210,12 @@ def test_keyboard_alone_opens_a_room_joins_and_answers(page: Any, daemon: LiveDa
     mine = page.locator('#transcript .message.person[data-agent="dora"] .text').first
     mine.wait_for()
     assert mine.inner_text() == "line one\nline two"
-    assert not page.title().startswith("Your turn")
+    # The title no longer offers that turn (on a busy machine the room may already be back
+    # at her, two short agent turns later: then it names the later turn).
+    if page.title().startswith("Your turn"):
+        offered = re.search(r"turn (\d+)", hint)
+        now = re.search(r"turn (\d+)", page.inner_text("#say-hint"))
+        assert offered and now and int(now.group(1)) > int(offered.group(1))
     page.click("#leave")
     page.wait_for_selector("#transcript .event.left:text-is('Dora left')")
 
