@@ -12,6 +12,8 @@ import httpx
 import pytest
 import trustme
 
+from tests.integration._daemon import LONG_LIMITS
+
 from .conftest import LiveDaemon, remove_every_room, screenshot, start_daemon, stop_daemon
 
 ALICE = [
@@ -130,7 +132,7 @@ def test_a_person_joins_from_the_page_and_the_next_persona_answers(
 ) -> None:
     with _client(echo_daemon) as http:
         spec: dict[str, object] = {"id": "visit", "topic": "Tea or coffee?"}
-        spec |= {"members": ["alice", "bob"], "limits": {"max_turns": 400}}
+        spec |= {"members": ["alice", "bob"], "limits": LONG_LIMITS}
         assert http.post("/rooms", json=spec).status_code == 201
     _open(page, echo_daemon, "room=visit")
     page.fill("#join-name", "Carol")

@@ -13,6 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.integration._daemon import LONG_LIMITS
+
 from .conftest import (
     LiveDaemon,
     remove_every_room,
@@ -25,10 +27,6 @@ from .conftest import (
 ECHO = ["{speaker} said: {last}"]
 #: Long enough that the room is still going while the page signs in, joins and answers.
 PERSON = {"turn_timeout": 600}
-#: A room a person must reach runs this many turns (0.3 s each at least): on a loaded
-#: machine a scan or a sign-in can take longer than 40 turns, and then the room is over
-#: before anyone joins. Every room is stopped and deleted when the test ends.
-LONG = 400
 
 
 def _client(daemon: LiveDaemon, token: str | None = None) -> httpx.Client:
@@ -36,13 +34,14 @@ def _client(daemon: LiveDaemon, token: str | None = None) -> httpx.Client:
     return httpx.Client(base_url=daemon.url, headers=headers, timeout=20)
 
 
-def _room(daemon: LiveDaemon, room_id: str, max_turns: int = LONG, **extra: object) -> None:
+def _room(daemon: LiveDaemon, room_id: str, max_turns: int | None = None, **extra: object) -> None:
     spec: dict[str, object] = {
         "id": room_id,
         "topic": "Tea or coffee?",
         "members": ["alice", "bob"],
     }
-    spec |= {"limits": {"max_turns": max_turns}, "people": PERSON} | extra
+    limits = LONG_LIMITS if max_turns is None else {"max_turns": max_turns}
+    spec |= {"limits": limits, "people": PERSON} | extra
     with _client(daemon) as http:
         created = http.post("/rooms", json=spec)
     assert created.status_code == 201, created.text

@@ -13,6 +13,8 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
+from tests.integration._daemon import LONG_LIMITS
+
 from .conftest import LiveDaemon, start_again, start_daemon, stop_daemon
 
 ALICE = ["Alpha: one deployable with clear module boundaries, and split out only what must scale."]
@@ -35,7 +37,7 @@ def slow_daemon(tmp_path: Path) -> Iterator[LiveDaemon]:
 def _room(daemon: LiveDaemon, room_id: str) -> None:
     spec: dict[str, object] = {"id": room_id, "topic": "Monolith first?"}
     spec["members"] = ["alice", "bob"]
-    spec |= {"limits": {"max_turns": 400}, "people": {"turn_timeout": 600}}
+    spec |= {"limits": LONG_LIMITS, "people": {"turn_timeout": 600}}
     headers = {"authorization": f"Bearer {daemon.token}"}
     with httpx.Client(base_url=daemon.url, headers=headers, timeout=20) as http:
         assert http.post("/rooms", json=spec).status_code == 201

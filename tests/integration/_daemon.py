@@ -17,6 +17,12 @@ from mesh.daemon import DaemonSettings, serve_daemon
 from mesh.testing import SPAWN_TIMEOUT
 from transports import WebSocketStream, open_websocket
 
+#: The limits of a room that must still run when a test (a page, a CLI, a guest) reaches it:
+#: 400 turns of the scripted personas. The message limit (20 each by default) would end it
+#: at 40 turns whatever ``max_turns`` says, seconds on a fast machine and before the test
+#: is there on a loaded one. The test stops the room itself.
+LONG_LIMITS: dict[str, int] = {"max_turns": 400, "max_messages_per_agent": 200}
+
 
 def persona_manifest(
     directory: Path,

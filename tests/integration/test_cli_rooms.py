@@ -15,6 +15,8 @@ import pytest
 from mesh.rooms import MessageEvent, StoppedEvent, decode_event
 from mesh.testing import Daemon, spawn_daemon
 
+from ._daemon import LONG_LIMITS
+
 pytestmark = pytest.mark.anyio
 
 #: An escape sequence, an OSC window title ended by BEL, a C1 CSI and a bidi override.
@@ -128,11 +130,6 @@ async def test_what_agents_wrote_reaches_the_terminal_as_text(tmp_path: Path) ->
         assert "\x1b]0;caps\x07" in [c for a in json.loads(out) for c in a["capabilities"]]
 
 
-#: A room the test stops itself: it must not reach its turn limit first, however slowly the
-#: machine runs the CLI processes that steer it.
-LONG = {"max_turns": 400}
-
-
 # Some thirty `mesh` processes: a minute on a loaded 2-core machine, several at load 20.
 @pytest.mark.timeout(600)
 async def test_every_room_command_and_its_exit_codes(tmp_path: Path) -> None:
@@ -161,7 +158,7 @@ async def test_every_room_command_and_its_exit_codes(tmp_path: Path) -> None:
         assert code == 0 and "turn 1:" not in out and "turn 2:" in out, err
 
         # A long room, steered while it runs.
-        long = {"id": "long", "topic": "Long", "members": ["alice", "bob"], "limits": LONG}
+        long = {"id": "long", "topic": "Long", "members": ["alice", "bob"], "limits": LONG_LIMITS}
         async with daemon.client() as http:
             assert (await http.post("/rooms", json=long)).status_code == 201
         await wait_for_event(daemon, "long", lambda e: isinstance(e, MessageEvent))
@@ -213,7 +210,8 @@ async def test_watch_and_export_keep_a_room_that_was_paused_and_resumed(tmp_path
     async with spawn_daemon(manifests, extra_args=["--data-dir", str(tmp_path / "d")]) as daemon:
         await daemon.wait_online("alice", "bob")
         async with daemon.client() as http:
-            spec = {"id": "long", "topic": "Long", "members": ["alice", "bob"], "limits": LONG}
+            spec: dict[str, object] = {"id": "long", "topic": "Long", "members": ["alice", "bob"]}
+            spec["limits"] = LONG_LIMITS
             assert (await http.post("/rooms", json=spec)).status_code == 201
             await wait_for_event(daemon, "long", lambda e: isinstance(e, MessageEvent))
             assert (await http.post("/rooms/long/pause")).status_code == 200

@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from mesh.testing import spawn_daemon
+from tests.integration._daemon import LONG_LIMITS
 from tests.integration.test_cli_rooms import persona_manifest
 
 pytestmark = pytest.mark.anyio
@@ -22,8 +23,8 @@ async def test_watch_exits_8_when_its_token_is_revoked(tmp_path: Path) -> None:
     async with spawn_daemon(manifests, extra_args=["--data-dir", str(tmp_path / "d")]) as daemon:
         await daemon.wait_online("alice", "bob")
         async with daemon.client() as admin:
-            limits = {"max_turns": 200}
-            body = {"topic": "Long", "members": ["alice", "bob"], "id": "long", "limits": limits}
+            body: dict[str, object] = {"topic": "Long", "members": ["alice", "bob"], "id": "long"}
+            body["limits"] = LONG_LIMITS
             assert (await admin.post("/rooms", json=body)).status_code == 201
             made = await admin.post("/tokens", json={"role": "observer", "name": "eyes"})
             token = made.json()["token"]

@@ -21,7 +21,7 @@ from mesh.rooms import (
 )
 from mesh.testing import Daemon, spawn_daemon
 
-from ._daemon import persona_manifest
+from ._daemon import LONG_LIMITS, persona_manifest
 from .test_daemon_auth import create_token
 
 pytestmark = pytest.mark.anyio
@@ -77,8 +77,8 @@ async def test_the_owner_chooses_who_joins_and_a_guests_goodbye_ends_nothing(
         await daemon.wait_online("alice", "bob")
         owner = await create_token(daemon, "client", "owner")
         guest = await create_token(daemon, "client", "guest")
-        await _create(daemon, owner, "closed", limits={"max_turns": 200})
-        await _create(daemon, owner, "open", limits={"max_turns": 200}, people={"join": ["guest"]})
+        await _create(daemon, owner, "closed", limits=LONG_LIMITS)
+        await _create(daemon, owner, "open", limits=LONG_LIMITS, people={"join": ["guest"]})
         async with daemon.client(token=guest) as http:
             closed = await http.post("/rooms/closed/join", json={"name": "Gwen"})
             assert closed.status_code == 403, closed.text
@@ -220,7 +220,7 @@ async def test_a_resumed_room_still_calls_for_its_creator(tmp_path: Path) -> Non
     async with spawn_daemon(manifests, extra_args=args) as daemon:
         await daemon.wait_online("alice", "bob")
         dev = await create_token(daemon, "client", "dev")
-        await _create(daemon, dev, "kept", limits={"max_turns": 400})
+        await _create(daemon, dev, "kept", limits=LONG_LIMITS)
     # While the daemon is down, the operator closes bob to everyone but the token ops.
     with (manifests / "bob.toml").open("a") as bob:
         bob.write('\n[access]\ncallers = ["client:ops"]\n')
