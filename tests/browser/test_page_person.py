@@ -115,6 +115,11 @@ def test_a_phone_reads_joins_answers_and_pauses(
         room_top = page.locator("#room").bounding_box()["y"]
         assert room_top < page.locator("#rooms").bounding_box()["y"]
         _no_sideways_scroll(page)
+        # What comes in does not move the controls under a finger about to tap them.
+        join_at = page.locator("#join").bounding_box()
+        shown = page.locator("#transcript .message:not(.writing)").count()
+        page.wait_for_selector(f"#transcript .message:not(.writing) >> nth={shown + 2}")
+        assert page.locator("#join").bounding_box() == join_at
         page.fill("#join-name", "Carol")
         page.click("#join")
         page.wait_for_selector("#say-hint.your-turn", timeout=60_000)
