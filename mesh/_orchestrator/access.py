@@ -5,7 +5,9 @@ Methods the daemon sends itself (``room/turn``, ``room/persona``, anything in
 land in a room's transcript, and a ``mesh/call`` wrapped in ``mesh/call`` would
 launder the caller's identity. Everything else is checked against the target's
 ``access.callers`` and, for agent-to-agent calls, the caller's ``access.calls``.
-Each refusal is a :class:`~mesh.Forbidden` that names the rule.
+Each refusal is a :class:`~mesh.Forbidden` that names the rule. So is a deadline
+longer than the orchestrator allows anyone but its embedder (``max_call_timeout``):
+a caller may not hold an agent's call, and its slot, for as long as it likes.
 
 :func:`authorize` is the one door: the orchestrator runs it on every call, with
 the :class:`Principal` the call is made for, before any link is touched; each
@@ -31,6 +33,7 @@ __all__ = [
     "authorize",
     "check_agent_call",
     "check_client_call",
+    "check_deadline",
     "check_relayable",
     "is_reserved",
 ]
@@ -122,6 +125,25 @@ def authorize(
             caller_id=principal.name,
             agent=agent,
             method=method,
+        )
+
+
+def check_deadline(
+    principal: Principal, timeout: float | None, limit: float | None, *, agent: str, method: str
+) -> None:
+    """Refuse a deadline outside (0, ``limit``] seconds from anyone but the embedder.
+
+    ``None`` (the agent's own ``call_timeout``, which the operator set) always passes.
+    """
+    if limit is None or timeout is None or principal.kind == "embedder":
+        return
+    if not 0 < timeout <= limit:  # NaN fails this too
+        raise Forbidden(
+            f"a deadline of {timeout:g} s is outside (0, {limit:g}] s, the longest this mesh "
+            f"allows {principal.describe()} (max_call_timeout)",
+            agent=agent,
+            method=method,
+            data={"limit": "max_call_timeout", "max": limit},
         )
 
 

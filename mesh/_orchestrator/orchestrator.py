@@ -10,7 +10,8 @@ Calls go through :meth:`MeshOrchestrator.call`; an agent the registry does not
 know, or knows offline, fails at once with :class:`~mesh.AgentUnavailable`.
 Every call passes one door first (:meth:`MeshOrchestrator.authorize`): who it is
 made for (``on_behalf_of``, the embedder unless said) against the reserved
-methods and the access sections, before any link is touched. Agents
+methods, the access sections and the longest deadline it may give
+(``max_call_timeout``), before any link is touched. Agents
 reach each other through the ``mesh/call`` method the orchestrator serves on
 every link, with the deadline carried along.
 """
@@ -30,7 +31,13 @@ import msgspec
 from mesh._errors import AgentUnavailable, MeshError, Unauthorized
 from mesh._logging import get_logger
 from mesh._metrics import METRICS
-from mesh._orchestrator.access import EMBEDDER, Principal, authorize, check_relayable
+from mesh._orchestrator.access import (
+    EMBEDDER,
+    Principal,
+    authorize,
+    check_deadline,
+    check_relayable,
+)
 from mesh._orchestrator.links import ManifestLinks, links_from_manifests
 from mesh._orchestrator.liveness import fail_calls_when_offline, probe
 from mesh._orchestrator.observe import (
@@ -116,7 +123,11 @@ class MeshOrchestrator:
         registry: Registry | None = None,
         policy: ReconnectPolicy | None = None,
         connect_timeout: float = 10.0,
+        max_call_timeout: float | None = None,
     ) -> None:
+        """``max_call_timeout``: the longest deadline, in seconds, a call made for anyone
+        but the embedder may give (None: no bound); see :meth:`authorize`."""
+        self.max_call_timeout = max_call_timeout
         # `is not None`: an empty Registry is falsy (it has a length), and a caller's
         # empty registry must be the one used, not silently replaced.
         self.registry = registry if registry is not None else Registry()
@@ -252,12 +263,12 @@ class MeshOrchestrator:
         """
         if tracing_active():  # the same, inside a CLIENT span
             with observe_call(agent, method, self.knows):
-                caller = self._caller(agent, method, on_behalf_of)
+                caller = self._caller(agent, method, on_behalf_of, timeout)
                 return await caller.call(method, params, timeout=timeout, on_progress=on_progress)
         # Metrics only: no object, no context manager (this path is measured per call).
         started = call_started()
         try:
-            caller = self._caller(agent, method, on_behalf_of)
+            caller = self._caller(agent, method, on_behalf_of, timeout)
             result = await caller.call(method, params, timeout=timeout, on_progress=on_progress)
         except BaseException as exc:
             call_failed(agent, method, exc, started, self.knows)
@@ -332,13 +343,14 @@ class MeshOrchestrator:
     ) -> dict[str, Outcome]:
         """Call several agents at once; each answers or fails on its own, all by ``timeout``.
 
-        A method ``on_behalf_of`` may send to none (a reserved one) raises
-        :class:`~mesh.Forbidden` for the whole; an agent it may not call is that
-        agent's outcome.
+        A method ``on_behalf_of`` may send to none (a reserved one), or a ``timeout``
+        past its ``max_call_timeout``, raises :class:`~mesh.Forbidden` for the whole;
+        an agent it may not call is that agent's outcome.
         """
         ids = list(dict.fromkeys(agent_ids))
         if on_behalf_of.kind != "embedder" and on_behalf_of.room is None:
             check_relayable(method, agent="*", via=on_behalf_of.describe())
+        check_deadline(on_behalf_of, timeout, self.max_call_timeout, agent="*", method=method)
         METRICS.fanout.observe((), len(ids))
         outcomes: dict[str, Outcome] = {}
 
@@ -357,20 +369,32 @@ class MeshOrchestrator:
                 tg.start_soon(one, agent_id)
         return {agent_id: outcomes[agent_id] for agent_id in ids}
 
-    def authorize(self, agent: str, method: str, *, on_behalf_of: Principal = EMBEDDER) -> None:
-        """The door: raise :class:`~mesh.Forbidden` unless ``on_behalf_of`` may call ``agent``.
+    def authorize(
+        self,
+        agent: str,
+        method: str,
+        *,
+        on_behalf_of: Principal = EMBEDDER,
+        timeout: float | None = None,
+    ) -> None:
+        """The door: raise :class:`~mesh.Forbidden` unless ``on_behalf_of`` may call ``agent``,
+        with a deadline of ``timeout`` seconds (None: the agent's own ``call_timeout``).
 
         Every call runs it first; a surface may also ask it ahead (a room asks it
-        for each member at creation, and for each person who joins).
+        for each member at creation, with its turn timeout, and for each person who
+        joins; A2A before it starts a task).
         """
         authorize(on_behalf_of, agent, method, self.access_of)
+        check_deadline(on_behalf_of, timeout, self.max_call_timeout, agent=agent, method=method)
 
-    def _caller(self, agent_id: str, method: str, on_behalf_of: Principal) -> Caller:
+    def _caller(
+        self, agent_id: str, method: str, on_behalf_of: Principal, timeout: float | None
+    ) -> Caller:
         """The link to call ``agent_id`` on, once the door let the call through.
 
         AgentUnavailable (saying why) if there is none.
         """
-        self.authorize(agent_id, method, on_behalf_of=on_behalf_of)
+        self.authorize(agent_id, method, on_behalf_of=on_behalf_of, timeout=timeout)
         if self.remote is not None and agent_id not in self._links:
             remote = self.remote.caller(agent_id, method, on_behalf_of=on_behalf_of)
             if remote is not None:

@@ -22,6 +22,7 @@ may call). Bad input is answered with the A2A error that names it, over HTTP
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
@@ -30,7 +31,7 @@ import anyio
 import anyio.abc
 import msgspec
 
-from mesh._errors import MeshError
+from mesh._errors import Forbidden, MeshError
 from mesh._input import whole_number
 from mesh._orchestrator.access import EMBEDDER, Principal
 from mesh._orchestrator.orchestrator import MeshOrchestrator
@@ -90,7 +91,6 @@ class A2aServer:
         *,
         store: TaskStore | None = None,
         max_message_size: int = DEFAULT_MAX_MESSAGE,
-        max_call_timeout: float = 3600.0,
         max_streams: int = DEFAULT_MAX_STREAMS,
         check_push_url: CheckUrl | None = None,
     ) -> None:
@@ -103,7 +103,6 @@ class A2aServer:
         self._check_push = check_push_url
         self.store = store or TaskStore()
         self.max_message_size = max_message_size
-        self.max_call_timeout = max_call_timeout
         self._conversations = Conversations()
         #: What each agent's card is made of (its ``agent/info`` and its tools), and when
         #: it was asked: the card itself is made per request, for the URL it was asked at.
@@ -270,6 +269,10 @@ class A2aServer:
         config = param_dict(params.get("configuration"), "configuration")
         metadata = param_dict(params.get("metadata"), "metadata")
         timeout = self._timeout(metadata)
+        try:  # the door's bound on deadlines (max_call_timeout), before a task exists
+            self._mesh.authorize(agent, "tools/call", on_behalf_of=caller.identity, timeout=timeout)
+        except Forbidden as exc:
+            raise A2aError(-32602, f"`metadata.timeout`: {exc.message}") from None
         if message.get("taskId"):
             task = self.store.get(message["taskId"], caller.owner, agent)
             if task is None:
@@ -317,15 +320,9 @@ class A2aServer:
         value = metadata.get("timeout")
         if value is None:
             return None
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not 0 < value <= self.max_call_timeout
-        ):
-            raise A2aError(
-                -32602,
-                f"`metadata.timeout` must be seconds, > 0 and at most {self.max_call_timeout:g}",
-            )
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not 0 < value < math.inf:
+            raise A2aError(-32602, "`metadata.timeout` must be seconds, a number > 0")
         return float(value)
 
     async def _plan(self, agent: str, message: dict[str, Any]) -> Any:

@@ -39,7 +39,6 @@ class DaemonA2a:
         orchestrator: MeshOrchestrator,
         *,
         secure: bool,
-        max_call_timeout: float,
         endpoint_hosts: Sequence[str],
     ) -> None:
         self._mesh = orchestrator
@@ -47,7 +46,6 @@ class DaemonA2a:
         # Webhooks are held to the rule of registered endpoints: no request forgery.
         self.server = A2aServer(
             orchestrator,
-            max_call_timeout=max_call_timeout,
             check_push_url=partial(check_webhook, allowed=endpoint_hosts),
         )
 

@@ -143,7 +143,6 @@ class DaemonApi:
         self.a2a = DaemonA2a(
             orchestrator,
             secure=settings.tls_cert is not None,
-            max_call_timeout=settings.max_call_timeout,
             endpoint_hosts=settings.endpoint_hosts,
         )
         self.routes = RouteTable(
@@ -222,21 +221,8 @@ class DaemonApi:
 
     # -- calls ----------------------------------------------------------------------
 
-    def _timeout_refused(self, timeout: float | None) -> HttpResponse | None:
-        limit = self._settings.max_call_timeout
-        if timeout is not None and not 0 < timeout <= limit:
-            return HttpResponse.error(
-                400,
-                f"timeout must be > 0 and at most {limit:g} s (max_call_timeout), got {timeout:g}",
-                limit="max_call_timeout",
-            )
-        return None
-
     async def handle_rpc(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
         call = read_body(request, RpcBody, "call")
-        refused = self._timeout_refused(call.timeout)
-        if refused is not None:
-            return refused
         self.calls_in_flight += 1
         started = anyio.current_time()
         try:
@@ -263,9 +249,6 @@ class DaemonApi:
         self, request: HttpRequest, who: Identity, _: Params
     ) -> HttpResponse:
         cast = read_body(request, BroadcastBody, "broadcast")
-        refused = self._timeout_refused(cast.timeout)
-        if refused is not None:
-            return refused
         self.calls_in_flight += 1
         try:
             outcomes = await self._mesh.broadcast(

@@ -157,7 +157,9 @@ async def serve_daemon(
     # Logs each broken manifest (invalid, unusable, or a dial-in token unset) and goes on.
     links = links_from_manifests(settings.manifests, environ=environ)
     identities = _identities(settings, links.tokens)
-    orchestrator = MeshOrchestrator.from_links(links, registry=_registry(settings))
+    orchestrator = MeshOrchestrator.from_links(
+        links, registry=_registry(settings), max_call_timeout=settings.max_call_timeout
+    )
     # In a cluster, rooms are resumed by whichever daemon takes their lease.
     rooms = RoomManager.for_orchestrator(
         orchestrator,

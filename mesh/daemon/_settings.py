@@ -104,7 +104,8 @@ class DaemonSettings(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fie
     max_registrations_per_identity: _Positive = 100
     #: Hosts a registered endpoint may point at: names, addresses, CIDR networks, or "*".
     endpoint_hosts: tuple[str, ...] = LOOPBACK
-    #: Longest deadline a caller may give a call through /rpc or /broadcast, seconds.
+    #: Longest deadline, seconds, a caller may give a call: /rpc, /broadcast, an agent's
+    #: mesh/call, a room's turn_timeout, A2A's metadata.timeout (the orchestrator's door).
     max_call_timeout: _Seconds = 300.0
     #: Rooms running or paused at once.
     max_active_rooms: _Positive = 32

@@ -169,14 +169,18 @@ async def test_the_daemon_still_serves_after_the_fuzzing(live: Live) -> None:
     assert health.status_code == 200 and health.json()["status"] == "ok"
 
 
+#: What a deadline outside the daemon's bound is refused with (max_call_timeout, 300 s).
+LIMIT = "outside (0, 300] s"
+
+
 @pytest.mark.parametrize(
     ("method", "target", "body", "status", "fragment"),
     [
         ("POST", "/rpc", {"agent": "echo", "method": "x" * 257}, 400, "length <= 256"),
-        ("POST", "/rpc", {"agent": "echo", "method": "ping", "timeout": 0}, 400, "> 0"),
-        ("POST", "/rpc", {"agent": "echo", "method": "ping", "timeout": -1}, 400, "> 0"),
-        ("POST", "/rpc", {"agent": "echo", "method": "ping", "timeout": 300.5}, 400, "at most 300"),
-        ("POST", "/broadcast", {"method": "ping", "timeout": 0}, 400, "> 0"),
+        ("POST", "/rpc", {"agent": "echo", "method": "ping", "timeout": 0}, 403, LIMIT),
+        ("POST", "/rpc", {"agent": "echo", "method": "ping", "timeout": -1}, 403, LIMIT),
+        ("POST", "/rpc", {"agent": "echo", "method": "ping", "timeout": 300.5}, 403, LIMIT),
+        ("POST", "/broadcast", {"method": "ping", "timeout": 0}, 403, LIMIT),
         ("GET", "/rooms/x/events?since=abc", None, 400, "since"),
         ("GET", "/rooms/x/events?since=-1", None, 400, "since"),
         ("POST", "/rpc", {"agent": "echo", "method": "x" * 256}, 502, "no method"),

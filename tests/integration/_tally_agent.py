@@ -31,11 +31,11 @@ def echo(message: str) -> dict[str, str]:
 
 
 @agent.tool
-async def relay(to: str, ctx: RequestContext) -> Any:
-    """Call ``to``'s ``echo`` through the mesh."""
+async def relay(to: str, ctx: RequestContext, timeout: float = 10) -> Any:
+    """Call ``to``'s ``echo`` through the mesh, with ``timeout`` as the deadline."""
     _note("tools/call relay")
     arguments = {"name": "echo", "arguments": {"message": f"via {agent.id}"}}
-    return await ctx.call_agent(to, "tools/call", arguments, timeout=10)
+    return await ctx.call_agent(to, "tools/call", arguments, timeout=timeout)
 
 
 @agent.method("room/persona")

@@ -7,6 +7,7 @@ to reach ``vault`` — ``/rpc``, ``/broadcast``, through ``mole`` (``mesh/call``
 a room (``POST /rooms`` and the MCP room tool), ``/mcp`` ``tools/call``,
 ``mesh mcp``, A2A (the card and ``SendMessage``), and joining a room as a
 person — and each is refused (403 or Forbidden, -32007) while ``vault`` never runs.
+The same surfaces hold a deadline a caller gives to the daemon's ``max_call_timeout``.
 """
 
 from __future__ import annotations
@@ -173,3 +174,64 @@ async def test_every_surface_refuses_an_identity_the_agent_refuses(tmp_path: Pat
             assert [m["id"] for m in members] == ["vault", "mole"]  # no seat was made
         async with daemon.client(token=ops) as http:
             await http.post("/rooms/open/stop")
+
+
+#: The daemon's max_call_timeout unless configured, and a deadline just past it.
+LIMIT, TOO_LONG = 300, 301
+
+
+async def test_every_surface_holds_a_callers_deadline_to_max_call_timeout(tmp_path: Path) -> None:
+    manifests, log = tmp_path / "manifests", tmp_path / "calls.log"
+    manifests.mkdir()
+    witness_manifest(manifests, "vault", log)
+    witness_manifest(manifests, "mole", log)
+    async with spawn_daemon(manifests) as daemon:
+        await daemon.wait_online("vault", "mole")
+        dev = await create_token(daemon, "client", "dev")
+        echo: dict[str, Any] = {"name": "echo", "arguments": {"message": "hold the line"}}
+        async with daemon.client(token=dev) as http:
+            for timeout in (TOO_LONG, 0, -1):
+                body: dict[str, Any] = {"agent": "vault", "method": "tools/call", "params": echo}
+                rpc = await http.post("/rpc", json=body | {"timeout": timeout})
+                assert_refused(rpc, "max_call_timeout", f"(0, {LIMIT}] s")
+                assert rpc.json()["error"]["data"] == {"limit": "max_call_timeout", "max": LIMIT}
+            body = {"method": "tools/call", "params": echo, "timeout": TOO_LONG}
+            assert_refused(await http.post("/broadcast", json=body), "max_call_timeout")
+            # through mole: mole's own call is within bounds, the one it makes is not
+            relay: dict[str, Any] = {"name": "relay", "arguments": {"to": "vault"}}
+            relay["arguments"]["timeout"] = TOO_LONG
+            routed = await http.post(
+                "/rpc", json={"agent": "mole", "method": "tools/call", "params": relay}
+            )
+            assert_refused(routed, "agent 'mole'", "max_call_timeout")
+            # a room whose turns would wait longer, over HTTP and over /mcp's room tool
+            spec: dict[str, Any] = {"topic": "t", "members": ["vault", "mole"]}
+            spec["limits"] = {"turn_timeout": TOO_LONG}
+            assert_refused(await http.post("/rooms", json=spec), "'vault'", "max_call_timeout")
+            started = await http.post("/mcp", json=tool_call("mesh_start_room", spec), headers=JSON)
+            assert started.json()["result"]["isError"] is True, started.text
+            assert "max_call_timeout" in started.text
+            assert (await http.get("/rooms")).json()["rooms"] == []
+            # A2A's metadata.timeout
+            part = {"data": {"tool": "echo", "arguments": echo["arguments"]}}
+            message = {"messageId": "m1", "role": "ROLE_USER", "parts": [part]}
+            params = {"message": message, "metadata": {"timeout": TOO_LONG}}
+            send = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
+            a2a = await http.post("/a2a/vault", json=send, headers={"A2A-Version": "1.0"})
+            assert a2a.json()["error"]["code"] == -32602, a2a.text
+            assert "max_call_timeout" in a2a.json()["error"]["message"]
+            assert vault_calls(log) == [], "a refused deadline reached vault"
+            # At the limit each goes through.
+            body = {"agent": "vault", "method": "tools/call", "params": echo, "timeout": LIMIT}
+            assert (await http.post("/rpc", json=body)).status_code == 200
+            relay["arguments"] = {"to": "vault", "timeout": LIMIT}
+            routed = await http.post(
+                "/rpc", json={"agent": "mole", "method": "tools/call", "params": relay}
+            )
+            assert routed.status_code == 200, routed.text
+        assert len(vault_calls(log)) == 2
+        # The daemon's operator is the embedder: its own tokens are held to it too (an
+        # admin is trusted with every agent, not with holding one's calls for a day).
+        async with daemon.client() as http:
+            body = {"agent": "vault", "method": "tools/call", "params": echo, "timeout": TOO_LONG}
+            assert_refused(await http.post("/rpc", json=body), "admin token")

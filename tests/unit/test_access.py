@@ -16,6 +16,7 @@ from mesh._orchestrator.access import (
     authorize,
     check_agent_call,
     check_client_call,
+    check_deadline,
     check_relayable,
     is_reserved,
 )
@@ -86,13 +87,13 @@ def _greeter() -> Agent:
 
 @asynccontextmanager
 async def two_agents(
-    fwd: AccessSection = OPEN, greeter: AccessSection = OPEN
+    fwd: AccessSection = OPEN, greeter: AccessSection = OPEN, max_call_timeout: float | None = None
 ) -> AsyncIterator[MeshOrchestrator]:
     specs = [
         AgentSpec("fwd", KillableConnector(_forwarder()), access=fwd),
         AgentSpec("greeter", KillableConnector(_greeter()), access=greeter),
     ]
-    async with MeshOrchestrator(specs) as mesh:
+    async with MeshOrchestrator(specs, max_call_timeout=max_call_timeout) as mesh:
         yield mesh
 
 
@@ -176,3 +177,33 @@ async def test_the_orchestrator_checks_before_touching_a_link() -> None:
         assert isinstance(outcomes["greeter"].error, Forbidden) and outcomes["fwd"].ok
         with pytest.raises(Forbidden, match="reserved"):
             await mesh.multicast(["fwd"], "room/turn", on_behalf_of=ops)
+
+
+def test_a_deadline_is_held_to_the_limit_for_all_but_the_embedder() -> None:
+    dev = Principal.client("dev")
+    for allowed in (None, 0.5, 300):
+        check_deadline(dev, allowed, 300, agent="vault", method="tools/call")
+    for refused in (300.5, 0, -1, float("nan"), float("inf")):
+        with pytest.raises(Forbidden, match=r"outside \(0, 300\] s.*client token 'dev'") as caught:
+            check_deadline(dev, refused, 300, agent="vault", method="tools/call")
+        assert caught.value.data == {"limit": "max_call_timeout", "max": 300}
+    check_deadline(EMBEDDER, 10**9, 300, agent="vault", method="tools/call")
+    check_deadline(EMBEDDER.in_room("r"), 10**9, 300, agent="vault", method="room/turn")
+    check_deadline(dev, 10**9, None, agent="vault", method="tools/call")  # no limit set
+    with pytest.raises(Forbidden, match="room 'r' of client token 'dev'"):
+        check_deadline(dev.in_room("r"), 301, 300, agent="vault", method="room/turn")
+
+
+async def test_the_orchestrator_holds_every_callers_deadline_to_its_limit() -> None:
+    async with two_agents(max_call_timeout=30) as mesh:
+        dev, fwd = Principal.client("dev"), Principal.agent("fwd")
+        assert await mesh.call_tool("greeter", "hello", timeout=30, on_behalf_of=dev) == "hi"
+        with pytest.raises(Forbidden, match="max_call_timeout"):
+            await mesh.call_tool("greeter", "hello", timeout=31, on_behalf_of=dev)
+        with pytest.raises(Forbidden, match="max_call_timeout"):
+            await mesh.call("greeter", "ping", timeout=31, on_behalf_of=fwd)
+        with pytest.raises(Forbidden, match="max_call_timeout"):  # the whole, before anyone
+            await mesh.broadcast("ping", timeout=31, on_behalf_of=dev)
+        with pytest.raises(Forbidden, match="max_call_timeout"):
+            mesh.authorize("greeter", "room/turn", on_behalf_of=dev.in_room("r"), timeout=31)
+        assert await mesh.call_tool("greeter", "hello", timeout=3600) == "hi"  # the embedder

@@ -119,14 +119,16 @@ class Catalog:
         return handle.state.snapshot()
 
     def _check_members(self, spec: RoomSpec, principal: Principal) -> None:
-        """Refuse, before anyone is asked anything, a member the room may not call."""
+        """Refuse, before anyone is asked anything, a member the room may not call, or may
+        not call with its turn timeout as the deadline."""
         if self._authorize is None:
             return
+        timeout = spec.limits.turn_timeout
         for member in spec.members:
             if isinstance(member, str):
-                self._authorize(member, ROOM_TURN, principal)
+                self._authorize(member, ROOM_TURN, principal, timeout)
             elif not member.human:
-                self._authorize(member.id, ROOM_TURN, principal)
+                self._authorize(member.id, ROOM_TURN, principal, timeout)
 
     async def _welcome(self, handle: HeldRoom) -> None:
         room = handle.state.room

@@ -103,8 +103,10 @@ class RoomManager:
         kwargs.setdefault("describe", mesh_describer(orchestrator))
         kwargs.setdefault("registry", orchestrator.registry)
 
-        def authorize(agent: str, method: str, principal: Principal) -> None:
-            orchestrator.authorize(agent, method, on_behalf_of=principal)
+        def authorize(
+            agent: str, method: str, principal: Principal, timeout: float | None = None
+        ) -> None:
+            orchestrator.authorize(agent, method, on_behalf_of=principal, timeout=timeout)
 
         kwargs.setdefault("authorize", authorize)
         return cls(data_dir, **kwargs)

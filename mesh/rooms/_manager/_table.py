@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -29,9 +29,15 @@ from mesh.rooms._store import RoomStore
 
 __all__ = ["Authorize", "HeldRoom", "RoomTable", "checked", "elsewhere", "in_thread"]
 
-#: ``authorize(agent, method, principal)``: the orchestrator's door, asked ahead of a
-#: room's calls (raises :class:`~mesh.Forbidden`).
-Authorize = Callable[[str, str, Principal], None]
+
+class Authorize(Protocol):
+    """The orchestrator's door, asked ahead of a room's calls (raises :class:`~mesh.Forbidden`):
+    may ``principal`` send ``method`` to ``agent``, with a deadline of ``timeout`` seconds?"""
+
+    def __call__(
+        self, agent: str, method: str, principal: Principal, timeout: float | None = None
+    ) -> None: ...
+
 
 P = ParamSpec("P")
 T = TypeVar("T")
