@@ -26,6 +26,7 @@ from registry import AgentId
 __all__ = [
     "DEFAULT_MAX_TURNS",
     "MAX_AGENDA_POINTS",
+    "MAX_LABEL_CHARS",
     "MAX_POINT_CHARS",
     "RESUMABLE",
     "Awareness",
@@ -71,6 +72,9 @@ DEFAULT_MAX_TURNS: Final = {"chat": 40, "review": 3}
 #: An agenda's bounds: a few points a conversation can get through, each a line.
 MAX_AGENDA_POINTS: Final = 12
 MAX_POINT_CHARS: Final = 200
+#: A spec's member names and roles, and its goodbye word and verified prefix: each is in
+#: every turn's prompt, so a creator cannot make every model read a megabyte a turn.
+MAX_LABEL_CHARS: Final = 200
 #: At most this many draws again of one turn: each is a whole reply's worth of model time.
 MAX_REDRAWS: Final = 5
 
@@ -291,6 +295,15 @@ class RoomSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             raise ValueError(f"at most {self.people.max_people} people (people.max_people)")
         if self.rules.verifier is not None and self.rules.verifier not in ids:
             raise ValueError(f"the verifier {self.rules.verifier!r} is not a member")
+        labels = [("rules.goodbye", self.rules.goodbye)]
+        labels.append(("rules.verified_prefix", self.rules.verified_prefix))
+        for index, member in enumerate(self.members):
+            if isinstance(member, Member):
+                labels += [(f"members[{index}].name", member.name)]
+                labels += [(f"members[{index}].role", member.role)]
+        for where, label in labels:
+            if label is not None and len(label) > MAX_LABEL_CHARS:
+                raise ValueError(f"{where} has {len(label)} characters, at most {MAX_LABEL_CHARS}")
         if self.id is not None and not valid_room_id(self.id):
             raise ValueError(
                 f"room id {self.id!r}: expected lowercase letters, digits, '.', '_' or '-' "

@@ -303,6 +303,9 @@ async def test_what_a_client_stores_is_bounded(tmp_path: Path) -> None:
                 refused = await http.post("/rooms", json=spec)
                 assert refused.status_code == status, refused.text
                 assert refused.json()["error"]["limit"] == limit
+            named = {"topic": "t", "members": ["alice", {"id": "bob", "name": "B" * 10_000}]}
+            refused = await http.post("/rooms", json=named)
+            assert refused.status_code == 400 and "members[1].name" in refused.text, refused.text
             room = {"id": "r1", "topic": "t", "members": members, "limits": {"max_turns": 40}}
             assert (await http.post("/rooms", json=room)).status_code == 201
             second = await http.post("/rooms", json={**room, "id": "r2"})

@@ -52,6 +52,20 @@ def test_a_spec_from_json_with_defaults() -> None:
         ({"topic": "t", "members": ["a", "b"], "limits": {"max_turns": 0}}, "$.limits.max_turns"),
         ({"topic": "t", "members": ["a", "b"], "rules": {"convergence_threshold": 2}}, "<= 1"),
         ({"topic": "t", "members": ["a", "b"], "colour": "red"}, "unknown field `colour`"),
+        # What every turn's prompt carries is bounded (the topic, by the daemon's setting).
+        (
+            {"topic": "t", "members": ["a", {"id": "b", "name": "B" * 201}]},
+            "members[1].name has 201 characters, at most 200",
+        ),
+        (
+            {"topic": "t", "members": [{"id": "a", "role": "r" * 201}, "b"]},
+            "members[0].role has 201",
+        ),
+        ({"topic": "t", "members": ["a", "b"], "rules": {"goodbye": "g" * 201}}, "rules.goodbye"),
+        (
+            {"topic": "t", "members": ["a", "b"], "rules": {"verified_prefix": "v" * 201}},
+            "rules.verified_prefix",
+        ),
     ],
 )
 def test_bad_specs_say_what_is_wrong(body: dict[str, object], reason: str) -> None:
