@@ -12,9 +12,10 @@ blocking or not) — push is not tied to the streaming path.
 
 The webhook is called with the token the client gave (``X-A2A-Notification-Token``)
 and its ``authentication`` (``Authorization: <scheme> <credentials>``). Its URL
-must pass the daemon's endpoint check (plain http(s), a host in
-``endpoint_hosts``: by default this machine only), so a client cannot make the
-daemon reach anywhere else; redirects are not followed.
+must pass the server's ``check_push_url``; the daemon's is its endpoint check
+(plain http(s), a host in ``webhook_hosts``, which names none unless the operator
+sets it: push is then not offered), so a client cannot make the daemon reach
+anywhere else; redirects are not followed.
 """
 
 from __future__ import annotations

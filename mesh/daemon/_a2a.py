@@ -28,7 +28,7 @@ __all__ = ["DaemonA2a"]
 
 def check_webhook(url: str, *, allowed: Sequence[str]) -> str | None:
     """Why the daemon will not POST push notifications to ``url`` (None: it will)."""
-    return check_endpoint(url, allowed)
+    return check_endpoint(url, allowed, "webhook_hosts")
 
 
 class DaemonA2a:
@@ -39,15 +39,14 @@ class DaemonA2a:
         orchestrator: MeshOrchestrator,
         *,
         secure: bool,
-        endpoint_hosts: Sequence[str],
+        webhook_hosts: Sequence[str],
     ) -> None:
         self._mesh = orchestrator
         self._scheme = "https" if secure else "http"
-        # Webhooks are held to the rule of registered endpoints: no request forgery.
-        self.server = A2aServer(
-            orchestrator,
-            check_push_url=partial(check_webhook, allowed=endpoint_hosts),
-        )
+        # Webhooks go only to the hosts the operator named (none: push is not offered), and
+        # are held to the rule of registered endpoints: no request forgery.
+        check = partial(check_webhook, allowed=webhook_hosts) if webhook_hosts else None
+        self.server = A2aServer(orchestrator, check_push_url=check)
 
     def _refused(self, who: Identity, agent: str) -> HttpResponse | None:
         if not self._mesh.knows(agent):

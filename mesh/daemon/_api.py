@@ -143,7 +143,7 @@ class DaemonApi:
         self.a2a = DaemonA2a(
             orchestrator,
             secure=settings.tls_cert is not None,
-            endpoint_hosts=settings.endpoint_hosts,
+            webhook_hosts=settings.webhook_hosts,
         )
         self.routes = RouteTable(
             identities,

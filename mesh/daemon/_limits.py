@@ -51,9 +51,9 @@ def host_allowed(host: str, allowed: Sequence[str]) -> bool:
     return False
 
 
-def check_endpoint(url: str, allowed: Sequence[str]) -> str | None:
+def check_endpoint(url: str, allowed: Sequence[str], setting: str = "endpoint_hosts") -> str | None:
     """Why the daemon will not call ``url`` for a registrant, or None. Never echoes the URL:
-    it may hold a credential."""
+    it may hold a credential. ``setting`` names the allow-list ``allowed`` is."""
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (parsing the port is the check)
@@ -71,7 +71,7 @@ def check_endpoint(url: str, allowed: Sequence[str]) -> str | None:
         return "endpoint must name a host"
     if not host_allowed(parts.hostname, allowed):
         return (
-            f"endpoint host {parts.hostname!r} is not in the daemon's endpoint_hosts "
+            f"endpoint host {parts.hostname!r} is not in the daemon's {setting} "
             f"allow-list ({', '.join(allowed)})"
         )
     return None

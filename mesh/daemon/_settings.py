@@ -104,6 +104,10 @@ class DaemonSettings(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fie
     max_registrations_per_identity: _Positive = 100
     #: Hosts a registered endpoint may point at: names, addresses, CIDR networks, or "*".
     endpoint_hosts: tuple[str, ...] = LOOPBACK
+    #: Hosts an A2A push notification webhook may be at, written as endpoint_hosts are.
+    #: None by default: a client's webhook would make the daemon POST to whatever listens
+    #: on those hosts (loopback included), so push is offered only where the operator says.
+    webhook_hosts: tuple[str, ...] = ()
     #: Longest deadline, seconds, a caller may give a call: /rpc, /broadcast, an agent's
     #: mesh/call, a room's turn_timeout, A2A's metadata.timeout (the orchestrator's door).
     max_call_timeout: _Seconds = 300.0

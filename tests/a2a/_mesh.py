@@ -37,6 +37,8 @@ args = ["-m", "mesh.agents.echo", "--stdio"]
 HELD = 'id = "held"\n[transport]\ntype = "dial-in"\ntoken_env = "A2A_HELD_TOKEN"\n'
 HELD_TOKEN = "held-secret-token"
 GUARD = 60.0
+#: Where these daemons POST push notifications: the tests' own webhooks, on loopback.
+WEBHOOK_HOSTS = ("127.0.0.1",)
 
 
 @dataclass
@@ -92,7 +94,7 @@ async def open_mesh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIte
     monkeypatch.setenv("A2A_HELD_TOKEN", HELD_TOKEN)
     held = Held()
     async with (
-        serve_in_process(manifests, tmp_path / "data") as daemon,
+        serve_in_process(manifests, tmp_path / "data", webhook_hosts=WEBHOOK_HOSTS) as daemon,
         anyio.create_task_group() as tg,
     ):
         tg.start_soon(_dial_in, held.agent(), daemon.ws)

@@ -1,6 +1,6 @@
 """Push notifications to a real webhook on loopback: every event, in order, at least once
 (a refused delivery is retried), with the client's token and auth, never to a host the
-daemon's allow-list does not name."""
+daemon's allow-list (``webhook_hosts``) does not name, and not at all when it names none."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import InvalidParamsError
 
 from tests.a2a._mesh import GUARD, open_mesh, sdk_client, tool_message
+from tests.integration._daemon import serve_in_process
 from transports import HttpRequest, HttpResponse, open_http_server
 
 pytestmark = pytest.mark.anyio
@@ -125,7 +126,7 @@ async def test_a_webhook_outside_the_allow_list_is_refused(
         # With the message itself: refused before any task is made.
         request = tool_message("echo", message="y")
         request.configuration.task_push_notification_config.url = "http://10.0.0.1/hook"
-        with pytest.raises(InvalidParamsError, match="endpoint_hosts"):
+        with pytest.raises(InvalidParamsError, match="webhook_hosts"):
             _ = [e async for e in client.send_message(request)]
         listed = await client.list_tasks(ListTasksRequest())
         assert [t.id for t in listed.tasks] == [sent[-1].task.id]
@@ -157,3 +158,31 @@ async def test_a_webhook_token_a_header_cannot_carry_is_refused_and_the_daemon_g
             sent = [e async for e in client.send_message(tool_message("echo", message="y"))]
         assert sent[-1].task.status.state == TaskState.TASK_STATE_COMPLETED
         assert receiver.deliveries == []
+
+
+async def test_a_daemon_whose_operator_named_no_webhook_hosts_offers_no_push(
+    tmp_path: Path,
+) -> None:
+    # Loopback too: a webhook there would make the daemon POST to whatever listens on it.
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "echo.toml").write_text(
+        'id = "echo"\n[transport]\ntype = "stdio"\ncommand = "python"\n'
+        'args = ["-m", "mesh.agents.echo", "--stdio"]\n'
+    )
+    async with (
+        open_http_server(Receiver().handle, host="127.0.0.1", port=0) as hook,
+        serve_in_process(manifests, tmp_path / "data") as daemon,
+        daemon.client() as http,
+    ):
+        await daemon.wait_online("echo", timeout=GUARD)
+        card = (await http.get("/a2a/echo/.well-known/agent-card.json")).json()
+        assert card["capabilities"]["pushNotifications"] is False
+        data = {"tool": "echo", "arguments": {"message": "x"}}
+        message = {"messageId": "m", "role": "ROLE_USER", "parts": [{"data": data}]}
+        webhook = {"url": f"{hook.url}/hook"}
+        params = {"message": message, "configuration": {"taskPushNotificationConfig": webhook}}
+        send = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
+        sent = await http.post("/a2a/echo", json=send, headers={"A2A-Version": "1.0"})
+        assert sent.json()["error"]["code"] == -32003, sent.text
+        assert "not offered" in sent.json()["error"]["message"]
