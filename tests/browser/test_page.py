@@ -155,7 +155,7 @@ def test_a_person_joins_from_the_page_and_the_next_persona_answers(
                       .dataset.turn]"""
     )
     assert listed == f"turn {last}"
-    mine = page.locator('#transcript .message.person[data-agent="carol"]')
+    mine = page.locator('#transcript .message.person:not(.waiting)[data-agent="carol"]')
     assert mine.locator(".text").inner_text() == "Milk first, obviously."
     screenshot(page, "room-person")
     page.click("#leave")

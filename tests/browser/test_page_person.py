@@ -168,7 +168,7 @@ def test_a_turn_that_opens_before_the_join_is_answered_is_still_mine(
     page.click("#say")
     # Her message is the turn the page offered her (the room may come back to her at once
     # on a busy machine: two short agent turns later it is her turn again).
-    mine = page.locator('#transcript .message.person[data-agent="erin"]').first
+    mine = page.locator('#transcript .message.person:not(.waiting)[data-agent="erin"]').first
     mine.wait_for()
     assert mine.get_attribute("data-turn") == turn.group(1)
     assert "Coffee, black." in mine.inner_text()
@@ -211,7 +211,7 @@ def test_keyboard_alone_opens_a_room_joins_and_answers(page: Any, daemon: LiveDa
     page.keyboard.press("Shift+Enter")
     page.keyboard.type("line two")
     page.keyboard.press("Enter")
-    mine = page.locator('#transcript .message.person[data-agent="dora"] .text').first
+    mine = page.locator('#transcript .message.person:not(.waiting)[data-agent="dora"] .text').first
     mine.wait_for()
     assert mine.inner_text() == "line one\nline two"
     # The title no longer offers that turn (on a busy machine the room may already be back

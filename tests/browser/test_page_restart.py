@@ -128,7 +128,7 @@ def test_a_daemon_restart_mid_reply_with_a_person_in_the_room(
     assert any(line.startswith(text.strip()) for line in LINES), text
     page.wait_for_selector("#say-hint.your-turn", timeout=90_000)  # still in the speaking order
     page.press("#say-text", "Enter")
-    page.locator('#transcript .message.person[data-agent="carol"]').first.wait_for()
+    page.locator('#transcript .message.person:not(.waiting)[data-agent="carol"]').first.wait_for()
     # The token never shows in a WebSocket's URL, nor in the console.
     assert sockets and not any("token" in url for url in sockets), sockets
     assert not any(str(slow_daemon.token) in line for line in console)
