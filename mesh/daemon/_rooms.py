@@ -110,7 +110,7 @@ class RoomRoutes:
         if refused is not None:
             return refused
         async with self._slot(who.owner) as claimed:
-            refused = await self._room_slots(who.owner, who.admin, claimed)
+            refused = await self._room_slots(who.owner, who.admin, claimed, creating=True)
             if refused is not None:
                 return refused
             created = await self._rooms.create(spec, owner=who.owner, creator=who.principal)
@@ -131,9 +131,15 @@ class RoomRoutes:
                 del claimed[owner]
 
     async def _room_slots(
-        self, owner: str | None, admin: bool, claimed: tuple[int, int] = (0, 0)
+        self,
+        owner: str | None,
+        admin: bool,
+        claimed: tuple[int, int] = (0, 0),
+        *,
+        creating: bool = False,
     ) -> HttpResponse | None:
-        """The 429 when no room slot is free: in all, or for ``owner`` (admins: in all only).
+        """The 429 when no room slot is free: in all, or for ``owner`` (admins: in all only),
+        and when ``creating``, when ``owner`` keeps as many rooms as it may.
 
         ``claimed`` counts the rooms still being made (in all, of ``owner``): they have
         passed this check and do not count themselves yet.
@@ -149,9 +155,8 @@ class RoomRoutes:
             )
         if admin:
             return None
-        mine = claimed[1]
-        for status in (RoomStatus.RUNNING, RoomStatus.PAUSED):
-            mine += sum(s.room.owner == owner for s in await self._rooms.list(status))
+        kept = [s for s in await self._rooms.list() if s.room.owner == owner]
+        mine = claimed[1] + sum(s.status is not RoomStatus.STOPPED for s in kept)
         per = self._settings.max_rooms_per_identity
         if mine >= per:
             return HttpResponse.error(
@@ -159,6 +164,14 @@ class RoomRoutes:
                 f"this token's {mine} rooms are running or paused, its limit "
                 f"(max_rooms_per_identity = {per}); stop one first",
                 limit="max_rooms_per_identity",
+            )
+        most = self._settings.max_rooms_kept_per_identity
+        if creating and len(kept) + claimed[1] >= most:
+            return HttpResponse.error(
+                429,
+                f"this token keeps {len(kept)} rooms, finished ones included, its limit "
+                f"(max_rooms_kept_per_identity = {most}); delete finished ones first",
+                limit="max_rooms_kept_per_identity",
             )
         return None
 

@@ -116,6 +116,10 @@ class DaemonSettings(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fie
     #: Rooms running or paused at once that one token owns (admins: only the limit above),
     #: so that one client cannot hold every room slot.
     max_rooms_per_identity: _Positive = 8
+    #: Rooms one token keeps in the store, finished ones included (admins: unbounded), so
+    #: that making and stopping rooms in a loop cannot fill the disk; past it a new room is
+    #: refused until the token deletes some (or room_retention does).
+    max_rooms_kept_per_identity: _Positive = 1000
     #: The longest a room waits for a person, seconds: for the answer to their turn (a
     #: room's people.turn_timeout above it is cut to it), and for anyone to come back when
     #: only people who are away could speak; then it stops, resumably (AGENT_LOST).

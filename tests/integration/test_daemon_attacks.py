@@ -267,7 +267,8 @@ async def test_registrations_cannot_make_the_daemon_spin_or_call_anywhere(tmp_pa
 
 async def test_what_a_client_stores_is_bounded(tmp_path: Path) -> None:
     settings = tmp_path / "mesh.toml"
-    settings.write_text("max_registrations_per_identity = 3\nmax_active_rooms = 1\n")
+    bounds = ("max_registrations_per_identity = 3", "max_active_rooms = 1")
+    settings.write_text("\n".join([*bounds, "max_rooms_kept_per_identity = 2", ""]))
     manifests = tmp_path / "manifests"
     manifests.mkdir()
     persona_manifest(manifests, "alice", "Alice", ALICE, 0.2)
@@ -320,6 +321,19 @@ async def test_what_a_client_stores_is_bounded(tmp_path: Path) -> None:
             assert (await http.delete("/rooms/r1")).status_code == 204
             assert (await http.get("/rooms/r1")).status_code == 404
             assert (await http.post("/rooms", json={**room, "id": "r2"})).status_code == 201
+            # Finished rooms are kept, up to a bound per token: a loop of make and stop
+            # cannot fill the disk. Deleting one makes room.
+            assert (await http.post("/rooms/r2/stop")).status_code == 200
+            assert (await http.post("/rooms", json={**room, "id": "r3"})).status_code == 201
+            assert (await http.post("/rooms/r3/stop")).status_code == 200
+            third = await http.post("/rooms", json={**room, "id": "r4"})
+            assert third.status_code == 429, third.text
+            assert third.json()["error"]["limit"] == "max_rooms_kept_per_identity"
+            assert (await other.post("/rooms", json={**room, "id": "m1"})).status_code == 201
+            assert (await other.post("/rooms/m1/stop")).status_code == 200
+            assert (await http.delete("/rooms/r2")).status_code == 204
+            assert (await http.post("/rooms", json={**room, "id": "r4"})).status_code == 201
+            assert (await http.post("/rooms/r4/stop")).status_code == 200
     assert not (data / "rooms" / "r1.jsonl").exists()
     with sqlite3.connect(data / "rooms.sqlite3") as db:
         for table in ("rooms", "members", "messages"):
