@@ -382,7 +382,7 @@ class MeshOrchestrator:
 
         Every call runs it first; a surface may also ask it ahead (a room asks it
         for each member at creation, with its turn timeout, and for each person who
-        joins; A2A before it starts a task).
+        joins; A2A checks a task's deadline with the same rule before it starts one).
         """
         authorize(on_behalf_of, agent, method, self.access_of)
         check_deadline(on_behalf_of, timeout, self.max_call_timeout, agent=agent, method=method)

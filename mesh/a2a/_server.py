@@ -33,7 +33,7 @@ import msgspec
 
 from mesh._errors import Forbidden, MeshError
 from mesh._input import whole_number
-from mesh._orchestrator.access import EMBEDDER, Principal
+from mesh._orchestrator.access import EMBEDDER, Principal, check_deadline
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.a2a._card import build_card, card_etag
 from mesh.a2a._jsonrpc import (
@@ -270,7 +270,8 @@ class A2aServer:
         metadata = param_dict(params.get("metadata"), "metadata")
         timeout = self._timeout(metadata)
         try:  # the door's bound on deadlines (max_call_timeout), before a task exists
-            self._mesh.authorize(agent, "tools/call", on_behalf_of=caller.identity, timeout=timeout)
+            limit = self._mesh.max_call_timeout
+            check_deadline(caller.identity, timeout, limit, agent=agent, method="tools/call")
         except Forbidden as exc:
             raise A2aError(-32602, f"`metadata.timeout`: {exc.message}") from None
         if message.get("taskId"):
