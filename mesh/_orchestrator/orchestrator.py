@@ -126,7 +126,8 @@ class MeshOrchestrator:
         max_call_timeout: float | None = None,
     ) -> None:
         """``max_call_timeout``: the longest deadline, in seconds, a call made for anyone
-        but the embedder may give (None: no bound); see :meth:`authorize`."""
+        but the embedder may give (None: no bound), or an agent's own ``call_timeout``
+        where that is longer; see :meth:`authorize`."""
         self.max_call_timeout = max_call_timeout
         # `is not None`: an empty Registry is falsy (it has a length), and a caller's
         # empty registry must be the one used, not silently replaced.
@@ -385,7 +386,19 @@ class MeshOrchestrator:
         joins; A2A checks a task's deadline with the same rule before it starts one).
         """
         authorize(on_behalf_of, agent, method, self.access_of)
-        check_deadline(on_behalf_of, timeout, self.max_call_timeout, agent=agent, method=method)
+        check_deadline(
+            on_behalf_of, timeout, self.deadline_limit(agent), agent=agent, method=method
+        )
+
+    def deadline_limit(self, agent: str) -> float | None:
+        """The longest deadline a call to ``agent`` may give (None: no bound): ``max_call_timeout``,
+        or the agent's own ``call_timeout`` where the operator set it longer. A call that names
+        no deadline gets that one, and so does a call another daemon forwards for it."""
+        limit = self.max_call_timeout
+        own = self.call_timeout_of(agent)
+        if limit is None or own is None:
+            return limit
+        return max(limit, own)
 
     def _caller(
         self, agent_id: str, method: str, on_behalf_of: Principal, timeout: float | None

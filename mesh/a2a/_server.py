@@ -270,7 +270,7 @@ class A2aServer:
         metadata = param_dict(params.get("metadata"), "metadata")
         timeout = self._timeout(metadata)
         try:  # the door's bound on deadlines (max_call_timeout), before a task exists
-            limit = self._mesh.max_call_timeout
+            limit = self._mesh.deadline_limit(agent)
             check_deadline(caller.identity, timeout, limit, agent=agent, method="tools/call")
         except Forbidden as exc:
             raise A2aError(-32602, f"`metadata.timeout`: {exc.message}") from None

@@ -207,3 +207,15 @@ async def test_the_orchestrator_holds_every_callers_deadline_to_its_limit() -> N
         with pytest.raises(Forbidden, match="max_call_timeout"):
             mesh.authorize("greeter", "room/turn", on_behalf_of=dev.in_room("r"), timeout=31)
         assert await mesh.call_tool("greeter", "hello", timeout=3600) == "hi"  # the embedder
+
+
+async def test_an_agents_own_longer_call_timeout_is_a_deadline_callers_may_give() -> None:
+    # The operator set it (a call naming none gets it, and a daemon forwarding a call for it
+    # sends it along): the door allows it, and no more.
+    specs = [AgentSpec("slow", KillableConnector(_greeter()), call_timeout=60)]
+    async with MeshOrchestrator(specs, max_call_timeout=30) as mesh:
+        dev = Principal.client("dev")
+        assert mesh.deadline_limit("slow") == 60 and mesh.deadline_limit("elsewhere") == 30
+        assert await mesh.call_tool("slow", "hello", timeout=60, on_behalf_of=dev) == "hi"
+        with pytest.raises(Forbidden, match=r"outside \(0, 60\] s"):
+            await mesh.call_tool("slow", "hello", timeout=61, on_behalf_of=dev)
