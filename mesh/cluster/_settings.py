@@ -108,7 +108,11 @@ _LOOPBACK_NAMES: Final = frozenset({"localhost", "localhost.localdomain"})
 
 def _check_server(url: str) -> None:
     """One NATS URL: a scheme and a host, and no user-info (secrets have no flag)."""
-    parts = urlsplit(url if "://" in url else f"nats://{url}")
+    try:
+        parts = urlsplit(url if "://" in url else f"nats://{url}")
+        parts.port  # noqa: B018 (parsing the port is the check)
+    except ValueError as exc:  # "[2J" (an unclosed IPv6 bracket), a port that is no number
+        raise ClusterError(f"NATS URL {url!r} is not a URL ({exc})") from None
     if "@" in parts.netloc:
         # The message must not repeat what it refuses: the user-info is a secret.
         shown = f"{parts.scheme}://…@{parts.netloc.rpartition('@')[2]}"

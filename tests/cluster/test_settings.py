@@ -42,6 +42,9 @@ def test_flags_and_variables_reach_the_cluster_settings(tmp_path: Path) -> None:
         ({"daemon_id": "a.b"}, "daemon_id 'a.b'"),
         ({"room_lease_ttl": 0.5}, "room_lease_ttl must be at least 1 s"),
         ({"nats_tls_cert": "c.pem"}, "nats_tls_cert and nats_tls_key go together"),
+        # What the CLI fuzz found: a terminal escape as --nats was a traceback.
+        ({"nats": "\x1b[2J"}, "is not a URL (Invalid IPv6 URL)"),
+        ({"nats": "nats://127.0.0.1:port"}, "is not a URL (Port could not be cast"),
     ],
 )
 def test_bad_cluster_settings_are_refused_at_load(values: dict[str, object], says: str) -> None:
