@@ -397,6 +397,7 @@ def test_transports_public_names() -> None:
         "TransportInfo",
         "UpgradeHandler",
         "Vouch",
+        "Vouched",
         "WebSocketConfig",
         "WebSocketStream",
         "bearer_challenge",

@@ -16,8 +16,14 @@ take them all, and every other request met a 503. So the server asks its
 - **privileged** — the same, with ``reserved_connections`` more slots that only
   a privileged (admin) request may take, so an operator can always get in.
 
-Long-lived streams (WebSockets) are never idle: they are bounded per identity
-by the application, not here.
+A known caller's connections are also counted per holder (whose credentials they
+carried, :class:`Vouched`), at most ``per_holder`` each: one token that holds
+slow requests open cannot fill the known pool and turn every other token away.
+A holder at its bound makes room by closing its own oldest idle keep-alive; if
+none is idle, its new request is refused. Privileged holders are not counted.
+
+Long-lived streams (WebSockets) are never idle, so never evicted: they count
+towards their holder, and the application bounds how many one identity opens.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import anyio
 if TYPE_CHECKING:
     from transports._http_server import HttpRequest
 
-__all__ = ["Admission", "Slot", "Standing", "Vouch"]
+__all__ = ["Admission", "Slot", "Standing", "Vouch", "Vouched"]
 
 
 class Standing(enum.IntEnum):
@@ -43,8 +49,23 @@ class Standing(enum.IntEnum):
     PRIVILEGED = 2
 
 
-#: Tells the server, from a request's head (empty body), how far its credentials go.
-Vouch = Callable[["HttpRequest"], Standing]
+@dataclass(frozen=True, slots=True)
+class Vouched:
+    """How far a request's credentials go, and whose they are."""
+
+    standing: Standing
+    #: Whose credentials (a token's owner, say): a known holder's connections are
+    #: counted, and bounded by ``max_connections_per_identity``. None: not counted.
+    holder: str | None = None
+
+
+#: Tells the server, from a request's head (empty body), how far its credentials go
+#: (a bare :class:`Standing`) and whose they are (:class:`Vouched`).
+Vouch = Callable[["HttpRequest"], "Standing | Vouched"]
+
+#: The settings that refuse a request, named in the refusal.
+POOL_FULL = "max_connections"
+HOLDER_FULL = "max_connections_per_identity"
 
 
 @dataclass(eq=False, slots=True)
@@ -56,18 +77,24 @@ class Slot:
     evictable: bool = True
     #: Handed over to a WebSocket: a stream, never idle.
     upgraded: bool = False
+    #: Whose credentials the connection was first vouched for by (counted per holder).
+    holder: str | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
 
 class Admission:
     """The pools of one server (see the module docstring)."""
 
-    def __init__(self, *, strangers: int | None, known: int, reserved: int) -> None:
+    def __init__(
+        self, *, strangers: int | None, known: int, reserved: int, per_holder: int | None = None
+    ) -> None:
         self.stranger_limit = strangers
         self.known_limit = known
         self.reserved = reserved
+        self.holder_limit = per_holder
         self._strangers: dict[Slot, None] = {}  # oldest first
         self._known: dict[Slot, None] = {}
+        self._held: dict[str, dict[Slot, None]] = {}  # per holder, oldest first
         #: Connections closed to make room for newer ones.
         self.evicted = 0
 
@@ -78,6 +105,9 @@ class Admission:
     @property
     def known(self) -> int:
         return len(self._known)
+
+    def held_by(self, holder: str) -> int:
+        return len(self._held.get(holder, ()))
 
     def enter(self) -> Slot | None:
         """A slot for a new connection, or None when the strangers' pool is full of
@@ -90,27 +120,57 @@ class Admission:
         self._strangers[slot] = None
         return slot
 
-    def promote(self, slot: Slot, standing: Standing) -> bool:
-        """Move ``slot`` up to ``standing``; False if the pool it needs is full."""
+    def promote(self, slot: Slot, vouched: Standing | Vouched) -> str | None:
+        """Move ``slot`` up to what ``vouched`` says; None, or the setting that refuses it
+        (:data:`POOL_FULL`, :data:`HOLDER_FULL`)."""
+        if isinstance(vouched, Vouched):
+            standing, holder = vouched.standing, vouched.holder
+        else:
+            standing, holder = vouched, None
         if standing <= slot.standing:
-            return True
+            return None
         if slot.standing is Standing.STRANGER:
+            counted = holder if standing is Standing.KNOWN else None
+            if counted is not None and not self._room_for_holder(slot, counted):
+                return HOLDER_FULL
             limit = self.known_limit + (self.reserved if standing is Standing.PRIVILEGED else 0)
             if len(self._known) >= limit and not self._evict(self._known, keep=slot):
-                return False
+                return POOL_FULL
             self._strangers.pop(slot, None)
             self._known[slot] = None
+            if counted is not None:
+                slot.holder = counted
+                self._held.setdefault(counted, {})[slot] = None
+        elif standing is Standing.PRIVILEGED:
+            self._unhold(slot)  # the privileged are not counted
         slot.standing = standing
-        return True
+        return None
 
     def leave(self, slot: Slot) -> None:
         self._strangers.pop(slot, None)
         self._known.pop(slot, None)
+        self._unhold(slot)
+
+    def _room_for_holder(self, slot: Slot, holder: str) -> bool:
+        held = self._held.get(holder)
+        limit = self.holder_limit
+        if limit is None or held is None or len(held) < limit:
+            return True
+        return self._evict(held, keep=slot)
+
+    def _unhold(self, slot: Slot) -> None:
+        if slot.holder is None:
+            return
+        held = self._held[slot.holder]
+        held.pop(slot, None)
+        if not held:
+            del self._held[slot.holder]
+        slot.holder = None
 
     def _evict(self, pool: dict[Slot, None], keep: Slot | None = None) -> bool:
         for victim in pool:
             if victim.evictable and not victim.upgraded and victim is not keep:
-                del pool[victim]
+                self.leave(victim)
                 victim.scope.cancel()
                 self.evicted += 1
                 return True

@@ -39,7 +39,7 @@ import h11
 import msgspec
 from anyio.streams.tls import TLSListener
 
-from transports._admission import Admission, Slot, Standing, Vouch
+from transports._admission import HOLDER_FULL, Admission, Slot, Standing, Vouch
 from transports._base import DEFAULT_MAX_FRAME_SIZE
 from transports._groups import unwrap_single_error
 from transports._logging import get_logger
@@ -87,6 +87,10 @@ class HttpServerConfig:
     #: With a ``vouch`` function: slots beyond ``max_connections`` that only a
     #: privileged request may take.
     reserved_connections: int = 0
+    #: With a ``vouch`` function that names holders (:class:`Vouched`): connections one
+    #: known holder may have open (HTTP and WebSocket); past it the holder's oldest idle
+    #: keep-alive makes room, or the request gets 429. None: not bounded.
+    max_connections_per_identity: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,13 +293,19 @@ class _HttpConnection:
         head = HttpRequest(
             request.method.decode(), request.target.decode(), _headers(request), b"", self._client
         )
-        if server.admission.promote(self._slot, server.vouch(head)):
+        refused = server.admission.promote(self._slot, server.vouch(head))
+        if refused is None:
             # A known caller's request is not cut to make room, body included.
             self._slot.evictable = self._slot.standing is Standing.STRANGER
             return True
-        await self._send_error(
-            503, f"too many connections: {server.config.max_connections} are open (max_connections)"
-        )
+        if refused == HOLDER_FULL:
+            limit = server.config.max_connections_per_identity
+            await self._send_error(
+                429, f"too many connections: these credentials have {limit} open ({refused})"
+            )
+        else:
+            limit = server.config.max_connections
+            await self._send_error(503, f"too many connections: {limit} are open ({refused})")
         return False
 
     async def _poll(self) -> Any:
@@ -585,6 +595,7 @@ class HttpServer:
             strangers=config.max_unauthenticated_connections if vouch else None,
             known=config.max_connections,
             reserved=config.reserved_connections,
+            per_holder=config.max_connections_per_identity,
         )
         self.host = host
         self.port = port

@@ -31,6 +31,7 @@ from transports import (
     HttpResponse,
     Standing,
     TokenAuthenticator,
+    Vouched,
     WebSocketStream,
     bearer_challenge,
     bearer_token,
@@ -130,13 +131,16 @@ class Identities:
         self._open: dict[str, int] = {}
         self.max_streams = max_streams_per_identity
 
-    def vouch(self, request: HttpRequest) -> Standing:
-        """How far a request head's token goes, for the server's connection pools."""
+    def vouch(self, request: HttpRequest) -> Vouched:
+        """How far a request head's token goes, and whose it is, for the server's
+        connection pools."""
         upgrade = (request.header("upgrade") or "").lower() == "websocket"
         identity = self.identify(request, websocket=upgrade)
         if identity is None:
-            return Standing.STRANGER
-        return Standing.PRIVILEGED if identity.admin else Standing.KNOWN
+            return Vouched(Standing.STRANGER)
+        if identity.admin:
+            return Vouched(Standing.PRIVILEGED)
+        return Vouched(Standing.KNOWN, identity.owner)
 
     def streams_of(self, identity: Identity) -> int:
         return self._open.get(identity.owner, 0)

@@ -196,6 +196,7 @@ async def serve_daemon(
         max_connections=settings.max_connections,
         reserved_connections=settings.admin_connections,
         max_unauthenticated_connections=settings.max_unauthenticated_connections,
+        max_connections_per_identity=settings.max_connections_per_identity,
         first_byte_timeout=settings.first_byte_timeout,
         head_timeout=settings.head_timeout,
     )

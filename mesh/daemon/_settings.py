@@ -82,6 +82,9 @@ class DaemonSettings(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fie
     #: Connections that have shown no valid token yet; the oldest not being answered
     #: is closed to make room for a new one (503 only if all are being answered).
     max_unauthenticated_connections: _Positive = 100
+    #: Connections one token may hold (HTTP and WebSocket); admins are not bounded. Past
+    #: it the token's oldest idle keep-alive makes room, or the request gets 429.
+    max_connections_per_identity: _Positive = 128
     #: A new connection must send its first byte within this many seconds...
     first_byte_timeout: _Seconds = 10.0
     #: ...and its request head (line and headers) within this many after that.

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
+import h11
 import httpx
 import pytest
 
@@ -138,6 +139,65 @@ async def test_one_token_cannot_hold_every_stream_and_an_admin_always_gets_in(
         assert refused.status_code == 503, refused.text
         assert refused.json()["error"]["message"].endswith("(max_connections)")
         # ...but an admin has slots of its own (admin_connections = 1).
+        async with daemon.client() as admin:
+            assert (await admin.get("/agents")).status_code == 200
+
+
+async def _keep_alive_get(daemon: Daemon, token: str) -> anyio.abc.SocketStream:
+    """A connection that made one request and was answered 200, left open (keep-alive)."""
+    stream = await anyio.connect_tcp("127.0.0.1", _port(daemon))
+    head = f"GET /agents HTTP/1.1\r\nhost: m\r\nauthorization: Bearer {token}\r\n\r\n"
+    await stream.send(head.encode())
+    parser = h11.Connection(h11.CLIENT)
+    parser.send(h11.Request(method="GET", target="/agents", headers=[("host", "m")]))
+    parser.send(h11.EndOfMessage())
+    with anyio.fail_after(GUARD):
+        while not isinstance(event := parser.next_event(), h11.EndOfMessage):
+            if event is h11.NEED_DATA:
+                parser.receive_data(await stream.receive())
+            elif isinstance(event, h11.Response):
+                assert event.status_code == 200
+    return stream
+
+
+async def test_one_token_cannot_take_every_connection_and_makes_room_with_its_own(
+    tmp_path: Path,
+) -> None:
+    async with AsyncExitStack() as stack:
+        config = tmp_path / "mesh.toml"
+        config.write_text("max_connections_per_identity = 3\nmax_streams_per_identity = 3\n")
+        (tmp_path / "manifests").mkdir()
+        args = ["--config", str(config)]
+        daemon = await stack.enter_async_context(
+            spawn_daemon(tmp_path / "manifests", extra_args=args)
+        )
+        hog = await _token(daemon, "client", "hog")
+        fair = await _token(daemon, "client", "fair")
+
+        async def watch(token: str) -> None:
+            stream = await stack.enter_async_context(
+                daemon.open_events("/agents/events", token=token)
+            )
+            with anyio.fail_after(GUARD):
+                assert json.loads(await stream.receive())["type"] == "snapshot"
+
+        # Two streams (never idle) and an idle keep-alive: the hog holds three connections.
+        await watch(hog)
+        await watch(hog)
+        idle = await stack.enter_async_context(await _keep_alive_get(daemon, hog))
+        # A fourth is served: the hog's own idle keep-alive was closed to make room...
+        newer = await stack.enter_async_context(await _keep_alive_get(daemon, hog))
+        assert await _closed_by_server(idle)
+        # ...and so is a third stream, in place of the newer keep-alive.
+        await watch(hog)
+        assert await _closed_by_server(newer)
+        # Now every one of the hog's connections is a stream: it is refused, naming the bound...
+        refused = await _get(daemon, hog)
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["message"].endswith("(max_connections_per_identity)")
+        # ...while another token and an admin are served.
+        assert (await _get(daemon, fair)).status_code == 200
+        await watch(fair)
         async with daemon.client() as admin:
             assert (await admin.get("/agents")).status_code == 200
 
