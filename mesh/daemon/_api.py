@@ -279,8 +279,10 @@ class DaemonApi:
         )
 
     async def handle_whoami(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
+        shown = {"id": who.token_id, "name": who.name, "role": str(who.role), "agent": who.agent}
+        # The longest deadline this token may give (a room's seconds per reply, say).
         return HttpResponse.json(
-            200, {"id": who.token_id, "name": who.name, "role": str(who.role), "agent": who.agent}
+            200, {**shown, "max_call_timeout": self._settings.max_call_timeout}
         )
 
     async def handle_create_token(

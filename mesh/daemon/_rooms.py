@@ -76,7 +76,7 @@ def _room_errors(handler: RoomHandler) -> HttpHandler:
         except RoomError as exc:
             return HttpResponse.error(_status(exc), str(exc))
         except Forbidden as exc:  # the door refused a member on behalf of this token
-            return HttpResponse.error(403, str(exc), code=exc.code)
+            return HttpResponse.error(403, str(exc), code=exc.code, data=exc.data)
 
     return handle
 

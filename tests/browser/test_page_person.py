@@ -286,7 +286,7 @@ def test_the_new_room_form_sets_limits_and_exit_rules(page: Any, daemon: LiveDae
     page.fill("#new-max-turns", "9")
     page.click("#new-tuning summary")
     page.fill("#new-per-agent", "4")
-    page.fill("#new-turn-timeout", "30")
+    page.fill("#new-turn-timeout", "301")  # past the daemon's max_call_timeout
     page.fill("#new-context", "6")
     page.fill("#new-reply-tokens", "80")
     page.fill("#new-context-tokens", "600")
@@ -314,6 +314,13 @@ def test_the_new_room_form_sets_limits_and_exit_rules(page: Any, daemon: LiveDae
     page.wait_for_selector("#new-error:has-text('$.seed')")
     assert page.get_attribute("#new-repetition", "aria-invalid") is None
     page.fill("#new-seed", "1234")
+    # A deadline past the bound the door holds is marked on its field too, which says the bound.
+    assert page.get_attribute("#new-turn-timeout", "max") == "300"
+    page.click("#start")
+    page.wait_for_selector("#new-error:has-text('(max_call_timeout)')")
+    assert page.get_attribute("#new-turn-timeout", "aria-invalid") == "true"
+    assert page.evaluate("document.activeElement.id") == "new-turn-timeout"
+    page.fill("#new-turn-timeout", "30")
     page.click("#start")
     page.wait_for_selector("#room-topic:has-text('Tabs or spaces?')")
     room_id = page.inner_text("#room-id")

@@ -34,9 +34,10 @@ const state = {
 // -- talking to the daemon ---------------------------------------------------------------
 
 class Refused extends Error {
-  constructor(status, message) {
+  constructor(status, message, data = null) {
     super(message);
     this.status = status;
+    this.data = data; // the error's `data`: `{limit, max}` names a bound the daemon holds
   }
 }
 
@@ -66,7 +67,7 @@ async function api(method, path, body, accept = "application/json") {
   const payload = await response.json().catch(() => ({}));
   if (!response.ok) {
     const message = (payload.error && payload.error.message) || `HTTP ${response.status}`;
-    throw new Refused(response.status, message);
+    throw new Refused(response.status, message, (payload.error && payload.error.data) || null);
   }
   return payload;
 }
@@ -90,6 +91,8 @@ function showIdentity(who) {
   badge.hidden = !who;
   // Only what the token may do is offered: an observer watches.
   $("#new-room-box").hidden = !mayCreate();
+  // A room's seconds per reply are a deadline: the daemon's bound is the field's.
+  if (who && who.max_call_timeout) $("#new-turn-timeout").max = String(who.max_call_timeout);
   if (state.room) renderControls();
 }
 
@@ -362,8 +365,13 @@ const SPEC_FIELDS = {
   "$.seed": "#new-seed",
 };
 
-function fieldOf(message) {
-  const at = /at `(\$[\w.]+)`/.exec(message);
+// Which field a bound the daemon holds (an error's `data.limit`) is set in.
+const LIMIT_FIELDS = { max_call_timeout: "#new-turn-timeout" };
+
+function fieldOf(error) {
+  const limit = error.data && LIMIT_FIELDS[error.data.limit];
+  if (limit) return $(limit);
+  const at = /at `(\$[\w.]+)`/.exec(error.message);
   return at && SPEC_FIELDS[at[1]] ? $(SPEC_FIELDS[at[1]]) : null;
 }
 
@@ -413,7 +421,7 @@ async function startRoom(submit) {
     openRoom(created.room.id);
   } catch (error) {
     $("#new-error").textContent = error.message;
-    const field = error.input || fieldOf(error.message);
+    const field = error.input || fieldOf(error);
     if (field) {
       field.setAttribute("aria-invalid", "true");
       field.setAttribute("aria-errormessage", "new-error");
