@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Final
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import anyio
 import msgspec
@@ -197,11 +197,15 @@ def cmd_room_export(args: argparse.Namespace, request: Request) -> int:
 
 
 def cmd_room_list(args: argparse.Namespace, request: Request) -> int:
-    listed = request(args, "GET", "/rooms")
+    page = {"limit": args.limit} | ({"before": args.before} if args.before else {})
+    listed = request(args, "GET", f"/rooms?{urlencode(page)}")
     rooms = listed["rooms"]
     if args.json:  # what GET /rooms answers, so a script reads either the same way
         print(json_text(listed, indent=2))
         return 0
+    if listed.get("next"):
+        more = f"older rooms: mesh room list --before {printable(listed['next'])}"
+        print(more, file=sys.stderr)
     rows = [("ID", "STATUS", "TURN", "MEMBERS", "TOPIC")]
     for shown in rooms:
         snapshot = msgspec.convert(shown, RoomSnapshot)
@@ -280,8 +284,14 @@ def add_room_commands(room: argparse.ArgumentParser, request: Request) -> None:
         "--since", type=int, default=0, metavar="SEQ", help="start after this event (default: all)"
     )
 
-    listing = command("list", "the rooms the daemon holds", cmd_room_list)
+    listing = command("list", "the rooms the daemon holds, newest first", cmd_room_list)
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    listing.add_argument(
+        "--limit", type=int, default=100, metavar="N", help="rooms to show, 1 to 1000 (100)"
+    )
+    listing.add_argument(
+        "--before", metavar="CURSOR", help="the rooms older than this (a listing's next)"
+    )
 
     show = command("show", "print a room and its transcript", cmd_room_show)
     show.add_argument("room")

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Final
 
 from mesh._errors import Forbidden
 from mesh._input import whole_number
@@ -64,6 +64,27 @@ def parse_since(value: str | None) -> int | None:
     if value is None or value == "":
         return 0
     return whole_number(value)
+
+
+#: Rooms one page of ``GET /rooms`` holds by default (``?limit=``), and at most.
+ROOMS_PAGE: Final = 100
+MAX_ROOMS_PAGE: Final = 1000
+#: A room id in a cursor is at most this long (ids are far shorter).
+_CURSOR_ID: Final = 256
+
+
+def rooms_cursor(snapshot: RoomSnapshot) -> str:
+    """Where the next page of a listing starts: after this room (``?before=``)."""
+    return f"{snapshot.room.created_at}:{snapshot.id}"
+
+
+def parse_cursor(value: str) -> tuple[int, str] | None:
+    """A ``next`` cursor back as (created_at, id); None if it is not one."""
+    made, _, room_id = value.partition(":")
+    created_at = whole_number(made)
+    if created_at is None or not room_id or len(room_id) > _CURSOR_ID:
+        return None
+    return created_at, room_id
 
 
 RoomHandler = Callable[[HttpRequest, Identity, Params], Awaitable[HttpResponse]]
@@ -208,7 +229,21 @@ class RoomRoutes:
     # -- reading ------------------------------------------------------------------------
 
     async def handle_list(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
-        return HttpResponse.json(200, {"rooms": await self._rooms.list()})
+        """The newest rooms first, a page at a time: ``?limit=`` (1 to 1000, 100 by default)
+        and ``?before=`` the last page's ``next``, which is null on the last page."""
+        limit = whole_number(request.query_value("limit") or str(ROOMS_PAGE), digits=4)
+        if limit is None or not 1 <= limit <= MAX_ROOMS_PAGE:
+            return HttpResponse.error(
+                400, f"limit must be a whole number from 1 to {MAX_ROOMS_PAGE}"
+            )
+        before = None
+        if (cursor := request.query_value("before")) is not None:
+            before = parse_cursor(cursor)
+            if before is None:
+                return HttpResponse.error(400, "before must be a listing's next cursor")
+        rooms = await self._rooms.newest(limit + 1, before=before)
+        after = rooms_cursor(rooms[limit - 1]) if len(rooms) > limit else None
+        return HttpResponse.json(200, {"rooms": rooms[:limit], "next": after})
 
     async def handle_show(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
         snapshot = await self._rooms.get(p["id"])

@@ -97,6 +97,7 @@ CREATE TABLE IF NOT EXISTS messages (
     PRIMARY KEY (room_id, turn)
 );
 CREATE INDEX IF NOT EXISTS rooms_by_status ON rooms (status);
+CREATE INDEX IF NOT EXISTS rooms_by_age ON rooms (created_at, id);
 """
 
 _MESSAGE_COLUMNS: Final = (
@@ -226,6 +227,17 @@ class RoomStore:
             query, params = query + " WHERE status = ?", (str(status),)
         with self._lock:
             rows = self._connection().execute(query + " ORDER BY created_at, id", params).fetchall()
+        return [_snapshot(row) for row in rows]
+
+    def newest(self, limit: int, before: tuple[int, str] | None = None) -> list[RoomSnapshot]:
+        """At most ``limit`` rooms, newest first; with ``before`` (a room's ``created_at``
+        and id), only those made before it: the next page of a listing."""
+        query, params = _SNAPSHOT_QUERY, tuple[object, ...]()
+        if before is not None:
+            query, params = query + " WHERE (created_at, id) < (?, ?)", before
+        query += " ORDER BY created_at DESC, id DESC LIMIT ?"
+        with self._lock:
+            rows = self._connection().execute(query, (*params, limit)).fetchall()
         return [_snapshot(row) for row in rows]
 
     def count(self, *statuses: RoomStatus) -> int:

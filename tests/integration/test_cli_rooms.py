@@ -175,8 +175,11 @@ async def test_every_room_command_and_its_exit_codes(tmp_path: Path) -> None:
         code, out, _ = await mesh(daemon, "room", "list")
         assert code == 0
         rows = [line.split() for line in out.splitlines()[1:]]
-        assert [row[:2] for row in rows] == [["short", "stopped"], ["long", "stopped"]]
-        assert rows[0][2:] == ["(MAX_TURNS)", "2", "alice,bob", "Short"]
+        assert [row[:2] for row in rows] == [
+            ["long", "stopped"],
+            ["short", "stopped"],
+        ]  # newest first
+        assert rows[1][2:] == ["(MAX_TURNS)", "2", "alice,bob", "Short"]
 
         # Unknown rooms are "unknown" (4) for every command; bad flags are usage (2).
         for command in ("show", "watch", "pause", "resume", "stop", "delete", "export"):

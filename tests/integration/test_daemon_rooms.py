@@ -188,3 +188,40 @@ async def test_a_room_with_an_agenda_through_the_daemon_and_its_bounds(tmp_path:
     assert [(p.index, p.point) for p in points] == [(0, "the taste"), (1, "the price")]
     assert shown["room"]["agenda"] == ["the taste", "the price"]
     assert shown["stop_reason"] == "MAX_TURNS" and "the agenda's last" in shown["detail"]
+
+
+async def test_the_rooms_list_comes_newest_first_a_page_at_a_time(tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    persona_manifest(manifests, "alice", "Alice", ALICE, 0.0)
+    persona_manifest(manifests, "bob", "Bob", BOB, 0.0)
+    async with spawn_daemon(manifests) as daemon:
+        await daemon.wait_online("alice", "bob")
+        async with daemon.client() as http:
+            for n in range(1, 6):
+                spec = {"id": f"r{n}", "topic": "Tea?", "members": ["alice", "bob"]}
+                created = await http.post("/rooms", json=spec | {"limits": {"max_turns": 1}})
+                assert created.status_code == 201, created.text
+            pages: list[list[str]] = []
+            cursor = None
+            for _ in range(5):  # three pages are expected; a cursor that never ends fails below
+                query: dict[str, Any] = {"limit": 2} | ({"before": cursor} if cursor else {})
+                listed = (await http.get("/rooms", params=query)).json()
+                pages.append([shown["room"]["id"] for shown in listed["rooms"]])
+                if (cursor := listed["next"]) is None:
+                    break
+            assert pages == [["r5", "r4"], ["r3", "r2"], ["r1"]]
+            # A page that holds exactly what is left says there is no next one.
+            whole = (await http.get("/rooms", params={"limit": 5})).json()
+            assert [shown["room"]["id"] for shown in whole["rooms"]] == [
+                "r5",
+                "r4",
+                "r3",
+                "r2",
+                "r1",
+            ]
+            assert whole["next"] is None
+            for bad in ({"limit": 0}, {"limit": 1001}, {"limit": "²"}, {"before": "r1"}):
+                refused = await http.get("/rooms", params=bad)
+                assert refused.status_code == 400, (bad, refused.text)
+                assert refused.json()["error"]["message"].startswith(next(iter(bad)))

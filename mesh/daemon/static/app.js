@@ -289,7 +289,7 @@ function renderAgents() {
 async function refreshRooms() {
   let listed;
   try {
-    listed = await api("GET", "/rooms");
+    listed = await api("GET", "/rooms"); // the newest page (100 rooms)
   } catch {
     return;
   }
@@ -298,7 +298,7 @@ async function refreshRooms() {
   const focused = document.activeElement && document.activeElement.closest("#rooms li");
   const keep = focused ? focused.dataset.room : null;
   list.replaceChildren();
-  for (const snapshot of [...state.rooms].reverse()) {
+  for (const snapshot of state.rooms) {
     // A button: reached with Tab, opened with Enter or Space.
     const item = document.createElement("li");
     item.dataset.room = snapshot.room.id;

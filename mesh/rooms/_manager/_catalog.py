@@ -187,6 +187,9 @@ class Catalog:
     async def snapshots(self, status: RoomStatus | None = None) -> list[RoomSnapshot]:
         return await in_thread(self._table.store.snapshots, status)
 
+    async def newest(self, limit: int, before: tuple[int, str] | None) -> list[RoomSnapshot]:
+        return await in_thread(self._table.store.newest, limit, before)
+
     async def active_count(self) -> int:
         return await in_thread(self._table.store.count, RoomStatus.RUNNING, RoomStatus.PAUSED)
 

@@ -317,6 +317,13 @@ class RoomManager:
         daemon runs is passed there (``forward``: see :meth:`pause`)."""
         await self._seats.pass_turn(room_id, member_id, holder=holder, forward=forward)
 
+    async def newest(
+        self, limit: int, *, before: tuple[int, str] | None = None
+    ) -> list[RoomSnapshot]:
+        """At most ``limit`` rooms, newest first; with ``before`` (a room's ``created_at``
+        and id), the page after that room's."""
+        return await self._catalog.newest(limit, before)
+
     # Last, because inside the class body the name shadows the builtin for mypy.
     async def list(self, status: RoomStatus | None = None) -> list[RoomSnapshot]:
         """Every room (or those with ``status``), oldest first."""
