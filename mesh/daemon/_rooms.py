@@ -176,8 +176,8 @@ class RoomRoutes:
             )
         if admin:
             return None
-        kept = [s for s in await self._rooms.list() if s.room.owner == owner]
-        mine = claimed[1] + sum(s.status is not RoomStatus.STOPPED for s in kept)
+        kept, active_mine = await self._rooms.owned(owner) if owner else (0, 0)
+        mine = claimed[1] + active_mine
         per = self._settings.max_rooms_per_identity
         if mine >= per:
             return HttpResponse.error(
@@ -187,10 +187,10 @@ class RoomRoutes:
                 limit="max_rooms_per_identity",
             )
         most = self._settings.max_rooms_kept_per_identity
-        if creating and len(kept) + claimed[1] >= most:
+        if creating and kept + claimed[1] >= most:
             return HttpResponse.error(
                 429,
-                f"this token keeps {len(kept)} rooms, finished ones included, its limit "
+                f"this token keeps {kept} rooms, finished ones included, its limit "
                 f"(max_rooms_kept_per_identity = {most}); delete finished ones first",
                 limit="max_rooms_kept_per_identity",
             )

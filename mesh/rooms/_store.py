@@ -71,7 +71,8 @@ CREATE TABLE IF NOT EXISTS rooms (
     last_seq INTEGER NOT NULL,
     log_offset INTEGER NOT NULL,
     created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL
+    updated_at INTEGER NOT NULL,
+    owner TEXT
 );
 CREATE TABLE IF NOT EXISTS members (
     room_id TEXT NOT NULL REFERENCES rooms (id) ON DELETE CASCADE,
@@ -99,13 +100,18 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE INDEX IF NOT EXISTS rooms_by_status ON rooms (status);
 CREATE INDEX IF NOT EXISTS rooms_by_age ON rooms (created_at, id);
 """
+#: Indexes on columns a database made before them gains on opening.
+_LATE_INDEXES: Final = "CREATE INDEX IF NOT EXISTS rooms_by_owner ON rooms (owner, status);"
 
 _MESSAGE_COLUMNS: Final = (
     "room_id, seq, timestamp, agent_id, name, role, turn, text, score, step, interjection"
 )
 _MESSAGE_PLACES: Final = ", ".join("?" * 11)
 #: Columns added since the first schema, for databases made before them.
-_ADDED_COLUMNS: Final = {"messages": {"interjection": "INTEGER NOT NULL DEFAULT 0"}}
+_ADDED_COLUMNS: Final = {
+    "messages": {"interjection": "INTEGER NOT NULL DEFAULT 0"},
+    "rooms": {"owner": "TEXT"},  # the room's ``owner``, so rooms are counted per owner
+}
 _ROOM_CONFIG: Final = msgspec.json.Decoder(Room)
 
 
@@ -130,7 +136,9 @@ class RoomStore:
         db.execute("PRAGMA synchronous = NORMAL")
         db.execute("PRAGMA foreign_keys = ON")
         db.executescript(_SCHEMA)
-        _add_missing_columns(db)
+        if "owner" in _add_missing_columns(db).get("rooms", ()):
+            _fill_owners(db)
+        db.executescript(_LATE_INDEXES)
         self._db = db
         with self._lock:
             for path in sorted((self.directory / LOGS).glob("*.jsonl")):
@@ -239,6 +247,13 @@ class RoomStore:
         with self._lock:
             rows = self._connection().execute(query, (*params, limit)).fetchall()
         return [_snapshot(row) for row in rows]
+
+    def owned(self, owner: str) -> tuple[int, int]:
+        """How many rooms ``owner`` keeps, and how many of them are not stopped."""
+        query = "SELECT COUNT(*), COUNT(*) FILTER (WHERE status != ?) FROM rooms WHERE owner = ?"
+        with self._lock:
+            kept, active = self._connection().execute(query, ("stopped", owner)).fetchone()
+        return int(kept), int(active)
 
     def count(self, *statuses: RoomStatus) -> int:
         """How many rooms have one of ``statuses``."""
@@ -394,12 +409,23 @@ def _seat(db: sqlite3.Connection, room_id: str, member: Member) -> None:
     )
 
 
-def _add_missing_columns(db: sqlite3.Connection) -> None:
+def _add_missing_columns(db: sqlite3.Connection) -> dict[str, list[str]]:
+    """Add the columns a database made before them lacks; the ones added, per table."""
+    added: dict[str, list[str]] = {}
     for table, columns in _ADDED_COLUMNS.items():
         present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
         for column, declaration in columns.items():
             if column not in present:
                 db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+                added.setdefault(table, []).append(column)
+    return added
+
+
+def _fill_owners(db: sqlite3.Connection) -> None:
+    """Rooms recorded before the owner had a column of its own: from their config, once."""
+    rows = db.execute("SELECT id, config FROM rooms").fetchall()
+    owners = [(_ROOM_CONFIG.decode(config).owner, room_id) for room_id, config in rows]
+    db.executemany("UPDATE rooms SET owner = ? WHERE id = ?", owners)
 
 
 def _snapshot(row: tuple[Any, ...]) -> RoomSnapshot:
@@ -447,7 +473,7 @@ def _project(db: sqlite3.Connection, event: RoomEvent, offset: int) -> None:
         room = event.room
         db.execute(
             "INSERT INTO rooms (id, topic, mode, config, status, last_seq, log_offset,"
-            " created_at, updated_at) VALUES (?, ?, ?, ?, ?, 0, 0, ?, ?)",
+            " created_at, updated_at, owner) VALUES (?, ?, ?, ?, ?, 0, 0, ?, ?, ?)",
             (
                 room_id,
                 room.topic,
@@ -456,6 +482,7 @@ def _project(db: sqlite3.Connection, event: RoomEvent, offset: int) -> None:
                 "running",
                 room.created_at,
                 event.timestamp,
+                room.owner,
             ),
         )
         db.executemany(

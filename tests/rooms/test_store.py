@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
+import msgspec
 import pytest
 from structlog.testing import capture_logs
 
@@ -130,6 +132,37 @@ def test_sqlite_lost_entirely_is_rebuilt_from_the_logs(tmp_path: Path) -> None:
         assert store.load(ROOM) == RoomState.from_events(events)
         assert [s.id for s in store.snapshots()] == ["r1"]
         assert store.snapshots(RoomStatus.STOPPED) == []
+
+
+def _welcome(room_id: str, owner: str | None, created_at: int) -> WelcomeEvent:
+    room = msgspec.structs.replace(make_room(room_id=room_id), owner=owner, created_at=created_at)
+    return WelcomeEvent(room_id=RoomId(room_id), seq=1, timestamp=created_at, room=room)
+
+
+def test_rooms_are_counted_per_owner_and_listed_newest_first_by_pages(tmp_path: Path) -> None:
+    with RoomStore(tmp_path) as store:
+        for n, owner in enumerate(("token:a", "token:a", "token:b", None, "token:a"), 1):
+            assert store.append(_welcome(f"r{n}", owner, created_at=100 + n))
+        stop = StoppedEvent(room_id=RoomId("r1"), seq=2, reason=StopReason.STOPPED, turn=0)
+        assert store.append(stop)
+        assert store.owned("token:a") == (3, 2)  # r1 (stopped), r2, r5
+        assert (store.owned("token:b"), store.owned("token:c")) == ((1, 1), (0, 0))
+        assert [s.id for s in store.newest(2)] == ["r5", "r4"]
+        assert [s.id for s in store.newest(2, before=(104, "r4"))] == ["r3", "r2"]
+        assert [s.id for s in store.newest(9, before=(102, "r2"))] == ["r1"]
+
+
+def test_a_database_from_before_the_owner_column_gains_it_filled_in(tmp_path: Path) -> None:
+    with RoomStore(tmp_path) as store:
+        store.append(_welcome("old", "token:a", created_at=1))
+    # The database as an older daemon left it: no owner column.
+    with sqlite3.connect(tmp_path / "rooms.sqlite3") as db:
+        db.execute("DROP INDEX rooms_by_owner")
+        db.execute("ALTER TABLE rooms DROP COLUMN owner")
+    with RoomStore(tmp_path) as store:
+        assert store.owned("token:a") == (1, 1)
+        store.append(_welcome("new", "token:a", created_at=2))
+        assert store.owned("token:a") == (2, 2)
 
 
 def test_the_store_must_be_open(tmp_path: Path) -> None:

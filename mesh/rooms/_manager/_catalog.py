@@ -190,6 +190,9 @@ class Catalog:
     async def newest(self, limit: int, before: tuple[int, str] | None) -> list[RoomSnapshot]:
         return await in_thread(self._table.store.newest, limit, before)
 
+    async def owned(self, owner: str) -> tuple[int, int]:
+        return await in_thread(self._table.store.owned, owner)
+
     async def active_count(self) -> int:
         return await in_thread(self._table.store.count, RoomStatus.RUNNING, RoomStatus.PAUSED)
 

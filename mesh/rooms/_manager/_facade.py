@@ -324,6 +324,11 @@ class RoomManager:
         and id), the page after that room's."""
         return await self._catalog.newest(limit, before)
 
+    async def owned(self, owner: str) -> tuple[int, int]:
+        """How many rooms ``owner`` keeps (finished ones included), and how many of them
+        are running or paused."""
+        return await self._catalog.owned(owner)
+
     # Last, because inside the class body the name shadows the builtin for mypy.
     async def list(self, status: RoomStatus | None = None) -> list[RoomSnapshot]:
         """Every room (or those with ``status``), oldest first."""
