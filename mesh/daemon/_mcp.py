@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 from typing import Any, Final
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import msgspec
 
@@ -59,9 +59,11 @@ def _schema(tp: Any) -> dict[str, Any]:
     return schema
 
 
-async def _as_tool(handler: HttpHandler, who: Identity, body: bytes, params: Params) -> Any:
+async def _as_tool(
+    handler: HttpHandler, who: Identity, body: bytes, params: Params, target: str = "/mcp"
+) -> Any:
     """A room route's answer as a tool's: its JSON on success, its message as the error."""
-    response = await handler(HttpRequest("POST", "/mcp", (), body), who, params)
+    response = await handler(HttpRequest("POST", target, (), body), who, params)
     answer = msgspec.json.decode(response.body) if response.body else None
     if response.status >= 400:
         error = answer.get("error", {}) if isinstance(answer, dict) else {}
@@ -82,7 +84,9 @@ def room_tools(handlers: dict[str, HttpHandler]) -> list[ExtraTool]:
         return await _as_tool(handlers["room"], who, b"", {"id": room_id})
 
     async def listing(arguments: dict[str, Any], who: Identity) -> Any:
-        return await _as_tool(handlers["rooms"], who, b"", {})
+        # The same page as GET /rooms?limit=&before= (the route checks both).
+        page = {k: str(arguments[k]) for k in ("limit", "before") if arguments.get(k) is not None}
+        return await _as_tool(handlers["rooms"], who, b"", {}, f"/mcp?{urlencode(page)}")
 
     by_id = {
         "type": "object",
@@ -102,7 +106,19 @@ def room_tools(handlers: dict[str, HttpHandler]) -> list[ExtraTool]:
             by_id,
             transcript,
         ),
-        ExtraTool("mesh_list_rooms", "Every room and its status.", {"type": "object"}, listing),
+        ExtraTool(
+            "mesh_list_rooms",
+            "The rooms and their status, newest first, a page at a time: `next` is the "
+            "`before` of the page of older ones (null on the last page).",
+            {
+                "type": "object",
+                "properties": {
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+                    "before": {"type": "string", "description": "a page's `next`"},
+                },
+            },
+            listing,
+        ),
     ]
 
 

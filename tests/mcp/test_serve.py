@@ -102,7 +102,9 @@ async def check_client(client: Client) -> None:
     failed = await client.call_tool("echo__fail", {"message": "on purpose"})
     assert failed.is_error and "on purpose" in failed.content[0].text  # type: ignore[union-attr]
     rooms = await client.call_tool("mesh_list_rooms", {})
-    assert rooms.structured_content == {"rooms": []}
+    assert rooms.structured_content == {"rooms": [], "next": None}
+    bad = await client.call_tool("mesh_list_rooms", {"limit": 0})  # the route's own check
+    assert bad.is_error and "limit" in bad.content[0].text  # type: ignore[union-attr]
     missing = await client.call_tool("mesh_room_transcript", {"room_id": "nowhere"})
     assert missing.is_error and "nowhere" in missing.content[0].text  # type: ignore[union-attr]
     with pytest.raises(Exception, match="unknown tool"):
