@@ -56,7 +56,7 @@ from mesh._rpc.connect import handshake
 from mesh._rpc.peer import Peer, open_peer
 from mesh._rpc.reconnect import ConnectionEvent, ReconnectPolicy, open_reconnecting_peer
 from mesh._tracing import active as tracing_active
-from mesh.manifests._types import AccessSection
+from mesh.manifests._types import DEFAULT_ACCESS, AccessSection
 from registry import (
     AgentId,
     AgentRecord,
@@ -685,7 +685,7 @@ class MeshOrchestrator:
         if link is not None:
             return link.spec.access
         remote = self.remote.access_of(agent) if self.remote is not None else None
-        return remote if remote is not None else AccessSection()
+        return remote if remote is not None else DEFAULT_ACCESS
 
     def link_error(self, agent_id: str) -> str | None:
         link = self._links.get(agent_id)

@@ -62,6 +62,7 @@ from mesh.cluster._wire import (
     CALL_REQUEST,
     CANCEL_CALL,
     ENCODER,
+    AgentEntry,
     CallFailed,
     CallProgress,
     CallReply,
@@ -69,7 +70,7 @@ from mesh.cluster._wire import (
     CallResult,
     CancelCall,
 )
-from mesh.manifests._types import AccessSection
+from mesh.manifests._types import DEFAULT_ACCESS, AccessSection
 from registry import AgentId, AgentStatus, ChangeKind, Registry, StatusChange
 from transports._loop import Timer, Wakeup, current_loop
 
@@ -84,6 +85,49 @@ CANCEL_TIMEOUT: Final = 1.0
 #: At a graceful stop, calls we are serving get this long to finish.
 SERVE_DRAIN: Final = 5.0
 #: Changes of a mirrored agent that end the calls waiting on it.
+#: How many remote agents' access sections are kept validated before starting afresh.
+_ACCESS_KEPT: Final = 100_000
+#: What an agent whose published access section does not validate admits: nobody.
+NO_ACCESS: Final = AccessSection(callers=(), calls=())
+
+
+class AccessSections:
+    """Remote agents' access sections, each validated once per entry its holder writes.
+
+    Every call to a remote agent checks its section; converting the entry's JSON for
+    each call was CPU on every remote call. An entry is replaced, never changed, when
+    its holder writes it again, so the entry it came from says whether it is current.
+    """
+
+    def __init__(self, kept: int = _ACCESS_KEPT) -> None:
+        self._known: dict[str, tuple[AgentEntry, AccessSection]] = {}
+        self._kept = kept
+
+    def of(self, agent_id: str, entry: AgentEntry | None) -> AccessSection | None:
+        """``entry``'s section (None: no other daemon holds it; one that does not
+        validate admits nobody: a refusal is safer than a guess)."""
+        if entry is None:
+            self._known.pop(agent_id, None)
+            return None
+        if entry.access is None:
+            return DEFAULT_ACCESS
+        known = self._known.get(agent_id)
+        if known is not None and known[0] is entry:
+            return known[1]
+        try:
+            access = msgspec.convert(entry.access, AccessSection)
+        except (msgspec.ValidationError, ValueError, TypeError):
+            log.warning("cluster.bad_access_section", agent=agent_id, holder=entry.daemon)
+            access = NO_ACCESS
+        if len(self._known) >= self._kept:
+            self._known.clear()  # agents come and go: start again rather than grow
+        self._known[agent_id] = (entry, access)
+        return access
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+
 _GONE: Final = frozenset({ChangeKind.OFFLINE, ChangeKind.REMOVED, ChangeKind.DEREGISTERED})
 
 
@@ -160,6 +204,7 @@ class RemoteCalls:
         )
         #: How to stop each call we serve, by its reply subject (a task's or a scope's cancel).
         self._serving: dict[str, Callable[[], Any]] = {}
+        self._access = AccessSections()
         loop = current_loop()
         self._now, self._wakeup, self._call_at = loop.now, loop.wakeup, loop.call_at
         self._new_scope = loop.cancel_scope
@@ -213,16 +258,7 @@ class RemoteCalls:
 
         One that does not validate admits nobody: a refusal is safer than a guess.
         """
-        entry = self._sync.entry(agent_id)
-        if entry is None:
-            return None
-        if entry.access is None:
-            return AccessSection()
-        try:
-            return msgspec.convert(entry.access, AccessSection)
-        except (msgspec.ValidationError, ValueError, TypeError):
-            log.warning("cluster.bad_access_section", agent=agent_id, holder=entry.daemon)
-            return AccessSection(callers=(), calls=())
+        return self._access.of(agent_id, self._sync.entry(agent_id))
 
     # -- calling ----------------------------------------------------------------------------
 

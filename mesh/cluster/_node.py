@@ -190,10 +190,10 @@ async def open_cluster(
 
 def _access(orchestrator: MeshOrchestrator, agent_id: str) -> dict[str, Any] | None:
     """A local agent's access section as JSON builtins (None for the defaults)."""
-    from mesh.manifests._types import AccessSection
+    from mesh.manifests._types import DEFAULT_ACCESS
 
     access = orchestrator.access_of(agent_id)
-    return None if access == AccessSection() else msgspec.to_builtins(access)
+    return None if access == DEFAULT_ACCESS else msgspec.to_builtins(access)
 
 
 async def _follow_connection(cluster: Cluster, ready: anyio.Event) -> None:
