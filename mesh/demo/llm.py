@@ -96,7 +96,7 @@ REPLY_TOKENS: Final = 50
 CONTEXT_TOKENS: Final = 200
 #: A reply that recites its prompt, addresses itself, talks about its reply or repeats a
 #: message is asked for again, up to this many times (the room keeps the best draw).
-REDRAWS: Final = 4
+REDRAWS: Final = 8
 #: The loop guard: a reply this alike to its speaker's last one, or a score this high
 #: twice running, ends the room with NO_IMPROVEMENT. Two replies of about the same
 #: length that share a third of their words already score about 0.6 (the length ratio

@@ -22,7 +22,13 @@ lexical, like the room's convergence score:
 - **is cut off**: its budget cut it with no sentence to end on (it ends with ``…``);
 - **strays from the subject**: not one word of four letters or more (other than
   the commonest) in common with the topic, the point or the message it answers,
-  comparing the first five letters ("watering" is "water").
+  comparing the first five letters ("watering" is "water");
+- **ignores the message it answers**: it keeps to the subject but shares none of the
+  words the last speaker added to it ("pigeons", "nets", "morning"), so it would read
+  the same after any message;
+- **narrates**: it speaks of another member in the third person ("Ben smiled",
+  "Ben's point is"), or writes lines under a label ("Derek: …") as in a script,
+  where a member of a conversation speaks to the others.
 """
 
 from __future__ import annotations
@@ -69,6 +75,8 @@ _ABOUT_REPLY = re.compile(
     r"|\banswer (?:it|this|the question) correctly\b"
     r"|\b(?:one|a|two|three|full|short|single) sentences?\b"
     r"|\bjustification:"
+    r"|\bcorrected version\b"
+    r"|\bquestioner\b"
     r"|\bword (?:count|limit)\b",
     re.IGNORECASE,
 )
@@ -81,16 +89,21 @@ def reply_faults(
     instructions: str,
     subject: Sequence[str],
     messages: Sequence[str],
+    others: Sequence[str] = (),
+    answers: str | None = None,
 ) -> tuple[str, ...]:
     """What is wrong with ``text`` as ``name``'s next message (empty: nothing).
 
     ``instructions`` is what the member was told (its system and turn prompts),
-    ``subject`` what the conversation is about (the topic, the point) and
-    ``messages`` the messages it was shown.
+    ``subject`` what the conversation is about (the topic, the point),
+    ``messages`` the messages it was shown, ``others`` the other members' names and
+    ``answers`` the message it answers (another's, the last it was shown), if any.
     """
     shown = (*subject, *messages)
     faults: list[str] = []
-    if re.search(rf"\byou(?:'re|\u2019re| are) {re.escape(name)}\b", text, re.IGNORECASE):
+    if re.search(rf"\byou(?:'re|\u2019re| are) {re.escape(name)}\b", text, re.IGNORECASE) or (
+        re.search(rf"\b{re.escape(name)}\b", text)
+    ):
         faults.append("addresses itself")
     runs = _runs(text)
     seen = set().union(*(_runs(part) for part in shown)) if shown else set()
@@ -104,9 +117,18 @@ def reply_faults(
         faults.append("repeats a message")
     elif runs and any(len(runs & _runs(part)) >= QUESTION_SHARE * len(runs) for part in subject):
         faults.append("repeats the question")
+    stems = _stems(text)
     about = set().union(*(_stems(part) for part in (*subject, *messages[-1:])))
-    if about and not _stems(text) & about:
+    if about and not stems & about:
         faults.append("strays from the subject")
+    elif answers is not None:
+        added = _stems(answers) - set().union(*(_stems(part) for part in subject))
+        if added and not stems & added:
+            faults.append("ignores the message it answers")
+    if _narrates(text, others):
+        faults.append("narrates")
+    if _ASSISTANT.search(text):
+        faults.append("speaks as an assistant")
     return tuple(faults)
 
 
@@ -133,6 +155,32 @@ def unlabelled(text: str, names: Sequence[str]) -> str:
     pattern = "|".join(re.escape(name) for name in names if name)
     label = re.match(rf"\s*\**(?:{pattern})\**\s*:\s*", text, re.IGNORECASE) if pattern else None
     return text[label.end() :] if label and label.end() < len(text) else text
+
+
+#: What follows a name when a reply tells of its owner instead of speaking to them.
+_TOLD: Final = (
+    r"(?:'s|\u2019s|\s+(?:is|was|smiled|smiles|said|says|replied|replies|added|adds|asked|"
+    r"asks|laughed|laughs|nodded|nods|thinks|thought|loves|wants|believes)\b)"
+)
+#: What a chat model's assistant says to its user, and no member of a conversation does.
+_ASSISTANT = re.compile(
+    r"\b(?:happy|glad) to (?:help|assist)\b|\bhow (?:can|may) I (?:help|assist)\b"
+    r"|\bwhat can I do for you\b|\bas an AI\b|\b(?:AI|personal|virtual) assistant\b"
+    r"|\bsorry for (?:any|the) (?:confusion|misunderstanding)\b|\bsorry for your loss\b"
+    r"|\bI(?:'m| am) (?:sorry|afraid), (?:but )?I can(?:no|')t\b",
+    re.IGNORECASE,
+)
+#: A label opening the reply or a sentence in it: "Derek: …", as a script is written.
+_LABEL = re.compile(r"(?:^|[.!?]\s+)[A-Z][a-z]+:\s")
+
+
+def _narrates(text: str, others: Sequence[str]) -> bool:
+    told = "|".join(re.escape(other) for other in others if other)
+    if told and re.search(rf"\b(?:{told}){_TOLD}", text):
+        return True
+    if re.search(r"(?:^|[.!?]\s+)(?:He|She)\s", text):  # the one it talks to, as "he"
+        return True
+    return _LABEL.search(text) is not None
 
 
 def _stems(text: str) -> set[str]:

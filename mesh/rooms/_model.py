@@ -76,7 +76,7 @@ MAX_POINT_CHARS: Final = 200
 #: every turn's prompt, so a creator cannot make every model read a megabyte a turn.
 MAX_LABEL_CHARS: Final = 200
 #: At most this many draws again of one turn: each is a whole reply's worth of model time.
-MAX_REDRAWS: Final = 5
+MAX_REDRAWS: Final = 8
 
 _Point = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_POINT_CHARS)]
 _Agenda = Annotated[tuple[_Point, ...], msgspec.Meta(max_length=MAX_AGENDA_POINTS)]
@@ -182,9 +182,10 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     agenda) moves the room to the next point after that many messages on one, and
     ends it (``MAX_TURNS``) after that many on the last (None: only the loop guard
     moves it on). ``redraws`` is how many times a reply with a fault (it recites its
-    instructions, addresses itself, talks about its reply, or repeats a message; see
-    ``docs/rooms.md``) is asked for again, with the next seed, before the room keeps
-    the draw whose faults weigh least, less any label of a member's name ("Ben: …") it
+    instructions, addresses itself, talks about its reply, repeats a message, ignores
+    the message it answers, narrates, or speaks as an assistant; see ``docs/rooms.md``)
+    is asked for again, with the next seed, before the room keeps the draw whose
+    faults weigh least, less any label of a member's name ("Ben: …") it
     opens with (0: every reply is kept as it comes).
     """
 

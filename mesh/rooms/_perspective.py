@@ -212,12 +212,15 @@ def faults_of(
     told = system_prompt(room, speaker, plan, transcript, point)
     if room.mode == "chat":
         told = f"{told}\n\n{turn_prompt(room, transcript, speaker, point)}"
+    last = shown[-1] if shown else None
     return reply_faults(
         text,
         name=speaker.name,
         instructions=told,
         subject=(room.topic, point or ""),
         messages=[message.text for message in shown],
+        others=[member.name for member in room.members if member.id != speaker.id],
+        answers=last.text if last is not None and last.agent_id != speaker.id else None,
     )
 
 

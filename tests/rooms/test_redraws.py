@@ -1,5 +1,6 @@
-"""Redraws: a reply that recites its prompt, addresses itself, talks about its reply or
-repeats a message is asked for again (``Limits.redraws``), and the room keeps the first
+"""Redraws: a reply that recites its prompt, addresses itself, talks about its reply,
+repeats a message, ignores the message it answers, narrates or speaks as an assistant is
+asked for again (``Limits.redraws``), and the room keeps the first
 draw without a fault, else the one with the fewest. The faulty replies below are ones the
 demo's 135 M model really wrote. On both backends."""
 
@@ -45,9 +46,21 @@ INSTRUCTIONS = (
 )
 
 
-def faults(text: str, *, name: str = "Ben", messages: tuple[str, ...] = (GOOD,)) -> set[str]:
+def faults(
+    text: str,
+    *,
+    name: str = "Ben",
+    messages: tuple[str, ...] = (GOOD,),
+    answers: str | None = None,
+) -> set[str]:
     found = reply_faults(
-        text, name=name, instructions=INSTRUCTIONS, subject=(TOPIC, POINT), messages=messages
+        text,
+        name=name,
+        instructions=INSTRUCTIONS,
+        subject=(TOPIC, POINT),
+        messages=messages,
+        others=("Ada",),
+        answers=answers,
     )
     return set(found)
 
@@ -76,7 +89,7 @@ def faults(text: str, *, name: str = "Ben", messages: tuple[str, ...] = (GOOD,))
         ("Is it worth growing your own vegetables on a small balcony?", {"repeats the question"}),
         ("What about pests?", {"repeats the question"}),
         ("Pigeons and snails eat the balcony…", {"is cut off"}),
-        ("Ben, you've got it. Well done!", {"strays from the subject"}),
+        ("Ben, you've got it. Well done!", {"addresses itself", "strays from the subject"}),
         # A word of the point, the topic or the message it answers is enough.
         ("A net keeps the birds off.", {"strays from the subject"}),
         ("A net keeps the pigeon off.", set()),
@@ -94,6 +107,20 @@ def faults(text: str, *, name: str = "Ben", messages: tuple[str, ...] = (GOOD,))
         ("It is worth growing your own vegetables on a small city balcony, net or not.", set()),
         # Another's name after "you are" is talk, not a recital of one's own prompt.
         ("You are Ada, the one with the pigeons: a net costs money too.", set()),
+        # Its own name, as the model wrote it when it lost track of who speaks.
+        ("That's a good point, Ben: the net keeps the pigeons off.", {"addresses itself"}),
+        # Telling of the one it talks to, or writing a script of lines, as the demo's model did.
+        ("Ben smiled. Ada's pigeons ate the lettuce.", {"addresses itself", "narrates"}),
+        ("Ada's point is that a net keeps the pigeons off.", {"narrates"}),
+        ("He is the one who pays for the nets on the balcony.", {"narrates"}),
+        ("Abra: Yes, the pigeons ate the lettuce.", {"narrates"}),
+        ("The net is fine. Derek: So the pigeons stay off?", {"narrates"}),
+        # A member speaks to the others, not to a user it serves.
+        ("No worries, I'm happy to help with the pigeons.", {"speaks as an assistant"}),
+        ("You're an AI assistant for text re-writing: the balcony.", {"speaks as an assistant"}),
+        ("I'm sorry, but I can't talk about pigeons.", {"speaks as an assistant"}),
+        # Ada, by name, at the start: spoken to her, not of her.
+        ("Ada, the net costs four euros and the pigeons stay off.", set()),
     ],
 )
 def test_each_fault_is_found_and_a_good_reply_has_none(text: str, expected: set[str]) -> None:
@@ -113,6 +140,26 @@ def test_each_fault_is_found_and_a_good_reply_has_none(text: str, expected: set[
 )
 def test_a_label_of_a_members_name_is_taken_off(text: str, kept: str) -> None:
     assert unlabelled(text, ["Ada", "Ben"]) == kept
+
+
+ASKED = "Pigeons ate my neighbour's lettuce in a week. Who pays for the nets?"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # On the subject, but nothing of what Ada added: it would fit after any message.
+        ("Pests on a balcony are part of gardening in a city.", {"ignores the message it answers"}),
+        ("The nets are cheap, and they last for years.", set()),
+        ("My neighbour pays for his own; pigeons are his problem.", set()),
+        # Off the subject altogether is the stronger fault, said once.
+        ("I have no idea.", {"strays from the subject"}),
+    ],
+)
+def test_a_reply_that_takes_up_nothing_of_the_message_it_answers_is_found(
+    text: str, expected: set[str]
+) -> None:
+    assert faults(text, name="Ben", messages=(ASKED,), answers=ASKED) == expected
 
 
 def test_a_format_word_the_conversation_itself_used_is_not_a_fault() -> None:
@@ -211,7 +258,7 @@ async def test_when_every_draw_has_a_fault_the_one_with_the_fewest_is_kept() -> 
 @pytest.mark.anyio
 async def test_a_poor_reply_is_kept_over_a_copy_when_every_draw_has_a_fault() -> None:
     # Draw 0 copies Ben, draw 1 is cut off: one fault each, and the copy is no reply at all.
-    cut = "Pigeons, aphids and snails eat the balcony…"
+    cut = "Nets or not, pigeons, aphids and snails eat the balcony…"
     speak = Draws(ada=(NETS, cut), ben=(NETS,))
     room = make_room("ben", "ada", topic=TOPIC, limits=Limits(max_turns=2, redraws=1))
     log, recorder = journal(room)
@@ -306,7 +353,7 @@ async def test_a_watcher_sees_each_draw_open_the_turn_again_and_stream_afresh(
 
 
 def test_redraws_are_bounded_with_a_clear_error() -> None:
-    spec = {"topic": "t", "members": ["a", "b"], "limits": {"redraws": 6}}
+    spec = {"topic": "t", "members": ["a", "b"], "limits": {"redraws": 9}}
     with pytest.raises(InvalidRoomSpec, match="redraws"):
         decode_room_spec(msgspec.json.encode(spec))
     assert decode_room_spec(msgspec.json.encode({**spec, "limits": {"redraws": 5}})).limits
