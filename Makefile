@@ -10,7 +10,7 @@ LLM_STAMP := $(VENV)/.installed-llm
 PEERS       := tests/mcp/peers
 PEERS_STAMP := $(PEERS)/node_modules/.installed
 
-.PHONY: test demo demo-cluster demo-llm test-llm browser prometheus bench bench-smoke soak lint typecheck peers clean
+.PHONY: test demo demo-cluster demo-llm demo-draws test-llm browser prometheus bench bench-smoke soak lint typecheck peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,10 @@ $(LLM_STAMP): $(STAMP)
 
 demo-llm: $(LLM_STAMP)
 	$(BIN)/python -m mesh.demo.llm
+
+# The same turn asked many times at fixed moments of the demo: how often a reply passes the checks.
+demo-draws: $(LLM_STAMP)
+	$(BIN)/python -m mesh.demo.draws
 
 test-llm: $(LLM_STAMP)
 	$(BIN)/python -m pytest -m llm tests/llm
