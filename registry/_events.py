@@ -127,13 +127,15 @@ class _Hub:
             self.subscribers.remove(subscription)
 
     def publish(self, changes: Iterable[StatusChange]) -> None:
-        self._queue.extend(changes)
         if self._publishing:
             # A listener changed the table while we deliver: its events go after
             # the current ones, so every consumer sees one and the same order.
+            self._queue.extend(changes)
             return
         self._publishing = True
         try:
+            for change in changes:
+                self._deliver(change)
             while self._queue:
                 self._deliver(self._queue.popleft())
         finally:
@@ -143,24 +145,24 @@ class _Hub:
     def _deliver(self, change: StatusChange) -> None:
         # Iterate over copies: a listener may add or remove listeners.
         for listener in tuple(self.listeners):
-            self._call(listener, change)
+            try:
+                listener(change)
+            except Exception:
+                self._failed(listener, change)
         for subscription in tuple(self.subscribers):
             if not subscription.offer(change):
                 self._drop(subscription)
 
-    def _call(self, listener: Listener, change: StatusChange) -> None:
-        try:
-            listener(change)
-        except Exception:
-            # One broken listener must not stop the table's bookkeeping or starve
-            # the others; the failure is counted and logged with its traceback.
-            self.listener_errors += 1
-            _log.exception(
-                "registry.listener_failed",
-                listener=repr(listener),
-                agent_id=change.agent_id,
-                change=str(change.kind),
-            )
+    def _failed(self, listener: Listener, change: StatusChange) -> None:
+        # One broken listener must not stop the table's bookkeeping or starve the
+        # others; the failure is counted and logged with its traceback.
+        self.listener_errors += 1
+        _log.exception(
+            "registry.listener_failed",
+            listener=repr(listener),
+            agent_id=change.agent_id,
+            change=str(change.kind),
+        )
 
     def _drop(self, subscription: Subscription) -> None:
         self.detach(subscription)

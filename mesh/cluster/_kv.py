@@ -41,8 +41,6 @@ _KV_OP: Final = "KV-Operation"
 _MARKER: Final = "Nats-Marker-Reason"
 #: Marker reasons that end a key (nats-server 2.11+); others are not changes of a key.
 _GONE_REASONS: Final = frozenset({"MaxAge", "Purge", "Remove"})
-#: The header naming the daemon that wrote an entry: its own watch skips it undecoded.
-WRITER: Final = "Mesh-Daemon"
 
 
 class KvChange(msgspec.Struct, frozen=True):
@@ -170,12 +168,14 @@ async def watch_bucket(
     on_change: Callable[[KvChange | None], None],
     *,
     timeout: float,
-    skip: str | None = None,
+    skip: bytes | None = None,
 ) -> Any:
     """Every key's current value, then ``None`` (caught up), then each change; the
     subscription (``unsubscribe()`` ends it). Runs on the NATS loop; ``on_change``
-    is called there. Values whose :data:`WRITER` header is ``skip`` (this daemon's
-    own writes, echoed) are not passed on."""
+    is called there. Values that start with ``skip`` (this daemon's own writes,
+    echoed) are not passed on: a delete or an expiry has no value, so it always is."""
+    if skip is not None and not skip:
+        raise ValueError("skip must be a non-empty prefix: an empty one matches every value")
     from nats.js.api import DeliverPolicy
 
     prefix = f"$KV.{bucket}."
@@ -191,20 +191,17 @@ async def watch_bucket(
     async def deliver(msg: Msg) -> None:
         if not ready.done():
             await asyncio.wait_for(asyncio.shield(ready), timeout)
-        sequence, stamp, pending = _position(msg.reply)
-        headers = msg.headers
-        if (
-            headers
-            and skip is not None
-            and headers.get(WRITER) == skip
-            and _KV_OP not in headers
-            and _MARKER not in headers  # an expiry is never skipped
-        ):
-            if pending == 0:
+        data = msg.data
+        if skip is not None and data.startswith(skip):
+            # Our own write, echoed: nothing to mirror, and once caught up nothing to
+            # read from its position either.
+            if not caught_up and _position(msg.reply)[2] == 0:
                 up_to_date()
-            return  # our own write, echoed: nothing to mirror
-        value: bytes | None = msg.data
+            return
+        sequence, stamp, pending = _position(msg.reply)
+        value: bytes | None = data
         known = True
+        headers = msg.headers
         if headers:
             reason = headers.get(_MARKER)
             if headers.get(_KV_OP) in ("DEL", "PURGE") or reason in _GONE_REASONS:

@@ -25,7 +25,7 @@ from mesh._metrics import METRICS
 from mesh._tasks import open_task_group
 from mesh.cluster._bridge import NatsLoop
 from mesh.cluster._errors import ClusterError
-from mesh.cluster._kv import WRITER, AckInbox, KvChange, watch_bucket
+from mesh.cluster._kv import AckInbox, KvChange, watch_bucket
 from mesh.cluster._settings import ClusterSettings
 
 if TYPE_CHECKING:
@@ -429,17 +429,15 @@ class NatsLink:
         self, bucket: str, writes: Sequence[tuple[str, bytes | None, float]]
     ) -> list[str | None]:
         """Put (a value) or delete (None) each (key, value, ttl) in one batch: for each,
-        None (stored) or why not. One crossing to the NATS loop for the whole batch.
-
-        Puts name this daemon in a header, so that its own watch skips their echo."""
-        nc, daemon = self.nc, self.settings.daemon_id
+        None (stored) or why not. One crossing to the NATS loop for the whole batch."""
+        nc = self.nc
         messages = []
         for key, value, ttl in writes:
             if value is None:
                 messages.append((self._kv_subject(bucket, key), b"", {_KV_OP: "DEL"}))
             else:
                 # The header holds whole seconds; a TTL is never rounded down to nothing.
-                headers = {_TTL: str(max(1, math.ceil(ttl))), WRITER: daemon}
+                headers = {_TTL: str(max(1, math.ceil(ttl)))}
                 messages.append((self._kv_subject(bucket, key), value, headers))
 
         async def publish() -> list[str | None]:
@@ -454,12 +452,12 @@ class NatsLink:
         bucket: str,
         on_change: Callable[[KvChange | None], None],
         *,
-        skip_own: bool = False,
+        skip: bytes | None = None,
     ) -> Watch:
         """Every key's current value, then ``None`` (caught up), then each change, in order;
-        with ``skip_own``, not the values this daemon wrote with :meth:`kv_write_many`."""
+        not the values that start with ``skip`` (this daemon's own, by their first bytes:
+        skipped before they are decoded or cross to the mesh's loop)."""
         js, to_mesh = self.js, self.loop.to_mesh
-        skip = self.settings.daemon_id if skip_own else None
 
         def deliver(change: KvChange | None) -> None:
             to_mesh(on_change, change)

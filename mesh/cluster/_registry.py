@@ -31,7 +31,14 @@ from mesh._logging import get_logger
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._link import KvChange, NatsLink, Watch
 from mesh.cluster._settings import AGENT_PREFIX, DAEMON_PREFIX, Names, agent_key, key_agent
-from mesh.cluster._wire import AGENT_ENTRY, DAEMON_ENTRY, ENCODER, AgentEntry, DaemonEntry
+from mesh.cluster._wire import (
+    AGENT_ENTRY,
+    DAEMON_ENTRY,
+    ENCODER,
+    AgentEntry,
+    DaemonEntry,
+    entry_prefix,
+)
 from mesh.protocol import now_ms
 from registry import AgentId, AgentRecord, AgentStatus, ChangeKind, Registry, StatusChange
 
@@ -259,8 +266,10 @@ class RegistrySync:
         if self._watch is not None:
             await self._watch.stop()
         self._snapshot = set()
-        # Our own entries' echoes are skipped before they are decoded (or cross to trio).
-        self._watch = await self._link.watch(self._names.agents_bucket, self._on_kv, skip_own=True)
+        # Our own entries' echoes are skipped by their first bytes, before they are decoded
+        # (or cross to trio).
+        own = entry_prefix(self._names.daemon)
+        self._watch = await self._link.watch(self._names.agents_bucket, self._on_kv, skip=own)
 
     def _on_kv(self, change: KvChange | None) -> None:
         if change is None:

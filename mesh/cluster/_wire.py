@@ -169,6 +169,18 @@ class RoomControlReply(msgspec.Struct, frozen=True, kw_only=True):
 
 
 ENCODER: Final = msgspec.json.Encoder()
+
+
+def entry_prefix(daemon: str) -> bytes:
+    """The first bytes of every :class:`AgentEntry` that ``daemon`` writes.
+
+    msgspec writes a struct's fields in the order they are declared, and ``daemon``
+    is the first, so a watch can tell its own entries from the others' by these
+    bytes alone, without a header or a decode.
+    """
+    return b'{"daemon":' + ENCODER.encode(daemon) + b","
+
+
 AGENT_ENTRY: Final = msgspec.json.Decoder(AgentEntry)
 DAEMON_ENTRY: Final = msgspec.json.Decoder(DaemonEntry)
 LEASE_ENTRY: Final = msgspec.json.Decoder(LeaseEntry)

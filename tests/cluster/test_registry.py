@@ -10,7 +10,7 @@ import pytest
 
 from mesh import AgentSpec, local_connector
 from mesh.agents.echo import agent as echo_agent
-from mesh.cluster._link import NatsMessage
+from mesh.cluster._link import KvChange, NatsMessage
 from mesh.cluster._settings import agent_key
 from mesh.cluster._wire import CALL_REPLY, CallFailed
 from mesh.testing import NatsServer, spawn_nats_server
@@ -150,3 +150,42 @@ async def test_a_batch_of_writes_says_for_each_whether_it_was_stored(nats: NatsS
             assert stored is not None and stored[0] == b'"v1199"'
             refused = await link.kv_write_many("no-such-bucket", puts[:3])
         assert all(reason is not None and "no JetStream stream" in reason for reason in refused)
+
+
+async def test_a_watch_skips_its_own_values_by_their_first_bytes_but_not_their_deletes(
+    nats: NatsServer,
+) -> None:
+    """What a daemon wrote itself comes back from its watch: skipped before it is decoded,
+    but a delete of its own key (no value) is still a change."""
+    async with open_member(nats.url, "a") as a:
+        link, bucket = a.cluster.link, "mesh-mesh-agents"
+        seen: list[tuple[str, bytes | None]] = []
+        last = anyio.Event()
+
+        def on_change(change: KvChange | None) -> None:
+            if change is not None and change.key.startswith("skip."):
+                seen.append((change.key, change.value))
+                if change.key == "skip.last":
+                    last.set()
+
+        with pytest.raises(ValueError, match="non-empty"):
+            await link.watch(bucket, on_change, skip=b"")
+        watch = await link.watch(bucket, on_change, skip=b'{"own":')
+        writes: list[tuple[str, bytes | None, float]] = [
+            ("skip.mine", b'{"own":1}', 30.0),
+            ("skip.theirs", b'{"other":1}', 30.0),
+            ("skip.mine", None, 0.0),
+            ("skip.last", b'{"own":2,"then":{"own":3}}', 30.0),
+            ("skip.last", b'{"other":{"own":4}}', 30.0),
+        ]
+        try:
+            with anyio.fail_after(SPREAD_TIMEOUT):
+                assert await link.kv_write_many(bucket, writes) == [None] * len(writes)
+                await last.wait()
+        finally:
+            await watch.stop()
+    assert seen == [
+        ("skip.theirs", b'{"other":1}'),
+        ("skip.mine", None),
+        ("skip.last", b'{"other":{"own":4}}'),
+    ]
