@@ -62,12 +62,25 @@ class DaemonClient:
         return await self.call(agent, "tools/call", params, timeout=timeout)
 
     async def agents(self) -> list[dict[str, Any]]:
-        """Every agent the daemon knows, as ``GET /agents`` shows them."""
-        response = await self.http.get("/agents")
-        payload = _json(response)
-        if response.status_code >= 400:
-            raise _error(response.status_code, payload, agent=None, method="GET /agents")
-        return list(payload["agents"])
+        """Every agent the daemon knows, as ``GET /agents`` shows them, in the order of
+        their ids: one request per page of them (1,000), each page after the last."""
+        agents: list[dict[str, Any]] = []
+        after: str | None = None
+        while True:  # ends: each page starts past the last one, or this raises
+            params = {} if after is None else {"after": after}
+            response = await self.http.get("/agents", params=params)
+            payload = _json(response)
+            if response.status_code >= 400:
+                raise _error(response.status_code, payload, agent=None, method="GET /agents")
+            agents += payload["agents"]
+            following = payload.get("next")
+            if following is None:
+                return agents
+            if not isinstance(following, str) or (after is not None and following <= after):
+                raise MeshError(
+                    f"GET /agents answered a next page that does not follow: {following!r}"
+                )
+            after = following
 
 
 def _json(response: httpx.Response) -> Any:

@@ -272,6 +272,10 @@ class Registry:
         wanted = {status} if isinstance(status, AgentStatus) else set(status)
         return [entry.snapshot() for entry in entries if entry.status in wanted]
 
+    def ids(self) -> list[AgentId]:
+        """Every agent's id, in registration order: a copy, and no snapshot is made."""
+        return list(self._entries)
+
     def __len__(self) -> int:
         return len(self._entries)
 

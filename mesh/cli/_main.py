@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlencode
 
 from mesh._text import json_text, printable
 from mesh.cli._codes import (
@@ -102,6 +103,24 @@ def _exchange(
     except httpx.TransportError as exc:
         _fail(EXIT_UNREACHABLE, f"cannot reach the daemon at {args.url}: {exc}{UNREACHABLE_HINT}")
     return _payload(response, presented=bool(headers)), response.headers
+
+
+def _every_agent(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``GET /agents`` page after page (the daemon answers 1,000 at most each time)."""
+    agents: list[dict[str, Any]] = []
+    after: str | None = None
+    while True:  # ends: each page starts past the last one, or this exits
+        query = "" if after is None else "?" + urlencode({"after": after})
+        listed = _request(args, "GET", "/agents" + query)
+        agents += listed["agents"]
+        following = listed.get("next")
+        if following is None:
+            return agents
+        if not isinstance(following, str) or (after is not None and following <= after):
+            _fail(
+                EXIT_FAILED, f"the daemon answered a next page that does not follow: {following!r}"
+            )
+        after = following
 
 
 def _payload(response: httpx.Response, *, presented: bool) -> Any:
@@ -196,7 +215,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_agents(args: argparse.Namespace) -> int:
-    agents = _request(args, "GET", "/agents")["agents"]
+    agents = _every_agent(args)
     if args.json:
         print(json.dumps(agents, indent=2))
         return EXIT_OK

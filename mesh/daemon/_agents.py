@@ -11,14 +11,16 @@ each identity holds, where its endpoint points), each refusal naming its limit.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Final, Literal
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import anyio
 import msgspec
 
+from mesh._input import whole_number
 from mesh._logging import get_logger
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.spec import AgentSpec
@@ -53,6 +55,10 @@ log = get_logger("mesh.daemon")
 #: Fixed bounds on a registration's smaller fields (the configurable ones are settings).
 MAX_NAME: Final = 128
 MAX_CAPABILITIES: Final = 64
+#: Agents in one answer of ``GET /agents``, at most and by default.
+AGENTS_PAGE: Final = 1000
+#: An ``after`` cursor is an agent id: ids are far shorter (check_id bounds them).
+MAX_AFTER: Final = 1024
 _Capability = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 
 
@@ -106,6 +112,15 @@ def describe(
     return shown
 
 
+def page_of_ids(ids: Iterable[str], limit: int, after: str | None) -> tuple[list[str], bool]:
+    """The first ``limit`` of ``ids`` in order after ``after``, and whether more follow.
+
+    One pass that keeps ``limit + 1`` of them (a heap), not a sort of them all.
+    """
+    chosen = heapq.nsmallest(limit + 1, ids if after is None else (i for i in ids if i > after))
+    return chosen[:limit], len(chosen) > limit
+
+
 def shown_endpoint(url: str | None) -> str | None:
     """``url`` as the API shows it: no user-info, no fragment, and every query value hidden.
 
@@ -155,11 +170,32 @@ class AgentRoutes:
     # -- reading --------------------------------------------------------------------
 
     async def handle_agents(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
-        return HttpResponse.json(200, {"agents": self.described()})
+        """A page of agents in the order of their ids: ``?limit=`` (1 to 1000, 1000 by
+        default) and ``?after=`` the last page's ``next``, which is null on the last page.
 
-    def described(self) -> list[dict[str, Any]]:
-        now = anyio.current_time()
-        return [self._with_holder(describe_view(view, now)) for view in self._mesh.views()]
+        A registry mirrored from a cluster can hold 100,000 agents: described at once
+        they take the daemon's loop for the better part of a second and answer 20 MB,
+        so no request asks for more than a page, and only the page is described.
+        """
+        limit = whole_number(request.query_value("limit") or str(AGENTS_PAGE), digits=4)
+        if limit is None or not 1 <= limit <= AGENTS_PAGE:
+            return HttpResponse.error(400, f"limit must be a whole number from 1 to {AGENTS_PAGE}")
+        after = request.query_value("after")
+        if after is not None and not 0 < len(after) <= MAX_AFTER:
+            return HttpResponse.error(400, "after must be a listing's next (an agent id)")
+        page, more = page_of_ids(self._ids(), limit, after)
+        now, agents = anyio.current_time(), []
+        for agent_id in page:
+            view = self._mesh.view(agent_id)
+            if view is not None:
+                agents.append(self._with_holder(describe_view(view, now)))
+        return HttpResponse.json(200, {"agents": agents, "next": page[-1] if more else None})
+
+    def _ids(self) -> list[str]:
+        """Every agent registered, and every configured one that is not (yet)."""
+        registered = self._mesh.registry.ids()
+        held = set(registered)
+        return [*registered, *(a for a in self._mesh.linked_agents() if a not in held)]
 
     def _with_holder(self, shown: dict[str, Any]) -> dict[str, Any]:
         """In a cluster (``mesh serve --nats``), which daemon holds the agent."""
@@ -181,15 +217,31 @@ class AgentRoutes:
         """
         await serve_watcher(stream, lambda: self._send_agent_changes(stream))
 
+    async def _send_snapshot(self, stream: WebSocketStream) -> dict[str, tuple[str, str | None]]:
+        """Every agent, a page (``AGENTS_PAGE``) to a frame, each page described as it is
+        sent: the daemon serves others between two pages. ``more`` is false on the last.
+        Returns each agent as the watcher saw it: (status, link error)."""
+        seen: dict[str, tuple[str, str | None]] = {}
+        ids = self._ids()
+        for start in range(0, max(len(ids), 1), AGENTS_PAGE):
+            now, agents = anyio.current_time(), []
+            for agent_id in ids[start : start + AGENTS_PAGE]:
+                view = self._mesh.view(agent_id)
+                if view is not None:  # not gone since the ids were read
+                    shown = self._with_holder(describe_view(view, now))
+                    agents.append(shown)
+                    seen[agent_id] = _standing(shown)
+            more = start + AGENTS_PAGE < len(ids)
+            frame = {"type": "snapshot", "agents": agents, "more": more}
+            await stream.send(msgspec.json.encode(frame))
+        return seen
+
     async def _send_agent_changes(self, stream: WebSocketStream) -> None:
         registry = self._mesh.registry
         try:
             with self._mesh.watch_links() as links, unwrap_single_error():
                 async with registry.subscribe() as changes:
-                    agents = self.described()
-                    await stream.send(msgspec.json.encode({"type": "snapshot", "agents": agents}))
-                    #: Each agent as this watcher last saw it: (status, link error).
-                    seen = {agent["id"]: _standing(agent) for agent in agents}
+                    seen = await self._send_snapshot(stream)
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(self._send_link_changes, stream, links, seen)
                         async for change in changes:

@@ -199,5 +199,5 @@ async def test_register_delete_churn_returns_memory(tmp_path: Path) -> None:
             for worker in range(workers):
                 tg.start_soon(churn, worker)
         peak = _vm(pid, "VmHWM")
-        assert (await http.get("/agents")).json() == {"agents": []}
+        assert (await http.get("/agents")).json() == {"agents": [], "next": None}
     assert peak - start <= 64 * MIB, f"peak RSS grew {(peak - start) / MIB:.1f} MiB"

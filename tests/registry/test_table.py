@@ -83,6 +83,17 @@ def test_register_stamps_record_and_publishes(table: Registry, events: list[Stat
     assert AgentId("a") in table
 
 
+def test_ids_are_every_agent_s_in_registration_order_and_a_copy(table: Registry) -> None:
+    for agent_id in ("b", "c", "a"):
+        table.register(record(agent_id), now=1.0)
+    table.register(record("c"), now=2.0)  # registered again: it keeps its place
+    table.deregister(AgentId("b"), now=3.0)
+    ids = table.ids()
+    assert ids == ["c", "a"]
+    ids.clear()
+    assert table.ids() == ["c", "a"]
+
+
 def test_register_from_mapping(table: Registry) -> None:
     stored = table.register(
         {

@@ -29,6 +29,7 @@ const state = {
   stopped: false,
   roomsTimer: null,
   agentsWatch: null,
+  agentsSnapshotMore: false, // a page of the agents' snapshot came, and more follow
 };
 
 // -- talking to the daemon ---------------------------------------------------------------
@@ -235,11 +236,14 @@ function setOnline(online) {
 function watchAgents() {
   const socket = openSocket("/agents/events", {});
   state.agentsWatch = socket;
+  state.agentsSnapshotMore = false;
   socket.onmessage = (message) => {
     const event = JSON.parse(message.data);
     if (event.type === "snapshot") {
-      state.agents.clear();
+      // A large mesh's snapshot comes a page at a time: the first page starts afresh.
+      if (!state.agentsSnapshotMore) state.agents.clear();
       for (const agent of event.agents) state.agents.set(agent.id, agent);
+      state.agentsSnapshotMore = Boolean(event.more);
       setOnline(true);
     } else if (event.agent) {
       state.agents.set(event.agent.id, event.agent);
