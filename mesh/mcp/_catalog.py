@@ -35,6 +35,8 @@ LIST_TIMEOUT: Final = 5.0
 #: A listing is reused this long while the set of agents stays the same, so clients
 #: that list in a loop cost the agents one listing per second at most.
 LIST_FRESH: Final = 1.0
+#: Agents asked for their tools at once while a listing is made.
+LIST_CONCURRENCY: Final = 32
 _REACHABLE: Final = (AgentStatus.ONLINE, AgentStatus.STALE)
 _ANSWER_SLACK: Final = 64 * 1024
 _ANY_OBJECT: Final = {"type": "object"}
@@ -139,6 +141,8 @@ class ToolCatalog:
         self._mesh = orchestrator
         self._extra = {tool.name: tool for tool in extra}
         self._listing = _Listing()
+        #: Set when the listing being made is done; None while none is being made.
+        self._listed: anyio.Event | None = None
         self._changed = anyio.Event()
         #: Bumped whenever the set of reachable agents changes.
         self.version = 0
@@ -189,30 +193,51 @@ class ToolCatalog:
         Each agent is asked, unless a listing made under the same set of agents is
         under ``LIST_FRESH`` seconds old: however often clients list, the agents
         are asked at most that often (an agent's own list changing, as a mounted
-        MCP server's can, shows within that time).
+        MCP server's can, shows within that time). Clients that list while a listing
+        is being made wait for it rather than ask every agent again, and the agents
+        are asked ``LIST_CONCURRENCY`` at a time.
         """
-        now = anyio.current_time()
-        listing = self._listing
-        if listing.version != self.version or now - listing.made_at >= LIST_FRESH:
-            listing = await self._list_agents(now)
+        listing = await self._current_listing()
         if authorize is None:
             return list(listing.tools)
         return [tool for tool in listing.tools if _allowed(authorize, listing, tool["name"])]
+
+    async def _current_listing(self) -> _Listing:
+        while True:  # ends: each turn returns, or waits for a listing that ends
+            listing, now = self._listing, anyio.current_time()
+            if listing.version == self.version and now - listing.made_at < LIST_FRESH:
+                return listing
+            listed = self._listed
+            if listed is None:
+                break
+            await listed.wait()
+            if self._listing is not listing:
+                return self._listing  # made while we waited: as fresh as a listing gets
+            # Its maker was cancelled before it finished: list again.
+        self._listed = listed = anyio.Event()
+        try:
+            return await self._list_agents(now)
+        finally:
+            self._listed = None
+            listed.set()
 
     async def _list_agents(self, now: float) -> _Listing:
         version = self.version
         agents = [str(r.id) for r in self._mesh.registry.find(status=_REACHABLE)]
         found: dict[str, list[dict[str, Any]]] = {}
+        left = agents[::-1]
 
-        async def list_one(agent: str) -> None:
-            try:
-                found[agent] = await self._mesh.list_tools(agent, timeout=LIST_TIMEOUT)
-            except MeshError as exc:
-                log.info("mcp.agent_tools_unavailable", agent=agent, error=str(exc))
+        async def ask() -> None:
+            while left:  # ends: each turn takes one agent off the list
+                agent = left.pop()
+                try:
+                    found[agent] = await self._mesh.list_tools(agent, timeout=LIST_TIMEOUT)
+                except MeshError as exc:
+                    log.info("mcp.agent_tools_unavailable", agent=agent, error=str(exc))
 
         async with anyio.create_task_group() as tg:
-            for agent in agents:
-                tg.start_soon(list_one, agent)
+            for _ in range(min(LIST_CONCURRENCY, len(agents))):
+                tg.start_soon(ask)
         listing = self._listing = self._build(agents, found)
         listing.version, listing.made_at = version, now
         return listing

@@ -15,10 +15,20 @@ from typing import Any
 
 import anyio
 import pytest
+from anyio import wait_all_tasks_blocked
 
-from mesh import AgentSpec, MeshError, MeshOrchestrator, local_connector, open_peer
+from mesh import (
+    Agent,
+    AgentSpec,
+    MeshError,
+    MeshOrchestrator,
+    RequestContext,
+    local_connector,
+    open_peer,
+)
 from mesh.agents.echo import agent as echo_agent
 from mesh.mcp import MCP_CODEC, ExtraTool, ToolCatalog, serve_mcp
+from mesh.mcp._catalog import LIST_CONCURRENCY
 from mesh.mcp._http_server import McpHttpEndpoint
 from mesh.mcp._revisions import envelope
 from mesh.testing import NotificationRecorder
@@ -211,3 +221,58 @@ async def test_a_session_belongs_to_its_owner_and_rights_filter_tools() -> None:
         delete = HttpRequest("DELETE", "/mcp", (("mcp-session-id", session),))
         assert (await endpoint.handle(delete, owner="bob")).status == 404
         assert (await endpoint.handle(delete, owner="ann")).status == 204
+
+
+class SlowLists(Agent):
+    """Answers ``tools/list`` once its gate opens, and counts how often it was asked."""
+
+    def __init__(self, agent_id: str, gate: anyio.Event, asked: dict[str, int]) -> None:
+        super().__init__(agent_id)
+        self._gate, self._asked = gate, asked
+        self.tool(self.hello)
+
+    def hello(self) -> str:
+        """Says hello."""
+        return "hello"
+
+    def handle_request(self, ctx: RequestContext, method: str, params: Any) -> Any:
+        answer = super().handle_request(ctx, method, params)
+        if method != "tools/list":
+            return answer
+        self._asked[self.id] = self._asked.get(self.id, 0) + 1
+        return self._after_gate(answer)
+
+    async def _after_gate(self, answer: Any) -> Any:
+        await self._gate.wait()
+        return answer
+
+
+async def test_clients_that_list_together_ask_each_agent_once_and_a_few_at_a_time() -> None:
+    """However many MCP clients list while a listing is being made, each agent is asked
+    once; and no more than ``LIST_CONCURRENCY`` agents are asked at the same time."""
+    gate, asked = anyio.Event(), dict[str, int]()
+    count = LIST_CONCURRENCY + 8
+    specs = [
+        AgentSpec(f"a{i:02d}", local_connector(SlowLists(f"a{i:02d}", gate, asked)))
+        for i in range(count)
+    ]
+    async with MeshOrchestrator(specs) as mesh:
+        catalog = ToolCatalog(mesh)
+        catalog.attach()
+        listings: list[list[dict[str, Any]]] = []
+
+        async def list_tools() -> None:
+            listings.append(await catalog.list_tools())
+
+        try:
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    for _ in range(10):
+                        tg.start_soon(list_tools)
+                    await wait_all_tasks_blocked()
+                    assert len(asked) == LIST_CONCURRENCY  # the first ones, held at the gate
+                    gate.set()
+        finally:
+            catalog.detach()
+    assert asked == {f"a{i:02d}": 1 for i in range(count)}
+    assert len(listings) == 10 and all(len(listing) == count for listing in listings)
