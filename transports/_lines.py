@@ -5,8 +5,9 @@ the agent on its own stdin/stdout. We read file descriptors directly, 64 KiB at 
 time, instead of going through asyncio's subprocess streams, which read 256 KiB per
 call and, with glibc's default thresholds, map and unmap that buffer on every read
 (docs/performance.md). Once a read would block, asyncio's loop reads the pipe
-for us from then on (a reader that stays registered); trio waits with
-``wait_readable`` before each read, as its own ``FdStream`` does.
+for us from then on (a reader that stays registered); on trio each read from
+then on waits with ``wait_readable`` first, so a reply that has not come yet costs
+no failed read.
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ class LineChannel:
         self._flushing = anyio.Lock(fast_acquire=True)
         self._closed: TransportClosed | None = None
         self._watch: _AsyncioReader | None = None
+        #: trio's ``wait_readable``, once a read would have blocked on trio.
+        self._wait_readable: Callable[[int], Awaitable[None]] | None = None
+        self._closed_while_waiting: type[BaseException] = anyio.ClosedResourceError
         self._take: Callable[[bytes], bool] | None = None  # see deliver_to
 
     @property
@@ -122,22 +126,46 @@ class LineChannel:
     async def _read(self) -> bytes:
         if self._watch is not None:
             return await self._watch.read()
-        while True:
+        if self._wait_readable is not None:
+            return await self._read_when_readable()
+        try:
+            return os.read(self._rfd, _READ_SIZE)
+        except BlockingIOError:
+            pass
+        except OSError as exc:
+            self.mark_closed(TransportClosed(f"pipe read failed: {exc}"))
+            return b""
+        if sniffio.current_async_library() == "asyncio":
+            # From now on the loop reads for us (see _AsyncioReader).
+            self._watch = _AsyncioReader(self._rfd, self.mark_closed, self._offer)
+            return await self._watch.read()
+        import trio
+
+        self._wait_readable = trio.lowlevel.wait_readable
+        self._closed_while_waiting = trio.ClosedResourceError
+        return await self._read_when_readable()
+
+    async def _read_when_readable(self) -> bytes:
+        """trio: wait until the pipe is readable, then read it: one read per wake-up.
+
+        Once a read would block, the next one after a frame was taken is likely to as
+        well (a reply comes after the request): trying first costs a failed read and
+        its exception per frame, where waiting first costs nothing more.
+        """
+        wait = self._wait_readable
+        assert wait is not None
+        while True:  # ends: data, the end of the pipe, or a close
+            try:
+                await wait(self._rfd)  # a checkpoint, as every receive must be
+            except (anyio.ClosedResourceError, self._closed_while_waiting):
+                self.mark_closed(TransportClosed("closed locally"))
+                return b""
             try:
                 return os.read(self._rfd, _READ_SIZE)
-            except BlockingIOError:
-                pass
+            except BlockingIOError:  # woken, and someone else read first
+                continue
             except OSError as exc:
                 self.mark_closed(TransportClosed(f"pipe read failed: {exc}"))
-                return b""
-            if sniffio.current_async_library() == "asyncio":
-                # From now on the loop reads for us (see _AsyncioReader).
-                self._watch = _AsyncioReader(self._rfd, self.mark_closed, self._offer)
-                return await self._watch.read()
-            try:
-                await anyio.wait_readable(self._rfd)
-            except anyio.ClosedResourceError:
-                self.mark_closed(TransportClosed("closed locally"))
                 return b""
 
     def _absorb(self, chunk: bytes) -> None:

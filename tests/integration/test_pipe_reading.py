@@ -92,3 +92,40 @@ async def test_end_of_file_is_explained_once_the_frames_are_read(
         assert await reader.receive() == b"after"
         with pytest.raises(TransportClosed, match="peer closed the pipe"):
             await reader.receive()
+
+
+async def test_a_frame_that_comes_after_the_receiver_waits_costs_one_read(
+    pipe: tuple[LineChannel, LineChannel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Request and reply, one at a time: each frame arrives while its receiver waits, so
+    reading first would fail every time. On trio the channel waits first, then reads once;
+    on asyncio the loop reads once per readable event. Either way, one read a frame."""
+    reader, writer = pipe
+    reads = 0
+    real_read = os.read
+
+    def counted(fd: int, size: int) -> bytes:
+        nonlocal reads
+        if fd == reader._rfd:
+            reads += 1
+        return real_read(fd, size)
+
+    monkeypatch.setattr(os, "read", counted)
+
+    async def send_later(count: int) -> None:
+        for n in range(count):
+            await anyio.wait_all_tasks_blocked()  # the receiver waits for this one
+            await writer.send(b"frame %d" % n)
+
+    frames = 50
+    with anyio.fail_after(30):
+        for count in (1, frames):  # the first sets which way the channel reads
+            reads = 0
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(send_later, count)
+                for n in range(count):
+                    assert await reader.receive() == b"frame %d" % n
+    if sniffio.current_async_library() == "trio":
+        assert reads == frames  # it was two a frame: one failed, then one after the wait
+    else:
+        assert reads <= frames  # the loop may find two frames at one readable event
