@@ -18,6 +18,7 @@ from typing import Annotated, Any, Final, Literal
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from mesh._input import whole_number
@@ -234,6 +235,8 @@ class AgentRoutes:
             more = start + AGENTS_PAGE < len(ids)
             frame = {"type": "snapshot", "agents": agents, "more": more}
             await stream.send(msgspec.json.encode(frame))
+            # A send the socket takes at once does not yield: let the others in here.
+            await anyio.lowlevel.checkpoint()
         return seen
 
     async def _send_agent_changes(self, stream: WebSocketStream) -> None:
