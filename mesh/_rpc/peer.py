@@ -8,8 +8,11 @@ while a write is in flight goes out in the next single write: pipelining needs
 one writer, where a lock per send would serialise the callers). Deadlines and
 heartbeats fire from a timer on asyncio (``loop.call_at``: no task) and from a
 clock task on trio, which has no timers. Requests whose handler must wait get a
-task each. Every task lives in the task group :func:`open_peer` (or
-:func:`serve_peer`) owns; nothing outlives it.
+task each: on trio in the task group :func:`open_peer` (or :func:`serve_peer`)
+owns, in a cancel scope; on asyncio a task of the loop's own, cancelled directly
+(no task group's spawn and no scope per served call: a fifth of a relayed call's
+CPU, docs/performance.md), which that same ``async with`` cancels and waits for
+on its way out. Nothing outlives it.
 
 An idle link therefore holds one task on asyncio and two on trio, and a call
 costs one wake-up of the caller (the backend's own future or parking, see
@@ -18,6 +21,7 @@ costs one wake-up of the caller (the backend's own future or parking, see
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
@@ -71,6 +75,8 @@ log = get_logger("mesh.peer")
 
 #: On close, queued frames (a ``cancelled``, a last response) get this long to leave.
 FLUSH_ON_CLOSE: Final = 0.5
+#: On close, handlers still running (cancelled) get this long to end (asyncio: see _Served).
+STOP_HANDLERS_ON_CLOSE: Final = 5.0
 #: A routed call waits this much beyond the target's deadline for the mesh's answer.
 ROUTE_MARGIN: Final = 1.0
 #: What a handler answers with most: never awaitable, so ``inspect.isawaitable`` (a
@@ -180,8 +186,9 @@ class Peer(CallMethods):
         #: Each call in flight: the wake-up its caller parks on, set to its CallDone.
         self._waiters: dict[RequestId, Wakeup] = {}
         self._progress: dict[RequestId, ProgressCallback] = {}
-        #: The cancel scope of each task that runs a handler (requests by id, notifications).
-        self._handlers: dict[RequestId, anyio.CancelScope] = {}
+        #: What stops each request's handler still running: its scope, or its task.
+        self._handlers: dict[RequestId, anyio.CancelScope | _Served] = {}
+        #: The cancel scope of each notification's handler still running.
         self._notifying: set[anyio.CancelScope] | None = None  # made by the first one
         self._tasks: anyio.abc.TaskGroup | None = None
         #: Cancelled when the link is lost for another reason than the reader's own.
@@ -199,6 +206,10 @@ class Peer(CallMethods):
         self._call_ended: list[Wakeup] | None = None  # wait_calls_finished, parked
         self._delivering = False  # in _deliver: a frame arriving meanwhile goes to the reader
         self._new_scope = loop.cancel_scope
+        #: asyncio: a handler that must wait runs as a task of the loop's own.
+        self._spawn: Callable[..., asyncio.Task[None]] | None = None
+        if self._call_at is not None:
+            self._spawn = asyncio.get_running_loop().create_task
         #: What the peer said of itself in the handshake (``agent/info``), if any.
         self.remote_info: dict[str, Any] = {}
 
@@ -516,9 +527,9 @@ class Peer(CallMethods):
             elif isinstance(event, IncomingRequest):
                 self._start_handler(event)
             elif isinstance(event, CancelRequested):
-                scope = self._handlers.get(event.id)
-                if scope is not None:
-                    scope.cancel()
+                running = self._handlers.get(event.id)
+                if running is not None:
+                    running.cancel()
             elif isinstance(event, ProgressReported):
                 on_progress = self._progress.get(event.id)
                 if on_progress is not None:
@@ -540,6 +551,11 @@ class Peer(CallMethods):
         pending = start_request(self._handler, ctx, self._session, request)
         if pending is None:
             return  # answered inline; the reader (or clock) sends what is queued
+        if self._spawn is not None:
+            served = _Served(pending)
+            self._handlers[request.id] = served
+            served.task = self._spawn(self._finish_served(request, served), name="mesh.handler")
+            return
         scope = self._new_scope()
         self._handlers[request.id] = scope
         self._tasks.start_soon(self._finish_handler, request, pending, scope, name="mesh.handler")
@@ -553,6 +569,33 @@ class Peer(CallMethods):
         finally:
             self._handlers.pop(request.id, None)
             self._wake_writer()
+
+    async def _finish_served(self, request: IncomingRequest, served: _Served) -> None:
+        # asyncio: cancelling the task ends it here, unanswered, as a cancelled scope would.
+        served.started = True
+        if served.cancelled:
+            # Cancelled before its first step: the handler still starts and stops at its
+            # first wait, as in a cancelled scope (never started, it would be a coroutine
+            # never awaited, and so would every one it holds).
+            served.cancel()
+        try:
+            await finish_request(served.pending, self._session, request)
+        finally:
+            self._handlers.pop(request.id, None)
+            self._wake_writer()
+
+    async def _wait_served(self) -> None:
+        """asyncio: wait for the handlers' own tasks, which :meth:`_lost` cancelled, to end."""
+        tasks = [
+            run.task
+            for run in self._handlers.values()
+            if isinstance(run, _Served) and run.task is not None and not run.task.done()
+        ]
+        if tasks:
+            with anyio.CancelScope(shield=True):
+                _, running = await asyncio.wait(tasks, timeout=STOP_HANDLERS_ON_CLOSE)
+            if running:  # a handler that swallowed its cancel: never hang a close on it
+                log.warning("mesh.handlers_ignored_cancel", count=len(running))
 
     def _start_notification(
         self, handler: RequestHandler, tasks: anyio.abc.TaskGroup, event: IncomingNotification
@@ -615,8 +658,8 @@ class Peer(CallMethods):
             return
         self._ended = True
         self._dispatch(list(self._session.connection_lost(error)))
-        for scope in (*self._handlers.values(), *(self._notifying or ())):
-            scope.cancel()
+        for running in (*self._handlers.values(), *(self._notifying or ())):
+            running.cancel()
         if self._ended_event is not None:
             self._ended_event.set()
         for parked in (self._writer, self._clock):
@@ -627,6 +670,23 @@ class Peer(CallMethods):
             self._timer = None
         if self._reader is not None:
             self._reader.cancel()
+
+
+class _Served:
+    """asyncio: a request's handler that must wait, run as a task of the loop's own."""
+
+    __slots__ = ("cancelled", "pending", "started", "task")
+
+    def __init__(self, pending: Awaitable[Any]) -> None:
+        self.pending = pending
+        self.started = False
+        self.cancelled = False
+        self.task: asyncio.Task[None] | None = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.started and self.task is not None:
+            self.task.cancel()  # else it cancels itself at its first step
 
 
 def start_request(
@@ -756,6 +816,7 @@ async def open_peer(
             finally:
                 await peer.aclose()
                 tg.cancel_scope.cancel()  # a writer parked for good, a handler still running
+                await peer._wait_served()
 
 
 async def serve_peer(
@@ -785,3 +846,4 @@ async def serve_peer(
             finally:
                 await peer.aclose()
                 tg.cancel_scope.cancel()
+                await peer._wait_served()
