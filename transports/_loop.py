@@ -12,7 +12,9 @@ mechanism: an ``asyncio.Future``, or trio's ``wait_task_rescheduled``.
 Both wake a parked task exactly once, and cancelling the parked task (anyio's
 cancel scopes, on either backend) simply forgets it, so a late wake-up is a no-op.
 asyncio also gets timers without a task (``loop.call_at``); trio has none, so
-there the clock runs in a task of its own.
+there the clock runs in a task of its own. On trio, cancel scopes and task groups
+are trio's own: anyio's wrap them, and since anyio 4.14 its ``start_soon`` makes a
+task handle (another scope and an event) for every task, a served call's worth.
 """
 
 from __future__ import annotations
@@ -21,14 +23,15 @@ import asyncio
 import dataclasses
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
 import sniffio
 
-__all__ = ["Loop", "StreamLock", "Timer", "Wakeup", "current_loop"]
+__all__ = ["Cancellable", "Loop", "Scope", "StreamLock", "Tasks", "Timer", "Wakeup", "current_loop"]
 
 
 class Wakeup(Protocol):
@@ -45,6 +48,32 @@ class Timer(Protocol):
     def cancel(self) -> None: ...
 
 
+class Cancellable(Protocol):
+    def cancel(self) -> object: ...
+
+
+class Scope(Cancellable, Protocol):
+    """A cancel scope: anyio's on asyncio, trio's own on trio."""
+
+    @property
+    def cancel_called(self) -> bool: ...
+
+    def __enter__(self) -> object: ...
+
+    def __exit__(self, *exc_info: Any) -> bool | None: ...
+
+
+class Tasks(Protocol):
+    """Where tasks run: anyio's task group on asyncio, trio's own nursery on trio."""
+
+    @property
+    def cancel_scope(self) -> Cancellable: ...
+
+    def start_soon(
+        self, func: Callable[..., Coroutine[Any, Any, Any]], *args: Any, name: Any = None
+    ) -> Any: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Loop:
     """The running loop's clock, one-shot wake-ups, and (asyncio only) timers."""
@@ -54,9 +83,11 @@ class Loop:
     #: ``call_at(when, callback)`` runs ``callback()`` at ``when`` on this loop's
     #: clock, with no task; None where the loop has no such thing (trio).
     call_at: Callable[[float, Callable[[], None]], Timer] | None
-    #: This backend's ``anyio.CancelScope`` class: ``anyio.CancelScope()`` looks the
-    #: backend up on every construction, this builds one directly.
-    cancel_scope: Callable[[], anyio.CancelScope]
+    #: A new cancel scope: anyio's asyncio class (``anyio.CancelScope()`` looks the
+    #: backend up on every construction, this builds one directly), or trio's own.
+    cancel_scope: Callable[[], Scope]
+    #: A new task group: ``anyio.create_task_group()``, or trio's own nursery.
+    task_group: Callable[[], AbstractAsyncContextManager[Tasks]]
 
 
 class _AsyncioWakeup:
@@ -122,7 +153,31 @@ def _trio_loop() -> Loop:
             self._task = None  # cancelled: a later set() must not reschedule it
             return succeeded
 
-    return Loop(trio.current_time, TrioWakeup, None, type(anyio.CancelScope()))
+    class TrioNursery:
+        """trio's own nursery, leaving as anyio's task group does: errors in a group,
+        and a group of nothing but cancellations as one cancellation (so that an
+        ``except`` of the cancelled exception around it still sees it)."""
+
+        __slots__ = ("_manager",)
+
+        def __init__(self) -> None:
+            self._manager = trio.open_nursery(strict_exception_groups=True)
+
+        async def __aenter__(self) -> trio.Nursery:
+            return await self._manager.__aenter__()
+
+        async def __aexit__(self, *exc_info: Any) -> bool:
+            try:
+                return bool(await self._manager.__aexit__(*exc_info))
+            except BaseExceptionGroup as group:
+                if group.split(trio.Cancelled)[1] is not None:
+                    raise
+                leaf: BaseException = group
+                while isinstance(leaf, BaseExceptionGroup):
+                    leaf = leaf.exceptions[0]
+                raise leaf from group
+
+    return Loop(trio.current_time, TrioWakeup, None, trio.CancelScope, TrioNursery)
 
 
 def _trio_run_loop() -> Loop:
@@ -164,7 +219,13 @@ def current_loop() -> Loop:
         wakeup = functools.partial(_AsyncioWakeup, loop)
         last = _last = (
             loop,
-            Loop(_clock_of(loop), wakeup, loop.call_at, type(anyio.CancelScope())),
+            Loop(
+                _clock_of(loop),
+                wakeup,
+                loop.call_at,
+                type(anyio.CancelScope()),
+                anyio.create_task_group,
+            ),
         )
     return last[1]
 

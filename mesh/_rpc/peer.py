@@ -25,13 +25,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager, suppress
 from typing import Any, Final, Protocol, Unpack
 
 import anyio
 import anyio.abc
-import sniffio
 
 from mesh._errors import (
     AgentUnavailable,
@@ -69,7 +68,9 @@ from transports import (
     TransportInfo,
     unwrap_single_error,
 )
-from transports._loop import Timer, Wakeup, current_loop  # shared with the memory transport
+
+# shared with the memory transport and the cluster
+from transports._loop import Cancellable, Scope, Tasks, Timer, Wakeup, current_loop
 
 __all__ = ["Peer", "RequestContext", "RequestHandler", "open_peer", "serve_peer"]
 
@@ -84,29 +85,6 @@ ROUTE_MARGIN: Final = 1.0
 #: What a handler answers with most: never awaitable, so ``inspect.isawaitable`` (a
 #: chain of ABC checks, about a microsecond) is skipped for them.
 _PLAIN_RESULTS: Final = frozenset({dict, list, str, int, float, bool, type(None)})
-
-
-class _Cancellable(Protocol):
-    def cancel(self) -> object: ...
-
-
-class _Scope(_Cancellable, Protocol):
-    """A cancel scope: anyio's, or trio's own."""
-
-    def __enter__(self) -> object: ...
-
-    def __exit__(self, *exc_info: Any) -> bool | None: ...
-
-
-class _Tasks(Protocol):
-    """Where a link's tasks run: anyio's task group, or (trio) the nursery it would wrap."""
-
-    @property
-    def cancel_scope(self) -> _Cancellable: ...
-
-    def start_soon(
-        self, func: Callable[..., Coroutine[Any, Any, Any]], *args: Any, name: Any = None
-    ) -> Any: ...
 
 
 class RequestHandler(Protocol):
@@ -212,12 +190,12 @@ class Peer(CallMethods):
         self._waiters: dict[RequestId, Wakeup] = {}
         self._progress: dict[RequestId, ProgressCallback] = {}
         #: What stops each request's handler still running: its scope, or its task.
-        self._handlers: dict[RequestId, _Cancellable] = {}
+        self._handlers: dict[RequestId, Cancellable] = {}
         #: The cancel scope of each notification's handler still running.
-        self._notifying: set[_Scope] | None = None  # made by the first one
-        self._tasks: _Tasks | None = None
+        self._notifying: set[Scope] | None = None  # made by the first one
+        self._tasks: Tasks | None = None
         #: Cancelled when the link is lost for another reason than the reader's own.
-        self._reader: _Cancellable | None = None
+        self._reader: Cancellable | None = None
         # A stream that can write without blocking lets callers send with no task
         # switch; the writer task only finishes what the transport could not take.
         self._send_nowait: Callable[[Sequence[bytes]], bool] = stream.send_nowait
@@ -230,15 +208,12 @@ class Peer(CallMethods):
         self._ended_event: anyio.Event | None = None  # made by the first wait_closed
         self._call_ended: list[Wakeup] | None = None  # wait_calls_finished, parked
         self._delivering = False  # in _deliver: a frame arriving meanwhile goes to the reader
-        self._new_scope: Callable[[], _Scope] = loop.cancel_scope
+        self._new_scope = loop.cancel_scope
+        self._task_group = loop.task_group
         #: asyncio: a handler that must wait runs as a task of the loop's own.
         self._spawn: Callable[..., asyncio.Task[None]] | None = None
         if self._call_at is not None:
             self._spawn = asyncio.get_running_loop().create_task
-        else:
-            import trio  # the run is trio's: its own scopes, without anyio's wrapper
-
-            self._new_scope = trio.CancelScope
         #: What the peer said of itself in the handshake (``agent/info``), if any.
         self.remote_info: dict[str, Any] = {}
 
@@ -411,7 +386,7 @@ class Peer(CallMethods):
 
     # -- the tasks -----------------------------------------------------------------------------
 
-    def _start(self, tasks: _Tasks, *, read: bool) -> None:
+    def _start(self, tasks: Tasks, *, read: bool) -> None:
         """Run in ``tasks``: the reader and the clock.
 
         Without ``read`` the caller reads itself (:func:`serve_peer`), inside ``tasks``
@@ -455,7 +430,7 @@ class Peer(CallMethods):
             self._delivering = False
         return True
 
-    async def _read_in_scope(self, scope: _Scope) -> None:
+    async def _read_in_scope(self, scope: Scope) -> None:
         with scope:
             await self._read_loop()
 
@@ -590,7 +565,7 @@ class Peer(CallMethods):
         self._tasks.start_soon(self._finish_handler, request, pending, scope, name="mesh.handler")
 
     async def _finish_handler(
-        self, request: IncomingRequest, pending: Awaitable[Any], scope: _Scope
+        self, request: IncomingRequest, pending: Awaitable[Any], scope: Scope
     ) -> None:
         try:
             with scope:
@@ -627,7 +602,7 @@ class Peer(CallMethods):
                 log.warning("mesh.handlers_ignored_cancel", count=len(running))
 
     def _start_notification(
-        self, handler: RequestHandler, tasks: _Tasks, event: IncomingNotification
+        self, handler: RequestHandler, tasks: Tasks, event: IncomingNotification
     ) -> None:
         try:
             pending = handler.handle_notification(self, event.method, event.params)
@@ -826,15 +801,6 @@ def _lost_from(exc: TransportClosed) -> ConnectionLost:
     return link_lost(exc.describe(), exc)
 
 
-def _link_tasks() -> AbstractAsyncContextManager[_Tasks]:
-    """anyio's task group; on trio, the nursery it would wrap (see the module docstring)."""
-    if sniffio.current_async_library() == "trio":
-        import trio
-
-        return trio.open_nursery(strict_exception_groups=True)
-    return anyio.create_task_group()
-
-
 @asynccontextmanager
 async def open_peer(
     stream: FrameStream,
@@ -847,7 +813,7 @@ async def open_peer(
     """Run a session over ``stream`` for the duration of the ``async with``."""
     peer = Peer(stream, handler=handler, config=config, codec=codec, agent=agent)
     with unwrap_single_error():
-        async with _link_tasks() as tg:
+        async with peer._task_group() as tg:
             peer._start(tg, read=True)
             try:
                 yield peer
@@ -873,7 +839,7 @@ async def serve_peer(
     """
     peer = Peer(stream, handler=handler, config=config, codec=codec)
     with unwrap_single_error():
-        async with _link_tasks() as tg:
+        async with peer._task_group() as tg:
             peer._start(tg, read=False)
             if handshake_request is not None:
                 peer._dispatch(peer._session.receive_request(*handshake_request))

@@ -72,7 +72,7 @@ from mesh.cluster._wire import (
 )
 from mesh.manifests._types import DEFAULT_ACCESS, AccessSection
 from registry import AgentId, AgentStatus, ChangeKind, Registry, StatusChange
-from transports._loop import Timer, Wakeup, current_loop
+from transports._loop import Tasks, Timer, Wakeup, current_loop
 
 __all__ = ["LocalCalls", "RemoteCaller", "RemoteCalls"]
 
@@ -207,7 +207,8 @@ class RemoteCalls:
         self._access = AccessSections()
         loop = current_loop()
         self._now, self._wakeup, self._call_at = loop.now, loop.wakeup, loop.call_at
-        self._new_scope = loop.cancel_scope
+        self._new_scope = loop.cancel_scope  # trio's own on trio, as its task group
+        self._task_group = loop.task_group
         #: asyncio: served calls are tasks of the loop's own (no task group, no scope).
         self._spawn: Callable[[Any], asyncio.Task[None]] | None = None
         if self._call_at is not None:
@@ -216,7 +217,7 @@ class RemoteCalls:
         self._timer: Timer | None = None  # asyncio: the pending call_at
         self._clock: Wakeup | None = None  # trio: where the clock task waits
         self._idle = anyio.Event()
-        self._tasks: anyio.abc.TaskGroup | None = None
+        self._tasks: Tasks | None = None
         self._subscriptions: list[Watch] = []
         self.calls_sent = 0
         self.calls_served = 0
@@ -455,7 +456,7 @@ class RemoteCalls:
     ) -> None:
         """Take calls for our agents until cancelled (subscriptions are made by :meth:`listen`)."""
         try:
-            async with anyio.create_task_group() as tg:
+            async with self._task_group() as tg:
                 self._tasks = tg
                 if self._call_at is None:
                     tg.start_soon(self._run_clock)

@@ -143,3 +143,25 @@ async def test_a_handler_that_swallows_its_cancel_does_not_hold_the_close(
     else:
         assert ignored == []
     await anyio.lowlevel.checkpoint()  # its task, released, ends
+
+
+async def test_a_link_cancelled_from_outside_leaves_as_one_cancellation() -> None:
+    agent, started, _, seen = holding_agent()
+    client, server = memory_stream_pair()
+    caught: list[BaseException] = []
+
+    async def serve() -> None:
+        try:
+            await serve_peer(server, agent, config=QUIET)
+        except anyio.get_cancelled_exc_class() as exc:
+            caught.append(exc)  # not a group of them: its reader, clock and handler's
+            raise
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg, open_peer(client, config=QUIET) as peer:
+            tg.start_soon(serve)
+            tg.start_soon(functools.partial(peer.call_tool, "hold"))
+            await started.wait()
+            tg.cancel_scope.cancel()
+    assert len(caught) == 1
+    assert seen == ["started", "ended"]
