@@ -35,7 +35,8 @@ from mesh._errors import (
 from mesh._public import publish
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each loads on first use
-    from mesh._orchestrator.access import Principal
+    from mesh._orchestrator.access import EMBEDDER, Principal
+    from mesh._orchestrator.bound import BoundCaller
     from mesh._orchestrator.orchestrator import MeshOrchestrator
     from mesh._orchestrator.spec import AgentSpec, Outcome, local_connector
     from mesh._rpc.caller import Caller, CallOptions
@@ -84,7 +85,8 @@ __version__ = "0.1.0"
 
 #: Where each public name not loaded at once lives, by module: imported on first use.
 _LAZY: dict[str, tuple[str, ...]] = {
-    "mesh._orchestrator.access": ("Principal",),
+    "mesh._orchestrator.access": ("EMBEDDER", "Principal"),
+    "mesh._orchestrator.bound": ("BoundCaller",),
     "mesh._orchestrator.orchestrator": ("MeshOrchestrator",),
     "mesh._orchestrator.spec": (
         "AgentSpec",
@@ -159,9 +161,11 @@ _SUBPACKAGES = frozenset(
 )
 
 __all__ = [
+    "EMBEDDER",
     "Agent",
     "AgentSpec",
     "AgentUnavailable",
+    "BoundCaller",
     "CallOptions",
     "CallTimeout",
     "Caller",

@@ -16,6 +16,8 @@ MESH = {
     "Agent",
     "AgentSpec",
     "AgentUnavailable",
+    "BoundCaller",
+    "EMBEDDER",
     "CallTimeout",
     "CallOptions",
     "Caller",

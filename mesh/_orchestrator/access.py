@@ -26,7 +26,10 @@ from mesh._errors import Forbidden
 from mesh.manifests._types import ANY_AGENT, ANY_CLIENT, AccessSection
 
 __all__ = [
+    "DAEMON",
     "EMBEDDER",
+    "NOBODY",
+    "READ_METHODS",
     "RESERVED_METHODS",
     "RESERVED_PREFIX",
     "Principal",
@@ -34,6 +37,7 @@ __all__ = [
     "check_agent_call",
     "check_client_call",
     "check_deadline",
+    "check_named",
     "check_relayable",
     "is_reserved",
 ]
@@ -46,15 +50,22 @@ RESERVED_PREFIX: Final = "mesh/"
 
 #: What a room sends its members (a room's turns may send these and nothing else).
 ROOM_METHODS: Final = RESERVED_METHODS
+#: What the daemon itself asks an agent to describe it (a card, a catalog, a member's
+#: introduction): reads, and nothing that acts.
+READ_METHODS: Final = frozenset({"tools/list", "agent/info", "ping"})
 
-PrincipalKind = Literal["embedder", "client", "agent"]
+PrincipalKind = Literal["nobody", "embedder", "daemon", "client", "agent"]
 
 
 class Principal(msgspec.Struct, frozen=True, kw_only=True):
     """Who a call is made for; the orchestrator's door checks it on every call.
 
-    ``embedder``: the program that runs the orchestrator in-process (trusted:
-    it could call the links itself). ``client``: a daemon token, by its name
+    ``nobody``: what a call is made for when its caller said no one; the door
+    refuses it, so forgetting to say grants nothing. ``embedder``: the program
+    that runs the orchestrator in-process (trusted: it could call the links
+    itself), only ever when that program says so. ``daemon``: the daemon's own
+    reads (an A2A card, the MCP catalog, a room member's description), which may
+    send only ``tools/list``, ``agent/info`` and ``ping``. ``client``: a daemon token, by its name
     (``admin`` tokens may call anything but reserved methods). ``agent``: an agent
     calling through ``mesh/call``. ``room`` set: a room's turns, made for the
     room's creator (whoever the rest says), which may send ``room/turn`` and
@@ -80,15 +91,32 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
 
     def describe(self) -> str:
         who = {
+            "nobody": "nobody",
             "embedder": "the embedding program",
+            "daemon": "the daemon's own reads",
             "client": f"{'admin' if self.admin else 'client'} token {self.name!r}",
             "agent": f"agent {self.name!r}",
         }[self.kind]
         return f"room {self.room!r} of {who}" if self.room is not None else who
 
 
-#: The in-process program that owns the orchestrator: what a call without ``on_behalf_of`` is.
+#: What a call names when its caller named no one: the door refuses it.
+NOBODY: Final = Principal(kind="nobody")
+#: The in-process program that owns the orchestrator; trusted, and only when it says so.
 EMBEDDER: Final = Principal(kind="embedder")
+#: The daemon describing its agents to its surfaces: reads only (:data:`READ_METHODS`).
+DAEMON: Final = Principal(kind="daemon")
+
+
+def check_named(principal: Principal, *, agent: str, method: str) -> None:
+    """Refuse a call made for nobody: a caller that forgot to say gets nothing."""
+    if principal.kind == "nobody":
+        raise Forbidden(
+            "the call names nobody it is made for, and the door refuses such a call: pass "
+            "on_behalf_of= (a Principal; mesh.EMBEDDER for your own program's calls)",
+            agent=agent,
+            method=method,
+        )
 
 
 def authorize(
@@ -96,15 +124,24 @@ def authorize(
 ) -> None:
     """Raise :class:`~mesh.Forbidden` unless ``principal`` may send ``method`` to ``agent``.
 
-    The rules, in order: a room may send only what rooms send, and only to
-    agents its creator may call; reserved methods come from the daemon alone
-    (an embedder, or a room); then the target's ``access.callers`` (an admin
-    token passes) and, for an agent, its own ``access.calls``.
+    The rules, in order: a call made for nobody is refused; a room may send only
+    what rooms send, and only to agents its creator may call; the daemon's own
+    reads only read; reserved methods come from the daemon alone (an embedder, or
+    a room); then the target's ``access.callers`` (an admin token passes) and, for
+    an agent, its own ``access.calls``.
     """
+    check_named(principal, agent=agent, method=method)
     if principal.room is not None:
         if method not in ROOM_METHODS:
             raise Forbidden(
                 f"room {principal.room!r} may send only {sorted(ROOM_METHODS)}, not {method!r}",
+                agent=agent,
+                method=method,
+            )
+    elif principal.kind == "daemon":
+        if method not in READ_METHODS:
+            raise Forbidden(
+                f"the daemon's own reads may send only {sorted(READ_METHODS)}, not {method!r}",
                 agent=agent,
                 method=method,
             )

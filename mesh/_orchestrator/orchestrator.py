@@ -9,7 +9,8 @@ offline, within its TTL), and a lost link marks it offline at once.
 Calls go through :meth:`MeshOrchestrator.call`; an agent the registry does not
 know, or knows offline, fails at once with :class:`~mesh.AgentUnavailable`.
 Every call passes one door first (:meth:`MeshOrchestrator.authorize`): who it is
-made for (``on_behalf_of``, the embedder unless said) against the reserved
+made for (``on_behalf_of``: nobody unless said, and a call for nobody is
+refused) against the reserved
 methods, the access sections and the longest deadline it may give
 (``max_call_timeout``), before any link is touched. Agents
 reach each other through the ``mesh/call`` method the orchestrator serves on
@@ -33,11 +34,14 @@ from mesh._logging import get_logger
 from mesh._metrics import METRICS
 from mesh._orchestrator.access import (
     EMBEDDER,
+    NOBODY,
     Principal,
     authorize,
     check_deadline,
+    check_named,
     check_relayable,
 )
+from mesh._orchestrator.bound import DEFAULT_BROADCAST_TIMEOUT, BoundCaller
 from mesh._orchestrator.links import ManifestLinks, links_from_manifests
 from mesh._orchestrator.liveness import fail_calls_when_offline, probe
 from mesh._orchestrator.observe import (
@@ -71,8 +75,6 @@ __all__ = ["MeshOrchestrator", "RemoteAgents"]
 
 log = get_logger("mesh.orchestrator")
 
-#: How long a broadcast waits per agent unless told otherwise.
-DEFAULT_BROADCAST_TIMEOUT: Final = 10.0
 #: Closing every link at shutdown (stdio children included) gets this long in total.
 CLOSE_LINKS_TIMEOUT: Final = 10.0
 #: A dial-in connection that another took over gets at most this long to finish
@@ -83,9 +85,7 @@ TAKEOVER_DRAIN_TIMEOUT: Final = 30.0
 class RemoteAgents(Protocol):
     """Agents another daemon holds (``mesh.cluster`` is one), asked for ids with no local link."""
 
-    def caller(
-        self, agent_id: str, method: str, *, on_behalf_of: Principal = EMBEDDER
-    ) -> Caller | None:
+    def caller(self, agent_id: str, method: str, *, on_behalf_of: Principal) -> Caller | None:
         """A Caller for ``agent_id`` if another daemon holds it, else None.
 
         ``on_behalf_of`` travels with each call, and the holder checks it again.
@@ -255,7 +255,7 @@ class MeshOrchestrator:
         *,
         timeout: float | None = None,
         on_progress: ProgressCallback | None = None,
-        on_behalf_of: Principal = EMBEDDER,
+        on_behalf_of: Principal = NOBODY,
     ) -> Any:
         """Call ``method`` on ``agent``. Unknown or offline agents fail at once.
 
@@ -285,7 +285,7 @@ class MeshOrchestrator:
         *,
         timeout: float | None = None,
         on_progress: ProgressCallback | None = None,
-        on_behalf_of: Principal = EMBEDDER,
+        on_behalf_of: Principal = NOBODY,
     ) -> Any:
         """Call one of an agent's tools: ``await mesh.call_tool("a", "echo", {"message": "hi"})``.
 
@@ -304,14 +304,14 @@ class MeshOrchestrator:
         )
 
     async def list_tools(
-        self, agent: str, *, timeout: float | None = None, on_behalf_of: Principal = EMBEDDER
+        self, agent: str, *, timeout: float | None = None, on_behalf_of: Principal = NOBODY
     ) -> list[dict[str, Any]]:
         """``agent``'s tools: name, description and JSON Schema of the arguments."""
         result = await self.call(agent, "tools/list", timeout=timeout, on_behalf_of=on_behalf_of)
         return list(result["tools"])
 
     async def ping(
-        self, agent: str, *, timeout: float | None = None, on_behalf_of: Principal = EMBEDDER
+        self, agent: str, *, timeout: float | None = None, on_behalf_of: Principal = NOBODY
     ) -> float:
         """Round-trip a ``ping`` to ``agent``; returns the seconds it took."""
         started = anyio.current_time()
@@ -325,7 +325,7 @@ class MeshOrchestrator:
         *,
         capability: str | None = None,
         timeout: float = DEFAULT_BROADCAST_TIMEOUT,
-        on_behalf_of: Principal = EMBEDDER,
+        on_behalf_of: Principal = NOBODY,
     ) -> dict[str, Outcome]:
         """Call every registered agent (with ``capability``, if given); see :meth:`multicast`."""
         targets = [record.id for record in self.registry.find(capability)]
@@ -340,7 +340,7 @@ class MeshOrchestrator:
         params: Any = None,
         *,
         timeout: float = DEFAULT_BROADCAST_TIMEOUT,
-        on_behalf_of: Principal = EMBEDDER,
+        on_behalf_of: Principal = NOBODY,
     ) -> dict[str, Outcome]:
         """Call several agents at once; each answers or fails on its own, all by ``timeout``.
 
@@ -349,6 +349,7 @@ class MeshOrchestrator:
         an agent it may not call is that agent's outcome.
         """
         ids = list(dict.fromkeys(agent_ids))
+        check_named(on_behalf_of, agent="*", method=method)
         if on_behalf_of.kind != "embedder" and on_behalf_of.room is None:
             check_relayable(method, agent="*", via=on_behalf_of.describe())
         check_deadline(on_behalf_of, timeout, self.max_call_timeout, agent="*", method=method)
@@ -370,12 +371,25 @@ class MeshOrchestrator:
                 tg.start_soon(one, agent_id)
         return {agent_id: outcomes[agent_id] for agent_id in ids}
 
+    def acting_for(self, principal: Principal) -> BoundCaller:
+        """A caller bound to ``principal``: what a surface holds, so that every call it
+        makes is made for the identity it was built for (see :class:`BoundCaller`)."""
+        return BoundCaller(self, principal)
+
+    def as_embedder(self) -> BoundCaller:
+        """Your own program's caller: trusted, as it could use its links directly.
+
+        Calls on the orchestrator itself name nobody unless given ``on_behalf_of``,
+        and the door refuses them: the embedder is what a program says it is.
+        """
+        return BoundCaller(self, EMBEDDER)
+
     def authorize(
         self,
         agent: str,
         method: str,
         *,
-        on_behalf_of: Principal = EMBEDDER,
+        on_behalf_of: Principal = NOBODY,
         timeout: float | None = None,
     ) -> None:
         """The door: raise :class:`~mesh.Forbidden` unless ``on_behalf_of`` may call ``agent``,

@@ -15,7 +15,7 @@ import msgspec
 from mesh._errors import InvalidParams, MethodNotFound
 from mesh._logging import get_logger
 from mesh._metrics import served
-from mesh._orchestrator.access import Principal
+from mesh._orchestrator.access import NOBODY, Principal
 from mesh._rpc.peer import Peer, RequestContext
 from mesh._rpc.session import ROUTE_METHOD
 
@@ -65,8 +65,8 @@ class Router:
             route = msgspec.convert(params, _RouteParams)
         except msgspec.ValidationError as exc:
             raise InvalidParams(f"invalid {ROUTE_METHOD} params: {exc}") from None
-        # The call is the calling agent's (a link with no id is nobody's agent):
-        # the door refuses reserved methods and checks both access sections.
+        # The call is the calling agent's; a link with no id is nobody, whom the door
+        # refuses. The door refuses reserved methods and checks both access sections.
         caller = ctx.peer.agent if ctx.peer is not None else None
         log.debug("mesh.route", to=route.agent, method=route.method)
         with served("agent", route.method):
@@ -75,7 +75,7 @@ class Router:
                 route.method,
                 route.params,
                 timeout=route.timeout,
-                on_behalf_of=Principal.agent(caller or ""),
+                on_behalf_of=Principal.agent(caller) if caller else NOBODY,
             )
 
     def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:

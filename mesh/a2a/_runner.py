@@ -22,7 +22,7 @@ import anyio
 
 from mesh._errors import MeshError
 from mesh._logging import get_logger
-from mesh._orchestrator.access import EMBEDDER, Principal
+from mesh._orchestrator.access import NOBODY, Principal
 from mesh.a2a._mapping import ROOM_TURN, Conversations, Plan, result_parts
 from mesh.a2a._tasks import Task, new_id
 
@@ -54,7 +54,7 @@ async def run_task(
     *,
     conversations: Conversations,
     timeout: float | None,
-    on_behalf_of: Principal = EMBEDDER,
+    on_behalf_of: Principal = NOBODY,
 ) -> None:
     """Make the call ``plan`` says for ``task``, for ``on_behalf_of``, and record what happens."""
     if task.finished:

@@ -33,7 +33,7 @@ import msgspec
 
 from mesh._errors import Forbidden, MeshError
 from mesh._input import whole_number
-from mesh._orchestrator.access import EMBEDDER, Principal, check_deadline
+from mesh._orchestrator.access import DAEMON, NOBODY, Principal, check_deadline
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.a2a._card import build_card, card_etag
 from mesh.a2a._jsonrpc import (
@@ -79,7 +79,7 @@ class Caller:
     ``identity`` is whom the mesh calls are made for, passed on as it is."""
 
     owner: str
-    identity: Principal = EMBEDDER
+    identity: Principal = NOBODY
 
 
 class A2aServer:
@@ -144,7 +144,9 @@ class A2aServer:
         """What ``agent``'s card says of it: its ``agent/info`` and its tools."""
         info: Any = {}
         try:
-            info = await self._mesh.call(agent, "agent/info", timeout=CARD_TIMEOUT)
+            info = await self._mesh.call(
+                agent, "agent/info", timeout=CARD_TIMEOUT, on_behalf_of=DAEMON
+            )
         except MeshError:
             record = self._mesh.registry.get(AgentId(agent))
             info = {"name": record.name} if record is not None else {}
@@ -158,7 +160,9 @@ class A2aServer:
 
     async def _tools(self, agent: str) -> list[Any]:
         try:
-            listed = await self._mesh.call(agent, "tools/list", timeout=CARD_TIMEOUT)
+            listed = await self._mesh.call(
+                agent, "tools/list", timeout=CARD_TIMEOUT, on_behalf_of=DAEMON
+            )
         except MeshError:
             return []
         tools = listed.get("tools") if isinstance(listed, dict) else None

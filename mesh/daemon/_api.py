@@ -228,12 +228,8 @@ class DaemonApi:
         try:
             trace = trace_from(dict(request.headers))
             with served("http", call.method), serving(call.method, trace, agent=call.agent):
-                result = await self._mesh.call(
-                    call.agent,
-                    call.method,
-                    call.params,
-                    timeout=call.timeout,
-                    on_behalf_of=who.principal,
+                result = await self._mesh.acting_for(who.principal).call(
+                    call.agent, call.method, call.params, timeout=call.timeout
                 )
         except MeshError as exc:
             return _mesh_error(exc, known=self._mesh.knows(call.agent))
@@ -251,12 +247,8 @@ class DaemonApi:
         cast = read_body(request, BroadcastBody, "broadcast")
         self.calls_in_flight += 1
         try:
-            outcomes = await self._mesh.broadcast(
-                cast.method,
-                cast.params,
-                capability=cast.capability,
-                timeout=cast.timeout,
-                on_behalf_of=who.principal,
+            outcomes = await self._mesh.acting_for(who.principal).broadcast(
+                cast.method, cast.params, capability=cast.capability, timeout=cast.timeout
             )
         except MeshError as exc:  # the door refused the method itself (a reserved one)
             return _mesh_error(exc)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import tempfile
 
-from mesh import AgentSpec, MeshOrchestrator, local_connector
+from mesh import EMBEDDER, AgentSpec, MeshOrchestrator, local_connector
 from mesh.agents.persona import PersonaAgent
 from mesh.demo.fixtures import DEMO_TOPIC, REVIEW_TASK, ScriptedSeat, demo_chat, demo_review
 from mesh.rooms import RoomManager, RoomSpec, StopReason, format_event
@@ -28,7 +28,7 @@ async def _room(title: str, seats: tuple[ScriptedSeat, ...], spec: RoomSpec) -> 
     with tempfile.TemporaryDirectory() as data_dir:
         async with (
             MeshOrchestrator(specs) as mesh,
-            RoomManager.for_orchestrator(mesh, data_dir) as rooms,
+            RoomManager.for_orchestrator(mesh, data_dir, creator=EMBEDDER) as rooms,
         ):
             room = await rooms.create(spec)
             async with rooms.subscribe(room.id) as events:

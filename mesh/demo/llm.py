@@ -33,7 +33,7 @@ from typing import Final
 
 import anyio
 
-from mesh import AgentSpec, MeshOrchestrator, local_connector
+from mesh import EMBEDDER, AgentSpec, MeshOrchestrator, local_connector
 from mesh._logging import configure_logging
 from mesh.agents.persona import PersonaAgent
 from mesh.demo._llama import LlamaServer, LlamaUnavailable, open_llama_server
@@ -173,7 +173,7 @@ async def run_demo(
         with tempfile.TemporaryDirectory() as data_dir:
             async with (
                 MeshOrchestrator(specs) as mesh,
-                RoomManager.for_orchestrator(mesh, data_dir) as rooms,
+                RoomManager.for_orchestrator(mesh, data_dir, creator=EMBEDDER) as rooms,
             ):
                 room = await rooms.create(spec)
                 print(f"room {room.id}: {TOPIC!r}  (seed {seed}: --seed {seed} replays it)")

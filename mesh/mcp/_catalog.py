@@ -20,7 +20,7 @@ import msgspec
 
 from mesh._errors import MeshError
 from mesh._logging import get_logger
-from mesh._orchestrator.access import EMBEDDER, Principal
+from mesh._orchestrator.access import DAEMON, NOBODY, Principal
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._rpc.caller import ProgressCallback
 from mesh.mcp._names import SEPARATOR, exposed_names
@@ -231,7 +231,9 @@ class ToolCatalog:
             while left:  # ends: each turn takes one agent off the list
                 agent = left.pop()
                 try:
-                    found[agent] = await self._mesh.list_tools(agent, timeout=LIST_TIMEOUT)
+                    found[agent] = await self._mesh.list_tools(
+                        agent, timeout=LIST_TIMEOUT, on_behalf_of=DAEMON
+                    )
                 except MeshError as exc:
                     log.info("mcp.agent_tools_unavailable", agent=agent, error=str(exc))
 
@@ -266,7 +268,7 @@ class ToolCatalog:
         on_progress: ProgressCallback | None = None,
         authorize: Authorize | None = None,
         caller: Any = None,
-        on_behalf_of: Principal = EMBEDDER,
+        on_behalf_of: Principal = NOBODY,
     ) -> dict[str, Any] | None:
         """The ``CallToolResult`` for ``name``; None if no tool has that name.
 

@@ -33,7 +33,7 @@ import msgspec
 
 from mesh._errors import ErrorCode, MethodNotFound
 from mesh._input import UNREADABLE_JSON
-from mesh._orchestrator.access import EMBEDDER, Principal
+from mesh._orchestrator.access import NOBODY, Principal
 from mesh._rpc.exchange import Exchange
 from mesh._rpc.peer import RequestContext
 from mesh.mcp._catalog import Authorize, ToolCatalog
@@ -148,7 +148,7 @@ class McpHttpEndpoint:
         owner: str | None = None,
         authorize: Authorize | None = None,
         caller: Any = None,
-        on_behalf_of: Principal = EMBEDDER,
+        on_behalf_of: Principal = NOBODY,
     ) -> HttpResponse:
         """Answer one request. ``owner`` names the caller (a session opened by one
         owner is unknown to every other); ``authorize`` says what it may call and

@@ -20,7 +20,7 @@ from typing import Any, Final
 from mesh._errors import InvalidParams, MeshError, MethodNotFound
 from mesh._logging import get_logger
 from mesh._metrics import served
-from mesh._orchestrator.access import EMBEDDER, Principal
+from mesh._orchestrator.access import NOBODY, Principal
 from mesh._rpc.caller import ProgressCallback
 from mesh._rpc.peer import Peer, RequestContext, open_peer
 from mesh._rpc.session import SessionConfig
@@ -75,7 +75,7 @@ class McpServer:
         *,
         authorize: Authorize | None = None,
         caller: Any = None,
-        on_behalf_of: Principal = EMBEDDER,
+        on_behalf_of: Principal = NOBODY,
     ) -> None:
         self.catalog = catalog
         #: Who agents' tools are called for, at the orchestrator's door.
@@ -228,7 +228,7 @@ async def serve_mcp(
     *,
     authorize: Authorize | None = None,
     caller: Any = None,
-    on_behalf_of: Principal = EMBEDDER,
+    on_behalf_of: Principal = NOBODY,
     config: SessionConfig | None = None,
 ) -> None:
     """Serve the mesh's tools to the MCP client on ``stream`` until it leaves.

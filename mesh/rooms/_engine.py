@@ -53,7 +53,7 @@ import msgspec
 
 from mesh._errors import MeshError
 from mesh._logging import get_logger
-from mesh._orchestrator.access import EMBEDDER, Principal
+from mesh._orchestrator.access import NOBODY, Principal
 from mesh.protocol import now_ms
 from mesh.rooms._draws import unlabelled, weight
 from mesh.rooms._events import (
@@ -114,7 +114,7 @@ Publish = Callable[[RoomEvent], None]
 PublishLive = Callable[[LiveEvent], None]
 
 _DELTAS: ContextVar[Callable[[str], None] | None] = ContextVar("mesh_room_deltas", default=None)
-_ACTING_FOR: ContextVar[Principal] = ContextVar("mesh_room_acting_for", default=EMBEDDER)
+_ACTING_FOR: ContextVar[Principal] = ContextVar("mesh_room_acting_for", default=NOBODY)
 
 
 def acting_for() -> Principal:

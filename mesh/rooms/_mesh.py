@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from mesh._errors import MeshError, MethodNotFound
+from mesh._orchestrator.access import DAEMON
 from mesh.rooms._engine import Presence, Speak, acting_for, delta_sink
 from mesh.rooms._errors import InvalidRoomSpec
 from mesh.rooms._model import Member, TurnReply, TurnRequest
@@ -131,7 +132,9 @@ async def _check_can_chat(orchestrator: MeshOrchestrator, agent_id: str, timeout
     first turn tells.
     """
     try:
-        info: Any = await orchestrator.call(agent_id, "agent/info", timeout=timeout)
+        info: Any = await orchestrator.call(
+            agent_id, "agent/info", timeout=timeout, on_behalf_of=DAEMON
+        )
     except MeshError as exc:
         raise InvalidRoomSpec(f"member {agent_id!r} is not available: {exc}") from exc
     methods = info.get("methods") if isinstance(info, dict) else None

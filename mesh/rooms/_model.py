@@ -19,7 +19,7 @@ from typing import Annotated, Any, Final, Literal, NewType, TypeAlias
 import msgspec
 
 from mesh._input import UNREADABLE_JSON, why_unreadable
-from mesh._orchestrator.access import EMBEDDER, Principal
+from mesh._orchestrator.access import NOBODY, Principal
 from mesh.providers._base import ChatMessage, Usage
 from registry import AgentId
 
@@ -337,13 +337,13 @@ class Room(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     #: Who created it through the daemon (``token:<id>``); None: the operator's. Only the
     #: owner or an admin may pause, resume, stop or delete it over HTTP.
     owner: str | None = None
-    #: Who its turns are made for (its creator; None: the embedding program), kept with
-    #: the room so a resumed room calls with the same rights.
+    #: Who its turns are made for (its creator; None: nobody, so the door refuses its
+    #: calls), kept with the room so a resumed room calls with the same rights.
     creator: Principal | None = None
 
     def principal(self) -> Principal:
         """Who this room's calls are made for, at the orchestrator's door."""
-        return (self.creator or EMBEDDER).in_room(self.id)
+        return (self.creator or NOBODY).in_room(self.id)
 
     @property
     def max_turns(self) -> int:

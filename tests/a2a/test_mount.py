@@ -12,7 +12,15 @@ from typing import Any
 import anyio
 import pytest
 
-from mesh import AgentSpec, CallTimeout, ErrorCode, ManifestError, MeshError, MeshOrchestrator
+from mesh import (
+    EMBEDDER,
+    AgentSpec,
+    CallTimeout,
+    ErrorCode,
+    ManifestError,
+    MeshError,
+    MeshOrchestrator,
+)
 from mesh.a2a import a2a_connector
 from mesh.manifests import load_manifest
 from mesh.rooms import MessageEvent, decode_event
@@ -35,14 +43,21 @@ async def test_a_mounted_a2a_agent_has_its_skills_as_tools_and_streams_progress(
         async with MeshOrchestrator([spec]) as mesh:
             with anyio.fail_after(GUARD):
                 await mesh.wait_linked()
-                info = await mesh.call("shouter", "agent/info")
+                info = await mesh.call("shouter", "agent/info", on_behalf_of=EMBEDDER)
                 assert info["name"] == "Shouter" and info["protocol"] == "a2a"
-                tools = await mesh.list_tools("shouter")
+                tools = await mesh.list_tools("shouter", on_behalf_of=EMBEDDER)
                 assert [t["name"] for t in tools] == ["shout", "count"]
-                assert await mesh.call_tool("shouter", "shout", {"text": "hi"}) == "HI"
+                assert (
+                    await mesh.call_tool("shouter", "shout", {"text": "hi"}, on_behalf_of=EMBEDDER)
+                    == "HI"
+                )
                 heard: list[Any] = []
                 counted = await mesh.call_tool(
-                    "shouter", "count", {"to": 3, "every": 0.01}, on_progress=heard.append
+                    "shouter",
+                    "count",
+                    {"to": 3, "every": 0.01},
+                    on_progress=heard.append,
+                    on_behalf_of=EMBEDDER,
                 )
                 assert counted == {"counted": 3}
                 assert [h["message"] for h in heard] == [f"counted {i} of 3" for i in (1, 2, 3)]
@@ -62,7 +77,11 @@ async def test_a_mesh_cancel_becomes_cancel_task_and_a_killed_agent_fails_the_ca
                     async def count_for_ever() -> None:
                         arguments = {"to": 100_000, "every": 0.05}
                         await mesh.call_tool(
-                            "shouter", "count", arguments, on_progress=lambda _: started.set()
+                            "shouter",
+                            "count",
+                            arguments,
+                            on_progress=lambda _: started.set(),
+                            on_behalf_of=EMBEDDER,
                         )
 
                     tg.start_soon(count_for_ever)
@@ -72,7 +91,9 @@ async def test_a_mesh_cancel_becomes_cancel_task_and_a_killed_agent_fails_the_ca
                 # A mesh deadline that passes is a cancel too.
                 quiet = {"to": 100_000, "every": 30}  # no progress to push the deadline out
                 with pytest.raises(CallTimeout):
-                    await mesh.call_tool("shouter", "count", quiet, timeout=0.5)
+                    await mesh.call_tool(
+                        "shouter", "count", quiet, timeout=0.5, on_behalf_of=EMBEDDER
+                    )
                 with anyio.fail_after(GUARD):
                     while len(peer.cancelled) < 2:
                         await peer.wait_more()
@@ -83,7 +104,11 @@ async def test_a_mesh_cancel_becomes_cancel_task_and_a_killed_agent_fails_the_ca
                     arguments = {"to": 100_000, "every": 0.05}
                     try:
                         await mesh.call_tool(
-                            "shouter", "count", arguments, on_progress=lambda _: started.set()
+                            "shouter",
+                            "count",
+                            arguments,
+                            on_progress=lambda _: started.set(),
+                            on_behalf_of=EMBEDDER,
                         )
                     except MeshError as exc:  # the mount's ConnectionLost, as its answer
                         failure.append(exc)

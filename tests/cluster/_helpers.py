@@ -9,7 +9,7 @@ from pathlib import Path
 
 import anyio
 
-from mesh import AgentSpec, MeshOrchestrator
+from mesh import EMBEDDER, AgentSpec, MeshOrchestrator
 from mesh.cluster import Cluster, ClusterRegistry, ClusterSettings, open_cluster
 from mesh.rooms import RoomManager
 from registry import AgentId, AgentStatus, Registry
@@ -45,7 +45,9 @@ async def open_member(
         mesh = await stack.enter_async_context(MeshOrchestrator(specs, registry=ClusterRegistry()))
         rooms = None
         if data_dir is not None:
-            manager = RoomManager.for_orchestrator(mesh, data_dir / daemon_id, resume=False)
+            manager = RoomManager.for_orchestrator(
+                mesh, data_dir / daemon_id, resume=False, creator=EMBEDDER
+            )
             rooms = await stack.enter_async_context(manager)
         cluster = await stack.enter_async_context(open_cluster(mesh, config, rooms=rooms))
         yield Member(mesh, cluster, rooms)

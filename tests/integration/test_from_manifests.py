@@ -10,7 +10,7 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from mesh import ManifestError, MeshOrchestrator
+from mesh import EMBEDDER, ManifestError, MeshOrchestrator
 
 pytestmark = pytest.mark.anyio
 
@@ -65,7 +65,9 @@ async def test_the_good_manifests_link_and_the_broken_are_named(tmp_path: Path) 
 
     with anyio.fail_after(GUARD):
         async with mesh:
-            reply = await mesh.call_tool("echo-stdio", "echo", {"message": "from a manifest"})
+            reply = await mesh.call_tool(
+                "echo-stdio", "echo", {"message": "from a manifest"}, on_behalf_of=EMBEDDER
+            )
             assert reply == {"message": "from a manifest"}
             assert [record.id for record in mesh.agents()] == ["echo-stdio"]
             far = mesh.view("far")

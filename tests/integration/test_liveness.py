@@ -14,7 +14,7 @@ import anyio
 import pytest
 import sniffio
 
-from mesh import Agent, AgentSpec, AgentUnavailable, MeshOrchestrator, local_connector
+from mesh import EMBEDDER, Agent, AgentSpec, AgentUnavailable, MeshOrchestrator, local_connector
 from mesh.testing import echo_agent_command, spawn_echo_server
 from registry import AgentId, AgentStatus, ChangeKind, Registry, StatusChange
 from tests.faults._helpers import stop_and_kill
@@ -65,7 +65,7 @@ async def test_sigstop_goes_stale_then_offline_and_sigcont_brings_it_back() -> N
                         break
             assert seen == [ChangeKind.STALE, ChangeKind.OFFLINE]
             with pytest.raises(AgentUnavailable, match="offline"):
-                await mesh.call("frozen", "ping")
+                await mesh.call("frozen", "ping", on_behalf_of=EMBEDDER)
         finally:
             os.kill(stream.pid, signal.SIGCONT)
         with anyio.fail_after(GUARD):
@@ -75,7 +75,7 @@ async def test_sigstop_goes_stale_then_offline_and_sigcont_brings_it_back() -> N
         record = mesh.registry.get(AgentId("frozen"))
         assert record is not None and record.status is AgentStatus.ONLINE
         thawed = {"message": "thawed"}
-        assert await mesh.call_tool("frozen", "echo", thawed) == thawed
+        assert await mesh.call_tool("frozen", "echo", thawed, on_behalf_of=EMBEDDER) == thawed
         assert links == [stream], "the same link came back: no second process was started"
 
 
@@ -101,7 +101,12 @@ async def test_a_call_in_flight_fails_when_the_agent_goes_offline_not_at_its_dea
             sleep = {"seconds": 60, "progress_every": 0.05}
             try:  # its own deadline is a minute away
                 await mesh.call_tool(
-                    "frozen", "sleep", sleep, timeout=60, on_progress=lambda _: started.set()
+                    "frozen",
+                    "sleep",
+                    sleep,
+                    timeout=60,
+                    on_progress=lambda _: started.set(),
+                    on_behalf_of=EMBEDDER,
                 )
             except AgentUnavailable as exc:
                 failure.append(exc)
@@ -121,7 +126,9 @@ async def test_a_call_in_flight_fails_when_the_agent_goes_offline_not_at_its_dea
             async for change in changes:
                 if change.kind is ChangeKind.ONLINE:
                     break
-        assert await mesh.call_tool("frozen", "echo", {"message": "back"}) == {"message": "back"}
+        assert await mesh.call_tool(
+            "frozen", "echo", {"message": "back"}, on_behalf_of=EMBEDDER
+        ) == {"message": "back"}
         assert links == [stream], "the thawed agent is usable again on the same link"
 
 

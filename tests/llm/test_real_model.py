@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mesh import AgentSpec, MeshOrchestrator, local_connector
+from mesh import EMBEDDER, AgentSpec, MeshOrchestrator, local_connector
 from mesh.demo import _llama
 from mesh.demo._llama import LlamaServer, open_llama_server
 from mesh.demo.llm import personas, room_spec
@@ -83,7 +83,7 @@ async def test_a_room_of_two_real_personas_runs_and_stops_with_a_reason(
     with tempfile.TemporaryDirectory() as data_dir, anyio.fail_after(GUARD):
         async with (
             MeshOrchestrator(specs) as mesh,
-            RoomManager.for_orchestrator(mesh, data_dir) as rooms,
+            RoomManager.for_orchestrator(mesh, data_dir, creator=EMBEDDER) as rooms,
         ):
             room = await rooms.create(room_spec(max_turns=4))
             async with rooms.subscribe_live(room.id) as events:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mesh import MeshOrchestrator, ToolError
+from mesh import EMBEDDER, MeshOrchestrator, ToolError
 from tests.mcp._peers import everything_command
 
 pytestmark = pytest.mark.anyio
@@ -32,17 +32,24 @@ protocol = "mcp"
     async with MeshOrchestrator.from_manifests(tmp_path, connect_timeout=30) as mesh:
         (record,) = mesh.agents()
         assert str(record.status) == "online", mesh.link_error("everything")
-        info = await mesh.call("everything", "agent/info")
+        info = await mesh.call("everything", "agent/info", on_behalf_of=EMBEDDER)
         assert info["revision"] in ("2025-06-18", "2025-11-25")
         assert info["name"] == "Everything Reference Server"
-        tools = {tool["name"] for tool in await mesh.list_tools("everything")}
+        tools = {
+            tool["name"] for tool in await mesh.list_tools("everything", on_behalf_of=EMBEDDER)
+        }
         assert len(tools) == 13 and {"echo", "get-sum"} <= tools
-        assert await mesh.call_tool("everything", "echo", {"message": "hi"}) == "Echo: hi"
-        assert "3" in str(await mesh.call_tool("everything", "get-sum", {"a": 1, "b": 2}))
+        assert (
+            await mesh.call_tool("everything", "echo", {"message": "hi"}, on_behalf_of=EMBEDDER)
+            == "Echo: hi"
+        )
+        assert "3" in str(
+            await mesh.call_tool("everything", "get-sum", {"a": 1, "b": 2}, on_behalf_of=EMBEDDER)
+        )
         with pytest.raises(ToolError, match="nope"):
-            await mesh.call_tool("everything", "nope")
+            await mesh.call_tool("everything", "nope", on_behalf_of=EMBEDDER)
         # resources and prompts pass through as they are
-        listed = await mesh.call("everything", "resources/list")
+        listed = await mesh.call("everything", "resources/list", on_behalf_of=EMBEDDER)
         assert listed["resources"]
-        prompts = await mesh.call("everything", "prompts/list")
+        prompts = await mesh.call("everything", "prompts/list", on_behalf_of=EMBEDDER)
         assert prompts["prompts"]

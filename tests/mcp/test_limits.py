@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mesh import MeshOrchestrator, MessageTooLarge
+from mesh import EMBEDDER, MeshOrchestrator, MessageTooLarge
 from tests.mcp._peers import filesystem_command, spawn_mcp_http_server
 from tests.mcp.test_mount import http_manifest
 
@@ -47,14 +47,20 @@ async def test_an_oversized_answer_over_stdio_fails_at_once(tmp_path: Path) -> N
     async with MeshOrchestrator.from_manifests(manifests, connect_timeout=60) as mesh:
         assert {str(r.id) for r in mesh.agents()} == {"fs", "roomy"}, mesh.link_error("fs")
         with anyio.fail_after(DEADLINE / 2), pytest.raises(MessageTooLarge) as raised:
-            await mesh.call_tool("fs", "read_text_file", {"path": str(big)}, timeout=DEADLINE)
+            await mesh.call_tool(
+                "fs", "read_text_file", {"path": str(big)}, timeout=DEADLINE, on_behalf_of=EMBEDDER
+            )
         said = str(raised.value)
         assert "-byte limit of agent 'fs' (max_frame_size)" in said, said
         assert f"exceeds the {LIMIT}-byte limit" in said and said.count("agent 'fs'") == 1, said
         # The link lives on, and the server was told nothing it could choke on.
-        small = await mesh.call_tool("fs", "list_allowed_directories", timeout=DEADLINE)
+        small = await mesh.call_tool(
+            "fs", "list_allowed_directories", timeout=DEADLINE, on_behalf_of=EMBEDDER
+        )
         assert str(served) in json.dumps(small)
-        read = await mesh.call_tool("roomy", "read_text_file", {"path": str(big)})
+        read = await mesh.call_tool(
+            "roomy", "read_text_file", {"path": str(big)}, on_behalf_of=EMBEDDER
+        )
         assert read == {"content": big.read_text()}
 
 
@@ -65,8 +71,12 @@ async def test_an_oversized_answer_over_http_fails_at_once(tmp_path: Path) -> No
         (tmp_path / "peer.toml").write_text(f"max_frame_size = {LIMIT}\n" + text)
         async with MeshOrchestrator.from_manifests(tmp_path) as mesh:
             with anyio.fail_after(DEADLINE / 2), pytest.raises(MessageTooLarge) as raised:
-                await mesh.call_tool("peer", "blob", {"size": 2 * LIMIT}, timeout=DEADLINE)
+                await mesh.call_tool(
+                    "peer", "blob", {"size": 2 * LIMIT}, timeout=DEADLINE, on_behalf_of=EMBEDDER
+                )
             said = str(raised.value)
             assert "limit of agent 'peer' (max_frame_size)" in said, said
             assert "JSON" not in said, said
-            assert await mesh.call_tool("peer", "blob", {"size": 10}) == {"result": "x" * 10}
+            assert await mesh.call_tool("peer", "blob", {"size": 10}, on_behalf_of=EMBEDDER) == {
+                "result": "x" * 10
+            }

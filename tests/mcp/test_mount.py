@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from mesh import (
+    EMBEDDER,
     CallTimeout,
     ConnectionLost,
     ManifestError,
@@ -83,19 +84,23 @@ async def check_agent(mesh: MeshOrchestrator, revision: str, transport: str) -> 
     await wait_mounted(mesh)
     (record,) = mesh.agents()
     assert (record.id, str(record.status), record.transport) == ("peer", "online", transport)
-    info = await mesh.call("peer", "agent/info")
+    info = await mesh.call("peer", "agent/info", on_behalf_of=EMBEDDER)
     assert (info["protocol"], info["revision"], info["name"]) == ("mcp", revision, "test-peer")
-    tools = {tool["name"]: tool for tool in await mesh.list_tools("peer")}
+    tools = {tool["name"]: tool for tool in await mesh.list_tools("peer", on_behalf_of=EMBEDDER)}
     assert {"add", "shout", "boom", "slow", "wait"} <= set(tools)
     assert tools["add"]["inputSchema"]["required"] == ["a", "b"]
-    assert await mesh.call_tool("peer", "add", {"a": 2, "b": 3}) == {"result": 5}
+    assert await mesh.call_tool("peer", "add", {"a": 2, "b": 3}, on_behalf_of=EMBEDDER) == {
+        "result": 5
+    }
     with pytest.raises(ToolError, match="Error executing tool boom") as raised:
-        await mesh.call_tool("peer", "boom")
+        await mesh.call_tool("peer", "boom", on_behalf_of=EMBEDDER)
     assert raised.value.agent == "peer"
     with pytest.raises(ToolError, match="validation error"):  # MCP: bad arguments are isError
-        await mesh.call_tool("peer", "add", {"a": "two"})
-    assert await mesh.ping("peer") >= 0
-    outcomes = await mesh.broadcast("tools/call", {"name": "shout", "arguments": {"text": "hi"}})
+        await mesh.call_tool("peer", "add", {"a": "two"}, on_behalf_of=EMBEDDER)
+    assert await mesh.ping("peer", on_behalf_of=EMBEDDER) >= 0
+    outcomes = await mesh.broadcast(
+        "tools/call", {"name": "shout", "arguments": {"text": "hi"}}, on_behalf_of=EMBEDDER
+    )
     assert outcomes["peer"].result == {"result": "HI"}
 
 
@@ -114,14 +119,16 @@ async def test_mcpserver_over_streamable_http(tmp_path: Path, requested: str, ag
             await check_agent(mesh, agreed, "http")
             # a deadline becomes a cancel the server acts on, and the link lives on
             with pytest.raises(CallTimeout):
-                await mesh.call_tool("peer", "wait", {"seconds": 30}, timeout=0.3)
+                await mesh.call_tool(
+                    "peer", "wait", {"seconds": 30}, timeout=0.3, on_behalf_of=EMBEDDER
+                )
             await wait_until_cancelled(mesh)
 
 
 async def wait_until_cancelled(mesh: MeshOrchestrator) -> None:
     """Ask the server until it reports the cancelled `wait` (each ask is a round trip)."""
     with anyio.fail_after(10):
-        while await mesh.call_tool("peer", "cancelled") == {"result": 0}:
+        while await mesh.call_tool("peer", "cancelled", on_behalf_of=EMBEDDER) == {"result": 0}:
             await anyio.lowlevel.checkpoint()
 
 
@@ -162,12 +169,12 @@ async def test_deadlines_cancels_progress_and_list_changes(
 async def test_a_server_killed_mid_call_fails_the_call_at_once(tmp_path: Path) -> None:
     stdio_manifest(tmp_path)
     async with MeshOrchestrator.from_manifests(tmp_path) as mesh:
-        pid = (await mesh.call_tool("peer", "pid"))["result"]
+        pid = (await mesh.call_tool("peer", "pid", on_behalf_of=EMBEDDER))["result"]
         failure: list[ConnectionLost] = []
 
         async def call() -> None:
             try:
-                await mesh.call_tool("peer", "wait", {"seconds": 60})
+                await mesh.call_tool("peer", "wait", {"seconds": 60}, on_behalf_of=EMBEDDER)
             except ConnectionLost as exc:
                 failure.append(exc)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mesh import MeshOrchestrator, load_manifest
+from mesh import EMBEDDER, MeshOrchestrator, load_manifest
 from mesh.manifests._types import MCP_START_TIMEOUT
 from tests.mcp._peers import ROOT, filesystem_command, mcp_server_command
 
@@ -47,7 +47,9 @@ async def test_a_slow_server_is_mounted_within_its_start_timeout(tmp_path: Path)
                     if mesh.agents():
                         break
             await anyio.wait_all_tasks_blocked()  # the link is handed over just after
-        assert await mesh.call_tool("peer", "add", {"a": 1, "b": 1}) == {"result": 2}
+        assert await mesh.call_tool("peer", "add", {"a": 1, "b": 1}, on_behalf_of=EMBEDDER) == {
+            "result": 2
+        }
 
 
 async def test_a_server_that_never_comes_up_says_so_and_backs_off(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
-from mesh import Agent, AgentSpec, MeshOrchestrator, _tracing, local_connector
+from mesh import EMBEDDER, Agent, AgentSpec, MeshOrchestrator, _tracing, local_connector
 from mesh._logging import add_trace_ids
 from mesh.demo.fixtures import DEMO_TOPIC, demo_chat
 from mesh.mcp._codec import MCP_CODEC
@@ -40,7 +40,10 @@ def worker() -> Agent:
 async def test_one_call_is_one_trace_and_the_tool_span_is_a_child() -> None:
     with traced() as (_, exporter):
         async with MeshOrchestrator([AgentSpec("worker", local_connector(worker()))]) as mesh:
-            assert await mesh.call_tool("worker", "work", {"message": "hi"}) == "HI"
+            assert (
+                await mesh.call_tool("worker", "work", {"message": "hi"}, on_behalf_of=EMBEDDER)
+                == "HI"
+            )
         spans = exporter.get_finished_spans()
     one_trace(spans)
     own = by_name(spans, "the tool's own work")
@@ -61,7 +64,7 @@ async def test_a_failed_call_says_its_code_not_its_message() -> None:
     with traced() as (_, exporter):
         async with MeshOrchestrator([AgentSpec("worker", local_connector(worker()))]) as mesh:
             with pytest.raises(Exception, match="no"):
-                await mesh.call_tool("worker", "fail", {"message": "secret"})
+                await mesh.call_tool("worker", "fail", {"message": "secret"}, on_behalf_of=EMBEDDER)
         spans = exporter.get_finished_spans()
     client = next(s for s in spans if s.kind is SpanKind.CLIENT)
     assert client.status.status_code is StatusCode.ERROR
@@ -73,7 +76,9 @@ async def test_a_failed_call_says_its_code_not_its_message() -> None:
 async def test_tracing_off_adds_no_spans_and_nothing_to_the_wire() -> None:
     assert not _tracing.active()
     async with MeshOrchestrator([AgentSpec("worker", local_connector(worker()))]) as mesh:
-        assert await mesh.call_tool("worker", "work", {"message": "hi"}) == "HI"
+        assert (
+            await mesh.call_tool("worker", "work", {"message": "hi"}, on_behalf_of=EMBEDDER) == "HI"
+        )
     assert _tracing.outgoing() is None
     request = Request(id="x", timestamp=1, payload=RequestPayload(method="ping"))
     assert b"trace" not in MESH_CODEC.encode(request)
@@ -86,7 +91,7 @@ async def test_a_room_turn_is_an_invoke_agent_span_over_a_chat_span(tmp_path: Pa
     with traced() as (_, exporter):
         async with (
             MeshOrchestrator(specs) as mesh,
-            RoomManager.for_orchestrator(mesh, tmp_path) as rooms,
+            RoomManager.for_orchestrator(mesh, tmp_path, creator=EMBEDDER) as rooms,
         ):
             spec = RoomSpec(topic=DEMO_TOPIC, members=("alice", "bob"), limits=Limits(max_turns=2))
             created = await rooms.create(spec)

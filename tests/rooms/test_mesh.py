@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from mesh import (
+    EMBEDDER,
     Agent,
     AgentSpec,
     InvalidParams,
@@ -51,7 +52,7 @@ async def test_a_room_through_the_orchestrator_with_persona_agents(tmp_path: Pat
     specs = [AgentSpec(a.id, local_connector(a), name=a.id) for a in (alice, bob)]
     async with (
         MeshOrchestrator(specs) as mesh,
-        RoomManager.for_orchestrator(mesh, tmp_path) as rooms,
+        RoomManager.for_orchestrator(mesh, tmp_path, creator=EMBEDDER) as rooms,
     ):
         created = await rooms.create(RoomSpec(topic=DEMO_TOPIC, members=("alice", "bob")))
         # names and roles came from the agents themselves (room/persona)
@@ -75,9 +76,13 @@ async def test_a_room_through_the_orchestrator_with_persona_agents(tmp_path: Pat
             system="",
             messages=perspective_messages(room, transcript[:11], "bob"),
         )
-        duplicate = await mesh.call("bob", "room/turn", msgspec.to_builtins(last))
+        duplicate = await mesh.call(
+            "bob", "room/turn", msgspec.to_builtins(last), on_behalf_of=EMBEDDER
+        )
         stale = msgspec.structs.replace(last, turn=10)
-        dropped = await mesh.call("bob", "room/turn", msgspec.to_builtins(stale))
+        dropped = await mesh.call(
+            "bob", "room/turn", msgspec.to_builtins(stale), on_behalf_of=EMBEDDER
+        )
         assert len(bob.provider.calls) == calls_before  # type: ignore[attr-defined]
     assert (snapshot.stop_reason, snapshot.current_turn) == (StopReason.GOODBYE, 12)
     assert [m.agent_id for m in transcript] == ["alice", "bob"] * 6
@@ -106,7 +111,7 @@ async def test_a_member_that_goes_offline_leaves_and_is_lost(tmp_path: Path) -> 
     )
     async with (
         MeshOrchestrator(specs, policy=policy) as mesh,
-        RoomManager.for_orchestrator(mesh, tmp_path) as rooms,
+        RoomManager.for_orchestrator(mesh, tmp_path, creator=EMBEDDER) as rooms,
     ):
         room = await rooms.create(room_spec)
         with anyio.fail_after(GUARD):
@@ -144,7 +149,7 @@ async def test_a_tool_only_agent_is_refused_and_a_permanent_error_is_not_retried
     limits = Limits(retry_delay=0)
     async with (
         MeshOrchestrator(specs) as mesh,
-        RoomManager.for_orchestrator(mesh, tmp_path) as rooms,
+        RoomManager.for_orchestrator(mesh, tmp_path, creator=EMBEDDER) as rooms,
     ):
         # The echo agent lists its methods (agent/info) and room/turn is not among them.
         refused = "member 'echo' cannot take turns in a room: it serves no room/turn"

@@ -99,7 +99,9 @@ async def two_agents(
 
 async def forward(mesh: MeshOrchestrator, method: str) -> Any:
     with anyio.fail_after(10):
-        return await mesh.call_tool("fwd", "forward", {"to": "greeter", "method": method})
+        return await mesh.call_tool(
+            "fwd", "forward", {"to": "greeter", "method": method}, on_behalf_of=EMBEDDER
+        )
 
 
 async def test_mesh_call_relays_an_allowed_call() -> None:
@@ -206,7 +208,9 @@ async def test_the_orchestrator_holds_every_callers_deadline_to_its_limit() -> N
             await mesh.broadcast("ping", timeout=31, on_behalf_of=dev)
         with pytest.raises(Forbidden, match="max_call_timeout"):
             mesh.authorize("greeter", "room/turn", on_behalf_of=dev.in_room("r"), timeout=31)
-        assert await mesh.call_tool("greeter", "hello", timeout=3600) == "hi"  # the embedder
+        assert (
+            await mesh.call_tool("greeter", "hello", timeout=3600, on_behalf_of=EMBEDDER) == "hi"
+        )  # the embedder
 
 
 async def test_an_agents_own_longer_call_timeout_is_a_deadline_callers_may_give() -> None:

@@ -6,6 +6,7 @@ import anyio
 import pytest
 
 from mesh import (
+    EMBEDDER,
     Agent,
     AgentSpec,
     AgentUnavailable,
@@ -33,16 +34,22 @@ def spec(agent_id: str, agent: Agent = echo_agent) -> AgentSpec:
 
 async def test_call_route_and_fail_fast() -> None:
     async with MeshOrchestrator([spec("a"), spec("b")]) as mesh:
-        assert await mesh.call_tool("a", "echo", {"message": "hi"}) == {"message": "hi"}
+        assert await mesh.call_tool("a", "echo", {"message": "hi"}, on_behalf_of=EMBEDDER) == {
+            "message": "hi"
+        }
         # agent a asks agent b, through the mesh
-        assert await mesh.call_tool("a", "relay", {"to": "b", "message": "via a"}) == {
+        assert await mesh.call_tool(
+            "a", "relay", {"to": "b", "message": "via a"}, on_behalf_of=EMBEDDER
+        ) == {
             "from": "b",
             "message": "via a",
         }
         with pytest.raises(AgentUnavailable, match="no agent 'nobody' is registered"):
-            await mesh.call("nobody", "ping")
+            await mesh.call("nobody", "ping", on_behalf_of=EMBEDDER)
         with pytest.raises(AgentUnavailable, match="no agent 'ghost'"):
-            await mesh.call_tool("a", "relay", {"to": "ghost", "message": "x"})
+            await mesh.call_tool(
+                "a", "relay", {"to": "ghost", "message": "x"}, on_behalf_of=EMBEDDER
+            )
         assert {r.id for r in mesh.agents()} == {"a", "b"}
         assert all(r.status is AgentStatus.ONLINE for r in mesh.agents())
 
@@ -63,7 +70,7 @@ async def test_routed_calls_keep_their_deadline_and_name_the_target() -> None:
             anyio.fail_after(10),
             pytest.raises(RemoteError, match=r"no response within 0\.3 s") as timed_out,
         ):
-            await mesh.call_tool("r", "slow_relay", {"to": "b"})
+            await mesh.call_tool("r", "slow_relay", {"to": "b"}, on_behalf_of=EMBEDDER)
         assert timed_out.value.code == ErrorCode.TIMEOUT
         assert "agent 'b'" in timed_out.value.message or "agent 'b'" in str(timed_out.value)
 
@@ -87,7 +94,10 @@ async def test_broadcast_to_50_with_3_dead_returns_47_results_and_3_named_errors
         # against a hang.
         with anyio.fail_after(10):
             outcomes = await mesh.broadcast(
-                "tools/call", {"name": "echo", "arguments": {"message": "all"}}, timeout=2
+                "tools/call",
+                {"name": "echo", "arguments": {"message": "all"}},
+                timeout=2,
+                on_behalf_of=EMBEDDER,
             )
     good = [o for o in outcomes.values() if o.ok]
     bad = {o.agent: o.error for o in outcomes.values() if not o.ok}
@@ -103,7 +113,7 @@ async def test_an_offline_agent_fails_at_once() -> None:
         mesh.registry.mark_offline(AgentId("a"), anyio.current_time())
         # A wait would end in CallTimeout (30 s) or the 10 s guard, not AgentUnavailable.
         with anyio.fail_after(10), pytest.raises(AgentUnavailable, match="offline"):
-            await mesh.call("a", "ping")
+            await mesh.call("a", "ping", on_behalf_of=EMBEDDER)
 
 
 #: An agent whose one tool takes arguments named like the call's own options.
@@ -120,7 +130,10 @@ OPTION_NAMED = {"timeout": 600.0, "on_progress": "not a callback"}
 
 async def test_a_tool_argument_named_timeout_reaches_the_tool() -> None:
     async with MeshOrchestrator([spec("o", options_agent)]) as mesh:
-        assert await mesh.call_tool("o", "options", OPTION_NAMED, timeout=5) == OPTION_NAMED
+        assert (
+            await mesh.call_tool("o", "options", OPTION_NAMED, timeout=5, on_behalf_of=EMBEDDER)
+            == OPTION_NAMED
+        )
     async with open_memory_peer(options_agent) as peer:
         assert await peer.call_tool("options", OPTION_NAMED, timeout=5) == OPTION_NAMED
     connector = local_connector(options_agent)

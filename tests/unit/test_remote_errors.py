@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from mesh import (
+    EMBEDDER,
     Agent,
     AgentSpec,
     CallTimeout,
@@ -82,7 +83,7 @@ async def test_a_routers_verdict_on_the_link_it_holds_stays_the_local_kind() -> 
     specs = [AgentSpec(a.id, local_connector(a)) for a in (relay, echo_agent)]
     async with MeshOrchestrator(specs) as mesh:
         with anyio.fail_after(GUARD), pytest.raises(RemoteError) as caught:
-            await mesh.call_tool("relay", "slow_relay", {})
+            await mesh.call_tool("relay", "slow_relay", {}, on_behalf_of=EMBEDDER)
     [relayed] = seen
     assert type(relayed) is CallTimeout and "agent 'echo'" in str(relayed)
     # ... and relay, letting it out of its handler, reported it: remote to the mesh.

@@ -18,7 +18,7 @@ import msgspec
 
 from mesh._errors import MeshError
 from mesh._logging import get_logger
-from mesh._orchestrator.access import EMBEDDER, Principal
+from mesh._orchestrator.access import NOBODY, Principal
 from mesh.rooms._engine import Presence, acting
 from mesh.rooms._errors import InvalidRoomSpec, RoomConflict, RoomNotFound
 from mesh.rooms._events import AgentJoinedEvent, LiveEvent, MessageEvent, RoomEvent, WelcomeEvent
@@ -55,9 +55,11 @@ class Catalog:
         presence: Presence | None,
         registry: Registry | None = None,
         authorize: Authorize | None = None,
+        creator: Principal | None = None,
     ) -> None:
         self._table = table
         self._authorize = authorize
+        self._creator = creator
         self._engines = engines
         self._describe = describe
         self._presence = presence
@@ -77,7 +79,8 @@ class Catalog:
             raise RoomConflict(f"room {room_id!r} already exists on another daemon", room=room_id)
         self._reserved.add(room_id)
         started = False
-        principal = (creator or EMBEDDER).in_room(room_id)
+        creator = creator or self._creator
+        principal = (creator or NOBODY).in_room(room_id)
         try:
             self._check_members(spec, principal)
             with acting(principal):  # introductions are the room's calls too

@@ -64,7 +64,9 @@ class RoomManager:
     ``authorize`` (optional) is the door a room's calls pass: asked at creation for
     each agent member on behalf of the creator, and for each person who joins.
     ``person_wait`` bounds how long a room waits for people (see
-    :class:`~mesh.rooms._engine.RoomRunner`).
+    :class:`~mesh.rooms._engine.RoomRunner`). ``creator`` is who the rooms created
+    without one are made for: None, nobody (the door refuses their calls); pass
+    :data:`mesh.EMBEDDER` for your own program's rooms.
     """
 
     def __init__(
@@ -80,6 +82,7 @@ class RoomManager:
         clock: Clock = now_ms,
         authorize: Authorize | None = None,
         person_wait: float | None = None,
+        creator: Principal | None = None,
     ) -> None:
         self._table = RoomTable(RoomStore(data_dir, fsync=fsync), clock)
         self._registry = registry
@@ -89,7 +92,9 @@ class RoomManager:
             presence = registry_presence(registry)
         self._resume = resume
         self._engines = Engines(self._table, speak, presence, person_wait)
-        self._catalog = Catalog(self._table, self._engines, describe, presence, registry, authorize)
+        self._catalog = Catalog(
+            self._table, self._engines, describe, presence, registry, authorize, creator
+        )
         self._seats = Seats(self._table, authorize)
         self._port = ReplicaPort(self._table, self._engines)
         self._follower = RegistryFollower(self._table, presence)

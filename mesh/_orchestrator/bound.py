@@ -1,0 +1,117 @@
+"""A caller bound to one principal: what each surface holds instead of the orchestrator.
+
+A surface (``/rpc``, ``/mcp``, ``/a2a``, an agent's ``mesh/call``, a room) learns
+who it serves once — from a token, a link, a room's creator — and builds one
+:class:`BoundCaller` for them. Every call it makes through it goes through the
+orchestrator's door for that identity, and it has nothing else to reach for: no
+links, no registry writes, no ``on_behalf_of`` to forget or to get wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from mesh._orchestrator.access import Principal
+from mesh._rpc.caller import ProgressCallback
+
+if TYPE_CHECKING:
+    from mesh._orchestrator.orchestrator import MeshOrchestrator
+    from mesh._orchestrator.spec import Outcome
+
+__all__ = ["BoundCaller"]
+
+#: How long a broadcast waits per agent unless told otherwise.
+DEFAULT_BROADCAST_TIMEOUT: Final = 10.0
+
+
+class BoundCaller:
+    """Calls, lists and checks, all made for :attr:`principal`, through one door.
+
+    Made by :meth:`MeshOrchestrator.acting_for` (or :meth:`~MeshOrchestrator.as_embedder`
+    for your own program's calls)::
+
+        ops = mesh.acting_for(Principal.client("ops"))
+        await ops.call_tool("vault", "echo", {"message": "hi"})
+        ops.check("vault", "tools/call")  # ask ahead: raises Forbidden, or returns
+    """
+
+    __slots__ = ("_mesh", "principal")
+
+    def __init__(self, mesh: MeshOrchestrator, principal: Principal) -> None:
+        self._mesh = mesh
+        self.principal: Final = principal
+
+    def __repr__(self) -> str:
+        return f"<BoundCaller for {self.principal.describe()}>"
+
+    async def call(
+        self,
+        agent: str,
+        method: str,
+        params: Any = None,
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Any:
+        return await self._mesh.call(
+            agent,
+            method,
+            params,
+            timeout=timeout,
+            on_progress=on_progress,
+            on_behalf_of=self.principal,
+        )
+
+    async def call_tool(
+        self,
+        agent: str,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Any:
+        return await self._mesh.call_tool(
+            agent,
+            name,
+            arguments,
+            timeout=timeout,
+            on_progress=on_progress,
+            on_behalf_of=self.principal,
+        )
+
+    async def list_tools(self, agent: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        return await self._mesh.list_tools(agent, timeout=timeout, on_behalf_of=self.principal)
+
+    async def ping(self, agent: str, *, timeout: float | None = None) -> float:
+        return await self._mesh.ping(agent, timeout=timeout, on_behalf_of=self.principal)
+
+    async def broadcast(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        capability: str | None = None,
+        timeout: float = DEFAULT_BROADCAST_TIMEOUT,
+    ) -> dict[str, Outcome]:
+        return await self._mesh.broadcast(
+            method, params, capability=capability, timeout=timeout, on_behalf_of=self.principal
+        )
+
+    async def multicast(
+        self,
+        agent_ids: Iterable[str],
+        method: str,
+        params: Any = None,
+        *,
+        timeout: float = DEFAULT_BROADCAST_TIMEOUT,
+    ) -> dict[str, Outcome]:
+        return await self._mesh.multicast(
+            agent_ids, method, params, timeout=timeout, on_behalf_of=self.principal
+        )
+
+    def check(self, agent: str, method: str, *, timeout: float | None = None) -> None:
+        """Raise :class:`~mesh.Forbidden` unless this caller may send ``method`` to ``agent``
+        (with a deadline of ``timeout`` seconds); the check every call runs first."""
+        self._mesh.authorize(agent, method, on_behalf_of=self.principal, timeout=timeout)
