@@ -8,7 +8,7 @@ from typing import Any, cast
 import anyio
 import pytest
 
-from mesh import Agent, AgentSpec, MeshOrchestrator, local_connector
+from mesh import EMBEDDER, Agent, AgentSpec, MeshOrchestrator, local_connector
 from mesh.a2a import A2aServer, Caller
 from mesh.a2a._mapping import Conversations, Plan
 from mesh.a2a._runner import run_task
@@ -43,7 +43,7 @@ async def test_one_client_holds_at_most_max_streams_and_another_is_not_held_back
         async with anyio.create_task_group() as tg:
             await tg.start(server.serve)
             first = await server.handle(
-                _request("SendStreamingMessage", _hold()), "slow", Caller("ann")
+                _request("SendStreamingMessage", _hold()), "slow", Caller("ann", identity=EMBEDDER)
             )
             assert first.stream is not None
             wrote = anyio.Event()
@@ -62,11 +62,11 @@ async def test_one_client_holds_at_most_max_streams_and_another_is_not_held_back
             with anyio.fail_after(10):
                 await wrote.wait()  # ann's stream is open
             second = await server.handle(
-                _request("SendStreamingMessage", _hold()), "slow", Caller("ann")
+                _request("SendStreamingMessage", _hold()), "slow", Caller("ann", identity=EMBEDDER)
             )
             assert second.status == 429 and b"max_streams" in second.body
             other = await server.handle(
-                _request("SendStreamingMessage", _hold()), "slow", Caller("bob")
+                _request("SendStreamingMessage", _hold()), "slow", Caller("bob", identity=EMBEDDER)
             )
             assert other.status == 200 and other.stream is not None
             release.set()
@@ -90,7 +90,14 @@ async def test_a_task_whose_run_fails_unexpectedly_fails_alone() -> None:
     task = store.create("echo", "ann", None)
     mesh = cast(MeshOrchestrator, _BrokenMesh())
     with anyio.fail_after(10):
-        await run_task(mesh, task, Plan("echo"), conversations=Conversations(), timeout=5)
+        await run_task(
+            mesh,
+            task,
+            Plan("echo"),
+            conversations=Conversations(),
+            timeout=5,
+            on_behalf_of=EMBEDDER,
+        )
     assert task.state == "TASK_STATE_FAILED"
     said = task.status_message
     assert said is not None and said["parts"] == [{"text": "the daemon failed this task"}]

@@ -18,6 +18,7 @@ import pytest
 from anyio import wait_all_tasks_blocked
 
 from mesh import (
+    EMBEDDER,
     Agent,
     AgentSpec,
     MeshError,
@@ -65,7 +66,7 @@ async def mcp_client(catalog: ToolCatalog) -> AsyncIterator[tuple[Any, Notificat
     recorder = NotificationRecorder()
     wire = Recording(ours)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(serve_mcp, theirs, catalog)
+        tg.start_soon(partial(serve_mcp, theirs, catalog, on_behalf_of=EMBEDDER))
         async with open_peer(wire, handler=recorder, codec=MCP_CODEC) as peer:
             peer.wire = wire  # type: ignore[attr-defined]
             yield peer, recorder
@@ -204,12 +205,16 @@ async def test_a_session_belongs_to_its_owner_and_rights_filter_tools() -> None:
         endpoint = McpHttpEndpoint(catalog)
         hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t"}}
         init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}
-        opened = await endpoint.handle(post(init), owner="ann", authorize=only_twice)
+        opened = await endpoint.handle(
+            post(init), owner="ann", on_behalf_of=EMBEDDER, authorize=only_twice
+        )
         session = dict(opened.headers)["mcp-session-id"]
         listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-        theirs = await endpoint.handle(post(listing, session), owner="bob")
+        theirs = await endpoint.handle(post(listing, session), owner="bob", on_behalf_of=EMBEDDER)
         assert theirs.status == 404  # bob cannot use ann's session, nor learn that it exists
-        mine = json.loads((await endpoint.handle(post(listing, session), owner="ann")).body)
+        mine = json.loads(
+            (await endpoint.handle(post(listing, session), owner="ann", on_behalf_of=EMBEDDER)).body
+        )
         assert [tool["name"] for tool in mine["result"]["tools"]] == ["twice"]
         call = {"name": "echo__echo", "arguments": {"message": "x"}}
         refused = await endpoint.handle(
