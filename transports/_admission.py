@@ -10,9 +10,13 @@ take them all, and every other request met a 503. So the server asks its
   being answered right now (silent, idle, or still sending its head) is closed to
   make room: an honest client sends its request at once and leaves the pool, so
   a flood of silent sockets only evicts itself.
-- **known** — connections whose request carried credentials. When full, the
-  oldest idle keep-alive among them is closed; if none is idle, the request that
-  would have joined gets 503.
+- **known** — connections whose request carried credentials, shared fairly
+  among their holders. When full, an idle keep-alive is closed (the largest
+  holder's oldest first); if none is idle, the largest holder's newest stream is
+  closed, as long as that holder would still hold more than the newcomer once it
+  is in (a max-min share: a holder with fewer connections than the largest always
+  gets in). Only when no holder holds more than the newcomer would, and none is
+  idle, does the request get 503.
 - **privileged** — the same, with ``reserved_connections`` more slots that only
   a privileged (admin) request may take, so an operator can always get in.
 
@@ -22,14 +26,17 @@ slow requests open cannot fill the known pool and turn every other token away.
 A holder at its bound makes room by closing its own oldest idle keep-alive; if
 none is idle, its new request is refused. Privileged holders are not counted.
 
-Long-lived streams (WebSockets) are never idle, so never evicted: they count
-towards their holder, and the application bounds how many one identity opens.
+Long-lived streams (WebSockets) are never idle: they count towards their holder,
+the application bounds how many one identity opens, and one is closed only to
+give a smaller holder its share (its slot's ``evicted_for`` names the setting, so
+the stream's layer can say why: :func:`eviction`).
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -38,7 +45,7 @@ import anyio
 if TYPE_CHECKING:
     from transports._http_server import HttpRequest
 
-__all__ = ["Admission", "Slot", "Standing", "Vouch", "Vouched"]
+__all__ = ["Admission", "Slot", "Standing", "Vouch", "Vouched", "current_slot", "eviction"]
 
 
 class Standing(enum.IntEnum):
@@ -79,7 +86,20 @@ class Slot:
     upgraded: bool = False
     #: Whose credentials the connection was first vouched for by (counted per holder).
     holder: str | None = None
+    #: The setting that closed this connection to make room for another holder's.
+    evicted_for: str | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+
+
+#: The slot of the connection the current task serves (set around an upgraded stream's
+#: handler), so the stream's layer can learn why it was cancelled.
+current_slot: ContextVar[Slot | None] = ContextVar("current_slot", default=None)
+
+
+def eviction() -> str | None:
+    """The setting that closed the current task's connection to make room, or None."""
+    slot = current_slot.get()
+    return None if slot is None else slot.evicted_for
 
 
 class Admission:
@@ -134,7 +154,7 @@ class Admission:
             if counted is not None and not self._room_for_holder(slot, counted):
                 return HOLDER_FULL
             limit = self.known_limit + (self.reserved if standing is Standing.PRIVILEGED else 0)
-            if len(self._known) >= limit and not self._evict(self._known, keep=slot):
+            if len(self._known) >= limit and not self._make_room(slot, counted):
                 return POOL_FULL
             self._strangers.pop(slot, None)
             self._known[slot] = None
@@ -158,6 +178,32 @@ class Admission:
             return True
         return self._evict(held, keep=slot)
 
+    def _make_room(self, slot: Slot, holder: str | None) -> bool:
+        """Close one known connection for ``slot`` (of ``holder``, None: uncounted):
+        an idle keep-alive if any, else a stream of a holder that would still hold more
+        than ``holder`` once ``slot`` is in. False if fairness allows neither."""
+        share = self.held_by(holder) + 1 if holder is not None else 1
+        largest_first = sorted(self._held.items(), key=lambda item: -len(item[1]))
+        for held in (pool for _, pool in largest_first):
+            if self._evict(held, keep=slot):
+                return True
+        if self._evict(self._known, keep=slot):  # an uncounted (privileged) idle one
+            return True
+        for _, held in largest_first:
+            if len(held) <= share:
+                break  # the rest hold no more than the newcomer would: no fairer that way
+            for victim in reversed(held):  # newest first: the oldest watchers stay
+                if victim.upgraded:
+                    self._close(victim, POOL_FULL)
+                    return True
+        return False
+
+    def _close(self, victim: Slot, setting: str | None = None) -> None:
+        self.leave(victim)
+        victim.evicted_for = setting
+        victim.scope.cancel()
+        self.evicted += 1
+
     def _unhold(self, slot: Slot) -> None:
         if slot.holder is None:
             return
@@ -170,8 +216,6 @@ class Admission:
     def _evict(self, pool: dict[Slot, None], keep: Slot | None = None) -> bool:
         for victim in pool:
             if victim.evictable and not victim.upgraded and victim is not keep:
-                self.leave(victim)
-                victim.scope.cancel()
-                self.evicted += 1
+                self._close(victim)
                 return True
         return False

@@ -39,7 +39,7 @@ import h11
 import msgspec
 from anyio.streams.tls import TLSListener
 
-from transports._admission import HOLDER_FULL, Admission, Slot, Standing, Vouch
+from transports._admission import HOLDER_FULL, Admission, Slot, Standing, Vouch, current_slot
 from transports._base import DEFAULT_MAX_FRAME_SIZE
 from transports._groups import unwrap_single_error
 from transports._logging import get_logger
@@ -72,6 +72,8 @@ class HttpServerConfig:
     #: Request line plus headers (through the blank line); longer is refused with 431.
     max_header_size: int = 64 * 1024
     #: Connections open at once (idle keep-alives and WebSockets count); more get 503.
+    #: With a ``vouch`` function, the known callers' pool, shared fairly among holders
+    #: (:mod:`transports._admission`).
     max_connections: int = 1000
     #: A request must be complete this long after its first byte (slow-loris guard).
     request_timeout: float = 30.0
@@ -301,11 +303,18 @@ class _HttpConnection:
         if refused == HOLDER_FULL:
             limit = server.config.max_connections_per_identity
             await self._send_error(
-                429, f"too many connections: these credentials have {limit} open ({refused})"
+                429,
+                f"too many connections: these credentials have {limit} open ({refused})",
+                limit=refused,
             )
         else:
             limit = server.config.max_connections
-            await self._send_error(503, f"too many connections: {limit} are open ({refused})")
+            await self._send_error(
+                503,
+                f"too many connections: {limit} are open and no one holds more than your "
+                f"share ({refused})",
+                limit=refused,
+            )
         return False
 
     async def _poll(self) -> Any:
@@ -375,8 +384,13 @@ class _HttpConnection:
             await self._send_error(400, "an upgrade request must not carry a body")
             return
         del event
-        # Built in the call, not in a local: the handler may drop them once it is open.
-        await handler(*self._hand_over())
+        # The stream's layer reads why it was cancelled, if the pools closed it.
+        reset = current_slot.set(self._slot)
+        try:
+            # Built in the call, not in a local: the handler may drop them once it is open.
+            await handler(*self._hand_over())
+        finally:
+            current_slot.reset(reset)
 
     def _hand_over(self) -> tuple[anyio.abc.ByteStream, HttpRequest, bytes]:
         """What the upgrade handler gets; this connection forgets the HTTP exchange."""
@@ -520,11 +534,11 @@ class _HttpConnection:
             except _GONE:
                 raise _Closed from None
 
-    async def _send_error(self, status: int, message: str) -> None:
+    async def _send_error(self, status: int, message: str, **extra: Any) -> None:
         if self._h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return
         log.info("http.rejected", status=status, reason=message, client=self._client)
-        response = HttpResponse.error(status, message)
+        response = HttpResponse.error(status, message, **extra)
         headers = [
             _SERVER_HEADER,
             (b"content-type", b"application/json"),

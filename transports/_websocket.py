@@ -37,6 +37,7 @@ from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
+from transports._admission import eviction
 from transports._auth import WS_PROTOCOL, TokenAuthenticator, bearer_token, protocol_token
 from transports._base import DEFAULT_MAX_FRAME_SIZE, FrameTooLarge, TransportClosed, TransportInfo
 from transports._groups import unwrap_single_error
@@ -93,7 +94,8 @@ class CloseCode(enum.IntEnum):
     """Another connection with a valid token took this agent id over (a rolling restart);
     the calls this one had in flight were answered first. Do not redial."""
     TOO_MANY = 4029
-    """This token has as many streams open as it may; close one first."""
+    """This token has as many streams open as it may (close one first), or holds the most
+    of a full server's connections and this one was closed to give others their share."""
 
 
 def _is_utf8(data: bytes) -> bool:
@@ -529,14 +531,21 @@ async def open_websocket(
 WebSocketHandler = Callable[[WebSocketStream, str | None], Awaitable[None]]
 
 
+def _normally() -> tuple[int, str]:
+    return CloseCode.NORMAL, ""
+
+
 @asynccontextmanager
-async def _keeping_alive(ws: WebSocketStream) -> AsyncIterator[None]:
-    """Run ``ws``'s keepalive (if it pings at all) for the block; close ``ws`` after it."""
+async def _keeping_alive(
+    ws: WebSocketStream, closing: Callable[[], tuple[int, str]] = _normally
+) -> AsyncIterator[None]:
+    """Run ``ws``'s keepalive (if it pings at all) for the block; close ``ws`` after it,
+    with the code and reason ``closing`` gives then."""
     if ws._config.ping_interval is None:  # no task (and no task group) for a link to hold
         try:
             yield
         finally:
-            await ws.aclose()
+            await ws.aclose(*closing())
         return
     with unwrap_single_error():
         async with anyio.create_task_group() as tg:
@@ -544,7 +553,7 @@ async def _keeping_alive(ws: WebSocketStream) -> AsyncIterator[None]:
             try:
                 yield
             finally:
-                await ws.aclose()
+                await ws.aclose(*closing())
                 tg.cancel_scope.cancel()
 
 
@@ -675,7 +684,7 @@ def websocket_upgrade_handler(
         ws, agent_id = accepted
         # A link that does not ping (a mesh peer's heartbeats are its keepalive) gets
         # no keepalive task, and no task group either: an idle link holds what it uses.
-        pinging = None if ws._config.ping_interval is None else _keeping_alive(ws)
+        pinging = None if ws._config.ping_interval is None else _keeping_alive(ws, _closing_reason)
         try:
             if pinging is None:
                 await handler(ws, agent_id)
@@ -685,6 +694,15 @@ def websocket_upgrade_handler(
         except TransportClosed as closed:
             log.debug("websocket.closed", client=client, reason=closed.reason)
         finally:
-            await ws.aclose()
+            await ws.aclose(*_closing_reason())
 
     return upgrade
+
+
+def _closing_reason() -> tuple[int, str]:
+    """How a served stream ends: normally, or with 4029 naming the setting when the
+    server's pools closed it to give another holder its share."""
+    setting = eviction()
+    if setting is None:
+        return _normally()
+    return CloseCode.TOO_MANY, f"closed to give other tokens their share of connections ({setting})"

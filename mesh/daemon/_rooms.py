@@ -8,7 +8,9 @@ sends every event of the room, in order, from ``?since=SEQ`` on, then live
 until the room stops (``GET`` it for the events so far as JSON, or with
 ``?format=md`` as the Markdown transcript the CLI exports). Creation is
 bounded: topic length, members, turns, and how many rooms may be active at
-once, in all and per owner (resuming a stopped room is bounded the same way).
+once, in all and per owner, with slots kept for admins and for tokens that hold
+no room yet, so a few clients filling their shares lock no one else out
+(resuming a stopped room is bounded the same way).
 A room's turns are made on behalf of its creator's token, so creating one with
 an agent that token may not call is refused at once (403, naming the agent and
 the rule).
@@ -159,33 +161,25 @@ class RoomRoutes:
         *,
         creating: bool = False,
     ) -> HttpResponse | None:
-        """The 429 when no room slot is free: in all, or for ``owner`` (admins: in all only),
+        """The 429 when no room slot is free for ``owner``: in all (admins have
+        ``admin_rooms`` more), for a token that holds rooms already (the last
+        ``newcomer_rooms`` are kept for tokens that hold none), for ``owner`` alone,
         and when ``creating``, when ``owner`` keeps as many rooms as it may.
 
         ``claimed`` counts the rooms still being made (in all, of ``owner``): they have
         passed this check and do not count themselves yet.
         """
-        active, limit = await self._rooms.active_count(), self._settings.max_active_rooms
-        active += claimed[0]
-        if active >= limit:
-            return HttpResponse.error(
-                429,
-                f"{active} rooms are running or paused, the limit (max_active_rooms = {limit}); "
-                "stop one first",
-                limit="max_active_rooms",
-            )
+        active = await self._rooms.active_count() + claimed[0]
         if admin:
-            return None
+            return self._admin_slot(active)
+        refused = self._free_slot(active)
+        if refused is not None:
+            return refused
         kept, active_mine = await self._rooms.owned(owner) if owner else (0, 0)
         mine = claimed[1] + active_mine
-        per = self._settings.max_rooms_per_identity
-        if mine >= per:
-            return HttpResponse.error(
-                429,
-                f"this token's {mine} rooms are running or paused, its limit "
-                f"(max_rooms_per_identity = {per}); stop one first",
-                limit="max_rooms_per_identity",
-            )
+        refused = self._own_slot(mine) or self._newcomer_slot(active, mine)
+        if refused is not None:
+            return refused
         most = self._settings.max_rooms_kept_per_identity
         if creating and kept + claimed[1] >= most:
             return HttpResponse.error(
@@ -195,6 +189,57 @@ class RoomRoutes:
                 limit="max_rooms_kept_per_identity",
             )
         return None
+
+    def _free_slot(self, active: int) -> HttpResponse | None:
+        limit = self._settings.max_active_rooms
+        if active < limit:
+            return None
+        return HttpResponse.error(
+            429,
+            f"{active} rooms are running or paused, the limit (max_active_rooms = {limit}); "
+            "stop one first",
+            limit="max_active_rooms",
+        )
+
+    def _admin_slot(self, active: int) -> HttpResponse | None:
+        """Admins may also take the ``admin_rooms`` no one else may."""
+        settings = self._settings
+        limit = settings.max_active_rooms + settings.admin_rooms
+        if active < limit:
+            return None
+        return HttpResponse.error(
+            429,
+            f"{active} rooms are running or paused, the limit for admins (max_active_rooms = "
+            f"{settings.max_active_rooms} + admin_rooms = {settings.admin_rooms}); "
+            "stop one first",
+            limit="admin_rooms",
+        )
+
+    def _newcomer_slot(self, active: int, mine: int) -> HttpResponse | None:
+        """A token holding a room already may not take the last ``newcomer_rooms`` slots:
+        they are kept so that that many tokens holding none still get one."""
+        settings = self._settings
+        kept = settings.newcomer_rooms
+        if mine == 0 or active < settings.max_active_rooms - kept:
+            return None
+        return HttpResponse.error(
+            429,
+            f"{active} of max_active_rooms = {settings.max_active_rooms} rooms are running or "
+            f"paused and the last {kept} are kept for tokens that hold none (newcomer_rooms "
+            f"= {kept}); this token holds {mine}: stop one first",
+            limit="newcomer_rooms",
+        )
+
+    def _own_slot(self, mine: int) -> HttpResponse | None:
+        per = self._settings.max_rooms_per_identity
+        if mine < per:
+            return None
+        return HttpResponse.error(
+            429,
+            f"this token's {mine} rooms are running or paused, its limit "
+            f"(max_rooms_per_identity = {per}); stop one first",
+            limit="max_rooms_per_identity",
+        )
 
     def _bounds(self, spec: RoomSpec) -> HttpResponse | None:
         settings = self._settings

@@ -74,8 +74,10 @@ class DaemonSettings(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fie
     # -- bounds on what clients control (docs/security.md) --------------------------------
     #: Request line plus headers; a longer head is refused with 431.
     max_head_size: _Positive = 64 * 1024
-    #: Connections open at once whose requests carry a valid token (HTTP and WebSocket);
-    #: past it the oldest idle keep-alive makes room, or the request is refused with 503.
+    #: Connections open at once whose requests carry a valid token (HTTP and WebSocket),
+    #: shared fairly: past it an idle keep-alive makes room, else the newest stream of the
+    #: token holding the most (closed with 4029) if it would still hold more than the
+    #: newcomer; else the request is refused with 503.
     max_connections: _Positive = 1000
     #: More connections only an admin token may take, so an operator can always get in.
     admin_connections: Annotated[int, msgspec.Meta(ge=0)] = 16
@@ -114,10 +116,16 @@ class DaemonSettings(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fie
     #: Longest deadline, seconds, a caller may give a call: /rpc, /broadcast, an agent's
     #: mesh/call, a room's turn_timeout, A2A's metadata.timeout (the orchestrator's door).
     max_call_timeout: _Seconds = 300.0
-    #: Rooms running or paused at once.
+    #: Rooms running or paused at once (admins may also take admin_rooms more).
     max_active_rooms: _Positive = 32
-    #: Rooms running or paused at once that one token owns (admins: only the limit above),
-    #: so that one client cannot hold every room slot.
+    #: More rooms running or paused that only an admin may start or resume, so an
+    #: operator always can.
+    admin_rooms: Annotated[int, msgspec.Meta(ge=0)] = 4
+    #: The last this many of max_active_rooms' free slots go only to tokens with no room
+    #: running or paused, so a few clients filling their shares leave room for others.
+    newcomer_rooms: Annotated[int, msgspec.Meta(ge=0)] = 4
+    #: Rooms running or paused at once that one token owns (admins: only the limits
+    #: above), so that one client cannot hold every room slot.
     max_rooms_per_identity: _Positive = 8
     #: Rooms one token keeps in the store, finished ones included (admins: unbounded), so
     #: that making and stopping rooms in a loop cannot fill the disk; past it a new room is
@@ -139,6 +147,13 @@ class DaemonSettings(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fie
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both or neither")
+        if self.newcomer_rooms == 0 and self.max_rooms_per_identity >= self.max_active_rooms:
+            # Nothing would be left for anyone else once one token held its share.
+            raise ValueError(
+                f"max_rooms_per_identity ({self.max_rooms_per_identity}) must be below "
+                f"max_active_rooms ({self.max_active_rooms}) when newcomer_rooms is 0: "
+                "one token could hold every room slot"
+            )
 
 
 class ListenError(MeshError):

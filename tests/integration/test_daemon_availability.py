@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from mesh.testing import Daemon, spawn_daemon
-from transports import CloseCode, TransportClosed
+from transports import CloseCode, TransportClosed, WebSocketStream
 
 pytestmark = pytest.mark.anyio
 
@@ -116,31 +116,83 @@ async def test_one_token_cannot_hold_every_stream_and_an_admin_always_gets_in(
         observer = await _token(daemon, "observer", "hog")
         client = await _token(daemon, "client", "fair")
         late = await _token(daemon, "client", "late")
-        for token in (observer, observer):
-            watch = await stack.enter_async_context(
-                daemon.open_events("/agents/events", token=token)
-            )
-            with anyio.fail_after(GUARD):
-                assert json.loads(await watch.receive())["type"] == "snapshot"
+        hogs = [await _watch(stack, daemon, observer) for _ in range(2)]
         # The hog's third stream is closed with 4029, naming the bound.
         async with daemon.open_events("/agents/events", token=observer) as third:
-            with anyio.fail_after(GUARD), pytest.raises(TransportClosed) as closed:
-                await third.receive()
-        assert closed.value.close_code == CloseCode.TOO_MANY
-        assert "max_streams_per_identity" in closed.value.reason
-        for token in (client, client):
-            watch = await stack.enter_async_context(
-                daemon.open_events("/agents/events", token=token)
-            )
-            with anyio.fail_after(GUARD):
-                assert json.loads(await watch.receive())["type"] == "snapshot"
-        # Four streams fill max_connections = 4: a third token's request is refused...
-        refused = await _get(daemon, late)
+            await _wait_closed(third, "max_streams_per_identity")
+        fair = [await _watch(stack, daemon, client) for _ in range(2)]
+        # Four streams fill max_connections = 4, yet a third token's request is served: the
+        # newest stream of the first token holding more than it would is closed to make room.
+        assert (await _get(daemon, late)).status_code == 200
+        await _wait_closed(hogs[-1], "max_connections")
+        await _watch(stack, daemon, late)  # a free slot: nobody is closed
+        # Full again, and no token holds more than the hog would with one more: 503.
+        refused = await _get(daemon, observer)
         assert refused.status_code == 503, refused.text
         assert refused.json()["error"]["message"].endswith("(max_connections)")
+        assert refused.json()["error"]["limit"] == "max_connections"
+        await _still_open(daemon, hogs[0], *fair)
         # ...but an admin has slots of its own (admin_connections = 1).
         async with daemon.client() as admin:
             assert (await admin.get("/agents")).status_code == 200
+
+
+async def test_observers_filling_the_pool_with_watchers_leave_others_served(
+    tmp_path: Path,
+) -> None:
+    # Per-token caps alone add up to more than the pool (16 observers x 64 streams > 1000 by
+    # default): here 3 observers x 4 streams > 8 connections.
+    async with AsyncExitStack() as stack:
+        config = tmp_path / "mesh.toml"
+        config.write_text(
+            "max_connections = 8\nadmin_connections = 1\nmax_streams_per_identity = 4\n"
+        )
+        (tmp_path / "manifests").mkdir()
+        daemon = await stack.enter_async_context(
+            spawn_daemon(tmp_path / "manifests", extra_args=["--config", str(config)])
+        )
+        eyes = [await _token(daemon, "observer", f"eyes-{n}") for n in range(3)]
+        client = await _token(daemon, "client", "fair")
+        first = [await _watch(stack, daemon, eyes[0]) for _ in range(4)]
+        second = [await _watch(stack, daemon, eyes[1]) for _ in range(4)]
+        # The pool is full of watchers; a third observer still gets one, in place of the
+        # newest of the largest holder's.
+        await _watch(stack, daemon, eyes[2])
+        await _wait_closed(first[-1], "max_connections")
+        # Another client is served, and so is the admin.
+        assert (await _get(daemon, client)).status_code == 200
+        await _wait_closed(second[-1], "max_connections")
+        async with daemon.client() as admin:
+            assert (await admin.get("/agents")).status_code == 200
+        await _still_open(daemon, *first[:-1], *second[:-1])
+
+
+async def _watch(stack: AsyncExitStack, daemon: Daemon, token: str) -> WebSocketStream:
+    """A watcher of ``/agents/events`` that has had its snapshot."""
+    stream = await stack.enter_async_context(daemon.open_events("/agents/events", token=token))
+    with anyio.fail_after(GUARD):
+        assert json.loads(await stream.receive())["type"] == "snapshot"
+    return stream
+
+
+async def _wait_closed(stream: WebSocketStream, setting: str) -> None:
+    """Until the daemon closes ``stream`` with 4029 naming ``setting``."""
+    with anyio.fail_after(GUARD), pytest.raises(TransportClosed) as closed:
+        await stream.receive()
+    assert closed.value.close_code == CloseCode.TOO_MANY, closed.value
+    assert f"({setting})" in closed.value.reason, closed.value.reason
+
+
+async def _still_open(daemon: Daemon, *streams: WebSocketStream) -> None:
+    """Each of ``streams`` still gets the events: an agent registered now reaches them all."""
+    async with daemon.client() as admin:
+        registered = await admin.post("/agents/register", json={"id": "probe"})
+        assert registered.status_code == 201, registered.text
+        assert (await admin.delete("/agents/probe")).status_code == 204
+    for stream in streams:
+        with anyio.fail_after(GUARD):
+            event = json.loads(await stream.receive())
+        assert event["agent"]["id"] == "probe", event
 
 
 async def _keep_alive_get(daemon: Daemon, token: str) -> anyio.abc.SocketStream:

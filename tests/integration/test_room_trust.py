@@ -186,6 +186,53 @@ async def test_one_token_holds_only_its_share_of_rooms_and_absent_people_free_th
             await http.post("/rooms/wait-1/stop")
 
 
+async def test_clients_filling_their_shares_leave_room_slots_for_a_newcomer_and_an_admin(
+    tmp_path: Path,
+) -> None:
+    # Per-token shares alone add up to more than the pool (4 clients x 8 = 32 rooms by
+    # default): here 4 clients x 2 > 7.
+    settings = tmp_path / "settings.toml"
+    bounds = ["max_active_rooms = 7", "max_rooms_per_identity = 2"]
+    settings.write_text("\n".join([*bounds, "newcomer_rooms = 3", "admin_rooms = 1", ""]))
+    args = ["--config", str(settings), "--data-dir", str(tmp_path / "data")]
+    # Slow agents: the rooms stay running (waiting for a turn) until the test stops them.
+    async with spawn_daemon(_manifests(tmp_path, 60.0), extra_args=args) as daemon:
+        await daemon.wait_online("alice", "bob")
+        clients = [await create_token(daemon, "client", f"c{n}") for n in range(6)]
+        spec = {"topic": "t", "members": ["alice", "bob"]}
+
+        async def start(token: str | None) -> httpx.Response:
+            async with daemon.client(token=token) as http:
+                return await http.post("/rooms", json=spec)
+
+        refusals: list[str] = []
+        for token in clients[:4]:  # each takes all it may
+            for _ in range(2):
+                answer = await start(token)
+                if answer.status_code != 201:
+                    assert answer.status_code == 429, answer.text
+                    refusals.append(answer.json()["error"]["limit"])
+        # The first two take their shares; the last 3 slots were kept for tokens with none.
+        assert refusals == ["newcomer_rooms", "newcomer_rooms"], refusals
+        fifth = await start(clients[4])
+        assert fifth.status_code == 201, fifth.text
+        admin = await start(None)  # past max_active_rooms: the admins' own slot
+        assert admin.status_code == 201, admin.text
+        # Now the pool is really full, for a newcomer and for an admin, each told why.
+        full: list[tuple[str | None, str]] = [
+            (clients[5], "max_active_rooms"),
+            (None, "admin_rooms"),
+        ]
+        for who, limit in full:
+            refused = await start(who)
+            assert refused.status_code == 429, refused.text
+            assert refused.json()["error"]["limit"] == limit
+            assert f"{limit} = " in refused.json()["error"]["message"]
+        async with daemon.client() as http:
+            for room in (await http.get("/rooms")).json()["rooms"]:
+                await http.post(f"/rooms/{room['room']['id']}/stop")
+
+
 async def test_rooms_asked_for_at_once_take_no_more_slots_than_there_are(tmp_path: Path) -> None:
     # Each room is checked against the limit, then its members are introduced, and only
     # then does it count: asked for all at once, each used to find every slot free.
