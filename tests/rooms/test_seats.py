@@ -10,6 +10,7 @@ from mesh import Forbidden
 from mesh.rooms import InvalidRoomSpec, Member, Room, RoomConflict, decode_room_spec
 from mesh.rooms._model import People, RoomId
 from mesh.rooms._people import (
+    Desk,
     check_join,
     check_lookalike,
     check_seat,
@@ -110,3 +111,14 @@ def test_names_of_punctuation_alone_pass_for_nobody() -> None:
         members=(*room.members, Member(id=AgentId("person"), name="???", kind="human")),
     )
     check_lookalike(room, "person-2", "!!!")
+
+
+def test_a_present_persons_seat_is_refused_to_another_token_as_a_403() -> None:
+    desk = Desk()
+    assert desk.arrive("carol", "token:c")
+    desk.check_holder("carol", "token:c@B")  # her token, through another daemon
+    desk.check_holder("carol", "token:adm", admin=True)
+    with pytest.raises(Forbidden, match="under another token"):  # 403, not a conflict
+        desk.check_holder("carol", "token:m")
+    with pytest.raises(Forbidden):
+        desk.arrive("carol", "token:m")
