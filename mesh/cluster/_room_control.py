@@ -19,7 +19,9 @@ from typing import Any, Final
 import anyio.abc
 import msgspec
 
+from mesh._errors import Forbidden
 from mesh._logging import get_logger
+from mesh._orchestrator.access import Principal
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._link import NatsLink, NatsMessage, Watch
 from mesh.cluster._settings import Names
@@ -65,7 +67,11 @@ class RoomControls:
         return None if reply is None else msgspec.convert(reply.snapshot, RoomSnapshot)
 
     async def forward_person(
-        self, room_id: str, op: PersonOp, args: dict[str, str | None]
+        self,
+        room_id: str,
+        op: PersonOp,
+        args: dict[str, str | None],
+        person: Principal | None = None,
     ) -> Forwarded | None:
         holder = args.get("holder")
         reply = await self._ask(
@@ -76,6 +82,7 @@ class RoomControls:
                 member=args.get("member") or "",
                 text=args.get("text") or "",
                 holder=None if holder is None else f"{holder}@{self._names.daemon}",
+                person=person,
             )
         )
         return None if reply is None else Forwarded(reply.result)
@@ -102,6 +109,8 @@ class RoomControls:
         if reply.error is not None:
             if reply.kind == "not_found":
                 raise RoomNotFound(room_id)
+            if reply.kind == "forbidden":  # a seat another token holds: 403, as here
+                raise Forbidden(reply.error)
             raise RoomConflict(reply.error, room=room_id)
         return reply
 
@@ -121,6 +130,8 @@ class RoomControls:
             reply = RoomControlReply(error=str(exc), kind="not_found")
         except RoomError as exc:
             reply = RoomControlReply(error=str(exc), kind="conflict")
+        except Forbidden as exc:  # the seat's holder, checked again where it is recorded
+            reply = RoomControlReply(error=str(exc), kind="forbidden")
         try:
             await self._link.publish(message.reply, ENCODER.encode(reply))
         except ClusterError as exc:
@@ -129,18 +140,17 @@ class RoomControls:
 
 async def _apply(rooms: RoomManager, control: RoomControl) -> RoomControlReply:
     """Do what another daemon asked of a room, here, without forwarding it again."""
-    room_id, holder = control.room, control.holder
+    room_id, member = control.room, control.member
+    seat: dict[str, Any] = {"holder": control.holder, "person": control.person, "forward": False}
     result: Any = None
     if control.op == "join":
-        result = await rooms.join(room_id, control.name, holder=holder, forward=False)
+        result = await rooms.join(room_id, control.name, **seat)
     elif control.op == "leave":
-        await rooms.leave(room_id, control.member, holder=holder, forward=False)
+        await rooms.leave(room_id, member, **seat)
     elif control.op == "pass":
-        await rooms.pass_turn(room_id, control.member, holder=holder, forward=False)
+        await rooms.pass_turn(room_id, member, **seat)
     elif control.op == "say":
-        result = await rooms.say(
-            room_id, control.member, control.text, holder=holder, forward=False
-        )
+        result = await rooms.say(room_id, member, control.text, **seat)
     else:
         operations = {"pause": rooms.pause, "stop": rooms.stop, "resume": rooms.resume}
         snapshot = await operations[control.op](room_id, forward=False)

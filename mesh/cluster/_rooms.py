@@ -45,6 +45,7 @@ import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from mesh._logging import get_logger
+from mesh._orchestrator.access import Principal
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._link import KvChange, NatsLink, StreamEvent, Watch
 from mesh.cluster._room_control import RoomControls
@@ -414,9 +415,13 @@ class RoomReplication:
         return await self._controls.forward(room_id, op)
 
     async def forward_person(
-        self, room_id: str, op: PersonOp, args: dict[str, str | None]
+        self,
+        room_id: str,
+        op: PersonOp,
+        args: dict[str, str | None],
+        person: Principal | None = None,
     ) -> Forwarded | None:
-        return await self._controls.forward_person(room_id, op, args)
+        return await self._controls.forward_person(room_id, op, args, person)
 
 
 def _fence_of(last: StreamEvent | None) -> tuple[int, int]:

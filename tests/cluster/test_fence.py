@@ -29,6 +29,7 @@ from tests.cluster._history import (
     open_nats_cut,
     read_stream,
 )
+from tests.integration.test_daemon_auth import create_token
 
 #: Three daemons, NATS and their personas as processes: 10-25 s each alone, more under load.
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(150)]
@@ -57,8 +58,12 @@ async def person_elsewhere(tmp_path: Path, nats: NatsServer) -> None:
         # The room runs until the test stops it: it must still run when Carol's join reaches
         # it through B, however loaded the machine.
         spec["limits"] = {"max_turns": 400}
-        spec["people"] = {"turn_timeout": 600}  # her turn moves on only when she acts
+        # her turn moves on only when she acts; any client of A may join
+        spec["people"] = {"turn_timeout": 600, "join": "clients"}
         created = await post(a, "/rooms", spec)
+        guest_on_a = await create_token(a, "client", "guest")
+        async with b.client() as http:
+            b_admin = (await http.get("/whoami")).json()
         assert created.status_code == 201, created.text
         async with anyio.create_task_group() as tg:
             views = [await tg.start(observe, d, name, "tea") for name, d in daemons.items()]
@@ -74,6 +79,10 @@ async def person_elsewhere(tmp_path: Path, nats: NatsServer) -> None:
                 joined = await post(b, "/rooms/tea/join", {"name": "Carol"})
             [opened] = turns
             await on_b.wait_for(lambda e: isinstance(e, AgentJoinedEvent) and e.agent_id == "carol")
+            # B's admin holds her seat, on A too: A's client may not speak as her.
+            async with a.client(token=guest_on_a, timeout=GUARD) as http:
+                posed = await http.post("/rooms/tea/say", json={"member": "carol", "text": "me"})
+            assert posed.status_code == 403, posed.text
             # Her turn opened on A (an empty piece); she passes it through B, and A goes on.
             passed = await post(b, "/rooms/tea/say", {"member": "carol", "pass": True})
             assert passed.status_code == 200, passed.text
@@ -94,9 +103,10 @@ async def person_elsewhere(tmp_path: Path, nats: NatsServer) -> None:
     assert left.status_code == 204, left.text
     assert stopped.status_code == 200, stopped.text
     assert {r.writer for r in stream} == {"a"}  # only the holder recorded
-    assert [r.event.agent_id for r in stream if isinstance(r.event, AgentJoinedEvent)][-1] == (
-        "carol"
-    )
+    joins = [r.event for r in stream if isinstance(r.event, AgentJoinedEvent)]
+    assert joins[-1].agent_id == "carol"
+    assert joins[-1].holder == f"token:{b_admin['id']}@b", joins[-1]  # an admin's seat too
+    assert joins[-1].by == b_admin["name"], joins[-1]
 
 
 async def wait_turn_of(

@@ -95,12 +95,14 @@ async def test_the_owner_chooses_who_joins_and_a_guests_goodbye_ends_nothing(
                 await http.post(f"/rooms/{room}/stop")
 
 
-async def _people_answers(daemon: Daemon, token: str, name: str) -> tuple[int, int, int]:
-    """What ``token`` gets for joining as ``name``, then saying and leaving as ``carol``."""
+async def _people_answers(
+    daemon: Daemon, token: str, name: str, member: str = "carol"
+) -> tuple[int, int, int]:
+    """What ``token`` gets for joining as ``name``, then saying and leaving as ``member``."""
     async with daemon.client(token=token) as http:
         joined = await http.post("/rooms/seats/join", json={"name": name})
-        said = await http.post("/rooms/seats/say", json={"member": "carol", "text": "It's me."})
-        left = await http.post("/rooms/seats/leave", json={"member": "carol"})
+        said = await http.post("/rooms/seats/say", json={"member": member, "text": "It's me."})
+        left = await http.post("/rooms/seats/leave", json={"member": member})
     return joined.status_code, said.status_code, left.status_code
 
 
@@ -140,6 +142,67 @@ async def test_a_seat_stays_its_holders_after_leaving_and_a_restart(tmp_path: Pa
             carols = [e for e in events if e["type"] == "AGENT_JOINED" and e["agent_id"] == "carol"]
             assert carols and all(e["by"] == "carol" for e in carols), carols
             await admin.post("/rooms/seats/stop")
+
+
+async def _joined_events(daemon: Daemon, room_id: str, member: str) -> list[dict[str, Any]]:
+    async with daemon.client() as admin:
+        events = (await admin.get(f"/rooms/{room_id}/events")).json()["events"]
+    return [e for e in events if e["type"] == "AGENT_JOINED" and e["agent_id"] == member]
+
+
+async def test_an_admins_seat_is_held_like_any_and_admins_still_act_for_anyone(
+    tmp_path: Path,
+) -> None:
+    async with spawn_daemon(_manifests(tmp_path, 0.5)) as daemon:
+        await daemon.wait_online("alice", "bob")
+        owner = await create_token(daemon, "client", "owner")
+        guest = await create_token(daemon, "client", "guest")
+        spec = {"max_turns": 400, "max_messages_per_agent": 200}
+        await _create(daemon, owner, "seats", limits=spec, people={"join": "clients"})
+        async with daemon.client() as admin:  # the operator, signed in with the admin token
+            me = (await admin.get("/whoami")).json()
+            joined = await admin.post("/rooms/seats/join", json={"name": "Ada"})
+            assert joined.status_code == 200, joined.text
+        async with daemon.client(token=guest) as http:
+            said = await http.post("/rooms/seats/say", json={"member": "ada", "text": "I'm Ada."})
+            assert said.status_code == 403, said.text  # while she is here
+            assert "held by another token" in said.json()["error"]["message"]
+            taken = await http.post("/rooms/seats/join", json={"name": "Ada"})
+            assert taken.status_code == 403, taken.text
+            assert (await http.post("/rooms/seats/join", json={"name": "Gwen"})).status_code == 200
+        async with daemon.client() as admin:
+            assert (
+                await admin.post("/rooms/seats/leave", json={"member": "ada"})
+            ).status_code == 204
+            # An admin may still act for any seat: the guest's, here.
+            for_gwen = await admin.post("/rooms/seats/say", json={"member": "gwen", "text": "Hi."})
+            assert for_gwen.status_code in (200, 202), for_gwen.text
+        # Ada is away: her seat is still hers.
+        assert await _people_answers(daemon, guest, "Ada", "ada") == (403, 403, 403)
+        adas = await _joined_events(daemon, "seats", "ada")
+        assert adas and all(e["holder"] == f"token:{me['id']}" for e in adas), adas
+        assert all(e["by"] == me["name"] for e in adas), adas
+        async with daemon.client() as admin:
+            back = await admin.post("/rooms/seats/join", json={"name": "Ada"})
+            assert back.status_code == 200, back.text
+            await admin.post("/rooms/seats/stop")
+
+
+async def test_names_that_pass_for_a_members_are_refused_by_their_unicode_skeleton(
+    tmp_path: Path,
+) -> None:
+    async with spawn_daemon(_manifests(tmp_path, 0.5)) as daemon:
+        await daemon.wait_online("alice", "bob")
+        owner = await create_token(daemon, "client", "owner")
+        await _create(daemon, owner, "names", limits=LONG_LIMITS)
+        async with daemon.client(token=owner) as http:
+            assert (await http.post("/rooms/names/join", json={"name": "Carol"})).status_code == 200
+            # Cherokee tli, a small capital c, a Cyrillic ghe
+            for alike in ("\u13dfarol", "\u1d04arol", "Ca\u0433ol"):
+                refused = await http.post("/rooms/names/join", json={"name": alike})
+                assert refused.status_code == 409, (alike, refused.text)
+                assert "looks like 'Carol'" in refused.json()["error"]["message"]
+            await http.post("/rooms/names/stop")
 
 
 async def test_one_token_holds_only_its_share_of_rooms_and_absent_people_free_theirs(

@@ -9,7 +9,14 @@ import pytest
 from mesh import Forbidden
 from mesh.rooms import InvalidRoomSpec, Member, Room, RoomConflict, decode_room_spec
 from mesh.rooms._model import People, RoomId
-from mesh.rooms._people import check_join, check_lookalike, check_seat, skeleton
+from mesh.rooms._people import (
+    Desk,
+    check_join,
+    check_lookalike,
+    check_seat,
+    skeleton,
+    uts39_skeleton,
+)
 from registry import AgentId
 
 
@@ -23,19 +30,40 @@ def _room(join: str | tuple[str, ...] = "owner") -> Room:
 
 
 @pytest.mark.parametrize(
-    "name", ["Carol", "C\u0430rol", "\uff23\uff21\uff32\uff2f\uff2c", "Caro1", "CaroI", "  carol  "]
+    "name",
+    [
+        "Carol",
+        "C\u0430rol",  # Cyrillic a
+        "\uff23\uff21\uff32\uff2f\uff2c",  # fullwidth
+        "Caro1",
+        "CaroI",
+        "  carol  ",
+        "\u13dfarol",  # Cherokee letter tli
+        "\u1d04arol",  # small capital c
+        "Ca\u0433ol",  # Cyrillic ghe
+        "\U0001d402\U0001d41a\U0001d42b\U0001d428\U0001d425",  # mathematical bold
+    ],
 )
 def test_look_alikes_share_a_skeleton(name: str) -> None:
     assert skeleton(name) == "carol"
 
 
+def test_the_skeleton_is_unicodes() -> None:
+    # UTS #39's own: case kept, m read as rn (not the other way round), digits as letters.
+    assert uts39_skeleton("Carol") == "Carol"
+    assert uts39_skeleton("m") == uts39_skeleton("rn") == "rn"
+    assert uts39_skeleton("0I1|") == "Olll"
+    assert skeleton("Mary") == skeleton("rnary") == skeleton("Ma-ry!")
+
+
 def test_different_names_keep_different_skeletons() -> None:
     assert len({skeleton(n) for n in ("Carol", "Carl", "Karol", "Caroline", "Bob")}) == 5
-    assert skeleton("Ma\u0433ia") != skeleton("Maria")  # a Cyrillic letter that imitates none
+    assert skeleton("Ma\u0436ia") != skeleton("Maria")  # a Cyrillic letter that imitates none
 
 
 def test_the_owner_chooses_who_joins() -> None:
-    check_join(_room(), None, None)  # admins and the embedding program
+    check_join(_room(), None, None)  # the embedding program
+    check_join(_room(), "token:adm", "adm", admin=True)
     check_join(_room(), "token:own", "own")
     with pytest.raises(Forbidden, match=r"admits its owner \(people.join\); token 'dev'"):
         check_join(_room(), "token:dev", "dev")
@@ -48,7 +76,9 @@ def test_the_owner_chooses_who_joins() -> None:
 def test_a_held_seat_is_its_holders() -> None:
     check_seat("r", "carol", None, "token:any")  # nobody holds it yet
     check_seat("r", "carol", "token:c", "token:c")
-    check_seat("r", "carol", "token:c", None)  # an admin
+    check_seat("r", "carol", "token:c", None)  # the embedding program
+    check_seat("r", "carol", "token:c", "token:a", admin=True)  # an admin acts for anyone
+    check_seat("r", "carol", "token:c@A", "token:c@B")  # one token, through two daemons
     with pytest.raises(Forbidden, match="held by another token"):
         check_seat("r", "carol", "token:c", "token:m")
 
@@ -81,3 +111,14 @@ def test_names_of_punctuation_alone_pass_for_nobody() -> None:
         members=(*room.members, Member(id=AgentId("person"), name="???", kind="human")),
     )
     check_lookalike(room, "person-2", "!!!")
+
+
+def test_a_present_persons_seat_is_refused_to_another_token_as_a_403() -> None:
+    desk = Desk()
+    assert desk.arrive("carol", "token:c")
+    desk.check_holder("carol", "token:c@B")  # her token, through another daemon
+    desk.check_holder("carol", "token:adm", admin=True)
+    with pytest.raises(Forbidden, match="under another token"):  # 403, not a conflict
+        desk.check_holder("carol", "token:m")
+    with pytest.raises(Forbidden):
+        desk.arrive("carol", "token:m")

@@ -280,19 +280,26 @@ class RoomManager:
         """A person takes part as ``name``: a new seat (a member of kind ``human``), or
         theirs again. Their id is the name's slug. Raises :class:`RoomConflict` for a
         review or a stopped room, a name an agent of the room holds, or a full room.
-        ``holder`` (a daemon identity) is checked against the room's ``people.join``
-        and then holds the seat for good: no other holder may join, speak or leave
-        as them (None: no check, for admins and embedders). ``person`` (their token)
-        must pass the door for every agent of the room: their words reach them all.
+        ``holder`` (a daemon identity, admins' included) is checked against the room's
+        ``people.join`` and then holds the seat for good: no other holder may join,
+        speak or leave as them (None: the embedding program, which holds nothing).
+        ``person`` (their token) must pass the door for every agent of the room: their
+        words reach them all; an admin ``person`` may act for any seat.
         A name that passes for a member's is refused. A room another daemon runs is
         joined there, once checked here (``forward``: see :meth:`pause`)."""
         return await self._seats.join(room_id, name, holder=holder, person=person, forward=forward)
 
     async def leave(
-        self, room_id: str, member_id: str, *, holder: str | None = None, forward: bool = True
+        self,
+        room_id: str,
+        member_id: str,
+        *,
+        holder: str | None = None,
+        person: Principal | None = None,
+        forward: bool = True,
     ) -> None:
         """A person leaves (their turns are passed over until they join again)."""
-        await self._seats.leave(room_id, member_id, holder=holder, forward=forward)
+        await self._seats.leave(room_id, member_id, holder=holder, person=person, forward=forward)
 
     async def say(
         self,
@@ -315,12 +322,20 @@ class RoomManager:
         )
 
     async def pass_turn(
-        self, room_id: str, member_id: str, *, holder: str | None = None, forward: bool = True
+        self,
+        room_id: str,
+        member_id: str,
+        *,
+        holder: str | None = None,
+        person: Principal | None = None,
+        forward: bool = True,
     ) -> None:
         """A person passes their turn: the room goes on with the next speaker, and asks them
         again after that. :class:`RoomConflict` when it is not their turn. A room another
         daemon runs is passed there (``forward``: see :meth:`pause`)."""
-        await self._seats.pass_turn(room_id, member_id, holder=holder, forward=forward)
+        await self._seats.pass_turn(
+            room_id, member_id, holder=holder, person=person, forward=forward
+        )
 
     async def newest(
         self, limit: int, *, before: tuple[int, str] | None = None

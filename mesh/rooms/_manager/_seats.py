@@ -60,10 +60,10 @@ class Seats:
         seat_id = AgentId(person_id(name))
         room = await self._table.load(room_id)
         if forward:  # it comes in here: check it here
-            check_join(room.state.room, holder, person.name if person is not None else None)
+            _check_join(room, holder, person)
             check_lookalike(room.state.room, seat_id, name)
             self._check_person(room, seat_id, holder, person)
-            forwarded = await self._forward(room, "join", name=name, holder=holder)
+            forwarded = await self._forward(room, "join", person, name=name, holder=holder)
             if forwarded is not None:
                 return msgspec.convert(forwarded.result, Member)
         return await self._take_seat(room, seat_id, name, holder, person)
@@ -73,7 +73,7 @@ class Seats:
     ) -> None:
         """The seat's holder, and the door for every agent of the room (a person's words
         reach them all)."""
-        check_seat(room.state.room.id, member_id, room.state.holders.get(member_id), holder)
+        _check_seat(room, member_id, holder, person)
         if self._authorize is None or person is None:
             return
         state_room: Room = room.state.room
@@ -81,13 +81,15 @@ class Seats:
             if not member.human:
                 self._authorize(member.id, ROOM_TURN, person.in_room(state_room.id))
 
-    async def _forward(self, room: HeldRoom, op: PersonOp, **args: str | None) -> Forwarded | None:
+    async def _forward(
+        self, room: HeldRoom, op: PersonOp, person: Principal | None, **args: str | None
+    ) -> Forwarded | None:
         """The holder's answer to a person's ``op`` on a room this daemon does not run
         (only the holder records); None if it runs here, or nowhere else."""
         replica = self._table.replica
         if replica is None or room.runner is not None:
             return None
-        return await replica.forward_person(room.state.room.id, op, args)
+        return await replica.forward_person(room.state.room.id, op, args, person)
 
     async def _take_seat(
         self,
@@ -98,8 +100,8 @@ class Seats:
         person: Principal | None = None,
     ) -> Member:
         room_id = room.state.room.id
-        check_seat(room_id, member_id, room.state.holders.get(member_id), holder)
-        async with room.control:
+        async with room.control:  # the holder as recorded by any join before this one
+            _check_seat(room, member_id, holder, person)
             state = room.state
             if state.room.mode == "review":
                 raise RoomConflict(
@@ -124,7 +126,7 @@ class Seats:
                         room=room_id,
                     )
                 seat = Member(id=member_id, name=name, role="person", kind="human")
-            if not room.desk.arrive(seat.id, holder):
+            if not room.desk.arrive(seat.id, holder, admin=_admin(person)):
                 return seat  # already here (a second tab, a reconnect)
             new = seat if all(m.id != seat.id for m in state.room.members) else None
             try:
@@ -147,17 +149,22 @@ class Seats:
             return seat
 
     async def leave(
-        self, room_id: str, member_id: str, *, holder: str | None = None, forward: bool = True
+        self,
+        room_id: str,
+        member_id: str,
+        *,
+        holder: str | None = None,
+        person: Principal | None = None,
+        forward: bool = True,
     ) -> None:
         room = await self._table.load(room_id)
         if forward:
-            check_seat(room_id, member_id, room.state.holders.get(member_id), holder)
-            forwarded = await self._forward(room, "leave", member=member_id, holder=holder)
+            _check_seat(room, member_id, holder, person)
+            forwarded = await self._forward(room, "leave", person, member=member_id, holder=holder)
             if forwarded is not None:
                 return
         member = self._person(room, member_id)
-        check_seat(room_id, member.id, room.state.holders.get(member.id), holder)
-        room.desk.check_holder(member.id, holder)
+        _check_holder(room, member.id, holder, person)
         async with room.control:
             if room.desk.depart(member.id):
                 await room.journal.emit(
@@ -184,10 +191,10 @@ class Seats:
         room = await self._table.load(room_id)
         if forward:  # a person back after being away is checked as they join
             if member_id not in room.desk.present:
-                check_join(room.state.room, holder, person.name if person is not None else None)
+                _check_join(room, holder, person)
             self._check_person(room, member_id, holder, person)
             args = {"member": member_id, "text": text, "holder": holder}
-            forwarded = await self._forward(room, "say", **args)
+            forwarded = await self._forward(room, "say", person, **args)
             if forwarded is not None:
                 return cast(dict[str, Any], forwarded.result)
         member = self._person(room, member_id)
@@ -196,8 +203,7 @@ class Seats:
                 f"room {room_id!r} is {room.state.status}: messages are taken while it runs",
                 room=room_id,
             )
-        check_seat(room_id, member.id, room.state.holders.get(member.id), holder)
-        room.desk.check_holder(member.id, holder)
+        _check_holder(room, member.id, holder, person)
         if member.id not in room.desk.present:  # back: present again
             await self._take_seat(room, member.id, member.name, holder, person)
         awaited = room.desk.awaiting()
@@ -206,16 +212,22 @@ class Seats:
         return {"status": status, "turn": turn, "member": member.id}
 
     async def pass_turn(
-        self, room_id: str, member_id: str, *, holder: str | None = None, forward: bool = True
+        self,
+        room_id: str,
+        member_id: str,
+        *,
+        holder: str | None = None,
+        person: Principal | None = None,
+        forward: bool = True,
     ) -> None:
         room = await self._table.load(room_id)
         if forward:
-            check_seat(room_id, member_id, room.state.holders.get(member_id), holder)
-            if await self._forward(room, "pass", member=member_id, holder=holder) is not None:
+            _check_seat(room, member_id, holder, person)
+            args = {"member": member_id, "holder": holder}
+            if await self._forward(room, "pass", person, **args) is not None:
                 return
         member = self._person(room, member_id)
-        check_seat(room_id, member.id, room.state.holders.get(member.id), holder)
-        room.desk.check_holder(member.id, holder)
+        _check_holder(room, member.id, holder, person)
         if room.runner is None:  # not running, or its turns are taken on another daemon
             status = room.state.status
             why = (
@@ -238,3 +250,30 @@ class Seats:
                 room=room.state.room.id,
             )
         return member
+
+
+def _admin(person: Principal | None) -> bool:
+    """Whether ``person`` is an admin token, which may act as any person (never the
+    embedding program's None: that one passes ``holder`` None instead)."""
+    return person is not None and person.admin
+
+
+def _check_join(room: HeldRoom, holder: str | None, person: Principal | None) -> None:
+    by = person.name if person is not None else None
+    check_join(room.state.room, holder, by, admin=_admin(person))
+
+
+def _check_seat(
+    room: HeldRoom, member_id: str, holder: str | None, person: Principal | None
+) -> None:
+    """The seat's recorded holder against ``holder`` (admins may act as anyone)."""
+    held = room.state.holders.get(member_id)
+    check_seat(room.state.room.id, member_id, held, holder, admin=_admin(person))
+
+
+def _check_holder(
+    room: HeldRoom, member_id: str, holder: str | None, person: Principal | None
+) -> None:
+    """The recorded holder, and the token a present person came in with."""
+    _check_seat(room, member_id, holder, person)
+    room.desk.check_holder(member_id, holder, admin=_admin(person))
