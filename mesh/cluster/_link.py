@@ -26,7 +26,7 @@ from mesh._tasks import open_task_group
 from mesh.cluster._bridge import NatsLoop
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._kv import AckInbox, KvChange, watch_bucket
-from mesh.cluster._settings import ClusterSettings
+from mesh.cluster._settings import ClusterSettings, Names
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -208,6 +208,7 @@ class NatsLink:
                 reconnect_time_wait=RECONNECT_WAIT,
                 ping_interval=PING_INTERVAL,
                 connect_timeout=2,
+                inbox_prefix=Names(self.settings.cluster_id, self.settings.daemon_id).inbox_prefix,
                 error_cb=on_error,
                 disconnected_cb=to_mesh(self._set_connected, False),
                 reconnected_cb=to_mesh(self._set_connected, True),

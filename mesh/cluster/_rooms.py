@@ -29,9 +29,9 @@ delete it) takes the lease for that write and gives it back.
 **Deleting.** A stopped room is deleted by a tombstone: an empty message on the
 room's subject, behind the same fence, that names the
 room in its ``Mesh-Room-Deleted`` header. Every daemon that reads it drops its own
-copy; the room's events before it are then purged, so a daemon that starts later
-reads only the tombstone (and drops the copy it may still have on disk). A room
-created again with the same id follows the tombstone.
+copy, and a daemon that starts later reads the room's events, then the tombstone,
+and drops them (and the copy it may still have on disk). A room created again with
+the same id follows the tombstone.
 """
 
 from __future__ import annotations
@@ -273,8 +273,11 @@ class RoomReplication:
             raise RoomLeaseLost(f"could not record event {seq}: {exc}", room=room_id) from exc
 
     async def delete(self, room_id: str) -> None:
-        """Record the room's tombstone behind our fence, then purge what came before."""
-        subject, stream = self._names.room_subject(room_id), self._names.rooms_stream
+        """Record the room's tombstone behind our fence.
+
+        The events before it stay in the stream (every reader drops the room at its
+        tombstone): a daemon's NATS user may not purge, or one daemon's credentials
+        could erase every room's record."""
         if not await self.claim(room_id):
             raise RoomConflict(f"room {room_id!r} runs on another daemon", room=room_id)
         try:
@@ -293,10 +296,6 @@ class RoomReplication:
             self._tombstones[room_id] = sequence
         finally:
             await self.release(room_id)
-        try:
-            await self._link.purge(stream, subject, keep=1)
-        except ClusterError as exc:  # the tombstone is what deletes; purging frees the space
-            log.info("cluster.room_purge_failed", room=room_id, error=str(exc))
 
     # -- leases ------------------------------------------------------------------------------------
 

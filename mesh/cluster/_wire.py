@@ -48,6 +48,9 @@ class AgentEntry(msgspec.Struct, frozen=True, kw_only=True):
     #: Its manifest's access section (who may call it, whom it may call), so that the
     #: daemon a call enters checks it as the holder would; None: the defaults.
     access: dict[str, Any] | None = None
+    #: When the holder first published it (epoch ms): of two daemons holding one id, the
+    #: others call the earliest registered.
+    registered: int = 0
 
     @classmethod
     def of(
@@ -56,6 +59,7 @@ class AgentEntry(msgspec.Struct, frozen=True, kw_only=True):
         daemon: str,
         call_timeout: float | None,
         access: dict[str, Any] | None = None,
+        registered: int = 0,
     ) -> AgentEntry:
         return cls(
             daemon=daemon,
@@ -71,6 +75,7 @@ class AgentEntry(msgspec.Struct, frozen=True, kw_only=True):
             grace=record.grace,
             call_timeout=call_timeout,
             access=access,
+            registered=registered,
         )
 
     def record(self, metadata: dict[str, Any]) -> AgentRecord:
