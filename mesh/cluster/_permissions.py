@@ -58,8 +58,7 @@ def nats_config(cluster_id: str, daemons: Sequence[str]) -> str:
         lines += _permissions(Names(cluster_id, daemon))
     lines += ["authorization: {", "  users: ["]
     lines += [
-        f'    {{user: "daemon-{d}", password: ${password_variable(d)}, '
-        f"permissions: ${_block(d)}}}"
+        f'    {{user: "daemon-{d}", password: ${password_variable(d)}, permissions: ${_block(d)}}}'
         for d in daemons
     ]
     lines += ["  ]", "}"]
@@ -75,12 +74,10 @@ def _header(cluster_id: str, daemons: Sequence[str]) -> list[str]:
     return [
         f'# A nats-server for the daemons of mesh "{cluster_id}": one user per daemon, each',
         "# allowed what that daemon needs and nothing in another daemon's name; nobody else",
-        "# is let in. Made by: mesh cluster nats-config "
-        f"--cluster-id {cluster_id} {ids}",
+        f"# is let in. Made by: mesh cluster nats-config --cluster-id {cluster_id} {ids}",
         "# Run it: nats-server -js -c THIS_FILE   (docs/cluster.md#an-example-nats-server)",
         "#",
-        "# Passwords come from the server's environment "
-        f"(${password_variable(daemons[0])}, ...),",
+        f"# Passwords come from the server's environment (${password_variable(daemons[0])}, ...),",
         "# so this file holds no secret.",
         "",
     ]

@@ -247,6 +247,7 @@ def key_agent(key: str) -> tuple[str, str]:
         return daemon, body
     data = body[1:]
     try:
-        return daemon, base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)).decode()
+        raw = base64.b64decode(data + "=" * (-len(data) % 4), altchars=b"-_", validate=True)
+        return daemon, raw.decode()
     except (ValueError, UnicodeDecodeError) as exc:  # binascii.Error is a ValueError
         raise ValueError(f"not an agent key: {key!r} ({exc})") from None

@@ -25,6 +25,7 @@ from mesh.cluster._settings import agent_key
 from mesh.rooms import Limits, MessageEvent, RoomSpec
 from mesh.testing import NatsServer, spawn_nats_server
 from tests.cluster._helpers import SPREAD_TIMEOUT, Member, open_member, wait_status
+from tests.cluster._raw import open_raw_daemon
 from tests.cluster.test_rooms import persona
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "nats" / "mesh-daemons.conf"
@@ -84,34 +85,15 @@ async def two_daemons(nats: NatsServer, tmp_path: Path) -> AsyncIterator[tuple[M
         yield a, b
 
 
-class RawDaemon:
-    """A raw nats-py client logged in as a daemon: what a stolen credential can do."""
-
-    def __init__(self) -> None:
-        self.errors: list[str] = []
-        self._news = anyio.Event()
-        self.nc: Any = None
-
-    async def on_error(self, exc: Exception) -> None:
-        self.errors.append(str(exc))
-        self._news.set()
-
-    async def refused(self, what: str) -> None:
-        """Until the server says it refused ``what`` (a subject) to this client."""
-        with anyio.fail_after(SPREAD_TIMEOUT):
-            while not any(what in error and "iolation" in error for error in self.errors):
-                self._news = anyio.Event()
-                await self._news.wait()
-
-
+@pytest.mark.anyio
 async def test_daemon_a_is_refused_daemon_bs_subjects_keys_inbox_and_purges(
     nats: NatsServer, tmp_path: Path
 ) -> None:
-    import nats as nats_py
-
     async with two_daemons(nats, tmp_path) as (a, b):
         assert await b.mesh.call_tool("echo", "echo", {"message": "hi"}) == {"message": "hi"}
-        spec = RoomSpec(id="tea", topic="Tea?", members=("alice", "bob"), limits=Limits(max_turns=2))
+        spec = RoomSpec(
+            id="tea", topic="Tea?", members=("alice", "bob"), limits=Limits(max_turns=2)
+        )
         assert b.rooms is not None and a.rooms is not None
         await b.rooms.create(spec)
         async with a.rooms.subscribe("tea", since=0) as events:  # a reads what b records
@@ -122,18 +104,15 @@ async def test_daemon_a_is_refused_daemon_bs_subjects_keys_inbox_and_purges(
         # Both daemons stayed inside their permissions.
         assert not [line for line in nats.log if b"Violation" in line], nats.log
 
-        raw = RawDaemon()
-        nc = await nats_py.connect(
-            nats.url, user="daemon-a", password="pw-a", error_cb=raw.on_error,
-            inbox_prefix="_INBOX_mesh.mesh.a", allow_reconnect=False,
-        )  # fmt: skip
-        try:
+        async with open_raw_daemon(nats.url, "a", PASSWORDS["a"]) as raw:
+            nc = raw.nc
             # Its own key may be written: the refusals below are about whose, not what.
-            ack = await nc.request(f"$KV.mesh-mesh-agents.{agent_key('a', 'mine')}", b"{}", 5)
+            mine = f"$KV.mesh-mesh-agents.{agent_key('a', 'mine')}"
+            ack = await raw.run(lambda: nc.request(mine, b"{}", 5))
             assert b'"seq"' in ack.data
             for subject in ("mesh.mesh.call.b", "mesh.mesh.room-control.b", "_INBOX_mesh.mesh.b.>"):
-                await nc.subscribe(subject)
-                await raw.refused(subject)
+                await raw.run(lambda: nc.subscribe(subject))  # noqa: B023 (awaited at once)
+                await raw.refused("subscription", subject)
             for subject in (
                 "$KV.mesh-mesh-keys.b",
                 f"$KV.mesh-mesh-agents.{agent_key('b', 'bob')}",
@@ -144,10 +123,8 @@ async def test_daemon_a_is_refused_daemon_bs_subjects_keys_inbox_and_purges(
                 "$JS.API.STREAM.MSG.DELETE.mesh-mesh-rooms",
                 "$JS.API.STREAM.PURGE.KV_mesh-mesh-agents",
             ):
-                await nc.publish(subject, b"{}")
-                await raw.refused(subject)
-        finally:
-            await nc.close()
+                await raw.run(lambda: nc.publish(subject, b"{}"))  # noqa: B023
+                await raw.refused("publish", subject)
         # None of it happened: b's agent is still b's, and the room is still recorded.
         assert a.cluster.holder("bob") == "b"
         assert (await a.rooms.get("tea")).id == "tea"
