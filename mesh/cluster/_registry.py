@@ -30,6 +30,7 @@ import msgspec
 from mesh._logging import get_logger
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._link import KvChange, NatsLink, Watch
+from mesh.cluster._sealed import Signing, seal, unseal
 from mesh.cluster._settings import AGENT_PREFIX, DAEMON_PREFIX, Names, agent_key, key_agent
 from mesh.cluster._wire import (
     AGENT_ENTRY,
@@ -84,8 +85,11 @@ class RegistrySync:
         *,
         call_timeout_of: Callable[[str], float | None] = lambda _: None,
         access_of: Callable[[str], dict[str, Any] | None] = lambda _: None,
+        signing: Signing | None = None,
     ) -> None:
         self._link = link
+        #: With it, entries are sealed with our key and others' are taken only with theirs.
+        self._signing = signing
         self._names = names
         self._registry = registry
         self._call_timeout_of = call_timeout_of
@@ -211,7 +215,7 @@ class RegistrySync:
             registered = self._registered.setdefault(agent_id, now_ms())
             entry = AgentEntry.of(record, self._names.daemon, timeout, access, registered)
             key = agent_key(self._names.daemon, agent_id)
-            writes.append((key, ENCODER.encode(entry), _ttl(record)))
+            writes.append((key, self._seal(key, ENCODER.encode(entry)), _ttl(record)))
             written.append((agent_id, True))
         if not writes:
             return
@@ -238,8 +242,9 @@ class RegistrySync:
                     if self._withdrawn:
                         return
                     try:
+                        value = self._seal(key, ENCODER.encode(entry))
                         await self._link.kv_put(
-                            self._names.agents_bucket, key, ENCODER.encode(entry), ttl=DAEMON_TTL
+                            self._names.agents_bucket, key, value, ttl=DAEMON_TTL
                         )
                     except ClusterError as exc:
                         log.info("cluster.daemon_entry_failed", error=str(exc))
@@ -301,15 +306,38 @@ class RegistrySync:
                 self._choose(agent_id, now)
         self.synced.set()
 
+    def _seal(self, key: str, body: bytes) -> bytes:
+        if self._signing is None:
+            return body
+        return seal(self._signing.key, self._names.daemon, self._names.agents_bucket, key, body)
+
+    def _open(self, change: KvChange, daemon: str) -> bytes | None:
+        """A change's body if ``daemon`` (the holder its key names) signed it."""
+        assert change.value is not None
+        if self._signing is None:
+            return change.value
+        opened = unseal(self._signing.ring, self._names.agents_bucket, change.key, change.value)
+        if opened is not None and opened.daemon != daemon:
+            bucket = self._names.agents_bucket
+            log.warning("cluster.forged", claimed=daemon, subject=f"{bucket}/{change.key}")
+            return None
+        return None if opened is None else opened.body
+
     def _on_daemon(self, change: KvChange) -> None:
         daemon = change.key.removeprefix(DAEMON_PREFIX)
         if change.value is None:
             self.daemons.pop(daemon, None)
             return
+        body = self._open(change, daemon)
+        if body is None:
+            return
         try:
-            self.daemons[daemon] = DAEMON_ENTRY.decode(change.value)
+            entry = DAEMON_ENTRY.decode(body)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.warning("cluster.bad_daemon_entry", key=change.key, error=str(exc))
+            return
+        if entry.id == daemon:
+            self.daemons[daemon] = entry
 
     def _on_agent(self, change: KvChange) -> None:
         try:
@@ -337,9 +365,11 @@ class RegistrySync:
 
     def _decode_entry(self, change: KvChange, daemon: str) -> AgentEntry | None:
         """The entry in a change, if it is one and its key's holder wrote it."""
-        assert change.value is not None
+        body = self._open(change, daemon)
+        if body is None:
+            return None
         try:
-            entry = AGENT_ENTRY.decode(change.value)
+            entry = AGENT_ENTRY.decode(body)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.warning("cluster.bad_agent_entry", key=change.key, error=str(exc))
             return None
