@@ -17,7 +17,7 @@ import msgspec
 from mesh._logging import get_logger
 from mesh.cluster._keys import DaemonKey, KeyRing, signed_bytes
 
-__all__ = ["Opened", "Signing", "seal", "unseal"]
+__all__ = ["Directory", "Opened", "Signing", "claimed", "seal", "unseal"]
 
 log = get_logger("mesh.cluster")
 
@@ -42,6 +42,16 @@ class Signing(Protocol):
     def ring(self) -> KeyRing: ...
 
 
+class Directory(Protocol):
+    """The key directory as readers of signed messages need it: the keys, and a way to
+    learn a daemon's key that has not reached the watch yet (it joined a moment ago)."""
+
+    @property
+    def keys(self) -> Signing: ...
+
+    async def ensure(self, daemon: str) -> bool: ...
+
+
 class Opened(msgspec.Struct, frozen=True):
     """A sealed entry whose signature verified: who wrote it, and what."""
 
@@ -53,6 +63,15 @@ def seal(key: DaemonKey, daemon: str, bucket: str, kv_key: str, body: bytes) -> 
     """``body`` (JSON) sealed as ``daemon``'s entry at ``bucket``/``kv_key``."""
     signature = key.sign(signed_bytes(bucket, kv_key, body))
     return _ENCODER.encode(_Sealed(daemon=daemon, sig=signature, body=msgspec.Raw(body)))
+
+
+def claimed(value: bytes) -> str:
+    """The daemon a sealed value says wrote it (unchecked: only to learn whose key to
+    read before :func:`unseal`); "" if the value is not sealed."""
+    try:
+        return _DECODER.decode(value).daemon
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return ""
 
 
 def unseal(ring: KeyRing, bucket: str, kv_key: str, value: bytes) -> Opened | None:

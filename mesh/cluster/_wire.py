@@ -102,9 +102,14 @@ class DaemonEntry(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class LeaseEntry(msgspec.Struct, frozen=True, kw_only=True):
-    """Who holds a room (a key of the leases bucket that expires unless renewed)."""
+    """Who holds a room (a key of the leases bucket that expires unless renewed).
+
+    ``until`` (epoch seconds, by the holder's clock) is when it lapses unless renewed:
+    the bucket's TTL drops a lease its holder wrote, but a copy of an old signed lease
+    put back without a TTL would otherwise name its holder for ever."""
 
     daemon: str
+    until: float = 0.0
 
 
 class CallRequest(msgspec.Struct, frozen=True, kw_only=True):
