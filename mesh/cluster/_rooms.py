@@ -46,6 +46,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from mesh._logging import get_logger
 from mesh.cluster._errors import ClusterError
+from mesh.cluster._keydir import KeyDirectory
 from mesh.cluster._link import KvChange, NatsLink, StreamEvent, Watch
 from mesh.cluster._room_control import RoomControls
 from mesh.cluster._settings import Names
@@ -90,7 +91,14 @@ class _Lease:
 class RoomReplication:
     """The cluster's :class:`~mesh.rooms._replica.RoomReplica`; see the module docstring."""
 
-    def __init__(self, link: NatsLink, names: Names, rooms: RoomManager, lease_ttl: float) -> None:
+    def __init__(
+        self,
+        link: NatsLink,
+        names: Names,
+        rooms: RoomManager,
+        lease_ttl: float,
+        keys: KeyDirectory,
+    ) -> None:
         self._link = link
         self._names = names
         self._rooms = rooms
@@ -104,7 +112,7 @@ class RoomReplication:
         self._inbox, self._outbox = anyio.create_memory_object_stream[StreamEvent](1 << 16)
         self._watches: list[Watch] = []
         self._tasks: anyio.abc.TaskGroup | None = None
-        self._controls = RoomControls(link, names, rooms, self._holder)
+        self._controls = RoomControls(link, names, rooms, self._holder, keys)
         rooms.replica = self
 
     # -- running -------------------------------------------------------------------------------
@@ -340,6 +348,10 @@ class RoomReplication:
             await self._link.kv_delete(self._names.leases_bucket, room_id, last=lease.revision)
         except ClusterError as exc:
             log.info("cluster.lease_release_failed", room=room_id, error=str(exc))
+
+    async def lease_holder(self, room_id: str) -> str | None:
+        """The daemon whose lease on ``room_id`` the leases bucket holds now, if any."""
+        return await self._holder(room_id)
 
     async def _holder(self, room_id: str) -> str | None:
         current = await self._link.kv_get(self._names.leases_bucket, room_id)

@@ -177,6 +177,19 @@ class Names:
         return f"mesh-{self.cluster}-leases"
 
     @property
+    def keys_bucket(self) -> str:
+        """Every daemon's public key, by daemon id (no TTL; each daemon writes its own)."""
+        return f"mesh-{self.cluster}-keys"
+
+    @property
+    def inbox_prefix(self) -> str:
+        """This daemon's reply subjects start with it: only this daemon may subscribe there."""
+        return f"_INBOX_mesh.{self.cluster}.{self.daemon}"
+
+    def inbox_of(self, daemon: str) -> str:
+        return f"_INBOX_mesh.{self.cluster}.{daemon}"
+
+    @property
     def rooms_stream(self) -> str:
         return f"mesh-{self.cluster}-rooms"
 
