@@ -20,15 +20,33 @@ import base64
 import binascii
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from mesh._logging import get_logger
 from mesh.cluster._errors import ClusterError
 
-__all__ = ["KEY_FILE", "DaemonKey", "KeyRing", "parse_public", "signed_bytes"]
+__all__ = [
+    "DAEMON_HEADER",
+    "KEY_FILE",
+    "SIGNATURE_HEADER",
+    "DaemonKey",
+    "KeyRing",
+    "Keys",
+    "forged",
+    "parse_public",
+    "signed_bytes",
+]
+
+log = get_logger("mesh.cluster")
+
+#: The headers of a signed NATS message: who signed it, and the signature.
+DAEMON_HEADER: Final = "Mesh-Daemon"
+SIGNATURE_HEADER: Final = "Mesh-Sig"
 
 #: The daemon's key file in its data directory.
 KEY_FILE: Final = "cluster.key"
@@ -181,3 +199,33 @@ class KeyRing:
         except (InvalidSignature, binascii.Error, ValueError, UnicodeEncodeError):
             return False
         return True
+
+
+class Keys:
+    """This daemon's key and the ring: signs what this daemon sends, checks what it reads."""
+
+    __slots__ = ("daemon", "key", "ring")
+
+    def __init__(self, daemon: str, key: DaemonKey, ring: KeyRing | None = None) -> None:
+        self.daemon = daemon
+        self.key = key
+        self.ring = ring if ring is not None else KeyRing()
+        self.ring.add(daemon, key.public)
+
+    def headers(self, *parts: bytes | str) -> dict[str, str]:
+        """The headers that sign ``parts`` as this daemon's."""
+        signature = self.key.sign(signed_bytes(*parts))
+        return {DAEMON_HEADER: self.daemon, SIGNATURE_HEADER: signature}
+
+    def signer(self, headers: Mapping[str, str], *parts: bytes | str) -> str | None:
+        """The daemon whose valid signature of ``parts`` ``headers`` carry; None if none
+        does (unsigned, an unknown daemon, or a signature that does not match)."""
+        daemon = headers.get(DAEMON_HEADER)
+        if daemon and self.ring.verify(daemon, signed_bytes(*parts), headers.get(SIGNATURE_HEADER)):
+            return daemon
+        return None
+
+
+def forged(claimed: str | None, subject: str, what: str) -> None:
+    """Say that a message failed verification (never its payload: it may be anything)."""
+    log.warning("cluster.forged", claimed=claimed or "", subject=subject, what=what)

@@ -98,7 +98,7 @@ def _permissions(names: Names) -> list[str]:
     publish = [
         "# calls, cancels and room control to any daemon, and answers to any daemon's inbox",
         f'"mesh.{c}.call.*", "mesh.{c}.cancel.*", "mesh.{c}.room-control.*",',
-        f'"{names.inbox_prefix_of("*")}.>",',
+        f'"{names.inbox_of("*")}.>",',
         "# room events (signed; only the holder of a room's lease records there)",
         f'"{names.rooms_subjects}",',
         "# its own key, its own agents and daemon entry; any room's lease (signed)",

@@ -47,10 +47,11 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from mesh._logging import get_logger
 from mesh.cluster._errors import ClusterError
-from mesh.cluster._keys import signed_bytes
+from mesh.cluster._keydir import KeyDirectory
+from mesh.cluster._keys import SIGNATURE_HEADER, signed_bytes
 from mesh.cluster._link import KvChange, NatsLink, StreamEvent, Watch
 from mesh.cluster._room_control import RoomControls
-from mesh.cluster._sealed import Directory, claimed, seal, unseal
+from mesh.cluster._sealed import claimed, seal, unseal
 from mesh.cluster._settings import Names
 from mesh.cluster._wire import ENCODER, LEASE_ENTRY, LeaseEntry
 from mesh.rooms import (
@@ -77,7 +78,7 @@ LEASE: Final = "Mesh-Lease"
 #: The header of a room's tombstone: the room it deletes.
 DELETED: Final = "Mesh-Room-Deleted"
 #: The header with the writer's signature of the event (see :func:`_event_bytes`).
-SIGNATURE: Final = "Mesh-Sig"
+SIGNATURE: Final = SIGNATURE_HEADER
 #: How far the daemons' clocks may disagree: a lease is taken as lapsed only this
 #: long after the ``until`` its holder wrote in it.
 CLOCK_SKEW: Final = 30.0
@@ -104,11 +105,11 @@ class RoomReplication:
         names: Names,
         rooms: RoomManager,
         lease_ttl: float,
-        keys: Directory | None = None,
+        keys: KeyDirectory,
     ) -> None:
         self._link = link
-        #: With it, leases and events are signed with our key and others' are taken only
-        #: with their writer's signature.
+        #: Leases and events are signed with our key; others' are taken only with their
+        #: writer's signature.
         self._keys = keys
         self._names = names
         self._rooms = rooms
@@ -124,7 +125,7 @@ class RoomReplication:
         self._inbox, self._outbox = anyio.create_memory_object_stream[StreamEvent](1 << 16)
         self._watches: list[Watch] = []
         self._tasks: anyio.abc.TaskGroup | None = None
-        self._controls = RoomControls(link, names, rooms, self._holder)
+        self._controls = RoomControls(link, names, rooms, self._holder, keys)
         rooms.replica = self
 
     # -- running -------------------------------------------------------------------------------
@@ -211,9 +212,7 @@ class RoomReplication:
             self._signal()
 
     async def _verified(self, message: StreamEvent) -> bool:
-        """Whether the daemon the event names as its writer signed it (always, unsigned)."""
-        if self._keys is None:
-            return True
+        """Whether the daemon the event names as its writer signed it."""
         writer = message.headers.get(WRITER, "")
         await self._keys.ensure(writer)
         data = _event_bytes(message.subject, message.data, message.headers)
@@ -302,8 +301,7 @@ class RoomReplication:
         assert lease.fence is not None
         daemon, subject = self._names.daemon, self._names.room_subject(room_id)
         headers = {WRITER: daemon, LEASE: str(lease.token), **headers}
-        if self._keys is not None:
-            headers[SIGNATURE] = self._keys.keys.key.sign(_event_bytes(subject, data, headers))
+        headers[SIGNATURE] = self._keys.keys.key.sign(_event_bytes(subject, data, headers))
         try:
             return await self._link.js_publish(
                 subject,
@@ -380,8 +378,12 @@ class RoomReplication:
         except ClusterError as exc:
             log.info("cluster.lease_release_failed", room=room_id, error=str(exc))
 
+    async def lease_holder(self, room_id: str) -> str | None:
+        """The daemon whose lease on ``room_id`` the leases bucket holds now, if any."""
+        return await self._holder(room_id)
+
     async def _holder(self, room_id: str) -> str | None:
-        """The daemon whose live lease (signed by it, if signing) the bucket has for the room."""
+        """The daemon whose live lease, signed by it, the bucket has for the room."""
         current = await self._link.kv_get(self._names.leases_bucket, room_id)
         if current is None:
             return None
@@ -389,35 +391,28 @@ class RoomReplication:
         return None if lease is None else lease.daemon
 
     def _lease_value(self, room_id: str) -> bytes:
-        """Our lease on the room, until a TTL from now, sealed with our key if signing."""
+        """Our lease on the room, until a TTL from now, sealed with our key."""
         daemon = self._names.daemon
         body = ENCODER.encode(LeaseEntry(daemon=daemon, until=time.time() + self._ttl))
-        if self._keys is None:
-            return body
         return seal(self._keys.keys.key, daemon, self._names.leases_bucket, room_id, body)
 
     async def _lease_of(self, room_id: str, value: bytes) -> LeaseEntry | None:
-        """The lease in ``value`` if it is a live one, written (signed, if signing) by the
-        daemon it names; None if it is nobody's."""
-        body: bytes | None = value
-        signer = None
-        if self._keys is not None:
-            signer = claimed(value)
-            await self._keys.ensure(signer)
-            opened = unseal(self._keys.keys.ring, self._names.leases_bucket, room_id, value)
-            body = None if opened is None else opened.body
-        if body is None:
+        """The lease in ``value`` if it is a live one, signed by the daemon it names; None
+        if it is nobody's (unsigned, forged, or lapsed: a copy of an old one put back)."""
+        await self._keys.ensure(claimed(value))
+        opened = unseal(self._keys.keys.ring, self._names.leases_bucket, room_id, value)
+        if opened is None:
             return None
         try:
-            lease = LEASE_ENTRY.decode(body)
+            lease = LEASE_ENTRY.decode(opened.body)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
-        if signer is not None and lease.daemon != signer:
+        if lease.daemon != opened.daemon:
             subject = f"{self._names.leases_bucket}/{room_id}"
             log.warning("cluster.forged", claimed=lease.daemon, subject=subject, what="lease")
             return None
-        if lease.until and lease.until + CLOCK_SKEW < time.time():
-            return None  # lapsed: a copy of an old lease, put back
+        if lease.until + CLOCK_SKEW < time.time():
+            return None
         return lease
 
     async def _replace_lease(self, room_id: str, *, unless_held_by_another: bool) -> int | None:
@@ -477,7 +472,7 @@ class RoomReplication:
         unsigned, lapsed) is taken over at once unless the last real one is still live."""
         lease = await self._lease_of(room_id, value)
         if lease is not None:
-            self._lapses[room_id] = lease.until + CLOCK_SKEW if lease.until else float("inf")
+            self._lapses[room_id] = lease.until + CLOCK_SKEW
         elif self._lapses.get(room_id, 0.0) < time.time():
             self._lapses.pop(room_id, None)
             self._spawn_take_over(room_id)

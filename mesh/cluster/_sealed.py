@@ -17,7 +17,7 @@ import msgspec
 from mesh._logging import get_logger
 from mesh.cluster._keys import DaemonKey, KeyRing, signed_bytes
 
-__all__ = ["Directory", "Opened", "Signing", "claimed", "seal", "unseal"]
+__all__ = ["Opened", "Signing", "claimed", "seal", "unseal"]
 
 log = get_logger("mesh.cluster")
 
@@ -40,16 +40,6 @@ class Signing(Protocol):
 
     @property
     def ring(self) -> KeyRing: ...
-
-
-class Directory(Protocol):
-    """The key directory as readers of signed messages need it: the keys, and a way to
-    learn a daemon's key that has not reached the watch yet (it joined a moment ago)."""
-
-    @property
-    def keys(self) -> Signing: ...
-
-    async def ensure(self, daemon: str) -> bool: ...
 
 
 class Opened(msgspec.Struct, frozen=True):

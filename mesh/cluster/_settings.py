@@ -179,13 +179,21 @@ class Names:
         return f"mesh-{self.cluster}-agents"
 
     @property
+    def leases_bucket(self) -> str:
+        return f"mesh-{self.cluster}-leases"
+
+    @property
     def keys_bucket(self) -> str:
-        """Each daemon's public key, by daemon id."""
+        """Every daemon's public key, by daemon id (no TTL; each daemon writes its own)."""
         return f"mesh-{self.cluster}-keys"
 
     @property
-    def leases_bucket(self) -> str:
-        return f"mesh-{self.cluster}-leases"
+    def inbox_prefix(self) -> str:
+        """This daemon's reply subjects start with it: only this daemon may subscribe there."""
+        return f"_INBOX_mesh.{self.cluster}.{self.daemon}"
+
+    def inbox_of(self, daemon: str) -> str:
+        return f"_INBOX_mesh.{self.cluster}.{daemon}"
 
     @property
     def rooms_stream(self) -> str:
@@ -211,16 +219,6 @@ class Names:
     def room_control(self, daemon: str | None = None) -> str:
         """Where a daemon takes pause / stop / resume for the rooms it holds."""
         return f"mesh.{self.cluster}.room-control.{daemon or self.daemon}"
-
-    @property
-    def inbox_prefix(self) -> str:
-        """This daemon's inbox prefix (nats-py's ``inbox_prefix``): answers to its calls and
-        to its JetStream requests arrive under it, and only its NATS user may read there."""
-        return self.inbox_prefix_of(self.daemon)
-
-    def inbox_prefix_of(self, daemon: str) -> str:
-        # Dots, not '_', between the ids: they may hold '_', and two pairs must not meet.
-        return f"_INBOX_mesh.{self.cluster}.{daemon}"
 
 
 AGENT_PREFIX: Final = "agent."

@@ -54,7 +54,9 @@ async def test_a_call_that_does_not_decode_is_answered_with_the_reason(nats: Nat
 
         inbox = link.new_inbox()
         await link.subscribe(inbox, on_answer)
-        await link.publish("mesh.mesh.call.a", b'{"agent": 7}', reply=inbox)
+        # Signed (by a itself, the one key this test holds): unsigned calls are dropped.
+        headers = a.cluster.keys.keys.headers("mesh.mesh.call.a", inbox, b'{"agent": 7}')
+        await link.publish("mesh.mesh.call.a", b'{"agent": 7}', reply=inbox, headers=headers)
         with anyio.fail_after(SPREAD_TIMEOUT):
             await got.wait()
         failed = CALL_REPLY.decode(answers[0].data)
