@@ -403,12 +403,39 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     mcp.set_defaults(func=cmd_mcp)
 
+    _add_cluster_command(sub)
     validate = sub.add_parser(
         "validate", help="check manifests", description="Check every manifest in a directory."
     )
     validate.add_argument("directory", nargs="?", default="manifests")
     validate.set_defaults(func=cmd_validate)
     return parser
+
+
+def _add_cluster_command(sub: Any) -> None:
+    """``mesh cluster nats-config``: what each daemon's NATS user may do (docs/cluster.md)."""
+    text = "tools for a mesh of daemons over NATS"
+    cluster = sub.add_parser("cluster", help=text, description=text)
+    commands = cluster.add_subparsers(dest="cluster_command", required=True, metavar="COMMAND")
+    text = "print a nats-server config giving each daemon a user that acts in its own name only"
+    config = commands.add_parser("nats-config", help=text, description=text)
+    config.add_argument("--cluster-id", default="mesh", help="the mesh's cluster id (mesh)")
+    config.add_argument(
+        "--daemon", action="append", required=True, metavar="ID", help="a daemon id (repeat)"
+    )
+    config.set_defaults(func=cmd_cluster_nats_config)
+
+
+def cmd_cluster_nats_config(args: argparse.Namespace) -> int:
+    from mesh.cluster._errors import ClusterError
+    from mesh.cluster._permissions import nats_config
+
+    try:
+        print(nats_config(args.cluster_id, args.daemon), end="")
+    except ClusterError as exc:
+        print(f"mesh cluster nats-config: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
 
 
 class _VersionAction(argparse._VersionAction):

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Protocol, Unpack
 
 import anyio
@@ -54,6 +54,8 @@ from mesh._rpc.pending import DEFAULT_CALL_TIMEOUT, MAX_CALL_DURATION, PendingCa
 from mesh._rpc.session import SessionStatistics
 from mesh._tracing import headers_for, outgoing, serving, trace_from
 from mesh.cluster._errors import ClusterError
+from mesh.cluster._keydir import KeyDirectory
+from mesh.cluster._keys import DAEMON_HEADER, forged
 from mesh.cluster._link import NatsLink, NatsMessage, Watch
 from mesh.cluster._registry import HOLDER, RegistrySync
 from mesh.cluster._settings import Names
@@ -82,6 +84,9 @@ log = get_logger("mesh.cluster")
 ROUTE_MARGIN: Final = 1.0
 #: Telling the holder we gave up is best effort, and bounded.
 CANCEL_TIMEOUT: Final = 1.0
+#: A call made for an agent its origin holds waits this long for our mirror to say so
+#: (the entry of an agent that has just joined crosses NATS in milliseconds).
+HOLDER_WAIT: Final = 5.0
 #: At a graceful stop, calls we are serving get this long to finish.
 SERVE_DRAIN: Final = 5.0
 #: Changes of a mirrored agent that end the calls waiting on it.
@@ -185,10 +190,14 @@ class RemoteCalls:
         sync: RegistrySync,
         registry: Registry,
         local: LocalCalls,
+        keys: KeyDirectory,
         *,
         authorize: Callable[[CallRequest], None] | None = None,
     ) -> None:
         self._link = link
+        self._keys = keys
+        #: Which daemon holds a room's lease (the rooms' lease view); None: no rooms here.
+        self.room_holder: Callable[[str], Awaitable[str | None]] | None = None
         self._names = names
         self._sync = sync
         self._registry = registry
@@ -277,6 +286,13 @@ class RemoteCalls:
         """Call ``method`` on ``agent``, held by daemon ``holder``; see the module docstring."""
         if not self._link.connected or not self._inbox:
             raise self._unreachable(holder, agent, method)
+        if holder not in self._keys.keys.ring and not await self._keys.ensure(holder):
+            raise AgentUnavailable(
+                f"daemon {holder!r} has no key in mesh {self._names.cluster!r}, so its "
+                "answers could not be told from forgeries",
+                agent=agent,
+                method=method,
+            )
         reply = f"{self._inbox}.{next(self._numbers)}"
         waiter = _Waiter(holder, agent, method, on_progress, self._wakeup())
         call = self._calls.start(reply, waiter, now=self._now(), timeout=timeout + ROUTE_MARGIN)
@@ -288,8 +304,12 @@ class RemoteCalls:
             params=params,
             timeout=timeout,
             origin=self._names.daemon,
-            caller=caller,
+            caller=outgoing_caller(caller, self._names.daemon),
         )
+        subject, data = self._names.calls(holder), ENCODER.encode(request)
+        # Signed over where it goes and where answers go, so it cannot be replayed elsewhere;
+        # the caller's span rides along, if traced.
+        headers = {**headers_for(outgoing()), **self._keys.keys.headers(subject, reply, data)}
 
         def not_sent(error: ClusterError) -> None:
             self._finish(reply, error)
@@ -298,13 +318,7 @@ class RemoteCalls:
             try:
                 # Sent without waiting for the NATS loop (under trio, a crossing fewer);
                 # a failure to send ends the call through not_sent.
-                await self._link.send(
-                    self._names.calls(holder),
-                    ENCODER.encode(request),
-                    not_sent,
-                    reply=reply,
-                    headers=headers_for(outgoing()) or None,  # the caller's span, if traced
-                )
+                await self._link.send(subject, data, not_sent, reply=reply, headers=headers)
                 self.calls_sent += 1
                 await waiter.done.wait()
             except BaseException:
@@ -389,13 +403,15 @@ class RemoteCalls:
 
     async def _cancel(self, holder: str, reply: str) -> None:
         note = ENCODER.encode(CancelCall(reply=reply))
+        subject = self._names.cancels(holder)
+        headers = self._keys.keys.headers(subject, note)
 
         def not_sent(error: ClusterError) -> None:
             log.debug("cluster.cancel_not_sent", holder=holder, error=str(error))
 
         with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_TIMEOUT):
             try:
-                await self._link.send(self._names.cancels(holder), note, not_sent)
+                await self._link.send(subject, note, not_sent, headers=headers)
             except ClusterError as exc:
                 not_sent(exc)
 
@@ -408,6 +424,10 @@ class RemoteCalls:
             self._finish(
                 message.subject, AgentUnavailable(f"daemon {holder!r} does not answer on NATS")
             )
+            return
+        if self._keys.keys.signer(message.headers, message.subject, message.data) != holder:
+            # Not the holder's answer: dropped, the call waits on for the real one.
+            forged(message.headers.get(DAEMON_HEADER), message.subject, "call answer")
             return
         try:
             reply: CallReply = CALL_REPLY.decode(message.data)
@@ -489,33 +509,66 @@ class RemoteCalls:
     def _on_request(self, message: NatsMessage) -> None:
         if self._tasks is None or not message.reply:
             return
+        origin = self._origin(message)
+        if origin is None:
+            return
         if self._spawn is not None:
             # asyncio: a task of the loop's own, cancelled directly: no task group's
             # bookkeeping and no cancel scope per served call.
-            task = self._spawn(self._answer(message, None))
+            task = self._spawn(self._answer(message, origin, None))
             self._serving[message.reply] = task.cancel
             return
         scope = self._new_scope()
         self._serving[message.reply] = scope.cancel
-        self._tasks.start_soon(self._answer, message, scope)
+        self._tasks.start_soon(self._answer, message, origin, scope)
+
+    def _origin(self, message: NatsMessage) -> str | None:
+        """The daemon that signed this request, its answers going to its own inbox; None
+        (and the request dropped, unanswered) if none did. A daemon that joined a moment
+        ago, whose key the watch has not brought yet, is checked again once it is read."""
+        keys = self._keys.keys
+        signer = keys.signer(message.headers, message.subject, message.reply, message.data)
+        claimed = message.headers.get(DAEMON_HEADER, "")
+        if signer is None and claimed and claimed not in keys.ring:
+            if self._tasks is not None:
+                self._tasks.start_soon(self._verify_later, message, claimed)
+            return None
+        if signer is None or not message.reply.startswith(self._names.inbox_of(signer) + "."):
+            # Never answered: the reply subject may be another daemon's inbox, where an
+            # answer signed by us would pass for ours.
+            forged(claimed, message.subject, "call request")
+            return None
+        return signer
+
+    async def _verify_later(self, message: NatsMessage, claimed: str) -> None:
+        if await self._keys.ensure(claimed):
+            self._on_request(message)
+        else:
+            forged(claimed, message.subject, "call request from a daemon with no key")
 
     def _on_cancel(self, message: NatsMessage) -> None:
+        signer = self._keys.keys.signer(message.headers, message.subject, message.data)
         try:
             note = CANCEL_CALL.decode(message.data)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return
+        if signer is None or not note.reply.startswith(self._names.inbox_of(signer) + "."):
+            forged(message.headers.get(DAEMON_HEADER), message.subject, "cancel")
+            return  # only the daemon that made a call may cancel it
         cancel = self._serving.get(note.reply)
         if cancel is not None:
             cancel()
 
-    async def _answer(self, message: NatsMessage, scope: anyio.CancelScope | None) -> None:
+    async def _answer(
+        self, message: NatsMessage, origin: str, scope: anyio.CancelScope | None
+    ) -> None:
         reply = message.reply
         try:
             if scope is None:  # asyncio: cancelling the task ends it here, unanswered
-                answer = await self._run_request(message.data, reply, message.headers)
+                answer = await self._run_request(message.data, origin, reply, message.headers)
             else:
                 with scope:
-                    answer = await self._run_request(message.data, reply, message.headers)
+                    answer = await self._run_request(message.data, origin, reply, message.headers)
                 if scope.cancel_called:
                     return
             await self._send(reply, answer)
@@ -524,7 +577,9 @@ class RemoteCalls:
             if not self._serving:
                 self._idle.set()
 
-    async def _run_request(self, data: bytes, reply: str, headers: dict[str, str]) -> CallReply:
+    async def _run_request(
+        self, data: bytes, origin: str, reply: str, headers: dict[str, str]
+    ) -> CallReply:
         try:
             request = CALL_REQUEST.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -541,7 +596,7 @@ class RemoteCalls:
                 served("cluster", request.method),
                 serving(request.method, trace, agent=request.agent),
             ):
-                caller = self._check(request)
+                caller = await self._check(request, origin)
                 result = await self._local.call(
                     request.agent,
                     request.method,
@@ -565,22 +620,42 @@ class RemoteCalls:
             return CallFailed(code=ErrorCode.INTERNAL_ERROR, message=f"{type(exc).__name__}: {exc}")
         return CallResult(result=result)
 
-    def _check(self, request: CallRequest) -> Principal:
-        """Who the call is made for (the door checks them next); refuse a call for nobody."""
+    async def _check(self, request: CallRequest, origin: str) -> Principal:
+        """Who the call is made for, as far as ``origin`` (the daemon that signed it) may
+        vouch (the door checks them next); see :func:`vouched`."""
         if not self._sync.is_local(request.agent):
             raise AgentUnavailable(
                 f"agent {request.agent!r} is not held by daemon {self._names.daemon!r}"
             )
         if self._authorize is not None:
             self._authorize(request)
-        if request.caller is None:
-            raise Forbidden(
-                f"a call from daemon {request.origin!r} says nobody it is made for; "
-                "calls between daemons carry their caller",
-                agent=request.agent,
-                method=request.method,
-            )
-        return request.caller
+        named = request.caller
+        if named is not None and named.kind == "agent":
+            await self._wait_holder(named.name, origin)
+        caller = vouched(request, origin, self._sync.holder)
+        if caller.room is not None:
+            holder = None if self.room_holder is None else await self.room_holder(caller.room)
+            if holder != origin:
+                raise _refused(
+                    request,
+                    f"a call from daemon {origin!r} is made for room {caller.room!r}, whose "
+                    f"lease daemon {origin!r} does not hold (a daemon speaks for the rooms it "
+                    "runs only)",
+                )
+        return caller
+
+    async def _wait_holder(self, agent_id: str, origin: str) -> None:
+        """Until our mirror has ``origin`` holding ``agent_id``, bounded: an agent of a
+        daemon that joined a moment ago may call before its entry has reached us."""
+        if self._sync.holder(agent_id) == origin:
+            return
+        with anyio.move_on_after(HOLDER_WAIT):
+            async with self._registry.subscribe() as changes:
+                if self._sync.holder(agent_id) == origin:
+                    return
+                async for _ in changes:
+                    if self._sync.holder(agent_id) == origin:
+                        return
 
     async def _send(self, reply: str, answer: CallReply) -> None:
         try:
@@ -589,14 +664,68 @@ class RemoteCalls:
             data = ENCODER.encode(
                 CallFailed(code=ErrorCode.INTERNAL_ERROR, message=f"answer not encodable: {exc}")
             )
+        headers = self._keys.keys.headers(reply, data)
 
         def lost(error: ClusterError) -> None:
             log.info("cluster.answer_lost", reply=reply, error=str(error))
 
         try:
-            await self._link.send(reply, data, lost)
+            await self._link.send(reply, data, lost, headers=headers)
         except ClusterError as exc:
             lost(exc)
+
+
+#: The only kinds of caller a daemon vouches for to another: a token of its own, an agent
+#: it holds (either of them perhaps through a room it runs).
+_VOUCHABLE: Final = frozenset({"client", "agent"})
+
+
+def outgoing_caller(caller: Principal, daemon: str) -> Principal:
+    """Who a call leaving ``daemon`` is made for, as the holder is told: the embedding
+    program is trusted on its own daemon only, so elsewhere it is a client token
+    ``embedder@<daemon>`` with no admin rights (its rooms stay its rooms)."""
+    if caller.kind != "embedder":
+        return caller
+    return msgspec.structs.replace(caller, kind="client", name=f"embedder@{daemon}", admin=False)
+
+
+def vouched(request: CallRequest, origin: str, holder_of: Callable[[str], str | None]) -> Principal:
+    """The caller a call from ``origin`` may name: a client (never admin: tokens belong
+    to their daemon) or an agent ``origin`` holds. Anything else is refused
+    (:class:`~mesh.Forbidden`), naming the rule."""
+    caller = request.caller
+    if request.origin != origin:
+        raise _refused(
+            request,
+            f"a call signed by daemon {origin!r} says it comes from daemon {request.origin!r}; "
+            "a daemon calls in its own name only",
+        )
+    if caller is None:
+        raise _refused(
+            request,
+            f"a call from daemon {origin!r} says nobody it is made for; "
+            "calls between daemons carry their caller",
+        )
+    if caller.kind not in _VOUCHABLE:
+        raise _refused(
+            request,
+            f"a call from daemon {origin!r} is made for {caller.kind!r}; a daemon vouches to "
+            "another for a client token or an agent of its own only (calls between daemons)",
+        )
+    if caller.kind == "agent" and holder_of(caller.name) != origin:
+        raise _refused(
+            request,
+            f"a call from daemon {origin!r} is made for agent {caller.name!r}, which daemon "
+            f"{origin!r} does not hold (a daemon speaks for its own agents only)",
+        )
+    if caller.admin:
+        # A token is valid on its own daemon only: an admin there is a client here.
+        return msgspec.structs.replace(caller, admin=False)
+    return caller
+
+
+def _refused(request: CallRequest, message: str) -> Forbidden:
+    return Forbidden(message, agent=request.agent, method=request.method)
 
 
 def _data(exc: MeshError) -> Any:

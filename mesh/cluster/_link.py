@@ -26,7 +26,7 @@ from mesh._tasks import open_task_group
 from mesh.cluster._bridge import NatsLoop
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._kv import AckInbox, KvChange, watch_bucket
-from mesh.cluster._settings import ClusterSettings
+from mesh.cluster._settings import ClusterSettings, Names
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -199,6 +199,9 @@ class NatsLink:
 
         names = f"mesh {self.settings.cluster_id}/{self.settings.daemon_id}"
         options = self.settings.connect_options()
+        # Answers to this daemon's calls come under its own prefix, which the NATS
+        # permissions let only this daemon's user read.
+        inbox = Names(self.settings.cluster_id, self.settings.daemon_id).inbox_prefix
 
         async def connect() -> Client:
             return await nats.connect(
@@ -208,6 +211,7 @@ class NatsLink:
                 reconnect_time_wait=RECONNECT_WAIT,
                 ping_interval=PING_INTERVAL,
                 connect_timeout=2,
+                inbox_prefix=inbox,
                 error_cb=on_error,
                 disconnected_cb=to_mesh(self._set_connected, False),
                 reconnected_cb=to_mesh(self._set_connected, True),
@@ -280,17 +284,41 @@ class NatsLink:
         )
         return Watch(self, subscription.unsubscribe)
 
-    async def request(self, subject: str, data: bytes, timeout: float) -> bytes:
+    async def request(
+        self,
+        subject: str,
+        data: bytes,
+        timeout: float,
+        *,
+        headers_for: Callable[[str], dict[str, str]] | None = None,
+    ) -> NatsMessage:
+        """Publish ``data`` to ``subject`` and wait for one answer on a fresh inbox;
+        ``headers_for(reply)`` gives the request's headers (a signature covers the reply)."""
         import nats.errors
 
         nc = self.nc
+
+        async def ask() -> NatsMessage:
+            reply = nc.new_inbox()
+            subscription = await nc.subscribe(reply, max_msgs=1)
+            try:
+                headers = None if headers_for is None else headers_for(reply)
+                await nc.publish(subject, data, reply=reply, headers=headers)
+                msg = await subscription.next_msg(timeout=timeout)
+            finally:
+                with contextlib.suppress(nats.errors.Error):
+                    await subscription.unsubscribe()
+            message = NatsMessage(msg.subject, msg.data, msg.reply, dict(msg.headers or {}))
+            if message.no_responders:
+                raise nats.errors.NoRespondersError
+            return message
+
         try:
-            reply = await self.loop.run(lambda: nc.request(subject, data, timeout=timeout))
+            return await self.loop.run(ask)
         except nats.errors.NoRespondersError:
             raise ClusterError(f"nobody answers on {subject} (that daemon is gone)") from None
         except (nats.errors.Error, TimeoutError) as exc:
             raise ClusterError(f"no answer on {subject} within {timeout:g} s: {exc}") from exc
-        return reply.data
 
     def new_inbox(self) -> str:
         return self.nc.new_inbox()

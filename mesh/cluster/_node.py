@@ -18,6 +18,7 @@ between, local calls never wait for NATS and remote ones fail at once.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
@@ -32,6 +33,8 @@ from mesh._tasks import open_task_group
 from mesh.cluster._bridge import open_nats_loop
 from mesh.cluster._calls import RemoteCalls
 from mesh.cluster._errors import ClusterError
+from mesh.cluster._keydir import KeyDirectory
+from mesh.cluster._keys import DaemonKey, Keys
 from mesh.cluster._link import NatsLink, open_nats_link
 from mesh.cluster._registry import ClusterRegistry, RegistrySync
 from mesh.cluster._settings import ClusterSettings, Names
@@ -59,8 +62,10 @@ class Cluster:
         sync: RegistrySync,
         calls: RemoteCalls,
         rooms: RoomReplication | None,
+        keys: KeyDirectory,
     ) -> None:
         self.settings = settings
+        self.keys = keys
         self.link = link
         self.sync = sync
         self.calls = calls
@@ -122,6 +127,7 @@ async def open_cluster(
     settings: ClusterSettings,
     *,
     rooms: RoomManager | None = None,
+    key_file: str | os.PathLike[str] | None = None,
 ) -> AsyncIterator[Cluster]:
     """Join the mesh named by ``settings.cluster_id`` for the ``async with``.
 
@@ -129,6 +135,11 @@ async def open_cluster(
     reach the other daemons). Waits up to ``settings.connect_timeout`` for NATS
     and the first snapshot of the registry; past that it serves local agents
     and joins when NATS answers. Leaving withdraws this daemon's entries.
+
+    The key in ``key_file`` (made 0600 if there is none) signs what this daemon
+    writes to NATS; ``mesh serve`` keeps it in its data directory as ``cluster.key``.
+    Without one a key is made for this run alone, and the daemon id is then taken
+    in the mesh until the operator removes its key (a fresh id each run is fine).
     """
     try:
         import nats  # noqa: F401  (the optional extra: say so now, not at the first connect)
@@ -144,6 +155,7 @@ async def open_cluster(
         )
     settings = settings.with_daemon()
     names = Names(settings.cluster_id, settings.daemon_id)
+    key = DaemonKey.generate() if key_file is None else DaemonKey.load_or_create(key_file)
     if not settings.credentials:
         log.warning(
             "cluster.nats_without_credentials",
@@ -151,20 +163,23 @@ async def open_cluster(
             "give the daemons NATS users (docs/cluster.md#credentials)",
         )
     async with open_nats_loop() as loop, open_nats_link(settings, loop) as link:
+        keys = KeyDirectory(link, names, Keys(names.daemon, key))
         sync = RegistrySync(
             link,
             names,
             registry,
             call_timeout_of=orchestrator.call_timeout_of,
             access_of=lambda agent: _access(orchestrator, agent),
+            signing=keys.keys,
         )
-        calls = RemoteCalls(link, names, sync, registry, orchestrator)
+        calls = RemoteCalls(link, names, sync, registry, orchestrator, keys)
         replication = None
         if rooms is not None:
             from mesh.cluster._rooms import RoomReplication
 
-            replication = RoomReplication(link, names, rooms, settings.room_lease_ttl)
-        cluster = Cluster(settings, link, sync, calls, replication)
+            replication = RoomReplication(link, names, rooms, settings.room_lease_ttl, keys)
+            calls.room_holder = replication.lease_holder
+        cluster = Cluster(settings, link, sync, calls, replication, keys)
         async with open_task_group() as tg:
             await tg.start(calls.serve)
             tg.start_soon(sync.run_publisher)
@@ -216,6 +231,10 @@ async def _follow_connection(cluster: Cluster, ready: anyio.Event) -> None:
 
 async def _on_connected(cluster: Cluster) -> None:
     link, names = cluster.link, cluster.sync._names
+    # Our key first, and everyone's before we take a call: every message we send or
+    # read is checked against them.
+    await cluster.keys.publish()
+    await cluster.keys.start_watch()
     await link.ensure_bucket(names.agents_bucket)
     await cluster.calls.open_inbox()
     await cluster.calls.listen()

@@ -30,6 +30,7 @@ import msgspec
 from mesh._logging import get_logger
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._link import KvChange, NatsLink, Watch
+from mesh.cluster._sealed import Signing, seal, unseal
 from mesh.cluster._settings import AGENT_PREFIX, DAEMON_PREFIX, Names, agent_key, key_agent
 from mesh.cluster._wire import (
     AGENT_ENTRY,
@@ -84,8 +85,11 @@ class RegistrySync:
         *,
         call_timeout_of: Callable[[str], float | None] = lambda _: None,
         access_of: Callable[[str], dict[str, Any] | None] = lambda _: None,
+        signing: Signing | None = None,
     ) -> None:
         self._link = link
+        #: With it, entries are sealed with our key and others' are taken only with theirs.
+        self._signing = signing
         self._names = names
         self._registry = registry
         self._call_timeout_of = call_timeout_of
@@ -104,7 +108,12 @@ class RegistrySync:
         self._withdrawn = False
         self._conflicts: set[AgentId] = set()
         self._applying = False
-        self._snapshot: set[AgentId] | None = None
+        self._snapshot: set[tuple[AgentId, str]] | None = None
+        #: Every other daemon's entry for each agent (more than one: held twice), and when
+        #: it was seen; :attr:`remote` holds the one chosen.
+        self._claims: dict[AgentId, dict[str, tuple[AgentEntry, float]]] = {}
+        #: When each of our agents was first published (epoch ms): the earliest wins.
+        self._registered: dict[AgentId, int] = {}
         self._watch: Watch | None = None
         self.synced = anyio.Event()
         #: Where this daemon's HTTP API answers (in its own entry; set once it listens).
@@ -197,13 +206,16 @@ class RegistrySync:
                 if agent_id in self._published:
                     self._published.discard(agent_id)
                     self._last_write.pop(agent_id, None)
-                    writes.append((agent_key(agent_id), None, 0.0))
+                    self._registered.pop(agent_id, None)
+                    writes.append((agent_key(self._names.daemon, agent_id), None, 0.0))
                     written.append((agent_id, False))
                 continue
             self._last_write[agent_id] = now
             timeout, access = self._call_timeout_of(agent_id), self._access_of(agent_id)
-            entry = AgentEntry.of(record, self._names.daemon, timeout, access)
-            writes.append((agent_key(agent_id), ENCODER.encode(entry), _ttl(record)))
+            registered = self._registered.setdefault(agent_id, now_ms())
+            entry = AgentEntry.of(record, self._names.daemon, timeout, access, registered)
+            key = agent_key(self._names.daemon, agent_id)
+            writes.append((key, self._seal(key, ENCODER.encode(entry)), _ttl(record)))
             written.append((agent_id, True))
         if not writes:
             return
@@ -230,8 +242,9 @@ class RegistrySync:
                     if self._withdrawn:
                         return
                     try:
+                        value = self._seal(key, ENCODER.encode(entry))
                         await self._link.kv_put(
-                            self._names.agents_bucket, key, ENCODER.encode(entry), ttl=DAEMON_TTL
+                            self._names.agents_bucket, key, value, ttl=DAEMON_TTL
                         )
                     except ClusterError as exc:
                         log.info("cluster.daemon_entry_failed", error=str(exc))
@@ -250,7 +263,8 @@ class RegistrySync:
             self._withdrawn = True
             if not self._link.connected:
                 return
-            keys = [agent_key(a) for a in self._published] + [DAEMON_PREFIX + self._names.daemon]
+            daemon = self._names.daemon
+            keys = [agent_key(daemon, a) for a in self._published] + [DAEMON_PREFIX + daemon]
             self._published.clear()
             try:
                 await self._link.kv_write_many(
@@ -282,50 +296,115 @@ class RegistrySync:
     def _end_snapshot(self) -> None:
         seen, self._snapshot = self._snapshot, None
         if seen is not None:
-            for agent_id in [a for a in self.remote if a not in seen]:
-                self._forget(agent_id)  # gone while we were not watching
+            now = anyio.current_time()
+            for agent_id, claims in list(self._claims.items()):
+                for daemon in [d for d in claims if (agent_id, d) not in seen]:
+                    del claims[daemon]  # gone while we were not watching
+                if not claims:
+                    del self._claims[agent_id]
+            for agent_id in {*self.remote, *self._claims}:
+                self._choose(agent_id, now)
         self.synced.set()
+
+    def _seal(self, key: str, body: bytes) -> bytes:
+        if self._signing is None:
+            return body
+        return seal(self._signing.key, self._names.daemon, self._names.agents_bucket, key, body)
+
+    def _open(self, change: KvChange, daemon: str) -> bytes | None:
+        """A change's body if ``daemon`` (the holder its key names) signed it."""
+        assert change.value is not None
+        if self._signing is None:
+            return change.value
+        opened = unseal(self._signing.ring, self._names.agents_bucket, change.key, change.value)
+        if opened is not None and opened.daemon != daemon:
+            bucket = self._names.agents_bucket
+            log.warning("cluster.forged", claimed=daemon, subject=f"{bucket}/{change.key}")
+            return None
+        return None if opened is None else opened.body
 
     def _on_daemon(self, change: KvChange) -> None:
         daemon = change.key.removeprefix(DAEMON_PREFIX)
         if change.value is None:
             self.daemons.pop(daemon, None)
             return
+        body = self._open(change, daemon)
+        if body is None:
+            return
         try:
-            self.daemons[daemon] = DAEMON_ENTRY.decode(change.value)
+            entry = DAEMON_ENTRY.decode(body)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.warning("cluster.bad_daemon_entry", key=change.key, error=str(exc))
+            return
+        if entry.id == daemon:
+            self.daemons[daemon] = entry
 
     def _on_agent(self, change: KvChange) -> None:
         try:
-            agent_id = AgentId(key_agent(change.key))
+            daemon, agent = key_agent(change.key)
         except ValueError:
             log.warning("cluster.bad_agent_key", key=change.key)
             return
-        if change.value is None:
-            if agent_id in self.remote:
-                self._forget(agent_id)
-            elif agent_id in self._published:
+        agent_id = AgentId(agent)
+        if daemon == self._names.daemon:
+            if change.value is None and agent_id in self._published:
                 self._mark(agent_id)  # our entry expired (we were cut off): write it again
-            return
-        try:
-            entry = AGENT_ENTRY.decode(change.value)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            log.warning("cluster.bad_agent_entry", key=change.key, error=str(exc))
-            return
-        if entry.daemon == self._names.daemon:
             return  # our own write, echoed
-        if self._snapshot is not None:
-            self._snapshot.add(agent_id)
-        if agent_id in self._registry and agent_id not in self.remote:
-            self._conflict(agent_id, entry.daemon)
+        if change.value is None:
+            self._drop_claim(agent_id, daemon)
             return
+        entry = self._decode_entry(change, daemon)
+        if entry is None:
+            return
+        if self._snapshot is not None:
+            self._snapshot.add((agent_id, daemon))
         now = anyio.current_time()
         seen = now - min(change.age, entry.heartbeat_ttl) if self._snapshot is not None else now
+        self._claims.setdefault(agent_id, {})[daemon] = (entry, seen)
+        self._choose(agent_id, now)
+
+    def _decode_entry(self, change: KvChange, daemon: str) -> AgentEntry | None:
+        """The entry in a change, if it is one and its key's holder wrote it."""
+        body = self._open(change, daemon)
+        if body is None:
+            return None
+        try:
+            entry = AGENT_ENTRY.decode(body)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.warning("cluster.bad_agent_entry", key=change.key, error=str(exc))
+            return None
+        if entry.daemon != daemon:
+            log.warning("cluster.bad_agent_entry", key=change.key, error="names another holder")
+            return None
+        return entry
+
+    def _drop_claim(self, agent_id: AgentId, daemon: str) -> None:
+        claims = self._claims.get(agent_id, {})
+        claims.pop(daemon, None)
+        if not claims:
+            self._claims.pop(agent_id, None)
+        current = self.remote.get(agent_id)
+        if current is not None and current.daemon == daemon:
+            self._choose(agent_id, anyio.current_time())
+
+    def _choose(self, agent_id: AgentId, now: float) -> None:
+        """Mirror the holder callers use: the earliest registration (then the lowest daemon
+        id), the same on every daemon whatever order their entries arrive in."""
+        claims = self._claims.get(agent_id)
+        if not claims:
+            if agent_id in self.remote:
+                self._forget(agent_id)
+            return
+        if len(claims) > 1 or (agent_id in self._registry and agent_id not in self.remote):
+            self._conflict(agent_id, sorted(claims))
+        if agent_id in self._registry and agent_id not in self.remote:
+            return  # ours: calls here go to the local one
+        daemon = min(claims, key=lambda d: (claims[d][0].registered, d))
+        entry, seen = claims[daemon]
         try:
             self._apply(agent_id, entry, seen, now)
         except ValueError as exc:  # InvalidAgentRecord: intervals no record may have
-            log.warning("cluster.bad_agent_entry", key=change.key, error=str(exc))
+            log.warning("cluster.bad_agent_entry", agent=agent_id, daemon=daemon, error=str(exc))
 
     def _apply(self, agent_id: AgentId, entry: AgentEntry, seen: float, now: float) -> None:
         record = entry.record({HOLDER: entry.daemon})
@@ -351,15 +430,16 @@ class RegistrySync:
             self._applying = False
             self.remote.pop(agent_id, None)
 
-    def _conflict(self, agent_id: AgentId, other: str) -> None:
+    def _conflict(self, agent_id: AgentId, others: list[str]) -> None:
         if agent_id not in self._conflicts:
             self._conflicts.add(agent_id)
             log.warning(
                 "cluster.agent_held_twice",
                 agent=agent_id,
                 here=self._names.daemon,
-                there=other,
-                hint="agent ids are unique across a mesh; calls here go to the local one",
+                there=others,
+                hint="agent ids are unique across a mesh; calls here go to a local one, "
+                "elsewhere to the earliest registered",
             )
 
 

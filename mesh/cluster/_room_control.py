@@ -9,6 +9,15 @@ disagree about who runs a room cannot bounce an operation between them. A
 person's seat holder is qualified by the daemon the person came through (tokens
 belong to their daemon), so a token of one daemon cannot speak for a person
 seated through another's token of the same name.
+
+Both ways are signed by the daemon that sends them: a request over its subject,
+its reply subject and its body, an answer over its reply subject and body. A
+request the holder cannot verify, or whose answers would go to another daemon's
+inbox, is dropped unanswered; an answer that is not the holder's is refused. A
+person's seat holder must be qualified by the daemon that signed the request (a
+daemon speaks for its own tokens only); one that names no holder (an admin or
+the embedding program of the daemon that asked) is that daemon's
+``daemon@<id>``, never an admin here.
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ from mesh._errors import Forbidden
 from mesh._logging import get_logger
 from mesh._orchestrator.access import Principal
 from mesh.cluster._errors import ClusterError
+from mesh.cluster._keydir import KeyDirectory
+from mesh.cluster._keys import DAEMON_HEADER, Keys, forged
 from mesh.cluster._link import NatsLink, NatsMessage, Watch
 from mesh.cluster._settings import Names
 from mesh.cluster._wire import ENCODER, ROOM_CONTROL, RoomControl, RoomControlReply
@@ -46,8 +57,10 @@ class RoomControls:
         names: Names,
         rooms: RoomManager,
         holder_of: Callable[[str], Awaitable[str | None]],
+        keys: KeyDirectory,
     ) -> None:
         self._link = link
+        self._keys = keys
         self._names = names
         self._rooms = rooms
         self._holder_of = holder_of
@@ -94,10 +107,15 @@ class RoomControls:
             holder = await self._holder_of(room_id)
             if holder is None or holder == self._names.daemon:
                 return None
-            data = await self._link.request(
-                self._names.room_control(holder), ENCODER.encode(control), timeout=CONTROL_TIMEOUT
+            subject, data = self._names.room_control(holder), ENCODER.encode(control)
+            keys = self._keys.keys
+            answer = await self._link.request(
+                subject,
+                data,
+                timeout=CONTROL_TIMEOUT,
+                headers_for=lambda reply: keys.headers(subject, reply, data),
             )
-            reply = msgspec.json.decode(data, type=RoomControlReply)
+            reply = msgspec.json.decode(_signed_by(holder, answer, keys), type=RoomControlReply)
         except ClusterError as exc:
             raise RoomConflict(
                 f"room {room_id!r} runs on another daemon: {exc}", room=room_id
@@ -120,10 +138,26 @@ class RoomControls:
         if self.tasks is not None and message.reply:
             self.tasks.start_soon(self._control_one, message)
 
+    async def _signer(self, message: NatsMessage) -> str | None:
+        """The daemon that signed this request, its answer going to its own inbox; None
+        if none did (a daemon whose key the watch has not brought yet is read first)."""
+        keys, claimed = self._keys.keys, message.headers.get(DAEMON_HEADER, "")
+        parts = (message.subject, message.reply, message.data)
+        signer = keys.signer(message.headers, *parts)
+        if signer is None and claimed not in keys.ring and await self._keys.ensure(claimed):
+            signer = keys.signer(message.headers, *parts)
+        if signer is None or not message.reply.startswith(self._names.inbox_of(signer) + "."):
+            forged(claimed, message.subject, "room control")
+            return None
+        return signer
+
     async def _control_one(self, message: NatsMessage) -> None:
+        signer = await self._signer(message)
+        if signer is None:
+            return  # never answered: the answer could pass for ours in another's inbox
         reply: RoomControlReply
         try:
-            reply = await _apply(self._rooms, ROOM_CONTROL.decode(message.data))
+            reply = await _apply(self._rooms, _vouched(ROOM_CONTROL.decode(message.data), signer))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             reply = RoomControlReply(error=f"invalid room control: {exc}", kind="invalid")
         except RoomNotFound as exc:
@@ -132,10 +166,36 @@ class RoomControls:
             reply = RoomControlReply(error=str(exc), kind="conflict")
         except Forbidden as exc:  # the seat's holder, checked again where it is recorded
             reply = RoomControlReply(error=str(exc), kind="forbidden")
+        data = ENCODER.encode(reply)
         try:
-            await self._link.publish(message.reply, ENCODER.encode(reply))
+            await self._link.publish(
+                message.reply, data, headers=self._keys.keys.headers(message.reply, data)
+            )
         except ClusterError as exc:
             log.info("cluster.control_answer_lost", error=str(exc))
+
+
+def _signed_by(holder: str, answer: NatsMessage, keys: Keys) -> bytes:
+    """The answer's body if ``holder`` signed it; a :class:`ClusterError` otherwise."""
+    if keys.signer(answer.headers, answer.subject, answer.data) != holder:
+        forged(answer.headers.get(DAEMON_HEADER), answer.subject, "room control answer")
+        raise ClusterError(f"its answer was not signed by daemon {holder!r}")
+    return answer.data
+
+
+def _vouched(control: RoomControl, signer: str) -> RoomControl:
+    """``control`` with the person's seat holder as ``signer`` may vouch for it: one of
+    its own tokens (qualified by it), or else the daemon itself, never an admin here."""
+    holder = control.holder
+    if holder is None:
+        return msgspec.structs.replace(control, holder=f"daemon@{signer}")
+    if holder.rpartition("@")[2] != signer:
+        raise Forbidden(
+            f"daemon {signer!r} asks for {control.op!r} in room {control.room!r} as {holder!r}, "
+            f"an identity of another daemon; a daemon speaks for its own tokens only "
+            "(room control between daemons)"
+        )
+    return control
 
 
 async def _apply(rooms: RoomManager, control: RoomControl) -> RoomControlReply:

@@ -29,13 +29,14 @@ delete it) takes the lease for that write and gives it back.
 **Deleting.** A stopped room is deleted by a tombstone: an empty message on the
 room's subject, behind the same fence, that names the
 room in its ``Mesh-Room-Deleted`` header. Every daemon that reads it drops its own
-copy; the room's events before it are then purged, so a daemon that starts later
-reads only the tombstone (and drops the copy it may still have on disk). A room
-created again with the same id follows the tombstone.
+copy, and a daemon that starts later reads the room's events, then the tombstone,
+and drops them (and the copy it may still have on disk). A room created again with
+the same id follows the tombstone.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Final
 
@@ -47,8 +48,11 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mesh._logging import get_logger
 from mesh._orchestrator.access import Principal
 from mesh.cluster._errors import ClusterError
+from mesh.cluster._keydir import KeyDirectory
+from mesh.cluster._keys import SIGNATURE_HEADER, signed_bytes
 from mesh.cluster._link import KvChange, NatsLink, StreamEvent, Watch
 from mesh.cluster._room_control import RoomControls
+from mesh.cluster._sealed import claimed, seal, unseal
 from mesh.cluster._settings import Names
 from mesh.cluster._wire import ENCODER, LEASE_ENTRY, LeaseEntry
 from mesh.rooms import (
@@ -74,6 +78,11 @@ WRITER: Final = "Mesh-Daemon"
 LEASE: Final = "Mesh-Lease"
 #: The header of a room's tombstone: the room it deletes.
 DELETED: Final = "Mesh-Room-Deleted"
+#: The header with the writer's signature of the event (see :func:`_event_bytes`).
+SIGNATURE: Final = SIGNATURE_HEADER
+#: How far the daemons' clocks may disagree: a lease is taken as lapsed only this
+#: long after the ``until`` its holder wrote in it.
+CLOCK_SKEW: Final = 30.0
 #: Catching up on a room's events before taking it over is bounded.
 CATCH_UP_TIMEOUT: Final = 10.0
 
@@ -91,13 +100,25 @@ class _Lease:
 class RoomReplication:
     """The cluster's :class:`~mesh.rooms._replica.RoomReplica`; see the module docstring."""
 
-    def __init__(self, link: NatsLink, names: Names, rooms: RoomManager, lease_ttl: float) -> None:
+    def __init__(
+        self,
+        link: NatsLink,
+        names: Names,
+        rooms: RoomManager,
+        lease_ttl: float,
+        keys: KeyDirectory,
+    ) -> None:
         self._link = link
+        #: Leases and events are signed with our key; others' are taken only with their
+        #: writer's signature.
+        self._keys = keys
         self._names = names
         self._rooms = rooms
         self._ttl = lease_ttl
         self._held: dict[str, _Lease] = {}
         self._tombstones: dict[str, int] = {}  # deleted room -> sequence of its tombstone
+        self._last_seq: dict[str, int] = {}  # room -> seq of its last event (signed, if signing)
+        self._lapses: dict[str, float] = {}  # room another holds -> when its lease lapses
         self._consumed = 0  # the stream's sequence absorbed so far
         self._progress = anyio.Event()
         self._inbox: MemoryObjectSendStream[StreamEvent]
@@ -105,7 +126,7 @@ class RoomReplication:
         self._inbox, self._outbox = anyio.create_memory_object_stream[StreamEvent](1 << 16)
         self._watches: list[Watch] = []
         self._tasks: anyio.abc.TaskGroup | None = None
-        self._controls = RoomControls(link, names, rooms, self._holder)
+        self._controls = RoomControls(link, names, rooms, self._holder, keys)
         rooms.replica = self
 
     # -- running -------------------------------------------------------------------------------
@@ -168,6 +189,12 @@ class RoomReplication:
         async for message in self._outbox:
             if message.sequence <= self._consumed:
                 continue  # seen already (a consumer restarted after a reconnect)
+            if not await self._verified(message):
+                # Never applied, never shown, and never taken for our holder having lost
+                # the room; but read past, or catching up on the stream would never end.
+                self._consumed = message.sequence
+                self._signal()
+                continue
             deleted = message.headers.get(DELETED)
             if deleted is not None:
                 self._check_fence(deleted, message)
@@ -180,9 +207,20 @@ class RoomReplication:
             else:
                 self._check_fence(event.room_id, message)
                 ours = message.headers.get(WRITER) == self._names.daemon
+                self._last_seq[event.room_id] = event.seq
                 await self._rooms.absorb(event, ours=ours)
             self._consumed = message.sequence
             self._signal()
+
+    async def _verified(self, message: StreamEvent) -> bool:
+        """Whether the daemon the event names as its writer signed it."""
+        writer = message.headers.get(WRITER, "")
+        await self._keys.ensure(writer)
+        data = _event_bytes(message.subject, message.data, message.headers)
+        if self._keys.keys.ring.verify(writer, data, message.headers.get(SIGNATURE)):
+            return True
+        log.warning("cluster.forged", claimed=writer, subject=message.subject, what="room event")
+        return False
 
     def _check_fence(self, room_id: str, message: StreamEvent) -> None:
         """An event past our fence, for a room we run, written by another: we lost the room."""
@@ -198,6 +236,7 @@ class RoomReplication:
 
     async def _absorb_tombstone(self, room_id: str, sequence: int) -> None:
         self._tombstones[room_id] = sequence
+        self._last_seq.pop(room_id, None)
         try:
             await self._rooms.forget(room_id)
         except RoomError as exc:
@@ -261,21 +300,26 @@ class RoomReplication:
     ) -> int | None:
         """Store ``data`` on the room's subject if nothing came after our fence."""
         assert lease.fence is not None
-        daemon = self._names.daemon
+        daemon, subject = self._names.daemon, self._names.room_subject(room_id)
+        headers = {WRITER: daemon, LEASE: str(lease.token), **headers}
+        headers[SIGNATURE] = self._keys.keys.key.sign(_event_bytes(subject, data, headers))
         try:
             return await self._link.js_publish(
-                self._names.room_subject(room_id),
+                subject,
                 data,
                 expected_last=lease.fence,
                 msg_id=f"{room_id}/{seq}/{daemon}/{lease.token}",
-                headers={WRITER: daemon, LEASE: str(lease.token), **headers},
+                headers=headers,
             )
         except ClusterError as exc:
             raise RoomLeaseLost(f"could not record event {seq}: {exc}", room=room_id) from exc
 
     async def delete(self, room_id: str) -> None:
-        """Record the room's tombstone behind our fence, then purge what came before."""
-        subject, stream = self._names.room_subject(room_id), self._names.rooms_stream
+        """Record the room's tombstone behind our fence.
+
+        The events before it stay in the stream (every reader drops the room at its
+        tombstone): a daemon's NATS user may not purge, or one daemon's credentials
+        could erase every room's record."""
         if not await self.claim(room_id):
             raise RoomConflict(f"room {room_id!r} runs on another daemon", room=room_id)
         try:
@@ -294,10 +338,6 @@ class RoomReplication:
             self._tombstones[room_id] = sequence
         finally:
             await self.release(room_id)
-        try:
-            await self._link.purge(stream, subject, keep=1)
-        except ClusterError as exc:  # the tombstone is what deletes; purging frees the space
-            log.info("cluster.room_purge_failed", room=room_id, error=str(exc))
 
     # -- leases ------------------------------------------------------------------------------------
 
@@ -309,17 +349,13 @@ class RoomReplication:
                 f"room {room_id!r}: rooms need NATS in a cluster, and {self._link.describe()}",
                 room=room_id,
             )
-        bucket, value = (
-            self._names.leases_bucket,
-            ENCODER.encode(LeaseEntry(daemon=self._names.daemon)),
+        revision = await self._link.kv_create(
+            self._names.leases_bucket, room_id, self._lease_value(room_id), ttl=self._ttl
         )
-        revision = await self._link.kv_create(bucket, room_id, value, ttl=self._ttl)
-        if revision is None and await self._holder(room_id) == self._names.daemon:
-            current = await self._link.kv_get(bucket, room_id)  # ours from a previous run
-            if current is not None:
-                revision = await self._link.kv_update(
-                    bucket, room_id, value, last=current[1], ttl=self._ttl
-                )
+        if revision is None:
+            # Ours from a previous run, or nobody's (lapsed, unsigned, forged): replaced
+            # if it is still what we read.
+            revision = await self._replace_lease(room_id, unless_held_by_another=True)
         if revision is None:
             return False
         lease = self._held[room_id] = _Lease(revision, revision)
@@ -330,7 +366,8 @@ class RoomReplication:
             raise RoomConflict(
                 f"room {room_id!r}: could not catch up on its events: {exc}", room=room_id
             ) from None
-        lease.fence, lease.last_seq = _fence_of(last)
+        lease.fence = 0 if last is None else last.sequence
+        lease.last_seq = self._last_seq.get(room_id, 0)
         return True
 
     async def release(self, room_id: str) -> None:
@@ -342,14 +379,54 @@ class RoomReplication:
         except ClusterError as exc:
             log.info("cluster.lease_release_failed", room=room_id, error=str(exc))
 
+    async def lease_holder(self, room_id: str) -> str | None:
+        """The daemon whose lease on ``room_id`` the leases bucket holds now, if any."""
+        return await self._holder(room_id)
+
     async def _holder(self, room_id: str) -> str | None:
+        """The daemon whose live lease, signed by it, the bucket has for the room."""
         current = await self._link.kv_get(self._names.leases_bucket, room_id)
         if current is None:
             return None
+        lease = await self._lease_of(room_id, current[0])
+        return None if lease is None else lease.daemon
+
+    def _lease_value(self, room_id: str) -> bytes:
+        """Our lease on the room, until a TTL from now, sealed with our key."""
+        daemon = self._names.daemon
+        body = ENCODER.encode(LeaseEntry(daemon=daemon, until=time.time() + self._ttl))
+        return seal(self._keys.keys.key, daemon, self._names.leases_bucket, room_id, body)
+
+    async def _lease_of(self, room_id: str, value: bytes) -> LeaseEntry | None:
+        """The lease in ``value`` if it is a live one, signed by the daemon it names; None
+        if it is nobody's (unsigned, forged, or lapsed: a copy of an old one put back)."""
+        await self._keys.ensure(claimed(value))
+        opened = unseal(self._keys.keys.ring, self._names.leases_bucket, room_id, value)
+        if opened is None:
+            return None
         try:
-            return LEASE_ENTRY.decode(current[0]).daemon
+            lease = LEASE_ENTRY.decode(opened.body)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
+        if lease.daemon != opened.daemon:
+            subject = f"{self._names.leases_bucket}/{room_id}"
+            log.warning("cluster.forged", claimed=lease.daemon, subject=subject, what="lease")
+            return None
+        if lease.until + CLOCK_SKEW < time.time():
+            return None
+        return lease
+
+    async def _replace_lease(self, room_id: str, *, unless_held_by_another: bool) -> int | None:
+        """Our lease in place of the room's current one if that is ours or nobody's (or
+        none); the new revision, or None."""
+        bucket, value = self._names.leases_bucket, self._lease_value(room_id)
+        current = await self._link.kv_get(bucket, room_id)
+        if current is None:
+            return await self._link.kv_create(bucket, room_id, value, ttl=self._ttl)
+        lease = await self._lease_of(room_id, current[0])
+        if lease is not None and lease.daemon != self._names.daemon and unless_held_by_another:
+            return None
+        return await self._link.kv_update(bucket, room_id, value, last=current[1], ttl=self._ttl)
 
     async def _renew_loop(self) -> None:
         while True:
@@ -357,17 +434,20 @@ class RoomReplication:
                 await anyio.sleep_forever()
             if self._link.connected:
                 await self._renew_all()
+                self._take_over_lapsed()
 
     async def _renew_all(self) -> None:
-        bucket, value = (
-            self._names.leases_bucket,
-            ENCODER.encode(LeaseEntry(daemon=self._names.daemon)),
-        )
+        bucket = self._names.leases_bucket
         for room_id, lease in list(self._held.items()):
             try:
+                value = self._lease_value(room_id)
                 renewed = await self._link.kv_update(
                     bucket, room_id, value, last=lease.revision, ttl=self._ttl
                 )
+                if renewed is None:
+                    # Another value in its place: ours still, unless another daemon's own
+                    # live lease is there (a forged or deleted one is replaced).
+                    renewed = await self._replace_lease(room_id, unless_held_by_another=True)
             except ClusterError as exc:
                 log.info("cluster.lease_renew_failed", room=room_id, error=str(exc))
                 continue  # tried again in a third of the TTL
@@ -380,8 +460,30 @@ class RoomReplication:
                 lease.revision = renewed
 
     def _on_lease(self, change: KvChange | None) -> None:
-        if change is not None and change.value is None and change.key not in self._held:
+        if change is None or change.key in self._held:
+            return
+        if change.value is None:
+            self._lapses.pop(change.key, None)
             self._spawn_take_over(change.key)  # its holder let go, or died
+        elif self._tasks is not None:
+            self._tasks.start_soon(self._seen_lease, change.key, change.value)
+
+    async def _seen_lease(self, room_id: str, value: bytes) -> None:
+        """Note when another daemon's lease lapses; a value that is nobody's lease (forged,
+        unsigned, lapsed) is taken over at once unless the last real one is still live."""
+        lease = await self._lease_of(room_id, value)
+        if lease is not None:
+            self._lapses[room_id] = lease.until + CLOCK_SKEW
+        elif self._lapses.get(room_id, 0.0) < time.time():
+            self._lapses.pop(room_id, None)
+            self._spawn_take_over(room_id)
+
+    def _take_over_lapsed(self) -> None:
+        """Rooms whose holder stopped renewing while a value stayed in its place."""
+        now = time.time()
+        for room_id in [r for r, lapse in self._lapses.items() if lapse < now]:
+            del self._lapses[room_id]
+            self._spawn_take_over(room_id)
 
     def _spawn_take_over(self, room_id: str) -> None:
         if self._tasks is not None and room_id not in self._held:
@@ -424,13 +526,7 @@ class RoomReplication:
         return await self._controls.forward_person(room_id, op, args, person)
 
 
-def _fence_of(last: StreamEvent | None) -> tuple[int, int]:
-    """The fence a claim starts from: the room's last stream sequence, and its event's seq."""
-    if last is None:
-        return 0, 0
-    if DELETED in last.headers:
-        return last.sequence, 0
-    try:
-        return last.sequence, decode_event(last.data).seq
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return last.sequence, 0
+def _event_bytes(subject: str, data: bytes, headers: dict[str, str]) -> bytes:
+    """What a room event's signature covers: where it is recorded, what, under which
+    lease, and the room a tombstone deletes."""
+    return signed_bytes(subject, data, headers.get(LEASE, ""), headers.get(DELETED, ""))

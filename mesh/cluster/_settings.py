@@ -24,7 +24,7 @@ import msgspec
 from mesh._nats_settings import NatsSettings
 from mesh.cluster._errors import ClusterError
 
-__all__ = ["ClusterSettings", "Names", "agent_key", "key_agent"]
+__all__ = ["ClusterSettings", "Names", "agent_key", "check_id", "key_agent"]
 
 #: Cluster and daemon ids become tokens of subjects and parts of bucket names.
 _TOKEN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -51,11 +51,8 @@ class ClusterSettings(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fi
             _check_server(url)
         for name in ("cluster_id", "daemon_id"):
             value = getattr(self, name)
-            if value and not _TOKEN.fullmatch(value):
-                raise ClusterError(
-                    f"{name} {value!r}: use 1-64 letters, digits, '_' or '-' "
-                    "(it becomes part of NATS subjects and bucket names)"
-                )
+            if value:
+                check_id(name, value)
         if self.room_lease_ttl < 1.0:
             raise ClusterError(f"room_lease_ttl must be at least 1 s, not {self.room_lease_ttl}")
         if (self.nats_tls_cert is None) != (self.nats_tls_key is None):
@@ -101,6 +98,15 @@ class ClusterSettings(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fi
         except (OSError, ssl.SSLError) as exc:
             raise ClusterError(f"cannot load the NATS TLS files: {exc}") from exc
         return context
+
+
+def check_id(name: str, value: str) -> None:
+    """A cluster or daemon id: it becomes part of NATS subjects and bucket names."""
+    if not _TOKEN.fullmatch(value):
+        raise ClusterError(
+            f"{name} {value!r}: use 1-64 letters, digits, '_' or '-' "
+            "(it becomes part of NATS subjects and bucket names)"
+        )
 
 
 _LOOPBACK_NAMES: Final = frozenset({"localhost", "localhost.localdomain"})
@@ -177,6 +183,19 @@ class Names:
         return f"mesh-{self.cluster}-leases"
 
     @property
+    def keys_bucket(self) -> str:
+        """Every daemon's public key, by daemon id (no TTL; each daemon writes its own)."""
+        return f"mesh-{self.cluster}-keys"
+
+    @property
+    def inbox_prefix(self) -> str:
+        """This daemon's reply subjects start with it: only this daemon may subscribe there."""
+        return f"_INBOX_mesh.{self.cluster}.{self.daemon}"
+
+    def inbox_of(self, daemon: str) -> str:
+        return f"_INBOX_mesh.{self.cluster}.{daemon}"
+
+    @property
     def rooms_stream(self) -> str:
         return f"mesh-{self.cluster}-rooms"
 
@@ -206,18 +225,27 @@ AGENT_PREFIX: Final = "agent."
 DAEMON_PREFIX: Final = "daemon."
 
 
-def agent_key(agent_id: str) -> str:
-    """The agents-bucket key of an agent (any id: odd ones are base64url-encoded)."""
+def agent_key(daemon: str, agent_id: str) -> str:
+    """The agents-bucket key of an agent ``daemon`` holds: ``agent.<daemon>.<id>``, the holder
+    first so that NATS can let each daemon write its own keys only (odd ids are
+    base64url-encoded)."""
     if _PLAIN_KEY.fullmatch(agent_id):
-        return AGENT_PREFIX + agent_id
+        return f"{AGENT_PREFIX}{daemon}.{agent_id}"
     encoded = base64.urlsafe_b64encode(agent_id.encode()).decode().rstrip("=")
-    return AGENT_PREFIX + _ENCODED + encoded
+    return f"{AGENT_PREFIX}{daemon}.{_ENCODED}{encoded}"
 
 
-def key_agent(key: str) -> str:
-    """The agent id back from its key (the inverse of :func:`agent_key`)."""
-    body = key.removeprefix(AGENT_PREFIX)
+def key_agent(key: str) -> tuple[str, str]:
+    """The holder and the agent id back from a key (the inverse of :func:`agent_key`);
+    ValueError for a key that is not one."""
+    daemon, dot, body = key.removeprefix(AGENT_PREFIX).partition(".")
+    if not dot or not body or not _TOKEN.fullmatch(daemon):
+        raise ValueError(f"not an agent key: {key!r}")
     if not body.startswith(_ENCODED):
-        return body
+        return daemon, body
     data = body[1:]
-    return base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)).decode()
+    try:
+        raw = base64.b64decode(data + "=" * (-len(data) % 4), altchars=b"-_", validate=True)
+        return daemon, raw.decode()
+    except (ValueError, UnicodeDecodeError) as exc:  # binascii.Error is a ValueError
+        raise ValueError(f"not an agent key: {key!r} ({exc})") from None

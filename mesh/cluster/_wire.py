@@ -48,6 +48,9 @@ class AgentEntry(msgspec.Struct, frozen=True, kw_only=True):
     #: Its manifest's access section (who may call it, whom it may call), so that the
     #: daemon a call enters checks it as the holder would; None: the defaults.
     access: dict[str, Any] | None = None
+    #: When the holder first published it (epoch ms): of two daemons holding one id, the
+    #: others call the earliest registered.
+    registered: int = 0
 
     @classmethod
     def of(
@@ -56,6 +59,7 @@ class AgentEntry(msgspec.Struct, frozen=True, kw_only=True):
         daemon: str,
         call_timeout: float | None,
         access: dict[str, Any] | None = None,
+        registered: int = 0,
     ) -> AgentEntry:
         return cls(
             daemon=daemon,
@@ -71,6 +75,7 @@ class AgentEntry(msgspec.Struct, frozen=True, kw_only=True):
             grace=record.grace,
             call_timeout=call_timeout,
             access=access,
+            registered=registered,
         )
 
     def record(self, metadata: dict[str, Any]) -> AgentRecord:
@@ -97,9 +102,14 @@ class DaemonEntry(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class LeaseEntry(msgspec.Struct, frozen=True, kw_only=True):
-    """Who holds a room (a key of the leases bucket that expires unless renewed)."""
+    """Who holds a room (a key of the leases bucket that expires unless renewed).
+
+    ``until`` (epoch seconds, by the holder's clock) is when it lapses unless renewed:
+    the bucket's TTL drops a lease its holder wrote, but a copy of an old signed lease
+    put back without a TTL would otherwise name its holder for ever."""
 
     daemon: str
+    until: float = 0.0
 
 
 class CallRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -123,7 +123,9 @@ def _join_cluster(
         return nullcontext()
     from mesh.cluster import open_cluster
 
-    return open_cluster(orchestrator, cluster_settings(settings), rooms=rooms)
+    # The key that signs what this daemon writes to NATS: the mesh knows it by this key.
+    key_file = Path(settings.data_dir) / "cluster.key"
+    return open_cluster(orchestrator, cluster_settings(settings), rooms=rooms, key_file=key_file)
 
 
 def _private_data_dir(directory: Path) -> None:

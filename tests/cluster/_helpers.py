@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -18,6 +19,9 @@ from registry import AgentId, AgentStatus, Registry
 #: Only a guard against a hang, never a measure: on loopback it takes milliseconds, but
 #: at a load of 5 on two cores a call, its silent holder and two cancels took over 10 s.
 SPREAD_TIMEOUT = 30.0
+#: Each member's key, kept for the test's NATS: a member that restarts under its id
+#: rejoins with the key the mesh knows it by (as a daemon's data directory keeps it).
+_KEYS = Path(tempfile.mkdtemp(prefix="mesh-cluster-keys-"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +53,9 @@ async def open_member(
                 mesh, data_dir / daemon_id, resume=False, creator=EMBEDDER
             )
             rooms = await stack.enter_async_context(manager)
-        cluster = await stack.enter_async_context(open_cluster(mesh, config, rooms=rooms))
+        key_file = _KEYS / f"{nats_url.rpartition(':')[2]}-{daemon_id}.key"
+        joined = open_cluster(mesh, config, rooms=rooms, key_file=key_file)
+        cluster = await stack.enter_async_context(joined)
         yield Member(mesh, cluster, rooms)
 
 

@@ -185,7 +185,10 @@ async def test_calls_from_anywhere_and_a_broadcast_over_thirty_agents(
                 assert (
                     await carol.post("/rpc", json={"agent": "a-1", "method": "ping"})
                 ).is_success
-            assert (await rpc(daemons["c"], "guarded", "admin may")).status_code == 200
+            # C's admin token is an admin on C only: on A it is a client like any other.
+            admin_call = await rpc(daemons["c"], "guarded", "admin may not")
+            assert admin_call.status_code == 403, admin_call.text
+            assert "does not accept calls from client token" in admin_call.text
 
 
 async def test_sigkill_a_daemon_its_agents_leave_and_its_room_resumes_elsewhere(

@@ -31,10 +31,10 @@ async def test_bad_entries_in_the_bucket_are_skipped_and_the_rest_mirrors(
 ) -> None:
     async with open_member(nats.url, "a") as a, open_member(nats.url, "b") as b:
         link, bucket = a.cluster.link, "mesh-mesh-agents"
-        await link.kv_put(bucket, "agent.garbage", b"{not json", ttl=30)
+        await link.kv_put(bucket, "agent.x.garbage", b"{not json", ttl=30)
         negative = {"daemon": "x", "id": "neg", "name": "n", "status": "online"}
         negative["heartbeat_interval"] = -1  # type: ignore[assignment]
-        await link.kv_put(bucket, "agent.neg", msgspec.json.encode(negative), ttl=30)
+        await link.kv_put(bucket, "agent.x.neg", msgspec.json.encode(negative), ttl=30)
         a.mesh.registry.register(AgentRecord(id=AgentId("good"), name="good"), anyio.current_time())
         await wait_status(b.mesh.registry, "good")
         assert b.mesh.registry.get(AgentId("garbage")) is None
@@ -54,7 +54,9 @@ async def test_a_call_that_does_not_decode_is_answered_with_the_reason(nats: Nat
 
         inbox = link.new_inbox()
         await link.subscribe(inbox, on_answer)
-        await link.publish("mesh.mesh.call.a", b'{"agent": 7}', reply=inbox)
+        # Signed (by a itself, the one key this test holds): unsigned calls are dropped.
+        headers = a.cluster.keys.keys.headers("mesh.mesh.call.a", inbox, b'{"agent": 7}')
+        await link.publish("mesh.mesh.call.a", b'{"agent": 7}', reply=inbox, headers=headers)
         with anyio.fail_after(SPREAD_TIMEOUT):
             await got.wait()
         failed = CALL_REPLY.decode(answers[0].data)
@@ -81,7 +83,7 @@ async def test_an_entry_written_while_its_daemon_leaves_is_withdrawn_too(
 ) -> None:
     """A put still unanswered when the daemon leaves lands before the deletes, not after
     them: its agent would otherwise stay in every other daemon's registry until its TTL."""
-    bucket, key = "mesh-mesh-agents", agent_key(AgentId("late"))
+    bucket, key = "mesh-mesh-agents", agent_key("b", AgentId("late"))
     gate, put_started, withdrawing = anyio.Event(), anyio.Event(), anyio.Event()
     async with open_member(nats.url, "c") as c, anyio.create_task_group() as tg:
         async with open_member(nats.url, "b") as b:
@@ -189,3 +191,30 @@ async def test_a_watch_skips_its_own_values_by_their_first_bytes_but_not_their_d
         ("skip.mine", None),
         ("skip.last", b'{"other":{"own":4}}'),
     ]
+
+
+async def test_of_two_holders_of_one_id_the_others_use_the_earliest_registered(
+    nats: NatsServer,
+) -> None:
+    twin = AgentRecord(id=AgentId("twin"), name="twin")
+    async with (
+        open_member(nats.url, "c") as c,
+        open_member(nats.url, "b") as b,
+        open_member(nats.url, "a") as a,
+    ):
+        b.mesh.registry.register(twin, anyio.current_time())  # b first
+        await wait_status(c.mesh.registry, "twin")
+        await wait_status(a.mesh.registry, "twin")
+        a.mesh.registry.register(twin, anyio.current_time())
+        # a's entries reach c in the order a wrote them: once "after" is there, so is "twin".
+        a.mesh.registry.register(AgentRecord(id=AgentId("after"), name="x"), anyio.current_time())
+        await wait_status(c.mesh.registry, "after")
+        assert c.cluster.holder("twin") == "b"  # not whichever wrote last: b stays
+        assert a.cluster.holder("twin") == "a"  # a calls its own
+        b.mesh.registry.deregister(AgentId("twin"), anyio.current_time())
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            async with c.mesh.registry.subscribe() as changes:
+                if c.cluster.holder("twin") != "a":
+                    async for _ in changes:
+                        if c.cluster.holder("twin") == "a":
+                            break

@@ -65,10 +65,17 @@ def test_credentials_files_are_checked_before_dialling(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("agent_id", ["echo", "a.b-c_d", "Has Space", "ünï", "x.", ".y", "*>"])
 def test_any_agent_id_is_a_key_and_back(agent_id: str) -> None:
-    key = agent_key(agent_id)
-    assert key_agent(key) == agent_id
-    body = key.removeprefix("agent.")
+    key = agent_key("d-1", agent_id)
+    assert key.startswith("agent.d-1.")  # the holder first: NATS grants agent.<daemon>.>
+    assert key_agent(key) == ("d-1", agent_id)
+    body = key.removeprefix("agent.d-1.")
     assert all(c.isascii() and (c.isalnum() or c in "-_=.") for c in body), key
+
+
+@pytest.mark.parametrize("key", ["agent.echo", "agent..x", "agent.d.=!!", "agent.d*.x"])
+def test_a_key_that_is_no_agent_key_is_refused(key: str) -> None:
+    with pytest.raises(ValueError, match="not an agent key"):
+        key_agent(key)
 
 
 def test_names_keep_two_meshes_apart() -> None:

@@ -1,0 +1,70 @@
+"""A raw nats-py client logged in as one daemon: what a stolen NATS credential can do.
+
+It runs on the cluster's own NATS loop (nats-py is asyncio-only; on trio that loop is
+a thread of its own), so the tests that use it run on both backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import anyio
+
+from mesh.cluster._bridge import NatsLoop, open_nats_loop
+from tests.cluster._helpers import SPREAD_TIMEOUT
+
+T = TypeVar("T")
+
+
+class RawDaemon:
+    """A nats-py client as ``daemon-<id>``; every call runs on the NATS loop."""
+
+    def __init__(self, loop: NatsLoop) -> None:
+        self.loop = loop
+        self.nc: Any = None
+        self.errors: list[str] = []
+        self._news = anyio.Event()
+
+    async def run(self, factory: Callable[[], Awaitable[T]]) -> T:
+        return await self.loop.run(factory)
+
+    def _note(self, error: str) -> None:
+        self.errors.append(error)
+        self._news.set()
+
+    async def refused(self, kind: str, subject: str) -> None:
+        """Until the server says it refused this client a ``kind`` ("publish" or
+        "subscription") on ``subject``."""
+        wanted = f'violation for {kind} to "{subject.lower()}"'  # nats-py lowercases it
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            while not any(wanted in error for error in self.errors):
+                self._news = anyio.Event()
+                await self._news.wait()
+
+
+@asynccontextmanager
+async def open_raw_daemon(url: str, daemon: str, password: str) -> AsyncIterator[RawDaemon]:
+    import nats
+
+    async with open_nats_loop() as loop:
+        raw = RawDaemon(loop)
+
+        async def on_error(exc: Exception) -> None:
+            loop.to_mesh(raw._note, str(exc))
+
+        raw.nc = await loop.run(
+            lambda: nats.connect(
+                url,
+                user=f"daemon-{daemon}",
+                password=password,
+                error_cb=on_error,
+                inbox_prefix=f"_INBOX_mesh.mesh.{daemon}",
+                allow_reconnect=False,
+            )
+        )
+        try:
+            yield raw
+        finally:
+            await loop.run(raw.nc.close)

@@ -1,0 +1,138 @@
+"""What daemon A's stolen NATS credentials cannot do in daemon B's name.
+
+A real nats-server runs the generator's config for daemons a, b and c; daemons B and
+C run in this process, and a raw nats-py client logged in as daemon-a writes what A's
+user may write (any agents entry of its own, any room's subject, any lease key) while
+claiming to be B. Neither C nor B applies or shows any of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+
+from mesh.cluster._keys import DaemonKey
+from mesh.cluster._permissions import nats_config, password_variable
+from mesh.cluster._sealed import seal
+from mesh.cluster._settings import Names, agent_key
+from mesh.cluster._wire import ENCODER
+from mesh.rooms import Limits, MessageEvent, RoomId, RoomSpec, decode_event, encode_event
+from registry import AgentId
+from tests.cluster._helpers import SPREAD_TIMEOUT, Member, open_member, wait_status
+from tests.cluster._raw import RawDaemon, open_raw_daemon
+from tests.cluster.test_rooms import persona
+
+pytestmark = pytest.mark.anyio
+
+PASSWORDS = {"a": "pw-a", "b": "pw-b", "c": "pw-c"}
+NAMES = Names("mesh", "a")
+
+
+@pytest.fixture
+async def nats(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> AsyncIterator[Any]:
+    from mesh.testing import spawn_nats_server
+
+    for daemon, password in PASSWORDS.items():
+        monkeypatch.setenv(password_variable(daemon), password)
+    config = tmp_path / "mesh-daemons.conf"
+    config.write_text(nats_config("mesh", sorted(PASSWORDS)))
+    async with spawn_nats_server(args=["-c", str(config)]) as server:
+        yield server
+
+
+def creds(daemon: str, tmp_path: Path) -> dict[str, Any]:
+    return {
+        "nats_user": f"daemon-{daemon}",
+        "nats_password": PASSWORDS[daemon],
+        "data_dir": tmp_path,
+        "room_lease_ttl": 3.0,
+    }
+
+
+@asynccontextmanager
+async def b_and_c(nats: Any, tmp_path: Path) -> AsyncIterator[tuple[Member, Member, RawDaemon]]:
+    """B runs alice and bob, and room "tea" between them (it runs on B); C sees it all."""
+    async with (
+        open_member(nats.url, "b", [persona("alice"), persona("bob")], **creds("b", tmp_path)) as b,
+        open_member(nats.url, "c", [], **creds("c", tmp_path)) as c,
+        open_raw_daemon(nats.url, "a", PASSWORDS["a"]) as raw,
+    ):
+        await wait_status(c.mesh.registry, "bob")
+        yield b, c, raw
+
+
+async def create_tea(b: Member, c: Member, turns: int) -> None:
+    """Room "tea" on B, until C has seen ``turns`` turns."""
+    assert b.rooms is not None and c.rooms is not None
+    limits = Limits(max_turns=turns)
+    await b.rooms.create(RoomSpec(id="tea", topic="Tea?", members=("alice", "bob"), limits=limits))
+    async with c.rooms.subscribe("tea", since=0) as events:
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            async for event in events:
+                if isinstance(event, MessageEvent) and event.turn == 2:
+                    return
+
+
+async def publish(raw: RawDaemon, subject: str, data: bytes, headers: dict[str, str]) -> None:
+    """Store a message on a stream as daemon-a's user, and wait for the stream's ack."""
+    js = raw.nc.jetstream()
+    await raw.run(lambda: js.publish(subject, data, headers=headers))
+
+
+async def test_an_entry_a_writes_claiming_bs_agent_is_not_applied_by_c(
+    nats: Any, tmp_path: Path
+) -> None:
+    async with b_and_c(nats, tmp_path) as (_b, c, raw):
+        bob = msgspec.structs.replace(c.cluster.sync.remote[AgentId("bob")], daemon="a")
+        key, body = agent_key("a", "bob"), ENCODER.encode(bob)
+        # A's user may write under A's keys only; what it writes there in B's name (or in
+        # A's, without A's key) is refused by C.
+        for value in (
+            body,
+            seal(DaemonKey.generate(), "a", NAMES.agents_bucket, key, body),
+            seal(DaemonKey.generate(), "b", NAMES.agents_bucket, key, body),
+        ):
+            await publish(raw, f"$KV.{NAMES.agents_bucket}.{key}", value, {})
+        # A's own agent, signed with A's key, written after them: once C has it, C has
+        # read the forgeries.
+        mine = DaemonKey.generate()
+        await publish(raw, f"$KV.{NAMES.keys_bucket}.a", mine.public.encode(), {})
+        zed = msgspec.structs.replace(bob, id="zed")
+        zed_key = agent_key("a", "zed")
+        sealed = seal(mine, "a", NAMES.agents_bucket, zed_key, ENCODER.encode(zed))
+        await publish(raw, f"$KV.{NAMES.agents_bucket}.{zed_key}", sealed, {})
+        await wait_status(c.mesh.registry, "zed")
+        assert c.cluster.holder("bob") == "b"
+        assert c.cluster.sync.remote[AgentId("bob")].daemon == "b"
+
+
+async def test_a_room_event_or_tombstone_a_forges_in_bs_room_is_not_shown_nor_applied(
+    nats: Any, tmp_path: Path
+) -> None:
+    async with b_and_c(nats, tmp_path) as (b, c, raw):
+        await create_tea(b, c, turns=2)
+        assert c.rooms is not None and c.cluster.rooms is not None
+        await c.cluster.rooms.wait_absorbed()
+        before = await c.rooms.transcript("tea")
+        subject = NAMES.room_subject("tea")
+        last = await c.cluster.link.last_message(NAMES.rooms_stream, subject)
+        assert last is not None
+        genuine = decode_event(last.data)
+        forged = MessageEvent(
+            room_id=RoomId("tea"), seq=genuine.seq + 1, turn=3, agent_id="bob", text="A as bob"
+        )
+        headers = {k: v for k, v in last.headers.items() if k.startswith("Mesh-")}
+        await publish(raw, subject, encode_event(forged), headers)  # b's signature, other data
+        await publish(raw, subject, b"", {**headers, "Mesh-Room-Deleted": "tea"})
+        await publish(raw, subject, b"", {"Mesh-Daemon": "b", "Mesh-Room-Deleted": "tea"})
+        await c.cluster.rooms.wait_absorbed()  # C has read all three
+        assert await c.rooms.transcript("tea") == before
+        assert (await c.rooms.get("tea")).id == "tea"  # not deleted
+        assert b.rooms is not None
+        assert (await b.rooms.get("tea")).id == "tea"
