@@ -48,7 +48,7 @@ from mesh._errors import (
 )
 from mesh._logging import get_logger
 from mesh._metrics import METRICS, served, timed
-from mesh._orchestrator.access import EMBEDDER, Principal
+from mesh._orchestrator.access import NOBODY, Principal
 from mesh._rpc.caller import CallMethods, CallOptions, ProgressCallback
 from mesh._rpc.pending import DEFAULT_CALL_TIMEOUT, MAX_CALL_DURATION, PendingCalls
 from mesh._rpc.session import SessionStatistics
@@ -236,7 +236,7 @@ class RemoteCalls:
     # -- the orchestrator's hook ------------------------------------------------------------
 
     def caller(
-        self, agent_id: str, method: str, *, on_behalf_of: Principal = EMBEDDER
+        self, agent_id: str, method: str, *, on_behalf_of: Principal = NOBODY
     ) -> RemoteCaller | None:
         """A Caller for an agent another daemon holds; None if no other daemon holds it.
 
@@ -281,7 +281,7 @@ class RemoteCalls:
         *,
         timeout: float,
         on_progress: ProgressCallback | None = None,
-        caller: Principal = EMBEDDER,
+        caller: Principal = NOBODY,
     ) -> Any:
         """Call ``method`` on ``agent``, held by daemon ``holder``; see the module docstring."""
         if not self._link.connected or not self._inbox:
@@ -677,7 +677,9 @@ class RemoteCalls:
 
 #: The only kinds of caller a daemon vouches for to another: a token of its own, an agent
 #: it holds (either of them perhaps through a room it runs).
-_VOUCHABLE: Final = frozenset({"client", "agent"})
+#: Whom a daemon may vouch for to another: its client tokens, its agents, and its own
+#: reads (which the holder's door lets read and nothing else).
+_VOUCHABLE: Final = frozenset({"client", "agent", "daemon"})
 
 
 def outgoing_caller(caller: Principal, daemon: str) -> Principal:
@@ -691,7 +693,8 @@ def outgoing_caller(caller: Principal, daemon: str) -> Principal:
 
 def vouched(request: CallRequest, origin: str, holder_of: Callable[[str], str | None]) -> Principal:
     """The caller a call from ``origin`` may name: a client (never admin: tokens belong
-    to their daemon) or an agent ``origin`` holds. Anything else is refused
+    to their daemon), an agent ``origin`` holds, or its own reads (``tools/list``,
+    ``agent/info``, ``ping``, as the door allows them). Anything else is refused
     (:class:`~mesh.Forbidden`), naming the rule."""
     caller = request.caller
     if request.origin != origin:
@@ -710,7 +713,8 @@ def vouched(request: CallRequest, origin: str, holder_of: Callable[[str], str | 
         raise _refused(
             request,
             f"a call from daemon {origin!r} is made for {caller.kind!r}; a daemon vouches to "
-            "another for a client token or an agent of its own only (calls between daemons)",
+            "another for a client token, an agent of its own or its own reads only "
+            "(calls between daemons)",
         )
     if caller.kind == "agent" and holder_of(caller.name) != origin:
         raise _refused(
@@ -760,7 +764,7 @@ class RemoteCaller(CallMethods):
         agent: str,
         holder: str,
         default_timeout: float | None,
-        on_behalf_of: Principal = EMBEDDER,
+        on_behalf_of: Principal = NOBODY,
     ) -> None:
         self._on_behalf_of = on_behalf_of
         self._calls = calls
