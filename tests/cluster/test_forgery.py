@@ -8,8 +8,11 @@ claiming to be B. Neither C nor B applies or shows any of it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import operator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +21,21 @@ import msgspec
 import pytest
 
 from mesh.cluster._keys import DaemonKey
+from mesh.cluster._kv import KvChange
 from mesh.cluster._permissions import nats_config, password_variable
-from mesh.cluster._sealed import seal
+from mesh.cluster._sealed import seal, unseal
 from mesh.cluster._settings import Names, agent_key
-from mesh.cluster._wire import ENCODER
-from mesh.rooms import Limits, MessageEvent, RoomId, RoomSpec, decode_event, encode_event
+from mesh.cluster._wire import ENCODER, LEASE_ENTRY, LeaseEntry
+from mesh.rooms import (
+    Limits,
+    MessageEvent,
+    ResumedEvent,
+    RoomId,
+    RoomSpec,
+    RoomStatus,
+    decode_event,
+    encode_event,
+)
 from registry import AgentId
 from tests.cluster._helpers import SPREAD_TIMEOUT, Member, open_member, wait_status
 from tests.cluster._raw import RawDaemon, open_raw_daemon
@@ -56,10 +69,14 @@ def creds(daemon: str, tmp_path: Path) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def b_and_c(nats: Any, tmp_path: Path) -> AsyncIterator[tuple[Member, Member, RawDaemon]]:
-    """B runs alice and bob, and room "tea" between them (it runs on B); C sees it all."""
+async def b_and_c(
+    nats: Any, tmp_path: Path, delay: float = 0.0
+) -> AsyncIterator[tuple[Member, Member, RawDaemon]]:
+    """B runs alice and bob (each turn ``delay`` seconds), and room "tea" between them (it
+    runs on B); C sees it all."""
+    agents = [persona("alice", delay), persona("bob", delay)]
     async with (
-        open_member(nats.url, "b", [persona("alice"), persona("bob")], **creds("b", tmp_path)) as b,
+        open_member(nats.url, "b", agents, **creds("b", tmp_path)) as b,
         open_member(nats.url, "c", [], **creds("c", tmp_path)) as c,
         open_raw_daemon(nats.url, "a", PASSWORDS["a"]) as raw,
     ):
@@ -67,15 +84,15 @@ async def b_and_c(nats: Any, tmp_path: Path) -> AsyncIterator[tuple[Member, Memb
         yield b, c, raw
 
 
-async def create_tea(b: Member, c: Member, turns: int) -> None:
-    """Room "tea" on B, until C has seen ``turns`` turns."""
+async def create_tea(b: Member, c: Member, turns: int, *, seen: int = 2) -> None:
+    """Room "tea" on B, ``turns`` long, until C has seen ``seen`` turns."""
     assert b.rooms is not None and c.rooms is not None
-    limits = Limits(max_turns=turns)
+    limits = Limits(max_turns=turns, max_messages_per_agent=turns)
     await b.rooms.create(RoomSpec(id="tea", topic="Tea?", members=("alice", "bob"), limits=limits))
     async with c.rooms.subscribe("tea", since=0) as events:
         with anyio.fail_after(SPREAD_TIMEOUT):
             async for event in events:
-                if isinstance(event, MessageEvent) and event.turn == 2:
+                if isinstance(event, MessageEvent) and event.turn == seen:
                     return
 
 
@@ -136,3 +153,91 @@ async def test_a_room_event_or_tombstone_a_forges_in_bs_room_is_not_shown_nor_ap
         assert (await c.rooms.get("tea")).id == "tea"  # not deleted
         assert b.rooms is not None
         assert (await b.rooms.get("tea")).id == "tea"
+
+
+class LeaseChanges:
+    """The values of room "tea"'s lease key, as C's link watches them, in order."""
+
+    def __init__(self) -> None:
+        self.values: list[bytes | None] = []
+        self._news = anyio.Event()
+
+    def on_change(self, change: KvChange | None) -> None:
+        if change is not None and change.key == "tea":
+            self.values.append(change.value)
+            self._news.set()
+            self._news = anyio.Event()
+
+    async def wait_for(self, found: Callable[[bytes | None], bool], after: int = 0) -> int:
+        """The index of the first value past ``after`` that ``found`` accepts."""
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            while True:
+                for index in range(after, len(self.values)):
+                    if found(self.values[index]):
+                        return index
+                await self._news.wait()
+
+
+async def test_a_lease_a_forges_in_bs_name_is_not_honoured(nats: Any, tmp_path: Path) -> None:
+    """A writes B's room's lease in B's name (unsigned, signed with A's key, and signed with
+    A's key as if B's), for an hour: it is nobody's lease. B goes on running the room and
+    puts its own lease back; C does not take the room over."""
+    async with b_and_c(nats, tmp_path, delay=0.1) as (b, c, raw):
+        assert b.rooms is not None and c.rooms is not None
+        assert b.cluster.rooms is not None and c.cluster.rooms is not None
+        # long enough that it still runs when the test is done, however loaded the machine
+        await create_tea(b, c, turns=400)
+        mine = DaemonKey.generate()  # A's key, which the mesh knows
+        await publish(raw, f"$KV.{NAMES.keys_bucket}.a", mine.public.encode(), {})
+        bucket, until = NAMES.leases_bucket, time.time() + 3600
+        in_bs_name = ENCODER.encode(LeaseEntry(daemon="b", until=until))
+        ring = c.cluster.keys.keys.ring
+
+        def bs_lease(value: bytes | None) -> bool:
+            opened = None if value is None else unseal(ring, bucket, "tea", value)
+            return opened is not None and LEASE_ENTRY.decode(opened.body).daemon == "b"
+
+        changes = LeaseChanges()
+        watch = await c.cluster.link.watch(bucket, changes.on_change)
+        try:
+            await changes.wait_for(bs_lease)
+            for forged in (
+                in_bs_name,  # unsigned
+                seal(mine, "a", bucket, "tea", in_bs_name),  # A's signature, B's name
+                seal(mine, "b", bucket, "tea", in_bs_name),  # A's signature as B's
+            ):
+                await publish(raw, f"$KV.{bucket}.tea", forged, {})
+                at = await changes.wait_for(partial(operator.eq, forged))
+                # nobody's lease (B's renewal may replace it before a read of the bucket)
+                assert await c.cluster.rooms._lease_of("tea", forged) is None
+                # the next value is B's own lease, put back (not another daemon's take-over)
+                back = await changes.wait_for(partial(operator.ne, forged), after=at + 1)
+                assert bs_lease(changes.values[back]), changes.values[back]
+                # B still runs the room: a turn after its lease is back is recorded by B
+                recorded = await c.cluster.link.last_message(
+                    NAMES.rooms_stream, NAMES.room_subject("tea")
+                )
+                assert recorded is not None
+                await wait_turn_after(c, decode_event(recorded.data).seq)
+                last = await c.cluster.link.last_message(
+                    NAMES.rooms_stream, NAMES.room_subject("tea")
+                )
+                assert last is not None
+                assert last.headers["Mesh-Daemon"] == "b", last.headers
+        finally:
+            await watch.stop()
+        assert b.cluster.rooms.holds("tea") and not c.cluster.rooms.holds("tea")
+        assert await c.cluster.rooms.lease_holder("tea") == "b"
+        events = await c.rooms.events("tea")
+        assert not [e for e in events if isinstance(e, ResumedEvent)], "the room moved"
+        assert (await b.rooms.get("tea")).status is RoomStatus.RUNNING
+
+
+async def wait_turn_after(member: Member, seq: int) -> None:
+    """Until ``member`` shows a turn of room "tea" recorded after event ``seq``."""
+    assert member.rooms is not None
+    async with member.rooms.subscribe("tea", since=seq) as events:
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            async for event in events:
+                if isinstance(event, MessageEvent) and event.seq > seq:
+                    return
