@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -80,6 +81,8 @@ class StreamEvent:
     sequence: int
     headers: dict[str, str]
     pending: int
+    #: When the server stored it (epoch seconds, by the server's clock; 0 if unknown).
+    stored: float = 0.0
 
 
 class Watch:
@@ -404,7 +407,8 @@ class NatsLink:
                 return None
             raise
         headers = dict(raw.headers or {})
-        return StreamEvent(subject, raw.data or b"", int(raw.seq or 0), headers, 0)
+        stored = raw.time.timestamp() if raw.time is not None else 0.0
+        return StreamEvent(subject, raw.data or b"", int(raw.seq or 0), headers, 0, stored)
 
     # -- key-value ---------------------------------------------------------------------------
 
@@ -418,10 +422,19 @@ class NatsLink:
 
     async def kv_get(self, bucket: str, key: str) -> tuple[bytes, int] | None:
         """The key's value and revision, or None if it has none (never set, or gone)."""
+        entry = await self.kv_entry(bucket, key)
+        if entry is None or entry.value is None:
+            return None
+        return entry.value, entry.revision
+
+    async def kv_entry(self, bucket: str, key: str) -> KvChange | None:
+        """The key's value, revision and age (as a watch gives them), or None if it has
+        none (never set, or gone)."""
         last = await self.last_message(f"KV_{bucket}", self._kv_subject(bucket, key))
         if last is None or _gone(last.headers):
             return None
-        return last.data, last.sequence
+        age = max(0.0, time.time() - last.stored) if last.stored else 0.0
+        return KvChange(key, last.data, last.sequence, age)
 
     async def kv_create(self, bucket: str, key: str, value: bytes, *, ttl: float) -> int | None:
         """Set the key only if it has no value; its revision, or None if another holds it."""

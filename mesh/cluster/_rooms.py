@@ -24,7 +24,11 @@ expiry, and the one whose compare-and-set create wins catches up on the
 room's events and resumes it (``RESUMED``, then the next turn). A graceful stop
 hands rooms over at once: it stops its engines, then deletes its leases. A daemon
 that must write to a room nobody runs (stop a paused room, seat a person in it,
-delete it) takes the lease for that write and gives it back.
+delete it) takes the lease for that write and gives it back. A lease is sealed by
+the daemon it names and carries the ``until`` its holder wrote; a reader takes
+anything else (unsigned, signed by another, lapsed) for nobody's lease, and an
+``until`` further ahead than one TTL after the value was stored counts only up to
+that (see :func:`open_lease`).
 
 **Deleting.** A stopped room is deleted by a tombstone: an empty message on the
 room's subject, behind the same fence, that names the
@@ -49,7 +53,7 @@ from mesh._logging import get_logger
 from mesh._orchestrator.access import Principal
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._keydir import KeyDirectory
-from mesh.cluster._keys import SIGNATURE_HEADER, signed_bytes
+from mesh.cluster._keys import SIGNATURE_HEADER, KeyRing, signed_bytes
 from mesh.cluster._link import KvChange, NatsLink, StreamEvent, Watch
 from mesh.cluster._room_control import RoomControls
 from mesh.cluster._sealed import claimed, seal, unseal
@@ -68,7 +72,7 @@ from mesh.rooms import (
 )
 from mesh.rooms._replica import Forwarded, PersonOp, RoomLeaseLost, RoomOp
 
-__all__ = ["RoomReplication"]
+__all__ = ["RoomReplication", "open_lease"]
 
 log = get_logger("mesh.cluster")
 
@@ -81,7 +85,8 @@ DELETED: Final = "Mesh-Room-Deleted"
 #: The header with the writer's signature of the event (see :func:`_event_bytes`).
 SIGNATURE: Final = SIGNATURE_HEADER
 #: How far the daemons' clocks may disagree: a lease is taken as lapsed only this
-#: long after the ``until`` its holder wrote in it.
+#: long after the ``until`` its holder wrote in it (itself capped at a TTL and this
+#: much after the value was stored).
 CLOCK_SKEW: Final = 30.0
 #: Catching up on a room's events before taking it over is bounded.
 CATCH_UP_TIMEOUT: Final = 10.0
@@ -385,10 +390,10 @@ class RoomReplication:
 
     async def _holder(self, room_id: str) -> str | None:
         """The daemon whose live lease, signed by it, the bucket has for the room."""
-        current = await self._link.kv_get(self._names.leases_bucket, room_id)
-        if current is None:
+        current = await self._link.kv_entry(self._names.leases_bucket, room_id)
+        if current is None or current.value is None:
             return None
-        lease = await self._lease_of(room_id, current[0])
+        lease = await self._lease_of(room_id, current.value, current.age)
         return None if lease is None else lease.daemon
 
     def _lease_value(self, room_id: str) -> bytes:
@@ -397,36 +402,25 @@ class RoomReplication:
         body = ENCODER.encode(LeaseEntry(daemon=daemon, until=time.time() + self._ttl))
         return seal(self._keys.keys.key, daemon, self._names.leases_bucket, room_id, body)
 
-    async def _lease_of(self, room_id: str, value: bytes) -> LeaseEntry | None:
-        """The lease in ``value`` if it is a live one, signed by the daemon it names; None
-        if it is nobody's (unsigned, forged, or lapsed: a copy of an old one put back)."""
+    async def _lease_of(self, room_id: str, value: bytes, age: float) -> LeaseEntry | None:
+        """The lease in ``value`` (stored ``age`` seconds ago) if it is a live one; see
+        :func:`open_lease`."""
         await self._keys.ensure(claimed(value))
-        opened = unseal(self._keys.keys.ring, self._names.leases_bucket, room_id, value)
-        if opened is None:
-            return None
-        try:
-            lease = LEASE_ENTRY.decode(opened.body)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return None
-        if lease.daemon != opened.daemon:
-            subject = f"{self._names.leases_bucket}/{room_id}"
-            log.warning("cluster.forged", claimed=lease.daemon, subject=subject, what="lease")
-            return None
-        if lease.until + CLOCK_SKEW < time.time():
-            return None
-        return lease
+        ring, bucket = self._keys.keys.ring, self._names.leases_bucket
+        return open_lease(ring, bucket, room_id, value, age=age, ttl=self._ttl, now=time.time())
 
     async def _replace_lease(self, room_id: str, *, unless_held_by_another: bool) -> int | None:
         """Our lease in place of the room's current one if that is ours or nobody's (or
         none); the new revision, or None."""
         bucket, value = self._names.leases_bucket, self._lease_value(room_id)
-        current = await self._link.kv_get(bucket, room_id)
-        if current is None:
+        current = await self._link.kv_entry(bucket, room_id)
+        if current is None or current.value is None:
             return await self._link.kv_create(bucket, room_id, value, ttl=self._ttl)
-        lease = await self._lease_of(room_id, current[0])
+        lease = await self._lease_of(room_id, current.value, current.age)
         if lease is not None and lease.daemon != self._names.daemon and unless_held_by_another:
             return None
-        return await self._link.kv_update(bucket, room_id, value, last=current[1], ttl=self._ttl)
+        last = current.revision
+        return await self._link.kv_update(bucket, room_id, value, last=last, ttl=self._ttl)
 
     async def _renew_loop(self) -> None:
         while True:
@@ -466,12 +460,12 @@ class RoomReplication:
             self._lapses.pop(change.key, None)
             self._spawn_take_over(change.key)  # its holder let go, or died
         elif self._tasks is not None:
-            self._tasks.start_soon(self._seen_lease, change.key, change.value)
+            self._tasks.start_soon(self._seen_lease, change.key, change.value, change.age)
 
-    async def _seen_lease(self, room_id: str, value: bytes) -> None:
+    async def _seen_lease(self, room_id: str, value: bytes, age: float) -> None:
         """Note when another daemon's lease lapses; a value that is nobody's lease (forged,
         unsigned, lapsed) is taken over at once unless the last real one is still live."""
-        lease = await self._lease_of(room_id, value)
+        lease = await self._lease_of(room_id, value, age)
         if lease is not None:
             self._lapses[room_id] = lease.until + CLOCK_SKEW
         elif self._lapses.get(room_id, 0.0) < time.time():
@@ -524,6 +518,40 @@ class RoomReplication:
         person: Principal | None = None,
     ) -> Forwarded | None:
         return await self._controls.forward_person(room_id, op, args, person)
+
+
+def open_lease(
+    ring: KeyRing, bucket: str, room_id: str, value: bytes, *, age: float, ttl: float, now: float
+) -> LeaseEntry | None:
+    """The lease in ``value``, a room's entry in the leases bucket stored ``age`` seconds
+    before ``now``, if it is a live one; None if it is nobody's.
+
+    A lease is live only if signed by the daemon it names (anything else is logged
+    ``cluster.forged``), and until :data:`CLOCK_SKEW` past its ``until``. Its ``until``
+    counts only up to one ``ttl`` plus the skew after it was stored, which a holder's
+    renewal never writes past: so one write, copied back or made up with an ``until``
+    far ahead and no TTL, names its holder for at most ``ttl`` + twice the skew.
+    """
+    opened = unseal(ring, bucket, room_id, value)
+    if opened is None:
+        return None
+    try:
+        lease = LEASE_ENTRY.decode(opened.body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if lease.daemon != opened.daemon:
+        subject = f"{bucket}/{room_id}"
+        log.warning("cluster.forged", claimed=lease.daemon, subject=subject, what="lease")
+        return None
+    cap = now - age + ttl + CLOCK_SKEW
+    if lease.until > cap:
+        log.warning(
+            "cluster.lease_capped", room=room_id, daemon=lease.daemon, ahead=lease.until - now
+        )
+        lease = msgspec.structs.replace(lease, until=cap)
+    if lease.until + CLOCK_SKEW < now:
+        return None
+    return lease
 
 
 def _event_bytes(subject: str, data: bytes, headers: dict[str, str]) -> bytes:

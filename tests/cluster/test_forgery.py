@@ -209,7 +209,7 @@ async def test_a_lease_a_forges_in_bs_name_is_not_honoured(nats: Any, tmp_path: 
                 await publish(raw, f"$KV.{bucket}.tea", forged, {})
                 at = await changes.wait_for(partial(operator.eq, forged))
                 # nobody's lease (B's renewal may replace it before a read of the bucket)
-                assert await c.cluster.rooms._lease_of("tea", forged) is None
+                assert await c.cluster.rooms._lease_of("tea", forged, 0.0) is None
                 # the next value is B's own lease, put back (not another daemon's take-over)
                 back = await changes.wait_for(partial(operator.ne, forged), after=at + 1)
                 assert bs_lease(changes.values[back]), changes.values[back]
