@@ -171,6 +171,7 @@ async def open_cluster(
             call_timeout_of=orchestrator.call_timeout_of,
             access_of=lambda agent: _access(orchestrator, agent),
             signing=keys.keys,
+            fetch_key=keys.ensure,
         )
         calls = RemoteCalls(link, names, sync, registry, orchestrator, keys)
         replication = None
@@ -183,6 +184,7 @@ async def open_cluster(
         async with open_task_group() as tg:
             await tg.start(calls.serve)
             tg.start_soon(sync.run_publisher)
+            tg.start_soon(sync.run_key_fetches)
             sync.daemon_url = settings.daemon_url
             tg.start_soon(sync.run_daemon_entry)
             if replication is not None:

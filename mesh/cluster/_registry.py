@@ -15,17 +15,24 @@ beats stop arriving, so ``GET /agents``, ``/agents/events``, capability lookups
 and rooms see the whole mesh with no code of their own. On every (re)connect
 the watch starts from a fresh snapshot and mirrored agents it no longer holds
 are dropped, so the registry converges after an outage.
+
+**Signed.** Each entry is sealed with its writer's key (:mod:`mesh.cluster._sealed`)
+and mirrored only if the daemon its key names signed it. A new daemon's entry may
+arrive before the keys bucket's watch brings its key: the key is read once then,
+and that daemon's changes wait for it, in order, instead of being dropped until
+the entry is written again.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import anyio
 import anyio.abc
 import msgspec
+from anyio.streams.memory import MemoryObjectSendStream
 
 from mesh._logging import get_logger
 from mesh.cluster._errors import ClusterError
@@ -54,6 +61,9 @@ HOLDER: Final = "mesh.daemon"
 RELAY_SHARE: Final = 0.25
 #: A daemon's own entry expires this long after its last renewal.
 DAEMON_TTL: Final = 6.0
+#: Daemons whose key is being read before their entries are checked, at most: entries
+#: of more unknown daemons at once are checked against the ring as it is (and dropped).
+KEY_FETCHES: Final = 1024
 _GONE: Final = frozenset({ChangeKind.REMOVED, ChangeKind.DEREGISTERED})
 
 
@@ -86,10 +96,17 @@ class RegistrySync:
         call_timeout_of: Callable[[str], float | None] = lambda _: None,
         access_of: Callable[[str], dict[str, Any] | None] = lambda _: None,
         signing: Signing | None = None,
+        fetch_key: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self._link = link
         #: With it, entries are sealed with our key and others' are taken only with theirs.
         self._signing = signing
+        #: Reads a daemon's key the ring does not have yet (its entry may reach us before
+        #: the keys bucket's watch brings its key); run by :meth:`run_key_fetches`.
+        self._fetch_key = fetch_key
+        #: Daemons whose key is being read, and their changes meanwhile, in order.
+        self._waiting: dict[str, list[KvChange]] = {}
+        self._fetches: MemoryObjectSendStream[str] | None = None  # while they run
         self._names = names
         self._registry = registry
         self._call_timeout_of = call_timeout_of
@@ -280,6 +297,8 @@ class RegistrySync:
         if self._watch is not None:
             await self._watch.stop()
         self._snapshot = set()
+        for waiting in self._waiting.values():
+            waiting.clear()  # the new snapshot brings their entries again
         # Our own entries' echoes are skipped by their first bytes, before they are decoded
         # (or cross to trio).
         own = entry_prefix(self._names.daemon)
@@ -288,10 +307,49 @@ class RegistrySync:
     def _on_kv(self, change: KvChange | None) -> None:
         if change is None:
             self._end_snapshot()
-        elif change.key.startswith(DAEMON_PREFIX):
+        elif not self._wait_for_key(change):
+            self._dispatch(change)
+
+    def _dispatch(self, change: KvChange) -> None:
+        if change.key.startswith(DAEMON_PREFIX):
             self._on_daemon(change)
         elif change.key.startswith(AGENT_PREFIX):
             self._on_agent(change)
+
+    def _wait_for_key(self, change: KvChange) -> bool:
+        """Whether ``change`` waits for its writer's key to be read (it is then applied,
+        in order with that daemon's later changes, by :meth:`run_key_fetches`)."""
+        if self._fetches is None or self._signing is None:
+            return False
+        daemon = _writer(change.key)
+        if daemon is None or daemon == self._names.daemon:
+            return False
+        waiting = self._waiting.get(daemon)
+        if waiting is not None:
+            waiting.append(change)
+            return True
+        if change.value is None or daemon in self._signing.ring:
+            return False
+        try:
+            self._fetches.send_nowait(daemon)
+        except anyio.WouldBlock:
+            return False  # too many unknown daemons at once: checked as it is (dropped)
+        self._waiting[daemon] = [change]
+        return True
+
+    async def run_key_fetches(self) -> None:
+        """Read each unknown writer's key once, then apply what it wrote meanwhile."""
+        if self._fetch_key is None:
+            return
+        self._fetches, to_fetch = anyio.create_memory_object_stream[str](KEY_FETCHES)
+        try:
+            async with self._fetches, to_fetch:
+                async for daemon in to_fetch:
+                    await self._fetch_key(daemon)  # False: its entries are dropped, logged
+                    for change in self._waiting.pop(daemon, []):
+                        self._dispatch(change)
+        finally:
+            self._fetches = None
 
     def _end_snapshot(self) -> None:
         seen, self._snapshot = self._snapshot, None
@@ -441,6 +499,18 @@ class RegistrySync:
                 hint="agent ids are unique across a mesh; calls here go to a local one, "
                 "elsewhere to the earliest registered",
             )
+
+
+def _writer(key: str) -> str | None:
+    """The daemon whose key of the agents bucket ``key`` is (the only one that may write it)."""
+    if key.startswith(DAEMON_PREFIX):
+        return key.removeprefix(DAEMON_PREFIX)
+    if key.startswith(AGENT_PREFIX):
+        try:
+            return key_agent(key)[0]
+        except ValueError:
+            return None
+    return None
 
 
 def _ttl(record: AgentRecord) -> float:

@@ -218,3 +218,21 @@ async def test_of_two_holders_of_one_id_the_others_use_the_earliest_registered(
                     async for _ in changes:
                         if c.cluster.holder("twin") == "a":
                             break
+
+
+async def test_an_entry_that_comes_before_its_writers_key_is_checked_once_the_key_is_read(
+    nats: NatsServer,
+) -> None:
+    """A new daemon's entry may reach a member before the keys bucket's watch brings the
+    daemon's key: the member reads the key then, and applies the entry (not only its next
+    renewal, which may be a heartbeat interval away)."""
+    async with open_member(nats.url, "c") as c:
+        # C's watch of the keys bucket lags (here: for ever); only a direct read finds D's.
+        watch = c.cluster.keys._watch
+        assert watch is not None
+        await watch.stop()
+        slow = AgentSpec("slow", local_connector(echo_agent), heartbeat_interval=3600.0)
+        async with open_member(nats.url, "d", [slow]):
+            await wait_status(c.mesh.registry, "slow")
+            assert c.cluster.holder("slow") == "d"
+            assert "d" in c.cluster.keys.keys.ring
