@@ -222,11 +222,21 @@ _STEERING: Final = frozenset({"pause", "stop", "resume"})
 
 async def _check_steering(rooms: RoomManager, control: RoomControl, signer: str) -> None:
     """Refuse a pause, stop or resume another daemon asks for anyone but the room's owner,
-    or an admin of the owner's own daemon (tokens, and their rooms, belong to one daemon)."""
+    or an admin of the owner's own daemon (tokens, and their rooms, belong to one daemon).
+    A room with no owner (an embedding program's) is the operators': an admin's or an
+    embedding program's."""
     if control.op not in _STEERING:
         return
     owner = (await rooms.get(control.room)).room.owner
     by = control.holder
+    admin = control.person is not None and control.person.admin and control.person.kind == "client"
+    if owner is None:  # an embedding program's room: the operators', as on one daemon
+        if by is None or admin:
+            return
+        raise Forbidden(
+            f"room {control.room!r} belongs to the daemons' operators; only an admin or an "
+            f"embedding program may {control.op} it"
+        )
     owners_daemon = owner.rpartition("@")[2] if owner is not None and "@" in owner else None
     if owners_daemon != signer:
         raise Forbidden(
@@ -235,7 +245,6 @@ async def _check_steering(rooms: RoomManager, control: RoomControl, signer: str)
         )
     if by is not None and by == owner:
         return
-    admin = control.person is not None and control.person.admin and control.person.kind == "client"
     if not admin or by is None or by.rpartition("@")[2] != signer:
         raise Forbidden(
             f"room {control.room!r} belongs to another identity; only its owner or an admin "

@@ -10,10 +10,11 @@ import anyio
 import msgspec
 import pytest
 
-from mesh import Agent, AgentSpec, local_connector
+from mesh import EMBEDDER, Agent, AgentSpec, local_connector
 from mesh.agents.echo import agent as echo_agent
 from mesh.cluster._bridge import open_nats_loop
 from mesh.cluster._keys import DaemonKey, Keys
+from mesh.cluster._permissions import nats_config, password_variable
 from mesh.cluster._wire import CALL_REPLY, CallFailed, CallResult
 from mesh.manifests import AccessSection
 from mesh.testing import spawn_nats_server
@@ -21,7 +22,6 @@ from tests.cluster._helpers import SPREAD_TIMEOUT, open_member, wait_status
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "nats" / "mesh-daemons.conf"
 CALLS_B = "mesh.mesh.call.b"
 INBOX_A = "_INBOX_mesh.mesh.a"
 
@@ -81,8 +81,10 @@ async def test_daemon_a_credentials_make_b_obey_no_more_than_a_may(
 ) -> None:
     import nats
 
-    monkeypatch.setenv("MESH_DAEMON_A_PASSWORD", "pw-a")
-    monkeypatch.setenv("MESH_DAEMON_B_PASSWORD", "pw-b")
+    for daemon in "abc":
+        monkeypatch.setenv(password_variable(daemon), f"pw-{daemon}")
+    config = tmp_path / "mesh-daemons.conf"
+    config.write_text(nats_config("mesh", ["a", "b", "c"]))  # each daemon its own subjects
     held = anyio.Event()
     release = anyio.Event()
     slow = Agent("slow")
@@ -100,9 +102,9 @@ async def test_daemon_a_credentials_make_b_obey_no_more_than_a_may(
     ]
     b_creds: Any = {"nats_user": "daemon-b", "nats_password": "pw-b"}
     async with (
-        spawn_nats_server(args=["-c", str(EXAMPLE_CONFIG)]) as server,
+        spawn_nats_server(args=["-c", str(config)]) as server,
         open_member(server.url, "b", specs, **b_creds) as b,
-        open_member(server.url, "c", nats_user="daemon-a", nats_password="pw-a") as c,
+        open_member(server.url, "c", nats_user="daemon-c", nats_password="pw-c") as c,
         open_nats_loop() as loop,
     ):
         nc = await loop.run(
@@ -116,7 +118,7 @@ async def test_daemon_a_credentials_make_b_obey_no_more_than_a_may(
             assert isinstance(await attacker.ask({**ping, "caller": client()}), CallResult)
 
             refusals: dict[str, dict[str, Any]] = {
-                "a daemon vouches to another for a client token or an agent": {
+                "a daemon vouches to another for a client token, an agent": {
                     **ping,
                     "caller": {"kind": "embedder"},
                 },
@@ -156,12 +158,21 @@ async def test_daemon_a_credentials_make_b_obey_no_more_than_a_may(
             async def on_call(msg: Any) -> None:
                 loop.to_mesh(saw, msg)
 
-            await loop.run(lambda: nc.subscribe(CALLS_B, cb=on_call))
+            # The shipped config lets no daemon but b read b's calls: the reply subject
+            # reaches the thief here through b's own user, as if it had leaked.
+            observer = await loop.run(
+                lambda: nats.connect(server.url, user="daemon-b", password="pw-b")
+            )
+            await loop.run(lambda: observer.subscribe(CALLS_B, cb=on_call))
             async with anyio.create_task_group() as tg:
                 results: list[Any] = []
 
                 async def call() -> None:
-                    results.append(await c.mesh.call_tool("slow", "wait", {}, timeout=30))
+                    results.append(
+                        await c.mesh.call_tool(
+                            "slow", "wait", {}, timeout=30, on_behalf_of=EMBEDDER
+                        )
+                    )
 
                 tg.start_soon(call)
                 with anyio.fail_after(SPREAD_TIMEOUT):
@@ -174,6 +185,7 @@ async def test_daemon_a_credentials_make_b_obey_no_more_than_a_may(
                 release.set()
             assert results == [{"real": True}]
             assert b.cluster.calls.calls_served >= 1
+            await loop.run(observer.close)
         finally:
             await loop.run(nc.close)
             attacker._send.close()
