@@ -116,7 +116,7 @@ async def test_a_caller_that_gives_up_cancels_the_remote_call(nats: NatsServer) 
         await wait_status(b.mesh.registry, "blocker")
         with anyio.fail_after(SPREAD_TIMEOUT):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(b.mesh.call_tool, "blocker", "hold", {"seconds": 30})
+                tg.start_soon(b.mesh.as_embedder().call_tool, "blocker", "hold", {"seconds": 30})
                 await started.wait()
                 tg.cancel_scope.cancel()
             await cancelled.wait()
