@@ -38,7 +38,7 @@ from mesh.cluster._link import NatsLink, NatsMessage, Watch
 from mesh.cluster._settings import Names
 from mesh.cluster._wire import ENCODER, ROOM_CONTROL, RoomControl, RoomControlReply
 from mesh.rooms import RoomConflict, RoomError, RoomManager, RoomNotFound, RoomSnapshot
-from mesh.rooms._replica import Forwarded, PersonOp, RoomOp
+from mesh.rooms._replica import Forwarded, PersonOp, RoomOp, qualified
 
 __all__ = ["RoomControls"]
 
@@ -75,8 +75,13 @@ class RoomControls:
 
     # -- asking ------------------------------------------------------------------------------
 
-    async def forward(self, room_id: str, op: RoomOp) -> RoomSnapshot | None:
-        reply = await self._ask(RoomControl(room=room_id, op=op))
+    async def forward(
+        self, room_id: str, op: RoomOp, *, by: str | None = None, person: Principal | None = None
+    ) -> RoomSnapshot | None:
+        """``op`` the room where it runs, asked by ``by`` (qualified by this daemon), who
+        that daemon checks against the room's owner; None if it runs here or nowhere."""
+        control = RoomControl(room=room_id, op=op, holder=self._qualify(by), person=person)
+        reply = await self._ask(control)
         return None if reply is None else msgspec.convert(reply.snapshot, RoomSnapshot)
 
     async def forward_person(
@@ -94,11 +99,14 @@ class RoomControls:
                 name=args.get("name") or "",
                 member=args.get("member") or "",
                 text=args.get("text") or "",
-                holder=None if holder is None else f"{holder}@{self._names.daemon}",
+                holder=self._qualify(holder),
                 person=person,
             )
         )
         return None if reply is None else Forwarded(reply.result)
+
+    def _qualify(self, identity: str | None) -> str | None:
+        return qualified(identity, self._names.daemon)
 
     async def _ask(self, control: RoomControl) -> RoomControlReply | None:
         """The holder's answer to ``control``; None if no other daemon holds the room."""
@@ -157,7 +165,9 @@ class RoomControls:
             return  # never answered: the answer could pass for ours in another's inbox
         reply: RoomControlReply
         try:
-            reply = await _apply(self._rooms, _vouched(ROOM_CONTROL.decode(message.data), signer))
+            asked = ROOM_CONTROL.decode(message.data)
+            await _check_steering(self._rooms, asked, signer)
+            reply = await _apply(self._rooms, _vouched(asked, signer))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             reply = RoomControlReply(error=f"invalid room control: {exc}", kind="invalid")
         except RoomNotFound as exc:
@@ -184,18 +194,62 @@ def _signed_by(holder: str, answer: NatsMessage, keys: Keys) -> bytes:
 
 
 def _vouched(control: RoomControl, signer: str) -> RoomControl:
-    """``control`` with the person's seat holder as ``signer`` may vouch for it: one of
-    its own tokens (qualified by it), or else the daemon itself, never an admin here."""
-    holder = control.holder
+    """``control`` as ``signer`` may vouch for it: the seat's holder one of its own tokens
+    (qualified by it), or else the daemon itself; the person a client token, and never an
+    admin here (a token is valid on its own daemon only)."""
+    holder, person = control.holder, control.person
     if holder is None:
-        return msgspec.structs.replace(control, holder=f"daemon@{signer}")
-    if holder.rpartition("@")[2] != signer:
+        holder = f"daemon@{signer}"
+    elif holder.rpartition("@")[2] != signer:
         raise Forbidden(
             f"daemon {signer!r} asks for {control.op!r} in room {control.room!r} as {holder!r}, "
             f"an identity of another daemon; a daemon speaks for its own tokens only "
             "(room control between daemons)"
         )
-    return control
+    if person is not None:
+        if person.kind != "client":
+            raise Forbidden(
+                f"daemon {signer!r} asks for {control.op!r} in room {control.room!r} for "
+                f"{person.describe()}; a person is a client token of the daemon that asks"
+            )
+        person = msgspec.structs.replace(person, admin=False, room=None)
+    return msgspec.structs.replace(control, holder=holder, person=person)
+
+
+#: What only a room's owner (or an admin of the daemon the owner's token belongs to) asks.
+_STEERING: Final = frozenset({"pause", "stop", "resume"})
+
+
+async def _check_steering(rooms: RoomManager, control: RoomControl, signer: str) -> None:
+    """Refuse a pause, stop or resume another daemon asks for anyone but the room's owner,
+    or an admin of the owner's own daemon (tokens, and their rooms, belong to one daemon).
+    A room with no owner (an embedding program's) is the operators': an admin's or an
+    embedding program's."""
+    if control.op not in _STEERING:
+        return
+    owner = (await rooms.get(control.room)).room.owner
+    by = control.holder
+    admin = control.person is not None and control.person.admin and control.person.kind == "client"
+    if owner is None:  # an embedding program's room: the operators', as on one daemon
+        if by is None or admin:
+            return
+        raise Forbidden(
+            f"room {control.room!r} belongs to the daemons' operators; only an admin or an "
+            f"embedding program may {control.op} it"
+        )
+    owners_daemon = owner.rpartition("@")[2] if owner is not None and "@" in owner else None
+    if owners_daemon != signer:
+        raise Forbidden(
+            f"daemon {signer!r} may not {control.op} room {control.room!r}: its owner's token "
+            "belongs to another daemon (room control between daemons)"
+        )
+    if by is not None and by == owner:
+        return
+    if not admin or by is None or by.rpartition("@")[2] != signer:
+        raise Forbidden(
+            f"room {control.room!r} belongs to another identity; only its owner or an admin "
+            f"of daemon {signer!r} may {control.op} it"
+        )
 
 
 async def _apply(rooms: RoomManager, control: RoomControl) -> RoomControlReply:

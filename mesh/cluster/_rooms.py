@@ -507,8 +507,14 @@ class RoomReplication:
 
     # -- operations for the daemon that runs a room -----------------------------------------------
 
-    async def forward(self, room_id: str, op: RoomOp) -> RoomSnapshot | None:
-        return await self._controls.forward(room_id, op)
+    @property
+    def daemon(self) -> str:
+        return self._names.daemon
+
+    async def forward(
+        self, room_id: str, op: RoomOp, *, by: str | None = None, person: Principal | None = None
+    ) -> RoomSnapshot | None:
+        return await self._controls.forward(room_id, op, by=by, person=person)
 
     async def forward_person(
         self,

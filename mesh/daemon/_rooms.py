@@ -132,8 +132,9 @@ class RoomRoutes:
         refused = self._bounds(spec)
         if refused is not None:
             return refused
-        async with self._slot(who.owner) as claimed:
-            refused = await self._room_slots(who.owner, who.admin, claimed, creating=True)
+        owner = self._rooms.owner_key(who.owner)  # in a cluster, qualified by this daemon
+        async with self._slot(owner) as claimed:
+            refused = await self._room_slots(owner, who.admin, claimed, creating=True)
             if refused is not None:
                 return refused
             created = await self._rooms.create(spec, owner=who.owner, creator=who.principal)
@@ -342,7 +343,7 @@ class RoomRoutes:
 
     async def _owned(self, room_id: str, who: Identity) -> RoomSnapshot | HttpResponse:
         snapshot = await self._rooms.get(room_id)
-        if not who.owns(snapshot.room.owner):
+        if not (who.admin or self._rooms.owned_by(snapshot.room, who.owner)):
             return HttpResponse.error(
                 403,
                 f"room {room_id!r} belongs to another identity; only its owner or an admin "
@@ -352,12 +353,13 @@ class RoomRoutes:
         return snapshot
 
     async def _steer(
-        self, room_id: str, who: Identity, action: Callable[[str], Awaitable[Any]]
+        self, room_id: str, who: Identity, action: Callable[..., Awaitable[Any]]
     ) -> HttpResponse:
         owned = await self._owned(room_id, who)
         if isinstance(owned, HttpResponse):
             return owned
-        return HttpResponse.json(200, await action(room_id))
+        # Who asks goes along: where another daemon runs the room, it checks them again.
+        return HttpResponse.json(200, await action(room_id, by=who.owner, person=who.principal))
 
     async def handle_pause(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
         return await self._steer(p["id"], who, self._rooms.pause)
@@ -366,13 +368,14 @@ class RoomRoutes:
         owned = await self._owned(p["id"], who)
         if isinstance(owned, HttpResponse):
             return owned
+        by, person = who.owner, who.principal
         if owned.status is not RoomStatus.STOPPED:
-            return HttpResponse.json(200, await self._rooms.resume(p["id"]))
+            return HttpResponse.json(200, await self._rooms.resume(p["id"], by=by, person=person))
         async with self._slot(owned.room.owner) as claimed:  # running again: it takes a slot
             refused = await self._room_slots(owned.room.owner, who.admin, claimed)
             if refused is not None:
                 return refused
-            resumed = await self._rooms.resume(p["id"])
+            resumed = await self._rooms.resume(p["id"], by=by, person=person)
         return HttpResponse.json(200, resumed)
 
     async def handle_stop(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:

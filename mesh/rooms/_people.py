@@ -167,7 +167,7 @@ class Desk:
         held = self.holders.get(member_id)
         if admin or holder is None or held is None or member_id not in self.present:
             return
-        if _token(held) != _token(holder):
+        if held != holder:
             raise Forbidden(
                 f"{member_id!r} is in the room under another token (the seat's holder): "
                 "join under another name"
@@ -282,19 +282,15 @@ def check_seat(
     own seat is held like any other: ``admin`` waives this check, never the record.
     ``holder`` None is the embedding program, which holds nothing and may do anything.
     """
-    # In a cluster, a holder forwarded from another daemon is qualified by it (token:ID@A);
-    # a token is valid on one daemon only, so its id names it either way.
+    # In a cluster every holder is qualified by the daemon its token belongs to
+    # (token:ID@A), and compared whole: the same id at another daemon is another token.
     if admin or holder is None or held is None:
         return
-    if _token(held) != _token(holder):
+    if held != holder:
         raise Forbidden(
             f"the seat of {member_id!r} in room {room_id!r} is held by another token "
             "(the one that first took it): join under another name"
         )
-
-
-def _token(holder: str) -> str:
-    return holder.split("@", 1)[0]
 
 
 def check_lookalike(room: Room, seat_id: str, name: str) -> None:

@@ -21,7 +21,7 @@ from mesh.rooms._errors import RoomConflict
 from mesh.rooms._events import RoomEvent
 from mesh.rooms._model import RoomSnapshot
 
-__all__ = ["Forwarded", "PersonOp", "RoomLeaseLost", "RoomOp", "RoomReplica"]
+__all__ = ["Forwarded", "PersonOp", "RoomLeaseLost", "RoomOp", "RoomReplica", "qualified"]
 
 RoomOp = Literal["pause", "stop", "resume"]
 PersonOp = Literal["join", "leave", "say", "pass"]
@@ -37,8 +37,22 @@ class RoomLeaseLost(RoomConflict):
     """Another daemon recorded this room's next event first: it runs the room now (HTTP 409)."""
 
 
+def qualified(identity: str | None, daemon: str | None) -> str | None:
+    """``identity`` (``token:ID``) as the cluster names it: qualified by ``daemon``, the one
+    its token belongs to, unless it already is (or there is no cluster: ``daemon`` None)."""
+    if identity is None or daemon is None or "@" in identity:
+        return identity
+    return f"{identity}@{daemon}"
+
+
 class RoomReplica(Protocol):
     """Leases and the shared record of room events; see the module docstring."""
+
+    @property
+    def daemon(self) -> str:
+        """This daemon's id: it qualifies its tokens (``token:ID@daemon``), which are
+        valid here only, wherever their rooms and seats are recorded."""
+        ...
 
     def holds(self, room_id: str) -> bool:
         """Whether this daemon holds the room's lease now."""
@@ -68,8 +82,12 @@ class RoomReplica(Protocol):
         """
         ...
 
-    async def forward(self, room_id: str, op: RoomOp) -> RoomSnapshot | None:
-        """Ask the daemon that runs the room to ``op`` it; None if no other daemon runs it."""
+    async def forward(
+        self, room_id: str, op: RoomOp, *, by: str | None = None, person: Principal | None = None
+    ) -> RoomSnapshot | None:
+        """Ask the daemon that runs the room to ``op`` it for ``by`` (the asking identity,
+        qualified by this daemon; ``person``: its token as checked here), which that daemon
+        checks against the room's owner; None if no other daemon runs it."""
         ...
 
     async def forward_person(

@@ -8,7 +8,15 @@ from typing import Any
 import anyio
 import pytest
 
-from mesh import Agent, AgentSpec, AgentUnavailable, CallTimeout, ToolError, local_connector
+from mesh import (
+    EMBEDDER,
+    Agent,
+    AgentSpec,
+    AgentUnavailable,
+    CallTimeout,
+    ToolError,
+    local_connector,
+)
 from mesh.agents.echo import agent as echo_agent
 from mesh.testing import NatsServer, spawn_nats_server
 from tests.cluster._helpers import SPREAD_TIMEOUT, open_member, wait_status
@@ -33,15 +41,19 @@ async def test_an_agent_on_one_member_is_called_from_another(nats: NatsServer) -
         await wait_status(b.mesh.registry, "echo")
         record = b.mesh.registry.get("echo")  # type: ignore[arg-type]
         assert record is not None and record.metadata["mesh.daemon"] == "a"
-        assert await b.mesh.call_tool("echo", "echo", {"message": "hi"}) == {"message": "hi"}
-        assert await b.mesh.call_tool("echo", "reverse", {"text": "abc"}) == {"text": "cba"}
+        assert await b.mesh.call_tool("echo", "echo", {"message": "hi"}, on_behalf_of=EMBEDDER) == {
+            "message": "hi"
+        }
+        assert await b.mesh.call_tool(
+            "echo", "reverse", {"text": "abc"}, on_behalf_of=EMBEDDER
+        ) == {"text": "cba"}
         assert b.cluster.holder("echo") == "a" and a.cluster.holder("echo") == "a"
         assert a.cluster.calls.calls_served == 2
         with pytest.raises(ToolError) as failed:
-            await b.mesh.call_tool("echo", "fail", {"message": "on purpose"})
+            await b.mesh.call_tool("echo", "fail", {"message": "on purpose"}, on_behalf_of=EMBEDDER)
         assert "on purpose" in str(failed.value) and "via daemon 'a'" in str(failed.value)
         with pytest.raises(AgentUnavailable, match="no agent 'nobody'"):
-            await b.mesh.call("nobody", "ping")
+            await b.mesh.call("nobody", "ping", on_behalf_of=EMBEDDER)
 
 
 async def test_the_deadline_progress_and_cancel_cross_daemons(nats: NatsServer) -> None:
@@ -69,11 +81,14 @@ async def test_the_deadline_progress_and_cancel_cross_daemons(nats: NatsServer) 
             {"seconds": 2.0, "progress_every": 0.2},
             timeout=0.6,
             on_progress=progress.append,
+            on_behalf_of=EMBEDDER,
         )
         assert slept == {"slept": 2.0} and len(progress) >= 8
         # the deadline is the holder's verdict, naming the agent; the agent is told to stop
         with pytest.raises(CallTimeout) as timed_out:
-            await b.mesh.call_tool("blocker", "hold", {"seconds": 30}, timeout=0.3)
+            await b.mesh.call_tool(
+                "blocker", "hold", {"seconds": 30}, timeout=0.3, on_behalf_of=EMBEDDER
+            )
         assert "blocker" in str(timed_out.value)
         with anyio.fail_after(SPREAD_TIMEOUT):
             await cancelled.wait()
@@ -101,7 +116,7 @@ async def test_a_caller_that_gives_up_cancels_the_remote_call(nats: NatsServer) 
         await wait_status(b.mesh.registry, "blocker")
         with anyio.fail_after(SPREAD_TIMEOUT):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(b.mesh.call_tool, "blocker", "hold", {"seconds": 30})
+                tg.start_soon(b.mesh.as_embedder().call_tool, "blocker", "hold", {"seconds": 30})
                 await started.wait()
                 tg.cancel_scope.cancel()
             await cancelled.wait()
@@ -119,10 +134,15 @@ async def test_agents_call_agents_across_daemons_and_broadcast_reaches_all(
             await wait_status(c.mesh.registry, agent_id)
         await wait_status(a.mesh.registry, "c1")
         # relay (on a) asks the mesh to call c1 (on c): agent to agent, across daemons
-        relayed = await a.mesh.call_tool("relay", "relay", {"to": "c1", "message": "hop"})
+        relayed = await a.mesh.call_tool(
+            "relay", "relay", {"to": "c1", "message": "hop"}, on_behalf_of=EMBEDDER
+        )
         assert relayed == {"from": "c1", "message": "hop"}
         outcomes = await c.mesh.broadcast(
-            "tools/call", {"name": "echo", "arguments": {"message": "all"}}, capability="echo"
+            "tools/call",
+            {"name": "echo", "arguments": {"message": "all"}},
+            capability="echo",
+            on_behalf_of=EMBEDDER,
         )
         assert sorted(outcomes) == ["a1", "a2", "b1", "b2", "c1", "relay"]
         assert all(o.result == {"message": "all"} for o in outcomes.values())
@@ -134,7 +154,7 @@ async def test_a_member_that_leaves_takes_its_agents_with_it(nats: NatsServer) -
             await wait_status(c.mesh.registry, "b1")
         await wait_status(c.mesh.registry, "b1", gone=True)  # withdrawn, not left to expire
         with pytest.raises(AgentUnavailable):
-            await c.mesh.call("b1", "ping")
+            await c.mesh.call("b1", "ping", on_behalf_of=EMBEDDER)
 
 
 async def test_an_agent_its_holder_sees_go_offline_is_offline_everywhere(
@@ -150,7 +170,7 @@ async def test_an_agent_its_holder_sees_go_offline_is_offline_everywhere(
         connector.kill()  # the link drops: a marks it offline at once, and says so
         await wait_status(b.mesh.registry, "fragile", AgentStatus.OFFLINE)
         with pytest.raises(AgentUnavailable, match="'fragile' \\(held by daemon 'a'\\) is offline"):
-            await b.mesh.call("fragile", "ping")
+            await b.mesh.call("fragile", "ping", on_behalf_of=EMBEDDER)
 
 
 async def test_access_sections_hold_across_daemons(nats: NatsServer) -> None:
@@ -163,10 +183,14 @@ async def test_access_sections_hold_across_daemons(nats: NatsServer) -> None:
     async with open_member(nats.url, "a", specs_a), open_member(nats.url, "b", specs_b) as b:
         await wait_status(b.mesh.registry, "guarded")
         assert b.mesh.access_of("guarded") == guarded  # as its holder published it
-        allowed = await b.mesh.call_tool("relay", "relay", {"to": "guarded", "message": "ok"})
+        allowed = await b.mesh.call_tool(
+            "relay", "relay", {"to": "guarded", "message": "ok"}, on_behalf_of=EMBEDDER
+        )
         assert allowed == {"from": "guarded", "message": "ok"}
         with pytest.raises(Forbidden, match="does not accept calls from agent 'other'"):
-            await b.mesh.call_tool("other", "relay", {"to": "guarded", "message": "no"})
+            await b.mesh.call_tool(
+                "other", "relay", {"to": "guarded", "message": "no"}, on_behalf_of=EMBEDDER
+            )
 
 
 async def test_a_call_in_flight_ends_when_its_agent_goes_offline(nats: NatsServer) -> None:
@@ -189,7 +213,9 @@ async def test_a_call_in_flight_ends_when_its_agent_goes_offline(nats: NatsServe
 
                 async def call() -> None:
                     with pytest.raises(AgentUnavailable, match=r"'blocker'.*offline"):
-                        await b.mesh.call_tool("blocker", "hold", {"seconds": 60}, timeout=60)
+                        await b.mesh.call_tool(
+                            "blocker", "hold", {"seconds": 60}, timeout=60, on_behalf_of=EMBEDDER
+                        )
 
                 tg.start_soon(call)
                 await started.wait()
@@ -271,7 +297,9 @@ async def test_a_holder_that_never_answers_times_out_on_the_callers_clock(
 
         async def call(timeout: float) -> None:
             try:
-                await b.mesh.call_tool("echo", "echo", {"message": "hi"}, timeout=timeout)
+                await b.mesh.call_tool(
+                    "echo", "echo", {"message": "hi"}, timeout=timeout, on_behalf_of=EMBEDDER
+                )
             except CallTimeout as exc:
                 failures.append(exc)
                 timed_out.set()

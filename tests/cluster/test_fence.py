@@ -93,7 +93,9 @@ async def person_elsewhere(tmp_path: Path, nats: NatsServer) -> None:
             if said.is_success:
                 await on_b.wait_for(lambda e: isinstance(e, MessageEvent) and e.agent_id == "carol")
             left = await post(b, "/rooms/tea/leave", {"member": "carol"})
-            stopped = await post(b, "/rooms/tea/stop", {})  # forwarded to A, as the rest
+            # A's admin owns the room: B's admin is an admin on B only, and A refuses its stop.
+            refused = await post(b, "/rooms/tea/stop", {})
+            stopped = await post(a, "/rooms/tea/stop", {})
             for view in views:
                 await view.wait_stopped()
     stream = await read_stream(nats.url, "tea")
@@ -101,6 +103,8 @@ async def person_elsewhere(tmp_path: Path, nats: NatsServer) -> None:
     assert joined.status_code == 200, joined.text
     assert said.status_code in (200, 202), said.text
     assert left.status_code == 204, left.text
+    assert refused.status_code == 403, refused.text
+    assert "belongs to another daemon" in refused.text, refused.text
     assert stopped.status_code == 200, stopped.text
     assert {r.writer for r in stream} == {"a"}  # only the holder recorded
     joins = [r.event for r in stream if isinstance(r.event, AgentJoinedEvent)]

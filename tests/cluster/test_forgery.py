@@ -20,7 +20,8 @@ import anyio
 import msgspec
 import pytest
 
-from mesh.cluster._keys import DaemonKey
+from mesh import EMBEDDER, Principal
+from mesh.cluster._keys import DaemonKey, Keys
 from mesh.cluster._kv import KvChange
 from mesh.cluster._permissions import nats_config, password_variable
 from mesh.cluster._sealed import seal, unseal
@@ -29,6 +30,7 @@ from mesh.cluster._wire import ENCODER, LEASE_ENTRY, LeaseEntry
 from mesh.rooms import (
     Limits,
     MessageEvent,
+    People,
     ResumedEvent,
     RoomId,
     RoomSpec,
@@ -241,3 +243,75 @@ async def wait_turn_after(member: Member, seq: int) -> None:
             async for event in events:
                 if isinstance(event, MessageEvent) and event.seq > seq:
                     return
+
+
+async def ask_as_a(raw: RawDaemon, keys: Keys, control: dict[str, Any], number: int) -> Any:
+    """B's answer to a room control A signs as its own, from A's own inbox."""
+    subject, reply = NAMES.room_control("b"), f"_INBOX_mesh.mesh.a.forge.{number}"
+    answers: list[Any] = []
+    got = anyio.Event()
+
+    def take(msg: Any) -> None:
+        answers.append(msg)
+        got.set()
+
+    async def on_answer(msg: Any) -> None:
+        raw.loop.to_mesh(take, msg)
+
+    data = ENCODER.encode(control)
+    subscription = await raw.run(lambda: raw.nc.subscribe(reply, cb=on_answer))
+    try:
+        headers = keys.headers(subject, reply, data)
+        await raw.run(lambda: raw.nc.publish(subject, data, reply=reply, headers=headers))
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            await got.wait()
+    finally:
+        await raw.run(subscription.unsubscribe)
+    return msgspec.json.decode(answers[0].data)
+
+
+async def test_a_speaks_for_no_seat_and_steers_no_room_of_bs_tokens(
+    nats: Any, tmp_path: Path
+) -> None:
+    """With A's credentials and key, room control in B's room: no seat of B's client is
+    A's to speak for, whatever A names it, and no room of B's client is A's to stop."""
+    async with b_and_c(nats, tmp_path) as (b, c, raw):
+        assert b.rooms is not None and c.rooms is not None
+        keys = Keys("a", DaemonKey.generate())
+        await publish(raw, f"$KV.{NAMES.keys_bucket}.a", keys.key.public.encode(), {})
+        people = People(join="clients")
+        spec = RoomSpec(
+            id="tea",
+            topic="Tea?",
+            members=("alice", "bob"),
+            limits=Limits(max_turns=400, turn_timeout=60),
+            people=people,
+        )
+        created = await b.rooms.create(spec, owner="token:own", creator=EMBEDDER)
+        assert created.room.owner == "token:own@b"  # B's token, named as the cluster names it
+        pat = Principal.client("pat")
+        await b.rooms.join("tea", "Pat", holder="token:pat", person=pat)
+        say = {"room": "tea", "op": "say", "member": "pat", "text": "I am Pat", "person": pat}
+        forged_admin = {"kind": "client", "name": "root", "admin": True}
+        attempts: dict[str, dict[str, Any]] = {
+            "the same token id at A is another token": {**say, "holder": "token:pat@a"},
+            "a daemon speaks for its own tokens only": {**say, "holder": "token:pat@b"},
+            "its owner's token belongs to another daemon": {
+                "room": "tea",
+                "op": "stop",
+                "holder": "token:own@a",
+                "person": forged_admin,
+            },
+            "no asker at all": {"room": "tea", "op": "stop"},
+        }
+        for number, (why, control) in enumerate(attempts.items()):
+            answer = await ask_as_a(raw, keys, control, number)
+            assert answer.get("kind") == "forbidden", (why, answer)
+        assert (await c.rooms.get("tea")).status is RoomStatus.RUNNING
+        transcript = await b.rooms.transcript("tea")
+        assert all(message.agent_id != "pat" for message in transcript)
+        # B's own client, through B, still speaks as Pat and stops the room it owns.
+        said = await b.rooms.say("tea", "pat", "Pat here", holder="token:pat", person=pat)
+        assert said["member"] == "pat"
+        stopped = await b.rooms.stop("tea", by="token:own", person=Principal.client("own"))
+        assert stopped.status is RoomStatus.STOPPED

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mesh import AgentSpec, local_connector
+from mesh import EMBEDDER, AgentSpec, local_connector
 from mesh.agents.echo import agent as echo_agent
 from mesh.cli._main import main as mesh_main
 from mesh.cluster import ClusterError
@@ -90,7 +90,9 @@ async def test_daemon_a_is_refused_daemon_bs_subjects_keys_inbox_and_purges(
     nats: NatsServer, tmp_path: Path
 ) -> None:
     async with two_daemons(nats, tmp_path) as (a, b):
-        assert await b.mesh.call_tool("echo", "echo", {"message": "hi"}) == {"message": "hi"}
+        assert await b.mesh.call_tool("echo", "echo", {"message": "hi"}, on_behalf_of=EMBEDDER) == {
+            "message": "hi"
+        }
         spec = RoomSpec(
             id="tea", topic="Tea?", members=("alice", "bob"), limits=Limits(max_turns=2)
         )

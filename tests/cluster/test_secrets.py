@@ -16,6 +16,7 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
+from mesh import EMBEDDER
 from mesh.cluster import ClusterError, ClusterSettings
 from mesh.daemon import SettingsError, load_settings
 from mesh.testing import spawn_daemon, spawn_nats_server
@@ -160,7 +161,9 @@ async def test_daemons_work_on_the_example_nats_config_and_a_stranger_is_refused
             open_member(nats.url, "b", **b_creds) as b,  # type: ignore[arg-type]
         ):
             await wait_status(b.mesh.registry, "echo")
-            assert await b.mesh.call_tool("echo", "echo", {"message": "hi"}) == {"message": "hi"}
+            assert await b.mesh.call_tool(
+                "echo", "echo", {"message": "hi"}, on_behalf_of=EMBEDDER
+            ) == {"message": "hi"}
         # A client without credentials (the daemon's own nats-py client) is not let in.
         with pytest.raises(ClusterError, match="refused"):
             async with open_member(nats.url, "c", connect_timeout=1.5):

@@ -78,9 +78,14 @@ def test_a_held_seat_is_its_holders() -> None:
     check_seat("r", "carol", "token:c", "token:c")
     check_seat("r", "carol", "token:c", None)  # the embedding program
     check_seat("r", "carol", "token:c", "token:a", admin=True)  # an admin acts for anyone
-    check_seat("r", "carol", "token:c@A", "token:c@B")  # one token, through two daemons
+    check_seat("r", "carol", "token:c@B", "token:c@B")  # her token, named with its daemon
     with pytest.raises(Forbidden, match="held by another token"):
         check_seat("r", "carol", "token:c", "token:m")
+    # A token is valid on its own daemon only: the same id at another daemon is another token.
+    with pytest.raises(Forbidden, match="held by another token"):
+        check_seat("r", "carol", "token:c@B", "token:c@A")
+    with pytest.raises(Forbidden, match="held by another token"):
+        check_seat("r", "carol", "token:c", "token:c@A")
 
 
 def test_a_name_that_passes_for_a_members_is_refused() -> None:
@@ -115,9 +120,11 @@ def test_names_of_punctuation_alone_pass_for_nobody() -> None:
 
 def test_a_present_persons_seat_is_refused_to_another_token_as_a_403() -> None:
     desk = Desk()
-    assert desk.arrive("carol", "token:c")
-    desk.check_holder("carol", "token:c@B")  # her token, through another daemon
+    assert desk.arrive("carol", "token:c@B")
+    desk.check_holder("carol", "token:c@B")  # her token, named with its daemon
     desk.check_holder("carol", "token:adm", admin=True)
+    with pytest.raises(Forbidden, match="under another token"):  # its id, at another daemon
+        desk.check_holder("carol", "token:c@A")
     with pytest.raises(Forbidden, match="under another token"):  # 403, not a conflict
         desk.check_holder("carol", "token:m")
     with pytest.raises(Forbidden):

@@ -103,7 +103,7 @@ function mayCreate() {
 
 function owns(room) {
   const who = state.who;
-  return Boolean(who) && (who.role === "admin" || (who.id && room.owner === `token:${who.id}`));
+  return Boolean(who) && (who.role === "admin" || (who.id && (room.owner || "").split("@")[0] === `token:${who.id}`));
 }
 
 function mayJoin(room) {

@@ -12,6 +12,7 @@ import anyio
 import anyio.abc
 
 from mesh._logging import get_logger
+from mesh._orchestrator.access import Principal
 from mesh.rooms._engine import Presence, RoomRunner, Speak
 from mesh.rooms._errors import RoomConflict
 from mesh.rooms._events import ResumedEvent, StoppedEvent
@@ -89,7 +90,14 @@ class Engines:
             )
             self.start(room)
 
-    async def resume(self, room_id: str, *, forward: bool = True) -> RoomSnapshot:
+    async def resume(
+        self,
+        room_id: str,
+        *,
+        forward: bool = True,
+        by: str | None = None,
+        person: Principal | None = None,
+    ) -> RoomSnapshot:
         room = await self._table.load(room_id)
         async with room.control:
             state = room.state
@@ -103,7 +111,11 @@ class Engines:
             replica = self._table.replica
             if replica is not None:
                 if not await replica.claim(room_id):
-                    forwarded = await replica.forward(room_id, "resume") if forward else None
+                    forwarded = (
+                        await replica.forward(room_id, "resume", by=by, person=person)
+                        if forward
+                        else None
+                    )
                     if forwarded is None:
                         raise elsewhere(room_id)
                     return forwarded  # another daemon runs it
@@ -115,7 +127,15 @@ class Engines:
             self.start(room)
             return state.snapshot()
 
-    async def halt(self, room_id: str, reason: StopReason, *, forward: bool = True) -> RoomSnapshot:
+    async def halt(
+        self,
+        room_id: str,
+        reason: StopReason,
+        *,
+        forward: bool = True,
+        by: str | None = None,
+        person: Principal | None = None,
+    ) -> RoomSnapshot:
         room = await self._table.load(room_id)
         async with room.control:
             state = room.state
@@ -126,7 +146,7 @@ class Engines:
             op: RoomOp = "pause" if reason is StopReason.PAUSED else "stop"
             replica = self._table.replica
             if replica is not None and forward:
-                forwarded = await replica.forward(room_id, op)
+                forwarded = await replica.forward(room_id, op, by=by, person=person)
                 if forwarded is not None:
                     return forwarded  # the daemon that runs it did it
             if reason is StopReason.PAUSED and state.status is RoomStatus.STOPPED:

@@ -42,9 +42,9 @@ from mesh.rooms._manager._replica_port import ReplicaPort
 from mesh.rooms._manager._seats import Seats
 from mesh.rooms._manager._table import Authorize, RoomTable
 from mesh.rooms._mesh import Describe, mesh_describer, mesh_speaker, registry_presence
-from mesh.rooms._model import Member, RoomSnapshot, RoomSpec, RoomStatus, StopReason
+from mesh.rooms._model import Member, Room, RoomSnapshot, RoomSpec, RoomStatus, StopReason
 from mesh.rooms._observers import DEFAULT_OBSERVER_BUFFER, RoomEvents
-from mesh.rooms._replica import RoomReplica
+from mesh.rooms._replica import RoomReplica, qualified
 from mesh.rooms._store import RoomStore
 from registry import Registry
 
@@ -173,6 +173,7 @@ class RoomManager:
         ``creator``, who the room's calls are made for: a member it may not call
         raises :class:`~mesh.Forbidden` here, before anything is asked of anyone.
         """
+        owner = self.owner_key(owner)
         return await self._catalog.create(spec, owner=owner, creator=creator)
 
     async def get(self, room_id: str) -> RoomSnapshot:
@@ -187,22 +188,62 @@ class RoomManager:
         """The room's recorded events with ``seq > since`` (from its JSONL log)."""
         return await self._catalog.events(room_id, since=since)
 
-    async def pause(self, room_id: str, *, forward: bool = True) -> RoomSnapshot:
+    async def pause(
+        self,
+        room_id: str,
+        *,
+        forward: bool = True,
+        by: str | None = None,
+        person: Principal | None = None,
+    ) -> RoomSnapshot:
         """Pause a running room (the turn in flight is abandoned and asked again on resume).
 
         ``forward`` (with a replica): a room another daemon runs is paused there, since
         only its holder records; the daemon asked by another passes False, so an
         operation is never forwarded twice. So for every operation that takes it.
+        ``by`` (the identity asking, checked here as its owner or an admin) and
+        ``person`` (its token) go with it, and that daemon checks them again.
         """
-        return await self._engines.halt(room_id, StopReason.PAUSED, forward=forward)
+        by = self.owner_key(by)
+        return await self._engines.halt(
+            room_id, StopReason.PAUSED, forward=forward, by=by, person=person
+        )
 
-    async def stop(self, room_id: str, *, forward: bool = True) -> RoomSnapshot:
+    async def stop(
+        self,
+        room_id: str,
+        *,
+        forward: bool = True,
+        by: str | None = None,
+        person: Principal | None = None,
+    ) -> RoomSnapshot:
         """Stop a room for good (a no-op for a room that has already stopped)."""
-        return await self._engines.halt(room_id, StopReason.STOPPED, forward=forward)
+        by = self.owner_key(by)
+        return await self._engines.halt(
+            room_id, StopReason.STOPPED, forward=forward, by=by, person=person
+        )
 
-    async def resume(self, room_id: str, *, forward: bool = True) -> RoomSnapshot:
+    async def resume(
+        self,
+        room_id: str,
+        *,
+        forward: bool = True,
+        by: str | None = None,
+        person: Principal | None = None,
+    ) -> RoomSnapshot:
         """Continue a paused room, or one that stopped for ``AGENT_LOST`` or ``ERROR``."""
-        return await self._engines.resume(room_id, forward=forward)
+        by = self.owner_key(by)
+        return await self._engines.resume(room_id, forward=forward, by=by, person=person)
+
+    def owner_key(self, owner: str | None) -> str | None:
+        """``owner`` as rooms record it: in a cluster, qualified by this daemon, whose
+        token it is (``token:ID@daemon``), so the room stays its owner's wherever it runs."""
+        replica = self._table.replica
+        return qualified(owner, replica.daemon if replica is not None else None)
+
+    def owned_by(self, room: Room, owner: str | None) -> bool:
+        """Whether ``owner`` (a token of this daemon) owns ``room``."""
+        return owner is not None and room.owner in (owner, self.owner_key(owner))
 
     async def delete(self, room_id: str) -> None:
         """Remove a stopped room, its transcript and its rows; :class:`RoomConflict` if it
@@ -347,7 +388,7 @@ class RoomManager:
     async def owned(self, owner: str) -> tuple[int, int]:
         """How many rooms ``owner`` keeps (finished ones included), and how many of them
         are running or paused."""
-        return await self._catalog.owned(owner)
+        return await self._catalog.owned(self.owner_key(owner) or owner)
 
     # Last, because inside the class body the name shadows the builtin for mypy.
     async def list(self, status: RoomStatus | None = None) -> list[RoomSnapshot]:

@@ -32,7 +32,7 @@ from mesh.rooms._people import (
     clean_text,
     person_id,
 )
-from mesh.rooms._replica import Forwarded, PersonOp
+from mesh.rooms._replica import Forwarded, PersonOp, qualified
 from registry import AgentId
 
 __all__ = ["Seats"]
@@ -47,6 +47,13 @@ class Seats:
         self._table = table
         self._authorize = authorize
 
+    def _here(self, holder: str | None) -> str | None:
+        """A holder that comes in here, named as the cluster names it (qualified by this
+        daemon, whose token it is), so that it is recorded and compared the same way
+        wherever the room runs; unchanged without a cluster."""
+        replica = self._table.replica
+        return qualified(holder, replica.daemon if replica is not None else None)
+
     async def join(
         self,
         room_id: str,
@@ -60,6 +67,7 @@ class Seats:
         seat_id = AgentId(person_id(name))
         room = await self._table.load(room_id)
         if forward:  # it comes in here: check it here
+            holder = self._here(holder)
             _check_join(room, holder, person)
             check_lookalike(room.state.room, seat_id, name)
             self._check_person(room, seat_id, holder, person)
@@ -159,6 +167,7 @@ class Seats:
     ) -> None:
         room = await self._table.load(room_id)
         if forward:
+            holder = self._here(holder)
             _check_seat(room, member_id, holder, person)
             forwarded = await self._forward(room, "leave", person, member=member_id, holder=holder)
             if forwarded is not None:
@@ -190,6 +199,7 @@ class Seats:
         text = checked(clean_text, text)
         room = await self._table.load(room_id)
         if forward:  # a person back after being away is checked as they join
+            holder = self._here(holder)
             if member_id not in room.desk.present:
                 _check_join(room, holder, person)
             self._check_person(room, member_id, holder, person)
@@ -222,6 +232,7 @@ class Seats:
     ) -> None:
         room = await self._table.load(room_id)
         if forward:
+            holder = self._here(holder)
             _check_seat(room, member_id, holder, person)
             args = {"member": member_id, "holder": holder}
             if await self._forward(room, "pass", person, **args) is not None:
