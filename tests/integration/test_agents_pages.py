@@ -138,7 +138,10 @@ async def test_the_sdk_client_the_cli_and_a_watcher_read_every_page(tmp_path: Pa
             await register(http, ["late"])
             with anyio.fail_after(30):
                 change = json.loads(await events.receive())
-            assert (change["type"], change["agent"]["id"]) == ("registered", "late")
+                # On a loaded machine the first 1,003 may go stale meanwhile: skip those.
+                while change["agent"]["id"] != "late":  # ends: "late" was registered
+                    change = json.loads(await events.receive())
+            assert change["type"] == "registered"
 
         env = {**os.environ, "MESH_URL": daemon.http, "MESH_TOKEN": daemon.token}
         with anyio.fail_after(60):
