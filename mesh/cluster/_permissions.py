@@ -3,8 +3,10 @@
 NATS is the boundary between daemons, so each daemon's NATS user is allowed
 what that daemon needs and nothing of another's: it **reads** only its own call,
 cancel and room-control subjects and its own inbox (so it never sees calls or
-answers meant for another daemon), **writes** only its own keys of the keys and
-agents buckets (``$KV.mesh-C-keys.D``, ``agent.D.…`` and ``daemon.D``), may
+answers meant for another daemon), and every daemon's live reply pieces
+(``mesh.C.room-live.*``, what any daemon's observers may be shown); it **writes**
+only its own live pieces and its own keys of the keys and agents buckets
+(``mesh.C.room-live.D``, ``$KV.mesh-C-keys.D``, ``agent.D.…`` and ``daemon.D``), may
 publish to the other daemons' call, cancel and room-control subjects and
 inboxes (that is how it calls them and answers them), and may not purge,
 update or delete a stream, or delete a stream's message, through the JetStream
@@ -99,6 +101,8 @@ def _permissions(names: Names) -> list[str]:
         "# calls, cancels and room control to any daemon, and answers to any daemon's inbox",
         f'"mesh.{c}.call.*", "mesh.{c}.cancel.*", "mesh.{c}.room-control.*",',
         f'"{names.inbox_of("*")}.>",',
+        "# the pieces of the replies its rooms are writing, on its own subject",
+        f'"{names.room_live()}",',
         "# room events (signed; only the holder of a room's lease records there)",
         f'"{names.rooms_subjects}",',
         "# its own key, its own agents and daemon entry; any room's lease (signed)",
@@ -119,9 +123,10 @@ def _permissions(names: Names) -> list[str]:
         ]
     deny = [f'"$JS.API.STREAM.{verb}.>",' for verb in _DENIED_STREAM_VERBS]
     subscribe = [
-        "# its own subjects and its own inbox only",
+        "# its own subjects and its own inbox, and every daemon's live reply pieces",
         f'"{names.calls()}", "{names.cancels()}", "{names.room_control()}",',
         f'"{names.inbox_prefix}.>",',
+        f'"{names.room_live("*")}",',
     ]
     return [
         f'# What daemon "{d}" may publish and subscribe to.',

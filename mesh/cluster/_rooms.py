@@ -56,10 +56,12 @@ from mesh.cluster._keydir import KeyDirectory
 from mesh.cluster._keys import SIGNATURE_HEADER, KeyRing, signed_bytes
 from mesh.cluster._link import KvChange, NatsLink, StreamEvent, Watch
 from mesh.cluster._room_control import RoomControls
+from mesh.cluster._room_live import LiveReplies
 from mesh.cluster._sealed import claimed, seal, unseal
 from mesh.cluster._settings import Names
 from mesh.cluster._wire import ENCODER, LEASE_ENTRY, LeaseEntry
 from mesh.rooms import (
+    DeltaEvent,
     RoomConflict,
     RoomError,
     RoomEvent,
@@ -124,6 +126,7 @@ class RoomReplication:
         self._tombstones: dict[str, int] = {}  # deleted room -> sequence of its tombstone
         self._last_seq: dict[str, int] = {}  # room -> seq of its last event (signed, if signing)
         self._lapses: dict[str, float] = {}  # room another holds -> when its lease lapses
+        self._holders: dict[str, str] = {}  # room another holds -> that daemon (its live lease)
         self._consumed = 0  # the stream's sequence absorbed so far
         self._progress = anyio.Event()
         self._inbox: MemoryObjectSendStream[StreamEvent]
@@ -132,6 +135,7 @@ class RoomReplication:
         self._watches: list[Watch] = []
         self._tasks: anyio.abc.TaskGroup | None = None
         self._controls = RoomControls(link, names, rooms, self._holder, keys)
+        self._live = LiveReplies(link, names, rooms, self._seen_holder, keys)
         rooms.replica = self
 
     # -- running -------------------------------------------------------------------------------
@@ -143,6 +147,7 @@ class RoomReplication:
             self._tasks = self._controls.tasks = tg
             tg.start_soon(self._absorb_loop)
             tg.start_soon(self._renew_loop)
+            await tg.start(self._live.run)
             task_status.started()
             await anyio.sleep_forever()
 
@@ -161,6 +166,7 @@ class RoomReplication:
             await link.watch(names.leases_bucket, self._on_lease),
         ]
         await self._controls.listen()
+        await self._live.listen()
         with anyio.fail_after(CATCH_UP_TIMEOUT):
             while self._consumed < end:
                 await self._wait_progress()
@@ -170,6 +176,14 @@ class RoomReplication:
 
     def holds(self, room_id: str) -> bool:
         return room_id in self._held
+
+    def publish_live(self, event: DeltaEvent) -> None:
+        self._live.offer(event)
+
+    def _seen_holder(self, room_id: str) -> str | None:
+        """The daemon whose live lease on the room the leases watch brought last (us for
+        ours): the only one whose pieces of its replies are shown here."""
+        return self._names.daemon if room_id in self._held else self._holders.get(room_id)
 
     def held(self) -> list[str]:
         """The rooms whose lease this daemon holds, sorted."""
@@ -458,6 +472,7 @@ class RoomReplication:
             return
         if change.value is None:
             self._lapses.pop(change.key, None)
+            self._holders.pop(change.key, None)
             self._spawn_take_over(change.key)  # its holder let go, or died
         elif self._tasks is not None:
             self._tasks.start_soon(self._seen_lease, change.key, change.value, change.age)
@@ -468,7 +483,10 @@ class RoomReplication:
         lease = await self._lease_of(room_id, value, age)
         if lease is not None:
             self._lapses[room_id] = lease.until + CLOCK_SKEW
-        elif self._lapses.get(room_id, 0.0) < time.time():
+            self._holders[room_id] = lease.daemon
+            return
+        self._holders.pop(room_id, None)
+        if self._lapses.get(room_id, 0.0) < time.time():
             self._lapses.pop(room_id, None)
             self._spawn_take_over(room_id)
 
@@ -477,6 +495,7 @@ class RoomReplication:
         now = time.time()
         for room_id in [r for r, lapse in self._lapses.items() if lapse < now]:
             del self._lapses[room_id]
+            self._holders.pop(room_id, None)
             self._spawn_take_over(room_id)
 
     def _spawn_take_over(self, room_id: str) -> None:

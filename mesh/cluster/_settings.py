@@ -220,6 +220,10 @@ class Names:
         """Where a daemon takes pause / stop / resume for the rooms it holds."""
         return f"mesh.{self.cluster}.room-control.{daemon or self.daemon}"
 
+    def room_live(self, daemon: str | None = None) -> str:
+        """Where a daemon publishes the pieces of the replies its rooms are writing."""
+        return f"mesh.{self.cluster}.room-live.{daemon or self.daemon}"
+
 
 AGENT_PREFIX: Final = "agent."
 DAEMON_PREFIX: Final = "daemon."

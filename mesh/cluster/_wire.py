@@ -12,6 +12,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from mesh._orchestrator.access import Principal
+from mesh.rooms import DeltaEvent
 from registry import AgentId, AgentRecord
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "CancelCall",
     "DaemonEntry",
     "LeaseEntry",
+    "LivePieces",
     "RoomControl",
     "RoomControlReply",
 ]
@@ -181,6 +183,12 @@ class RoomControlReply(msgspec.Struct, frozen=True, kw_only=True):
     kind: Literal["not_found", "conflict", "forbidden", "invalid", "other"] | None = None
 
 
+class LivePieces(msgspec.Struct, frozen=True, kw_only=True):
+    """Pieces of replies being written in rooms its publisher runs, in the order written."""
+
+    pieces: tuple[DeltaEvent, ...]
+
+
 ENCODER: Final = msgspec.json.Encoder()
 
 
@@ -202,3 +210,4 @@ CANCEL_CALL: Final = msgspec.json.Decoder(CancelCall)
 CALL_REPLY: Final = msgspec.json.Decoder(CallReply)
 ROOM_CONTROL: Final = msgspec.json.Decoder(RoomControl)
 ROOM_CONTROL_REPLY: Final = msgspec.json.Decoder(RoomControlReply)
+LIVE_PIECES: Final = msgspec.json.Decoder(LivePieces)

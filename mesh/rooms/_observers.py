@@ -158,6 +158,10 @@ class Observers:
     def __len__(self) -> int:
         return len(self._observers)
 
+    def want_live(self) -> bool:
+        """Whether any observer asked for ``DELTA`` events."""
+        return any(observer.deltas for observer in self._observers)
+
     def attach(
         self, *, since: int, max_buffer: int = DEFAULT_OBSERVER_BUFFER, deltas: bool = False
     ) -> RoomEvents[LiveEvent]:

@@ -7,7 +7,8 @@ holder's fence (a compare-and-set on the room's last event as the holder knows
 it, so two daemons can never both record turn *n*). A daemon asks the holder to
 pause, stop or resume a room it does not run, and hands it people's joins,
 leaves and words; it leaves resuming rooms to the replica, which takes them over
-when their holder's lease expires.
+when their holder's lease expires. The holder also hands the replica the pieces
+of the replies its rooms are writing, for the observers on other daemons.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import msgspec
 
 from mesh._orchestrator.access import Principal
 from mesh.rooms._errors import RoomConflict
-from mesh.rooms._events import RoomEvent
+from mesh.rooms._events import DeltaEvent, RoomEvent
 from mesh.rooms._model import RoomSnapshot
 
 __all__ = ["Forwarded", "PersonOp", "RoomLeaseLost", "RoomOp", "RoomReplica", "qualified"]
@@ -72,6 +73,11 @@ class RoomReplica(Protocol):
         Raises :class:`~mesh.rooms.RoomConflict` for a ``WELCOME`` whose room exists,
         and :class:`RoomLeaseLost` when another daemon recorded first.
         """
+        ...
+
+    def publish_live(self, event: DeltaEvent) -> None:
+        """Show a piece of a reply being written here to the room's observers on the other
+        daemons: best effort, never waiting (the ``MESSAGE`` that follows has the text)."""
         ...
 
     async def delete(self, room_id: str) -> None:

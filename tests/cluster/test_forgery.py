@@ -3,7 +3,8 @@
 A real nats-server runs the generator's config for daemons a, b and c; daemons B and
 C run in this process, and a raw nats-py client logged in as daemon-a writes what A's
 user may write (any agents entry of its own, any room's subject, any lease key) while
-claiming to be B. Neither C nor B applies or shows any of it.
+claiming to be B. Neither C nor B applies or shows any of it, nor any piece of a reply
+A says B's room is writing.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
+from structlog.testing import capture_logs
 
 from mesh import EMBEDDER, Principal
 from mesh.cluster._keys import DaemonKey, Keys
@@ -26,8 +28,9 @@ from mesh.cluster._kv import KvChange
 from mesh.cluster._permissions import nats_config, password_variable
 from mesh.cluster._sealed import seal, unseal
 from mesh.cluster._settings import Names, agent_key
-from mesh.cluster._wire import ENCODER, LEASE_ENTRY, LeaseEntry
+from mesh.cluster._wire import ENCODER, LEASE_ENTRY, LeaseEntry, LivePieces
 from mesh.rooms import (
+    DeltaEvent,
     Limits,
     MessageEvent,
     People,
@@ -315,3 +318,41 @@ async def test_a_speaks_for_no_seat_and_steers_no_room_of_bs_tokens(
         assert said["member"] == "pat"
         stopped = await b.rooms.stop("tea", by="token:own", person=Principal.client("own"))
         assert stopped.status is RoomStatus.STOPPED
+
+
+async def test_a_live_piece_a_forges_in_bs_room_is_not_shown(nats: Any, tmp_path: Path) -> None:
+    """A publishes pieces of the reply B's room is writing: on its own subject, signed with
+    its own key (A does not hold the room) and as B's (a signature that is not B's); its
+    user may not publish on B's subject at all. C's observer shows B's pieces only."""
+    # Two seconds a turn, a piece every 0.4 s: what A forges is of the turn in flight.
+    async with b_and_c(nats, tmp_path, delay=2.0) as (b, c, raw):
+        assert c.rooms is not None
+        await create_tea(b, c, turns=400, seen=1)
+        keys = Keys("a", DaemonKey.generate())
+        await publish(raw, f"$KV.{NAMES.keys_bucket}.a", keys.key.public.encode(), {})
+        shown: list[DeltaEvent] = []
+        with capture_logs() as logs, anyio.fail_after(SPREAD_TIMEOUT):
+            async with c.rooms.subscribe_live("tea", since=0) as events:
+                async for event in events:
+                    if isinstance(event, DeltaEvent) and event.text:
+                        break
+                genuine = event
+                assert isinstance(genuine, DeltaEvent)
+                mine, bs = NAMES.room_live("a"), NAMES.room_live("b")
+                for subject, signer in ((mine, "a"), (mine, "b"), (bs, "b")):
+                    piece = msgspec.structs.replace(genuine, at=0, text=f"A as {signer}")
+                    data = ENCODER.encode(LivePieces(pieces=(piece,)))
+                    headers = {**keys.headers(subject, data), "Mesh-Daemon": signer}
+                    await raw.run(partial(raw.nc.publish, subject, data, headers=headers))
+                await raw.run(raw.nc.flush)
+                await raw.refused("publish", bs)
+                turn = genuine.turn
+                async for event in events:  # until the turn after the next is done
+                    if isinstance(event, DeltaEvent):
+                        shown.append(event)
+                    elif isinstance(event, MessageEvent) and event.turn > turn + 1:
+                        break
+        forged = [e for e in logs if e["event"] == "cluster.forged" and "live" in e["what"]]
+        assert [e["claimed"] for e in forged] == ["a", "b"], logs
+        assert [e for e in shown if e.text.startswith("A as")] == []
+        assert any(e.text and e.turn == turn + 1 for e in shown), shown  # B's own are shown

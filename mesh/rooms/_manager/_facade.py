@@ -34,7 +34,7 @@ from mesh._orchestrator.access import Principal
 from mesh._tasks import open_task_group
 from mesh.protocol import now_ms
 from mesh.rooms._engine import Clock, Presence, Speak
-from mesh.rooms._events import LiveEvent, MessageEvent, RoomEvent
+from mesh.rooms._events import DeltaEvent, LiveEvent, MessageEvent, RoomEvent
 from mesh.rooms._manager._catalog import Catalog
 from mesh.rooms._manager._engines import Engines
 from mesh.rooms._manager._following import RegistryFollower
@@ -290,6 +290,15 @@ class RoomManager:
         ``ours``: this daemon recorded it (its journal has applied it already).
         """
         await self._port.absorb(event, ours=ours)
+
+    def watched_live(self, room_id: str) -> bool:
+        """Whether an observer here asked for the pieces of ``room_id``, run elsewhere."""
+        return self._port.watched_live(room_id)
+
+    def show_live(self, event: DeltaEvent) -> None:
+        """Show a piece of a reply another daemon's room is writing to the observers here
+        that asked for them (in order with the events this daemon reads)."""
+        self._port.show_live(event)
 
     async def take_over(self, room_id: str) -> bool:
         """Resume a running room whose lease this daemon now holds; False if it is not running."""

@@ -9,9 +9,10 @@ engine while one runs, and the lock that orders pause / resume / stop / join.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import ParamSpec, Protocol, TypeVar
+from typing import Final, ParamSpec, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -19,7 +20,7 @@ import anyio.to_thread
 from mesh._orchestrator.access import Principal
 from mesh.rooms._engine import Clock, Journal, RoomRunner
 from mesh.rooms._errors import InvalidRoomSpec, RoomConflict, RoomNotFound
-from mesh.rooms._events import RoomEvent
+from mesh.rooms._events import DeltaEvent, LiveEvent, RoomEvent
 from mesh.rooms._model import RoomStatus
 from mesh.rooms._observers import Observers
 from mesh.rooms._people import Desk
@@ -28,6 +29,10 @@ from mesh.rooms._state import RoomState
 from mesh.rooms._store import RoomStore
 
 __all__ = ["Authorize", "HeldRoom", "RoomTable", "checked", "elsewhere", "in_thread"]
+
+#: Pieces of a reply another daemon is writing that may wait for the event they follow
+#: (they travel apart from the record, and may overtake it): a few seconds of a stream.
+EARLY_PIECES: Final = 256
 
 
 class Authorize(Protocol):
@@ -54,6 +59,8 @@ class HeldRoom:
         self.scope: anyio.CancelScope | None = None  # the runner's, to drop it without a record
         self.control = anyio.Lock()  # one pause / resume / stop / join at a time
         self.desk = Desk()  # the people present, and their words on the way in
+        #: Pieces from the room's holder that follow an event this store has not read yet.
+        self.early: deque[DeltaEvent] = deque(maxlen=EARLY_PIECES)
 
 
 class RoomTable:
@@ -75,8 +82,13 @@ class RoomTable:
                 await self.replica.record(event)  # first: it decides who recorded turn n
             await in_thread(self.store.append, event)
 
+        def publish_live(event: LiveEvent) -> None:
+            observers.publish_live(event)
+            if self.replica is not None and isinstance(event, DeltaEvent):
+                self.replica.publish_live(event)  # to the observers on other daemons
+
         journal = Journal(
-            state, record, observers.publish, clock=self.clock, publish_live=observers.publish_live
+            state, record, observers.publish, clock=self.clock, publish_live=publish_live
         )
         room = self.rooms[state.room.id] = HeldRoom(state, journal, observers)
         return room
