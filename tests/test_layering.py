@@ -28,10 +28,10 @@ WINGS = (
     Wing("mesh._input", 1),  # reading client input: JSON errors, whole numbers
     Wing("mesh._tasks", 1),
     Wing("mesh._nats_settings", 1),  # the NATS knobs the daemon reads and the cluster takes
-    Wing("mesh._metrics", 2),  # the process's tallies: uses the error codes
+    # the process's tallies and its spans (spans use the tallies' status names): the error codes
+    Wing("mesh._telemetry", 2),
     Wing("mesh.protocol", 2),
     Wing("mesh.providers", 3),
-    Wing("mesh._tracing", 3),  # spans: uses the tallies' status names
     Wing("mesh._rpc", 4),
     Wing("mesh._sdk", 5),
     Wing("mesh.manifests", 5),
