@@ -23,7 +23,6 @@ WINGS = (
     Wing("mesh._public", 1),
     Wing("mesh._backoff", 1),
     Wing("mesh._logging", 1),
-    Wing("mesh._gc", 1),
     Wing("mesh._text", 1),
     Wing("mesh._input", 1),  # reading client input: JSON errors, whole numbers
     Wing("mesh._tasks", 1),
@@ -35,7 +34,6 @@ WINGS = (
     Wing("mesh._rpc", 4),
     Wing("mesh._sdk", 5),
     Wing("mesh.manifests", 5),
-    Wing("mesh._daemon_client", 5),  # the daemon's HTTP API from outside: tests and scripts
     Wing("mesh._orchestrator", 6),
     Wing("mesh.rooms", 7),
     # MCP both ways: serving needs the orchestrator; `mesh` names it among its subpackages
@@ -85,10 +83,12 @@ ROOMS = {
 }
 
 #: ``mesh.testing``: single-purpose helpers that share only the process plumbing and the
-#: recorder (none imports another), and the package that gathers their names.
+#: recorder (none imports another), the daemon's HTTP API from outside, and the package
+#: that gathers their names.
 TESTING = {
     "_process": 1,
     "_recorder": 1,
+    "_daemon_client": 1,
     **dict.fromkeys(("_echo", "_memory", "_dial_in", "_daemon", "_nats"), 2),
     "": 3,
 }

@@ -160,8 +160,8 @@ def _error_text(error: dict[str, Any]) -> str:
 def cmd_serve(args: argparse.Namespace) -> int:
     import anyio
 
-    from mesh._gc import tune_for_serving
     from mesh._logging import configure_logging
+    from mesh._sdk.gc_tuning import tune_for_serving
     from mesh.daemon._serve import ListenError, SettingsError, load_settings, serve_daemon
 
     overrides = {
