@@ -24,7 +24,7 @@ HEAVY = (
     "mesh._orchestrator",
     "mesh._rpc",
     "mesh._sdk",
-    "mesh._tracing",
+    "mesh._telemetry",
     "mesh.a2a",
     "mesh.cluster",
     "mesh.daemon",

@@ -18,10 +18,8 @@ from transports._base import (
 )
 from transports._groups import unwrap_single_error
 from transports._http_client import HttpClientStream, open_http_client
+from transports._http_messages import BodyWriter, HttpRequest, HttpResponse
 from transports._http_server import (
-    BodyWriter,
-    HttpRequest,
-    HttpResponse,
     HttpServer,
     HttpServerConfig,
     UpgradeHandler,

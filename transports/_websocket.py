@@ -41,7 +41,8 @@ from transports._admission import eviction
 from transports._auth import WS_PROTOCOL, TokenAuthenticator, bearer_token, protocol_token
 from transports._base import DEFAULT_MAX_FRAME_SIZE, FrameTooLarge, TransportClosed, TransportInfo
 from transports._groups import unwrap_single_error
-from transports._http_server import HttpRequest, UpgradeHandler
+from transports._http_messages import HttpRequest
+from transports._http_server import UpgradeHandler
 from transports._logging import get_logger
 from transports._loop import StreamLock
 from transports._sockets import socket_io
