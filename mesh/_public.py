@@ -22,6 +22,10 @@ def publish(namespace: MutableMapping[str, Any], names: Iterable[str]) -> None:
         module = getattr(obj, "__module__", None)
         if not isinstance(module, str) or "._" not in module or isinstance(obj, str):
             continue
+        if not isinstance(obj, type) and module == getattr(type(obj), "__module__", None):
+            # An instance (a constant such as a default Principal) reports its class's
+            # module: that is the class's to rewrite, and a frozen instance refuses it.
+            continue
         if isinstance(obj, type):
             _resolve_annotations(obj)
         obj.__module__ = public
