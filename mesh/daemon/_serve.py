@@ -61,9 +61,9 @@ from transports import (
     HttpServerConfig,
     TokenAuthenticator,
     UpgradeHandler,
-    Vouch,
     open_http_server,
 )
+from transports._admission import Vouch
 from transports._http_server import HttpHandler
 
 __all__ = ["DaemonSettings", "ListenError", "SettingsError", "load_settings", "serve_daemon"]
