@@ -466,12 +466,13 @@ async def open_websocket(
     none of them ignores them, as HTTP does any header it does not know.
     """
     config = config or WebSocketConfig()
+    bearer = token
     if token and token_in_query:
         url += ("&" if "?" in url else "?") + f"token={token}"
+        bearer = None
     uri = _parse_ws_url(url)
     shown = url.split("?", 1)[0]  # never log a token from the query
     protocol = ClientProtocol(uri, max_size=config.hard_limit)
-    bearer = token if token and not token_in_query else None
     stream, response, early_frames = await _dial(
         uri,
         protocol,
@@ -482,6 +483,18 @@ async def open_websocket(
     )
     await _require_accepted(stream, protocol, response, shown)
     ws = WebSocketStream(stream, protocol, info=TransportInfo("websocket", shown), config=config)
+    _take_handshake(ws, response, early_frames, offers)
+    async with _keeping_alive(ws):
+        yield ws
+
+
+def _take_handshake(
+    ws: WebSocketStream,
+    response: Response,
+    early_frames: list[Frame],
+    offers: Sequence[tuple[str, str]],
+) -> None:
+    """Give ``ws`` the offers the server's 101 echoed and the frames that came with it."""
     taken = {name.lower(): value for name, value in offers if response.headers.get(name) == value}
     if taken:
         ws.offers = taken
@@ -489,8 +502,6 @@ async def open_websocket(
         if not ws._handle_frame(frame):
             break
     ws.process_events()
-    async with _keeping_alive(ws):
-        yield ws
 
 
 def _parse_ws_url(url: str) -> WebSocketURI:
