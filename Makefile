@@ -42,7 +42,7 @@ browser:
 prometheus:
 	bash scripts/ensure-prometheus.sh
 
-# The fast tier, run on every change (under 2 minutes): lint, types, the conformance suite
+# The fast tier, run on every change (minutes, not tens of them): lint, types, the conformance suite
 # and the tests that start no agent or daemon (the pure core, the layers, the public surface,
 # registry, rooms, providers). The two files ignored here start agent programs and kill
 # them; they, and the rest, run in `make test`.
