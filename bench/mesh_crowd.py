@@ -73,7 +73,7 @@ def _quiet_logs() -> None:
 
 async def serve_crowd() -> None:
     import mesh
-    from mesh._gc import tune_for_serving
+    from mesh._sdk.gc_tuning import tune_for_serving
     from transports import HttpServerConfig
 
     raise_nofile_limit()

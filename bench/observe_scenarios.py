@@ -7,7 +7,7 @@ a child over stdio (``obs-stdio*``):
 - ``*-bare``: the hooks taken out (no tallies, no tracing check): the baseline.
 - ``obs-memory`` / ``obs-stdio``: as shipped with tracing off. The bench's environment
   has ``opentelemetry-api`` installed and no tracer provider set, so this is also
-  "the API but no SDK": the two are one code path (``mesh._tracing.active`` is false).
+  "the API but no SDK": the two are one code path (``mesh._telemetry.tracing.active`` is false).
   Metrics are always on (plain additions the daemon reads at scrape time).
 - ``*-sdk``: the OpenTelemetry SDK with every call sampled (CLIENT and SERVER spans,
   a batch processor whose exporter drops them): reported, not targeted.
@@ -51,7 +51,7 @@ def _sample_every_call() -> None:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-    from mesh import _tracing
+    from mesh._telemetry import tracing
 
     class Drop(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:
@@ -59,7 +59,7 @@ def _sample_every_call() -> None:
 
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(Drop()))
-    _tracing.use_tracer_provider(provider)
+    tracing.use_tracer_provider(provider)
 
 
 def prepare(variant: str) -> None:

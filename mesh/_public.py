@@ -22,6 +22,8 @@ def publish(namespace: MutableMapping[str, Any], names: Iterable[str]) -> None:
         module = getattr(obj, "__module__", None)
         if not isinstance(module, str) or "._" not in module or isinstance(obj, str):
             continue
+        if not isinstance(obj, type) and not hasattr(obj, "__qualname__"):
+            continue  # a constant (mesh.EMBEDDER): an instance names no module of its own
         if isinstance(obj, type):
             _resolve_annotations(obj)
         obj.__module__ = public

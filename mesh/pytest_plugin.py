@@ -45,8 +45,7 @@ import pytest
 
 if TYPE_CHECKING:
     from mesh import Agent, Peer
-    from mesh._daemon_client import DaemonClient
-    from mesh.testing import Daemon
+    from mesh.testing import Daemon, DaemonClient
 
 __all__ = ["BACKENDS", "MeshDaemon"]
 
@@ -205,8 +204,7 @@ async def mesh_daemon(
     mesh_manifests: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[MeshDaemon]:
     """``mesh serve`` on a free port, ``mesh_manifests`` loaded, a temporary data directory."""
-    from mesh._daemon_client import open_daemon_client
-    from mesh.testing import spawn_daemon
+    from mesh.testing import open_daemon_client, spawn_daemon
 
     data_dir = tmp_path_factory.mktemp("mesh-data")
     args = ["--data-dir", str(data_dir)]

@@ -2,7 +2,8 @@
 
 ``transports`` and ``registry`` import nothing of ours; ``mesh`` is wings ranked from the
 core up to the programs. An arrow may point down the ranks or stay inside its wing.
-A module in no wing fails too, so a new wing is placed on purpose.
+A module in no wing fails too, so a new wing is placed on purpose. ``mesh/`` keeps at
+most :data:`MAX_FLAT` flat modules; a thirteenth goes into the wing it belongs to.
 """
 
 from __future__ import annotations
@@ -11,9 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.layers.graph import Wing, cycles, read_graph, wrong_arrows
+from tests.layers.graph import Wing, cycles, read_graph, too_many_flat, wrong_arrows
 
 ROOT = Path(__file__).resolve().parent.parent
+
+#: Files ``mesh/*.py``, counted whole: ``__init__.py`` and the public ``protocol.py`` and
+#: ``pytest_plugin.py`` take their places like any other.
+MAX_FLAT = 12
 
 WINGS = (
     Wing("transports", 0),
@@ -23,19 +28,17 @@ WINGS = (
     Wing("mesh._public", 1),
     Wing("mesh._backoff", 1),
     Wing("mesh._logging", 1),
-    Wing("mesh._gc", 1),
     Wing("mesh._text", 1),
     Wing("mesh._input", 1),  # reading client input: JSON errors, whole numbers
     Wing("mesh._tasks", 1),
     Wing("mesh._nats_settings", 1),  # the NATS knobs the daemon reads and the cluster takes
-    Wing("mesh._metrics", 2),  # the process's tallies: uses the error codes
+    # the process's tallies and its spans (spans use the tallies' status names): the error codes
+    Wing("mesh._telemetry", 2),
     Wing("mesh.protocol", 2),
     Wing("mesh.providers", 3),
-    Wing("mesh._tracing", 3),  # spans: uses the tallies' status names
     Wing("mesh._rpc", 4),
     Wing("mesh._sdk", 5),
     Wing("mesh.manifests", 5),
-    Wing("mesh._daemon_client", 5),  # the daemon's HTTP API from outside: tests and scripts
     Wing("mesh._orchestrator", 6),
     Wing("mesh.rooms", 7),
     # MCP both ways: serving needs the orchestrator; `mesh` names it among its subpackages
@@ -85,10 +88,12 @@ ROOMS = {
 }
 
 #: ``mesh.testing``: single-purpose helpers that share only the process plumbing and the
-#: recorder (none imports another), and the package that gathers their names.
+#: recorder (none imports another), the daemon's HTTP API from outside, and the package
+#: that gathers their names.
 TESTING = {
     "_process": 1,
     "_recorder": 1,
+    "_daemon_client": 1,
     **dict.fromkeys(("_echo", "_memory", "_dial_in", "_daemon", "_nats"), 2),
     "": 3,
 }
@@ -123,8 +128,13 @@ def graph() -> dict[str, frozenset[str]]:
     return read_graph(ROOT, ["mesh", "transports", "registry"])
 
 
-def test_no_import_cycles(graph: dict[str, frozenset[str]]) -> None:
-    assert cycles(graph) == []
+def test_no_import_cycles() -> None:
+    # Imports under TYPE_CHECKING count: there, a cycle is hidden, not broken.
+    assert cycles(read_graph(ROOT, ["mesh", "transports", "registry"], type_checking=True)) == []
+
+
+def test_mesh_keeps_few_flat_modules() -> None:
+    assert too_many_flat(ROOT / "mesh", MAX_FLAT) == []
 
 
 def test_every_arrow_points_down_the_wings(graph: dict[str, frozenset[str]]) -> None:
@@ -184,6 +194,47 @@ def test_the_checker_reads_lazy_imports_but_not_type_checking_ones(tmp_path: Pat
         "pkg.b": frozenset(),
         "pkg.c": frozenset({"pkg.a", "pkg.b"}),
     }
+    assert read_graph(tmp_path, ["pkg"], type_checking=True)["pkg.b"] == frozenset({"pkg.a"})
+
+
+def test_the_checker_finds_a_cycle_hidden_under_type_checking(tmp_path: Path) -> None:
+    # The shape transports had: admission named the server's request type for one
+    # annotation, and the server imports admission.
+    package = tmp_path / "transports"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "_admission.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from transports._http_server import HttpRequest\n"
+    )
+    (package / "_http_server.py").write_text("from transports._admission import Admission\n")
+    assert cycles(read_graph(tmp_path, ["transports"])) == []
+    assert cycles(read_graph(tmp_path, ["transports"], type_checking=True)) == [
+        ["transports._admission", "transports._http_server"]
+    ]
+
+
+def test_the_checker_counts_flat_modules(tmp_path: Path) -> None:
+    package = tmp_path / "mesh"
+    (package / "_rpc").mkdir(parents=True)
+    (package / "_rpc" / "session.py").write_text("")  # in a wing: not flat
+    # the flat modules mesh/ held before they moved into their wings: 15
+    before = ["__init__", "protocol", "pytest_plugin", "_errors", "_public", "_backoff"]
+    before += ["_logging", "_gc", "_text", "_input", "_tasks", "_nats_settings"]
+    before += ["_metrics", "_tracing", "_daemon_client"]
+    for name in before[:MAX_FLAT]:
+        (package / f"{name}.py").write_text("")
+    assert too_many_flat(package, MAX_FLAT) == []
+    (package / "_metrics.py").write_text("")
+    assert too_many_flat(package, MAX_FLAT) == [
+        "mesh/ holds 13 flat modules, at most 12: move one into the wing it belongs to "
+        "(__init__.py, _backoff.py, _errors.py, _gc.py, _input.py, _logging.py, _metrics.py, "
+        "_nats_settings.py, _public.py, _tasks.py, _text.py, protocol.py, pytest_plugin.py)"
+    ]
+    for name in before[MAX_FLAT:]:
+        (package / f"{name}.py").write_text("")
+    assert too_many_flat(package, MAX_FLAT)[0].startswith("mesh/ holds 15 flat modules")
 
 
 def test_the_ranked_checker_finds_an_upward_a_sideways_and_an_unranked_module() -> None:

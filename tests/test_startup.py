@@ -24,7 +24,7 @@ HEAVY = (
     "mesh._orchestrator",
     "mesh._rpc",
     "mesh._sdk",
-    "mesh._tracing",
+    "mesh._telemetry",
     "mesh.a2a",
     "mesh.cluster",
     "mesh.daemon",
@@ -161,7 +161,8 @@ env = {{ PYTHONPATH = {json.dumps(str(ROOT))} }}
                                 if orchestrator.agents():
                                     break
                     await anyio.wait_all_tasks_blocked()
-                    print(await orchestrator.call_tool("peer", "add", {{"a": 2, "b": 3}}))
+                    me = orchestrator.as_embedder()
+                    print(await me.call_tool("peer", "add", {{"a": 2, "b": 3}}))
 
         anyio.run(main, backend={backend!r})
         """

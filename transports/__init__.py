@@ -4,7 +4,6 @@ A transport moves frames (one message's bytes) and nothing else: no RPC, no
 JSON, no retries. It imports nothing from ``mesh`` or ``registry``.
 """
 
-from transports._admission import Standing, Vouch, Vouched
 from transports._auth import TokenAuthenticator, bearer_challenge, bearer_token, protocol_token
 from transports._base import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -18,10 +17,8 @@ from transports._base import (
 )
 from transports._groups import unwrap_single_error
 from transports._http_client import HttpClientStream, open_http_client
+from transports._http_messages import BodyWriter, HttpRequest, HttpResponse
 from transports._http_server import (
-    BodyWriter,
-    HttpRequest,
-    HttpResponse,
     HttpServer,
     HttpServerConfig,
     UpgradeHandler,
@@ -53,15 +50,12 @@ __all__ = [
     "HttpServer",
     "HttpServerConfig",
     "MemoryFrameStream",
-    "Standing",
     "StdioProcessStream",
     "TokenAuthenticator",
     "TransportClosed",
     "TransportError",
     "TransportInfo",
     "UpgradeHandler",
-    "Vouch",
-    "Vouched",
     "WebSocketConfig",
     "WebSocketStream",
     "bearer_challenge",

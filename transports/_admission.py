@@ -38,12 +38,10 @@ import enum
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import anyio
 
-if TYPE_CHECKING:
-    from transports._http_server import HttpRequest
+from transports._http_messages import HttpRequest
 
 __all__ = ["Admission", "Slot", "Standing", "Vouch", "Vouched", "current_slot", "eviction"]
 
@@ -68,7 +66,7 @@ class Vouched:
 
 #: Tells the server, from a request's head (empty body), how far its credentials go
 #: (a bare :class:`Standing`) and whose they are (:class:`Vouched`).
-Vouch = Callable[["HttpRequest"], "Standing | Vouched"]
+Vouch = Callable[[HttpRequest], Standing | Vouched]
 
 #: The settings that refuse a request, named in the refusal.
 POOL_FULL = "max_connections"

@@ -26,29 +26,25 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Final
-from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import anyio.abc
 import h11
-import msgspec
 from anyio.streams.tls import TLSListener
 
 from transports._admission import HOLDER_FULL, Admission, Slot, Standing, Vouch, current_slot
 from transports._base import DEFAULT_MAX_FRAME_SIZE
 from transports._groups import unwrap_single_error
+from transports._http_messages import BodyWriter, HttpRequest, HttpResponse
 from transports._logging import get_logger
 from transports._sockets import shrink_reads
 
 __all__ = [
-    "BodyWriter",
-    "HttpRequest",
-    "HttpResponse",
     "HttpServer",
     "HttpServerConfig",
     "UpgradeHandler",
@@ -58,8 +54,6 @@ __all__ = [
 log = get_logger("transports.http")
 
 _READ_SIZE: Final = 64 * 1024
-#: JSON bodies: msgspec also encodes Structs, sets and dataclasses the handlers return.
-_JSON: Final = msgspec.json.Encoder()
 _SERVER_HEADER: Final = (b"server", b"agent-mesh")
 #: What sending to a client that already left raises.
 _GONE: Final = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
@@ -93,58 +87,6 @@ class HttpServerConfig:
     #: known holder may have open (HTTP and WebSocket); past it the holder's oldest idle
     #: keep-alive makes room, or the request gets 429. None: not bounded.
     max_connections_per_identity: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class HttpRequest:
-    method: str
-    target: str  # the raw request target: path and query
-    headers: tuple[tuple[str, str], ...]  # names lower-cased
-    body: bytes = b""
-    client: str = ""
-    path: str = field(init=False)
-    query: dict[str, list[str]] = field(init=False)
-
-    def __post_init__(self) -> None:
-        parts = urlsplit(self.target)
-        object.__setattr__(self, "path", parts.path or "/")
-        object.__setattr__(self, "query", parse_qs(parts.query))
-
-    def header(self, name: str) -> str | None:
-        wanted = name.lower()
-        for key, value in self.headers:
-            if key == wanted:
-                return value
-        return None
-
-    def query_value(self, name: str) -> str | None:
-        values = self.query.get(name)
-        return values[0] if values else None
-
-
-#: Writes one piece of a streamed body; raises once the client is gone.
-BodyWriter = Callable[[bytes], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class HttpResponse:
-    status: int
-    body: bytes = b""
-    content_type: str = "application/json"
-    headers: Sequence[tuple[str, str]] = ()
-    #: A body written piece by piece (server-sent events): ``await stream(write)`` after
-    #: the head, chunked; ``body`` is ignored. Each piece has ``request_timeout`` to go
-    #: out, so a client that stops reading ends the stream rather than pinning it.
-    stream: Callable[[BodyWriter], Awaitable[None]] | None = None
-
-    @classmethod
-    def json(cls, status: int, payload: Any) -> HttpResponse:
-        return cls(status, _JSON.encode(payload))
-
-    @classmethod
-    def error(cls, status: int, message: str, **extra: Any) -> HttpResponse:
-        """A JSON error body that says why: ``{"error": {"status": 400, "message": ...}}``."""
-        return cls.json(status, {"error": {"status": status, "message": message, **extra}})
 
 
 HttpHandler = Callable[[HttpRequest], Awaitable[HttpResponse]]

@@ -35,13 +35,14 @@ from websockets.http11 import Request, Response
 from websockets.protocol import Protocol, Side, State
 from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
-from websockets.uri import parse_uri
+from websockets.uri import WebSocketURI, parse_uri
 
 from transports._admission import eviction
 from transports._auth import WS_PROTOCOL, TokenAuthenticator, bearer_token, protocol_token
 from transports._base import DEFAULT_MAX_FRAME_SIZE, FrameTooLarge, TransportClosed, TransportInfo
 from transports._groups import unwrap_single_error
-from transports._http_server import HttpRequest, UpgradeHandler
+from transports._http_messages import HttpRequest
+from transports._http_server import UpgradeHandler
 from transports._logging import get_logger
 from transports._loop import StreamLock
 from transports._sockets import socket_io
@@ -466,37 +467,82 @@ async def open_websocket(
     none of them ignores them, as HTTP does any header it does not know.
     """
     config = config or WebSocketConfig()
+    bearer = token
     if token and token_in_query:
         url += ("&" if "?" in url else "?") + f"token={token}"
+        bearer = None
+    uri = _parse_ws_url(url)
+    shown = url.split("?", 1)[0]  # never log a token from the query
+    protocol = ClientProtocol(uri, max_size=config.hard_limit)
+    stream, response, early_frames = await _dial(
+        uri,
+        protocol,
+        _request_headers(bearer, headers, offers),
+        _client_tls(uri, ssl_context),
+        config.connect_timeout,
+        shown,
+    )
+    await _require_accepted(stream, protocol, response, shown)
+    ws = WebSocketStream(stream, protocol, info=TransportInfo("websocket", shown), config=config)
+    _take_handshake(ws, response, early_frames, offers)
+    async with _keeping_alive(ws):
+        yield ws
+
+
+def _take_handshake(
+    ws: WebSocketStream,
+    response: Response,
+    early_frames: list[Frame],
+    offers: Sequence[tuple[str, str]],
+) -> None:
+    """Give ``ws`` the offers the server's 101 echoed and the frames that came with it."""
+    taken = {name.lower(): value for name, value in offers if response.headers.get(name) == value}
+    if taken:
+        ws.offers = taken
+    for frame in early_frames:  # frames that arrived with the handshake (even a close)
+        if not ws._handle_frame(frame):
+            break
+    ws.process_events()
+
+
+def _parse_ws_url(url: str) -> WebSocketURI:
     try:
-        uri = parse_uri(url)
+        return parse_uri(url)
     except InvalidURI as exc:
         raise ConnectFailed(f"not a WebSocket URL: {exc}") from None
-    shown = url.split("?", 1)[0]  # never log a token from the query
-    context = (
-        ssl_context
-        if ssl_context is not None
-        else (ssl.create_default_context() if uri.secure else None)
-    )
-    protocol = ClientProtocol(uri, max_size=config.hard_limit)
+
+
+def _client_tls(uri: WebSocketURI, ssl_context: ssl.SSLContext | None) -> ssl.SSLContext | None:
+    """The caller's TLS context; the system's for ``wss://``; None for ``ws://``."""
+    if ssl_context is not None:
+        return ssl_context
+    return ssl.create_default_context() if uri.secure else None
+
+
+def _request_headers(
+    bearer: str | None, headers: Sequence[tuple[str, str]], offers: Sequence[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """The handshake request's own headers, in the order they are sent."""
+    authorization = [("Authorization", f"Bearer {bearer}")] if bearer else []
+    return [*authorization, *headers, *offers]
+
+
+async def _dial(
+    uri: WebSocketURI,
+    protocol: ClientProtocol,
+    headers: Sequence[tuple[str, str]],
+    context: ssl.SSLContext | None,
+    timeout: float,
+    shown: str,
+) -> tuple[anyio.abc.ByteStream, Response, list[Frame]]:
+    """Connect, send the handshake request and read its response, within ``timeout``;
+    a failure of TCP, TLS or the handshake is :class:`ConnectFailed` naming ``shown``."""
     try:
-        with anyio.fail_after(config.connect_timeout):
-            stream: anyio.abc.ByteStream
-            if context is not None:
-                stream = await anyio.connect_tcp(
-                    uri.host,
-                    uri.port,
-                    ssl_context=context,
-                    tls_hostname=uri.host,
-                    tls_standard_compatible=False,
-                )
-            else:
-                stream = await anyio.connect_tcp(uri.host, uri.port)
+        with anyio.fail_after(timeout):
+            stream = await _connect_tcp(uri, context)
             try:
                 request = protocol.connect()
-                if token and not token_in_query:
-                    request.headers["Authorization"] = f"Bearer {token}"
-                for name, value in (*headers, *offers):
+                for name, value in headers:
                     request.headers[name] = value
                 protocol.send_request(request)
                 await stream.send(b"".join(protocol.data_to_send()))
@@ -506,26 +552,35 @@ async def open_websocket(
                 raise
     except TimeoutError:
         raise ConnectFailed(
-            f"cannot connect to {shown}: no handshake within {config.connect_timeout:g} s"
+            f"cannot connect to {shown}: no handshake within {timeout:g} s"
         ) from None
     except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
         raise ConnectFailed(f"cannot connect to {shown}: {exc}") from None
+    return stream, response, early_frames
+
+
+async def _connect_tcp(uri: WebSocketURI, context: ssl.SSLContext | None) -> anyio.abc.ByteStream:
+    if context is None:
+        return await anyio.connect_tcp(uri.host, uri.port)
+    return await anyio.connect_tcp(
+        uri.host,
+        uri.port,
+        ssl_context=context,
+        tls_hostname=uri.host,
+        tls_standard_compatible=False,
+    )
+
+
+async def _require_accepted(
+    stream: anyio.abc.ByteStream, protocol: ClientProtocol, response: Response, shown: str
+) -> None:
+    """Close ``stream`` and raise :class:`ConnectFailed` unless the server took the upgrade."""
     # Not "state is OPEN": a close frame (say 4001) may arrive in the same read as
     # the 101, and then the handshake succeeded and the link is already closing.
     if protocol.handshake_exc is not None or protocol.state is State.CONNECTING:
         await anyio.aclose_forcefully(stream)
         status = f"HTTP {response.status_code} {response.reason_phrase}"
         raise ConnectFailed(f"WebSocket handshake with {shown} failed: {status}")
-    ws = WebSocketStream(stream, protocol, info=TransportInfo("websocket", shown), config=config)
-    taken = {name.lower(): value for name, value in offers if response.headers.get(name) == value}
-    if taken:
-        ws.offers = taken
-    for frame in early_frames:  # frames that arrived with the handshake (even a close)
-        if not ws._handle_frame(frame):
-            break
-    ws.process_events()
-    async with _keeping_alive(ws):
-        yield ws
 
 
 WebSocketHandler = Callable[[WebSocketStream, str | None], Awaitable[None]]

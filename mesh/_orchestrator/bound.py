@@ -10,19 +10,83 @@ links, no registry writes, no ``on_behalf_of`` to forget or to get wrong.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from mesh._orchestrator.access import Principal
 from mesh._rpc.caller import ProgressCallback
 
 if TYPE_CHECKING:
-    from mesh._orchestrator.orchestrator import MeshOrchestrator
     from mesh._orchestrator.spec import Outcome
 
-__all__ = ["BoundCaller"]
+__all__ = ["BoundCaller", "Door"]
 
 #: How long a broadcast waits per agent unless told otherwise.
 DEFAULT_BROADCAST_TIMEOUT: Final = 10.0
+
+
+class Door(Protocol):
+    """What a :class:`BoundCaller` reaches through: the orchestrator's calls, each for
+    a principal. Written here, so that this module need not import the orchestrator
+    that builds it."""
+
+    async def call(
+        self,
+        agent: str,
+        method: str,
+        params: Any = ...,
+        *,
+        timeout: float | None = ...,
+        on_progress: ProgressCallback | None = ...,
+        on_behalf_of: Principal = ...,
+    ) -> Any: ...
+
+    async def call_tool(
+        self,
+        agent: str,
+        name: str,
+        arguments: Mapping[str, Any] | None = ...,
+        *,
+        timeout: float | None = ...,
+        on_progress: ProgressCallback | None = ...,
+        on_behalf_of: Principal = ...,
+    ) -> Any: ...
+
+    async def list_tools(
+        self, agent: str, *, timeout: float | None = ..., on_behalf_of: Principal = ...
+    ) -> list[dict[str, Any]]: ...
+
+    async def ping(
+        self, agent: str, *, timeout: float | None = ..., on_behalf_of: Principal = ...
+    ) -> float: ...
+
+    async def broadcast(
+        self,
+        method: str,
+        params: Any = ...,
+        *,
+        capability: str | None = ...,
+        timeout: float = ...,
+        on_behalf_of: Principal = ...,
+    ) -> dict[str, Outcome]: ...
+
+    async def multicast(
+        self,
+        agent_ids: Iterable[str],
+        method: str,
+        params: Any = ...,
+        *,
+        timeout: float = ...,
+        on_behalf_of: Principal = ...,
+    ) -> dict[str, Outcome]: ...
+
+    def authorize(
+        self,
+        agent: str,
+        method: str,
+        *,
+        on_behalf_of: Principal = ...,
+        timeout: float | None = ...,
+    ) -> None: ...
 
 
 class BoundCaller:
@@ -38,7 +102,7 @@ class BoundCaller:
 
     __slots__ = ("_mesh", "principal")
 
-    def __init__(self, mesh: MeshOrchestrator, principal: Principal) -> None:
+    def __init__(self, mesh: Door, principal: Principal) -> None:
         self._mesh = mesh
         self.principal: Final = principal
 

@@ -20,7 +20,7 @@ from typing import Any, Final
 from mesh._errors import MeshError
 from mesh._logging import get_logger
 from mesh._orchestrator.spec import AgentSpec
-from mesh._tracing import environment as trace_environment
+from mesh._telemetry.tracing import environment as trace_environment
 from mesh.manifests._load import (
     DialInSection,
     HttpSection,

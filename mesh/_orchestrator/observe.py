@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 
 from mesh._errors import AgentUnavailable
-from mesh._metrics import KNOWN_METHODS, METRICS, OTHER, clock, status_of
 from mesh._orchestrator.view import Link
-from mesh._tracing import client_span
+from mesh._telemetry.metrics import KNOWN_METHODS, METRICS, OTHER, clock, status_of
+from mesh._telemetry.tracing import client_span
 from registry import AgentStatus, ChangeKind, StatusChange
 
 __all__ = [

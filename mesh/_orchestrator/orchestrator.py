@@ -31,7 +31,6 @@ import msgspec
 
 from mesh._errors import AgentUnavailable, MeshError, Unauthorized
 from mesh._logging import get_logger
-from mesh._metrics import METRICS
 from mesh._orchestrator.access import (
     EMBEDDER,
     NOBODY,
@@ -59,7 +58,8 @@ from mesh._rpc.caller import Caller, ProgressCallback
 from mesh._rpc.connect import handshake
 from mesh._rpc.peer import Peer, open_peer
 from mesh._rpc.reconnect import ConnectionEvent, ReconnectPolicy, open_reconnecting_peer
-from mesh._tracing import active as tracing_active
+from mesh._telemetry.metrics import METRICS
+from mesh._telemetry.tracing import active as tracing_active
 from mesh.manifests._types import DEFAULT_ACCESS, AccessSection
 from registry import (
     AgentId,

@@ -14,10 +14,10 @@ import msgspec
 
 from mesh._errors import InvalidParams, MethodNotFound
 from mesh._logging import get_logger
-from mesh._metrics import served
 from mesh._orchestrator.access import NOBODY, Principal
 from mesh._rpc.peer import Peer, RequestContext
 from mesh._rpc.session import ROUTE_METHOD
+from mesh._telemetry.metrics import served
 
 __all__ = ["TOOLS_CHANGED", "CallsAgents", "Router"]
 

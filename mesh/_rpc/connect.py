@@ -19,7 +19,7 @@ from mesh._errors import CallTimeout, MethodNotFound
 from mesh._rpc.boundary import map_transport_errors
 from mesh._rpc.peer import Peer, RequestHandler, open_peer
 from mesh._rpc.session import SessionConfig
-from mesh._tracing import environment as trace_environment
+from mesh._telemetry.tracing import environment as trace_environment
 from mesh.protocol import RequestId, new_request_id
 from transports import (
     DEFAULT_MAX_FRAME_SIZE,

@@ -57,8 +57,8 @@ from mesh._rpc.session import (
     SessionStatistics,
     link_lost,
 )
-from mesh._tracing import active as tracing_active
-from mesh._tracing import outgoing, server_span
+from mesh._telemetry.tracing import active as tracing_active
+from mesh._telemetry.tracing import outgoing, server_span
 from mesh.protocol import MESH_CODEC, Codec, RequestId
 from transports import (
     FrameRejected,

@@ -27,9 +27,9 @@ from mesh._errors import (
     error_from_code,
 )
 from mesh._logging import get_logger
-from mesh._metrics import METRICS
 from mesh._rpc.complaints import InputComplaints
 from mesh._rpc.pending import DEFAULT_CALL_TIMEOUT, MAX_CALL_DURATION, PendingCall, PendingCalls
+from mesh._telemetry.metrics import METRICS
 from mesh.protocol import (
     ASK_HEARTBEAT,
     MESH_CODEC,

@@ -32,12 +32,12 @@ from functools import partial
 import anyio
 
 from mesh._errors import MeshError
-from mesh._gc import tune_for_serving
 from mesh._logging import configure_logging, get_logger
 from mesh._rpc.session import SessionConfig
 from mesh._sdk.agent import Agent
+from mesh._sdk.gc_tuning import tune_for_serving
 from mesh._sdk.serve import open_agent_server, serve_agent_dial_in
-from mesh._tracing import configure_from_environment, parent_from_environment
+from mesh._telemetry.tracing import configure_from_environment, parent_from_environment
 from transports import DEFAULT_MAX_FRAME_SIZE, TokenAuthenticator, open_stdio_server
 from transports._groups import unwrap_single_error
 

@@ -52,7 +52,7 @@ from mesh._logging import get_logger
 from mesh._rpc.peer import RequestContext
 from mesh._sdk.agent import Agent
 from mesh._sdk.runner import EXIT_REFUSED, run_agent
-from mesh._tracing import operation
+from mesh._telemetry.tracing import operation
 from mesh.manifests._load import load_manifest
 from mesh.manifests._types import Persona
 from mesh.providers import Provider, ProviderConfig, ProviderError, create_provider

@@ -91,7 +91,7 @@ def _exchange(
     """The daemon's JSON answer and its headers; any failure is a one-line exit."""
     import httpx
 
-    from mesh._tracing import headers_for, outgoing
+    from mesh._telemetry.tracing import headers_for, outgoing
 
     url = args.url.rstrip("/") + path
     headers = {**auth_headers(args), **headers_for(outgoing())}
@@ -160,8 +160,8 @@ def _error_text(error: dict[str, Any]) -> str:
 def cmd_serve(args: argparse.Namespace) -> int:
     import anyio
 
-    from mesh._gc import tune_for_serving
     from mesh._logging import configure_logging
+    from mesh._sdk.gc_tuning import tune_for_serving
     from mesh.daemon._serve import ListenError, SettingsError, load_settings, serve_daemon
 
     overrides = {
@@ -271,7 +271,7 @@ def _arguments(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_call(args: argparse.Namespace) -> int:
-    from mesh._tracing import calling
+    from mesh._telemetry.tracing import calling
 
     arguments = _arguments(args)
     body = {
@@ -568,7 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _configure(args: argparse.Namespace) -> None:
-    from mesh._tracing import configure_from_environment
+    from mesh._telemetry.tracing import configure_from_environment
 
     # Traces to a collector when OTEL_* asks for them and the SDK is installed.
     configure_from_environment("mesh-daemon" if args.command == "serve" else "mesh-cli")

@@ -47,12 +47,12 @@ from mesh._errors import (
     error_from_code,
 )
 from mesh._logging import get_logger
-from mesh._metrics import METRICS, served, timed
 from mesh._orchestrator.access import NOBODY, Principal
 from mesh._rpc.caller import CallMethods, CallOptions, ProgressCallback
 from mesh._rpc.pending import DEFAULT_CALL_TIMEOUT, MAX_CALL_DURATION, PendingCalls
 from mesh._rpc.session import SessionStatistics
-from mesh._tracing import headers_for, outgoing, serving, trace_from
+from mesh._telemetry.metrics import METRICS, served, timed
+from mesh._telemetry.tracing import headers_for, outgoing, serving, trace_from
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._keydir import KeyDirectory
 from mesh.cluster._keys import DAEMON_HEADER, forged

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import anyio
 
 from mesh._logging import get_logger
-from mesh._metrics import METRICS
 from mesh._tasks import open_task_group
+from mesh._telemetry.metrics import METRICS
 from mesh.cluster._bridge import NatsLoop
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._kv import AckInbox, KvChange, watch_bucket

@@ -27,10 +27,10 @@ from mesh._errors import (
     MessageTooLarge,
 )
 from mesh._logging import get_logger
-from mesh._metrics import served
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.view import LINK_STATUSES
-from mesh._tracing import serving, trace_from
+from mesh._telemetry.metrics import served
+from mesh._telemetry.tracing import serving, trace_from
 from mesh.daemon._a2a import DaemonA2a
 from mesh.daemon._agents import AgentRoutes
 from mesh.daemon._auth import Identities, Identity, Right

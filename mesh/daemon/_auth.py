@@ -29,14 +29,13 @@ from transports import (
     CloseCode,
     HttpRequest,
     HttpResponse,
-    Standing,
     TokenAuthenticator,
-    Vouched,
     WebSocketStream,
     bearer_challenge,
     bearer_token,
     protocol_token,
 )
+from transports._admission import Standing, Vouched
 
 __all__ = ["Identities", "Identity", "Right", "refusal", "unauthorized"]
 

@@ -1,6 +1,6 @@
 """``GET /metrics`` (the Prometheus text format) and the health probes ``/healthz``, ``/readyz``.
 
-The process's tallies (:mod:`mesh._metrics`) and what the daemon can count at
+The process's tallies (:mod:`mesh._telemetry.metrics`) and what the daemon can count at
 scrape time (links, the registry) become metric families only when Prometheus
 asks, through one ``prometheus_client`` collector: the call path never touches
 the library. ``/metrics`` needs the ``read`` right (an observer token is what a
@@ -25,7 +25,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import generate_latest
 
-from mesh._metrics import METRICS, Histogram, Tally
+from mesh._telemetry.metrics import METRICS, Histogram, Tally
 from mesh.daemon._auth import Identity
 from mesh.daemon._lifecycle import Lifecycle
 from mesh.daemon._routes import Params
@@ -73,7 +73,8 @@ def _counter(t: Tally) -> CounterMetricFamily:
 
 
 class MeshCollector:
-    """Turns :data:`~mesh._metrics.METRICS` and the daemon's state into metric families."""
+    """Turns :data:`~mesh._telemetry.metrics.METRICS` and the daemon's state into metric
+    families."""
 
     def __init__(self, orchestrator: MeshOrchestrator) -> None:
         self._mesh = orchestrator

@@ -30,6 +30,7 @@ from contextlib import (
     AsyncExitStack,
     nullcontext,
 )
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -61,9 +62,9 @@ from transports import (
     HttpServerConfig,
     TokenAuthenticator,
     UpgradeHandler,
-    Vouch,
     open_http_server,
 )
+from transports._admission import Vouch
 from transports._http_server import HttpHandler
 
 __all__ = ["DaemonSettings", "ListenError", "SettingsError", "load_settings", "serve_daemon"]
@@ -156,6 +157,51 @@ async def serve_daemon(
     with the signal that asked for it (None when ``handle_signals`` is off)."""
     ssl_context = _ssl_context(settings)
     _private_data_dir(Path(settings.data_dir))
+    parts = _assemble(settings, environ)
+    async with AsyncExitStack() as stack:
+        # The port first: a busy port must fail before any agent process is started.
+        server = await _listen(
+            stack,
+            settings,
+            parts.api.handle,
+            _upgrade_handler(parts),
+            _http_config(settings),
+            ssl_context,
+            parts.identities.vouch,
+        )
+        # After the port: a daemon that cannot listen leaves no token behind and says one line.
+        admin_file = parts.identities.store.ensure_admin()
+        cluster, background = await _start_services(stack, settings, parts, server)
+        # Caught before the daemon says it listens: a supervisor that signals it the moment
+        # it reads that line gets a graceful stop, even when the daemon was started with
+        # SIGINT ignored (a background job of a shell), where a signal before the receiver
+        # was lost and the daemon ran on.
+        signals = stack.enter_context(_stop_signals()) if handle_signals else None
+        _announce(server, settings, admin_file, agents=len(parts.orchestrator.linked_agents()))
+        task_status.started(server.url)
+        stopped_by = await _wait_for_stop(signals)
+        with anyio.CancelScope(shield=True):
+            await _leave(parts, cluster, server, settings.drain_timeout)
+        background.cancel_scope.cancel()
+    log.info("daemon.stopped")
+    sys.stdout.flush()
+    return stopped_by
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """What the daemon is made of, built before it listens and started after."""
+
+    identities: Identities
+    orchestrator: MeshOrchestrator
+    rooms: RoomManager
+    dial_ins: DialIns
+    api: DaemonApi
+
+
+def _assemble(settings: DaemonSettings, environ: Mapping[str, str] | None) -> _Parts:
+    """Build the orchestrator, the rooms and the API from the settings and manifests;
+    nothing runs yet."""
     # Logs each broken manifest (invalid, unusable, or a dial-in token unset) and goes on.
     links = links_from_manifests(settings.manifests, environ=environ)
     identities = _identities(settings, links.tokens)
@@ -180,19 +226,26 @@ async def serve_daemon(
         more_http={**PageFiles().http_handlers(), **PeopleRoutes(rooms).http_handlers()},
     )
     dial_ins.owners = api.agents.owners
+    return _Parts(identities, orchestrator, rooms, dial_ins, api)
 
+
+def _upgrade_handler(parts: _Parts) -> UpgradeHandler:
     async def upgrade(stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes) -> None:
         # /ws is for agents: served as soon as the links exist, so an agent that dials
         # in while the others start is not kept waiting past its own connect timeout.
         # /agents/events and /rooms/{id}/events are for observers, served once the
         # daemon is up.
         if request.path.rstrip("/") == "/ws":
-            await orchestrator.wait_linked()
+            await parts.orchestrator.wait_linked()
         else:
-            await api.lifecycle.wait_serving()
-        await api.routes.upgrade(stream, request, trailing)
+            await parts.api.lifecycle.wait_serving()
+        await parts.api.routes.upgrade(stream, request, trailing)
 
-    http_config = HttpServerConfig(
+    return upgrade
+
+
+def _http_config(settings: DaemonSettings) -> HttpServerConfig:
+    return HttpServerConfig(
         max_body_size=settings.max_body_size,
         max_header_size=settings.max_head_size,
         max_connections=settings.max_connections,
@@ -202,45 +255,38 @@ async def serve_daemon(
         first_byte_timeout=settings.first_byte_timeout,
         head_timeout=settings.head_timeout,
     )
-    async with AsyncExitStack() as stack:
-        # The port first: a busy port must fail before any agent process is started.
-        server = await _listen(
-            stack, settings, api.handle, upgrade, http_config, ssl_context, identities.vouch
-        )
-        # After the port: a daemon that cannot listen leaves no token behind and says one line.
-        admin_file = identities.store.ensure_admin()
-        await stack.enter_async_context(orchestrator)
-        await stack.enter_async_context(rooms)
-        # Joined before serving, so that no room is ever created unshared.
-        cluster = await stack.enter_async_context(_join_cluster(settings, orchestrator, rooms))
-        if cluster is not None:
-            cluster.daemon_url = server.url  # what the other daemons show for this one
-        api.cluster = cluster
-        background = await stack.enter_async_context(open_task_group())
-        await background.start(api.a2a.server.serve)  # A2A tasks run here, stopped with it
-        api.lifecycle.start_serving()
-        if settings.room_retention is not None:
-            background.start_soon(_delete_old_rooms, rooms, settings.room_retention)
-        # Caught before the daemon says it listens: a supervisor that signals it the moment
-        # it reads that line gets a graceful stop, even when the daemon was started with
-        # SIGINT ignored (a background job of a shell), where a signal before the receiver
-        # was lost and the daemon ran on.
-        signals = stack.enter_context(_stop_signals()) if handle_signals else None
-        _announce(server, settings, admin_file, agents=len(orchestrator.linked_agents()))
-        task_status.started(server.url)
-        stopped_by = await _wait_for_stop(signals)
-        with anyio.CancelScope(shield=True):
-            # New work is refused with 503 from now on, but the port stays open until the
-            # other daemons were told to stop sending us calls: a client then gets an
-            # answer, never a reset, and a call routed here meanwhile is still served.
-            api.lifecycle.start_draining()
-            if cluster is not None:
-                await cluster.withdraw()
-            await _shut_down(server, api.lifecycle, dial_ins, settings.drain_timeout)
-        background.cancel_scope.cancel()
-    log.info("daemon.stopped")
-    sys.stdout.flush()
-    return stopped_by
+
+
+async def _start_services(
+    stack: AsyncExitStack, settings: DaemonSettings, parts: _Parts, server: HttpServer
+) -> tuple[Any, anyio.abc.TaskGroup]:
+    """Start the agents, the rooms, the cluster and the background tasks, then serve;
+    returns the cluster (None alone) and the background task group."""
+    await stack.enter_async_context(parts.orchestrator)
+    await stack.enter_async_context(parts.rooms)
+    # Joined before serving, so that no room is ever created unshared.
+    cluster = await stack.enter_async_context(
+        _join_cluster(settings, parts.orchestrator, parts.rooms)
+    )
+    if cluster is not None:
+        cluster.daemon_url = server.url  # what the other daemons show for this one
+    parts.api.cluster = cluster
+    background = await stack.enter_async_context(open_task_group())
+    await background.start(parts.api.a2a.server.serve)  # A2A tasks run here, stopped with it
+    parts.api.lifecycle.start_serving()
+    if settings.room_retention is not None:
+        background.start_soon(_delete_old_rooms, parts.rooms, settings.room_retention)
+    return cluster, background
+
+
+async def _leave(parts: _Parts, cluster: Any, server: HttpServer, drain_timeout: float) -> None:
+    # New work is refused with 503 from now on, but the port stays open until the
+    # other daemons were told to stop sending us calls: a client then gets an
+    # answer, never a reset, and a call routed here meanwhile is still served.
+    parts.api.lifecycle.start_draining()
+    if cluster is not None:
+        await cluster.withdraw()
+    await _shut_down(server, parts.api.lifecycle, parts.dial_ins, drain_timeout)
 
 
 def _announce(

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mesh import Agent, AgentSpec, MeshOrchestrator, RequestContext, _tracing, local_connector
+from mesh import Agent, AgentSpec, MeshOrchestrator, RequestContext, local_connector
+from mesh._telemetry import tracing
 from mesh.agents.echo import agent as echo
 from mesh.demo._sdk_tour import say
 
@@ -22,7 +23,7 @@ def _front() -> Agent:
     @front.tool
     async def ask(message: str, ctx: RequestContext) -> dict[str, Any]:
         """Have ``echo`` echo ``message``; a span of this tool's own wraps the hop."""
-        with _tracing.span("front thinks"):
+        with tracing.span("front thinks"):
             answer = await ctx.call_agent(
                 "echo", "tools/call", {"name": "echo", "arguments": {"message": message}}
             )
@@ -66,7 +67,7 @@ async def trace_tour() -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    _tracing.use_tracer_provider(provider)
+    tracing.use_tracer_provider(provider)
     try:
         specs = [
             AgentSpec("front", local_connector(_front())),
@@ -76,7 +77,7 @@ async def trace_tour() -> None:
             exporter.clear()  # the links' own set-up is not the call
             answer = await mesh.call_tool("front", "ask", {"message": "where did I go?"})
     finally:
-        _tracing.use_tracer_provider(None)
+        tracing.use_tracer_provider(None)
     spans = exporter.get_finished_spans()
     traces = {s.context.trace_id for s in spans}
     if len(traces) != 1:

@@ -19,12 +19,12 @@ from typing import Any, Final
 
 from mesh._errors import InvalidParams, MeshError, MethodNotFound
 from mesh._logging import get_logger
-from mesh._metrics import served
 from mesh._orchestrator.access import NOBODY, Principal
 from mesh._rpc.caller import ProgressCallback
 from mesh._rpc.peer import Peer, RequestContext, open_peer
 from mesh._rpc.session import SessionConfig
 from mesh._tasks import open_task_group
+from mesh._telemetry.metrics import served
 from mesh.mcp._catalog import Authorize, ToolCatalog
 from mesh.mcp._codec import MCP_CODEC, to_wire_id
 from mesh.mcp._revisions import (

@@ -100,36 +100,65 @@ def reply_faults(
     ``answers`` the message it answers (another's, the last it was shown), if any.
     """
     shown = (*subject, *messages)
-    faults: list[str] = []
-    if re.search(rf"\byou(?:'re|\u2019re| are) {re.escape(name)}\b", text, re.IGNORECASE) or (
-        re.search(rf"\b{re.escape(name)}\b", text)
-    ):
-        faults.append("addresses itself")
     runs = _runs(text)
+    found = (
+        _addresses_itself(text, name),
+        _recites(runs, instructions, shown),
+        _talks_about_its_reply(text, shown),
+        "is cut off" if text.rstrip().endswith(CUT_MARK) else None,
+        _repeats(runs, subject, messages),
+        _strays(text, subject, messages, answers),
+        "narrates" if _narrates(text, others) else None,
+        "speaks as an assistant" if _ASSISTANT.search(text) else None,
+    )
+    return tuple(fault for fault in found if fault is not None)
+
+
+def _addresses_itself(text: str, name: str) -> str | None:
+    said = re.search(rf"\byou(?:'re|\u2019re| are) {re.escape(name)}\b", text, re.IGNORECASE)
+    if said or re.search(rf"\b{re.escape(name)}\b", text):
+        return "addresses itself"
+    return None
+
+
+def _recites(runs: set[tuple[str, ...]], instructions: str, shown: Sequence[str]) -> str | None:
+    """Runs of the instructions in the reply that no shown text already had."""
     seen = set().union(*(_runs(part) for part in shown)) if shown else set()
     if len((runs & _runs(instructions)) - seen) >= RECITAL_RUNS:
-        faults.append("recites its instructions")
+        return "recites its instructions"
+    return None
+
+
+def _talks_about_its_reply(text: str, shown: Sequence[str]) -> str | None:
     if _ABOUT_REPLY.search(text) and not any(_ABOUT_REPLY.search(part) for part in shown):
-        faults.append("talks about its reply")
-    if text.rstrip().endswith(CUT_MARK):
-        faults.append("is cut off")
+        return "talks about its reply"
+    return None
+
+
+def _repeats(
+    runs: set[tuple[str, ...]], subject: Sequence[str], messages: Sequence[str]
+) -> str | None:
+    """A message said again, or else the question."""
     if runs and any(len(runs & _runs(part)) >= REPEAT_SHARE * len(runs) for part in messages):
-        faults.append("repeats a message")
-    elif runs and any(len(runs & _runs(part)) >= QUESTION_SHARE * len(runs) for part in subject):
-        faults.append("repeats the question")
+        return "repeats a message"
+    if runs and any(len(runs & _runs(part)) >= QUESTION_SHARE * len(runs) for part in subject):
+        return "repeats the question"
+    return None
+
+
+def _strays(
+    text: str, subject: Sequence[str], messages: Sequence[str], answers: str | None
+) -> str | None:
+    """Off the subject and the last message; or else, deaf to what the answered one added."""
     stems = _stems(text)
     about = set().union(*(_stems(part) for part in (*subject, *messages[-1:])))
     if about and not stems & about:
-        faults.append("strays from the subject")
-    elif answers is not None:
+        return "strays from the subject"
+    if answers is not None:
         added = _stems(answers) - set().union(*(_stems(part) for part in subject))
         if added and not stems & added:
-            faults.append("ignores the message it answers")
-    if _narrates(text, others):
-        faults.append("narrates")
-    if _ASSISTANT.search(text):
-        faults.append("speaks as an assistant")
-    return tuple(faults)
+            return "ignores the message it answers"
+    return None
 
 
 #: Faults that make a draw no reply at all: the prompt, a message or the question said

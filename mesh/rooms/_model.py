@@ -283,19 +283,34 @@ class RoomSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             # The checks judge conversation; a review's code and critiques are other texts.
             raise ValueError("redraws are for a chat; a review's verifier judges its replies")
         ids = self.member_ids()
+        self._check_members(ids)
+        self._check_people()
+        if self.rules.verifier is not None and self.rules.verifier not in ids:
+            raise ValueError(f"the verifier {self.rules.verifier!r} is not a member")
+        self._check_labels()
+        if self.id is not None and not valid_room_id(self.id):
+            raise ValueError(
+                f"room id {self.id!r}: expected lowercase letters, digits, '.', '_' or '-' "
+                "(at most 64, starting with a letter or digit)"
+            )
+
+    def _check_members(self, ids: tuple[AgentId, ...]) -> None:
         if len(ids) < 2:
             raise ValueError("a room needs at least two members")
         if len(set(ids)) != len(ids):
             raise ValueError(f"members must be distinct, got {list(ids)}")
         if self.mode == "review" and len(ids) != 2:
             raise ValueError("a review room has exactly two members: architect, then builder")
+
+    def _check_people(self) -> None:
         people = [m for m in self.members if isinstance(m, Member) and m.human]
         if self.mode == "review" and people:
             raise ValueError("a review room is between two agents; people can join chats")
         if len(people) > self.people.max_people:
             raise ValueError(f"at most {self.people.max_people} people (people.max_people)")
-        if self.rules.verifier is not None and self.rules.verifier not in ids:
-            raise ValueError(f"the verifier {self.rules.verifier!r} is not a member")
+
+    def _check_labels(self) -> None:
+        """The rules' labels and every member's name and role fit in ``MAX_LABEL_CHARS``."""
         labels = [("rules.goodbye", self.rules.goodbye)]
         labels.append(("rules.verified_prefix", self.rules.verified_prefix))
         for index, member in enumerate(self.members):
@@ -305,11 +320,6 @@ class RoomSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         for where, label in labels:
             if label is not None and len(label) > MAX_LABEL_CHARS:
                 raise ValueError(f"{where} has {len(label)} characters, at most {MAX_LABEL_CHARS}")
-        if self.id is not None and not valid_room_id(self.id):
-            raise ValueError(
-                f"room id {self.id!r}: expected lowercase letters, digits, '.', '_' or '-' "
-                "(at most 64, starting with a letter or digit)"
-            )
 
     def member_ids(self) -> tuple[AgentId, ...]:
         return tuple(AgentId(m) if isinstance(m, str) else m.id for m in self.members)

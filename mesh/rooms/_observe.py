@@ -11,8 +11,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any
 
-from mesh._metrics import METRICS, clock
-from mesh._tracing import operation
+from mesh._telemetry.metrics import METRICS, clock
+from mesh._telemetry.tracing import operation
 from mesh.providers._base import Usage
 from mesh.rooms._model import Member, StopReason
 

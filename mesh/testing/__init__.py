@@ -16,9 +16,9 @@ The pytest plugin (:mod:`mesh.pytest_plugin`, on once the package is installed)
 wraps these in fixtures; docs/testing.md shows both.
 """
 
-from mesh._daemon_client import DaemonClient, open_daemon_client
 from mesh._public import publish
 from mesh.testing._daemon import Daemon, spawn_daemon
+from mesh.testing._daemon_client import DaemonClient, open_daemon_client
 from mesh.testing._dial_in import DialInEcho, open_dial_in_echo_agent, spawn_dial_in_echo
 from mesh.testing._echo import EchoServer, echo_agent_command, open_echo_agent, spawn_echo_server
 from mesh.testing._memory import KillableConnector, open_memory_peer

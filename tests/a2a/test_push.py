@@ -5,6 +5,7 @@ daemon's allow-list (``webhook_hosts``) does not name, and not at all when it na
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +23,29 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import InvalidParamsError
 
-from tests.a2a._mesh import GUARD, open_mesh, sdk_client, tool_message
+from tests.a2a._mesh import GUARD, Mesh, open_mesh, sdk_client, tool_message
+from tests.conftest import BACKENDS
 from tests.integration._daemon import serve_in_process
 from transports import HttpRequest, HttpResponse, open_http_server
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+async def shared_mesh(
+    anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Mesh]:
+    """One daemon for the tests that each bring their own webhook and look only at their own
+    task: starting its three agents is most of what each of them costs."""
+    with pytest.MonkeyPatch.context() as env:
+        async with open_mesh(tmp_path_factory.mktemp("push"), env) as mesh:
+            yield mesh
 
 
 class Receiver:
@@ -136,13 +155,13 @@ async def test_a_webhook_outside_the_allow_list_is_refused(
     ("token", "credentials"), [("é", "c"), ("t", "line\nbreak"), ("t" * 5000, "c")]
 )
 async def test_a_webhook_token_a_header_cannot_carry_is_refused_and_the_daemon_goes_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token: str, credentials: str
+    shared_mesh: Mesh, token: str, credentials: str
 ) -> None:
     # Each value goes in a header of every POST: one HTTP cannot carry used to fail the
     # delivery task, and with it the task group of every client's tasks.
     receiver = Receiver()
+    mesh = shared_mesh
     async with (
-        open_mesh(tmp_path, monkeypatch) as mesh,
         open_http_server(receiver.handle, host="127.0.0.1", port=0) as hook,
         sdk_client(mesh, "echo", streaming=False) as (client, _),
     ):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,10 +23,35 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import TaskNotFoundError
 
-from tests.a2a._mesh import GUARD, as_dict, open_mesh, sdk_client, text_message, tool_message
+from tests.a2a._mesh import (
+    GUARD,
+    Mesh,
+    as_dict,
+    open_mesh,
+    sdk_client,
+    text_message,
+    tool_message,
+)
+from tests.conftest import BACKENDS
 from tests.integration._daemon import serve_in_process
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+async def mesh(anyio_backend: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Mesh]:
+    """One daemon for the tests that only read it or look at tasks of their own tokens (the
+    ones that wait on ``held``, or list every task, start their own): starting its three
+    agents is most of what each of them costs."""
+    with pytest.MonkeyPatch.context() as env:
+        async with open_mesh(tmp_path_factory.mktemp("serve"), env) as shared:
+            yield shared
 
 
 def rpc(method: str, params: Any, rpc_id: int = 1) -> dict[str, Any]:
@@ -57,30 +83,27 @@ async def stream_until(url: str, token: str, body: dict[str, Any], enough: Any) 
                     return int(match.group(1))
 
 
-async def test_the_card_lists_tools_as_skills_declares_bearer_and_revalidates(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    async with open_mesh(tmp_path, monkeypatch) as mesh:
-        async with sdk_client(mesh, "echo") as (_, card):
-            assert card.name == "Echo"
-            assert {"echo", "sleep", "fail"} <= {s.id for s in card.skills}
-            assert card.capabilities.streaming
-            assert {i.protocol_version for i in card.supported_interfaces} == {"1.0", "0.3"}
-            assert all(i.url == mesh.url("echo") for i in card.supported_interfaces)
-            scheme = card.security_schemes["bearer"].http_auth_security_scheme
-            assert scheme.scheme == "Bearer"
-        async with sdk_client(mesh, "alice") as (_, persona):
-            assert [s.id for s in persona.skills] == ["chat"]
-        path = "/a2a/echo/.well-known/agent-card.json"
-        async with mesh.http() as http, httpx.AsyncClient() as stranger:
-            first = await http.get(mesh.daemon.http + path)
-            assert first.status_code == 200 and "max-age" in first.headers["cache-control"]
-            etag = first.headers["etag"]
-            again = await http.get(mesh.daemon.http + path, headers={"if-none-match": etag})
-            assert again.status_code == 304 and again.headers["etag"] == etag
-            assert (await stranger.get(mesh.daemon.http + path)).status_code == 401
-            missing = await http.get(mesh.daemon.http + "/a2a/nobody/.well-known/agent-card.json")
-            assert missing.status_code == 404
+async def test_the_card_lists_tools_as_skills_declares_bearer_and_revalidates(mesh: Mesh) -> None:
+    async with sdk_client(mesh, "echo") as (_, card):
+        assert card.name == "Echo"
+        assert {"echo", "sleep", "fail"} <= {s.id for s in card.skills}
+        assert card.capabilities.streaming
+        assert {i.protocol_version for i in card.supported_interfaces} == {"1.0", "0.3"}
+        assert all(i.url == mesh.url("echo") for i in card.supported_interfaces)
+        scheme = card.security_schemes["bearer"].http_auth_security_scheme
+        assert scheme.scheme == "Bearer"
+    async with sdk_client(mesh, "alice") as (_, persona):
+        assert [s.id for s in persona.skills] == ["chat"]
+    path = "/a2a/echo/.well-known/agent-card.json"
+    async with mesh.http() as http, httpx.AsyncClient() as stranger:
+        first = await http.get(mesh.daemon.http + path)
+        assert first.status_code == 200 and "max-age" in first.headers["cache-control"]
+        etag = first.headers["etag"]
+        again = await http.get(mesh.daemon.http + path, headers={"if-none-match": etag})
+        assert again.status_code == 304 and again.headers["etag"] == etag
+        assert (await stranger.get(mesh.daemon.http + path)).status_code == 401
+        missing = await http.get(mesh.daemon.http + "/a2a/nobody/.well-known/agent-card.json")
+        assert missing.status_code == 404
 
 
 async def test_send_blocks_for_the_result_or_returns_at_once_and_cancel_reaches_the_agent(
@@ -110,10 +133,8 @@ async def test_send_blocks_for_the_result_or_returns_at_once_and_cancel_reaches_
                 await mesh.held.cancelled.wait()  # the agent's own handler was cancelled
 
 
-async def test_a_stream_carries_progress_then_the_result(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    async with open_mesh(tmp_path, monkeypatch) as mesh, sdk_client(mesh, "echo") as (client, _):
+async def test_a_stream_carries_progress_then_the_result(mesh: Mesh) -> None:
+    async with sdk_client(mesh, "echo") as (client, _):
         request = tool_message("sleep", seconds=0.3, progress_every=0.1)
         with anyio.fail_after(GUARD):
             events = [as_dict(e) async for e in client.send_message(request)]
@@ -211,133 +232,122 @@ def _progress_of(result: dict[str, Any]) -> float | None:
 
 
 async def test_tasks_are_listed_paged_and_found_only_by_the_token_that_made_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    mesh: Mesh,
 ) -> None:
-    async with open_mesh(tmp_path, monkeypatch) as mesh:
-        ann, bob = await mesh.token("ann"), await mesh.token("bob")
-        mine: list[str] = []
-        async with sdk_client(mesh, "echo", streaming=False, token=ann) as (client, _):
-            for word in ("one", "two", "three"):
-                sent = [e async for e in client.send_message(tool_message("echo", message=word))]
-                mine.append(sent[-1].task.id)
-            page = await client.list_tasks(ListTasksRequest(page_size=2))
-            assert [t.id for t in page.tasks] == mine[::-1][:2] and page.total_size == 3
-            rest = await client.list_tasks(
-                ListTasksRequest(page_size=2, page_token=page.next_page_token)
-            )
-            assert [t.id for t in rest.tasks] == mine[:1] and not rest.next_page_token
-        async with sdk_client(mesh, "echo", token=bob) as (client, _):
-            assert list((await client.list_tasks(ListTasksRequest())).tasks) == []
-            with pytest.raises(TaskNotFoundError):
-                await client.get_task(GetTaskRequest(id=mine[0]))
-            with pytest.raises(TaskNotFoundError):
-                await client.cancel_task(CancelTaskRequest(id=mine[0]))
-        async with mesh.http(bob) as http:
-            body = rpc("SubscribeToTask", {"id": mine[0]})
-            refused = await http.post(mesh.url("echo"), json=body, headers=_V1)
-            assert refused.json()["error"]["code"] == -32001
+    ann, bob = await mesh.token("ann"), await mesh.token("bob")
+    mine: list[str] = []
+    async with sdk_client(mesh, "echo", streaming=False, token=ann) as (client, _):
+        for word in ("one", "two", "three"):
+            sent = [e async for e in client.send_message(tool_message("echo", message=word))]
+            mine.append(sent[-1].task.id)
+        page = await client.list_tasks(ListTasksRequest(page_size=2))
+        assert [t.id for t in page.tasks] == mine[::-1][:2] and page.total_size == 3
+        rest = await client.list_tasks(
+            ListTasksRequest(page_size=2, page_token=page.next_page_token)
+        )
+        assert [t.id for t in rest.tasks] == mine[:1] and not rest.next_page_token
+    async with sdk_client(mesh, "echo", token=bob) as (client, _):
+        assert list((await client.list_tasks(ListTasksRequest())).tasks) == []
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task(GetTaskRequest(id=mine[0]))
+        with pytest.raises(TaskNotFoundError):
+            await client.cancel_task(CancelTaskRequest(id=mine[0]))
+    async with mesh.http(bob) as http:
+        body = rpc("SubscribeToTask", {"id": mine[0]})
+        refused = await http.post(mesh.url("echo"), json=body, headers=_V1)
+        assert refused.json()["error"]["code"] == -32001
 
 
-async def test_a_0_3_client_speaks_the_old_names_and_shapes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    async with open_mesh(tmp_path, monkeypatch) as mesh:
-        async with sdk_client(mesh, "echo", version="0.3", streaming=False) as (client, _):
-            sent = [e async for e in client.send_message(tool_message("echo", message="old"))]
-            assert sent[-1].task.status.state == TaskState.TASK_STATE_COMPLETED
-            assert as_dict(sent[-1].task.artifacts[0])["parts"] == [{"data": {"message": "old"}}]
-            got = await client.get_task(GetTaskRequest(id=sent[-1].task.id))
-            assert got.status.state == TaskState.TASK_STATE_COMPLETED
-        async with sdk_client(mesh, "echo", version="0.3") as (client, _):
-            request = tool_message("sleep", seconds=0.2, progress_every=0.1)
-            streamed = [as_dict(e) async for e in client.send_message(request)]
-            assert streamed[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
-        async with mesh.http() as http:  # no A2A-Version header at all: 0.3
-            message = {"kind": "message", "messageId": "m", "role": "user"}
-            message["parts"] = [
-                {"kind": "data", "data": {"tool": "reverse", "arguments": {"text": "ab"}}}
-            ]  # type: ignore[assignment]
-            answer = (
-                await http.post(mesh.url("echo"), json=rpc("message/send", {"message": message}))
-            ).json()
-            task = answer["result"]
-            assert task["kind"] == "task" and task["status"]["state"] == "completed"
-            assert task["artifacts"][0]["parts"] == [{"kind": "data", "data": {"text": "ba"}}]
-            # A finished task re-joined the 0.3 way: the task, then the stream ends.
-            again = await http.post(
-                mesh.url("echo"), json=rpc("tasks/resubscribe", {"id": task["id"]})
-            )
-            assert again.headers["content-type"] == "text/event-stream"
-            events = [
-                json.loads(line[6:])
-                for line in again.text.splitlines()
-                if line.startswith("data: ")
-            ]
-            assert [e["result"]["kind"] for e in events] == ["task"]
-            assert events[0]["result"]["status"]["state"] == "completed"
-            newer = await http.post(
-                mesh.url("echo"), json=rpc("SendMessage", {}), headers={"A2A-Version": "2.0"}
-            )
-            assert newer.json()["error"]["code"] == -32009
+async def test_a_0_3_client_speaks_the_old_names_and_shapes(mesh: Mesh) -> None:
+    async with sdk_client(mesh, "echo", version="0.3", streaming=False) as (client, _):
+        sent = [e async for e in client.send_message(tool_message("echo", message="old"))]
+        assert sent[-1].task.status.state == TaskState.TASK_STATE_COMPLETED
+        assert as_dict(sent[-1].task.artifacts[0])["parts"] == [{"data": {"message": "old"}}]
+        got = await client.get_task(GetTaskRequest(id=sent[-1].task.id))
+        assert got.status.state == TaskState.TASK_STATE_COMPLETED
+    async with sdk_client(mesh, "echo", version="0.3") as (client, _):
+        request = tool_message("sleep", seconds=0.2, progress_every=0.1)
+        streamed = [as_dict(e) async for e in client.send_message(request)]
+        assert streamed[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    async with mesh.http() as http:  # no A2A-Version header at all: 0.3
+        message = {"kind": "message", "messageId": "m", "role": "user"}
+        message["parts"] = [
+            {"kind": "data", "data": {"tool": "reverse", "arguments": {"text": "ab"}}}
+        ]  # type: ignore[assignment]
+        answer = (
+            await http.post(mesh.url("echo"), json=rpc("message/send", {"message": message}))
+        ).json()
+        task = answer["result"]
+        assert task["kind"] == "task" and task["status"]["state"] == "completed"
+        assert task["artifacts"][0]["parts"] == [{"kind": "data", "data": {"text": "ba"}}]
+        # A finished task re-joined the 0.3 way: the task, then the stream ends.
+        again = await http.post(mesh.url("echo"), json=rpc("tasks/resubscribe", {"id": task["id"]}))
+        assert again.headers["content-type"] == "text/event-stream"
+        events = [
+            json.loads(line[6:]) for line in again.text.splitlines() if line.startswith("data: ")
+        ]
+        assert [e["result"]["kind"] for e in events] == ["task"]
+        assert events[0]["result"]["status"]["state"] == "completed"
+        newer = await http.post(
+            mesh.url("echo"), json=rpc("SendMessage", {}), headers={"A2A-Version": "2.0"}
+        )
+        assert newer.json()["error"]["code"] == -32009
 
 
-async def test_bad_input_gets_the_a2a_error_and_the_link_lives(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    async with open_mesh(tmp_path, monkeypatch) as mesh:
-        observer = await mesh.token("watcher", role="observer")
-        url = mesh.url("echo")
-        async with mesh.http() as http:
-            cases: list[tuple[bytes, int, str]] = [
-                (b'{"jsonrpc": "2.0", "id": 1, "method"', -32700, "not JSON"),
-                (b"[1, 2]", -32600, "JSON-RPC 2.0"),
-                (json.dumps(rpc("tasks/list", {})).encode(), -32601, "tasks/list"),
-                (json.dumps(rpc("GetTask", {"id": 7})).encode(), -32602, "params.id"),
-                (json.dumps(rpc("GetTask", {"id": "nope"})).encode(), -32001, "nope"),
-                (
-                    json.dumps(rpc("SendMessage", {"message": {"parts": []}})).encode(),
-                    -32602,
-                    "parts",
-                ),
-                (
-                    json.dumps(rpc("SendMessage", {"message": text_of("hello")})).encode(),
-                    -32602,
-                    '"tool"',
-                ),
-                (
-                    json.dumps(rpc("SendMessage", {"message": text_of("x" * 300_000)})).encode(),
-                    -32600,
-                    "exceeds",
-                ),
-                (b'{"jsonrpc": "2.0", "id": 1, "method": "\xff"}', -32700, "UTF-8"),
-                (b"[" * 50_000 + b"]" * 50_000, -32700, "not JSON"),
-                # Digits that str.isdigit takes and int does not: a superscript, 5,000 of them.
-                (json.dumps(rpc("ListTasks", {"pageToken": "\u00b2"})).encode(), -32602, "Token"),
-                (json.dumps(rpc("ListTasks", {"pageToken": "1" * 5000})).encode(), -32602, "Token"),
-            ]
-            for body, code, words in cases:
-                answer = await http.post(url, content=body, headers=_V1)
-                assert answer.status_code == 200, answer.text
-                error = answer.json()["error"]
-                assert error["code"] == code and words in error["message"], (body[:40], error)
-            # The same connection still serves a good call.
-            good = await http.post(
-                url,
-                json=rpc("SendMessage", {"message": _raw_tool("echo", {"message": "ok"})}),
-                headers=_V1,
-            )
-            assert good.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
-            # A Last-Event-ID that is no event number resumes from now, as none would.
-            task_id = good.json()["result"]["task"]["id"]
-            resumed = await http.post(
-                url,
-                json=rpc("SubscribeToTask", {"id": task_id}),
-                headers=[(b"a2a-version", b"1.0"), (b"last-event-id", "\u00b2".encode())],
-            )
-            assert resumed.status_code == 200, resumed.text
-        async with httpx.AsyncClient() as stranger, mesh.http(observer) as watcher:
-            assert (await stranger.post(url, json=rpc("GetTask", {"id": "x"}))).status_code == 401
-            assert (await watcher.post(url, json=rpc("GetTask", {"id": "x"}))).status_code == 403
+async def test_bad_input_gets_the_a2a_error_and_the_link_lives(mesh: Mesh) -> None:
+    observer = await mesh.token("watcher", role="observer")
+    url = mesh.url("echo")
+    async with mesh.http() as http:
+        cases: list[tuple[bytes, int, str]] = [
+            (b'{"jsonrpc": "2.0", "id": 1, "method"', -32700, "not JSON"),
+            (b"[1, 2]", -32600, "JSON-RPC 2.0"),
+            (json.dumps(rpc("tasks/list", {})).encode(), -32601, "tasks/list"),
+            (json.dumps(rpc("GetTask", {"id": 7})).encode(), -32602, "params.id"),
+            (json.dumps(rpc("GetTask", {"id": "nope"})).encode(), -32001, "nope"),
+            (
+                json.dumps(rpc("SendMessage", {"message": {"parts": []}})).encode(),
+                -32602,
+                "parts",
+            ),
+            (
+                json.dumps(rpc("SendMessage", {"message": text_of("hello")})).encode(),
+                -32602,
+                '"tool"',
+            ),
+            (
+                json.dumps(rpc("SendMessage", {"message": text_of("x" * 300_000)})).encode(),
+                -32600,
+                "exceeds",
+            ),
+            (b'{"jsonrpc": "2.0", "id": 1, "method": "\xff"}', -32700, "UTF-8"),
+            (b"[" * 50_000 + b"]" * 50_000, -32700, "not JSON"),
+            # Digits that str.isdigit takes and int does not: a superscript, 5,000 of them.
+            (json.dumps(rpc("ListTasks", {"pageToken": "\u00b2"})).encode(), -32602, "Token"),
+            (json.dumps(rpc("ListTasks", {"pageToken": "1" * 5000})).encode(), -32602, "Token"),
+        ]
+        for body, code, words in cases:
+            answer = await http.post(url, content=body, headers=_V1)
+            assert answer.status_code == 200, answer.text
+            error = answer.json()["error"]
+            assert error["code"] == code and words in error["message"], (body[:40], error)
+        # The same connection still serves a good call.
+        good = await http.post(
+            url,
+            json=rpc("SendMessage", {"message": _raw_tool("echo", {"message": "ok"})}),
+            headers=_V1,
+        )
+        assert good.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        # A Last-Event-ID that is no event number resumes from now, as none would.
+        task_id = good.json()["result"]["task"]["id"]
+        resumed = await http.post(
+            url,
+            json=rpc("SubscribeToTask", {"id": task_id}),
+            headers=[(b"a2a-version", b"1.0"), (b"last-event-id", "\u00b2".encode())],
+        )
+        assert resumed.status_code == 200, resumed.text
+    async with httpx.AsyncClient() as stranger, mesh.http(observer) as watcher:
+        assert (await stranger.post(url, json=rpc("GetTask", {"id": "x"}))).status_code == 401
+        assert (await watcher.post(url, json=rpc("GetTask", {"id": "x"}))).status_code == 403
 
 
 def text_of(text: str) -> dict[str, Any]:

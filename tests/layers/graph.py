@@ -1,9 +1,14 @@
 """The import graph of our packages, read from the source, and the two rules it must keep.
 
 Every ``import`` and ``from ... import`` counts, wherever it stands (a lazy import in a
-function is still an arrow), except under ``if TYPE_CHECKING:``, which never runs.
+function is still an arrow). One under ``if TYPE_CHECKING:`` never runs, so the wings'
+arrows skip it; but it still ties two modules together, so cycles are looked for with it
+(``type_checking=True``): putting one half of a cycle under ``TYPE_CHECKING`` hides it, it does
+not break it.
 A module belongs to a *wing*; wings are ranked, and an arrow may only point to a lower
 rank or stay inside its own wing. Cycles are found between modules (Tarjan's SCC).
+A package keeps few flat modules (``*.py`` right in its folder, ``__init__.py`` too):
+the rest sit in its wings, so ``ls`` shows the architecture.
 """
 
 from __future__ import annotations
@@ -31,14 +36,18 @@ def module_name(root: Path, path: Path) -> str:
     return ".".join(parts)
 
 
-def read_graph(root: Path, packages: Sequence[str]) -> dict[str, frozenset[str]]:
-    """Module -> the modules of ``packages`` it imports."""
+def read_graph(
+    root: Path, packages: Sequence[str], *, type_checking: bool = False
+) -> dict[str, frozenset[str]]:
+    """Module -> the modules of ``packages`` it imports (``type_checking``: under
+    ``TYPE_CHECKING`` too)."""
     paths = {module_name(root, p): p for pkg in packages for p in (root / pkg).rglob("*.py")}
     graph: dict[str, frozenset[str]] = {}
     for name, path in paths.items():
         is_package = path.name == "__init__.py"
         targets = set()
-        for base, names in _imports(ast.parse(path.read_text(), str(path)), name, is_package):
+        tree = ast.parse(path.read_text(), str(path))
+        for base, names in _imports(tree, name, is_package, type_checking=type_checking):
             # `from a import b` is an arrow to module a.b if there is one, else to a.
             for imported in [
                 f"{base}.{n}" if n and f"{base}.{n}" in paths else base for n in names
@@ -51,10 +60,12 @@ def read_graph(root: Path, packages: Sequence[str]) -> dict[str, frozenset[str]]
     return graph
 
 
-def _imports(tree: ast.Module, module: str, is_package: bool) -> Iterable[tuple[str, list[str]]]:
+def _imports(
+    tree: ast.Module, module: str, is_package: bool, *, type_checking: bool
+) -> Iterable[tuple[str, list[str]]]:
     """(module, names imported from it); a plain ``import a.b`` is ("a.b", [""])."""
     package = module if is_package else module.rpartition(".")[0]
-    for node in _runtime_nodes(tree):
+    for node in ast.walk(tree) if type_checking else _runtime_nodes(tree):
         if isinstance(node, ast.Import):
             yield from ((alias.name, [""]) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -141,3 +152,19 @@ def wrong_arrows(graph: Graph, wings: Sequence[Wing]) -> list[str]:
                     f"({there.name}, rank {there.rank})"
                 )
     return problems
+
+
+def flat_modules(package: Path) -> list[str]:
+    """The modules right in ``package``'s folder (``__init__.py`` included), by name."""
+    return sorted(path.name for path in package.glob("*.py"))
+
+
+def too_many_flat(package: Path, limit: int) -> list[str]:
+    """A complaint if ``package`` holds more than ``limit`` flat modules, naming them."""
+    flat = flat_modules(package)
+    if len(flat) <= limit:
+        return []
+    return [
+        f"{package.name}/ holds {len(flat)} flat modules, at most {limit}: move one into "
+        f"the wing it belongs to ({', '.join(flat)})"
+    ]

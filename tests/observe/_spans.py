@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from mesh import _tracing
+from mesh._telemetry import tracing
 
 
 @contextmanager
@@ -18,11 +18,11 @@ def traced() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    _tracing.use_tracer_provider(provider)
+    tracing.use_tracer_provider(provider)
     try:
         yield provider, exporter
     finally:
-        _tracing.use_tracer_provider(None)
+        tracing.use_tracer_provider(None)
         provider.shutdown()
 
 

@@ -10,8 +10,9 @@ import msgspec
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
-from mesh import EMBEDDER, Agent, AgentSpec, MeshOrchestrator, _tracing, local_connector
+from mesh import EMBEDDER, Agent, AgentSpec, MeshOrchestrator, local_connector
 from mesh._logging import add_trace_ids
+from mesh._telemetry import tracing
 from mesh.demo.fixtures import DEMO_TOPIC, demo_chat
 from mesh.mcp._codec import MCP_CODEC
 from mesh.protocol import MESH_CODEC, DecodeFailure, Request, RequestPayload
@@ -27,7 +28,7 @@ def worker() -> Agent:
 
     @agent.tool
     async def work(message: str) -> str:
-        with _tracing.tracer().start_as_current_span("the tool's own work"):
+        with tracing.tracer().start_as_current_span("the tool's own work"):
             return message.upper()
 
     @agent.tool
@@ -74,12 +75,12 @@ async def test_a_failed_call_says_its_code_not_its_message() -> None:
 
 
 async def test_tracing_off_adds_no_spans_and_nothing_to_the_wire() -> None:
-    assert not _tracing.active()
+    assert not tracing.active()
     async with MeshOrchestrator([AgentSpec("worker", local_connector(worker()))]) as mesh:
         assert (
             await mesh.call_tool("worker", "work", {"message": "hi"}, on_behalf_of=EMBEDDER) == "HI"
         )
-    assert _tracing.outgoing() is None
+    assert tracing.outgoing() is None
     request = Request(id="x", timestamp=1, payload=RequestPayload(method="ping"))
     assert b"trace" not in MESH_CODEC.encode(request)
 
@@ -161,7 +162,7 @@ def test_mcp_carries_trace_context_in_meta_both_ways() -> None:
 def _one_traced_span(name: str) -> list[str]:
     """A span made under a provider of its own; the provider is freed on return."""
     with traced() as (_, exporter):
-        with _tracing.tracer().start_as_current_span(name):
+        with tracing.tracer().start_as_current_span(name):
             pass
         return [s.name for s in exporter.get_finished_spans()]
 

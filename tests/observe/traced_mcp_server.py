@@ -6,7 +6,7 @@ parent read from ``_meta``); this only gives the process a tracer provider from 
 
 from __future__ import annotations
 
-from mesh._tracing import configure_from_environment
+from mesh._telemetry.tracing import configure_from_environment
 from tests.mcp.mcp_server import app
 
 if __name__ == "__main__":

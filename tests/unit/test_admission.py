@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from transports import Standing, Vouched
-from transports._admission import HOLDER_FULL, POOL_FULL, Admission, Slot
+from transports._admission import HOLDER_FULL, POOL_FULL, Admission, Slot, Standing, Vouched
 
 # A slot's cancel scope needs a running loop, not any I/O.
 pytestmark = pytest.mark.anyio

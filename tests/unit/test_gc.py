@@ -6,11 +6,11 @@ import json
 import subprocess
 import sys
 
-from mesh._gc import SERVING_THRESHOLDS
+from mesh._sdk.gc_tuning import SERVING_THRESHOLDS
 
 PROBE = """
 import gc, json
-from mesh._gc import tune_for_serving
+from mesh._sdk.gc_tuning import tune_for_serving
 before = gc.get_threshold()
 tune_for_serving()
 print(json.dumps([before, gc.get_threshold(), gc.get_freeze_count()]))

@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from mesh._errors import MeshError
-from mesh._metrics import status_of
+from mesh._telemetry.metrics import status_of
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
