@@ -24,6 +24,7 @@ from mesh.cluster._permissions import nats_config, password_variable
 from mesh.cluster._settings import agent_key
 from mesh.rooms import Limits, MessageEvent, RoomSpec
 from mesh.testing import NatsServer, spawn_nats_server
+from tests._cli_logging import logging_of_its_own
 from tests.cluster._helpers import SPREAD_TIMEOUT, Member, open_member, wait_status
 from tests.cluster._raw import open_raw_daemon
 from tests.cluster.test_rooms import persona
@@ -34,7 +35,8 @@ PASSWORDS = {"a": "pw-a", "b": "pw-b"}
 
 def test_the_shipped_example_is_the_generators_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert EXAMPLE_CONFIG.read_text() == nats_config("mesh", ["a", "b"])
-    assert mesh_main(["cluster", "nats-config", "--daemon", "a", "--daemon", "b"]) == 0
+    with logging_of_its_own():  # main() sets up logging as a CLI should: not for later tests
+        assert mesh_main(["cluster", "nats-config", "--daemon", "a", "--daemon", "b"]) == 0
     assert capsys.readouterr().out == EXAMPLE_CONFIG.read_text()
 
 
@@ -53,7 +55,8 @@ def test_bad_ids_are_refused_with_the_rule(cluster: str, daemons: list[str], say
     argv = ["cluster", "nats-config", "--cluster-id", cluster]
     argv += [word for d in daemons for word in ("--daemon", d)]
     if daemons:
-        assert mesh_main(argv) == 2
+        with logging_of_its_own():
+            assert mesh_main(argv) == 2
 
 
 @pytest.fixture

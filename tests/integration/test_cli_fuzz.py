@@ -26,7 +26,6 @@ from typing import Any
 from unittest import mock
 
 import pytest
-import structlog
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -45,6 +44,7 @@ from mesh.cli._codes import (
     EXIT_USAGE,
 )
 from mesh.cli._main import build_parser
+from tests._cli_logging import logging_of_its_own
 
 DOCUMENTED = {
     EXIT_OK,
@@ -180,30 +180,10 @@ def _environment(env: dict[str, str], cwd: Path) -> Iterator[None]:
         yield
 
 
-@contextmanager
-def _logging_of_its_own() -> Iterator[None]:
-    """``main()`` configures structlog for the process, as a CLI should; in this test's
-    process that set-up must end with the run. Loggers cached on first use would keep
-    writing to this run's captured stderr in every later test (and past ``capture_logs``),
-    so the run's configuration does not cache, and the one before it comes back after."""
-    saved = structlog.get_config()
-    configure = structlog.configure
-
-    def uncached(**settings: Any) -> None:
-        configure(**{**settings, "cache_logger_on_first_use": False})
-
-    try:
-        with mock.patch.object(structlog, "configure", uncached):
-            yield
-    finally:
-        structlog.reset_defaults()
-        configure(**saved)
-
-
 def run_in_process(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str]:
     """``mesh ARGV``: its exit status and everything it wrote; fails on any traceback."""
     out, err = io.StringIO(), io.StringIO()
-    with _environment(env, cwd), _logging_of_its_own(), redirect_stdout(out), redirect_stderr(err):
+    with _environment(env, cwd), logging_of_its_own(), redirect_stdout(out), redirect_stderr(err):
         try:
             code = main(argv)
         except SystemExit as exit_:  # argparse (usage, --help, --version) and _fail
