@@ -164,6 +164,7 @@ async def test_daemon_a_credentials_make_b_obey_no_more_than_a_may(
                 lambda: nats.connect(server.url, user="daemon-b", password="pw-b")
             )
             await loop.run(lambda: observer.subscribe(CALLS_B, cb=on_call))
+            await loop.run(observer.flush)  # the server has the subscription before C calls
             async with anyio.create_task_group() as tg:
                 results: list[Any] = []
 
