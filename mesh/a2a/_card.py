@@ -5,8 +5,10 @@ every mount answers both). Each tool is a skill whose ``id`` is the tool's name,
 with an example of the data part that calls it; a chat agent (a persona) has a
 ``chat`` skill, which plain text reaches. The card declares the one scheme the
 daemon accepts (HTTP ``Bearer``, a mesh token) and two interfaces on one URL,
-JSON-RPC 1.0 and 0.3; the 0.3 fields (``url``, ``preferredTransport``,
-``protocolVersion``) are there too, for clients of that version.
+JSON-RPC 1.0 and 0.3. The 0.3 fields (``url``, ``preferredTransport``,
+``protocolVersion``), which 0.3 clients need to find the endpoint and 1.0's strict
+schema does not allow, are added unless the card is asked for as 1.0 (an
+``A2A-Version: 1.0`` header): an empty header means 0.3, as everywhere in A2A.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ["build_card", "card_etag"]
+__all__ = ["MODES", "build_card", "card_etag"]
 
 MODES: Final = ["text/plain", "application/json"]
 _ENCODER: Final = msgspec.json.Encoder(order="deterministic")
@@ -68,11 +70,13 @@ def build_card(
     chat: bool,
     url: str,
     push: bool = False,
+    legacy: bool = True,
 ) -> dict[str, Any]:
-    """The card of ``agent``, served at ``url`` (its JSON-RPC endpoint)."""
+    """The card of ``agent``, served at ``url`` (its JSON-RPC endpoint); ``legacy``
+    adds the fields of 0.3 (see the module docstring)."""
     skills = [_chat_skill(agent)] if chat else []
     skills += [_skill(agent, t) for t in tools if isinstance(t, Mapping) and t.get("name")]
-    return {
+    card = {
         "name": str(info.get("name") or agent),
         "description": str(info.get("description") or f"The mesh agent {agent}."),
         "version": str(info.get("version") or "0.0.0"),
@@ -94,11 +98,10 @@ def build_card(
         "defaultInputModes": MODES,
         "defaultOutputModes": MODES,
         "skills": skills,
-        # What a 0.3 client reads.
-        "url": url,
-        "preferredTransport": "JSONRPC",
-        "protocolVersion": "0.3.0",
     }
+    if legacy:
+        card.update(url=url, preferredTransport="JSONRPC", protocolVersion="0.3.0")
+    return card
 
 
 def card_etag(card: Mapping[str, Any]) -> str:

@@ -26,6 +26,25 @@ __all__ = [
 
 #: An idle stream gets a comment this often, so a client that left is noticed.
 KEEPALIVE: Final = 15.0
+#: Each error's reason, as A2A names it: clients pick the error by it, not by the code.
+REASONS: Final = {
+    -32001: "TASK_NOT_FOUND",
+    -32002: "TASK_NOT_CANCELABLE",
+    -32003: "PUSH_NOTIFICATION_NOT_SUPPORTED",
+    -32004: "UNSUPPORTED_OPERATION",
+    -32005: "CONTENT_TYPE_NOT_SUPPORTED",
+    -32006: "INVALID_AGENT_RESPONSE",
+    -32007: "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+    -32008: "EXTENSION_SUPPORT_REQUIRED",
+    -32009: "VERSION_NOT_SUPPORTED",
+    -32600: "INVALID_REQUEST",
+    -32601: "METHOD_NOT_FOUND",
+    -32602: "INVALID_PARAMS",
+    -32603: "INTERNAL_ERROR",
+    -32700: "INVALID_REQUEST",
+}
+ERROR_INFO: Final = "type.googleapis.com/google.rpc.ErrorInfo"
+DOMAIN: Final = "a2a-protocol.org"
 
 
 class A2aError(Exception):
@@ -39,8 +58,10 @@ def rpc_result(rpc_id: Any, result: Any) -> bytes:
 
 
 def rpc_error(rpc_id: Any, code: int, message: str) -> HttpResponse:
-    error = {"jsonrpc": "2.0", "id": rpc_id, "error": {"code": code, "message": message}}
-    return HttpResponse(200, msgspec.json.encode(error))
+    """A JSON-RPC error whose ``data`` holds the ``ErrorInfo`` A2A requires of every error."""
+    info = {"@type": ERROR_INFO, "reason": REASONS.get(code, "UNKNOWN_ERROR"), "domain": DOMAIN}
+    error = {"code": code, "message": message, "data": [{**info, "metadata": {}}]}
+    return HttpResponse(200, msgspec.json.encode({"jsonrpc": "2.0", "id": rpc_id, "error": error}))
 
 
 def param_dict(value: Any, what: str) -> dict[str, Any]:

@@ -21,11 +21,19 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter, OrderedDict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-__all__ = ["CHAT_CAPABILITY", "Conversations", "Plan", "PlanError", "plan_call", "result_parts"]
+__all__ = [
+    "CHAT_CAPABILITY",
+    "Conversations",
+    "Plan",
+    "PlanError",
+    "plan_call",
+    "result_parts",
+    "unsupported_media",
+]
 
 #: Agents that take room turns say so in the registry (persona agents do).
 CHAT_CAPABILITY: Final = "chat"
@@ -107,6 +115,19 @@ def plan_call(
         if argument is not None:
             return Plan(str(tools[0].get("name")), {argument: text})
     raise PlanError(f"the message does not say which tool to call: {_how(agent, tools)}")
+
+
+def unsupported_media(parts: list[dict[str, Any]], accepted: Collection[str]) -> str | None:
+    """The first media type a part names that is not in ``accepted`` (None: all are).
+
+    A part that names none is what its kind says (text, JSON, or a file kept in
+    the history); parameters (``; charset=utf-8``) and case do not matter.
+    """
+    for part in parts:
+        media = part.get("mediaType")
+        if isinstance(media, str) and media and media.split(";")[0].strip().lower() not in accepted:
+            return media
+    return None
 
 
 def result_parts(result: Any) -> list[dict[str, Any]]:

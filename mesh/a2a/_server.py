@@ -14,9 +14,14 @@ may call). Bad input is answered with the A2A error that names it, over HTTP
  -32001   no such task, or another client's (the same answer, on purpose)
  -32002   the task has finished, so it cannot be cancelled
  -32003   push notifications (not offered)
+ -32004   a message to an existing task, or a subscription to a finished one
+ -32005   a part of a media type the agent does not take (its input modes)
  -32007   the extended card (not offered)
  -32009   an ``A2A-Version`` the mesh does not speak (1.0; 0.3 when empty)
 ========  =============================================================
+
+Every error's ``data`` holds a ``google.rpc.ErrorInfo`` naming its A2A reason.
+Params are read under their ProtoJSON names, so ``task_id`` is ``taskId``.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from mesh._errors import Forbidden, MeshError
 from mesh._input import whole_number
 from mesh._orchestrator.access import DAEMON, NOBODY, Principal, check_deadline
 from mesh._orchestrator.orchestrator import MeshOrchestrator
-from mesh.a2a._card import build_card, card_etag
+from mesh.a2a._card import MODES, build_card, card_etag
 from mesh.a2a._jsonrpc import (
     A2aError,
     decode_call,
@@ -46,11 +51,17 @@ from mesh.a2a._jsonrpc import (
     rpc_result,
     stream_cursor,
 )
-from mesh.a2a._mapping import CHAT_CAPABILITY, Conversations, PlanError, plan_call
+from mesh.a2a._mapping import (
+    CHAT_CAPABILITY,
+    Conversations,
+    PlanError,
+    plan_call,
+    unsupported_media,
+)
 from mesh.a2a._push import MAX_CONFIGS, CheckUrl, PushConfig, PushRefused, deliver, push_config_in
 from mesh.a2a._runner import run_task
 from mesh.a2a._tasks import StoreFull, Task, TaskStore
-from mesh.a2a._wire import Version, WireError, message_in, method_of, negotiate
+from mesh.a2a._wire import Version, WireError, camel_keys, message_in, method_of, negotiate
 from mesh.a2a._wire import state_in as _state_in
 from mesh.a2a._wire import task_for as _task_for
 from registry import AgentId
@@ -133,9 +144,15 @@ class A2aServer:
             self._forget_gone_cards()
         _, info, tools = kept
         push = self._check_push is not None
-        card = build_card(agent, info, tools, chat=self._chat(agent), url=url, push=push)
+        legacy = negotiate(request.header("a2a-version")) != "1.0"
+        chat = self._chat(agent)
+        card = build_card(agent, info, tools, chat=chat, url=url, push=push, legacy=legacy)
         etag = card_etag(card)
-        headers = [("etag", etag), ("cache-control", "private, max-age=60")]
+        headers = [
+            ("etag", etag),
+            ("cache-control", "private, max-age=60"),
+            ("vary", "A2A-Version"),
+        ]
         if request.header("if-none-match") == etag:
             return HttpResponse(304, headers=headers)
         return HttpResponse(200, msgspec.json.encode(card), headers=headers)
@@ -202,7 +219,7 @@ class A2aServer:
         method = method_of(call["method"], version)
         if method is None:
             raise A2aError(-32601, f"no method {call['method']!r} in A2A {version}")
-        return version, method, param_dict(call.get("params"), "params")
+        return version, method, camel_keys(param_dict(call.get("params"), "params"))
 
     async def _dispatch(
         self,
@@ -254,6 +271,12 @@ class A2aServer:
                 200, rpc_result(rpc_id, _task_for(await self._cancel(task), version))
             )
         # SubscribeToTask: from the client's last event (Last-Event-ID), else from now.
+        if task.finished:
+            raise A2aError(
+                -32004,
+                f"task {task.id!r} is {task.state}: a finished task has no events to come"
+                " (GetTask returns it as it ended)",
+            )
         return self._stream(task, stream_cursor(request), version, rpc_id, caller.owner)
 
     def _find(self, params: dict[str, Any], agent: str, caller: Caller) -> Task:
@@ -270,6 +293,13 @@ class A2aServer:
             message = message_in(params.get("message"))
         except WireError as exc:
             raise A2aError(-32602, f"invalid message: {exc}") from None
+        refused = unsupported_media(message["parts"], MODES)
+        if refused is not None:
+            raise A2aError(
+                -32005,
+                f"a part of media type {refused!r} is not taken here: this agent's input"
+                f" modes are {', '.join(MODES)}",
+            )
         config = param_dict(params.get("configuration"), "configuration")
         metadata = param_dict(params.get("metadata"), "metadata")
         timeout = self._timeout(metadata)
@@ -421,11 +451,14 @@ class A2aServer:
             return configs if version == "0.3" else {"configs": configs}
         wanted = params.get("id") if "taskId" in params else params.get("pushNotificationConfigId")
         config = task.push.get(str(wanted)) if wanted else next(iter(task.push.values()), None)
-        if config is None:
-            raise A2aError(-32001, f"task {task.id!r} has no push config {wanted!r}")
         if method == "GetTaskPushNotificationConfig":
+            if config is None:
+                raise A2aError(-32001, f"task {task.id!r} has no push config {wanted!r}")
             return _shown(config, version)
-        del task.push[config.id]  # DeleteTaskPushNotificationConfig: its loop stops
+        # DeleteTaskPushNotificationConfig: its loop stops. Deleting what is gone already
+        # succeeds: the client's wish (no such config) holds either way.
+        if config is not None:
+            del task.push[config.id]
         return None if version == "0.3" else {}
 
     # -- streams ---------------------------------------------------------------------------------

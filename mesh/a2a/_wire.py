@@ -19,6 +19,7 @@ __all__ = [
     "TERMINAL",
     "Version",
     "WireError",
+    "camel_keys",
     "event_for",
     "message_in",
     "negotiate",
@@ -107,6 +108,35 @@ def state_in(value: Any) -> str | None:
 
 
 # -- into the mesh (either version, leniently) -------------------------------------------
+
+#: Fields whose values are the client's own JSON (``Struct``s), never A2A's: kept as sent.
+_OPAQUE: Final = frozenset({"data", "metadata"})
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(word[:1].upper() + word[1:] for word in rest)
+
+
+def camel_keys(value: Any) -> Any:
+    """``value`` with A2A's field names in their JSON (lowerCamel) form.
+
+    ProtoJSON parsers take a field by its proto name as well (``task_id`` for
+    ``taskId``), and clients built on them send either; the mesh reads one. Where
+    both are given the camelCase one wins, as it is the canonical form. The values
+    of ``data`` and ``metadata`` are the client's own and are left alone.
+    """
+    if isinstance(value, list):
+        return [camel_keys(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        name = _camel(key) if isinstance(key, str) and "_" in key.strip("_") else key
+        if name != key and name in value:
+            continue  # the canonical spelling is there too
+        out[name] = item if name in _OPAQUE else camel_keys(item)
+    return out
 
 
 def part_in(part: Any) -> dict[str, Any]:

@@ -61,25 +61,31 @@ def rpc(method: str, params: Any, rpc_id: int = 1) -> dict[str, Any]:
 _EVENT = re.compile(rb"id: (\d+)\ndata: (.*?)\n\n")
 
 
-async def stream_until(url: str, token: str, body: dict[str, Any], enough: Any) -> int:
-    """POST ``body`` on a raw socket and read its events until ``enough(data)``; then drop
-    the connection, as a client that goes away does. The id of the last event read."""
+async def stream_until(
+    url: str, token: str, body: dict[str, Any], enough: Any, last_event_id: str = ""
+) -> int:
+    """POST ``body`` on a raw socket and read its events until ``enough(data)`` (None: the
+    first will do); then drop the connection, as a client that goes away does. The id of
+    the last event read."""
     parts = urlsplit(url)
     payload = json.dumps(body).encode()
     head = (
         f"POST {parts.path} HTTP/1.1\r\nhost: {parts.netloc}\r\n"
         f"authorization: Bearer {token}\r\na2a-version: 1.0\r\n"
-        f"content-type: application/json\r\ncontent-length: {len(payload)}\r\n\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(payload)}\r\n"
     )
+    if last_event_id:
+        head += f"last-event-id: {last_event_id}\r\n"
+    head += "\r\n"
     assert parts.hostname is not None and parts.port is not None
     async with await anyio.connect_tcp(parts.hostname, parts.port) as sock:
-        await sock.send(head.encode() + payload)
+        await sock.send(head.encode("utf-8") + payload)
         seen, start = b"", 0
         while True:
             seen += await sock.receive()
             for match in _EVENT.finditer(seen, start):
                 start = match.end()
-                if enough(json.loads(match.group(2))):
+                if enough(json.loads(match.group(2))) in (True, None):
                     return int(match.group(1))
 
 
@@ -186,7 +192,7 @@ async def test_a_dropped_stream_is_rejoined_from_its_last_event_with_nothing_los
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with open_mesh(tmp_path, monkeypatch) as mesh:
-        arguments = {"seconds": 0.6, "progress_every": 0.05}
+        arguments = {"seconds": 2.0, "progress_every": 0.05}
         body = rpc("SendStreamingMessage", {"message": _raw_tool("sleep", arguments)})
         seen: list[float] = []
 
@@ -207,12 +213,12 @@ async def test_a_dropped_stream_is_rejoined_from_its_last_event_with_nothing_los
                 rest = [as_dict(e) async for e in client.subscribe(request, context=context)]
             assert "task" not in rest[0], "a cursor in the log is followed from there"
             seen += [p for e in rest if (p := _progress_of(e)) is not None]
-            assert seen == _progress_values(0.6, 0.05)
+            assert seen == _progress_values(2.0, 0.05)
             assert rest[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
-            # A subscriber without a cursor gets the task itself: everything it said.
-            late = [as_dict(e) async for e in client.subscribe(SubscribeToTaskRequest(id=task_id))]
-            assert late[0]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
-            assert late[0]["task"]["artifacts"][0]["parts"] == [{"data": {"slept": 0.6}}]
+            # A finished task has nothing more to say (subscribing is refused, see
+            # test_conformance): GetTask holds everything it said.
+            late = await client.get_task(GetTaskRequest(id=task_id))
+            assert as_dict(late.artifacts[0])["parts"] == [{"data": {"slept": 2.0}}]
 
 
 _V1 = {"A2A-Version": "1.0"}
@@ -280,14 +286,9 @@ async def test_a_0_3_client_speaks_the_old_names_and_shapes(mesh: Mesh) -> None:
         task = answer["result"]
         assert task["kind"] == "task" and task["status"]["state"] == "completed"
         assert task["artifacts"][0]["parts"] == [{"kind": "data", "data": {"text": "ba"}}]
-        # A finished task re-joined the 0.3 way: the task, then the stream ends.
+        # A finished task re-joined the 0.3 way is refused as in 1.0.
         again = await http.post(mesh.url("echo"), json=rpc("tasks/resubscribe", {"id": task["id"]}))
-        assert again.headers["content-type"] == "text/event-stream"
-        events = [
-            json.loads(line[6:]) for line in again.text.splitlines() if line.startswith("data: ")
-        ]
-        assert [e["result"]["kind"] for e in events] == ["task"]
-        assert events[0]["result"]["status"]["state"] == "completed"
+        assert again.json()["error"]["code"] == -32004
         newer = await http.post(
             mesh.url("echo"), json=rpc("SendMessage", {}), headers={"A2A-Version": "2.0"}
         )
@@ -338,13 +339,18 @@ async def test_bad_input_gets_the_a2a_error_and_the_link_lives(mesh: Mesh) -> No
         )
         assert good.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
         # A Last-Event-ID that is no event number resumes from now, as none would.
-        task_id = good.json()["result"]["task"]["id"]
-        resumed = await http.post(
-            url,
-            json=rpc("SubscribeToTask", {"id": task_id}),
-            headers=[(b"a2a-version", b"1.0"), (b"last-event-id", "\u00b2".encode())],
+        running = _raw_tool("sleep", {"seconds": 60})
+        config = {"returnImmediately": True}
+        started = await http.post(
+            url, json=rpc("SendMessage", {"message": running, "configuration": config}), headers=_V1
         )
-        assert resumed.status_code == 200, resumed.text
+        task_id = started.json()["result"]["task"]["id"]
+        body = rpc("SubscribeToTask", {"id": task_id})
+        first: list[dict[str, Any]] = []
+        with anyio.fail_after(GUARD):
+            await stream_until(url, mesh.daemon.token, body, first.append, "\u00b2")
+        assert first[0]["result"]["task"]["id"] == task_id
+        await http.post(url, json=rpc("CancelTask", {"id": task_id}), headers=_V1)
     async with httpx.AsyncClient() as stranger, mesh.http(observer) as watcher:
         assert (await stranger.post(url, json=rpc("GetTask", {"id": "x"}))).status_code == 401
         assert (await watcher.post(url, json=rpc("GetTask", {"id": "x"}))).status_code == 403
