@@ -304,8 +304,12 @@ class Agent:
         description: str = "",
         version: str = "0.1.0",
         capabilities: Iterable[str] = (),
+        text_entry: str | None = None,
     ) -> None:
+        """``text_entry`` names the tool that plain text goes to, for clients that send
+        only text (an A2A client such as ADK's); see docs/a2a.md."""
         self.id = id
+        self.text_entry = text_entry
         self.name = name or id
         self.description = description
         self.version = version
@@ -444,6 +448,7 @@ class Agent:
             "tools": list(self._tools),
             # Every method it serves, so a room can tell a tool-only agent before its turn.
             "methods": sorted(self._methods),
+            **({"text_entry": self.text_entry} if self.text_entry else {}),
         }
 
     def _call_tool(self, ctx: RequestContext, params: Any) -> Any:

@@ -8,9 +8,16 @@ A mesh agent has tools; an A2A agent takes messages. The rule (docs/a2a.md):
 2. A data part that is any other object, to an agent with **one tool**, is that
    tool's arguments.
 3. **Text** (every text part, joined by newlines):
+   - to an agent that names its **text entry** (a tool; the ``text_entry`` of its
+     ``agent/info``, or of its manifest's ``[metadata]``), it is that tool's one
+     string argument, beside any data object's fields;
    - to a *chat* agent (a persona: it takes ``room/turn``) it is the next turn of
      a conversation, one per ``contextId``, whose reply streams as it is written;
    - to an agent with one tool that takes one string argument, it is that argument.
+
+Numbers follow JSON Schema's rules: ``4.0`` is an integer, so where a tool's
+schema says ``integer`` an integral float (what protobuf's ``Struct`` makes of
+every number a client sends) becomes an ``int``.
 
 Anything else is refused with ``-32602`` naming the tools and the data-part form.
 A result becomes one artifact named ``result``: a string as a text part, any
@@ -27,6 +34,7 @@ from typing import Any, Final
 
 __all__ = [
     "CHAT_CAPABILITY",
+    "TEXT_ENTRY",
     "Conversations",
     "Plan",
     "PlanError",
@@ -38,6 +46,9 @@ __all__ = [
 #: Agents that take room turns say so in the registry (persona agents do).
 CHAT_CAPABILITY: Final = "chat"
 ROOM_TURN: Final = "room/turn"
+#: Where an agent names the tool plain text goes to (its agent/info, or its manifest's
+#: metadata): what lets a text-only client call an agent of many tools.
+TEXT_ENTRY: Final = "text_entry"
 #: Conversations kept (one per client, agent and contextId); the oldest is forgotten.
 MAX_CONVERSATIONS: Final = 1024
 #: Of them, one client's: its own oldest is forgotten first, so one client opening
@@ -80,6 +91,18 @@ def _one_string_argument(tool: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _text_argument(tool: Mapping[str, Any]) -> str | None:
+    """The string argument text goes to: the tool's only one, else its only required one."""
+    schema = tool.get("inputSchema")
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+        return None
+    props = schema["properties"]
+    strings = [k for k, v in props.items() if isinstance(v, dict) and v.get("type") == "string"]
+    required = [r for r in schema.get("required") or () if r in strings]
+    chosen = strings if len(strings) == 1 else required
+    return str(chosen[0]) if len(chosen) == 1 else None
+
+
 def _how(agent: str, tools: list[Mapping[str, Any]]) -> str:
     names = ", ".join(str(t.get("name")) for t in tools) or "none"
     return (
@@ -89,13 +112,28 @@ def _how(agent: str, tools: list[Mapping[str, Any]]) -> str:
 
 
 def plan_call(
-    agent: str, message: Mapping[str, Any], tools: list[Mapping[str, Any]] | None, chat: bool
+    agent: str,
+    message: Mapping[str, Any],
+    tools: list[Mapping[str, Any]],
+    chat: bool,
+    text_entry: str | None = None,
 ) -> Plan:
-    """What ``message`` asks of ``agent`` (see the module docstring).
+    """What ``message`` asks of ``agent`` (see the module docstring)."""
+    plan = _plan(agent, message["parts"], tools, chat, text_entry)
+    if plan.tool is None:
+        return plan
+    tool = next((t for t in tools if t.get("name") == plan.tool), None)
+    schema = tool.get("inputSchema") if tool is not None else None
+    return Plan(plan.tool, whole_numbers(plan.arguments, schema))
 
-    ``tools`` may be None when the message names its tool (rule 1 needs no list).
-    """
-    parts: list[dict[str, Any]] = message["parts"]
+
+def _plan(
+    agent: str,
+    parts: list[dict[str, Any]],
+    tools: list[Mapping[str, Any]],
+    chat: bool,
+    text_entry: str | None,
+) -> Plan:
     for part in parts:
         data = part.get("data")
         if isinstance(data, dict) and isinstance(data.get("tool"), str):
@@ -103,11 +141,12 @@ def plan_call(
             if not isinstance(arguments, dict):
                 raise PlanError(f"`arguments` of tool {data['tool']!r} must be an object")
             return Plan(data["tool"], dict(arguments))
-    tools = tools or []
     objects = [p["data"] for p in parts if isinstance(p.get("data"), dict)]
+    text = _texts(parts)
+    if text_entry and (text or objects):
+        return _entry(agent, tools, text_entry, text, objects)
     if objects and len(tools) == 1:
         return Plan(str(tools[0].get("name")), dict(objects[0]))
-    text = _texts(parts)
     if text and chat:
         return Plan(None, text=text)
     if text and len(tools) == 1:
@@ -115,6 +154,55 @@ def plan_call(
         if argument is not None:
             return Plan(str(tools[0].get("name")), {argument: text})
     raise PlanError(f"the message does not say which tool to call: {_how(agent, tools)}")
+
+
+def _entry(
+    agent: str,
+    tools: list[Mapping[str, Any]],
+    entry: str,
+    text: str,
+    objects: list[dict[str, Any]],
+) -> Plan:
+    """The call of ``agent``'s text entry: the data object's fields, and the text as its
+    one string argument."""
+    tool = next((t for t in tools if t.get("name") == entry), None)
+    if tool is None:
+        raise PlanError(
+            f"{agent!r} names {entry!r} as its {TEXT_ENTRY}, which is none of its tools"
+        )
+    arguments = dict(objects[0]) if objects else {}
+    if text:
+        argument = _text_argument(tool)
+        if argument is None:
+            raise PlanError(
+                f"{agent!r}'s {TEXT_ENTRY} {entry!r} takes no single string argument for text:"
+                f" {_how(agent, tools)}"
+            )
+        arguments.setdefault(argument, text)
+    return Plan(entry, arguments)
+
+
+def _is_integer(schema: Mapping[str, Any]) -> bool:
+    kind = schema.get("type")
+    if kind == "integer" or (isinstance(kind, list) and "integer" in kind):
+        return True
+    branches = [*(schema.get("anyOf") or ()), *(schema.get("oneOf") or ())]
+    return any(isinstance(b, Mapping) and _is_integer(b) for b in branches)
+
+
+def whole_numbers(value: Any, schema: Any) -> Any:
+    """``value`` with each integral float an ``int`` where ``schema`` says ``integer``
+    (as JSON Schema counts ``4.0``); anything else as it is, for the tool to judge."""
+    if not isinstance(schema, Mapping):
+        return value
+    if isinstance(value, float) and value.is_integer() and _is_integer(schema):
+        return int(value)
+    properties = schema.get("properties")
+    if isinstance(value, dict) and isinstance(properties, Mapping):
+        return {k: whole_numbers(v, properties.get(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(v, schema.get("items")) for v in value]
+    return value
 
 
 def unsupported_media(parts: list[dict[str, Any]], accepted: Collection[str]) -> str | None:

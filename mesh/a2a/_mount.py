@@ -12,10 +12,12 @@ What the mesh asks and what the A2A agent is asked:
 ==============  ==========================================================================
 ``agent/info``  - (from the card: name, description, version, skills)
 ``ping``        ``GET`` the card
-``tools/list``  - (each skill is a tool named by its id, taking ``text`` and any fields)
+``tools/list``  - (each skill is a tool named by its id, taking ``text`` and any fields;
+                a card with no skills has one tool, ``message``)
 ``tools/call``  ``SendStreamingMessage`` (``SendMessage`` if the card says no streaming);
-                ``{"text": ...}`` is a text part, other arguments a data part, and the
-                skill's id rides in the message's ``metadata.skill``
+                ``text`` is a text part and the other arguments one data part, and the
+                skill's id rides in the message's ``metadata.skill``; a name that is
+                no tool of the card's is refused (``MethodNotFound``), not sent
 ``room/turn``   the room's new lines as one text message, in one ``contextId`` per room;
                 the reply streams back as the room's deltas
 ==============  ==========================================================================
@@ -53,6 +55,8 @@ log = get_logger("mesh.a2a")
 CANCEL_TIMEOUT: Final = 5.0
 #: How often the card is fetched to know the agent is alive.
 DEFAULT_LIVENESS: Final = 10.0
+#: The one tool of an agent whose card lists no skills: what it is sent is its message.
+ENTRY: Final = "message"
 _SCHEMA: Final = {
     "type": "object",
     "properties": {"text": {"type": "string", "description": "the message, as text"}},
@@ -177,28 +181,33 @@ class A2aMount:
         return {"agent": self.agent}
 
     def _tools(self) -> list[dict[str, Any]]:
-        skills = self.client.card.get("skills") or ()
-        return [
+        skills = [s for s in self.client.card.get("skills") or () if isinstance(s, dict)]
+        tools = [
             {
                 "name": str(s["id"]),
                 "description": str(s.get("description") or ""),
                 "inputSchema": _SCHEMA,
             }
             for s in skills
-            if isinstance(s, dict) and s.get("id")
+            if s.get("id")
         ]
+        if not tools:
+            about = "A message to the agent: `text`, and any other fields as data."
+            tools = [{"name": ENTRY, "description": about, "inputSchema": _SCHEMA}]
+        return tools
 
     async def _call_tool(self, ctx: RequestContext, params: Any) -> Any:
         name = params.get("name") if isinstance(params, dict) else None
         if not isinstance(name, str):
             raise ProtocolError("tools/call needs a tool `name` - at `$.payload.params.name`")
+        known = [t["name"] for t in self._tools()]
+        if name not in known:
+            raise MethodNotFound(
+                f"A2A agent {self.agent!r} has no skill {name!r}"
+                f" (its card lists: {', '.join(known)})"
+            )
         arguments = params.get("arguments") if isinstance(params, dict) else None
-        arguments = arguments if isinstance(arguments, dict) else {}
-        if set(arguments) == {"text"} and isinstance(arguments["text"], str):
-            parts: list[dict[str, Any]] = [{"text": arguments["text"]}]
-        else:
-            parts = [{"data": arguments}]
-        message = _message(parts, metadata={"skill": name})
+        message = _message(_parts(arguments), metadata={"skill": name})
         call = await self._send(ctx, message, None)
         return call.result(self.agent, name)
 
@@ -251,6 +260,17 @@ class A2aMount:
             await self.client.call("CancelTask", {"id": call.task_id})
         except MeshError as exc:
             log.info("a2a.cancel_failed", agent=self.agent, task=call.task_id, error=str(exc))
+
+
+def _parts(arguments: Any) -> list[dict[str, Any]]:
+    """A tool's arguments as a message's parts: ``text`` (a string) as a text part, the
+    rest as one data part; an empty call as an empty data part, so no message is bare."""
+    rest = dict(arguments) if isinstance(arguments, dict) else {}
+    text = rest.pop("text", None) if isinstance(rest.get("text"), str) else None
+    parts: list[dict[str, Any]] = [{"text": text}] if text is not None else []
+    if rest or not parts:
+        parts.append({"data": rest})
+    return parts
 
 
 def _message(

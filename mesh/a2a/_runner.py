@@ -8,8 +8,12 @@ at once. What happens becomes the task's events:
 - the start: ``WORKING``;
 - a tool's progress report: a ``WORKING`` status whose message holds the
   report's text and ``{"progress", "total"}``;
-- a chat reply being written: each piece appended to the ``reply`` artifact;
-- the result: the ``result`` (or ``reply``) artifact, then ``COMPLETED``;
+- a chat reply being written: the ``reply`` artifact, opened by the first piece
+  (``append: false``: a client may only append to an artifact it has) and
+  appended to by the rest;
+- the result: the ``result`` (or ``reply``) artifact, then ``COMPLETED``, whose
+  status holds no message: the reply is in the artifact, and a client that shows
+  both would show it twice (it is in the task's history all the same);
 - an error: ``FAILED`` with the mesh's message; a cancel: ``CANCELED``.
 """
 
@@ -120,12 +124,15 @@ async def _chat(
     on_behalf_of: Principal,
 ) -> None:
     artifact_id = new_id()
+    opened = False
 
     def piece(update: Mapping[str, Any]) -> None:
+        nonlocal opened
         written = update.get("message")
         if isinstance(written, str) and written:
             artifact = {"artifactId": artifact_id, "name": "reply", "parts": [{"text": written}]}
-            task.add_artifact(artifact, append=True, last=False)
+            task.add_artifact(artifact, append=opened, last=False)
+            opened = True
 
     params = conversations.turn(task.owner, task.agent, task.context_id, text)
     if timeout is not None:
@@ -141,4 +148,5 @@ async def _chat(
     # The whole reply replaces the pieces: what a late reader sees is exactly what was said.
     whole = {"artifactId": artifact_id, "name": "reply", "parts": [{"text": reply}]}
     task.add_artifact(whole, append=False, last=True)
-    task.set_state("TASK_STATE_COMPLETED", _say(task, reply))
+    task.remember(_say(task, reply))
+    task.set_state("TASK_STATE_COMPLETED")

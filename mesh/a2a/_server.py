@@ -53,6 +53,7 @@ from mesh.a2a._jsonrpc import (
 )
 from mesh.a2a._mapping import (
     CHAT_CAPABILITY,
+    TEXT_ENTRY,
     Conversations,
     PlanError,
     plan_call,
@@ -136,13 +137,7 @@ class A2aServer:
 
     async def card(self, request: HttpRequest, agent: str, url: str) -> HttpResponse:
         """``GET …/.well-known/agent-card.json``, with an ETag (304 when unchanged)."""
-        now = anyio.current_time()
-        kept = self._cards.get(agent)
-        if kept is None or now - kept[0] >= CARD_FRESH:
-            info, tools = await self._ask_agent(agent)
-            kept = self._cards[agent] = (now, info, tools)
-            self._forget_gone_cards()
-        _, info, tools = kept
+        info, tools = await self._facts(agent)
         push = self._check_push is not None
         legacy = negotiate(request.header("a2a-version")) != "1.0"
         chat = self._chat(agent)
@@ -361,14 +356,29 @@ class A2aServer:
         return float(value)
 
     async def _plan(self, agent: str, message: dict[str, Any]) -> Any:
-        named = any(
-            isinstance(p.get("data"), dict) and "tool" in p["data"] for p in message["parts"]
-        )
-        tools = None if named else await self._tools(agent)
+        info, tools = await self._facts(agent)
         try:
-            return plan_call(agent, message, tools, self._chat(agent))
+            return plan_call(agent, message, tools, self._chat(agent), self._entry(agent, info))
         except PlanError as exc:
             raise A2aError(-32602, str(exc)) from None
+
+    async def _facts(self, agent: str) -> tuple[dict[str, Any], list[Any]]:
+        """What the card is made of, as kept for it (asked again when stale): each message
+        needs the tools' schemas, and asking for them each time would double every call."""
+        now = anyio.current_time()
+        kept = self._cards.get(agent)
+        if kept is None or now - kept[0] >= CARD_FRESH:
+            info, tools = await self._ask_agent(agent)
+            kept = self._cards[agent] = (now, info, tools)
+            self._forget_gone_cards()
+        return kept[1], kept[2]
+
+    def _entry(self, agent: str, info: dict[str, Any]) -> str | None:
+        """The tool plain text goes to: the manifest's ``[metadata]`` says, else the agent."""
+        record = self._mesh.registry.get(AgentId(agent))
+        named = record.metadata.get(TEXT_ENTRY) if record is not None else None
+        named = named or info.get(TEXT_ENTRY)
+        return named if isinstance(named, str) and named else None
 
     async def _cancel(self, task: Task) -> dict[str, Any]:
         if task.finished:

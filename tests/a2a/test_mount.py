@@ -20,6 +20,7 @@ from mesh import (
     ManifestError,
     MeshError,
     MeshOrchestrator,
+    MethodNotFound,
 )
 from mesh.a2a import a2a_connector
 from mesh.manifests import load_manifest
@@ -61,6 +62,23 @@ async def test_a_mounted_a2a_agent_has_its_skills_as_tools_and_streams_progress(
                 )
                 assert counted == {"counted": 3}
                 assert [h["message"] for h in heard] == [f"counted {i} of 3" for i in (1, 2, 3)]
+
+
+async def test_a_mount_calls_only_the_cards_skills_and_sends_text_beside_data() -> None:
+    async with spawn_sdk_agent() as peer:
+        spec = AgentSpec("shouter", a2a_connector(peer.url, agent="shouter"), transport="http")
+        async with MeshOrchestrator([spec]) as mesh:
+            with anyio.fail_after(GUARD):
+                await mesh.wait_linked()
+                with pytest.raises(MethodNotFound) as refused:
+                    await mesh.call_tool("shouter", "book", {"text": "hi"}, on_behalf_of=EMBEDDER)
+                assert "no skill 'book'" in refused.value.message
+                assert "shout, count" in refused.value.message
+                # The text is a text part, the other arguments a data part beside it.
+                loud = await mesh.call_tool(
+                    "shouter", "shout", {"text": "hi", "volume": 11}, on_behalf_of=EMBEDDER
+                )
+                assert loud == "HI"
 
 
 async def test_a_mesh_cancel_becomes_cancel_task_and_a_killed_agent_fails_the_call_at_once() -> (

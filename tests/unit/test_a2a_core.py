@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from mesh.a2a._mapping import Conversations, PlanError, plan_call, result_parts
+from mesh.a2a._mapping import (
+    Conversations,
+    PlanError,
+    plan_call,
+    result_parts,
+    unsupported_media,
+    whole_numbers,
+)
 from mesh.a2a._push import PushRefused, push_config_in
 from mesh.a2a._tasks import StoreFull, TaskStore
-from mesh.a2a._wire import event_for, message_in, method_of, negotiate, task_for
+from mesh.a2a._wire import camel_keys, event_for, message_in, method_of, negotiate, task_for
 
 ECHO = {
     "name": "echo",
@@ -73,7 +80,7 @@ def test_a_0_3_message_comes_in_as_1_0_and_goes_out_as_0_3() -> None:
 
 def test_which_tool_a_message_calls() -> None:
     named = {"parts": [{"data": {"tool": "add", "arguments": {"a": 1}}}]}
-    assert plan_call("calc", named, None, chat=False).tool == "add"
+    assert plan_call("calc", named, [], chat=False).tool == "add"
     plain = {"parts": [{"data": {"a": 2}}]}
     assert plan_call("calc", plain, [ADD], chat=False).arguments == {"a": 2}
     text = {"parts": [{"text": "hello"}]}
@@ -82,8 +89,50 @@ def test_which_tool_a_message_calls() -> None:
     with pytest.raises(PlanError, match='"tool"'):
         plan_call("e", text, [ECHO, ADD], chat=False)
     with pytest.raises(PlanError, match="must be an object"):
-        plan_call("e", {"parts": [{"data": {"tool": "x", "arguments": [1]}}]}, None, chat=False)
+        plan_call("e", {"parts": [{"data": {"tool": "x", "arguments": [1]}}]}, [], chat=False)
     assert result_parts("x") == [{"text": "x"}] and result_parts({"a": 1}) == [{"data": {"a": 1}}]
+
+
+def test_text_goes_to_the_text_entry_with_the_data_objects_fields() -> None:
+    text = {"parts": [{"text": "hello"}, {"data": {"a": 2.0}}]}
+    plan = plan_call("calc", text, [ECHO, ADD], chat=True, text_entry="echo")
+    assert plan.tool == "echo" and plan.arguments == {"message": "hello", "a": 2.0}
+    with pytest.raises(PlanError, match="text_entry, which is none of its tools"):
+        plan_call("calc", text, [ECHO, ADD], chat=False, text_entry="nope")
+    with pytest.raises(PlanError, match="takes no single string argument"):
+        plan_call("calc", text, [ECHO, ADD], chat=False, text_entry="add")
+
+
+def test_integral_floats_are_integers_where_the_schema_says_integer() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer"},
+            "maybe": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+            "many": {"type": "array", "items": {"type": "integer"}},
+            "x": {"type": "number"},
+        },
+    }
+    got = whole_numbers({"n": 4.0, "maybe": 2.0, "many": [1.0, 2.5], "x": 3.0, "y": 1.0}, schema)
+    assert got == {"n": 4, "maybe": 2, "many": [1, 2.5], "x": 3.0, "y": 1.0}
+    assert [type(v) for v in (got["n"], got["maybe"], got["x"])] == [int, int, float]
+    plan = plan_call("calc", {"parts": [{"data": {"a": 7.0}}]}, [ADD], chat=False)
+    assert type(plan.arguments["a"]) is int
+
+
+def test_params_under_proto_names_and_media_types() -> None:
+    sent = {"context_id": "c", "contextId": "kept", "page_size": 2, "metadata": {"a_b": 1}}
+    sent["message"] = {"message_id": "m", "parts": [{"data": {"x_y": 1}, "media_type": "t"}]}
+    assert camel_keys(sent) == {
+        "contextId": "kept",
+        "pageSize": 2,
+        "metadata": {"a_b": 1},
+        "message": {"messageId": "m", "parts": [{"data": {"x_y": 1}, "mediaType": "t"}]},
+    }
+    modes = ("text/plain", "application/json")
+    assert unsupported_media([{"text": "a", "mediaType": "TEXT/plain; q=1"}], modes) is None
+    assert unsupported_media([{"raw": "", "mediaType": "image/png"}], modes) == "image/png"
+    assert unsupported_media([{"url": "http://x/y"}], modes) is None
 
 
 def test_a_conversation_counts_turns_and_remembers_replies() -> None:
