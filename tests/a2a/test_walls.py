@@ -60,10 +60,10 @@ def travel_agent(booked: Booked) -> Agent:
     agent = Agent("held", description="Books trips.", text_entry="book")
 
     @agent.tool
-    def book(request: str, nights: int = 1) -> dict[str, Any]:
+    def book(request: str, nights: int = 1) -> str:
         """Book a trip."""
         booked.calls.append({"request": request, "nights": nights})
-        return {"booked": request, "nights": nights}
+        return f"booked {request!r} for {nights} nights"
 
     @agent.tool
     def cancel(booking: str) -> str:
@@ -175,3 +175,56 @@ async def test_a_persona_reply_streams_into_an_artifact_it_opened_and_is_said_on
         for part in e.get("statusUpdate", {}).get("status", {}).get("message", {}).get("parts", [])
     ]
     assert reply not in said
+
+
+async def test_agent_frameworks_a2a_agent_calls_a_multi_tool_agent_and_hears_a_persona_once(
+    walls: tuple[Mesh, Booked],
+) -> None:
+    framework = pytest.importorskip("agent_framework_a2a")
+    core = pytest.importorskip("agent_framework")
+    mesh, _ = walls
+    async with mesh.http() as http:
+        travel = framework.A2AAgent(url=mesh.url("held"), http_client=http)
+        with anyio.fail_after(GUARD):
+            answer = await travel.run("three nights in Bergen")
+        assert answer.text == "booked 'three nights in Bergen' for 1 nights"
+        alice = framework.A2AAgent(url=mesh.url("alice"), http_client=http)
+        with anyio.fail_after(GUARD):
+            updates = [u async for u in alice.run("Tea?", stream=True)]
+        # What the framework makes of the stream: the reply once, not artifact + status.
+        heard = core.AgentResponse.from_updates(updates).text
+        assert heard.count("Tea, always.") == 1, heard
+
+
+@pytest.mark.filterwarnings("ignore:.*EXPERIMENTAL.*:UserWarning")
+async def test_adks_remote_agent_calls_a_multi_tool_agent_and_hears_a_persona_once(
+    walls: tuple[Mesh, Booked], anyio_backend: str
+) -> None:
+    if anyio_backend != "asyncio":
+        pytest.skip("ADK's Runner needs asyncio's loop (asyncio.get_running_loop)")
+    remote = pytest.importorskip("google.adk.agents.remote_a2a_agent")
+    runners = pytest.importorskip("google.adk.runners")
+    sessions = pytest.importorskip("google.adk.sessions")
+    genai = pytest.importorskip("google.genai.types")
+    mesh, _ = walls
+
+    async def ask(agent: str, text: str) -> list[str]:
+        async with mesh.http() as http:
+            card = f"{mesh.url(agent)}/.well-known/agent-card.json"
+            who = remote.RemoteA2aAgent(name=agent, agent_card=card, httpx_client=http)
+            store = sessions.InMemorySessionService()
+            runner = runners.Runner(agent=who, app_name="walls", session_service=store)
+            session = await store.create_session(app_name="walls", user_id="ann")
+            said = genai.Content(role="user", parts=[genai.Part(text=text)])
+            texts: list[str] = []
+            with anyio.fail_after(GUARD):
+                async for event in runner.run_async(
+                    user_id="ann", session_id=session.id, new_message=said
+                ):
+                    parts = (event.content.parts if event.content else None) or ()
+                    texts += [p.text for p in parts if p.text and not event.partial]
+            return texts
+
+    assert await ask("held", "a night in Tromso") == ["booked 'a night in Tromso' for 1 nights"]
+    heard = await ask("alice", "Tea?")
+    assert "".join(heard).count("Tea, always.") == 1, heard
