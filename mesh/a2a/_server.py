@@ -15,7 +15,8 @@ may call). Bad input is answered with the A2A error that names it, over HTTP
  -32002   the task has finished, so it cannot be cancelled
  -32003   push notifications (not offered)
  -32004   a message to an existing task, or a subscription to a finished one
- -32005   a part of a media type the agent does not take (its input modes)
+ -32005   a part of a media type the agent does not take (its input modes), or a
+          body whose ``Content-Type`` is not JSON
  -32007   the extended card (not offered)
  -32009   an ``A2A-Version`` the mesh does not speak (1.0; 0.3 when empty)
 ========  =============================================================
@@ -207,6 +208,7 @@ class A2aServer:
         if size > self.max_message_size:
             why = f"a message of {size} bytes exceeds the limit of {self.max_message_size} bytes"
             raise A2aError(-32600, why)
+        _check_content_type(request.header("content-type"))
         call.update(decode_call(request.body))
         if version is None:
             why = f"A2A-Version {asked!r} is not supported; this server speaks 1.0 and 0.3"
@@ -487,6 +489,15 @@ class A2aServer:
                     del self._streams[owner]
 
         return HttpResponse(200, content_type="text/event-stream", stream=produce)
+
+
+def _check_content_type(header: str | None) -> None:
+    """A body said to be something other than JSON is refused before it is read as JSON
+    (no header at all is taken as JSON, as JSON-RPC clients often send none)."""
+    media = (header or "").split(";", 1)[0].strip().lower()
+    if media and media != "application/json" and not media.endswith("+json"):
+        why = f"a JSON-RPC body is application/json, not {media!r} (the Content-Type header)"
+        raise A2aError(-32005, why)
 
 
 def _shown(config: PushConfig, version: Version) -> dict[str, Any]:
