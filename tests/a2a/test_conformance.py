@@ -77,9 +77,9 @@ async def test_a_part_of_a_media_type_the_agent_does_not_take_is_content_type_no
     # A body that says it is not JSON is refused before it is read.
     async with mesh.http() as http:
         headers = {**_V1, "content-type": "text/plain"}
-        answer = await http.post(mesh.url("echo"), content=b"{'not': 'json'}", headers=headers)
-    assert answer.json()["error"]["code"] == -32005, answer.text
-    assert "Content-Type" in answer.json()["error"]["message"]
+        refused = await http.post(mesh.url("echo"), content=b"{'not': 'json'}", headers=headers)
+    assert refused.json()["error"]["code"] == -32005, refused.text
+    assert "Content-Type" in refused.json()["error"]["message"]
     # The modes the card names are taken, whatever their parameters or case.
     message["parts"] = [{"text": "hi", "mediaType": "Text/Plain; charset=utf-8"}]
     answer = await call(mesh, "SendMessage", {"message": message})
