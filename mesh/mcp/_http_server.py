@@ -36,7 +36,7 @@ from mesh._input import UNREADABLE_JSON
 from mesh._orchestrator.access import NOBODY, Principal
 from mesh._rpc.exchange import Exchange
 from mesh._rpc.peer import RequestContext
-from mesh.mcp._catalog import Authorize, ToolCatalog
+from mesh.mcp._catalog import Authorize, Catalog
 from mesh.mcp._codec import MCP_CODEC
 from mesh.mcp._revisions import MODERN, requested_revision
 from mesh.mcp._server import McpServer, serve_config
@@ -120,7 +120,7 @@ class McpHttpEndpoint:
 
     def __init__(
         self,
-        catalog: ToolCatalog,
+        catalog: Catalog,
         *,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
         max_sessions_per_owner: int = DEFAULT_MAX_SESSIONS_PER_OWNER,

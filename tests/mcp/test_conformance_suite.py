@@ -65,6 +65,16 @@ PASSING_COMBINED: frozenset[str] = frozenset(
     }
 )
 
+#: What passes through one agent's own server, ``/mcp/conf`` (tools under their own names).
+PASSING_AGENT: frozenset[str] = PASSING_COMBINED | {
+    "tools-call-simple-text",
+    "tools-call-image",
+    "tools-call-audio",
+    "tools-call-embedded-resource",
+    "tools-call-mixed-content",
+    "tools-call-error",
+}
+
 CONFORMANCE_AGENT = f"""id = "conf"
 capabilities = ["test"]
 [transport]
@@ -80,18 +90,24 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+Results = dict[str, dict[str, ScenarioResult]]
+
+
 @pytest.fixture(scope="module")
-async def combined(
+async def results(
     anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[dict[str, ScenarioResult]]:
-    """Every scenario's result through ``/mcp``."""
+) -> AsyncIterator[Results]:
+    """Every scenario's result through ``/mcp`` ("combined") and ``/mcp/conf`` ("agent")."""
     tmp = tmp_path_factory.mktemp("mcp-conformance")
     manifests = tmp / "manifests"
     manifests.mkdir()
     (manifests / "conf.toml").write_text(CONFORMANCE_AGENT)
     async with spawn_daemon(manifests, extra_args=["--data-dir", str(tmp / "data")]) as daemon:
         await daemon.wait_online("conf")
-        yield await run_server_scenarios(f"{daemon.http}/mcp", token=daemon.token)
+        yield {
+            "combined": await run_server_scenarios(f"{daemon.http}/mcp", token=daemon.token),
+            "agent": await run_server_scenarios(f"{daemon.http}/mcp/conf", token=daemon.token),
+        }
 
 
 def _check(results: dict[str, ScenarioResult], scenario: str, passing: frozenset[str]) -> None:
@@ -104,5 +120,10 @@ def _check(results: dict[str, ScenarioResult], scenario: str, passing: frozenset
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-async def test_combined_endpoint(combined: dict[str, ScenarioResult], scenario: str) -> None:
-    _check(combined, scenario, PASSING_COMBINED)
+async def test_combined_endpoint(results: Results, scenario: str) -> None:
+    _check(results["combined"], scenario, PASSING_COMBINED)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+async def test_agent_endpoint(results: Results, scenario: str) -> None:
+    _check(results["agent"], scenario, PASSING_AGENT)
