@@ -73,6 +73,7 @@ PASSING_AGENT: frozenset[str] = PASSING_COMBINED | {
     "tools-call-embedded-resource",
     "tools-call-mixed-content",
     "tools-call-error",
+    "tools-call-with-progress",
 }
 
 CONFORMANCE_AGENT = f"""id = "conf"
