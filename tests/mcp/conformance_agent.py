@@ -93,5 +93,11 @@ async def test_tool_with_progress(ctx: RequestContext) -> str:
     return "Progress reported: 0, 50, 100 of 100"
 
 
+@agent.tool
+def bad_content() -> dict[str, object]:
+    """Not a suite tool: a content answer with an item of a type MCP does not have."""
+    return {"$content": [{"type": "video", "data": ""}]}
+
+
 if __name__ == "__main__":
     run_agent(agent)

@@ -8,15 +8,21 @@ listed must still fail, so a fix shows here as a list to update, never silently.
 
 from __future__ import annotations
 
+import base64
 import sys
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
+from mcp.client import Client
+from mcp.types import ImageContent, TextContent
 
-from mesh.testing import spawn_daemon
+from mesh.testing import Daemon, spawn_daemon
 from tests.conftest import BACKENDS
 from tests.mcp._conformance import ScenarioResult, run_server_scenarios
 from tests.mcp._peers import HERE
+from tests.mcp.conformance_agent import RED_PIXEL_PNG
+from tests.mcp.test_serve import mesh_mcp
 
 pytestmark = pytest.mark.anyio
 
@@ -95,20 +101,26 @@ Results = dict[str, dict[str, ScenarioResult]]
 
 
 @pytest.fixture(scope="module")
-async def results(
+async def daemon(
     anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[Results]:
-    """Every scenario's result through ``/mcp`` ("combined") and ``/mcp/conf`` ("agent")."""
+) -> AsyncIterator[Daemon]:
+    """A daemon serving the conformance agent, once per backend."""
     tmp = tmp_path_factory.mktemp("mcp-conformance")
     manifests = tmp / "manifests"
     manifests.mkdir()
     (manifests / "conf.toml").write_text(CONFORMANCE_AGENT)
     async with spawn_daemon(manifests, extra_args=["--data-dir", str(tmp / "data")]) as daemon:
         await daemon.wait_online("conf")
-        yield {
-            "combined": await run_server_scenarios(f"{daemon.http}/mcp", token=daemon.token),
-            "agent": await run_server_scenarios(f"{daemon.http}/mcp/conf", token=daemon.token),
-        }
+        yield daemon
+
+
+@pytest.fixture(scope="module")
+async def results(daemon: Daemon) -> Results:
+    """Every scenario's result through ``/mcp`` ("combined") and ``/mcp/conf`` ("agent")."""
+    return {
+        "combined": await run_server_scenarios(f"{daemon.http}/mcp", token=daemon.token),
+        "agent": await run_server_scenarios(f"{daemon.http}/mcp/conf", token=daemon.token),
+    }
 
 
 def _check(results: dict[str, ScenarioResult], scenario: str, passing: frozenset[str]) -> None:
@@ -128,3 +140,28 @@ async def test_combined_endpoint(results: Results, scenario: str) -> None:
 @pytest.mark.parametrize("scenario", SCENARIOS)
 async def test_agent_endpoint(results: Results, scenario: str) -> None:
     _check(results["agent"], scenario, PASSING_AGENT)
+
+
+async def test_mesh_mcp_serves_one_agent_under_its_own_names(daemon: Daemon) -> None:
+    """`mesh mcp --agent conf`: the agent's own tool names, its items as MCP's."""
+    parameters = mesh_mcp(daemon)
+    parameters.args += ["--agent", "conf"]
+    async with Client(parameters) as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        assert {"test_simple_text", "test_image_content"} <= names
+        assert not any("__" in name or name.startswith("mesh_") for name in names)
+        image = (await client.call_tool("test_image_content", {})).content[0]
+        assert isinstance(image, ImageContent) and image.mime_type == "image/png"
+        assert base64.b64decode(image.data) == RED_PIXEL_PNG
+        bad = await client.call_tool("bad_content", {})
+        assert bad.is_error and "Invalid value 'video'" in str(bad.content[0])
+        text = (await client.call_tool("test_simple_text", {})).content[0]
+        assert isinstance(text, TextContent) and text.text.startswith("This is a simple text")
+
+
+async def test_an_unknown_agent_has_no_server(daemon: Daemon) -> None:
+    headers = {"Authorization": f"Bearer {daemon.token}", "Accept": "application/json"}
+    async with httpx.AsyncClient(base_url=daemon.http, headers=headers) as http:
+        answer = await http.post("/mcp/nobody", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    assert answer.status_code == 404
+    assert "no agent 'nobody' to serve over MCP" in answer.text
