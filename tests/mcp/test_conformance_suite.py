@@ -22,7 +22,7 @@ from tests.conftest import BACKENDS
 from tests.mcp._conformance import ScenarioResult, run_server_scenarios
 from tests.mcp._peers import HERE
 from tests.mcp.conformance_agent import RED_PIXEL_PNG
-from tests.mcp.test_serve import mesh_mcp
+from tests.mcp.test_serve import mesh_mcp, over_http
 
 pytestmark = pytest.mark.anyio
 
@@ -165,3 +165,19 @@ async def test_an_unknown_agent_has_no_server(daemon: Daemon) -> None:
         answer = await http.post("/mcp/nobody", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
     assert answer.status_code == 404
     assert "no agent 'nobody' to serve over MCP" in answer.text
+
+
+async def test_progress_reaches_an_http_client_while_the_call_runs(daemon: Daemon) -> None:
+    """/mcp answers a call that asks for progress with an SSE stream: the SDK's HTTP
+    client hears each report (before, it heard none: the answer was JSON at the end)."""
+    heard: list[tuple[float, float | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append((progress, total))
+
+    async with Client(over_http(daemon)) as client:
+        answer = await client.call_tool(
+            "conf__test_tool_with_progress", {}, progress_callback=on_progress
+        )
+        assert not answer.is_error
+    assert heard == [(0, 100), (50, 100), (100, 100)]
