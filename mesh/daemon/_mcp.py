@@ -142,7 +142,7 @@ class DaemonMcp:
         )
         self._limits = (max_sessions, max_sessions_per_owner)
         #: Each agent's own server (``/mcp/{agent}``), made when first asked for; only
-        #: for agents the registry knows, so the map is bounded by it.
+        #: for agents the registry holds, so the map is bounded by it.
         self._own: dict[str, McpHttpEndpoint] = {}
         self._mesh = orchestrator
 
@@ -157,6 +157,10 @@ class DaemonMcp:
                 return HttpResponse.error(
                     404, f"no agent {agent[:100]!r} to serve over MCP; GET /agents lists them"
                 )
+            # Forget the servers of agents gone from the registry: the map stays bounded
+            # by it however many agents come and go (their sessions go with them).
+            for gone in [a for a in self._own if a not in self._mesh.registry]:
+                del self._own[gone]
             sessions, per_owner = self._limits
             endpoint = self._own[agent] = McpHttpEndpoint(
                 self.catalog.agent_catalog(agent),
