@@ -35,6 +35,7 @@ WINGS = (
     # the process's tallies and its spans (spans use the tallies' status names): the error codes
     Wing("mesh._telemetry", 2),
     Wing("mesh.protocol", 2),
+    Wing("mesh.content", 2),  # content items a tool may return: plain structs
     Wing("mesh.providers", 3),
     Wing("mesh._rpc", 4),
     Wing("mesh._sdk", 5),

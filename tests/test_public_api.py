@@ -85,6 +85,7 @@ MESH = {
 PUBLIC_PACKAGES = (
     "mesh",
     "mesh.protocol",
+    "mesh.content",
     "mesh.manifests",
     "mesh.rooms",
     "mesh.providers",
@@ -102,6 +103,19 @@ PUBLIC_PACKAGES = (
 #: Every other public package's names, pinned: a change here is a change users see.
 PINNED: dict[str, set[str]] = {
     "mesh.cli": {"main"},
+    "mesh.content": {
+        "Audio",
+        "CONTENT_KEY",
+        "EmbeddedResource",
+        "Image",
+        "Item",
+        "MAX_ITEM_BYTES",
+        "ResourceLink",
+        "STRUCTURED_KEY",
+        "Text",
+        "ToolResult",
+        "decode",
+    },
     "mesh.protocol": {
         "Codec",
         "DecodeFailure",
@@ -332,6 +346,7 @@ BUDGET: dict[str, int] = {
     "mesh": 66,
     "mesh.a2a": 11,
     "mesh.cli": 1,
+    "mesh.content": 11,
     "mesh.cluster": 6,
     "mesh.daemon": 5,
     "mesh.demo.fixtures": 6,

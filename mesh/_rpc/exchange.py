@@ -10,6 +10,7 @@ check); a notification with nothing (HTTP 204).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 import anyio
@@ -61,8 +62,14 @@ class Exchange:
         # Requests being handled, so a `cancelled` arriving in another exchange stops them.
         self._in_flight: dict[RequestId, anyio.CancelScope] = {}
 
-    async def answer(self, frame: bytes) -> tuple[bytes | None, bool]:
+    async def answer(
+        self, frame: bytes, *, on_notification: Callable[[bytes], None] | None = None
+    ) -> tuple[bytes | None, bool]:
         """The frame to send back (None when nothing is owed), and whether ``frame`` was invalid.
+
+        ``on_notification`` is handed each frame a handler sends before its answer
+        (progress, notifications) as it is sent, for a reply that can stream them
+        (MCP's SSE answer); without it they are dropped.
 
         An invalid frame is still answered with an error message naming the
         problem; HTTP sends that with a 4xx status.
@@ -84,7 +91,7 @@ class Exchange:
             return (frames[-1] if frames else None), True
         for event in events:
             if isinstance(event, IncomingRequest):
-                await self._run(session, event)
+                await self._run(session, event, on_notification)
             elif isinstance(event, CancelRequested):
                 scope = self._in_flight.get(event.id)
                 if scope is not None:
@@ -98,8 +105,21 @@ class Exchange:
         # answer is always the last frame queued.
         return (frames[-1] if frames else None), False
 
-    async def _run(self, session: Session, request: IncomingRequest) -> None:
-        ctx = RequestContext(session, request.id, request.method, peer=None, wake=_no_wake)
+    async def _run(
+        self,
+        session: Session,
+        request: IncomingRequest,
+        on_notification: Callable[[bytes], None] | None,
+    ) -> None:
+        wake = _no_wake
+        if on_notification is not None:
+            forward = on_notification
+
+            def wake() -> None:  # a handler sent something: pass it on now
+                for sent in session.data_to_send():
+                    forward(sent)
+
+        ctx = RequestContext(session, request.id, request.method, peer=None, wake=wake)
         scope = anyio.CancelScope()
         self._in_flight[request.id] = scope
         try:

@@ -43,6 +43,7 @@ from typing import Any, Final, TypeVar, Union, get_args, get_origin, get_type_hi
 import anyio
 import msgspec
 
+from mesh import content
 from mesh._errors import InvalidParams, MeshError, MethodNotFound, ToolError
 from mesh._logging import get_logger
 from mesh._rpc.peer import Peer, RequestContext, serve_peer
@@ -128,6 +129,8 @@ class Tool:
     fields: tuple[str, ...] = field(default=())
     #: The declared return type results are checked against (``None``: not declared).
     result_type: Any = None
+    #: ``T`` of a tool declared ``-> ToolResult[T]``: its structured data is checked against it.
+    structured_type: Any = None
 
     def describe(self) -> dict[str, Any]:
         entry: dict[str, Any] = {
@@ -183,6 +186,8 @@ class Tool:
 
     def _checked(self, result: Any) -> Any:
         """``result`` if it can be sent as JSON and fits the declared return type."""
+        if type(result) not in _PLAIN and content.is_content(result):
+            return self._content(result)
         try:
             data = msgspec.to_builtins(result)
         except TypeError as exc:
@@ -195,6 +200,19 @@ class Tool:
             except msgspec.ValidationError as exc:
                 raise self._bad_result(_located(exc, "$"), None) from None
         return result
+
+    def _content(self, result: Any) -> Any:
+        """Content items in their wire form (``mesh.content``), structured data checked."""
+        answer = msgspec.to_builtins(content.to_result(result))
+        structured = answer.get(content.STRUCTURED_KEY)
+        if self.structured_type is not None:
+            try:
+                msgspec.convert(structured, self.structured_type, strict=True)
+            except msgspec.ValidationError as exc:
+                raise self._bad_result(_located(exc, f"$.{content.STRUCTURED_KEY}"), None) from None
+        if (path := _non_finite(structured, f"$.{content.STRUCTURED_KEY}")) is not None:
+            raise self._bad_result("NaN and infinity cannot be sent as JSON", path)
+        return answer
 
     def _bad_result(self, reason: str, path: str | None) -> ToolError:
         text = reason if path is None else f"{reason} - at `{path}`"
@@ -229,6 +247,24 @@ def _answer_type(returns: Any) -> Any:
         return returns
     now = [arm for arm in get_args(returns) if get_origin(arm) not in (Awaitable, Coroutine)]
     return Union[tuple(now)] if now else Any  # noqa: UP007 - built from a runtime tuple
+
+
+def _outputs(tool_name: str, returns: Any) -> tuple[dict[str, Any] | None, Any, Any]:
+    """The output schema, the type results are checked against, and the structured type
+    of a tool returning content (``-> ToolResult[T]``), from its return annotation."""
+    is_content, structured_type = content.content_return(returns)
+    if is_content:
+        schema = None if structured_type is None else _schema_of(structured_type)
+        return schema, None, structured_type
+    if returns is None or returns is type(None):
+        return None, type(None), None
+    if returns in (Any, object):
+        return None, None, None
+    try:
+        return _schema_of(returns), returns, None
+    except TypeError:
+        log.debug("agent.no_output_schema", tool=tool_name, type=repr(returns))
+        return None, None, None
 
 
 def build_tool(function: Callable[..., Any], *, name: str | None, description: str | None) -> Tool:
@@ -266,17 +302,9 @@ def build_tool(function: Callable[..., Any], *, name: str | None, description: s
         input_schema = _schema_of(arguments_type)
     except TypeError as exc:
         raise TypeError(f"tool {tool_name!r}: a parameter type has no JSON Schema: {exc}") from None
-    returns = _answer_type(hints.get("return", Any))
-    output_schema = None
-    result_type: Any = None
-    if returns not in (Any, None, type(None), object):
-        try:
-            output_schema = _schema_of(returns)
-            result_type = returns
-        except TypeError:
-            log.debug("agent.no_output_schema", tool=tool_name, type=repr(returns))
-    elif returns is None or returns is type(None):
-        result_type = type(None)
+    output_schema, result_type, structured_type = _outputs(
+        tool_name, _answer_type(hints.get("return", Any))
+    )
     return Tool(
         name=tool_name,
         description=inspect.cleandoc(description or function.__doc__ or ""),
@@ -287,6 +315,7 @@ def build_tool(function: Callable[..., Any], *, name: str | None, description: s
         output_schema=output_schema,
         fields=tuple(f[0] for f in fields),
         result_type=result_type,
+        structured_type=structured_type,
     )
 
 

@@ -339,7 +339,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     configure_logging(level="warning")  # stderr: stdout carries the MCP frames
     token = token_for(args)
-    relay = partial(relay_stdio, args.url, token=token, ssl_context=ssl_context(args))
+    relay = partial(
+        relay_stdio, args.url, token=token, ssl_context=ssl_context(args), agent=args.agent
+    )
     try:
         anyio.run(relay, backend=args.backend)
     except Unauthorized as exc:
@@ -400,6 +402,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     mcp.add_argument(
         "--backend", choices=("asyncio", "trio"), default=os.environ.get("MESH_BACKEND", "asyncio")
+    )
+    mcp.add_argument(
+        "--agent",
+        metavar="ID",
+        help="serve this one agent, its tools under their own names (default: every agent's,"
+        " as AGENT__TOOL)",
     )
     mcp.set_defaults(func=cmd_mcp)
 

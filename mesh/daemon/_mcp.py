@@ -34,7 +34,7 @@ from mesh.mcp import ExtraTool, ToolCatalog, serve_mcp
 from mesh.mcp._catalog import Authorize
 from mesh.mcp._http_server import McpHttpEndpoint
 from mesh.rooms import RoomSpec
-from transports import HttpRequest, HttpResponse, WebSocketStream
+from transports import CloseCode, HttpRequest, HttpResponse, WebSocketStream
 
 __all__ = ["DaemonMcp", "room_tools"]
 
@@ -140,7 +140,34 @@ class DaemonMcp:
         self.http = McpHttpEndpoint(
             self.catalog, max_sessions=max_sessions, max_sessions_per_owner=max_sessions_per_owner
         )
+        self._limits = (max_sessions, max_sessions_per_owner)
+        #: Each agent's own server (``/mcp/{agent}``), made when first asked for; only
+        #: for agents the registry holds, so the map is bounded by it.
+        self._own: dict[str, McpHttpEndpoint] = {}
         self._mesh = orchestrator
+
+    def _endpoint(self, params: Params) -> McpHttpEndpoint | HttpResponse:
+        """``/mcp``'s endpoint, or ``/mcp/{agent}``'s (404 for an agent nobody knows)."""
+        agent = params.get("agent")
+        if agent is None:
+            return self.http
+        endpoint = self._own.get(agent)
+        if endpoint is None:
+            if agent not in self._mesh.registry:
+                return HttpResponse.error(
+                    404, f"no agent {agent[:100]!r} to serve over MCP; GET /agents lists them"
+                )
+            # Forget the servers of agents gone from the registry: the map stays bounded
+            # by it however many agents come and go (their sessions go with them).
+            for gone in [a for a in self._own if a not in self._mesh.registry]:
+                del self._own[gone]
+            sessions, per_owner = self._limits
+            endpoint = self._own[agent] = McpHttpEndpoint(
+                self.catalog.agent_catalog(agent),
+                max_sessions=sessions,
+                max_sessions_per_owner=per_owner,
+            )
+        return endpoint
 
     def authorize(self, who: Identity) -> Authorize:
         """What ``who`` may call: agents by their access sections, room tools by right."""
@@ -172,11 +199,16 @@ class DaemonMcp:
             return None
         return "/mcp takes pages from the daemon's own origin only"  # a close reason: short
 
-    async def handle_http(self, request: HttpRequest, who: Identity, _: Params) -> HttpResponse:
+    async def handle_http(
+        self, request: HttpRequest, who: Identity, params: Params
+    ) -> HttpResponse:
         refused = self._foreign_origin(request)
         if refused is not None:
             return HttpResponse.error(403, refused)
-        return await self.http.handle(
+        endpoint = self._endpoint(params)
+        if isinstance(endpoint, HttpResponse):
+            return endpoint
+        return await endpoint.handle(
             request,
             owner=who.owner,
             authorize=self.authorize(who),
@@ -184,10 +216,15 @@ class DaemonMcp:
             on_behalf_of=who.principal,
         )
 
-    async def serve_stream(self, stream: WebSocketStream, who: Identity, _: Params) -> None:
+    async def serve_stream(self, stream: WebSocketStream, who: Identity, params: Params) -> None:
+        agent = params.get("agent")
+        if agent is not None and agent not in self._mesh.registry:
+            await stream.aclose(CloseCode.NOT_FOUND, f"no agent {agent[:60]!r} to serve over MCP")
+            return
+        catalog = self.catalog if agent is None else self.catalog.agent_catalog(agent)
         await serve_mcp(
             stream,
-            self.catalog,
+            catalog,
             authorize=self.authorize(who),
             caller=who,
             on_behalf_of=who.principal,

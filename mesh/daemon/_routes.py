@@ -138,6 +138,10 @@ ROUTES: Final = (
     Route("POST", "/mcp", Right.CALL, "mcp"),
     Route("DELETE", "/mcp", Right.CALL, "mcp"),
     Route("WS", "/mcp", Right.CALL, "mcp_stream"),
+    # One agent as an MCP server of its own: its tools under their own names.
+    Route("POST", "/mcp/{agent}", Right.CALL, "mcp"),
+    Route("DELETE", "/mcp/{agent}", Right.CALL, "mcp"),
+    Route("WS", "/mcp/{agent}", Right.CALL, "mcp_stream"),
     # A2A (docs/a2a.md): each agent's card, and its JSON-RPC endpoint (SSE for streams).
     Route("GET", "/a2a/{agent}/.well-known/agent-card.json", Right.READ, "a2a_card"),
     Route("POST", "/a2a/{agent}", Right.CALL, "a2a"),
@@ -300,4 +304,5 @@ async def _reject_later(stream: WebSocketStream, _: str | None) -> None:
 
 def _refused(request: HttpRequest, refusal: HttpResponse) -> HttpResponse:
     """An MCP client shows only a JSON-RPC error's words: ``/mcp`` refuses in those."""
-    return jsonrpc_refusal(request, refusal) if request.path == "/mcp" else refusal
+    mcp = request.path == "/mcp" or request.path.startswith("/mcp/")
+    return jsonrpc_refusal(request, refusal) if mcp else refusal

@@ -18,6 +18,7 @@ from typing import Any, Final
 import anyio
 import msgspec
 
+from mesh import content
 from mesh._errors import MeshError
 from mesh._logging import get_logger
 from mesh._orchestrator.access import DAEMON, NOBODY, Principal
@@ -26,7 +27,15 @@ from mesh._rpc.caller import ProgressCallback
 from mesh.mcp._names import SEPARATOR, exposed_names
 from registry import AgentStatus, StatusChange
 
-__all__ = ["Authorize", "ExtraTool", "ToolCatalog", "call_result", "error_result"]
+__all__ = [
+    "AgentCatalog",
+    "Authorize",
+    "Catalog",
+    "ExtraTool",
+    "ToolCatalog",
+    "call_result",
+    "error_result",
+]
 
 log = get_logger("mesh.mcp")
 
@@ -85,13 +94,19 @@ class _Target:
 class _Listing:
     tools: list[dict[str, Any]] = field(default_factory=list)
     targets: dict[str, _Target] = field(default_factory=dict)
+    #: Each agent's tools under their own names, for its own server (``/mcp/{agent}``).
+    own: dict[str, dict[str, tuple[dict[str, Any], _Target]]] = field(default_factory=dict)
     version: int = -1  # the catalog's version when it was made
     made_at: float = float("-inf")
 
 
 def call_result(result: Any, *, wrapped: bool = False) -> dict[str, Any]:
     """A mesh result as MCP's ``CallToolResult``: text for every client, and the
-    structure for those that read ``structuredContent``."""
+    structure for those that read ``structuredContent``. Content items
+    (:mod:`mesh.content`) are MCP's own: they go as they came, fields the mesh does
+    not read (``annotations``, ``_meta``) kept, once they are checked."""
+    if isinstance(result, dict) and content.CONTENT_KEY in result:
+        return _content_result(result, wrapped)
     # msgspec, not json.dumps: this runs on every served call (compact JSON, UTF-8 kept).
     text = result if isinstance(result, str) else _encode(result).decode()
     answer: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": False}
@@ -99,6 +114,18 @@ def call_result(result: Any, *, wrapped: bool = False) -> dict[str, Any]:
         answer["structuredContent"] = {"result": result}
     elif isinstance(result, dict):
         answer["structuredContent"] = result
+    return answer
+
+
+def _content_result(result: dict[str, Any], wrapped: bool) -> dict[str, Any]:
+    try:
+        content.decode(result)
+    except MeshError as exc:
+        return error_result(str(exc))
+    answer: dict[str, Any] = {"content": result[content.CONTENT_KEY], "isError": False}
+    structured = result.get(content.STRUCTURED_KEY)
+    if structured is not None:
+        answer["structuredContent"] = {"result": structured} if wrapped else structured
     return answer
 
 
@@ -115,6 +142,18 @@ def _describe(name: str, agent: str, tool: dict[str, Any]) -> tuple[dict[str, An
         "title": f"{tool.get('title') or tool.get('name')} ({agent})",
         "description": f"[agent {agent}] {description}".rstrip(),
     }
+    return _schemas(entry, tool)
+
+
+def _describe_own(tool: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """One agent tool as its own server lists it: its name, title and description."""
+    entry: dict[str, Any] = {"name": str(tool["name"])}
+    entry.update((key, tool[key]) for key in ("title", "description") if tool.get(key))
+    return _schemas(entry, tool)
+
+
+def _schemas(entry: dict[str, Any], tool: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """``entry`` with the tool's schemas and annotations, and whether results are wrapped."""
     schema = tool.get("inputSchema")
     entry["inputSchema"] = schema if isinstance(schema, dict) and schema else _ANY_OBJECT
     output = tool.get("outputSchema")
@@ -258,7 +297,14 @@ class ToolCatalog:
             listing.tools.append(entry)
             listing.targets[name] = _Target(agent, tool_name, wrapped)
         listing.tools.extend(tool.describe() for tool in self._extra.values())
+        for agent, tool_name in pairs:
+            own, wrapped = _describe_own(by_pair[(agent, tool_name)])
+            listing.own.setdefault(agent, {})[tool_name] = (own, _Target(agent, tool_name, wrapped))
         return listing
+
+    def agent_catalog(self, agent: str) -> AgentCatalog:
+        """One agent's tools under their own names: the catalog of its own MCP server."""
+        return AgentCatalog(self, agent)
 
     async def call_tool(
         self,
@@ -291,12 +337,25 @@ class ToolCatalog:
             target = self._listing.targets.get(name)
             if target is None:
                 return None
+        return await self.call_target(
+            target, arguments, on_progress, authorize=authorize, on_behalf_of=on_behalf_of
+        )
+
+    async def call_target(
+        self,
+        target: _Target,
+        arguments: dict[str, Any],
+        on_progress: ProgressCallback | None,
+        *,
+        authorize: Authorize | None,
+        on_behalf_of: Principal,
+    ) -> dict[str, Any]:
+        """Call one agent's tool (``authorize`` and the door permitting)."""
         if authorize is not None:
             refused = _refusal(authorize, target.agent, target.tool)
             if refused is not None:
                 return refused
-        mesh = self._mesh
-        called = mesh.call_tool(
+        called = self._mesh.call_tool(
             target.agent,
             target.tool,
             arguments,
@@ -304,6 +363,60 @@ class ToolCatalog:
             on_behalf_of=on_behalf_of,
         )
         return await _answer(called, target.wrapped)
+
+    async def own_tools(self, agent: str) -> dict[str, tuple[dict[str, Any], _Target]]:
+        """``agent``'s tools under their own names (listed as :meth:`list_tools` lists)."""
+        return (await self._current_listing()).own.get(agent, {})
+
+
+class AgentCatalog:
+    """One agent's tools as a server of its own offers them (``/mcp/{agent}``): under
+    their own names, with no extra tools; listing and calling go through the combined
+    :class:`ToolCatalog`, so its bounds, freshness and door hold here too."""
+
+    def __init__(self, catalog: ToolCatalog, agent: str) -> None:
+        self._catalog = catalog
+        self.agent = agent
+
+    @property
+    def version(self) -> int:
+        return self._catalog.version
+
+    async def wait_changed(self, since: int) -> int:
+        return await self._catalog.wait_changed(since)
+
+    def answer_limit(self) -> int:
+        return self._catalog.answer_limit()
+
+    async def list_tools(self, *, authorize: Authorize | None = None) -> list[dict[str, Any]]:
+        own = await self._catalog.own_tools(self.agent)
+        return [
+            entry
+            for entry, target in own.values()
+            if authorize is None or _refusal(authorize, target.agent, target.tool) is None
+        ]
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        on_progress: ProgressCallback | None = None,
+        authorize: Authorize | None = None,
+        caller: Any = None,
+        on_behalf_of: Principal = NOBODY,
+    ) -> dict[str, Any] | None:
+        """As :meth:`ToolCatalog.call_tool`, by the tool's own name."""
+        found = (await self._catalog.own_tools(self.agent)).get(name)
+        if found is None:
+            return None
+        return await self._catalog.call_target(
+            found[1], arguments, on_progress, authorize=authorize, on_behalf_of=on_behalf_of
+        )
+
+
+#: What an MCP server serves: every agent's tools, or one agent's.
+Catalog = ToolCatalog | AgentCatalog
 
 
 def _refusal(authorize: Authorize, agent: str | None, tool: str) -> dict[str, Any] | None:

@@ -1,6 +1,8 @@
 """``/mcp`` on the daemon: MCP's streamable HTTP, server side.
 
-One JSON-RPC message per ``POST``; the answer is the response body (JSON). A
+One JSON-RPC message per ``POST``; the answer is the response body (JSON), or an
+SSE stream for a ``tools/call`` that asks for progress from a client that accepts
+``text/event-stream``: its progress notifications as they come, then its result. A
 handshake-era client's ``initialize`` opens a session (``Mcp-Session-Id`` in
 the answer, required on every later request, ended by ``DELETE``); a 2026-07-28
 request carries everything it needs and gets no session. Notifications are
@@ -21,9 +23,10 @@ bodies are bounded by the daemon's ``max_body_size``.
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, TypeGuard
@@ -36,11 +39,11 @@ from mesh._input import UNREADABLE_JSON
 from mesh._orchestrator.access import NOBODY, Principal
 from mesh._rpc.exchange import Exchange
 from mesh._rpc.peer import RequestContext
-from mesh.mcp._catalog import Authorize, ToolCatalog
+from mesh.mcp._catalog import Authorize, Catalog
 from mesh.mcp._codec import MCP_CODEC
 from mesh.mcp._revisions import MODERN, requested_revision
 from mesh.mcp._server import McpServer, serve_config
-from transports import HttpRequest, HttpResponse
+from transports import BodyWriter, HttpRequest, HttpResponse
 
 __all__ = ["McpHttpEndpoint", "jsonrpc_refusal"]
 
@@ -115,12 +118,53 @@ def _sse(*frames: bytes) -> bytes:
     return b"".join(b"event: message\ndata: " + frame + b"\n\n" for frame in frames)
 
 
+#: Runs one POST's exchange: the answer and whether the frame was invalid; what the
+#: handler sends before it goes to the callback given (an SSE answer's events).
+_Run = Callable[..., Awaitable[tuple[bytes | None, bool]]]
+
+
+def _streams(request: HttpRequest, peek: _Peek) -> bool:
+    """Whether a POST is answered with an SSE stream: a ``tools/call`` that asks for
+    progress (``_meta.progressToken``) from a client that accepts ``text/event-stream``,
+    so its progress reaches the client before the result. Everything else gets JSON."""
+    if peek.method != "tools/call" or not isinstance(peek.params, dict):
+        return False
+    meta = peek.params.get("_meta")
+    if not isinstance(meta, dict) or meta.get("progressToken") is None:
+        return False
+    return "text/event-stream" in (request.header("accept") or "")
+
+
+def _streamed(run: _Run, headers: list[tuple[str, str]], list_changed: bool) -> HttpResponse:
+    """An SSE answer: each frame the call sends as it is sent, then its answer; the
+    stream ends with the answer. A client that leaves cancels the call."""
+
+    async def produce(write: BodyWriter) -> None:
+        send, receive = anyio.create_memory_object_stream[bytes](math.inf)
+
+        async def call() -> None:
+            with send:
+                answer, _ = await run(on_notification=send.send_nowait)
+                if answer is not None:
+                    send.send_nowait(answer)
+
+        if list_changed:
+            await write(_sse(_LIST_CHANGED_FRAME))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            with receive:
+                async for frame in receive:
+                    await write(_sse(frame))
+
+    return HttpResponse(200, content_type="text/event-stream", headers=headers, stream=produce)
+
+
 class McpHttpEndpoint:
     """Answers ``/mcp`` requests for one daemon (see the module docstring)."""
 
     def __init__(
         self,
-        catalog: ToolCatalog,
+        catalog: Catalog,
         *,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
         max_sessions_per_owner: int = DEFAULT_MAX_SESSIONS_PER_OWNER,
@@ -211,13 +255,15 @@ class McpHttpEndpoint:
                 return found
             session = found
         if session is not None:
-            answer, invalid = await session.exchange.answer(request.body)
+            run: _Run = partial(session.exchange.answer, request.body)
         else:  # a 2026-07-28 request stands alone: one exchange, with its caller's rights
             if peek.method == CANCELLED:
                 self._cancel(owner, peek.params)
-            answer, invalid = await self._stand_alone(
-                self._exchange(fresh()), peek, owner, request.body
-            )
+            run = partial(self._stand_alone, self._exchange(fresh()), peek, owner, request.body)
+        if _streams(request, peek):
+            owed = session is not None and self._owes_list_changed(session, request)
+            return _streamed(run, headers, owed)
+        answer, invalid = await run()
         if answer is None:
             return HttpResponse(202, headers=headers)
         if invalid:
@@ -228,17 +274,22 @@ class McpHttpEndpoint:
         return HttpResponse(200, answer, headers=headers)
 
     async def _stand_alone(
-        self, exchange: Exchange, peek: _Peek, owner: str | None, body: bytes
+        self,
+        exchange: Exchange,
+        peek: _Peek,
+        owner: str | None,
+        body: bytes,
+        on_notification: Callable[[bytes], None] | None = None,
     ) -> tuple[bytes | None, bool]:
         """Answer a sessionless request, stoppable by its owner's ``notifications/cancelled``."""
         request_id = peek.id
         if peek.method is None or not _is_id(request_id):
-            return await exchange.answer(body)
+            return await exchange.answer(body, on_notification=on_notification)
         key = (owner, request_id)
         scope = self._in_flight[key] = anyio.CancelScope()
         try:
             with scope:
-                return await exchange.answer(body)
+                return await exchange.answer(body, on_notification=on_notification)
         finally:
             if self._in_flight.get(key) is scope:
                 del self._in_flight[key]

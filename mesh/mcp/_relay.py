@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ssl
 from typing import Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import anyio
 import anyio.abc
@@ -44,13 +44,15 @@ FROM_DAEMON_LIMIT: Final = 64 << 20
 MESSAGE_LIMIT: Final = DEFAULT_MAX_FRAME_SIZE
 
 
-def mcp_websocket_url(daemon_url: str) -> str:
-    """``http://host:port`` (the CLI's ``--url``) -> ``ws://host:port/mcp``."""
+def mcp_websocket_url(daemon_url: str, agent: str | None = None) -> str:
+    """``http://host:port`` (the CLI's ``--url``) -> ``ws://host:port/mcp``, or
+    ``.../mcp/AGENT`` for one agent's own server."""
     parts = urlsplit(daemon_url)
     scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}.get(parts.scheme)
     if scheme is None or not parts.netloc:
         raise ValueError(f"not a daemon URL: {daemon_url!r} (expected http://host:port)")
-    return urlunsplit((scheme, parts.netloc, parts.path.rstrip("/") + "/mcp", "", ""))
+    path = parts.path.rstrip("/") + "/mcp" + ("" if agent is None else "/" + quote(agent, safe=""))
+    return urlunsplit((scheme, parts.netloc, path, "", ""))
 
 
 class _Ended(Exception):
@@ -67,7 +69,11 @@ _REFUSED: Final = (CloseCode.UNAUTHORIZED, CloseCode.FORBIDDEN)
 
 
 async def relay_stdio(
-    daemon_url: str, *, token: str | None = None, ssl_context: ssl.SSLContext | None = None
+    daemon_url: str,
+    *,
+    token: str | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    agent: str | None = None,
 ) -> None:
     """Relay this process's stdin/stdout to the daemon until either side closes.
 
@@ -75,7 +81,7 @@ async def relay_stdio(
     when the daemon refuses ``token`` (4001/4003), and :class:`~mesh.ConnectionLost`
     (naming the daemon and why) when it cannot be reached or goes away.
     """
-    url = mcp_websocket_url(daemon_url)
+    url = mcp_websocket_url(daemon_url, agent)
     config = WebSocketConfig(connect_timeout=CONNECT_TIMEOUT, max_frame_size=FROM_DAEMON_LIMIT)
     try:
         async with (

@@ -25,7 +25,7 @@ from mesh._rpc.peer import Peer, RequestContext, open_peer
 from mesh._rpc.session import SessionConfig
 from mesh._tasks import open_task_group
 from mesh._telemetry.metrics import served
-from mesh.mcp._catalog import Authorize, ToolCatalog
+from mesh.mcp._catalog import AgentCatalog, Authorize, Catalog
 from mesh.mcp._codec import MCP_CODEC, to_wire_id
 from mesh.mcp._revisions import (
     HANDSHAKE_REVISIONS,
@@ -57,6 +57,15 @@ MAX_TOOL_NAME: Final = 128
 _PROGRESS: Final = "notifications/progress"
 
 
+def _instructions(catalog: Catalog) -> str:
+    if isinstance(catalog, AgentCatalog):
+        return (
+            f"These tools belong to agent {catalog.agent!r} of an agent-mesh, under its own"
+            " names; the list changes as the agent's tools do."
+        )
+    return INSTRUCTIONS
+
+
 def _unsupported(requested: Any) -> MeshError:
     return MeshError(
         f"unsupported protocol version {requested!r}; this server speaks {MODERN} per request"
@@ -71,13 +80,14 @@ class McpServer:
 
     def __init__(
         self,
-        catalog: ToolCatalog,
+        catalog: Catalog,
         *,
         authorize: Authorize | None = None,
         caller: Any = None,
         on_behalf_of: Principal = NOBODY,
     ) -> None:
         self.catalog = catalog
+        self.instructions = _instructions(catalog)
         #: Who agents' tools are called for, at the orchestrator's door.
         self.on_behalf_of = on_behalf_of
         #: Who this client is allowed to call (None: everything); see :data:`Authorize`.
@@ -125,14 +135,14 @@ class McpServer:
             "protocolVersion": self.revision,
             "capabilities": _CAPABILITIES,
             "serverInfo": IMPLEMENTATION,
-            "instructions": INSTRUCTIONS,
+            "instructions": self.instructions,
         }
 
     def _discover(self) -> dict[str, Any]:
         return {
             "supportedVersions": [MODERN],
             "capabilities": _CAPABILITIES,
-            "instructions": INSTRUCTIONS,
+            "instructions": self.instructions,
             "_meta": {SERVER_INFO_KEY: IMPLEMENTATION},
             **_MODERN_LIST,
         }
@@ -210,7 +220,7 @@ def _progress(ctx: RequestContext, params: dict[str, Any]) -> ProgressCallback |
 MCP_REQUESTS_IN_PROGRESS: Final = 128
 
 
-def serve_config(catalog: ToolCatalog) -> SessionConfig:
+def serve_config(catalog: Catalog) -> SessionConfig:
     """An MCP client link: no mesh heartbeats (MCP's liveness is the client's business),
     answers as large as the agents' results need (:meth:`ToolCatalog.answer_limit`), and
     at most :data:`MCP_REQUESTS_IN_PROGRESS` requests at once; what the client sends is
@@ -224,7 +234,7 @@ def serve_config(catalog: ToolCatalog) -> SessionConfig:
 
 async def serve_mcp(
     stream: FrameStream,
-    catalog: ToolCatalog,
+    catalog: Catalog,
     *,
     authorize: Authorize | None = None,
     caller: Any = None,

@@ -85,7 +85,7 @@ async def test_a_stranger_gets_401_on_every_route_but_health(daemon: Daemon) -> 
                 assert reply.status_code == 401, (route, reply.text)
                 assert reply.headers["www-authenticate"].startswith("Bearer"), route
                 error = reply.json()["error"]
-                if route.path == "/mcp":  # MCP clients show a JSON-RPC error (docs/mcp.md)
+                if route.path.startswith("/mcp"):  # MCP clients show a JSON-RPC error (docs/mcp.md)
                     assert error["code"] == ErrorCode.UNAUTHORIZED, (route, error)
                     continue
                 assert error["status"] == 401 and error["missing"] == "token", route
@@ -114,7 +114,7 @@ async def test_each_role_gets_403_naming_the_right_it_lacks(daemon: Daemon) -> N
                 else:
                     assert reply.status_code == 403, (token_name, route, reply.text)
                     error = reply.json()["error"]
-                    if route.path == "/mcp":  # a JSON-RPC error that names the right
+                    if route.path.startswith("/mcp"):  # a JSON-RPC error that names the right
                         assert error["code"] == ErrorCode.FORBIDDEN, (route, error)
                         assert str(route.right) in error["message"], error
                         continue

@@ -1,0 +1,103 @@
+"""The MCP conformance suite's everything-server tools, written as a mesh agent.
+
+The suite (``tests/mcp/_conformance.py``) calls tools by fixed names
+(``test_simple_text``, ``test_image_content``...); this agent offers them with the
+mesh's agent SDK, so the suite measures what the mesh carries of MCP through
+``/mcp/conf`` (its own names) and ``/mcp`` (``conf__test_simple_text``...).
+
+Run it with ``python tests/mcp/conformance_agent.py --stdio``.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from mesh import Agent, RequestContext, run_agent
+from mesh.content import Audio, EmbeddedResource, Image, Item, Text
+
+agent = Agent(
+    "conf",
+    name="Conformance",
+    description="The MCP conformance suite's everything-server tools.",
+    capabilities=["test"],
+)
+
+#: A 1x1 red PNG, as the suite's image scenarios ask.
+RED_PIXEL_PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de"
+    "0000000c4944415408d763f8cfc000000301010018dd8db00000000049454e44ae426082"
+)
+
+#: A silent WAV of one sample (a RIFF header and two bytes of 16-bit PCM).
+SILENT_WAV = (
+    b"RIFF&\x00\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00\x01\x00"
+    b"\x44\xac\x00\x00\x88\x58\x01\x00\x02\x00\x10\x00data\x02\x00\x00\x00\x00\x00"
+)
+
+
+@agent.tool
+def test_image_content() -> Image:
+    """A 1x1 red PNG."""
+    return Image(data=RED_PIXEL_PNG, mime_type="image/png")
+
+
+@agent.tool
+def test_audio_content() -> Audio:
+    """A silent WAV."""
+    return Audio(data=SILENT_WAV, mime_type="audio/wav")
+
+
+@agent.tool
+def test_embedded_resource() -> EmbeddedResource:
+    """A text resource, inline."""
+    return EmbeddedResource.of(
+        "test://embedded-resource",
+        mime_type="text/plain",
+        text="This is an embedded resource content.",
+    )
+
+
+@agent.tool
+def test_multiple_content_types() -> list[Item]:
+    """Text, an image and a resource together."""
+    return [
+        Text(text="Multiple content types test:"),
+        Image(data=RED_PIXEL_PNG, mime_type="image/png"),
+        EmbeddedResource.of(
+            "test://mixed-content-resource",
+            mime_type="application/json",
+            text='{"test":"data","value":123}',
+        ),
+    ]
+
+
+@agent.tool
+def test_simple_text() -> str:
+    """A plain text answer."""
+    return "This is a simple text response for testing."
+
+
+@agent.tool
+def test_error_handling() -> str:
+    """Always fails, so the client sees isError."""
+    raise RuntimeError("This tool intentionally returns an error for testing")
+
+
+@agent.tool
+async def test_tool_with_progress(ctx: RequestContext) -> str:
+    """Reports 0, 50 and 100 of 100, ~50 ms apart."""
+    for step in (0, 50, 100):
+        ctx.report_progress(step, 100)
+        if step < 100:
+            await anyio.sleep(0.05)
+    return "Progress reported: 0, 50, 100 of 100"
+
+
+@agent.tool
+def bad_content() -> dict[str, object]:
+    """Not a suite tool: a content answer with an item of a type MCP does not have."""
+    return {"$content": [{"type": "video", "data": ""}]}
+
+
+if __name__ == "__main__":
+    run_agent(agent)
