@@ -152,23 +152,37 @@ class _Waiter:
     """A call in flight, as the task that made it waits for it (the pending table's info).
 
     The caller parks on the loop's own one-shot wake-up (no cancel scope, no task):
-    the answer, a lost link or the clock's deadline finishes it."""
+    the answer, a lost link or the clock's deadline finishes it. A request that is no
+    call (``body``: room control) takes the holder's signed answer as it is."""
 
-    __slots__ = ("agent", "done", "error", "expired", "holder", "method", "on_progress", "result")
+    __slots__ = (
+        "agent",
+        "body",
+        "done",
+        "error",
+        "expired",
+        "holder",
+        "method",
+        "on_progress",
+        "result",
+    )
 
     def __init__(
         self,
         holder: str,
-        agent: str,
+        agent: str | None,
         method: str,
         on_progress: ProgressCallback | None,
         done: Wakeup,
+        *,
+        body: bool = False,
     ) -> None:
         self.holder = holder
         self.agent = agent
         self.method = method
         self.on_progress = on_progress
         self.done = done
+        self.body = body
         self.expired = False
         self.result: Any = None
         self.error: MeshError | None = None
@@ -324,6 +338,35 @@ class RemoteCalls:
                 raise waiter.error
             return waiter.result
 
+    async def ask(self, holder: str, subject: str, data: bytes, *, timeout: float) -> bytes:
+        """Send ``data`` to daemon ``holder`` on ``subject`` and wait for the answer it signs:
+        its body. Room control asks a room's holder so: on the calls' own inbox, pending
+        table and clock, signed over the subject, the reply subject and the body. Fails as a
+        call does (:class:`~mesh.CallTimeout`, ``AgentUnavailable``, ``ConnectionLost``)."""
+        if not self._link.connected or not self._inbox:
+            raise AgentUnavailable(
+                f"daemon {holder!r} cannot be asked on {subject}: {self._link.describe()}"
+            )
+        reply = f"{self._inbox}.{next(self._numbers)}"
+        waiter = _Waiter(holder, None, subject, None, self._wakeup(), body=True)
+        call = self._calls.start(reply, waiter, now=self._now(), timeout=timeout)
+        self._clock.arm(call.deadline)
+        headers = self._keys.keys.headers(subject, reply, data)
+
+        def not_sent(error: ClusterError) -> None:
+            self._finish(reply, error)
+
+        try:
+            await self._link.send(subject, data, not_sent, reply=reply, headers=headers)
+            await waiter.done.wait()
+        except BaseException:
+            self._calls.abandon(reply)
+            raise
+        if waiter.error is not None:
+            raise waiter.error
+        answer: bytes = waiter.result
+        return answer
+
     def fail_pending(self, agent: str, reason: str) -> int:
         """Fail every call in flight to ``agent`` now with ``AgentUnavailable`` ``reason``."""
         lost = self._calls.lose(lambda call: call.info.agent == agent)
@@ -357,10 +400,10 @@ class RemoteCalls:
         for call in self._calls.expired(now):
             waiter = call.info
             waiter.expired = True
+            margin = 0.0 if waiter.body else ROUTE_MARGIN
             waiter.finish(
                 error=CallTimeout(
-                    f"no answer from daemon {waiter.holder!r} within "
-                    f"{call.timeout - ROUTE_MARGIN:g} s",
+                    f"no answer from daemon {waiter.holder!r} within {call.timeout - margin:g} s",
                     agent=waiter.agent,
                     method=waiter.method,
                     transport="nats",
@@ -393,7 +436,11 @@ class RemoteCalls:
             return
         if self._keys.keys.signer(message.headers, message.subject, message.data) != holder:
             # Not the holder's answer: dropped, the call waits on for the real one.
-            forged(message.headers.get(DAEMON_HEADER), message.subject, "call answer")
+            what = "room control answer" if call.info.body else "call answer"
+            forged(message.headers.get(DAEMON_HEADER), message.subject, what)
+            return
+        if call.info.body:
+            self._finish(message.subject, None, message.data)
             return
         try:
             reply: CallReply = CALL_REPLY.decode(message.data)
