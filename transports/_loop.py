@@ -22,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import math
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -31,7 +32,18 @@ from typing import Any, Protocol
 import anyio
 import sniffio
 
-__all__ = ["Cancellable", "Loop", "Scope", "StreamLock", "Tasks", "Timer", "Wakeup", "current_loop"]
+__all__ = [
+    "Cancellable",
+    "Clock",
+    "Loop",
+    "Scope",
+    "Spawner",
+    "StreamLock",
+    "Tasks",
+    "Timer",
+    "Wakeup",
+    "current_loop",
+]
 
 
 class Wakeup(Protocol):
@@ -269,3 +281,151 @@ class StreamLock:
             self._waiters.pop(0).set()  # stays locked: it is the next one's now
         else:
             self.locked = False
+
+
+class Clock:
+    """One deadline clock for whatever keeps deadlines (a link's calls and heartbeats,
+    a daemon's calls to others): ``due()`` fires what is due at the earliest deadline
+    armed and says the next one (None: nothing left).
+
+    On asyncio it is a ``call_at`` timer (no task); trio has no timers, so there it is
+    a task, started in a group by :meth:`run_in`, that sleeps until the target or until
+    an earlier one is armed. :meth:`arm` only ever brings the target forward: a later
+    deadline is found by ``due()`` when the earlier one fires.
+    """
+
+    __slots__ = ("_call_at", "_due", "_now", "_parked", "_stopped", "_timer", "_wakeup", "target")
+
+    def __init__(self, loop: Loop, due: Callable[[], float | None]) -> None:
+        self._now = loop.now
+        self._wakeup = loop.wakeup
+        self._call_at = loop.call_at
+        self._due = due
+        #: When the clock fires next (``math.inf``: not armed).
+        self.target = math.inf
+        self._timer: Timer | None = None  # asyncio: the pending call_at
+        self._parked: Wakeup | None = None  # trio: where the clock task waits
+        self._stopped = False
+
+    def arm(self, deadline: float) -> None:
+        """Fire at ``deadline`` if that is earlier than the target (else nothing to do)."""
+        if deadline >= self.target or self._stopped:
+            return
+        self.target = deadline
+        if self._call_at is None:
+            if self._parked is not None:
+                self._parked.set()  # the clock task re-reads the target
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._call_at(deadline, self._fire)
+
+    def run_in(self, tasks: Tasks) -> None:
+        """Start the clock's task in ``tasks`` where the loop has no timers (trio)."""
+        if self._call_at is None:
+            tasks.start_soon(self._run, name="mesh.clock")
+
+    def stop(self) -> None:
+        """Never fire again: the timer is cancelled, the task ends."""
+        self._stopped = True
+        self.target = math.inf
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._parked is not None:
+            self._parked.set()
+
+    def _fire(self) -> None:
+        self._timer = None
+        self.target = math.inf
+        deadline = self._due()
+        if deadline is not None:
+            self.arm(deadline)
+
+    async def _run(self) -> None:
+        while not self._stopped:
+            parked = self._parked = self._wakeup()
+            with anyio.move_on_after(self.target - self._now()):
+                await parked.wait()
+            if self._now() >= self.target:
+                self._fire()
+
+
+class Spawner:
+    """Starts tasks that can be stopped one by one: on asyncio tasks of the loop's own,
+    cancelled directly; on trio tasks of the group given, each in a cancel scope of its
+    own. Neither goes through anyio's ``start_soon``, whose task handle (a scope and an
+    event per task) was a large share of a served call's CPU.
+
+    A task cancelled before its first step still starts, and stops at its first wait,
+    as in a cancelled scope: otherwise an awaitable it was handed would never be
+    awaited. asyncio's tasks are no group's: their owner waits for them with :meth:`wait`.
+    """
+
+    __slots__ = ("_create_task", "_new_scope")
+
+    def __init__(self, loop: Loop) -> None:
+        self._new_scope = loop.cancel_scope
+        self._create_task: Callable[..., asyncio.Task[None]] | None = None
+        if loop.call_at is not None:
+            self._create_task = asyncio.get_running_loop().create_task
+
+    def start(
+        self,
+        tasks: Tasks,
+        func: Callable[..., Coroutine[Any, Any, None]],
+        *args: Any,
+        name: str | None = None,
+    ) -> Cancellable:
+        """Run ``func(*args)`` (in ``tasks`` on trio); what :meth:`cancel` stops."""
+        if self._create_task is not None:
+            task = _LoopTask()
+            task.task = self._create_task(task.run(func, args), name=name)
+            return task
+        scope = self._new_scope()
+        tasks.start_soon(_in_scope, scope, func, args, name=name)
+        return scope
+
+    @staticmethod
+    async def wait(started: Iterable[Cancellable], timeout: float) -> int:
+        """Wait (``timeout`` at most, shielded) for asyncio's tasks among ``started`` to
+        end; how many had not (trio's are their group's, which waits for them)."""
+        tasks = [
+            run.task
+            for run in started
+            if isinstance(run, _LoopTask) and run.task is not None and not run.task.done()
+        ]
+        if not tasks:
+            return 0
+        with anyio.CancelScope(shield=True):
+            _, running = await asyncio.wait(tasks, timeout=timeout)
+        return len(running)
+
+
+class _LoopTask:
+    """asyncio: a task of the loop's own, whose cancel waits for its first step."""
+
+    __slots__ = ("cancelled", "started", "task")
+
+    def __init__(self) -> None:
+        self.started = False
+        self.cancelled = False
+        self.task: asyncio.Task[None] | None = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.started and self.task is not None:
+            self.task.cancel()  # else it cancels itself at its first step
+
+    async def run(self, func: Callable[..., Coroutine[Any, Any, None]], args: Any) -> None:
+        self.started = True
+        if self.cancelled:
+            self.cancel()  # raises at the first wait, as a cancelled scope would
+        await func(*args)
+
+
+async def _in_scope(
+    scope: Scope, func: Callable[..., Coroutine[Any, Any, None]], args: tuple[Any, ...]
+) -> None:
+    with scope:
+        await func(*args)

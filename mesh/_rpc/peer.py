@@ -22,9 +22,7 @@ costs one wake-up of the caller (the backend's own future or parking, see
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, Final, Protocol, Unpack
@@ -70,7 +68,7 @@ from transports import (
 )
 
 # shared with the memory transport and the cluster
-from transports._loop import Cancellable, Scope, Tasks, Timer, Wakeup, current_loop
+from transports._loop import Cancellable, Clock, Scope, Spawner, Tasks, Wakeup, current_loop
 
 __all__ = ["Peer", "RequestContext", "RequestHandler", "open_peer", "serve_peer"]
 
@@ -78,7 +76,7 @@ log = get_logger("mesh.peer")
 
 #: On close, queued frames (a ``cancelled``, a last response) get this long to leave.
 FLUSH_ON_CLOSE: Final = 0.5
-#: On close, handlers still running (cancelled) get this long to end (asyncio: see _Served).
+#: On close, handlers still running (cancelled) get this long to end (asyncio: see Spawner.wait).
 STOP_HANDLERS_ON_CLOSE: Final = 5.0
 #: A routed call waits this much beyond the target's deadline for the mesh's answer.
 ROUTE_MARGIN: Final = 1.0
@@ -179,7 +177,6 @@ class Peer(CallMethods):
         loop = current_loop()
         self._now = loop.now
         self._wakeup = loop.wakeup
-        self._call_at = loop.call_at
         self._stream = stream
         self._handler = handler
         self._session = Session(
@@ -201,19 +198,16 @@ class Peer(CallMethods):
         self._send_nowait: Callable[[Sequence[bytes]], bool] = stream.send_nowait
         self._writer: Wakeup | None = None  # the writer task parks here (None: no writer yet)
         self._stream_behind = False  # send_nowait left frames in the stream
-        self._clock_target = math.inf
-        self._timer: Timer | None = None  # asyncio: the pending call_at
-        self._clock: Wakeup | None = None  # trio: where the clock task waits
+        #: Deadlines and heartbeats: the session says when it is next due.
+        self._clock = Clock(loop, self._tick)
         self._ended = False
         self._ended_event: anyio.Event | None = None  # made by the first wait_closed
         self._call_ended: list[Wakeup] | None = None  # wait_calls_finished, parked
         self._delivering = False  # in _deliver: a frame arriving meanwhile goes to the reader
         self._new_scope = loop.cancel_scope
         self._task_group = loop.task_group
-        #: asyncio: a handler that must wait runs as a task of the loop's own.
-        self._spawn: Callable[..., asyncio.Task[None]] | None = None
-        if self._call_at is not None:
-            self._spawn = asyncio.get_running_loop().create_task
+        #: A handler that must wait runs as a task: the loop's own on asyncio.
+        self._spawner = Spawner(loop)
         #: What the peer said of itself in the handshake (``agent/info``), if any.
         self.remote_info: dict[str, Any] = {}
 
@@ -288,9 +282,7 @@ class Peer(CallMethods):
         waiter = self._waiters[rid] = self._wakeup()
         if on_progress is not None:
             self._progress[rid] = on_progress
-        deadline = now + (self._call_timeout if timeout is None else timeout)
-        if deadline < self._clock_target:
-            self._arm_clock(deadline)
+        self._clock.arm(now + (self._call_timeout if timeout is None else timeout))
         self._wake_writer()
         try:
             done: CallDone = await waiter.wait()
@@ -403,11 +395,9 @@ class Peer(CallMethods):
         else:
             self._reader = tasks.cancel_scope
         deadline = self._session.next_deadline()
-        if self._call_at is None:
-            self._clock_target = math.inf if deadline is None else deadline
-            tasks.start_soon(self._clock_loop, name="mesh.clock")
-        elif deadline is not None:
-            self._arm_clock(deadline)
+        if deadline is not None:
+            self._clock.arm(deadline)
+        self._clock.run_in(tasks)
 
     def _deliver(self, frame: bytes) -> bool:
         """A lone call's answer, handed over by the stream as it arrives (in the sender's
@@ -472,37 +462,16 @@ class Peer(CallMethods):
                 writer = self._writer = self._wakeup()
                 await writer.wait()
 
-    async def _clock_loop(self) -> None:
-        """trio's clock: sleep until the next deadline or until an earlier one is armed."""
-        while not self._session.closed:
-            clock = self._clock = self._wakeup()
-            target = self._clock_target
-            with anyio.move_on_after(target - self._now()):
-                await clock.wait()
-            if self._now() >= self._clock_target:
-                self._tick()
-
-    def _arm_clock(self, deadline: float) -> None:
-        """Have the clock fire at ``deadline`` (earlier than what it waits for now)."""
-        self._clock_target = deadline
-        if self._call_at is None:
-            if self._clock is not None:
-                self._clock.set()  # the clock task re-reads the target
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._call_at(deadline, self._on_timer)
-
-    def _on_timer(self) -> None:
-        self._timer = None
+    def _tick(self) -> float | None:
+        """The clock's: fire what is due (deadlines, heartbeats, liveness); the next deadline."""
         try:
-            self._tick()
+            return self._fire_due()
         except Exception as exc:  # a bug must end this link, not the event loop's callback
             log.exception("mesh.clock_failed", agent=self._session.agent)
             self._lost(ConnectionLost(f"internal error in the peer's clock: {exc!r}"))
+            return None
 
-    def _tick(self) -> None:
-        """Fire what is due (deadlines, heartbeats, liveness) and arm the next deadline."""
+    def _fire_due(self) -> float | None:
         session = self._session
         events = session.tick(self._now())
         if events:
@@ -510,13 +479,10 @@ class Peer(CallMethods):
         error = session.close_error
         if error is not None:  # the peer went silent past its TTL
             self._lost(error)
-            return
+            return None
         if session.has_data_to_send:
             self._wake_writer()
-        deadline = session.next_deadline()
-        self._clock_target = math.inf
-        if deadline is not None:
-            self._arm_clock(deadline)
+        return session.next_deadline()
 
     # -- events --------------------------------------------------------------------------------
 
@@ -555,51 +521,23 @@ class Peer(CallMethods):
         pending = start_request(self._handler, ctx, self._session, request)
         if pending is None:
             return  # answered inline; the reader (or clock) sends what is queued
-        if self._spawn is not None:
-            served = _Served(pending)
-            self._handlers[request.id] = served
-            served.task = self._spawn(self._finish_served(request, served), name="mesh.handler")
-            return
-        scope = self._new_scope()
-        self._handlers[request.id] = scope
-        self._tasks.start_soon(self._finish_handler, request, pending, scope, name="mesh.handler")
+        self._handlers[request.id] = self._spawner.start(
+            self._tasks, self._finish_handler, request, pending, name="mesh.handler"
+        )
 
-    async def _finish_handler(
-        self, request: IncomingRequest, pending: Awaitable[Any], scope: Scope
-    ) -> None:
+    async def _finish_handler(self, request: IncomingRequest, pending: Awaitable[Any]) -> None:
+        # Cancelling it ends it here, unanswered (the caller gave up, or the link is gone).
         try:
-            with scope:
-                await finish_request(pending, self._session, request)
-        finally:
-            self._handlers.pop(request.id, None)
-            self._wake_writer()
-
-    async def _finish_served(self, request: IncomingRequest, served: _Served) -> None:
-        # asyncio: cancelling the task ends it here, unanswered, as a cancelled scope would.
-        served.started = True
-        if served.cancelled:
-            # Cancelled before its first step: the handler still starts and stops at its
-            # first wait, as in a cancelled scope (never started, it would be a coroutine
-            # never awaited, and so would every one it holds).
-            served.cancel()
-        try:
-            await finish_request(served.pending, self._session, request)
+            await finish_request(pending, self._session, request)
         finally:
             self._handlers.pop(request.id, None)
             self._wake_writer()
 
     async def _wait_served(self) -> None:
         """asyncio: wait for the handlers' own tasks, which :meth:`_lost` cancelled, to end."""
-        tasks = [
-            run.task
-            for run in self._handlers.values()
-            if isinstance(run, _Served) and run.task is not None and not run.task.done()
-        ]
-        if tasks:
-            with anyio.CancelScope(shield=True):
-                _, running = await asyncio.wait(tasks, timeout=STOP_HANDLERS_ON_CLOSE)
-            if running:  # a handler that swallowed its cancel: never hang a close on it
-                log.warning("mesh.handlers_ignored_cancel", count=len(running))
+        running = await self._spawner.wait(list(self._handlers.values()), STOP_HANDLERS_ON_CLOSE)
+        if running:  # a handler that swallowed its cancel: never hang a close on it
+            log.warning("mesh.handlers_ignored_cancel", count=running)
 
     def _start_notification(
         self, handler: RequestHandler, tasks: Tasks, event: IncomingNotification
@@ -666,31 +604,11 @@ class Peer(CallMethods):
             running.cancel()
         if self._ended_event is not None:
             self._ended_event.set()
-        for parked in (self._writer, self._clock):
-            if parked is not None:
-                parked.set()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._writer is not None:
+            self._writer.set()
+        self._clock.stop()
         if self._reader is not None:
             self._reader.cancel()
-
-
-class _Served:
-    """asyncio: a request's handler that must wait, run as a task of the loop's own."""
-
-    __slots__ = ("cancelled", "pending", "started", "task")
-
-    def __init__(self, pending: Awaitable[Any]) -> None:
-        self.pending = pending
-        self.started = False
-        self.cancelled = False
-        self.task: asyncio.Task[None] | None = None
-
-    def cancel(self) -> None:
-        self.cancelled = True
-        if self.started and self.task is not None:
-            self.task.cancel()  # else it cancels itself at its first step
 
 
 def start_request(

@@ -27,9 +27,7 @@ at once too (they may or may not have run, and the message says that).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Protocol, Unpack
 
@@ -74,7 +72,7 @@ from mesh.cluster._wire import (
 )
 from mesh.manifests._types import DEFAULT_ACCESS, AccessSection
 from registry import AgentId, AgentStatus, ChangeKind, Registry, StatusChange
-from transports._loop import Tasks, Timer, Wakeup, current_loop
+from transports._loop import Cancellable, Clock, Spawner, Tasks, Wakeup, current_loop
 
 __all__ = ["LocalCalls", "RemoteCaller", "RemoteCalls"]
 
@@ -154,23 +152,37 @@ class _Waiter:
     """A call in flight, as the task that made it waits for it (the pending table's info).
 
     The caller parks on the loop's own one-shot wake-up (no cancel scope, no task):
-    the answer, a lost link or the clock's deadline finishes it."""
+    the answer, a lost link or the clock's deadline finishes it. A request that is no
+    call (``body``: room control) takes the holder's signed answer as it is."""
 
-    __slots__ = ("agent", "done", "error", "expired", "holder", "method", "on_progress", "result")
+    __slots__ = (
+        "agent",
+        "body",
+        "done",
+        "error",
+        "expired",
+        "holder",
+        "method",
+        "on_progress",
+        "result",
+    )
 
     def __init__(
         self,
         holder: str,
-        agent: str,
+        agent: str | None,
         method: str,
         on_progress: ProgressCallback | None,
         done: Wakeup,
+        *,
+        body: bool = False,
     ) -> None:
         self.holder = holder
         self.agent = agent
         self.method = method
         self.on_progress = on_progress
         self.done = done
+        self.body = body
         self.expired = False
         self.result: Any = None
         self.error: MeshError | None = None
@@ -211,20 +223,16 @@ class RemoteCalls:
         self._calls: PendingCalls[str, _Waiter] = PendingCalls(
             max_duration=MAX_CALL_DURATION + ROUTE_MARGIN
         )
-        #: How to stop each call we serve, by its reply subject (a task's or a scope's cancel).
-        self._serving: dict[str, Callable[[], Any]] = {}
+        #: What stops each call we serve, by its reply subject.
+        self._serving: dict[str, Cancellable] = {}
         self._access = AccessSections()
         loop = current_loop()
-        self._now, self._wakeup, self._call_at = loop.now, loop.wakeup, loop.call_at
-        self._new_scope = loop.cancel_scope  # trio's own on trio, as its task group
+        self._now, self._wakeup = loop.now, loop.wakeup
         self._task_group = loop.task_group
-        #: asyncio: served calls are tasks of the loop's own (no task group, no scope).
-        self._spawn: Callable[[Any], asyncio.Task[None]] | None = None
-        if self._call_at is not None:
-            self._spawn = asyncio.get_running_loop().create_task
-        self._clock_target = math.inf
-        self._timer: Timer | None = None  # asyncio: the pending call_at
-        self._clock: Wakeup | None = None  # trio: where the clock task waits
+        #: Every call's deadline, as a link's: the pending table says when it is next due.
+        self._clock = Clock(loop, self._tick)
+        #: Served calls run as tasks (the loop's own on asyncio), each cancelled alone.
+        self._spawner = Spawner(loop)
         self._idle = anyio.Event()
         self._tasks: Tasks | None = None
         self._subscriptions: list[Watch] = []
@@ -296,8 +304,7 @@ class RemoteCalls:
         reply = f"{self._inbox}.{next(self._numbers)}"
         waiter = _Waiter(holder, agent, method, on_progress, self._wakeup())
         call = self._calls.start(reply, waiter, now=self._now(), timeout=timeout + ROUTE_MARGIN)
-        if call.deadline < self._clock_target:
-            self._arm_clock(call.deadline)
+        self._clock.arm(call.deadline)
         request = CallRequest(
             agent=agent,
             method=method,
@@ -331,6 +338,35 @@ class RemoteCalls:
                 raise waiter.error
             return waiter.result
 
+    async def ask(self, holder: str, subject: str, data: bytes, *, timeout: float) -> bytes:
+        """Send ``data`` to daemon ``holder`` on ``subject`` and wait for the answer it signs:
+        its body. Room control asks a room's holder so: on the calls' own inbox, pending
+        table and clock, signed over the subject, the reply subject and the body. Fails as a
+        call does (:class:`~mesh.CallTimeout`, ``AgentUnavailable``, ``ConnectionLost``)."""
+        if not self._link.connected or not self._inbox:
+            raise AgentUnavailable(
+                f"daemon {holder!r} cannot be asked on {subject}: {self._link.describe()}"
+            )
+        reply = f"{self._inbox}.{next(self._numbers)}"
+        waiter = _Waiter(holder, None, subject, None, self._wakeup(), body=True)
+        call = self._calls.start(reply, waiter, now=self._now(), timeout=timeout)
+        self._clock.arm(call.deadline)
+        headers = self._keys.keys.headers(subject, reply, data)
+
+        def not_sent(error: ClusterError) -> None:
+            self._finish(reply, error)
+
+        try:
+            await self._link.send(subject, data, not_sent, reply=reply, headers=headers)
+            await waiter.done.wait()
+        except BaseException:
+            self._calls.abandon(reply)
+            raise
+        if waiter.error is not None:
+            raise waiter.error
+        answer: bytes = waiter.result
+        return answer
+
     def fail_pending(self, agent: str, reason: str) -> int:
         """Fail every call in flight to ``agent`` now with ``AgentUnavailable`` ``reason``."""
         lost = self._calls.lose(lambda call: call.info.agent == agent)
@@ -355,46 +391,19 @@ class RemoteCalls:
 
     # -- the clock: one for every call in flight --------------------------------------------
 
-    def _arm_clock(self, deadline: float) -> None:
-        """Have the clock fire at ``deadline`` (earlier than what it waits for now)."""
-        self._clock_target = deadline
-        if self._call_at is None:
-            if self._clock is not None:
-                self._clock.set()  # the clock task re-reads the target
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._call_at(deadline, self._on_timer)
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._tick()
-
-    def _tick(self) -> None:
-        """Fail the calls past their deadline; arm the clock for the next one."""
-        self._clock_target = math.inf
+    def _tick(self) -> float | None:
+        """The clock's: fail the calls past their deadline; the next deadline."""
         self._expire(self._now())
-        deadline = self._calls.next_deadline()
-        if deadline is not None:
-            self._arm_clock(deadline)
-
-    async def _run_clock(self) -> None:
-        """trio's clock (it has no timers): sleep until the next deadline, or an earlier one."""
-        while True:
-            clock = self._clock = self._wakeup()
-            with anyio.move_on_after(self._clock_target - self._now()):
-                await clock.wait()
-            if self._now() >= self._clock_target:
-                self._tick()
+        return self._calls.next_deadline()
 
     def _expire(self, now: float) -> None:
         for call in self._calls.expired(now):
             waiter = call.info
             waiter.expired = True
+            margin = 0.0 if waiter.body else ROUTE_MARGIN
             waiter.finish(
                 error=CallTimeout(
-                    f"no answer from daemon {waiter.holder!r} within "
-                    f"{call.timeout - ROUTE_MARGIN:g} s",
+                    f"no answer from daemon {waiter.holder!r} within {call.timeout - margin:g} s",
                     agent=waiter.agent,
                     method=waiter.method,
                     transport="nats",
@@ -427,7 +436,11 @@ class RemoteCalls:
             return
         if self._keys.keys.signer(message.headers, message.subject, message.data) != holder:
             # Not the holder's answer: dropped, the call waits on for the real one.
-            forged(message.headers.get(DAEMON_HEADER), message.subject, "call answer")
+            what = "room control answer" if call.info.body else "call answer"
+            forged(message.headers.get(DAEMON_HEADER), message.subject, what)
+            return
+        if call.info.body:
+            self._finish(message.subject, None, message.data)
             return
         try:
             reply: CallReply = CALL_REPLY.decode(message.data)
@@ -478,15 +491,13 @@ class RemoteCalls:
         try:
             async with self._task_group() as tg:
                 self._tasks = tg
-                if self._call_at is None:
-                    tg.start_soon(self._run_clock)
+                self._clock.run_in(tg)
                 task_status.started()
                 await anyio.sleep_forever()
         finally:
-            for cancel in list(self._serving.values()):
-                cancel()  # asyncio's served calls are the loop's tasks, not the group's
-            if self._timer is not None:
-                self._timer.cancel()
+            for serving in list(self._serving.values()):
+                serving.cancel()  # asyncio's served calls are the loop's tasks, not the group's
+            self._clock.stop()
 
     async def listen(self) -> None:
         """Subscribe to our call and cancel subjects (nats-py keeps them over reconnects)."""
@@ -512,15 +523,9 @@ class RemoteCalls:
         origin = self._origin(message)
         if origin is None:
             return
-        if self._spawn is not None:
-            # asyncio: a task of the loop's own, cancelled directly: no task group's
-            # bookkeeping and no cancel scope per served call.
-            task = self._spawn(self._answer(message, origin, None))
-            self._serving[message.reply] = task.cancel
-            return
-        scope = self._new_scope()
-        self._serving[message.reply] = scope.cancel
-        self._tasks.start_soon(self._answer, message, origin, scope)
+        self._serving[message.reply] = self._spawner.start(
+            self._tasks, self._answer, message, origin, name="cluster.serve"
+        )
 
     def _origin(self, message: NatsMessage) -> str | None:
         """The daemon that signed this request, its answers going to its own inbox; None
@@ -555,22 +560,15 @@ class RemoteCalls:
         if signer is None or not note.reply.startswith(self._names.inbox_of(signer) + "."):
             forged(message.headers.get(DAEMON_HEADER), message.subject, "cancel")
             return  # only the daemon that made a call may cancel it
-        cancel = self._serving.get(note.reply)
-        if cancel is not None:
-            cancel()
+        serving = self._serving.get(note.reply)
+        if serving is not None:
+            serving.cancel()
 
-    async def _answer(
-        self, message: NatsMessage, origin: str, scope: anyio.CancelScope | None
-    ) -> None:
+    async def _answer(self, message: NatsMessage, origin: str) -> None:
+        # Cancelling it (the caller gave up, or we stop) ends it here, unanswered.
         reply = message.reply
         try:
-            if scope is None:  # asyncio: cancelling the task ends it here, unanswered
-                answer = await self._run_request(message.data, origin, reply, message.headers)
-            else:
-                with scope:
-                    answer = await self._run_request(message.data, origin, reply, message.headers)
-                if scope.cancel_called:
-                    return
+            answer = await self._run_request(message.data, origin, reply, message.headers)
             await self._send(reply, answer)
         finally:
             self._serving.pop(reply, None)

@@ -287,42 +287,6 @@ class NatsLink:
         )
         return Watch(self, subscription.unsubscribe)
 
-    async def request(
-        self,
-        subject: str,
-        data: bytes,
-        timeout: float,
-        *,
-        headers_for: Callable[[str], dict[str, str]] | None = None,
-    ) -> NatsMessage:
-        """Publish ``data`` to ``subject`` and wait for one answer on a fresh inbox;
-        ``headers_for(reply)`` gives the request's headers (a signature covers the reply)."""
-        import nats.errors
-
-        nc = self.nc
-
-        async def ask() -> NatsMessage:
-            reply = nc.new_inbox()
-            subscription = await nc.subscribe(reply, max_msgs=1)
-            try:
-                headers = None if headers_for is None else headers_for(reply)
-                await nc.publish(subject, data, reply=reply, headers=headers)
-                msg = await subscription.next_msg(timeout=timeout)
-            finally:
-                with contextlib.suppress(nats.errors.Error):
-                    await subscription.unsubscribe()
-            message = NatsMessage(msg.subject, msg.data, msg.reply, dict(msg.headers or {}))
-            if message.no_responders:
-                raise nats.errors.NoRespondersError
-            return message
-
-        try:
-            return await self.loop.run(ask)
-        except nats.errors.NoRespondersError:
-            raise ClusterError(f"nobody answers on {subject} (that daemon is gone)") from None
-        except (nats.errors.Error, TimeoutError) as exc:
-            raise ClusterError(f"no answer on {subject} within {timeout:g} s: {exc}") from exc
-
     def new_inbox(self) -> str:
         return self.nc.new_inbox()
 

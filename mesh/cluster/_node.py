@@ -178,7 +178,9 @@ async def open_cluster(
         if rooms is not None:
             from mesh.cluster._rooms import RoomReplication
 
-            replication = RoomReplication(link, names, rooms, settings.room_lease_ttl, keys)
+            replication = RoomReplication(
+                link, names, rooms, settings.room_lease_ttl, keys, calls.ask
+            )
             calls.room_holder = replication.lease_holder
         cluster = Cluster(settings, link, sync, calls, replication, keys)
         async with open_task_group() as tg:

@@ -55,7 +55,7 @@ from mesh.cluster._errors import ClusterError
 from mesh.cluster._keydir import KeyDirectory
 from mesh.cluster._keys import SIGNATURE_HEADER, KeyRing, signed_bytes
 from mesh.cluster._link import KvChange, NatsLink, StreamEvent, Watch
-from mesh.cluster._room_control import RoomControls
+from mesh.cluster._room_control import Ask, RoomControls
 from mesh.cluster._room_live import LiveReplies
 from mesh.cluster._sealed import claimed, seal, unseal
 from mesh.cluster._settings import Names
@@ -114,6 +114,7 @@ class RoomReplication:
         rooms: RoomManager,
         lease_ttl: float,
         keys: KeyDirectory,
+        ask: Ask,
     ) -> None:
         self._link = link
         #: Leases and events are signed with our key; others' are taken only with their
@@ -134,7 +135,7 @@ class RoomReplication:
         self._inbox, self._outbox = anyio.create_memory_object_stream[StreamEvent](1 << 16)
         self._watches: list[Watch] = []
         self._tasks: anyio.abc.TaskGroup | None = None
-        self._controls = RoomControls(link, names, rooms, self._holder, keys)
+        self._controls = RoomControls(link, names, rooms, self._holder, keys, ask)
         self._live = LiveReplies(link, names, rooms, self._seen_holder, keys)
         rooms.replica = self
 

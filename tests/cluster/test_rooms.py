@@ -195,3 +195,64 @@ async def test_only_the_holder_records_and_a_duplicate_is_never_a_write(
         assert await link.js_publish(subject, b"{}", msg_id="elsewhere/1") is not None
         with pytest.raises(ClusterError, match="duplicate"):
             await link.js_publish(subject, b"{}", msg_id="elsewhere/1")
+
+
+async def test_a_room_control_answer_the_holder_did_not_sign_is_dropped_and_its_own_taken(
+    nats: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asking a room's holder rides the cluster's calls: an answer on the asker's inbox
+    that the holder did not sign is dropped (a forger cannot fail the request), and the
+    holder's own answer, coming after it, is the one taken."""
+    from mesh.cluster import _calls
+    from mesh.cluster._link import NatsMessage
+    from mesh.cluster._wire import ENCODER, RoomControlReply
+
+    spec = RoomSpec(id="long", topic="Tea?", members=("alice", "bob"), limits=Limits(max_turns=400))
+    dropped, release = anyio.Event(), anyio.Event()
+    forged_answers: list[str] = []
+
+    def note_forged(claimed: str | None, subject: str, what: str) -> None:
+        forged_answers.append(what)
+        dropped.set()
+
+    monkeypatch.setattr(_calls, "forged", note_forged)
+    async with (
+        open_member(
+            nats.url, "a", [persona("alice", 0.05), persona("bob", 0.05)], data_dir=tmp_path
+        ) as a,
+        open_member(nats.url, "c", data_dir=tmp_path) as c,
+    ):
+        assert a.rooms is not None and c.rooms is not None and a.cluster.rooms is not None
+        await wait_status(c.mesh.registry, "bob")
+        await a.rooms.create(spec)
+        controls = a.cluster.rooms._controls
+        answer_for_real = controls._control_one
+
+        async def answer_once_forged(message: NatsMessage) -> None:
+            await release.wait()  # the holder answers only after the forgery was dropped
+            await answer_for_real(message)
+
+        controls._control_one = answer_once_forged  # type: ignore[method-assign]
+        forgery = ENCODER.encode(RoomControlReply(error="forged: no such thing", kind="conflict"))
+        link = c.cluster.link
+
+        def forge(message: NatsMessage) -> None:
+            tasks.start_soon(link.publish, message.reply, forgery)
+
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            async with anyio.create_task_group() as tasks:
+                watch = await link.subscribe("mesh.mesh.room-control.a", forge)
+                await link.run("flush", link.nc.flush)  # the server has the subscription
+                paused: list[RoomStatus] = []
+
+                rooms = c.rooms
+
+                async def pause() -> None:
+                    paused.append((await rooms.pause("long")).status)
+
+                tasks.start_soon(pause)
+                await dropped.wait()
+                release.set()
+            await watch.stop()
+    assert paused == [RoomStatus.PAUSED]
+    assert forged_answers == ["room control answer"]
