@@ -53,7 +53,7 @@ from mesh._orchestrator.observe import (
 )
 from mesh._orchestrator.router import Router
 from mesh._orchestrator.spec import AgentSpec, Outcome
-from mesh._orchestrator.view import AgentView, Link, LinkChanges, view, views
+from mesh._orchestrator.view import AgentView, Link, LinkChanges, note_attempt, view, views
 from mesh._rpc.caller import Caller, ProgressCallback
 from mesh._rpc.connect import handshake
 from mesh._rpc.peer import Peer, open_peer
@@ -488,6 +488,7 @@ class MeshOrchestrator:
             link.ever_connected = True
 
         def on_event(event: ConnectionEvent) -> None:
+            note_attempt(link, event)
             if event.kind == "disconnected" and self.registry.get(AgentId(spec.id)) is not None:
                 self.registry.mark_offline(AgentId(spec.id), anyio.current_time())
             if event.error is not None:

@@ -242,7 +242,18 @@ def cmd_agents(args: argparse.Namespace) -> int:
         print(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         )
+    _print_link_errors(agents)
     return EXIT_OK
+
+
+def _print_link_errors(agents: list[dict[str, Any]]) -> None:
+    """Below the table, why each agent that is not up is not: its link's last error (an
+    exit status, a command not found), so a crash loop does not read as a slow start."""
+    failing = [a for a in agents if a.get("link_error") and a["status"] != "online"]
+    if failing:
+        print()
+    for agent in failing:
+        print(printable(f"{agent['id']} ({agent['status']}): {agent['link_error']}"))
 
 
 def _parse_arg(text: str) -> tuple[str, Any]:
