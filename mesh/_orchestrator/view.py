@@ -5,7 +5,7 @@ until it removes them). An agent configured by a manifest is the orchestrator's
 from the first moment, connected or not: before it ever connects it is
 ``connecting`` (the orchestrator is dialling it) or ``waiting for dial-in``;
 a link that can never come up (a token variable unset), gave up, failed
-:data:`FAILING_AFTER` attempts in a row before any handshake (a crash loop), or
+:data:`FAILING_AFTER` attempts in a row before any handshake (a stdio agent's crash loop), or
 dropped after the registry forgot the agent is ``offline``. Each comes with the link's
 last error, so nobody has to read the log to learn why.
 """
@@ -45,10 +45,11 @@ CONNECTING: Final = "connecting"
 WAITING: Final = "waiting for dial-in"
 #: It will not connect by itself: it cannot (see its link error), gave up, or left.
 OFFLINE: Final = "offline"
-#: A link whose last this many attempts in a row failed before any handshake is shown
-#: ``offline``: a command that exits at once, a module or binary that does not exist,
-#: fails the same way every time, and ``connecting`` would read as a slow start. It is
-#: still retried, and shown ``online`` as soon as an attempt succeeds.
+#: A stdio link whose last this many attempts in a row failed before any handshake is
+#: shown ``offline``: a command that exits at once, a module or binary that does not
+#: exist, fails the same way every time, and ``connecting`` would read as a slow start.
+#: It is still retried, and shown ``online`` as soon as an attempt succeeds. A network
+#: link stays ``connecting``: its server may just not be up yet.
 FAILING_AFTER: Final = 3
 #: Every status an agent can have, in the order counts are shown.
 LINK_STATUSES: Final = ("online", "stale", OFFLINE, CONNECTING, WAITING)
@@ -77,9 +78,14 @@ class Link:
     def connected(self) -> bool:
         return self.peer is not None and self.peer.connected
 
+    @property
+    def crash_looping(self) -> bool:
+        """A process the daemon spawns failed :data:`FAILING_AFTER` times in a row."""
+        return self.spec.transport == "stdio" and self.failures >= FAILING_AFTER
+
     def status(self) -> str:
         """Where the agent stands when the registry has no record of it."""
-        if self.problem is not None or self.gave_up or self.failures >= FAILING_AFTER:
+        if self.problem is not None or self.gave_up or self.crash_looping:
             return OFFLINE
         if self.spec.connector is not None:
             return CONNECTING  # for the first time, or again
@@ -160,6 +166,6 @@ def _registered(record: AgentRecord, link: Link | None) -> AgentView:
 
 def _unregistered(link: Link) -> AgentView:
     error = link.last_error
-    if link.failures >= FAILING_AFTER and not link.connected:
+    if link.crash_looping and not link.connected:
         error = f"{link.failures} attempts in a row failed (retrying); the last: {error}"
     return AgentView(link.spec.record(), link.status(), error, registered=False)
