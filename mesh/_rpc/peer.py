@@ -58,7 +58,7 @@ from mesh._rpc.session import (
     link_lost,
 )
 from mesh._telemetry.tracing import active as tracing_active
-from mesh._telemetry.tracing import outgoing, server_span
+from mesh._telemetry.tracing import outgoing, server_span, tool_of
 from mesh.protocol import MESH_CODEC, Codec, RequestId
 from transports import (
     FrameRejected,
@@ -727,6 +727,7 @@ def _start_traced(
         request.trace,
         agent=agent if isinstance(agent, str) else None,
         mcp_params=request.params if session.codec.name == "mcp" else None,
+        tool=tool_of(request.method, request.params),
     )
     with served.current():
         try:
