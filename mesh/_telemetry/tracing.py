@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Awaitable, Iterator, Mapping
+from collections.abc import Awaitable, Iterator, Mapping, MutableMapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -30,8 +30,10 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
 __all__ = [
+    "MESH_ID_ENV",
     "TraceContext",
     "active",
+    "adopt_mesh_id",
     "calling",
     "client_span",
     "configure_from_environment",
@@ -42,6 +44,7 @@ __all__ = [
     "operation",
     "outgoing",
     "parent_from_environment",
+    "server_identity",
     "server_span",
     "serving",
     "span",
@@ -55,6 +58,12 @@ T = TypeVar("T")
 
 #: (traceparent, tracestate) as W3C Trace Context spells them.
 TraceContext = tuple[str, str | None]
+
+#: Set by a daemon for each stdio agent it spawns: the agent's id in the mesh (its
+#: manifest's), which the agent's spans name as the server, not the id it declares.
+MESH_ID_ENV: Final = "MESH_AGENT_ID"
+#: The mesh id this process serves as, once :func:`adopt_mesh_id` read it.
+_served_as: list[str | None] = [None]
 
 #: ``rpc.system.name``: the mesh's own envelope (MCP calls say "jsonrpc").
 SYSTEM: Final = "agent_mesh"
@@ -150,6 +159,21 @@ def tool_of(method: str, params: Any) -> str | None:
         return None
     name = params.get("name")
     return name if isinstance(name, str) and len(name) <= _TOOL_NAME_MAX else None
+
+
+def adopt_mesh_id(environ: MutableMapping[str, str]) -> None:
+    """Serve as the mesh id a spawning daemon passed in ``environ``, taken out of it so
+    the processes this one spawns do not inherit it."""
+    _served_as[0] = environ.pop(MESH_ID_ENV, None) or None
+
+
+def server_identity(declared: str | None) -> tuple[str | None, dict[str, Any]]:
+    """The agent a SERVER span names (``server.address``): its mesh id when a daemon
+    passed one, with the id it declares kept as ``mesh.agent.declared_id``."""
+    mesh_id = _served_as[0]
+    if declared is None or mesh_id is None or mesh_id == declared:
+        return declared, {}
+    return mesh_id, {"mesh.agent.declared_id": declared}
 
 
 def _rpc_attributes(

@@ -25,15 +25,18 @@ ROOT = Path(__file__).resolve().parents[2]
 SECRET = "xylophone"
 
 
-def stdio_manifest(agent_id: str, receiver: Receiver) -> str:
-    env = receiver.environment(agent_id)
+def stdio_manifest(agent_id: str, receiver: Receiver, declared: str | None = None) -> str:
+    """A stdio agent with mesh id ``agent_id``; its program declares ``declared`` (the same
+    by default), also its service name."""
+    declared = declared or agent_id
+    env = receiver.environment(declared)
     env_table = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
     return f"""
 id = "{agent_id}"
 [transport]
 type = "stdio"
 command = "python"
-args = ["-m", "{AGENT_MODULE}", "--stdio", "--id", "{agent_id}"]
+args = ["-m", "{AGENT_MODULE}", "--stdio", "--id", "{declared}"]
 cwd = "{ROOT}"
 env = {{ {env_table} }}
 """
@@ -98,6 +101,24 @@ async def test_mesh_call_to_a_stdio_agent_is_one_trace(
             await mesh_call(daemon, receiver, "worker", SECRET)
             path = await the_whole_trace(receiver)
     assert_hops(path, "worker")
+
+
+async def test_spans_name_a_stdio_agent_by_its_mesh_id_and_keep_the_one_it_declares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_receiver() as receiver:
+        manifest = stdio_manifest("worker-stdio", receiver, declared="worker")
+        (tmp_path / "worker-stdio.toml").write_text(manifest)
+        for key, value in receiver.environment("mesh-daemon").items():
+            monkeypatch.setenv(key, value)
+        async with spawn_daemon(tmp_path) as daemon:
+            await daemon.wait_online("worker-stdio")
+            await mesh_call(daemon, receiver, "worker-stdio", SECRET)
+            path = await the_whole_trace(receiver)
+    addresses = [s.attributes.get("server.address") for s in path[:4]]
+    assert addresses == ["worker-stdio"] * 4, addresses
+    assert path[3].service == "worker" and path[3].kind == "SERVER"
+    assert path[3].attributes["mesh.agent.declared_id"] == "worker"
 
 
 async def test_a_failed_mesh_call_ends_every_span_with_the_calls_own_status(
