@@ -20,6 +20,7 @@ from typing import Any, Final
 from mesh._errors import MeshError
 from mesh._logging import get_logger
 from mesh._orchestrator.spec import AgentSpec
+from mesh._telemetry.tracing import MESH_ID_ENV
 from mesh._telemetry.tracing import environment as trace_environment
 from mesh.manifests._load import (
     DialInSection,
@@ -87,8 +88,10 @@ class ManifestLinks:
 def _spawn(
     command: str, args: Sequence[str], *, env: Mapping[str, str], **options: Any
 ) -> AbstractAsyncContextManager[FrameStream]:
-    """Start a stdio agent; it continues the trace current where its link is kept up."""
-    return open_stdio_process(command, args, env={**env, **trace_environment()}, **options)
+    """Start a stdio agent; it continues the trace current where its link is kept up,
+    and its spans name it by its id in the mesh (``options["agent"]``)."""
+    named = {MESH_ID_ENV: options["agent"]} if options.get("agent") else {}
+    return open_stdio_process(command, args, env={**env, **trace_environment(), **named}, **options)
 
 
 def spec_from_manifest(

@@ -70,12 +70,14 @@ class observe_call:  # a context manager, named like the function it reads as
 
     __slots__ = ("_agent", "_knows", "_method", "_span", "_started")
 
-    def __init__(self, agent: str, method: str, knows: Callable[[str], bool]) -> None:
+    def __init__(
+        self, agent: str, method: str, knows: Callable[[str], bool], tool: str | None = None
+    ) -> None:
         self._agent = agent
         self._method = method
         self._knows = knows
         self._started = 0.0
-        self._span = client_span(method, agent)
+        self._span = client_span(method, agent, tool=tool)
 
     def __enter__(self) -> None:
         self._span.__enter__()

@@ -53,13 +53,14 @@ from mesh._orchestrator.observe import (
 )
 from mesh._orchestrator.router import Router
 from mesh._orchestrator.spec import AgentSpec, Outcome
-from mesh._orchestrator.view import AgentView, Link, LinkChanges, view, views
+from mesh._orchestrator.view import AgentView, Link, LinkChanges, note_attempt, view, views
 from mesh._rpc.caller import Caller, ProgressCallback
 from mesh._rpc.connect import handshake
 from mesh._rpc.peer import Peer, open_peer
 from mesh._rpc.reconnect import ConnectionEvent, ReconnectPolicy, open_reconnecting_peer
 from mesh._telemetry.metrics import METRICS
 from mesh._telemetry.tracing import active as tracing_active
+from mesh._telemetry.tracing import tool_of
 from mesh.manifests._types import DEFAULT_ACCESS, AccessSection
 from registry import (
     AgentId,
@@ -263,7 +264,7 @@ class MeshOrchestrator:
         :class:`~mesh.Forbidden` (see :meth:`authorize`).
         """
         if tracing_active():  # the same, inside a CLIENT span
-            with observe_call(agent, method, self.knows):
+            with observe_call(agent, method, self.knows, tool_of(method, params)):
                 caller = self._caller(agent, method, on_behalf_of, timeout)
                 return await caller.call(method, params, timeout=timeout, on_progress=on_progress)
         # Metrics only: no object, no context manager (this path is measured per call).
@@ -488,6 +489,7 @@ class MeshOrchestrator:
             link.ever_connected = True
 
         def on_event(event: ConnectionEvent) -> None:
+            note_attempt(link, event)
             if event.kind == "disconnected" and self.registry.get(AgentId(spec.id)) is not None:
                 self.registry.mark_offline(AgentId(spec.id), anyio.current_time())
             if event.error is not None:

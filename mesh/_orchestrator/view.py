@@ -4,8 +4,9 @@ The registry knows agents that connected (``online``, ``stale``, ``offline``,
 until it removes them). An agent configured by a manifest is the orchestrator's
 from the first moment, connected or not: before it ever connects it is
 ``connecting`` (the orchestrator is dialling it) or ``waiting for dial-in``;
-a link that can never come up (a token variable unset), gave up, or dropped
-after the registry forgot the agent is ``offline``. Each comes with the link's
+a link that can never come up (a token variable unset), gave up, failed
+:data:`FAILING_AFTER` attempts in a row before any handshake (a stdio agent's crash loop), or
+dropped after the registry forgot the agent is ``offline``. Each comes with the link's
 last error, so nobody has to read the log to learn why.
 """
 
@@ -20,16 +21,20 @@ import anyio
 from mesh._orchestrator.spec import AgentSpec
 from mesh._rpc.caller import Caller
 from mesh._rpc.peer import Peer
+from mesh._rpc.reconnect import ConnectionEvent
+from mesh._telemetry.metrics import METRICS
 from registry import AgentId, AgentRecord, Registry
 
 __all__ = [
     "CONNECTING",
+    "FAILING_AFTER",
     "LINK_STATUSES",
     "OFFLINE",
     "WAITING",
     "AgentView",
     "Link",
     "LinkChanges",
+    "note_attempt",
     "view",
     "views",
 ]
@@ -40,6 +45,12 @@ CONNECTING: Final = "connecting"
 WAITING: Final = "waiting for dial-in"
 #: It will not connect by itself: it cannot (see its link error), gave up, or left.
 OFFLINE: Final = "offline"
+#: A stdio link whose last this many attempts in a row failed before any handshake is
+#: shown ``offline``: a command that exits at once, a module or binary that does not
+#: exist, fails the same way every time, and ``connecting`` would read as a slow start.
+#: It is still retried, and shown ``online`` as soon as an attempt succeeds. A network
+#: link stays ``connecting``: its server may just not be up yet.
+FAILING_AFTER: Final = 3
 #: Every status an agent can have, in the order counts are shown.
 LINK_STATUSES: Final = ("online", "stale", OFFLINE, CONNECTING, WAITING)
 
@@ -55,6 +66,8 @@ class Link:
         self.last_error: str | None = problem
         self.ever_connected = False
         self.gave_up = False
+        #: Attempts in a row that ended before a handshake (0 once one succeeds).
+        self.failures = 0
         self.settled = anyio.Event()  # first connection attempt finished, either way
         #: Cancelled when the agent is removed, so a link still dialling stops for good.
         self.scope = anyio.CancelScope()
@@ -65,13 +78,32 @@ class Link:
     def connected(self) -> bool:
         return self.peer is not None and self.peer.connected
 
+    @property
+    def crash_looping(self) -> bool:
+        """A process the daemon spawns failed :data:`FAILING_AFTER` times in a row."""
+        return self.spec.transport == "stdio" and self.failures >= FAILING_AFTER
+
     def status(self) -> str:
         """Where the agent stands when the registry has no record of it."""
-        if self.problem is not None or self.gave_up:
+        if self.problem is not None or self.gave_up or self.crash_looping:
             return OFFLINE
         if self.spec.connector is not None:
             return CONNECTING  # for the first time, or again
         return OFFLINE if self.ever_connected else WAITING
+
+
+def note_attempt(link: Link, event: ConnectionEvent) -> None:
+    """Count what ``event`` says of the link's attempts: each new one is a restart (a
+    stdio agent's process spawned again), and one that follows an attempt that never
+    reached a handshake counts a failure, in the link and in ``/metrics``."""
+    agent = (link.spec.id,)
+    if event.kind == "connected":
+        link.failures = 0
+    elif event.kind == "reconnecting":
+        METRICS.agent_restarts.add(agent)
+        link.failures = event.attempt - 1  # the attempts since the last handshake, all failed
+        if link.failures:
+            METRICS.link_failures.add(agent)
 
 
 class LinkChanges:
@@ -133,4 +165,7 @@ def _registered(record: AgentRecord, link: Link | None) -> AgentView:
 
 
 def _unregistered(link: Link) -> AgentView:
-    return AgentView(link.spec.record(), link.status(), link.last_error, registered=False)
+    error = link.last_error
+    if link.crash_looping and not link.connected:
+        error = f"{link.failures} attempts in a row failed (retrying); the last: {error}"
+    return AgentView(link.spec.record(), link.status(), error, registered=False)

@@ -56,7 +56,7 @@ from mesh._rpc.session import (
     link_lost,
 )
 from mesh._telemetry.tracing import active as tracing_active
-from mesh._telemetry.tracing import outgoing, server_span
+from mesh._telemetry.tracing import outgoing, server_identity, server_span, tool_of
 from mesh.protocol import MESH_CODEC, Codec, RequestId
 from transports import (
     FrameRejected,
@@ -640,11 +640,14 @@ def _start_traced(
     """:func:`start_request` inside a SERVER span, child of the caller's (the handler's
     own spans, a tool's included, are its children)."""
     agent = getattr(handler, "id", None)  # an SDK Agent answering: it is the server
+    address, identity = server_identity(agent if isinstance(agent, str) else None)
     served = server_span(
         request.method,
         request.trace,
-        agent=agent if isinstance(agent, str) else None,
+        agent=address,
+        attributes=identity,
         mcp_params=request.params if session.codec.name == "mcp" else None,
+        tool=tool_of(request.method, request.params),
     )
     with served.current():
         try:

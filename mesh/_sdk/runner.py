@@ -37,7 +37,11 @@ from mesh._rpc.session import SessionConfig
 from mesh._sdk.agent import Agent
 from mesh._sdk.gc_tuning import tune_for_serving
 from mesh._sdk.serve import open_agent_server, serve_agent_dial_in
-from mesh._telemetry.tracing import configure_from_environment, parent_from_environment
+from mesh._telemetry.tracing import (
+    adopt_mesh_id,
+    configure_from_environment,
+    parent_from_environment,
+)
 from transports import DEFAULT_MAX_FRAME_SIZE, TokenAuthenticator, open_stdio_server
 from transports._groups import unwrap_single_error
 
@@ -195,6 +199,7 @@ def run_agent(agent: Agent, argv: Sequence[str] | None = None) -> None:
         agent.id = args.id
     # Traces to a collector when OTEL_* asks for them and the SDK is installed.
     configure_from_environment(agent.id)
+    adopt_mesh_id(os.environ)
     config = SessionConfig(max_frame_size=args.max_frame_size)
     drain = args.drain_timeout
     main: Serve

@@ -183,6 +183,18 @@ class Metrics:
             "Links to agents that dropped and redialled",
             ("transport",),
         )
+        self.agent_restarts = Tally(
+            "mesh_agent_restarts_total",
+            "Times the daemon dialled an agent again (a stdio agent: spawned its process"
+            " again) after a connection or an attempt ended, by agent",
+            ("agent",),
+        )
+        self.link_failures = Tally(
+            "mesh_agent_link_failures_total",
+            "Attempts to link an agent that ended before the handshake (a process that"
+            " exited, a command not found, a refused connection), by agent",
+            ("agent",),
+        )
         self.heartbeat_misses = Tally(
             "mesh_heartbeat_misses_total",
             "Agents that went stale: no heartbeat within their interval",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Awaitable, Iterator, Mapping
+from collections.abc import Awaitable, Iterator, Mapping, MutableMapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -30,8 +30,10 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
 __all__ = [
+    "MESH_ID_ENV",
     "TraceContext",
     "active",
+    "adopt_mesh_id",
     "calling",
     "client_span",
     "configure_from_environment",
@@ -42,9 +44,11 @@ __all__ = [
     "operation",
     "outgoing",
     "parent_from_environment",
+    "server_identity",
     "server_span",
     "serving",
     "span",
+    "tool_of",
     "trace_from",
     "tracer",
     "use_tracer_provider",
@@ -54,6 +58,12 @@ T = TypeVar("T")
 
 #: (traceparent, tracestate) as W3C Trace Context spells them.
 TraceContext = tuple[str, str | None]
+
+#: Set by a daemon for each stdio agent it spawns: the agent's id in the mesh (its
+#: manifest's), which the agent's spans name as the server, not the id it declares.
+MESH_ID_ENV: Final = "MESH_AGENT_ID"
+#: The mesh id this process serves as, once :func:`adopt_mesh_id` read it.
+_served_as: list[str | None] = [None]
 
 #: ``rpc.system.name``: the mesh's own envelope (MCP calls say "jsonrpc").
 SYSTEM: Final = "agent_mesh"
@@ -138,10 +148,43 @@ def headers_for(trace: TraceContext | None) -> dict[str, str]:
     return {"traceparent": trace[0], **({"tracestate": trace[1]} if trace[1] else {})}
 
 
-def _rpc_attributes(method: str, agent: str | None, system: str) -> dict[str, Any]:
+#: The longest tool name put on a span (a name is what the caller sent, unchecked yet).
+_TOOL_NAME_MAX: Final = 256
+
+
+def tool_of(method: str, params: Any) -> str | None:
+    """The tool a ``tools/call`` names, for its spans' ``gen_ai.tool.name`` (every call's
+    method is ``tools/call``: the tool is what tells one slow call from another)."""
+    if method != "tools/call" or not isinstance(params, Mapping):
+        return None
+    name = params.get("name")
+    return name if isinstance(name, str) and len(name) <= _TOOL_NAME_MAX else None
+
+
+def adopt_mesh_id(environ: MutableMapping[str, str]) -> None:
+    """Serve as the mesh id a spawning daemon passed in ``environ``, taken out of it so
+    the processes this one spawns do not inherit it."""
+    _served_as[0] = environ.pop(MESH_ID_ENV, None) or None
+
+
+def server_identity(declared: str | None) -> tuple[str | None, dict[str, Any]]:
+    """The agent a SERVER span names (``server.address``): its mesh id when a daemon
+    passed one, with the id it declares kept as ``mesh.agent.declared_id``."""
+    mesh_id = _served_as[0]
+    if declared is None or mesh_id is None or mesh_id == declared:
+        return declared, {}
+    return mesh_id, {"mesh.agent.declared_id": declared}
+
+
+def _rpc_attributes(
+    method: str, agent: str | None, system: str, tool: str | None = None
+) -> dict[str, Any]:
     attributes: dict[str, Any] = {"rpc.system.name": system, "rpc.method": method}
     if agent:
         attributes["server.address"] = agent
+    if tool:
+        attributes["gen_ai.operation.name"] = "execute_tool"
+        attributes["gen_ai.tool.name"] = tool
     return attributes
 
 
@@ -175,10 +218,11 @@ class client_span:  # a context manager, named like the function it reads as
 
     __slots__ = ("_span", "_token")
 
-    def __init__(self, method: str, agent: str | None, system: str = SYSTEM) -> None:
-        self._span = tracer().start_span(
-            method, kind=SpanKind.CLIENT, attributes=_rpc_attributes(method, agent, system)
-        )
+    def __init__(
+        self, method: str, agent: str | None, system: str = SYSTEM, *, tool: str | None = None
+    ) -> None:
+        attributes = _rpc_attributes(method, agent, system, tool)
+        self._span = tracer().start_span(method, kind=SpanKind.CLIENT, attributes=attributes)
         self._token: Any = None
 
     def __enter__(self) -> Span:
@@ -209,12 +253,13 @@ class server_span:
         system: str = SYSTEM,
         attributes: Mapping[str, Any] | None = None,
         mcp_params: Any = None,
+        tool: str | None = None,
     ) -> None:
         name = method
         if mcp_params is not None:  # an MCP request: MCP's own conventions on top
             name, system, mcp = _mcp_naming(method, mcp_params)
             attributes = {**mcp, **(attributes or {})}
-        attrs = _rpc_attributes(method, agent, system)
+        attrs = _rpc_attributes(method, agent, system, tool)
         if attributes:
             attrs.update(attributes)
         self.span = tracer().start_span(
@@ -306,7 +351,10 @@ def configure_from_environment(service_name: str, environ: Mapping[str, str] | N
         return False
     exporter: Any
     if exporter_name == "console":
-        exporter = ConsoleSpanExporter(out=sys.stderr)
+        # One line per span, as the process's log is one event per line: the SDK's
+        # indented JSON interleaved with the log, and a stdio agent's spans reached its
+        # daemon as one stderr event per line of JSON.
+        exporter = ConsoleSpanExporter(out=sys.stderr, formatter=_one_line)
     else:
         try:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -323,6 +371,10 @@ def configure_from_environment(service_name: str, environ: Mapping[str, str] | N
     return True
 
 
+def _one_line(span: Any) -> str:
+    return str(span.to_json(indent=None)) + os.linesep
+
+
 def serving(
     method: str,
     trace: TraceContext | None,
@@ -330,18 +382,21 @@ def serving(
     agent: str | None = None,
     system: str = SYSTEM,
     attributes: Mapping[str, Any] | None = None,
+    tool: str | None = None,
 ) -> AbstractContextManager[Span | None]:
     """``with serving(...)``: a SERVER span while tracing is on, nothing otherwise."""
     if not active():
         return nullcontext()
-    return server_span(method, trace, agent=agent, system=system, attributes=attributes)
+    return server_span(method, trace, agent=agent, system=system, attributes=attributes, tool=tool)
 
 
-def calling(method: str, agent: str | None) -> AbstractContextManager[Span | None]:
+def calling(
+    method: str, agent: str | None, *, tool: str | None = None
+) -> AbstractContextManager[Span | None]:
     """``with calling(...)``: a CLIENT span while tracing is on, nothing otherwise."""
     if not active():
         return nullcontext()
-    return client_span(method, agent)
+    return client_span(method, agent, tool=tool)
 
 
 def environment() -> dict[str, str]:

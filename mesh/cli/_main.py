@@ -89,6 +89,15 @@ def _exchange(
     args: argparse.Namespace, method: str, path: str, body: Any = None, timeout: float = 10.0
 ) -> tuple[Any, httpx.Headers]:
     """The daemon's JSON answer and its headers; any failure is a one-line exit."""
+    response, presented = _send(args, method, path, body, timeout)
+    return _payload(response, presented=presented), response.headers
+
+
+def _send(
+    args: argparse.Namespace, method: str, path: str, body: Any, timeout: float
+) -> tuple[httpx.Response, bool]:
+    """The daemon's answer, whatever its status, and whether a token was presented;
+    a daemon that cannot be reached is a one-line exit."""
     import httpx
 
     from mesh._telemetry.tracing import headers_for, outgoing
@@ -102,7 +111,7 @@ def _exchange(
         )
     except httpx.TransportError as exc:
         _fail(EXIT_UNREACHABLE, f"cannot reach the daemon at {args.url}: {exc}{UNREACHABLE_HINT}")
-    return _payload(response, presented=bool(headers)), response.headers
+    return response, bool(headers)
 
 
 def _every_agent(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -242,7 +251,18 @@ def cmd_agents(args: argparse.Namespace) -> int:
         print(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         )
+    _print_link_errors(agents)
     return EXIT_OK
+
+
+def _print_link_errors(agents: list[dict[str, Any]]) -> None:
+    """Below the table, why each agent that is not up is not: its link's last error (an
+    exit status, a command not found), so a crash loop does not read as a slow start."""
+    failing = [a for a in agents if a.get("link_error") and a["status"] != "online"]
+    if failing:
+        print()
+    for agent in failing:
+        print(printable(f"{agent['id']} ({agent['status']}): {agent['link_error']}"))
 
 
 def _parse_arg(text: str) -> tuple[str, Any]:
@@ -271,6 +291,7 @@ def _arguments(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_call(args: argparse.Namespace) -> int:
+    from mesh._errors import MeshError
     from mesh._telemetry.tracing import calling
 
     arguments = _arguments(args)
@@ -280,10 +301,31 @@ def cmd_call(args: argparse.Namespace) -> int:
         "params": {"name": args.tool, "arguments": arguments},
         "timeout": args.timeout,
     }
-    with calling("tools/call", args.agent):
-        result = _request(args, "POST", "/rpc", body, timeout=args.timeout)["result"]
+    try:
+        with calling("tools/call", args.agent, tool=args.tool):
+            response, presented = _send(args, "POST", "/rpc", body, args.timeout)
+            _raise_answered_error(response)
+    except MeshError:
+        pass  # the span has the call's outcome; the answer is reported as any command's is
+    result = _payload(response, presented=presented)["result"]
     print(json_text(result, indent=2))
     return EXIT_OK
+
+
+def _raise_answered_error(response: httpx.Response) -> None:
+    """The mesh error the daemon answered (a tool's error, a timeout), raised so the span
+    around the call ends with the call's own status rather than how this command exits."""
+    from mesh._errors import error_from_code
+
+    if response.status_code < 400:
+        return
+    try:
+        error = response.json().get("error", {})
+        code, message = error.get("code"), str(error.get("message", ""))
+    except (ValueError, AttributeError):
+        return  # not the daemon's JSON: reported as such by _payload
+    if isinstance(code, int) and not isinstance(code, bool):
+        raise error_from_code(code, message)
 
 
 def cmd_broadcast(args: argparse.Namespace) -> int:

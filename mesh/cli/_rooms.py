@@ -20,9 +20,13 @@ Text that agents or clients wrote is escaped before it reaches the terminal
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
+from types import FrameType
 from typing import Any, Final
 from urllib.parse import quote, urlencode
 
@@ -123,14 +127,47 @@ def cmd_room_run(args: argparse.Namespace, request: Request) -> int:
     limits = {"max_turns": args.max_turns, "max_messages_per_agent": args.max_messages_per_agent}
     if any(value is not None for value in limits.values()):
         body["limits"] = {key: value for key, value in limits.items() if value is not None}
-    if args.id:
-        body["id"] = args.id
-    created = request(args, "POST", "/rooms", body)
-    room_id = created["room"]["id"]
+    # The id is chosen here, so a Ctrl-C that comes before the daemon answers can still
+    # name the room (the daemon starts a room it has recorded even if we hang up).
+    room_id = body["id"] = args.id or f"room-{uuid.uuid4().hex[:12]}"
+    try:
+        with _sigint_deferred() as pressed:
+            request(args, "POST", "/rooms", body)
+    except KeyboardInterrupt:  # pressed twice: the creation's answer was not waited for
+        return _interrupted_creating(args, room_id)
+    if pressed:
+        return _interrupted(args, request, room_id)
     members = ", ".join(printable(agent) for agent in args.agent)
     print(f'room {printable(room_id)}: "{printable(args.topic)}" with {members}', file=sys.stderr)
     code = _follow(args, room_id)
     return _interrupted(args, request, room_id) if code is None else code
+
+
+@contextmanager
+def _sigint_deferred() -> Iterator[list[int]]:
+    """While the block runs, a first Ctrl-C is only noted (the list it yields gets an
+    item) and a second one interrupts: the room being created is then either refused
+    or known by its id, never half-seen."""
+    pressed: list[int] = []
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        if pressed:
+            raise KeyboardInterrupt
+        pressed.append(signum)
+
+    previous = signal.signal(signal.SIGINT, note)
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted_creating(args: argparse.Namespace, room_id: str) -> int:
+    shown = printable(room_id)
+    return interrupted(
+        f"room {shown} may have been created and run on the daemon. "
+        f"Check with: mesh room show {shown}; stop it with: mesh room stop {shown}"
+    )
 
 
 def _interrupted(args: argparse.Namespace, request: Request, room_id: str) -> int:

@@ -234,6 +234,7 @@ class RemoteCalls:
         #: Served calls run as tasks (the loop's own on asyncio), each cancelled alone.
         self._spawner = Spawner(loop)
         self._idle = anyio.Event()
+        self._refusing = False  # draining: new calls are answered "shutting down"
         self._tasks: Tasks | None = None
         self._subscriptions: list[Watch] = []
         self.calls_sent = 0
@@ -517,11 +518,28 @@ class RemoteCalls:
             with anyio.move_on_after(SERVE_DRAIN):
                 await self._idle.wait()
 
+    async def drain(self) -> None:
+        """A graceful stop: refuse new calls (UNAVAILABLE, "shutting down"), and return
+        once the calls being served are answered. The caller bounds the wait; until it
+        ends, our agents stay listed, so the callers of those calls keep waiting for
+        their answers instead of failing them as gone."""
+        self._refusing = True
+        if self._serving:
+            self._idle = anyio.Event()
+            await self._idle.wait()
+
     def _on_request(self, message: NatsMessage) -> None:
         if self._tasks is None or not message.reply:
             return
         origin = self._origin(message)
         if origin is None:
+            return
+        if self._refusing:
+            refused = CallFailed(
+                code=ErrorCode.UNAVAILABLE,
+                message=f"daemon {self._names.daemon!r} is shutting down; it takes no new calls",
+            )
+            self._tasks.start_soon(self._send, message.reply, refused)
             return
         self._serving[message.reply] = self._spawner.start(
             self._tasks, self._answer, message, origin, name="cluster.serve"

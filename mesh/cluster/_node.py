@@ -88,13 +88,18 @@ class Cluster:
         """The daemon that holds ``agent_id`` (this one unless another's entry says so)."""
         return self.sync.holder(agent_id) or self.daemon_id
 
-    async def withdraw(self) -> None:
+    async def withdraw(self, drain_timeout: float = 0.0) -> None:
         """A graceful stop's first step: the others stop listing this daemon's agents and
         take its rooms over, while it still answers what they sent before they knew.
 
+        The calls other daemons sent us finish first (up to ``drain_timeout`` s), new
+        ones answered "shutting down": their callers drop a call to an agent whose
+        entry goes away, so the entries stay until then.
         Call it before the daemon stops taking calls (it keeps listening on NATS until
         it leaves the ``async with``); bounded, since NATS may be gone.
         """
+        with anyio.move_on_after(drain_timeout):
+            await self.calls.drain()
         with anyio.move_on_after(WITHDRAW_TIMEOUT):
             await self.sync.withdraw()
         if self.rooms is not None:

@@ -30,7 +30,7 @@ from mesh._logging import get_logger
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.view import LINK_STATUSES
 from mesh._telemetry.metrics import served
-from mesh._telemetry.tracing import serving, trace_from
+from mesh._telemetry.tracing import serving, tool_of, trace_from
 from mesh.daemon._a2a import DaemonA2a
 from mesh.daemon._agents import AgentRoutes
 from mesh.daemon._auth import Identities, Identity, Right
@@ -227,7 +227,11 @@ class DaemonApi:
         started = anyio.current_time()
         try:
             trace = trace_from(dict(request.headers))
-            with served("http", call.method), serving(call.method, trace, agent=call.agent):
+            tool = tool_of(call.method, call.params)
+            with (
+                served("http", call.method),
+                serving(call.method, trace, agent=call.agent, tool=tool),
+            ):
                 result = await self._mesh.acting_for(who.principal).call(
                     call.agent, call.method, call.params, timeout=call.timeout
                 )

@@ -98,6 +98,8 @@ class MeshCollector:
         yield from self._links_and_registry()
         for tally in (
             METRICS.reconnects,
+            METRICS.agent_restarts,
+            METRICS.link_failures,
             METRICS.heartbeat_misses,
             METRICS.expirations,
             METRICS.room_stops,
@@ -116,9 +118,10 @@ class MeshCollector:
             # Their calls are finished: they leave the started count too (in flight = the
             # started less the finished).
             METRICS.calls_started[0] -= int(sum(calls.pop(key)[:-1]))
-        tokens = METRICS.tokens.values
-        for key in [k for k in tokens if not self._mesh.knows(k[0])]:
-            del tokens[key]
+        for tally in (METRICS.tokens, METRICS.agent_restarts, METRICS.link_failures):
+            values = tally.values
+            for key in [k for k in values if not self._mesh.knows(k[0])]:
+                del values[key]
 
     def _wire(self) -> Iterator[Metric]:
         frames_in, bytes_in, frames_out, bytes_out = METRICS.wire

@@ -284,9 +284,11 @@ async def _leave(parts: _Parts, cluster: Any, server: HttpServer, drain_timeout:
     # other daemons were told to stop sending us calls: a client then gets an
     # answer, never a reset, and a call routed here meanwhile is still served.
     parts.api.lifecycle.start_draining()
+    started = anyio.current_time()
     if cluster is not None:
-        await cluster.withdraw()
-    await _shut_down(server, parts.api.lifecycle, parts.dial_ins, drain_timeout)
+        await cluster.withdraw(drain_timeout)  # the calls other daemons sent finish first
+    left = max(0.0, drain_timeout - (anyio.current_time() - started))
+    await _shut_down(server, parts.api.lifecycle, parts.dial_ins, left)
 
 
 def _announce(

@@ -25,15 +25,18 @@ ROOT = Path(__file__).resolve().parents[2]
 SECRET = "xylophone"
 
 
-def stdio_manifest(agent_id: str, receiver: Receiver) -> str:
-    env = receiver.environment(agent_id)
+def stdio_manifest(agent_id: str, receiver: Receiver, declared: str | None = None) -> str:
+    """A stdio agent with mesh id ``agent_id``; its program declares ``declared`` (the same
+    by default), also its service name."""
+    declared = declared or agent_id
+    env = receiver.environment(declared)
     env_table = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
     return f"""
 id = "{agent_id}"
 [transport]
 type = "stdio"
 command = "python"
-args = ["-m", "{AGENT_MODULE}", "--stdio", "--id", "{agent_id}"]
+args = ["-m", "{AGENT_MODULE}", "--stdio", "--id", "{declared}"]
 cwd = "{ROOT}"
 env = {{ {env_table} }}
 """
@@ -80,6 +83,7 @@ def assert_hops(path: list[ReceivedSpan], agent: str) -> None:
     assert len({s.trace_id for s in path}) == 1
     for span in path[:4]:
         assert span.attributes["rpc.method"] == "tools/call"
+        assert span.attributes["gen_ai.tool.name"] == "work"  # which tool, on every hop
         assert span.attributes["rpc.response.status_code"] == "OK"
     shown = json.dumps([s.attributes for s in path]).lower()
     assert SECRET not in shown  # neither the argument nor the result is an attribute
@@ -97,6 +101,70 @@ async def test_mesh_call_to_a_stdio_agent_is_one_trace(
             await mesh_call(daemon, receiver, "worker", SECRET)
             path = await the_whole_trace(receiver)
     assert_hops(path, "worker")
+
+
+async def test_spans_name_a_stdio_agent_by_its_mesh_id_and_keep_the_one_it_declares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_receiver() as receiver:
+        manifest = stdio_manifest("worker-stdio", receiver, declared="worker")
+        (tmp_path / "worker-stdio.toml").write_text(manifest)
+        for key, value in receiver.environment("mesh-daemon").items():
+            monkeypatch.setenv(key, value)
+        async with spawn_daemon(tmp_path) as daemon:
+            await daemon.wait_online("worker-stdio")
+            await mesh_call(daemon, receiver, "worker-stdio", SECRET)
+            path = await the_whole_trace(receiver)
+    addresses = [s.attributes.get("server.address") for s in path[:4]]
+    assert addresses == ["worker-stdio"] * 4, addresses
+    assert path[3].service == "worker" and path[3].kind == "SERVER"
+    assert path[3].attributes["mesh.agent.declared_id"] == "worker"
+
+
+async def test_a_failed_mesh_call_ends_every_span_with_the_calls_own_status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI's root span says TOOL_ERROR, as the daemon's and the agent's do, not how the
+    command exited (SystemExit)."""
+    async with open_receiver() as receiver:
+        (tmp_path / "worker.toml").write_text(stdio_manifest("worker", receiver))
+        for key, value in receiver.environment("mesh-daemon").items():
+            monkeypatch.setenv(key, value)
+        async with spawn_daemon(tmp_path) as daemon:
+            await daemon.wait_online("worker")
+            env = daemon.env(**receiver.environment("mesh-cli"))
+            command = [sys.executable, "-m", "mesh.cli", "call", "worker", "fail"]
+            done = await anyio.run_process([*command, "--arg", "message=no"], env=env, check=False)
+            assert done.returncode == 1, done.stderr.decode()
+
+            def failed(span: ReceivedSpan) -> bool:
+                return span.attributes.get("gen_ai.tool.name") == "fail"
+
+            spans = await receiver.wait_for(
+                lambda got: (
+                    {(s.service, s.kind) for s in got if failed(s)}
+                    >= {("mesh-cli", "CLIENT"), ("worker", "SERVER")}
+                )
+            )
+    hops = {(s.service, s.kind): s.attributes for s in spans if failed(s)}
+    assert len(hops) == 4, sorted(hops)
+    for (service, kind), attributes in hops.items():
+        assert attributes["rpc.response.status_code"] == "TOOL_ERROR", (service, kind)
+        assert attributes["error.type"] == "TOOL_ERROR", (service, kind)
+
+
+async def test_the_console_exporter_writes_one_line_per_span(tmp_path: Path) -> None:
+    """Between one-line log events (and through a daemon that logs a stdio agent's stderr
+    line by line), a span is one line of JSON, not an indented block."""
+    async with spawn_daemon(tmp_path) as daemon:
+        env = daemon.env(OTEL_TRACES_EXPORTER="console", OTEL_SERVICE_NAME="mesh-cli")
+        command = [sys.executable, "-m", "mesh.cli", "call", "nobody", "work"]
+        done = await anyio.run_process(command, env=env, check=False)
+    lines = done.stderr.decode().splitlines()
+    spans = [json.loads(line) for line in lines if line.startswith("{")]
+    assert [span["name"] for span in spans] == ["tools/call"], lines
+    assert spans[0]["attributes"]["gen_ai.tool.name"] == "work"
+    assert spans[0]["attributes"]["rpc.response.status_code"] == "UNAVAILABLE"
 
 
 async def test_over_websocket_dial_in_is_one_trace(

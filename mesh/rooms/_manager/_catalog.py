@@ -105,21 +105,33 @@ class Catalog:
                 owner=owner,
                 creator=creator,
             )
-            handle = table.hold(RoomState(room=room))
-            try:
-                await self._welcome(handle)
-            except BaseException:
-                del table.rooms[room_id]
-                raise
+            # From its WELCOME on, the room is recorded as running: it must start even if
+            # whoever asked for it goes away (a client that closes its socket cancels the
+            # request), or the store would list it running at turn 0 for ever.
+            with anyio.CancelScope(shield=True):
+                handle = await self._commit(room)
             started = True
         finally:
             self._reserved.discard(room_id)
             if not started and table.replica is not None:
                 with anyio.CancelScope(shield=True):
                     await table.replica.release(room_id)
-        log.info("room.created", room=room_id, members=[m.id for m in members], mode=room.mode)
-        self._engines.start(handle)
         return handle.state.snapshot()
+
+    async def _commit(self, room: Room) -> HeldRoom:
+        """Hold ``room``, record its ``WELCOME`` and joins, and start it; the caller shields
+        this, so a room is either started or, if recording fails, not held at all."""
+        table = self._table
+        handle = table.hold(RoomState(room=room))
+        try:
+            await self._welcome(handle)
+        except BaseException:
+            del table.rooms[room.id]
+            raise
+        members = [m.id for m in room.members]
+        log.info("room.created", room=room.id, members=members, mode=room.mode)
+        self._engines.start(handle)
+        return handle
 
     def _check_members(self, spec: RoomSpec, principal: Principal) -> None:
         """Refuse, before anyone is asked anything, a member the room may not call, or may
