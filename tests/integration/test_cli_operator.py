@@ -233,6 +233,16 @@ async def test_validate_takes_one_manifest_file(tmp_path: Path) -> None:
     assert "Not a directory" not in err
 
 
+async def test_validate_shows_the_protocol_a_link_speaks(tmp_path: Path) -> None:
+    (tmp_path / "files.toml").write_text(
+        'id = "files"\n[transport]\ntype = "stdio"\nprotocol = "mcp"\ncommand = "python"\n'
+        'args = ["-m", "some.mcp.server"]\n'
+    )
+    code, out, err = await run("validate", str(tmp_path), env=dict(os.environ))
+    assert code == 0, err
+    assert out.startswith(f"ok  {tmp_path / 'files.toml'}  files  stdio (mcp)  ")
+
+
 # -- mesh dev: the author's own errors --------------------------------------------------------
 
 
