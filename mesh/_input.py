@@ -13,7 +13,7 @@ from typing import Final
 
 import msgspec
 
-__all__ = ["UNREADABLE_JSON", "whole_number", "why_unreadable"]
+__all__ = ["UNREADABLE_JSON", "MalformedToken", "bearer_token", "whole_number", "why_unreadable"]
 
 #: What decoding JSON from a peer or a client can raise: msgspec's own error, and
 #: Python's for a string that is not UTF-8 (checked only when a string is built) and
@@ -40,3 +40,30 @@ def whole_number(text: str, digits: int = 18) -> int | None:
     if not text or len(text) > digits or not text.isascii() or not text.isdigit():
         return None
     return int(text)
+
+
+class MalformedToken(ValueError):
+    """A token read from a file, a flag or the environment that no daemon could accept.
+
+    Its message says what is wrong (lines, whitespace, characters) and where the token came
+    from, never the token: a wrong file (a password file, say) must not reach a terminal."""
+
+
+def bearer_token(text: str, source: str) -> str:
+    """``text`` as a token to present, without surrounding whitespace (a file's newline).
+
+    A token travels in an HTTP header or a WebSocket subprotocol, so it is one run of
+    printable ASCII without spaces; anything else raises :class:`MalformedToken` naming
+    ``source`` (``--token-file x``, ``$MESH_TOKEN``), before a request can echo it.
+    """
+    token = text.strip()
+    lines = len(token.splitlines())
+    if lines > 1:
+        why = f"{lines} lines, where a token is one"
+    elif any(character.isspace() for character in token):
+        why = "whitespace inside it"
+    elif not (token.isascii() and token.isprintable()):
+        why = "characters a token never has (control or non-ASCII)"
+    else:
+        return token
+    raise MalformedToken(f"the token from {source} is malformed: {why} (its value is not shown)")

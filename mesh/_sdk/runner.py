@@ -32,6 +32,7 @@ from functools import partial
 import anyio
 
 from mesh._errors import MeshError
+from mesh._input import MalformedToken, bearer_token
 from mesh._logging import configure_logging, get_logger
 from mesh._rpc.session import SessionConfig
 from mesh._sdk.agent import Agent
@@ -164,10 +165,13 @@ def _token(parser: argparse.ArgumentParser, var: str | None, *, required: bool) 
         if required:
             parser.error("--connect needs --token-env VAR")
         return None
-    token = os.environ.get(var)
-    if not token:
+    token = os.environ.get(var, "")
+    if not token.strip():
         parser.error(f"--token-env {var}: the variable is not set")
-    return token
+    try:
+        return bearer_token(token, f"--token-env {var}")
+    except MalformedToken as exc:
+        parser.error(str(exc))
 
 
 async def _until_signalled(agent: Agent, serve: Serve) -> None:

@@ -3,13 +3,14 @@
 ====  ======================================================================
 0     success (``room run``: the room finished by its rules)
 1     the call failed at the agent, a manifest is invalid, or the room stopped with ERROR
-2     usage error (bad flags or arguments)
+2     usage error (bad flags or arguments, a deadline over the daemon's ``max_call_timeout``)
 3     the daemon could not be reached (or was lost for good while following a room)
 4     the agent is unknown, offline or unreachable (``room run``: AGENT_LOST)
 5     the call timed out
 6     ``mesh serve`` cannot listen (the port is in use, not permitted, or the host is wrong)
 7     ``room run``: the room was paused or stopped by request before it finished
-8     the daemon refused the token (missing, unknown, or without the right)
+8     the daemon refused the token (missing, unknown, malformed, or without the right)
+9     the daemon is shutting down and takes no new work (try again once it is back)
 130   interrupted (Ctrl-C)
 141   stdout was closed early (``mesh agents | head -1``): nothing more is written
 ====  ======================================================================
@@ -33,6 +34,7 @@ EXIT_TIMEOUT: Final = 5
 EXIT_CANNOT_LISTEN: Final = 6
 EXIT_ROOM_HALTED: Final = 7
 EXIT_DENIED: Final = 8
+EXIT_SHUTTING_DOWN: Final = 9
 EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT, as shells report it
 EXIT_BROKEN_PIPE: Final = 141  # 128 + SIGPIPE, what `yes | head -1` reports for yes
 

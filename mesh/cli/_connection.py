@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
-from mesh.cli._codes import EXIT_USAGE, fail
+from mesh._input import MalformedToken, bearer_token
+from mesh.cli._codes import EXIT_DENIED, EXIT_USAGE, fail
 
 __all__ = [
     "DEFAULT_URL",
@@ -66,12 +67,24 @@ def daemon_url(text: str) -> str:
 
 
 def token_for(args: argparse.Namespace) -> str | None:
+    """The token to present, or None; one that cannot be a token (a stray space, a file of
+    many lines) exits 8 saying so, never printing it."""
     path = getattr(args, "token_file", None)
-    if path:
-        try:
-            return Path(path).read_text().strip() or None
-        except OSError:
-            return None
+    try:
+        return _token_file(path) if path else _found_token()
+    except MalformedToken as exc:
+        fail(EXIT_DENIED, str(exc))
+
+
+def _token_file(path: str) -> str | None:
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError as exc:
+        fail(EXIT_USAGE, f"cannot read --token-file {path!r} ($MESH_TOKEN_FILE): {exc.strerror}")
+    return bearer_token(text, f"--token-file {path!r}") if text.strip() else None
+
+
+def _found_token() -> str | None:
     from mesh.daemon._tokens import find_token
 
     return find_token()

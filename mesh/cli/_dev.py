@@ -71,9 +71,11 @@ CONNECT_TIMEOUT: Final = 20.0
 class DevError(Exception):
     """Why ``mesh dev`` cannot go on, and the exit code that says so."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: int, message: str, *, bare: bool = False) -> None:
         super().__init__(message)
         self.code = code
+        #: Shown as it is, without the ``mesh dev:`` prefix (``file:line:col: ...``).
+        self.bare = bare
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,10 +151,36 @@ def _import_module(name: str) -> ModuleType:
 def _run_author_code(load: Callable[[], Any], where: str) -> Any:
     try:
         return load()
+    except SyntaxError as exc:  # one line, as compilers and editors read it
+        raise DevError(EXIT_USAGE, _syntax_error_line(exc, where), bare=True) from exc
     except Exception as exc:
-        # The author's own bug: their traceback is the most useful thing to show.
-        shown = "".join(traceback.format_exception(exc))
+        # The author's own bug: their frames are the most useful thing to show; mesh's and
+        # the import machinery's, which called them, are not theirs to read.
+        shown = "".join(_authors_frames(traceback.TracebackException.from_exception(exc)).format())
         raise DevError(EXIT_USAGE, f"importing {where} failed:\n{shown.rstrip()}") from exc
+
+
+def _syntax_error_line(exc: SyntaxError, given: str) -> str:
+    """``broken.py:1:12: SyntaxError: invalid syntax``, the file named as it was given."""
+    name = exc.filename
+    if name and Path(given).is_file() and Path(name).resolve() == Path(given).resolve():
+        name = given
+    where = ":".join(str(part) for part in (name, exc.lineno, exc.offset) if part)
+    return f"{where}: {type(exc).__name__}: {exc.msg}"
+
+
+#: Frames in these are the caller's, not the author's: mesh itself and importlib's.
+_NOT_AUTHORS: Final = (str(Path(__file__).resolve().parent.parent) + os.sep, "<frozen ")
+
+
+def _authors_frames(shown: traceback.TracebackException) -> traceback.TracebackException:
+    """``shown`` (and what it was raised from) without mesh's frames or importlib's."""
+    kept = [f for f in shown.stack if not f.filename.startswith(_NOT_AUTHORS)]
+    shown.stack = traceback.StackSummary.from_list(kept)
+    for linked in (shown.__cause__, shown.__context__):
+        if linked is not None:
+            _authors_frames(linked)
+    return shown
 
 
 def _find_agent(module: ModuleType, name: str | None, where: str) -> Agent:
@@ -377,6 +405,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
             code: int = anyio.run(dev_session, target, args, backend=args.backend)
         return code
     except DevError as exc:
+        if exc.bare:
+            print(printable(str(exc)), file=sys.stderr)
+            return exc.code
         return _refuse(exc.code, str(exc))
     except MeshError as exc:  # the agent would not start, or would not answer
         return _refuse(_exit_code(exc) if not isinstance(exc, RemoteError) else 1, str(exc))

@@ -61,12 +61,14 @@ async def follow_room(
     ssl_context: ssl.SSLContext | None = None,
     since: int = 0,
     recorded: int = 0,
+    through_pauses: bool = False,
 ) -> Followed:
     """Show each event of the room once, in order, until it stops; see the module docstring.
 
     Events up to ``since`` (a ``seq``) are skipped: 0 shows the room from its first.
     ``recorded`` is the room's last ``seq`` when following began: a stop before it is
     history (the room was paused, then resumed), so following goes on past it.
+    ``through_pauses``: a pause is shown but does not end following (``watch --follow``).
     """
     last = since
     room: Room | None = None
@@ -85,7 +87,7 @@ async def follow_room(
                     if isinstance(event, WelcomeEvent):
                         room = event.room
                     show(event, room)
-                    if isinstance(event, StoppedEvent) and event.seq >= recorded:
+                    if isinstance(event, StoppedEvent) and _ends(event, recorded, through_pauses):
                         return Followed(event.reason, event.detail)
         except TransportClosed as closed:
             if closed.close_code == CloseCode.NOT_FOUND:
@@ -98,6 +100,14 @@ async def follow_room(
         if now - lost_at >= RECONNECT_PATIENCE:
             return Followed(None, f"lost the daemon for {RECONNECT_PATIENCE:g} s ({why})")
         await anyio.sleep(next(delays))  # backoff before redialling, not a wait for an event
+
+
+def _ends(event: StoppedEvent, recorded: int, through_pauses: bool) -> bool:
+    """Whether the stop ``event`` is where following ends: not history (before
+    ``recorded``), and not a pause when following goes through pauses."""
+    if event.seq < recorded:
+        return False
+    return not (through_pauses and event.reason is StopReason.PAUSED)
 
 
 def _decode(frame: bytes) -> RoomEvent | None:
@@ -120,6 +130,7 @@ async def follow_until_interrupted(
     ssl_context: ssl.SSLContext | None = None,
     since: int = 0,
     recorded: int = 0,
+    through_pauses: bool = False,
 ) -> Followed | None:
     """:func:`follow_room`, or None once the user presses Ctrl-C (SIGINT)."""
     followed: Followed | None = None
@@ -136,6 +147,7 @@ async def follow_until_interrupted(
                     ssl_context=ssl_context,
                     since=since,
                     recorded=recorded,
+                    through_pauses=through_pauses,
                 )
                 tg.cancel_scope.cancel()
 

@@ -31,6 +31,7 @@ from mesh.cli._codes import (
     EXIT_DENIED,
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_SHUTTING_DOWN,
     EXIT_TIMEOUT,
     EXIT_UNAVAILABLE,
     EXIT_UNREACHABLE,
@@ -69,7 +70,14 @@ HTTP_SLACK: Final = 5.0
 _fail = fail
 
 
-def _status_exit(status: int) -> int:
+def _status_exit(status: int, error: dict[str, Any]) -> int:
+    """The exit code for the daemon's refusal ``error`` (HTTP ``status``)."""
+    data = error.get("data")
+    if isinstance(data, dict) and data.get("limit"):  # a bound the daemon sets, not a right
+        return EXIT_USAGE
+    if status == 503 and not isinstance(error.get("code"), int):
+        # The daemon's own 503 (an agent's carries its mesh code): it is draining.
+        return EXIT_SHUTTING_DOWN
     return {
         401: EXIT_DENIED,
         403: EXIT_DENIED,
@@ -144,7 +152,7 @@ def _payload(response: httpx.Response, *, presented: bool) -> Any:
         message = _error_text(error) if isinstance(error, dict) else str(error)
         if response.status_code == 401 and not presented:
             message += NO_TOKEN_HINT
-        _fail(_status_exit(response.status_code), message)
+        _fail(_status_exit(response.status_code, error if isinstance(error, dict) else {}), message)
     return payload
 
 
@@ -415,9 +423,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     that one's arguments in full: the others are names and help lines, so ``mesh call``
     or ``mesh --help`` does not import the rooms wing to describe ``mesh room run``.
     """
-    parser = argparse.ArgumentParser(
-        prog="mesh", description="agent-mesh: run the daemon and talk to agents."
-    )
+    parser = _Parser(prog="mesh", description="agent-mesh: run the daemon and talk to agents.")
     parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -486,6 +492,31 @@ def cmd_cluster_nats_config(args: argparse.Namespace) -> int:
         print(f"mesh cluster nats-config: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """A parser whose every command refuses a flag it does not know itself, with its own
+    usage and the flag it likely meant (``mesh serve --prot`` → ``did you mean --port``).
+
+    argparse hands a command's unknown words up to ``mesh``, whose usage lists commands,
+    not the flag the user mistyped. Subcommands are built with this class too.
+    """
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._suggestion(extras)}")
+        return parsed, extras
+
+    def _suggestion(self, extras: list[str]) -> str:
+        from difflib import get_close_matches
+
+        flag = next((word.partition("=")[0] for word in extras if word.startswith("-")), "")
+        known = [option for option in self._option_string_actions if option.startswith("--")]
+        close = get_close_matches(flag, known, n=1, cutoff=0.6) if flag else []
+        return f" (did you mean {close[0]}?)" if close else ""
 
 
 class _VersionAction(argparse._VersionAction):

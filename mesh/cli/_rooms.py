@@ -87,7 +87,12 @@ def room_path(room_id: str, *rest: str) -> str:
 
 
 def _follow(
-    args: argparse.Namespace, room_id: str, since: int = 0, recorded: int = 0
+    args: argparse.Namespace,
+    room_id: str,
+    since: int = 0,
+    recorded: int = 0,
+    *,
+    through_pauses: bool = False,
 ) -> int | None:
     """Print the room's events until it stops; its exit status, or None on Ctrl-C."""
     color = sys.stdout.isatty()
@@ -108,6 +113,7 @@ def _follow(
                 ssl_context=ssl_context(args),
                 since=since,
                 recorded=recorded,
+                through_pauses=through_pauses,
             )
         )
     except KeyboardInterrupt:
@@ -185,7 +191,8 @@ def cmd_room_watch(args: argparse.Namespace, request: Request) -> int:
     # A missing room is exit 4, before any WebSocket; a stop before the room's last event
     # was a pause since resumed, not where following ends.
     shown = request(args, "GET", room_path(args.room))
-    code = _follow(args, args.room, args.since, recorded=shown["room"].get("last_seq", 0))
+    recorded = shown["room"].get("last_seq", 0)
+    code = _follow(args, args.room, args.since, recorded, through_pauses=args.follow)
     if code is None:
         return interrupted(f"room {printable(args.room)} runs on")
     return code
@@ -319,6 +326,11 @@ def add_room_commands(room: argparse.ArgumentParser, request: Request) -> None:
     watch.add_argument("room")
     watch.add_argument(
         "--since", type=int, default=0, metavar="SEQ", help="start after this event (default: all)"
+    )
+    watch.add_argument(
+        "--follow",
+        action="store_true",
+        help="follow through pauses until the room stops for good (default: a pause ends it)",
     )
 
     listing = command("list", "the rooms the daemon holds, newest first", cmd_room_list)

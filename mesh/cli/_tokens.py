@@ -4,17 +4,20 @@ They go through the daemon's admin routes (``POST/GET /tokens``, ``DELETE
 /tokens/{id}``), so a change is live at once, a revoked token's connections
 close, and the daemon stays the only writer of its token file. They need an
 admin token: the one ``mesh serve`` wrote into ``.mesh/admin.token`` is found
-by default. ``create`` prints the new token once; it is stored only hashed.
+by default. ``create`` prints the new token once, alone on stdout (its note goes to
+stderr); it is stored only hashed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
+from mesh._text import printable
 from mesh.cli._connection import add_connection_arguments
 
 __all__ = ["add_token_commands"]
@@ -28,9 +31,12 @@ def cmd_token_create(args: argparse.Namespace, request: Request) -> int:
     if args.json:
         print(json.dumps(created, indent=2))
         return 0
-    print(created["token"])
+    # The token alone on stdout, so `mesh token create ... > file` writes a usable token file;
+    # the note is for the person at the terminal.
+    print(created["token"], flush=True)
     role = created["role"] + (f" for agent {created['agent']}" if created["agent"] else "")
-    print(f"token {created['id']} ({created['name']}, {role}): shown once, keep it", flush=True)
+    note = f"token {created['id']} ({created['name']}, {role}): shown once, keep it"
+    print(f"mesh: {printable(note)}", file=sys.stderr)
     return 0
 
 

@@ -41,7 +41,7 @@ from mesh.daemon._metrics import Probes
 from mesh.daemon._rooms import RoomRoutes
 from mesh.daemon._routes import HttpHandler, Params, RouteTable, WebSocketHandler, read_body
 from mesh.daemon._settings import DaemonSettings
-from mesh.daemon._tokens import Role, TokenError, TooManyTokens
+from mesh.daemon._tokens import Role, TokenError, TokenNameTaken, TooManyTokens
 from mesh.protocol import MethodName
 from transports import HttpRequest, HttpResponse, WebSocketConfig
 
@@ -291,6 +291,8 @@ class DaemonApi:
             entry, token = self._identities.store.create(body.role, body.name, agent=body.agent)
         except TooManyTokens as exc:
             return HttpResponse.error(429, str(exc), limit="max_tokens")
+        except TokenNameTaken as exc:
+            return HttpResponse.error(409, str(exc), rule="unique token names")
         except TokenError as exc:
             return HttpResponse.error(400, str(exc))
         return HttpResponse.json(201, {**entry.shown(), "token": token})

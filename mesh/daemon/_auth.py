@@ -231,4 +231,8 @@ def websocket_refusal(identity: Identity | None, right: Right) -> tuple[int, str
     """The close code and reason for a WebSocket that may not stay open."""
     if identity is None:
         return CloseCode.UNAUTHORIZED, "missing or unknown token"
-    return CloseCode.FORBIDDEN, f"a {identity.role} token lacks the {right!r} right"
+    holders = sorted(str(role) for role, rights in RIGHTS.items() if right in rights)
+    return CloseCode.FORBIDDEN, (
+        f"{_article(identity.role)} {identity.role} token lacks the {right.value!r} right "
+        f"(held by {', '.join(holders)})"
+    )

@@ -164,6 +164,19 @@ class SettingsError(MeshError):
     """A settings file, variable or flag that does not fit; says which and why."""
 
 
+def _check_keys(table: Mapping[str, Any], path: Path) -> None:
+    """Refuse a key the settings do not have, with the one it likely meant: a misspelt
+    setting would otherwise say only that the object has an unexpected field."""
+    from difflib import get_close_matches
+
+    known = [field.encode_name for field in msgspec.structs.fields(DaemonSettings)]
+    for key in table:
+        if key not in known:
+            close = get_close_matches(key, known, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}?" if close else "the settings are in docs/daemon.md"
+            raise SettingsError(f"{path}: unknown setting {key!r}; {hint}")
+
+
 def load_settings(
     config: str | Path | None = None,
     *,
@@ -182,6 +195,7 @@ def load_settings(
         except msgspec.DecodeError as exc:
             raise SettingsError(f"{path}: {exc}") from None
         source = str(path)
+        _check_keys(merged, path)
     env = environ if environ is not None else {}
     for variable, name in ENV_SETTINGS.items():
         if variable in env:

@@ -40,6 +40,7 @@ from typing import Final
 import msgspec
 
 from mesh._errors import MeshError
+from mesh._input import bearer_token
 from mesh._logging import get_logger
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "Role",
     "TokenEntry",
     "TokenError",
+    "TokenNameTaken",
     "TokenStore",
     "find_token",
     "token_digest",
@@ -81,6 +83,10 @@ class TokenError(MeshError):
 
 class TooManyTokens(TokenError):
     """The store holds ``max_tokens`` tokens already."""
+
+
+class TokenNameTaken(TokenError):
+    """A live token has this name already: ``[access]`` rules and revocation go by name."""
 
 
 class _Change(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -199,7 +205,9 @@ class TokenStore:
         """First start: with no client tokens at all, create an admin token and write it
         to ``admin.token`` (0600). Returns the file's path when one exists, else None."""
         if not any(e.role is not Role.AGENT for e in self._by_digest.values()):
-            _, token = self.create(Role.ADMIN, "admin")
+            taken = {entry.name for entry in self._by_digest.values()}
+            name = "admin" if "admin" not in taken else f"admin-{secrets.token_hex(4)}"
+            _, token = self.create(Role.ADMIN, name)
             _write_private(self.admin_path, token.encode() + b"\n")
             log.info("daemon.admin_token_created", path=str(self.admin_path))
         return self.admin_path if self.admin_path.exists() else None
@@ -218,6 +226,7 @@ class TokenStore:
             raise TokenError(f"a token name is 1-{_NAME_LIMIT} printable characters")
         if (role is Role.AGENT) != (agent is not None):
             raise TokenError("an agent token names its agent id, and only an agent token does")
+        self._check_name_free(name)
         if len(self._by_digest) >= self.max_tokens:
             raise TooManyTokens(
                 f"the daemon holds {self.max_tokens} tokens (max_tokens): revoke some first"
@@ -241,6 +250,16 @@ class TokenStore:
         self._record(_Change(add=entry))
         log.info("daemon.token_created", id=entry.id, name=name, role=str(role))
         return entry, token
+
+    def _check_name_free(self, name: str) -> None:
+        """Names are unique among live tokens: an ``[access]`` rule and ``mesh token revoke
+        NAME`` mean one token, so a provisioning script run twice cannot widen a rule."""
+        taken = next((e for e in self._by_digest.values() if e.name == name), None)
+        if taken is not None:
+            raise TokenNameTaken(
+                f"a token named {name!r} exists (id {taken.id}): token names are unique; "
+                "pick another, or revoke that one first"
+            )
 
     def revoke(self, id_or_name: str) -> list[TokenEntry]:
         """Forget every token with this id (or, failing that, this name); returns them."""
@@ -290,12 +309,17 @@ def find_token(
     environ: Mapping[str, str] | None = None, *, data_dir: str | os.PathLike[str] | None = None
 ) -> str | None:
     """The token a local client uses by default: ``$MESH_TOKEN``, else the admin token
-    file in ``data_dir`` (default ``$MESH_DATA_DIR``, else ``.mesh``); None if neither."""
+    file in ``data_dir`` (default ``$MESH_DATA_DIR``, else ``.mesh``); None if neither.
+
+    Raises :class:`~mesh._input.MalformedToken` (never showing the value) for one that
+    cannot be a token: a stray newline would otherwise reach an HTTP header, whose error
+    quotes it."""
     env = os.environ if environ is None else environ
-    if env.get("MESH_TOKEN"):
-        return env["MESH_TOKEN"]
-    directory = Path(data_dir or env.get("MESH_DATA_DIR") or DEFAULT_DATA_DIR)
+    if env.get("MESH_TOKEN", "").strip():
+        return bearer_token(env["MESH_TOKEN"], "$MESH_TOKEN")
+    path = Path(data_dir or env.get("MESH_DATA_DIR") or DEFAULT_DATA_DIR) / ADMIN_TOKEN_FILE
     try:
-        return (directory / ADMIN_TOKEN_FILE).read_text().strip() or None
+        text = path.read_text(errors="replace")
     except OSError:
         return None
+    return bearer_token(text, str(path)) if text.strip() else None

@@ -174,17 +174,24 @@ def load_manifests(directory: str | os.PathLike[str]) -> ManifestSet:
     """Load every ``*.toml`` in ``directory`` (not recursive, dotfiles skipped), by name.
 
     Errors are collected, not raised, so the good manifests still load; only a
-    missing or unreadable directory raises :class:`ManifestError`.
+    missing or unreadable directory raises :class:`ManifestError`. A file in place of
+    the directory is loaded by itself (``mesh validate agent.toml``).
     """
     folder = Path(directory)
+    if folder.is_file():  # one manifest named by itself: loaded whatever its name
+        return _load_each([folder])
     try:
         entries = sorted(folder.iterdir())
     except OSError as exc:
         raise ManifestError(f"cannot read directory: {exc.strerror or exc}", file=folder) from exc
+    wanted = (f for f in entries if f.suffix == ".toml" and not f.name.startswith("."))
+    return _load_each([file for file in wanted if file.is_file()])
+
+
+def _load_each(files: list[Path]) -> ManifestSet:
+    """Load ``files``, collecting each one's error and refusing a repeated agent id."""
     loaded = ManifestSet()
-    for file in entries:
-        if file.suffix != ".toml" or file.name.startswith(".") or not file.is_file():
-            continue
+    for file in files:
         try:
             manifest = load_manifest(file)
         except ManifestError as exc:

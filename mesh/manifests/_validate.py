@@ -48,7 +48,15 @@ class ValidateExit(enum.IntEnum):
 
 
 def describe_transport(manifest: Manifest) -> tuple[str, str]:
-    """The transport's tag and where it goes (command line or endpoint), for tables."""
+    """The transport's tag, with the protocol spoken over it when not mesh's own
+    (``http (mcp)``, ``stdio (mcp)``, ``http (a2a)``), and where it goes, for tables."""
+    transport = manifest.transport
+    protocol = getattr(transport, "protocol", "mesh")
+    tag, where = _transport_and_where(manifest)
+    return (tag if protocol == "mesh" else f"{tag} ({protocol})"), where
+
+
+def _transport_and_where(manifest: Manifest) -> tuple[str, str]:
     transport = manifest.transport
     match transport:
         case StdioSection():

@@ -21,6 +21,7 @@ from typing import Any, Final
 import httpx
 
 from mesh._errors import MeshError, error_from_code
+from mesh._input import MalformedToken, bearer_token
 
 __all__ = ["DaemonClient", "open_daemon_client"]
 
@@ -106,7 +107,11 @@ def _error(status: int, payload: Any, *, agent: str | None, method: str) -> Mesh
 async def open_daemon_client(
     url: str, *, token: str | None = None, verify: Any = True
 ) -> AsyncIterator[DaemonClient]:
-    """A :class:`DaemonClient` on the daemon at ``url``, presenting ``token`` if given."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    """A :class:`DaemonClient` on the daemon at ``url``, presenting ``token`` if given
+    (without surrounding whitespace; a malformed one is a MeshError that never shows it)."""
+    try:
+        headers = {"Authorization": f"Bearer {bearer_token(token, 'token=')}"} if token else {}
+    except MalformedToken as exc:
+        raise MeshError(str(exc)) from None
     async with httpx.AsyncClient(base_url=url, headers=headers, verify=verify) as http:
         yield DaemonClient(http)

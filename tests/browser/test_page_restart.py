@@ -132,3 +132,24 @@ def test_a_daemon_restart_mid_reply_with_a_person_in_the_room(
     # The token never shows in a WebSocket's URL, nor in the console.
     assert sockets and not any("token" in url for url in sockets), sockets
     assert not any(str(slow_daemon.token) in line for line in console)
+
+
+@pytest.mark.timeout(300)  # a real browser and daemon on a loaded machine
+def test_while_the_daemon_is_down_the_say_hint_does_not_promise_a_send(
+    page: Any, slow_daemon: LiveDaemon
+) -> None:
+    page.set_default_timeout(60_000)
+    _room(slow_daemon, "hint")
+    _sign_in(page, slow_daemon, "room=hint")
+    page.fill("#join-name", "Dana")
+    page.click("#join")
+    page.wait_for_selector("#say-hint:has-text('Dana')")
+    stop_daemon(slow_daemon)
+    page.wait_for_selector("#connection:text-is('reconnecting')")
+    assert page.is_disabled("#say")
+    hint = page.inner_text("#say-hint")
+    assert "between turns" not in hint and "Your turn" not in hint, hint
+    assert "not reachable" in hint, hint
+    start_again(slow_daemon)
+    page.wait_for_selector("#connection:text-is('online')")
+    page.wait_for_selector("#say-hint:not(:has-text('not reachable'))")

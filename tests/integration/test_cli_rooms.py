@@ -239,3 +239,41 @@ async def test_watch_and_export_keep_a_room_that_was_paused_and_resumed(tmp_path
     assert code == 0, err
     assert ": paused after turn" in out and "(paused on request)*" in out
     assert ": resumed at turn" in out and "STOPPED" in out
+
+
+async def test_watch_follow_goes_on_through_a_pause_until_the_room_stops(tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    persona_manifest(manifests, "alice", ["Tea.", "Tea again."], 0.3)
+    persona_manifest(manifests, "bob", ["Coffee.", "Coffee again."], 0.3)
+    async with spawn_daemon(manifests, extra_args=["--data-dir", str(tmp_path / "d")]) as daemon:
+        await daemon.wait_online("alice", "bob")
+        async with daemon.client() as http:
+            spec: dict[str, object] = {"id": "tea", "topic": "Tea", "members": ["alice", "bob"]}
+            spec["limits"] = LONG_LIMITS
+            assert (await http.post("/rooms", json=spec)).status_code == 201
+            await wait_for_event(daemon, "tea", lambda e: isinstance(e, MessageEvent))
+            assert (await http.post("/rooms/tea/pause")).status_code == 200
+            command = [sys.executable, "-m", "mesh.cli", "room", "watch", "tea", "--follow"]
+            watcher = await anyio.open_process(command, env=daemon.env())
+            try:
+                assert watcher.stdout is not None and watcher.stderr is not None
+                printed = b""
+                with anyio.fail_after(20):  # it has shown the pause, and watches on
+                    while b"paused after turn" not in printed:
+                        printed += await watcher.stdout.receive()
+                assert watcher.returncode is None, "a pause does not end following"
+                assert (await http.post("/rooms/tea/resume")).status_code == 200
+                await wait_for_event(
+                    daemon, "tea", lambda e: isinstance(e, MessageEvent) and e.turn > 2
+                )
+                assert (await http.post("/rooms/tea/stop")).status_code == 200
+                with anyio.fail_after(60):
+                    code = await watcher.wait()
+                said = (await watcher.stderr.receive()).decode()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    if watcher.returncode is None:
+                        watcher.kill()
+                    await watcher.aclose()
+    assert code == 7 and "room tea stopped: STOPPED" in said, said

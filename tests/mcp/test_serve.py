@@ -259,6 +259,8 @@ async def test_mcp_is_behind_the_daemons_tokens(daemon: Daemon) -> None:
             assert relay.stderr is not None
             said = await relay.stderr.receive()
             assert b"refused the token" in said, said
+            if token == observer:  # in words, not an enum's repr
+                assert b"an observer token lacks the 'call' right (held by" in said, said
 
 
 @pytest.mark.parametrize("route", ["mesh mcp", "/mcp"])

@@ -220,6 +220,7 @@ function setOnline(online) {
   document.body.classList.toggle("stale", !online);
   if (online) {
     if ($("#room-error").textContent === UNREACHABLE) $("#room-error").textContent = "";
+    if (state.room) setMyTurn(state.myTurn);
     if (state.room) showSnapshot();
     refreshRooms();
   } else {

@@ -363,7 +363,10 @@ function setMyTurn(turn) {
   $("#pass").hidden = turn === null;
   document.title = turn !== null ? `Your turn · ${TITLE}` : TITLE;
   hint.replaceChildren();
-  if (turn !== null) {
+  if (state.online === false) {
+    // Send is disabled until the daemon is back: the hint must not promise otherwise.
+    hint.append("The daemon is not reachable: nothing can be sent until it is back.");
+  } else if (turn !== null) {
     hint.append(`Your turn (turn ${turn.turn}): the room is waiting for you. Send, or pass.`);
     if (turn.until) {
       const left = small("", "span");
