@@ -72,8 +72,17 @@ class _Answer(msgspec.Struct):
     result: Any = None
 
 
+class _Refused(msgspec.Struct):
+    """An HTTP refusal's JSON-RPC body: what is needed to tie it to the request."""
+
+    jsonrpc: Any = None
+    id: Any = None
+    error: dict[str, Any] | None = None
+
+
 _read_outgoing = msgspec.json.Decoder(_Outgoing).decode
 _read_answer = msgspec.json.Decoder(_Answer).decode
+_read_refused = msgspec.json.Decoder(_Refused).decode
 
 
 class McpHttpStream:
@@ -217,8 +226,8 @@ class McpHttpStream:
             if isinstance(body, FrameTooLarge):
                 self._too_large(body, outgoing)
                 return
-            if response.status_code >= 400 and not _is_jsonrpc(body):
-                body = _error_frame(outgoing.id, response.status_code, body)
+            if response.status_code >= 400:
+                body = _refusal(outgoing.id, response.status_code, body)
             self._deliver(body, outgoing)
         finally:
             await response.aclose()
@@ -308,8 +317,23 @@ async def _sse_data(response: httpx.Response, limit: int) -> AsyncIterator[bytes
         yield "\n".join(data).encode()
 
 
-def _is_jsonrpc(body: bytes) -> bool:
-    return b'"jsonrpc"' in body[:256]
+def _refusal(request_id: Any, status: int, body: bytes) -> bytes:
+    """An HTTP 4xx/5xx answer to the POST of ``request_id``, as a JSON-RPC error for it.
+
+    A server that refuses a request before reading its id (the TypeScript SDK's "Server
+    not initialized" to a ``server/discover``, HTTP 400) answers with ``id: null``: the
+    POST it answers is known, so the error is given that request's id, or the call
+    would wait for its deadline and ``auto`` would never fall back to ``initialize``.
+    """
+    try:
+        refused = _read_refused(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return _error_frame(request_id, status, body)
+    if refused.jsonrpc != "2.0" or refused.error is None:
+        return _error_frame(request_id, status, body)
+    if refused.id is not None or request_id is None:
+        return body
+    return msgspec.json.encode({"jsonrpc": "2.0", "id": request_id, "error": refused.error})
 
 
 def _error_frame(request_id: Any, status: int, body: bytes) -> bytes:
