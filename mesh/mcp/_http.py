@@ -30,7 +30,9 @@ import anyio.abc
 import httpx
 import msgspec
 
+from mesh._errors import Unauthorized
 from mesh._logging import get_logger
+from mesh.mcp._oauth import McpOAuth, OAuthSettings
 from mesh.mcp._revisions import PROTOCOL_VERSION_KEY
 from transports import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -231,6 +233,8 @@ class McpHttpStream:
                 self._tasks.start_soon(self._listen)
         except httpx.HTTPError as exc:
             self._end(TransportClosed(f"MCP server at {self._url} unreachable: {_why(exc)}"))
+        except Unauthorized as exc:  # OAuth: no grant, or one the server no longer takes
+            self._end(TransportClosed(exc.message))
         finally:
             if outgoing.id is not None:
                 self._posts.pop(outgoing.id, None)
@@ -467,12 +471,19 @@ async def open_mcp_http_client(
     token: str | None = None,
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
     verify: Any = True,
+    oauth: OAuthSettings | None = None,
 ) -> AsyncIterator[McpHttpStream]:
-    """Talk to the MCP server at ``url`` (its streamable HTTP endpoint, e.g. ``.../mcp``)."""
+    """Talk to the MCP server at ``url`` (its streamable HTTP endpoint, e.g. ``.../mcp``).
+
+    ``token`` is a static bearer token; ``oauth`` authorizes with OAuth instead
+    (:mod:`mesh.mcp._oauth`: the grant ``mesh mcp login`` kept, refreshed as needed).
+    """
     timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT)
+    auth = McpOAuth(url, oauth) if oauth is not None else None
     with unwrap_single_error():
         async with (
-            httpx.AsyncClient(timeout=timeout, verify=verify) as client,
+            _closing(auth),
+            httpx.AsyncClient(timeout=timeout, verify=verify, auth=auth) as client,
             anyio.create_task_group() as tasks,
         ):
             stream = McpHttpStream(client, url, tasks, token=token, max_frame_size=max_frame_size)
@@ -482,3 +493,13 @@ async def open_mcp_http_client(
                 with anyio.CancelScope(shield=True):
                     await stream.aclose()
                 tasks.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def _closing(auth: McpOAuth | None) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        if auth is not None:
+            with anyio.CancelScope(shield=True):
+                await auth.aclose()

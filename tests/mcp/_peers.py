@@ -29,6 +29,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 MCP_SERVER = HERE / "mcp_server.py"
+OAUTH_SERVER = HERE / "oauth_server.py"
 PEERS = HERE / "peers"
 #: Starting a Python process that imports the mcp SDK takes a second or two; a loaded
 #: machine may take several.
@@ -124,6 +125,33 @@ async def spawn_everything_http_server() -> AsyncIterator[str]:
             while b"listening on port" not in seen:
                 chunk = await process.stderr.receive()
                 seen += chunk
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_drain, process.stderr)
+            yield f"http://127.0.0.1:{port}/mcp"
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            process.kill()
+            await process.wait()
+            await process.aclose()
+
+
+@asynccontextmanager
+async def spawn_oauth_server() -> AsyncIterator[str]:
+    """``oauth_server.py`` (an MCP server and its authorization server) as a child;
+    yields its MCP URL once it listens."""
+    port = _free_port()
+    process = await anyio.open_process(
+        [sys.executable, str(OAUTH_SERVER), str(port)],
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert process.stderr is not None
+        seen = b""
+        with anyio.fail_after(START_TIMEOUT):
+            while not _LISTENING.search(seen):
+                seen += await process.stderr.receive()
         async with anyio.create_task_group() as tg:
             tg.start_soon(_drain, process.stderr)
             yield f"http://127.0.0.1:{port}/mcp"
