@@ -29,7 +29,7 @@ typecheck: $(STAMP)
 
 $(PEERS_STAMP): $(PEERS)/package.json $(PEERS)/package-lock.json
 	@command -v npm >/dev/null 2>&1 || { \
-		echo "node/npm not found: the npm MCP peers (tests/mcp) need Node.js 20 and npm"; exit 1; }
+		echo "node/npm not found: the npm MCP peers (tests/mcp) need Node.js 20 and npm (the conformance suite brings its own Node 22)"; exit 1; }
 	cd $(PEERS) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed
 
 peers: $(PEERS_STAMP)

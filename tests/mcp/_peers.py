@@ -3,7 +3,9 @@
 - ``mcp_server.py``: an ``MCPServer`` from the ``mcp`` SDK (a dev dependency), over
   stdio or streamable HTTP.
 - ``peers/``: the npm packages ``@modelcontextprotocol/server-everything``,
-  ``server-filesystem`` and ``@modelcontextprotocol/inspector``, pinned by
+  ``server-filesystem``, ``@modelcontextprotocol/inspector`` and the official
+  conformance suite ``@modelcontextprotocol/conformance`` with the Node 22 it needs
+  (the npm ``node`` package; see ``_conformance.py``), pinned by
   ``package-lock.json`` and installed by ``make test`` (``npm ci``). Without node those
   tests skip and say so, unless ``MESH_REQUIRE_NODE=1`` (set by ``make test``) or ``CI``
   makes a missing node a failure, as a missing browser is; with node but without the

@@ -1,0 +1,97 @@
+"""The official MCP conformance suite (npm ``@modelcontextprotocol/conformance``), run
+against a server the tests started.
+
+The suite is pinned in ``peers/package-lock.json`` with the Node it needs (22: the npm
+``node`` package, so ``peers/node_modules/.bin/node``; the other peers run on the
+system's node). :func:`run_server_scenarios` runs its server mode once against a URL
+and returns each scenario's checks, so a test can give every scenario an id of its own
+without starting node thirty times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import anyio
+import pytest
+
+from tests.mcp._peers import HERE, PEERS
+
+SUITE = PEERS / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+NODE = PEERS / "node_modules" / ".bin" / "node"
+AUTH = HERE / "conformance_auth.cjs"
+#: The whole active server suite takes seconds against a live server; a scenario that
+#: waits on a server that never answers takes the suite's own timeouts.
+SUITE_TIMEOUT = 600.0
+_RESULT_DIR = re.compile(r"^server-(?P<scenario>.+)-\d{4}-\d{2}-\d{2}T[\d-]+Z$")
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioResult:
+    """One scenario's outcome: passed when none of its checks failed."""
+
+    scenario: str
+    passed: bool
+    #: ``name: message`` of every failed check (and warning), for a readable assert.
+    failures: tuple[str, ...]
+
+
+def suite_command() -> list[str]:
+    """``node index.js`` of the pinned suite (fails, saying how to fix it, when missing)."""
+    if not SUITE.exists() or not NODE.exists():
+        missing = (
+            f"the MCP conformance suite is not installed ({SUITE} or {NODE} is missing): "
+            "run `make peers`, or `npm ci` in tests/mcp/peers"
+        )
+        if os.environ.get("MESH_REQUIRE_NODE") == "1" or os.environ.get("CI"):
+            pytest.fail(missing)
+        pytest.skip(missing)
+    return [str(NODE), str(SUITE)]
+
+
+async def run_server_scenarios(
+    url: str, *, token: str | None = None, scenario: str | None = None
+) -> dict[str, ScenarioResult]:
+    """Run the suite's server mode (every active scenario, or one) against ``url``.
+
+    The suite has no option for a token: ``conformance_auth.cjs``, preloaded, adds
+    ``token`` as a bearer to the requests it sends to ``url``'s origin.
+    """
+    parts = urlsplit(url)
+    env = {**os.environ, "MESH_CONFORMANCE_ORIGIN": f"{parts.scheme}://{parts.netloc}/"}
+    if token is not None:
+        env["MESH_TOKEN"] = token
+    with tempfile.TemporaryDirectory(prefix="mcp-conformance-") as out:
+        node, suite = suite_command()
+        command = [node, "--require", str(AUTH), suite, "server", "--url", url, "-o", out]
+        if scenario is not None:
+            command += ["--scenario", scenario]
+        with anyio.fail_after(SUITE_TIMEOUT):
+            # Exit status 1 means some scenario failed: the checks say which.
+            await anyio.run_process(command, check=False, cwd=str(PEERS), env=env)
+        return read_results(Path(out))
+
+
+def read_results(out: Path) -> dict[str, ScenarioResult]:
+    """Each ``server-<scenario>-<time>/checks.json`` the suite wrote, by scenario."""
+    results: dict[str, ScenarioResult] = {}
+    for directory in sorted(out.iterdir()):
+        match = _RESULT_DIR.match(directory.name)
+        if match is None:
+            continue
+        checks = json.loads((directory / "checks.json").read_text())
+        failures = tuple(
+            f"{check.get('name')}: {check.get('errorMessage') or check.get('description')}"
+            for check in checks
+            if check.get("status") in ("FAILURE", "WARNING")
+        )
+        failed = any(check.get("status") == "FAILURE" for check in checks)
+        name = match["scenario"]
+        results[name] = ScenarioResult(name, passed=not failed and bool(checks), failures=failures)
+    return results
