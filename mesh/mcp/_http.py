@@ -58,6 +58,7 @@ _HEAD: Final = 512  # bytes kept of each end of an answer over the limit
 DEFAULT_RETRY: Final = 1.0
 RESUME_WAIT_CEILING: Final = 30.0
 RESUME_ATTEMPTS: Final = 3
+_INITIALIZED: Final = b'"notifications/initialized"'
 _NAME_PARAMS: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
 
@@ -144,6 +145,9 @@ class McpHttpStream:
         self.protocol_version: str | None = None
         self._posts: dict[Any, anyio.CancelScope] = {}
         self._listening = False
+        #: Set once the GET stream is open (or refused): requests sent after the handshake
+        #: wait for it, so nothing the server pushes meanwhile has nowhere to go.
+        self._listen_ready: anyio.Event | None = None
         self._closed: TransportClosed | None = None
 
     @property
@@ -165,6 +169,8 @@ class McpHttpStream:
         if self._closed is not None:
             raise self._closed
         for frame in frames:
+            if self._listen_ready is None and _INITIALIZED in frame:
+                self._listen_ready = anyio.Event()
             self._tasks.start_soon(self._post, frame)
         return True
 
@@ -217,20 +223,19 @@ class McpHttpStream:
             outgoing = _read_outgoing(frame)
         except msgspec.DecodeError:
             outgoing = _Outgoing()
-        if outgoing.method == "notifications/cancelled" and outgoing.params is not None:
-            scope = self._posts.get(outgoing.params.requestId)
-            if scope is not None:
-                scope.cancel()  # on 2026-07-28, closing the response *is* the cancel
-            if self.session_id is None:
-                return  # ... and the only one: a sessionless server has nowhere to route it
+        if outgoing.method == "notifications/cancelled" and not self._cancel(outgoing):
+            return
+        await self._wait_for_listen(outgoing)
         scope = anyio.CancelScope()
         if outgoing.id is not None:
             self._posts[outgoing.id] = scope
+        listening = False
         try:
             with scope:
                 await self._exchange(frame, outgoing)
             if outgoing.method == "notifications/initialized":
                 self._tasks.start_soon(self._listen)
+                listening = True
         except httpx.HTTPError as exc:
             self._end(TransportClosed(f"MCP server at {self._url} unreachable: {_why(exc)}"))
         except Unauthorized as exc:  # OAuth: no grant, or one the server no longer takes
@@ -238,6 +243,24 @@ class McpHttpStream:
         finally:
             if outgoing.id is not None:
                 self._posts.pop(outgoing.id, None)
+            if outgoing.method == "notifications/initialized" and not listening:
+                self._listen_opened()  # no GET stream to wait for
+
+    def _cancel(self, cancelled: _Outgoing) -> bool:
+        """Close the cancelled request's response; whether to POST the cancel as well."""
+        params = cancelled.params
+        scope = self._posts.get(params.requestId) if params is not None else None
+        if scope is not None:
+            scope.cancel()  # on 2026-07-28, closing the response *is* the cancel
+        # ... and the only one: a sessionless server has nowhere to route it
+        return self.session_id is not None
+
+    async def _wait_for_listen(self, outgoing: _Outgoing) -> None:
+        """After the handshake, until the GET stream is open (bounded: it is a courtesy)."""
+        ready = self._listen_ready
+        if ready is not None and outgoing.method != "notifications/initialized":
+            with anyio.move_on_after(CONNECT_TIMEOUT):
+                await ready.wait()
 
     async def _exchange(self, frame: bytes, outgoing: _Outgoing) -> None:
         headers = {**self._headers(outgoing), "content-type": "application/json"}
@@ -350,11 +373,18 @@ class McpHttpStream:
         headers = {**self._headers(), "accept": "text/event-stream"}
         try:
             async with self._client.stream("GET", self._url, headers=headers) as response:
+                self._listen_opened()
                 if response.status_code != 200:
                     return  # 405: the server offers no such stream; that is allowed
                 await self._read_events(response, _Outgoing(), _Cursor())
         except httpx.HTTPError as exc:
             log.debug("mcp.http_listen_ended", url=self._url, error=_why(exc))
+        finally:
+            self._listen_opened()
+
+    def _listen_opened(self) -> None:
+        if self._listen_ready is not None:
+            self._listen_ready.set()
 
     def _end(self, error: TransportClosed) -> None:
         with contextlib.suppress(anyio.ClosedResourceError):

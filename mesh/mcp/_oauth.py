@@ -25,6 +25,7 @@ import base64
 import contextlib
 import hashlib
 import os
+import re
 import secrets
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping
@@ -207,11 +208,27 @@ async def _first(client: httpx.AsyncClient, urls: list[str], kind: type[Any]) ->
     return None
 
 
+_CHALLENGE: Final = re.compile(r'(resource_metadata|scope)\s*=\s*"([^"]*)"')
+
+
+async def _challenge(client: httpx.AsyncClient, mcp_url: str) -> dict[str, str]:
+    """What the server's 401 says (``WWW-Authenticate: Bearer resource_metadata=...``)."""
+    probe = {"jsonrpc": "2.0", "id": 0, "method": "ping"}
+    headers = {"accept": "application/json, text/event-stream"}
+    response = await client.post(mcp_url, json=probe, headers=headers)
+    if response.status_code != 401:
+        return {}
+    return dict(_CHALLENGE.findall(response.headers.get("www-authenticate", "")))
+
+
 async def discover(client: httpx.AsyncClient, mcp_url: str) -> _Found:
-    """The authorization server that guards ``mcp_url``, and what it offers."""
-    resource: _ResourceMetadata | None = await _first(
-        client, _well_known(mcp_url, "oauth-protected-resource"), _ResourceMetadata
-    )
+    """The authorization server that guards ``mcp_url``, and what it offers: the metadata
+    the server's 401 points at, else the RFC 9728 well-known places."""
+    challenge = await _challenge(client, mcp_url)
+    places = _well_known(mcp_url, "oauth-protected-resource")
+    if "resource_metadata" in challenge:
+        places.insert(0, challenge["resource_metadata"])
+    resource: _ResourceMetadata | None = await _first(client, places, _ResourceMetadata)
     if resource is None or not resource.authorization_servers:
         raise Unauthorized(
             f"the MCP server at {mcp_url} publishes no protected-resource metadata"
@@ -223,7 +240,8 @@ async def discover(client: httpx.AsyncClient, mcp_url: str) -> _Found:
     server: _ServerMetadata | None = await _first(client, places, _ServerMetadata)
     if server is None or server.token_endpoint is None:
         raise Unauthorized(f"the authorization server {issuer} publishes no usable metadata")
-    return _Found(resource.resource or mcp_url, server, tuple(resource.scopes_supported))
+    scopes = challenge["scope"].split() if challenge.get("scope") else resource.scopes_supported
+    return _Found(resource.resource or mcp_url, server, tuple(scopes))
 
 
 async def _register(
@@ -318,19 +336,24 @@ class McpOAuth(httpx.Auth):
         self, request: httpx.Request
     ) -> AsyncGenerator[httpx.Request, httpx.Response]:
         token = await self._token(stale=None)
-        request.headers["authorization"] = f"Bearer {token}"
+        if token is not None:
+            request.headers["authorization"] = f"Bearer {token}"
         response = yield request
         if response.status_code == 401:
             await response.aread()
-            request.headers["authorization"] = f"Bearer {await self._token(stale=token)}"
+            request.headers["authorization"] = f"Bearer {await self._token(stale=token or '')}"
             yield request
 
-    async def _token(self, *, stale: str | None) -> str:
-        """A fresh access token; ``stale`` is one the server refused (get another)."""
+    async def _token(self, *, stale: str | None) -> str | None:
+        """A fresh access token. ``stale``: one the server refused (get another; ``""``
+        when it refused us without one). None: no grant yet, and nothing to get one with
+        before the server says it wants one (a person must log in)."""
         async with self._lock:
             grant = _load(self._path)
             if grant is not None and grant.fresh(time.time()) and grant.access_token != stale:
                 return str(grant.access_token)
+            if grant is None and stale is None and self._settings.grant != "client_credentials":
+                return None
             grant = await self._renew(grant)
             _save(self._path, grant)
             log.info("mcp.oauth_token_renewed", agent=self._settings.agent)
