@@ -78,4 +78,4 @@ async def main(url: str) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, sys.argv[1])
+    anyio.run(main, sys.argv[1], backend=os.environ.get("MESH_BACKEND", "asyncio"))

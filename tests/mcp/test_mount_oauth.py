@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import httpx
 import msgspec
 import pytest
 
-from mesh import EMBEDDER, MeshOrchestrator
+from mesh import EMBEDDER, ManifestError, MeshOrchestrator, load_manifest
 from tests.mcp._peers import ROOT, spawn_oauth_server
 from tests.mcp.test_mount import wait_mounted
 
@@ -85,3 +86,39 @@ async def test_a_server_that_needs_oauth_mounts_after_one_login(tmp_path: Path) 
         renewed = msgspec.json.decode(grant.read_bytes())
         assert renewed["access_token"] != issued["access_token"]
         assert stat.S_IMODE(grant.stat().st_mode) == 0o600
+
+
+def test_a_manifest_with_oauth_is_checked(tmp_path: Path) -> None:
+    base = 'id = "x"\n[transport]\ntype = "http"\nendpoint = "http://127.0.0.1:9/mcp"\n'
+    bad = tmp_path / "x.toml"
+    bad.write_text(base + "[transport.oauth]\n")  # protocol "mesh"
+    with pytest.raises(ManifestError, match=r"protocol = \"mcp\".*\$\.transport\.oauth"):
+        load_manifest(bad)
+    bad.write_text(base + 'protocol = "mcp"\ntoken_env = "T"\n[transport.oauth]\n')
+    with pytest.raises(ManifestError, match=r"`token_env` or `oauth`, not both"):
+        load_manifest(bad)
+    bad.write_text(base + 'protocol = "mcp"\n[transport.oauth]\nclient_secret_env = "s3cr3t!"\n')
+    with pytest.raises(ManifestError, match=r"NAME of an environment variable"):
+        load_manifest(bad)
+    bad.write_text(base + 'protocol = "mcp"\n[transport.oauth]\ngrant = "implicit"\n')
+    with pytest.raises(ManifestError, match=r"grant"):
+        load_manifest(bad)
+
+
+def test_mesh_mcp_login_refuses_an_agent_without_oauth(tmp_path: Path) -> None:
+    (tmp_path / "plain.toml").write_text(
+        'id = "plain"\n[transport]\ntype = "http"\nendpoint = "http://127.0.0.1:9/mcp"\n'
+        'protocol = "mcp"\n'
+    )
+    command = [sys.executable, "-m", "mesh.cli", "mcp", "login", "plain"]
+    done = subprocess.run(
+        [*command, "--manifests", str(tmp_path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 2 and "has no [transport.oauth]" in done.stderr, done.stderr
+    done = subprocess.run(
+        [*command[:-1], "ghost", "--manifests", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2 and "no manifest" in done.stderr, done.stderr
