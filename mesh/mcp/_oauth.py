@@ -32,7 +32,7 @@ from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
-from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 
 import anyio
 import anyio.abc
@@ -93,6 +93,8 @@ class Grant(msgspec.Struct, kw_only=True):
     refresh_token: str | None = None
     expires_at: float | None = None
     scope: str | None = None
+    #: The secret goes in an HTTP Basic header (``client_secret_basic``), not the form.
+    basic: bool = False
 
     def fresh(self, now: float) -> bool:
         if self.access_token is None:
@@ -112,11 +114,13 @@ class _ServerMetadata(msgspec.Struct):
     token_endpoint: str | None = None
     registration_endpoint: str | None = None
     code_challenge_methods_supported: list[str] = []
+    token_endpoint_auth_methods_supported: list[str] = []
 
 
 class _Registered(msgspec.Struct):
     client_id: str
     client_secret: str | None = None
+    token_endpoint_auth_method: str | None = None
 
 
 class _Tokens(msgspec.Struct):
@@ -282,6 +286,17 @@ async def _register(
         raise Unauthorized(f"registering a client at {endpoint}: the answer {exc}") from None
 
 
+def _basic(server: _ServerMetadata, client: _Registered) -> bool:
+    """Whether the client authenticates to the token endpoint with HTTP Basic: as it was
+    registered, else as the server offers (Basic is OAuth's default when it says nothing)."""
+    if client.client_secret is None:
+        return False
+    if client.token_endpoint_auth_method is not None:
+        return client.token_endpoint_auth_method == "client_secret_basic"
+    offered = server.token_endpoint_auth_methods_supported
+    return not offered or "client_secret_basic" in offered
+
+
 def _refusal(response: httpx.Response) -> str:
     try:
         refused = msgspec.json.decode(response.content, type=_Refusal)
@@ -293,10 +308,15 @@ def _refusal(response: httpx.Response) -> str:
 
 async def _token_request(client: httpx.AsyncClient, grant: Grant, form: dict[str, str]) -> Grant:
     """POST ``form`` to the token endpoint; the grant with the tokens it answers."""
-    form = {**form, "client_id": grant.client_id, "resource": grant.resource}
-    if grant.client_secret:
-        form["client_secret"] = grant.client_secret
-    response = await client.post(grant.token_endpoint, data=form, timeout=AS_TIMEOUT)
+    form = {**form, "resource": grant.resource}
+    auth: httpx.Auth = httpx.Auth()  # none: the client has no auth of its own
+    if grant.client_secret and grant.basic:  # RFC 6749 2.3.1: both form-encoded first
+        auth = httpx.BasicAuth(quote(grant.client_id, safe=""), quote(grant.client_secret, safe=""))
+    else:
+        form["client_id"] = grant.client_id
+        if grant.client_secret:
+            form["client_secret"] = grant.client_secret
+    response = await client.post(grant.token_endpoint, data=form, auth=auth, timeout=AS_TIMEOUT)
     if response.status_code != 200:
         raise LoginNeeded(
             f"the token endpoint {grant.token_endpoint} refused the"
@@ -381,6 +401,7 @@ class McpOAuth(httpx.Auth):
                 client_secret=client.client_secret,
                 token_endpoint=str(found.server.token_endpoint),
                 resource=found.resource,
+                basic=_basic(found.server, client),
             )
         form = {"grant_type": "client_credentials"}
         if self._settings.scopes:
@@ -453,6 +474,7 @@ async def login(
             client_secret=registered.client_secret,
             token_endpoint=str(found.server.token_endpoint),
             resource=found.resource,
+            basic=_basic(found.server, registered),
         )
         form = {
             "grant_type": "authorization_code",

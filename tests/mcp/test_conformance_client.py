@@ -63,8 +63,11 @@ PASSING: frozenset[str] = frozenset(
         "auth/scope-from-scopes-supported",
         "auth/scope-omitted-when-undefined",
         "auth/scope-retry-limit",
+        "auth/token-endpoint-auth-basic",
         "auth/token-endpoint-auth-post",
         "auth/token-endpoint-auth-none",
+        "auth/pre-registration",
+        "auth/client-credentials-basic",
         "auth/offline-access-scope",
         "auth/offline-access-not-supported",
     }
