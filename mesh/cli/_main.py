@@ -47,6 +47,7 @@ from mesh.cli._connection import (
     ssl_context,
 )
 from mesh.cli._dev import add_dev_commands
+from mesh.cli._mcp_login import add_login_arguments, cmd_mcp_login
 from mesh.cli._tokens import add_token_commands
 
 if TYPE_CHECKING:
@@ -387,6 +388,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from mesh.cli._connection import token_for
     from mesh.mcp._relay import relay_stdio
 
+    if args.action == "login":
+        return cmd_mcp_login(args)
     configure_logging(level="warning")  # stderr: stdout carries the MCP frames
     token = token_for(args)
     relay = partial(
@@ -446,7 +449,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     mcp = client(
         "mcp",
-        "serve the daemon's agents to an MCP host over stdio (docs/mcp.md)",
+        "serve the daemon's agents to an MCP host over stdio (docs/mcp.md);"
+        " `mesh mcp login AGENT`: authorize a mounted server that needs OAuth, once",
     )
     mcp.add_argument(
         "--backend", choices=("asyncio", "trio"), default=os.environ.get("MESH_BACKEND", "asyncio")
@@ -457,6 +461,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="serve this one agent, its tools under their own names (default: every agent's,"
         " as AGENT__TOOL)",
     )
+    add_login_arguments(mcp)
     mcp.set_defaults(func=cmd_mcp)
 
     _add_cluster_command(sub)

@@ -38,6 +38,7 @@ __all__ = [
     "HttpSection",
     "Manifest",
     "ManifestError",
+    "OAuthSection",
     "Persona",
     "StdioSection",
     "TransportSection",
@@ -224,6 +225,24 @@ class StdioSection(_SectionBase, frozen=True, kw_only=True, tag="stdio"):
         return msgspec.structs.replace(self, cwd=str((Path(base) / cwd).resolve()))
 
 
+class OAuthSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[transport.oauth]`` of a mounted MCP server that needs OAuth (docs/mcp.md).
+
+    ``authorization_code`` (the default) needs ``mesh mcp login AGENT`` once;
+    ``client_credentials`` needs nobody. Without ``client_id`` the mesh registers a client
+    itself (dynamic client registration); ``client_secret_env`` names a configured
+    client's secret.
+    """
+
+    grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
+    client_id: str | None = None
+    client_secret_env: str | None = None
+    scopes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_env_name("oauth.client_secret_env", self.client_secret_env)
+
+
 class HttpSection(_SectionBase, frozen=True, kw_only=True, tag="http"):
     """Reach the agent at ``POST {endpoint}/rpc``; ``token_env`` names its bearer token.
 
@@ -235,16 +254,29 @@ class HttpSection(_SectionBase, frozen=True, kw_only=True, tag="http"):
     token_env: str | None = None
     protocol: Protocol = "mesh"
     mcp_revision: McpRevision = "auto"
+    oauth: OAuthSection | None = None
 
     def __post_init__(self) -> None:
         _check_all(
             partial(_check_url, "endpoint", self.endpoint, ("http", "https")),
             partial(_check_env_name, "token_env", self.token_env),
             partial(_check_revision, self.protocol, self.mcp_revision),
+            self._check_oauth,
         )
+
+    def _check_oauth(self) -> None:
+        if self.oauth is not None and self.protocol != "mcp":
+            raise _FieldError("oauth", 'Only meaningful with `protocol = "mcp"`')
+        if self.oauth is not None and self.token_env is not None:
+            raise _FieldError("oauth", "A server is reached with `token_env` or `oauth`, not both")
 
     def token(self, environ: Mapping[str, str] | None = None) -> str | None:
         return None if self.token_env is None else _read_token(self.token_env, environ)
+
+    def client_secret(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The OAuth client's secret, read from ``oauth.client_secret_env`` (None if unnamed)."""
+        name = self.oauth.client_secret_env if self.oauth is not None else None
+        return None if name is None else _read_token(name, environ)
 
 
 class WebSocketSection(_SectionBase, frozen=True, kw_only=True, tag="websocket"):

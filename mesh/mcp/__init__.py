@@ -29,6 +29,7 @@ from mesh.mcp._http import McpHttpStream, open_mcp_http_client
 from mesh.mcp._link import MountStream, mcp_connector, open_mcp_mount
 from mesh.mcp._mount import McpMount, Revision, tool_result
 from mesh.mcp._names import exposed_names
+from mesh.mcp._oauth import oauth_settings
 from mesh.mcp._revisions import HANDSHAKE_REVISIONS, MODERN, REVISIONS
 from mesh.mcp._server import McpServer, serve_mcp
 from transports import Connector
@@ -71,6 +72,7 @@ def _mount_manifest(
             transport.endpoint,
             token=transport.token(environ),
             max_frame_size=manifest.max_frame_size,
+            oauth=oauth_settings(manifest.id, transport, environ),
         )
         config = dataclasses.replace(config, heartbeat_interval=None, heartbeat_ttl=None)
     assert wire is not None

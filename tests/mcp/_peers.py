@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,6 +31,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 MCP_SERVER = HERE / "mcp_server.py"
+OAUTH_SERVER = HERE / "oauth_server.py"
 PEERS = HERE / "peers"
 #: Starting a Python process that imports the mcp SDK takes a second or two; a loaded
 #: machine may take several.
@@ -90,6 +93,70 @@ async def spawn_mcp_http_server() -> AsyncIterator[str]:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_drain, process.stderr)
             yield match.group(1).decode() + "/mcp"
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            process.kill()
+            await process.wait()
+            await process.aclose()
+
+
+def _free_port() -> int:
+    """A loopback port nobody listens on now (the TypeScript server takes its port from
+    ``PORT`` and prints that value, so the port must be chosen before it starts)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@asynccontextmanager
+async def spawn_everything_http_server() -> AsyncIterator[str]:
+    """npm ``server-everything streamableHttp`` (the TypeScript SDK 1.x server side, with
+    sessions and an event store) as a child; yields its MCP URL once it listens."""
+    command = [*node_bin("@modelcontextprotocol/server-everything", "dist/index.js")]
+    port = _free_port()
+    process = await anyio.open_process(
+        [*command, "streamableHttp"],
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "PORT": str(port)},
+    )
+    try:
+        assert process.stderr is not None
+        seen = b""
+        with anyio.fail_after(START_TIMEOUT):
+            while b"listening on port" not in seen:
+                chunk = await process.stderr.receive()
+                seen += chunk
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_drain, process.stderr)
+            yield f"http://127.0.0.1:{port}/mcp"
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            process.kill()
+            await process.wait()
+            await process.aclose()
+
+
+@asynccontextmanager
+async def spawn_oauth_server() -> AsyncIterator[str]:
+    """``oauth_server.py`` (an MCP server and its authorization server) as a child;
+    yields its MCP URL once it listens."""
+    port = _free_port()
+    process = await anyio.open_process(
+        [sys.executable, str(OAUTH_SERVER), str(port)],
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert process.stderr is not None
+        seen = b""
+        with anyio.fail_after(START_TIMEOUT):
+            while not _LISTENING.search(seen):
+                seen += await process.stderr.receive()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_drain, process.stderr)
+            yield f"http://127.0.0.1:{port}/mcp"
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):

@@ -14,6 +14,8 @@ import time
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
+from mcp.types import JSONRPCMessage
 
 app = MCPServer("test-peer", instructions="A server the mesh's tests mount.")
 
@@ -101,10 +103,50 @@ async def grow(name: str, ctx: Context) -> str:
     return "grown"
 
 
+@app.tool()
+async def cut(ctx: Context) -> str:
+    """Report progress, close this call's event stream, then answer: over streamable HTTP
+    the answer reaches only a client that resumes the stream with Last-Event-ID."""
+    await ctx.report_progress(1, 2, "before the cut")
+    await ctx.close_sse_stream()
+    await ctx.report_progress(2, 2, "after the cut")
+    return "resumed"
+
+
+class MemoryEvents(EventStore):
+    """Every event of every stream, kept so a client can resume a stream that was cut."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, JSONRPCMessage | None]] = []
+
+    async def store_event(self, stream_id: str, message: JSONRPCMessage | None) -> str:
+        event_id = str(len(self.events))
+        self.events.append((event_id, stream_id, message))
+        return event_id
+
+    async def replay_events_after(
+        self, last_event_id: str, send_callback: EventCallback
+    ) -> str | None:
+        if not last_event_id.isdigit() or int(last_event_id) >= len(self.events):
+            return None
+        stream = self.events[int(last_event_id)][1]
+        for event_id, stream_id, message in self.events[int(last_event_id) + 1 :]:
+            if stream_id == stream and message is not None:
+                await send_callback(EventMessage(message, event_id))
+        return stream
+
+
 if __name__ == "__main__":
     # A slow starter (a cold `npx -y`, a JVM): the tests of start-up allowances set this.
     time.sleep(float(os.environ.get("TEST_PEER_START_DELAY", "0")))
     if len(sys.argv) > 1 and sys.argv[1] == "http":
-        app.run(transport="streamable-http", host="127.0.0.1", port=0)
+        # An event store and a short retry: a call's stream may be cut and resumed (`cut`).
+        app.run(
+            transport="streamable-http",
+            host="127.0.0.1",
+            port=0,
+            event_store=MemoryEvents(),
+            retry_interval=100,
+        )
     else:
         app.run()

@@ -1,0 +1,541 @@
+"""OAuth 2.1 for mounting a protected MCP server, as MCP's authorization spec has it.
+
+The browser part happens once, in :func:`login` (``mesh mcp login AGENT``): find the
+server's authorization server (protected-resource metadata, RFC 9728, then the
+authorization server's own metadata, RFC 8414), register a client (RFC 7591) unless
+the manifest names one, send the person to the authorization URL with PKCE (S256)
+and a ``state``, take the code on a loopback redirect and trade it for tokens. The
+grant is kept in ``{data_dir}/mcp-oauth/{agent}.json``, readable by its owner only.
+
+From then on the mount is unattended: :class:`McpOAuth` is the ``httpx.Auth`` of the
+mount's HTTP client. It sends the access token, refreshes it shortly before it expires
+(or when the server answers 401) and keeps the refreshed grant. A server that allows
+the client-credentials grant needs no login at all. When neither a grant nor a way to
+get one is left, the link fails with :class:`LoginNeeded`, naming the command to run.
+
+Our own code, over httpx, rather than a library: the ``mcp`` SDK's
+``OAuthClientProvider`` is an ``httpx2.Auth`` (not httpx's) and would make the SDK
+(pydantic, starlette) a runtime dependency; authlib's httpx client does PKCE and token
+requests but neither discovery nor registration, which are most of the work here.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import os
+import re
+import secrets
+import time
+from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
+
+import anyio
+import anyio.abc
+import h11
+import httpx
+import msgspec
+
+from mesh._errors import Unauthorized
+from mesh._logging import get_logger
+from mesh.manifests import HttpSection
+
+__all__ = [
+    "Grant",
+    "LoginNeeded",
+    "McpOAuth",
+    "OAuthSettings",
+    "grant_path",
+    "login",
+    "oauth_settings",
+]
+
+log = get_logger("mesh.mcp")
+
+#: A token is refreshed this long before it expires, so a call never carries a stale one.
+REFRESH_MARGIN: Final = 60.0
+#: Each request to an authorization server (metadata, registration, token) gets this long.
+AS_TIMEOUT: Final = 15.0
+#: The person has this long to approve in the browser before `mesh mcp login` gives up.
+LOGIN_TIMEOUT: Final = 300.0
+_DEFAULT_DATA_DIR: Final = ".mesh"
+_CALLBACK_PATH: Final = "/callback"
+
+
+class LoginNeeded(Unauthorized):
+    """No usable grant for a server that needs OAuth: someone must log in once."""
+
+
+@dataclass(frozen=True, slots=True)
+class OAuthSettings:
+    """How one mounted server is authorized (the manifest's ``[transport.oauth]``)."""
+
+    agent: str
+    grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
+    client_id: str | None = None
+    client_secret: str | None = None
+    scopes: tuple[str, ...] = ()
+    data_dir: str | os.PathLike[str] | None = None
+
+
+class Grant(msgspec.Struct, kw_only=True):
+    """What the mount keeps between runs: the client it is, where to refresh, the tokens."""
+
+    client_id: str
+    token_endpoint: str
+    resource: str
+    client_secret: str | None = None
+    access_token: str | None = None
+    refresh_token: str | None = None
+    expires_at: float | None = None
+    scope: str | None = None
+    #: The secret goes in an HTTP Basic header (``client_secret_basic``), not the form.
+    basic: bool = False
+
+    def fresh(self, now: float) -> bool:
+        if self.access_token is None:
+            return False
+        return self.expires_at is None or now < self.expires_at - REFRESH_MARGIN
+
+
+class _ResourceMetadata(msgspec.Struct):
+    authorization_servers: list[str] = []
+    resource: str | None = None
+    scopes_supported: list[str] = []
+
+
+class _ServerMetadata(msgspec.Struct):
+    issuer: str
+    authorization_endpoint: str | None = None
+    token_endpoint: str | None = None
+    registration_endpoint: str | None = None
+    code_challenge_methods_supported: list[str] = []
+    token_endpoint_auth_methods_supported: list[str] = []
+
+
+class _Registered(msgspec.Struct):
+    client_id: str
+    client_secret: str | None = None
+    token_endpoint_auth_method: str | None = None
+
+
+class _Tokens(msgspec.Struct):
+    access_token: str
+    token_type: str = "Bearer"
+    expires_in: float | None = None
+    refresh_token: str | None = None
+    scope: str | None = None
+
+
+class _Refusal(msgspec.Struct):
+    error: str = "error"
+    error_description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    resource: str
+    server: _ServerMetadata
+    scopes: tuple[str, ...]
+
+
+def oauth_settings(
+    agent: str, transport: HttpSection, environ: Mapping[str, str] | None
+) -> OAuthSettings | None:
+    """The manifest's ``[transport.oauth]`` as the mount uses it (None: no OAuth)."""
+    section = transport.oauth
+    if section is None:
+        return None
+    return OAuthSettings(
+        agent=agent,
+        grant=section.grant,
+        client_id=section.client_id,
+        client_secret=transport.client_secret(environ),
+        scopes=section.scopes,
+        data_dir=(os.environ if environ is None else environ).get("MESH_DATA_DIR"),
+    )
+
+
+def grant_path(agent: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where ``agent``'s grant is kept: the daemon's data dir (``$MESH_DATA_DIR``, else
+    ``.mesh``), ``mcp-oauth/{agent}.json``."""
+    directory = Path(data_dir or os.environ.get("MESH_DATA_DIR") or _DEFAULT_DATA_DIR)
+    return directory / "mcp-oauth" / f"{agent}.json"
+
+
+def _load(path: Path) -> Grant | None:
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=Grant)
+    except FileNotFoundError:
+        return None
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        log.warning("mcp.oauth_grant_unreadable", path=str(path), error=str(exc))
+        return None
+
+
+def _save(path: Path, grant: Grant) -> None:
+    """Write the grant readable by its owner only (0600, in a 0700 directory), atomically."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as file:
+        file.write(msgspec.json.encode(grant))
+    os.chmod(temporary, 0o600)  # an older file of another mode is truncated, not re-created
+    os.replace(temporary, path)
+
+
+# -- discovery and registration ---------------------------------------------------------
+
+
+def _well_known(url: str, name: str) -> list[str]:
+    """RFC 8414 / 9728 places: the suffix inserted before the path, then at the root."""
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    places = [f"/.well-known/{name}{path}"] if path else []
+    places.append(f"/.well-known/{name}")
+    return [urlunsplit((parts.scheme, parts.netloc, place, "", "")) for place in places]
+
+
+async def _first(client: httpx.AsyncClient, urls: list[str], kind: type[Any]) -> Any:
+    """The first of ``urls`` that answers 200 with a document of ``kind``; None if none."""
+    for url in urls:
+        response = await client.get(url, headers={"accept": "application/json"})
+        if response.status_code == 200:
+            try:
+                return msgspec.json.decode(response.content, type=kind)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise Unauthorized(f"OAuth metadata at {url} is not valid: {exc}") from None
+    return None
+
+
+_CHALLENGE: Final = re.compile(r'(resource_metadata|scope)\s*=\s*"([^"]*)"')
+
+
+async def _challenge(client: httpx.AsyncClient, mcp_url: str) -> dict[str, str]:
+    """What the server's 401 says (``WWW-Authenticate: Bearer resource_metadata=...``)."""
+    probe = {"jsonrpc": "2.0", "id": 0, "method": "ping"}
+    headers = {"accept": "application/json, text/event-stream"}
+    response = await client.post(mcp_url, json=probe, headers=headers)
+    if response.status_code != 401:
+        return {}
+    return dict(_CHALLENGE.findall(response.headers.get("www-authenticate", "")))
+
+
+async def discover(client: httpx.AsyncClient, mcp_url: str) -> _Found:
+    """The authorization server that guards ``mcp_url``, and what it offers: the metadata
+    the server's 401 points at, else the RFC 9728 well-known places."""
+    challenge = await _challenge(client, mcp_url)
+    places = _well_known(mcp_url, "oauth-protected-resource")
+    if "resource_metadata" in challenge:
+        places.insert(0, challenge["resource_metadata"])
+    resource: _ResourceMetadata | None = await _first(client, places, _ResourceMetadata)
+    if resource is None or not resource.authorization_servers:
+        raise Unauthorized(
+            f"the MCP server at {mcp_url} publishes no protected-resource metadata"
+            " naming an authorization server (RFC 9728): it cannot be logged in to"
+        )
+    issuer = resource.authorization_servers[0]
+    places = _well_known(issuer, "oauth-authorization-server")
+    places += _well_known(issuer, "openid-configuration")
+    server: _ServerMetadata | None = await _first(client, places, _ServerMetadata)
+    if server is None or server.token_endpoint is None:
+        raise Unauthorized(f"the authorization server {issuer} publishes no usable metadata")
+    scopes = challenge["scope"].split() if challenge.get("scope") else resource.scopes_supported
+    return _Found(resource.resource or mcp_url, server, tuple(scopes))
+
+
+async def _register(
+    client: httpx.AsyncClient, found: _Found, settings: OAuthSettings, redirect_uri: str | None
+) -> _Registered:
+    """The manifest's client, else one registered now (RFC 7591)."""
+    if settings.client_id is not None:
+        return _Registered(settings.client_id, settings.client_secret)
+    endpoint = found.server.registration_endpoint
+    if endpoint is None:
+        raise Unauthorized(
+            f"the authorization server {found.server.issuer} registers no clients:"
+            " name one with client_id in the manifest's [transport.oauth]"
+        )
+    grant_types = (
+        ["client_credentials"]
+        if settings.grant == "client_credentials"
+        else ["authorization_code", "refresh_token"]
+    )
+    metadata: dict[str, Any] = {
+        "client_name": f"agent-mesh ({settings.agent})",
+        "grant_types": grant_types,
+        "response_types": ["code"] if redirect_uri else [],
+        "token_endpoint_auth_method": "client_secret_post"
+        if settings.grant == "client_credentials"
+        else "none",
+    }
+    if redirect_uri:
+        metadata["redirect_uris"] = [redirect_uri]
+    if settings.scopes:
+        metadata["scope"] = " ".join(settings.scopes)
+    response = await client.post(endpoint, json=metadata)
+    if response.status_code not in (200, 201):
+        raise Unauthorized(f"registering a client at {endpoint} failed: {_refusal(response)}")
+    try:
+        return msgspec.json.decode(response.content, type=_Registered)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise Unauthorized(f"registering a client at {endpoint}: the answer {exc}") from None
+
+
+def _basic(server: _ServerMetadata, client: _Registered) -> bool:
+    """Whether the client authenticates to the token endpoint with HTTP Basic: as it was
+    registered, else as the server offers (Basic is OAuth's default when it says nothing)."""
+    if client.client_secret is None:
+        return False
+    if client.token_endpoint_auth_method is not None:
+        return client.token_endpoint_auth_method == "client_secret_basic"
+    offered = server.token_endpoint_auth_methods_supported
+    return not offered or "client_secret_basic" in offered
+
+
+def _refusal(response: httpx.Response) -> str:
+    try:
+        refused = msgspec.json.decode(response.content, type=_Refusal)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return f"HTTP {response.status_code}"
+    detail = f": {refused.error_description}" if refused.error_description else ""
+    return f"HTTP {response.status_code} {refused.error}{detail}"
+
+
+async def _token_request(client: httpx.AsyncClient, grant: Grant, form: dict[str, str]) -> Grant:
+    """POST ``form`` to the token endpoint; the grant with the tokens it answers."""
+    form = {**form, "resource": grant.resource}
+    auth: httpx.Auth = httpx.Auth()  # none: the client has no auth of its own
+    if grant.client_secret and grant.basic:  # RFC 6749 2.3.1: both form-encoded first
+        auth = httpx.BasicAuth(quote(grant.client_id, safe=""), quote(grant.client_secret, safe=""))
+    else:
+        form["client_id"] = grant.client_id
+        if grant.client_secret:
+            form["client_secret"] = grant.client_secret
+    response = await client.post(grant.token_endpoint, data=form, auth=auth, timeout=AS_TIMEOUT)
+    if response.status_code != 200:
+        raise LoginNeeded(
+            f"the token endpoint {grant.token_endpoint} refused the"
+            f" {form['grant_type']} grant: {_refusal(response)}"
+        )
+    try:
+        tokens = msgspec.json.decode(response.content, type=_Tokens)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise LoginNeeded(f"the token endpoint {grant.token_endpoint} answered: {exc}") from None
+    expires = time.time() + tokens.expires_in if tokens.expires_in else None
+    return msgspec.structs.replace(
+        grant,
+        access_token=tokens.access_token,
+        refresh_token=tokens.refresh_token or grant.refresh_token,
+        expires_at=expires,
+        scope=tokens.scope or grant.scope,
+    )
+
+
+# -- unattended: the mount's httpx.Auth -------------------------------------------------
+
+
+class McpOAuth(httpx.Auth):
+    """Bearer tokens from the kept grant, refreshed as needed (see the module docstring)."""
+
+    def __init__(self, url: str, settings: OAuthSettings) -> None:
+        self._url = url
+        self._settings = settings
+        self._path = grant_path(settings.agent, settings.data_dir)
+        self._lock = anyio.Lock()
+        self._client = httpx.AsyncClient(timeout=AS_TIMEOUT)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def async_auth_flow(
+        self, request: httpx.Request
+    ) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        token = await self._token(stale=None)
+        if token is not None:
+            request.headers["authorization"] = f"Bearer {token}"
+        response = yield request
+        if response.status_code == 401:
+            await response.aread()
+            request.headers["authorization"] = f"Bearer {await self._token(stale=token or '')}"
+            yield request
+
+    async def _token(self, *, stale: str | None) -> str | None:
+        """A fresh access token. ``stale``: one the server refused (get another; ``""``
+        when it refused us without one). None: no grant yet, and nothing to get one with
+        before the server says it wants one (a person must log in)."""
+        async with self._lock:
+            grant = _load(self._path)
+            if grant is not None and grant.fresh(time.time()) and grant.access_token != stale:
+                return str(grant.access_token)
+            if grant is None and stale is None and self._settings.grant != "client_credentials":
+                return None
+            grant = await self._renew(grant)
+            _save(self._path, grant)
+            log.info("mcp.oauth_token_renewed", agent=self._settings.agent)
+            return str(grant.access_token)
+
+    async def _renew(self, grant: Grant | None) -> Grant:
+        if grant is not None and grant.refresh_token:
+            form = {"grant_type": "refresh_token", "refresh_token": grant.refresh_token}
+            try:
+                return await _token_request(self._client, grant, form)
+            except LoginNeeded:
+                if self._settings.grant != "client_credentials":
+                    raise self._login_needed("the refresh token was refused") from None
+        if self._settings.grant == "client_credentials":
+            return await self._client_credentials(grant)
+        why = "no grant is kept" if grant is None else "the access token expired, with no refresh"
+        raise self._login_needed(why)
+
+    async def _client_credentials(self, grant: Grant | None) -> Grant:
+        if grant is None:
+            found = await discover(self._client, self._url)
+            client = await _register(self._client, found, self._settings, None)
+            grant = Grant(
+                client_id=client.client_id,
+                client_secret=client.client_secret,
+                token_endpoint=str(found.server.token_endpoint),
+                resource=found.resource,
+                basic=_basic(found.server, client),
+            )
+        form = {"grant_type": "client_credentials"}
+        if self._settings.scopes:
+            form["scope"] = " ".join(self._settings.scopes)
+        return await _token_request(self._client, grant, form)
+
+    def _login_needed(self, why: str) -> LoginNeeded:
+        agent = self._settings.agent
+        return LoginNeeded(
+            f"the MCP server at {self._url} needs OAuth and {why}: run `mesh mcp login {agent}`"
+            f" once (it keeps the grant in {self._path})",
+            agent=agent,
+        )
+
+
+# -- once, with a person: mesh mcp login ------------------------------------------------
+
+
+def _pkce() -> tuple[str, str]:
+    """A PKCE verifier and its S256 challenge (RFC 7636)."""
+    verifier = secrets.token_urlsafe(48)
+    digest = hashlib.sha256(verifier.encode()).digest()
+    return verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+async def login(
+    url: str,
+    settings: OAuthSettings,
+    *,
+    open_url: Callable[[str], Coroutine[Any, Any, None]],
+    timeout: float = LOGIN_TIMEOUT,
+) -> Path:
+    """Authorize the mount of ``url`` with a person's consent; returns where the grant is.
+
+    ``open_url`` shows the authorization URL (the CLI prints it and opens a browser);
+    the authorization server redirects back to a listener on 127.0.0.1 for the code.
+    """
+    async with httpx.AsyncClient(timeout=AS_TIMEOUT) as client:
+        found = await discover(client, url)
+        if found.server.authorization_endpoint is None:
+            raise Unauthorized(f"{found.server.issuer} has no authorization endpoint")
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        async with listener:
+            port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            redirect_uri = f"http://127.0.0.1:{port}{_CALLBACK_PATH}"
+            registered = await _register(client, found, settings, redirect_uri)
+            verifier, challenge = _pkce()
+            state = secrets.token_urlsafe(16)
+            query = {
+                "response_type": "code",
+                "client_id": registered.client_id,
+                "redirect_uri": redirect_uri,
+                "code_challenge": challenge,
+                "code_challenge_method": "S256",
+                "state": state,
+                "resource": found.resource,
+            }
+            scopes = settings.scopes or found.scopes
+            if scopes:
+                query["scope"] = " ".join(scopes)
+            authorize = f"{found.server.authorization_endpoint}?{urlencode(query)}"
+            answer = await _wait_for_consent(listener, authorize, open_url, timeout)
+        if answer.get("state") != state:
+            raise Unauthorized("the authorization answer's state does not match: refused")
+        if "code" not in answer:
+            refused = answer.get("error_description") or answer.get("error") or "no code"
+            raise Unauthorized(f"the authorization server refused: {refused}")
+        grant = Grant(
+            client_id=registered.client_id,
+            client_secret=registered.client_secret,
+            token_endpoint=str(found.server.token_endpoint),
+            resource=found.resource,
+            basic=_basic(found.server, registered),
+        )
+        form = {
+            "grant_type": "authorization_code",
+            "code": answer["code"],
+            "redirect_uri": redirect_uri,
+            "code_verifier": verifier,
+        }
+        grant = await _token_request(client, grant, form)
+    path = grant_path(settings.agent, settings.data_dir)
+    _save(path, grant)
+    return path
+
+
+async def _wait_for_consent(
+    listener: anyio.abc.Listener[anyio.abc.SocketStream],
+    authorize: str,
+    open_url: Callable[[str], Coroutine[Any, Any, None]],
+    timeout: float,
+) -> dict[str, str]:
+    """Show ``authorize``, then serve the loopback listener until the redirect brings
+    its query (the code and state, or the server's refusal)."""
+    answer: dict[str, str] = {}
+
+    async def handle(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            target = await _read_target(stream)
+            if target is None or urlsplit(target).path != _CALLBACK_PATH:
+                await _respond(stream, 404, "not here")
+                return
+            answer.update((k, v[0]) for k, v in parse_qs(urlsplit(target).query).items())
+            await _respond(stream, 200, "agent-mesh: authorized; you may close this page.")
+            tg.cancel_scope.cancel()
+
+    with anyio.move_on_after(timeout):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, handle)
+            await open_url(authorize)
+    if not answer:
+        raise Unauthorized(f"no answer from the browser within {timeout:g} s: not logged in")
+    return answer
+
+
+async def _read_target(stream: anyio.abc.SocketStream) -> str | None:
+    connection = h11.Connection(h11.SERVER)
+    while True:
+        event = connection.next_event()
+        if isinstance(event, h11.Request):
+            return event.target.decode("ascii", "replace")
+        if event is h11.NEED_DATA:
+            try:
+                connection.receive_data(await stream.receive())
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                return None
+        else:
+            return None
+
+
+async def _respond(stream: anyio.abc.SocketStream, status: int, text: str) -> None:
+    body = text.encode()
+    head = f"HTTP/1.1 {status} {'OK' if status == 200 else 'Not Found'}\r\n"
+    head += f"content-type: text/plain; charset=utf-8\r\ncontent-length: {len(body)}\r\n"
+    head += "connection: close\r\n\r\n"
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+        await stream.send(head.encode() + body)

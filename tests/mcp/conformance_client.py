@@ -1,0 +1,81 @@
+"""The client under test in the conformance suite's client scenarios: the mesh's own mount.
+
+``python tests/mcp/conformance_client.py URL`` mounts the MCP server at ``URL`` as a mesh
+agent (streamable HTTP, ``mcp_revision = "auto"``, OAuth when the server asks for it),
+lists its tools and calls each, as the scenarios ask of a client. The suite names the
+scenario in ``MCP_CONFORMANCE_SCENARIO`` and, for some, hands a pre-registered client in
+``MCP_CONFORMANCE_CONTEXT``. The browser step of an authorization-code login is this
+script following the authorization server's redirect (the suite's server approves at once).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from functools import partial
+from typing import Any, Literal
+
+import anyio
+import httpx
+
+from mesh import MeshError, open_peer
+from mesh.mcp import open_mcp_http_client, open_mcp_mount
+from mesh.mcp._oauth import OAuthSettings, login
+
+#: Arguments for the tools the scenarios define (anything else is called with none).
+ARGUMENTS = {"add_numbers": {"a": 2, "b": 3}}
+
+
+async def approve(url: str) -> None:
+    """The person at the browser: follow the authorization redirect to our callback."""
+    async with httpx.AsyncClient() as client:
+        response = await client.get(url)
+        while response.is_redirect:
+            response = await client.get(response.headers["location"])
+
+
+def settings(directory: str) -> OAuthSettings:
+    context: dict[str, Any] = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
+    grant: Literal["authorization_code", "client_credentials"] = (
+        "client_credentials" if "client-credentials" in scenario else "authorization_code"
+    )
+    return OAuthSettings(
+        agent="conformance",
+        grant=grant,
+        client_id=context.get("client_id"),
+        client_secret=context.get("client_secret"),
+        data_dir=directory,
+    )
+
+
+async def use(url: str, oauth: OAuthSettings) -> None:
+    wire = partial(open_mcp_http_client, url, oauth=oauth)
+    async with (
+        open_mcp_mount(wire, agent="conformance", connect_timeout=20) as stream,
+        open_peer(stream, agent="conformance") as peer,
+    ):
+        for tool in await peer.list_tools():
+            name = str(tool.get("name"))
+            try:
+                await peer.call_tool(name, ARGUMENTS.get(name, {}), timeout=20)
+            except MeshError as exc:
+                print(f"{name}: {exc}", file=sys.stderr)
+
+
+async def main(url: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="mesh-conformance-") as directory:
+        oauth = settings(directory)
+        try:
+            await use(url, oauth)
+        except MeshError as exc:
+            if "mesh mcp login" not in str(exc):
+                raise
+            await login(url, oauth, open_url=approve, timeout=20)
+            await use(url, oauth)
+
+
+if __name__ == "__main__":
+    anyio.run(main, sys.argv[1], backend=os.environ.get("MESH_BACKEND", "asyncio"))
