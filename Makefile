@@ -50,11 +50,10 @@ CHECK_TESTS  := tests/unit tests/layers tests/conformance tests/registry tests/r
 	tests/providers tests/test_layering.py tests/test_public_api.py tests/test_coverage_ratchet.py
 CHECK_IGNORE := tests/rooms/test_crash.py tests/rooms/test_persona.py
 
-# Two workers (pytest-xdist), whole files to each: most of the tier's wall time is its echo
-# agents starting, and one worker waits on its child while the other runs.
+# One process: two pytest-xdist workers were no faster at load 2-4 and took half again the
+# CPU (docs/testing.md).
 check: lint typecheck
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile $(CHECK_TESTS) \
-		$(addprefix --ignore=,$(CHECK_IGNORE))
+	$(BIN)/python -m pytest -q $(CHECK_TESTS) $(addprefix --ignore=,$(CHECK_IGNORE))
 
 # Branch coverage of the library, child processes included (pyproject's [tool.coverage]):
 # printed, and the run fails under the whole's floor (fail_under) or when a package drops
