@@ -10,7 +10,7 @@ LLM_STAMP := $(VENV)/.installed-llm
 PEERS       := tests/mcp/peers
 PEERS_STAMP := $(PEERS)/node_modules/.installed
 
-.PHONY: check test demo demo-cluster demo-llm demo-draws test-llm browser prometheus bench bench-smoke soak lint typecheck peers clean
+.PHONY: check test coverage-ratchet coverage-diff demo demo-cluster demo-llm demo-draws test-llm browser prometheus bench bench-smoke soak lint typecheck peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,19 +47,37 @@ prometheus:
 # registry, rooms, providers). The two files ignored here start agent programs and kill
 # them; they, and the rest, run in `make test`.
 CHECK_TESTS  := tests/unit tests/layers tests/conformance tests/registry tests/rooms \
-	tests/providers tests/test_layering.py tests/test_public_api.py
+	tests/providers tests/test_layering.py tests/test_public_api.py tests/test_coverage_ratchet.py
 CHECK_IGNORE := tests/rooms/test_crash.py tests/rooms/test_persona.py
 
+# One process: two pytest-xdist workers were no faster at load 2-4 and took half again the
+# CPU (docs/testing.md).
 check: lint typecheck
 	$(BIN)/python -m pytest -q $(CHECK_TESTS) $(addprefix --ignore=,$(CHECK_IGNORE))
 
 # Branch coverage of the library, child processes included (pyproject's [tool.coverage]):
-# printed, and the run fails under its floor (fail_under, a ratchet).
+# printed, and the run fails under the whole's floor (fail_under) or when a package drops
+# under its own in tests/coverage-floor.json (scripts/coverage_ratchet.py; docs/testing.md).
+# One process: on four workers at load 12-17 dozens of tests failed (docs/testing.md).
 test: lint typecheck peers browser prometheus
 	rm -f .coverage .coverage.*
 	MESH_REQUIRE_BROWSER=1 MESH_REQUIRE_NODE=1 $(BIN)/coverage run -m pytest
 	$(BIN)/coverage combine --quiet
 	$(BIN)/coverage report
+	$(BIN)/python scripts/coverage_ratchet.py check
+
+# Raise tests/coverage-floor.json's per-package floors to the last `make test`'s figures (never
+# lower one): run it deliberately, after a run that closed a gap, and commit the file.
+coverage-ratchet: $(STAMP)
+	$(BIN)/python scripts/coverage_ratchet.py raise
+
+# The lines a branch changed against main, from the last `make test`'s data: each of them run
+# by some test (diff-cover; COMPARE=origin/main where main is only a remote's).
+COMPARE ?= main
+coverage-diff: $(STAMP)
+	$(BIN)/coverage xml --quiet --fail-under=0 -o coverage.xml
+	$(BIN)/diff-cover coverage.xml --compare-branch=$(COMPARE) --fail-under=80
+	rm -f coverage.xml
 
 # A real model offline (the llm extra compiles llama.cpp once: minutes). Not in `make test`.
 $(LLM_STAMP): $(STAMP)

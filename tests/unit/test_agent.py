@@ -315,7 +315,8 @@ async def test_plain_notification_handlers_run_inline_and_failures_harm_nothing(
         await peer.notify("note/now", "boom")  # logged on the agent's side, never answered
         await peer.notify("note/now", "fine")
         await peer.notify("note/later", None)
-        with anyio.fail_after(5):
+        # Only a hang guard: the logged "boom" alone took over 5 s at load 14 on two cores.
+        with anyio.fail_after(60):
             await done.wait()
         assert await peer.call_tool("now", {"x": 1}) == 2  # the link still serves
     tasks = [entry.split(":", 1) for entry in seen]
