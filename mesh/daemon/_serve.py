@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import signal
 import ssl
 import sys
@@ -203,7 +204,11 @@ def _assemble(settings: DaemonSettings, environ: Mapping[str, str] | None) -> _P
     """Build the orchestrator, the rooms and the API from the settings and manifests;
     nothing runs yet."""
     # Logs each broken manifest (invalid, unusable, or a dial-in token unset) and goes on.
-    links = links_from_manifests(settings.manifests, environ=environ)
+    # A mounted server's OAuth grant is kept in the daemon's data dir, where `mesh mcp login`
+    # wrote it (docs/mcp.md).
+    base = os.environ if environ is None else environ
+    named = {**base, "MESH_DATA_DIR": str(settings.data_dir)}
+    links = links_from_manifests(settings.manifests, environ=named)
     identities = _identities(settings, links.tokens)
     orchestrator = MeshOrchestrator.from_links(
         links, registry=_registry(settings), max_call_timeout=settings.max_call_timeout

@@ -17,6 +17,7 @@ import msgspec
 import pytest
 
 from mesh import EMBEDDER, ManifestError, MeshOrchestrator, load_manifest
+from tests.integration._daemon import serve_in_process
 from tests.mcp._peers import ROOT, spawn_oauth_server
 from tests.mcp.test_mount import wait_mounted
 
@@ -122,3 +123,21 @@ def test_mesh_mcp_login_refuses_an_agent_without_oauth(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 2 and "no manifest" in done.stderr, done.stderr
+
+
+async def test_mesh_serve_finds_the_grant_in_its_own_data_dir(tmp_path: Path) -> None:
+    """`mesh mcp login --data-dir DIR`, then `mesh serve --data-dir DIR` with no
+    `MESH_DATA_DIR` in its environment: the daemon's mount uses the grant kept there."""
+    manifests, data = tmp_path / "manifests", tmp_path / "data"
+    login_environ = {**os.environ, "PYTHONPATH": str(ROOT)}
+    login_environ.pop("MESH_DATA_DIR", None)
+    async with spawn_oauth_server() as url:
+        guarded_manifest(manifests, url)
+        await mesh_mcp_login(manifests, data, login_environ)
+        async with serve_in_process(manifests, data) as daemon:
+            await daemon.wait_online("guarded", timeout=30)
+            body = {"agent": "guarded", "method": "tools/call", "params": {"name": "whoami"}}
+            async with daemon.client() as http:
+                answer = await http.post("/rpc", json=body)
+            assert answer.status_code == 200, answer.text
+            assert "authorized" in answer.text
