@@ -50,7 +50,7 @@ from mesh._rpc.caller import CallMethods, CallOptions, ProgressCallback
 from mesh._rpc.pending import DEFAULT_CALL_TIMEOUT, MAX_CALL_DURATION, PendingCalls
 from mesh._rpc.session import SessionStatistics
 from mesh._telemetry.metrics import METRICS, served, timed
-from mesh._telemetry.tracing import headers_for, outgoing, serving, trace_from
+from mesh._telemetry.tracing import headers_for, outgoing, serving, tool_of, trace_from
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._keydir import KeyDirectory
 from mesh.cluster._keys import DAEMON_HEADER, forged
@@ -610,7 +610,12 @@ class RemoteCalls:
             trace = trace_from(headers)
             with (
                 served("cluster", request.method),
-                serving(request.method, trace, agent=request.agent),
+                serving(
+                    request.method,
+                    trace,
+                    agent=request.agent,
+                    tool=tool_of(request.method, request.params),
+                ),
             ):
                 caller = await self._check(request, origin)
                 result = await self._local.call(

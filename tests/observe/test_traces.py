@@ -294,6 +294,8 @@ async def test_across_two_daemons_on_nats_is_one_trace(
         ("worker", "SERVER", "tools/call"),
         ("worker", "INTERNAL", "the tool's own work"),
     ], hops
+    for span in path[:6]:  # which tool, on every hop: the daemon that serves b's call too
+        assert span.attributes["gen_ai.tool.name"] == "work", (span.service, span.kind)
 
 
 async def test_a_spawned_stdio_agent_continues_the_trace_in_its_environment() -> None:
