@@ -136,7 +136,8 @@ def spec_from_manifest(
             field="$.transport.protocol",
             agent=manifest.id,
         )
-    return dataclasses.replace(spec, connector=adapter(manifest, spec, environ))
+    connector = adapter(manifest, spec, environ)
+    return dataclasses.replace(spec, connector=connector, protocol=protocol)
 
 
 def protocol_adapter(protocol: str) -> ProtocolAdapter | None:

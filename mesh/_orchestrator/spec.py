@@ -38,6 +38,9 @@ class AgentSpec:
     connector: Connector | None
     name: str = ""
     transport: str = "memory"
+    #: What it speaks on that transport: the mesh's own protocol, or one a wing adapts
+    #: (``mcp``, ``a2a``), shown beside the transport.
+    protocol: str = "mesh"
     endpoint: str | None = None
     capabilities: frozenset[str] = frozenset()
     heartbeat_interval: float = 10.0

@@ -139,6 +139,9 @@ class AgentView:
     status: str
     link_error: str | None
     registered: bool
+    #: What a link configured here speaks (``mesh``, ``mcp``, ``a2a``); None for an agent
+    #: known only from the registry (another daemon's, or one registered over HTTP).
+    protocol: str | None = None
 
 
 def views(registry: Registry, links: Mapping[str, Link]) -> list[AgentView]:
@@ -161,11 +164,13 @@ def view(registry: Registry, links: Mapping[str, Link], agent_id: str) -> AgentV
 
 def _registered(record: AgentRecord, link: Link | None) -> AgentView:
     error = link.last_error if link is not None else None
-    return AgentView(record, str(record.status), error, registered=True)
+    protocol = link.spec.protocol if link is not None else None
+    return AgentView(record, str(record.status), error, registered=True, protocol=protocol)
 
 
 def _unregistered(link: Link) -> AgentView:
     error = link.last_error
     if link.crash_looping and not link.connected:
         error = f"{link.failures} attempts in a row failed (retrying); the last: {error}"
-    return AgentView(link.spec.record(), link.status(), error, registered=False)
+    record, status = link.spec.record(), link.status()
+    return AgentView(record, status, error, registered=False, protocol=link.spec.protocol)

@@ -247,7 +247,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
         capabilities = ",".join(agent["capabilities"])
         cells: tuple[str, ...] = (
             agent["id"],
-            agent["transport"],
+            _transport(agent),
             agent["status"],
             seen,
             capabilities,
@@ -262,6 +262,12 @@ def cmd_agents(args: argparse.Namespace) -> int:
         )
     _print_link_errors(agents)
     return EXIT_OK
+
+
+def _transport(agent: dict[str, Any]) -> str:
+    """The wire, and what it speaks when that is not the mesh's own protocol: `stdio (mcp)`."""
+    protocol = agent.get("protocol", "mesh")
+    return agent["transport"] if protocol == "mesh" else f"{agent['transport']} ({protocol})"
 
 
 def _print_link_errors(agents: list[dict[str, Any]]) -> None:

@@ -143,9 +143,12 @@ def shown_endpoint(url: str | None) -> str | None:
 
 
 def describe_view(view: AgentView, now: float) -> dict[str, Any]:
-    return describe(
+    shown = describe(
         view.record, now, view.link_error, status=view.status, registered=view.registered
     )
+    if view.protocol is not None:
+        shown["protocol"] = view.protocol
+    return shown
 
 
 class AgentRoutes:

@@ -243,6 +243,24 @@ async def test_validate_shows_the_protocol_a_link_speaks(tmp_path: Path) -> None
     assert out.startswith(f"ok  {tmp_path / 'files.toml'}  files  stdio (mcp)  ")
 
 
+async def test_agents_shows_the_protocol_a_link_speaks(tmp_path: Path) -> None:
+    """`mesh agents` (and `/agents`) show what a configured link speaks, connected or not."""
+    (tmp_path / "files.toml").write_text(
+        'id = "files"\n[transport]\ntype = "stdio"\nprotocol = "mcp"\ncommand = "python"\n'
+        'args = ["-m", "some.mcp.server"]\n'
+    )
+    async with spawn_daemon(tmp_path) as daemon:
+        async with daemon.client() as http:
+            listed = (await http.get("/agents")).json()["agents"]
+        assert [(a["id"], a["transport"], a["protocol"]) for a in listed] == [
+            ("files", "stdio", "mcp")
+        ]
+        code, out, err = await run("agents", env=daemon.env())
+    assert code == 0, err
+    row = out.splitlines()[1].split()
+    assert row[:3] == ["files", "stdio", "(mcp)"], out
+
+
 # -- mesh dev: the author's own errors --------------------------------------------------------
 
 
