@@ -77,7 +77,9 @@ def translate_transport_error(exc: Exception) -> MeshError:
         return ConnectFailed(f"TLS handshake failed: {_cause(exc)}")
     if isinstance(exc, FileNotFoundError) and exc.filename is not None:
         # A stdio agent's command that is not there: say so, as a shell would.
-        return ConnectFailed(f"command not found: {exc.filename!r} (FileNotFoundError)")
+        return ConnectFailed(
+            f"cannot start: command not found: {exc.filename!r} (FileNotFoundError)"
+        )
     return ConnectFailed(f"cannot connect: {_cause(exc)}")
 
 

@@ -178,9 +178,9 @@ def load_manifests(directory: str | os.PathLike[str]) -> ManifestSet:
     the directory is loaded by itself (``mesh validate agent.toml``).
     """
     folder = Path(directory)
-    if folder.is_file():  # one manifest named by itself: loaded whatever its name
-        return _load_each([folder])
     try:
+        if folder.is_file():  # one manifest named by itself: loaded whatever its name
+            return _load_each([folder])
         entries = sorted(folder.iterdir())
     except OSError as exc:
         raise ManifestError(f"cannot read directory: {exc.strerror or exc}", file=folder) from exc
