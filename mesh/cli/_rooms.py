@@ -5,10 +5,11 @@ watching ``/rooms/{id}/events`` over WebSocket (resuming from the last event it
 printed when the stream drops), until it stops; it prints the stop reason and
 exits with the status that reason maps to (:data:`ROOM_EXITS`).
 Ctrl-C detaches and says how to stop the room, or stops it with
-``--stop-on-interrupt``. ``watch`` follows a room that exists the same way (from
-its first event, or after ``--since SEQ``). ``list`` and ``show`` read rooms,
-``export`` writes a transcript as Markdown or as the JSONL event log, and
-``pause``, ``resume``, ``stop`` and ``delete`` steer one. Every command uses the
+``--stop-on-interrupt``; with ``--paused`` it creates the room paused before its first
+turn and returns, saying how to join, resume and watch it. ``watch`` follows a room
+that exists the same way (from its first event, or after ``--since SEQ``). ``list``
+and ``show`` read rooms, ``export`` writes a transcript as Markdown or as the JSONL
+event log, and ``pause``, ``resume``, ``stop`` and ``delete`` steer one. Every command uses the
 daemon's documented routes and the exit codes of :mod:`mesh.cli._codes` (a room
 that does not exist is 4, one that cannot do what was asked, such as resuming a
 finished room, is 1).
@@ -136,6 +137,8 @@ def cmd_room_run(args: argparse.Namespace, request: Request) -> int:
     # The id is chosen here, so a Ctrl-C that comes before the daemon answers can still
     # name the room (the daemon starts a room it has recorded even if we hang up).
     room_id = body["id"] = args.id or f"room-{uuid.uuid4().hex[:12]}"
+    if args.paused:
+        body["paused"] = True
     try:
         with _sigint_deferred() as pressed:
             request(args, "POST", "/rooms", body)
@@ -145,8 +148,23 @@ def cmd_room_run(args: argparse.Namespace, request: Request) -> int:
         return _interrupted(args, request, room_id)
     members = ", ".join(printable(agent) for agent in args.agent)
     print(f'room {printable(room_id)}: "{printable(args.topic)}" with {members}', file=sys.stderr)
+    if args.paused:
+        return _created_paused(room_id)
     code = _follow(args, room_id)
     return _interrupted(args, request, room_id) if code is None else code
+
+
+def _created_paused(room_id: str) -> int:
+    """A room created paused says nothing until someone resumes it, so there is nothing
+    to follow yet: say how to join it, resume it and watch it instead."""
+    shown = printable(room_id)
+    print(
+        f"room {shown} is paused before its first turn. Join it with: mesh room join {shown} "
+        f"--as NAME; start it with: mesh room resume {shown}; "
+        f"follow it with: mesh room watch {shown} --follow",
+        file=sys.stderr,
+    )
+    return EXIT_OK
 
 
 @contextmanager
@@ -316,6 +334,11 @@ def add_room_commands(room: argparse.ArgumentParser, request: Request) -> None:
     )
     run.add_argument("--mode", choices=("chat", "review"), default="chat")
     run.add_argument("--id", help="the room's id (default: generated)")
+    run.add_argument(
+        "--paused",
+        action="store_true",
+        help="create the room paused before its first turn and return (join it, then resume it)",
+    )
     run.add_argument(
         "--stop-on-interrupt",
         action="store_true",

@@ -276,6 +276,9 @@ class RoomSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     agenda: _Agenda = ()
     #: Where each chat turn's prompt goes (see :data:`TurnPromptIn`).
     turn_prompt: TurnPromptIn = "system"
+    #: Start paused: recorded as paused at turn 0, exactly as if paused before its first
+    #: turn, so people can join (and anyone look) before anyone speaks; resume starts it.
+    paused: bool = False
 
     def __post_init__(self) -> None:
         check_agenda(self.agenda, self.mode)

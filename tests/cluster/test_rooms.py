@@ -117,6 +117,30 @@ async def test_pause_stop_and_resume_reach_the_daemon_that_runs_the_room(
     assert turns == list(range(1, len(turns) + 1)) and len(turns) >= 2
 
 
+async def test_a_room_created_paused_is_nobodys_until_a_daemon_resumes_it(
+    nats: NatsServer, tmp_path: Path
+) -> None:
+    spec = RoomSpec(
+        id="tea", topic="Tea?", members=("alice", "bob"), limits=Limits(max_turns=4), paused=True
+    )
+    async with (
+        open_member(nats.url, "a", [persona("alice")], data_dir=tmp_path) as a,
+        open_member(nats.url, "b", [persona("bob")], data_dir=tmp_path) as b,
+    ):
+        assert a.rooms is not None and b.rooms is not None and a.cluster.rooms is not None
+        await wait_status(a.mesh.registry, "bob")
+        await wait_status(b.mesh.registry, "alice")
+        created = await a.rooms.create(spec)
+        assert (created.status, created.current_turn) == (RoomStatus.PAUSED, 0)
+        assert a.rooms.running_here() == [] and a.cluster.rooms.held() == []
+        resumed = await b.rooms.resume("tea")  # not a's: any daemon may start it
+        assert resumed.status is RoomStatus.RUNNING
+        finished = await b.rooms.wait("tea")
+        transcript = await b.rooms.transcript("tea")
+    assert finished.stop_reason == "MAX_TURNS"
+    assert [m.turn for m in transcript] == [1, 2, 3, 4]
+
+
 async def test_a_room_deleted_on_one_daemon_is_gone_from_every_daemon_for_good(
     nats: NatsServer, tmp_path: Path
 ) -> None:

@@ -277,3 +277,26 @@ async def test_watch_follow_goes_on_through_a_pause_until_the_room_stops(tmp_pat
                         watcher.kill()
                     await watcher.aclose()
     assert code == 7 and "room tea stopped: STOPPED" in said, said
+
+
+async def test_room_run_paused_creates_a_room_that_waits_to_be_resumed(tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    persona_manifest(manifests, "alice", ["Tea.", "Tea again."], 0.0)
+    persona_manifest(manifests, "bob", ["Coffee.", "Coffee again."], 0.0)
+    async with spawn_daemon(manifests, extra_args=["--data-dir", str(tmp_path / "d")]) as daemon:
+        await daemon.wait_online("alice", "bob")
+        room = ["--topic", "Tea?", "--agent", "alice", "--agent", "bob", "--max-turns", "4"]
+        code, _, err = await mesh(daemon, "room", "run", *room, "--id", "tea", "--paused")
+        assert code == 0, err
+        assert "room tea is paused before its first turn" in err
+        assert "mesh room join tea --as NAME" in err and "mesh room resume tea" in err
+        code, out, err = await mesh(daemon, "room", "list")
+        assert code == 0, err
+        assert out.splitlines()[1].split()[:3] == ["tea", "paused", "(PAUSED)"]
+        assert out.splitlines()[1].split()[3] == "0"
+        code, out, err = await mesh(daemon, "room", "resume", "tea")
+        assert code == 0, err
+        code, out, err = await mesh(daemon, "room", "watch", "tea", "--follow")
+    assert code == 0 and "room tea stopped: MAX_TURNS" in err, err
+    assert "Coffee again." in out

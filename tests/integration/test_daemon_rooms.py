@@ -17,6 +17,7 @@ from mesh.rooms import (
     AgentJoinedEvent,
     MessageEvent,
     PointEvent,
+    ResumedEvent,
     StoppedEvent,
     WelcomeEvent,
     decode_event,
@@ -225,3 +226,44 @@ async def test_the_rooms_list_comes_newest_first_a_page_at_a_time(tmp_path: Path
                 refused = await http.get("/rooms", params=bad)
                 assert refused.status_code == 400, (bad, refused.text)
                 assert refused.json()["error"]["message"].startswith(next(iter(bad)))
+
+
+async def test_a_room_created_paused_takes_no_turn_until_resumed(tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    persona_manifest(manifests, "alice", "Alice", ALICE, 0.0)
+    persona_manifest(manifests, "bob", "Bob", BOB, 0.0)
+    async with spawn_daemon(manifests, extra_args=["--data-dir", str(tmp_path / "d")]) as daemon:
+        await daemon.wait_online("alice", "bob")
+        async with daemon.client() as http:
+            spec: dict[str, Any] = {"topic": "Tea?", "members": ["alice", "bob"]}
+            bad = await http.post("/rooms", json={**spec, "paused": "yes"})
+            assert bad.status_code == 400, bad.text
+            message = bad.json()["error"]["message"]
+            assert message == "invalid room spec: Expected `bool`, got `str` - at `$.paused`"
+            spec |= {"id": "tea", "paused": True, "limits": {"max_turns": 4}}
+            created = await http.post("/rooms", json=spec)
+            assert created.status_code == 201, created.text
+            assert created.json()["status"] == "paused", created.text
+            # Listed, shown and recorded as a room paused before its first turn.
+            [listed] = (await http.get("/rooms")).json()["rooms"]
+            assert (listed["status"], listed["current_turn"]) == ("paused", 0)
+            assert (listed["stop_reason"], listed["detail"]) == ("PAUSED", "paused on request")
+            shown = (await http.get("/rooms/tea")).json()
+            assert shown["transcript"] == [] and shown["room"]["status"] == "paused"
+            logged = (await http.get("/rooms/tea/events")).json()["events"]
+            kinds = [e["type"] for e in logged]
+            assert kinds == ["WELCOME", "AGENT_JOINED", "AGENT_JOINED", "STOPPED"]
+            assert (logged[-1]["reason"], logged[-1]["turn"]) == ("PAUSED", 0)
+            # Resumed, it takes its turns from the first: nothing was said while paused.
+            resumed = await http.post("/rooms/tea/resume")
+            assert resumed.status_code == 200, resumed.text
+            events = await watch_room(daemon, "tea", lambda e: _stopped_after(e, len(logged)))
+    tail = events[len(logged) :]
+    assert isinstance(tail[0], ResumedEvent) and tail[0].next_turn == 1
+    assert [e.turn for e in tail if isinstance(e, MessageEvent)] == [1, 2, 3, 4]
+    assert isinstance(tail[-1], StoppedEvent) and tail[-1].reason == "MAX_TURNS"
+
+
+def _stopped_after(event: Any, seq: int) -> bool:
+    return isinstance(event, StoppedEvent) and event.seq > seq

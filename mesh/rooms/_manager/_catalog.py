@@ -21,7 +21,14 @@ from mesh._logging import get_logger
 from mesh._orchestrator.access import NOBODY, Principal
 from mesh.rooms._engine import Presence, acting
 from mesh.rooms._errors import InvalidRoomSpec, RoomConflict, RoomNotFound
-from mesh.rooms._events import AgentJoinedEvent, LiveEvent, MessageEvent, RoomEvent, WelcomeEvent
+from mesh.rooms._events import (
+    AgentJoinedEvent,
+    LiveEvent,
+    MessageEvent,
+    RoomEvent,
+    StoppedEvent,
+    WelcomeEvent,
+)
 from mesh.rooms._manager._engines import Engines
 from mesh.rooms._manager._table import Authorize, HeldRoom, RoomTable, checked, in_thread
 from mesh.rooms._mesh import ROOM_TURN, Describe
@@ -33,6 +40,7 @@ from mesh.rooms._model import (
     RoomSnapshot,
     RoomSpec,
     RoomStatus,
+    StopReason,
 )
 from mesh.rooms._observers import RoomEvents
 from mesh.rooms._people import clean_name
@@ -109,7 +117,7 @@ class Catalog:
             # whoever asked for it goes away (a client that closes its socket cancels the
             # request), or the store would list it running at turn 0 for ever.
             with anyio.CancelScope(shield=True):
-                handle = await self._commit(room)
+                handle = await self._commit(room, paused=spec.paused)
             started = True
         finally:
             self._reserved.discard(room_id)
@@ -118,9 +126,10 @@ class Catalog:
                     await table.replica.release(room_id)
         return handle.state.snapshot()
 
-    async def _commit(self, room: Room) -> HeldRoom:
-        """Hold ``room``, record its ``WELCOME`` and joins, and start it; the caller shields
-        this, so a room is either started or, if recording fails, not held at all."""
+    async def _commit(self, room: Room, *, paused: bool) -> HeldRoom:
+        """Hold ``room``, record its ``WELCOME`` and joins, and start it (or record it
+        paused); the caller shields this, so a room is either started or, if recording
+        fails, not held at all."""
         table = self._table
         handle = table.hold(RoomState(room=room))
         try:
@@ -129,9 +138,26 @@ class Catalog:
             del table.rooms[room.id]
             raise
         members = [m.id for m in room.members]
-        log.info("room.created", room=room.id, members=members, mode=room.mode)
-        self._engines.start(handle)
+        log.info("room.created", room=room.id, members=members, mode=room.mode, paused=paused)
+        if paused:
+            await self._pause_unstarted(handle)
+        else:
+            self._engines.start(handle)
         return handle
+
+    async def _pause_unstarted(self, handle: HeldRoom) -> None:
+        """Record the new room paused before its first turn: the same ``STOPPED`` a pause
+        at turn 0 records, so the room lists, shows and resumes like one."""
+        room_id = handle.state.room.id
+        reason = StopReason.PAUSED
+        await handle.journal.emit(
+            StoppedEvent(
+                room_id=room_id, reason=reason, turn=0, detail=f"{reason.name.lower()} on request"
+            )
+        )
+        if self._table.replica is not None:
+            await self._table.replica.release(room_id)  # paused here: anyone may resume it
+        self._table.forget_if_idle(handle)
 
     def _check_members(self, spec: RoomSpec, principal: Principal) -> None:
         """Refuse, before anyone is asked anything, a member the room may not call, or may
