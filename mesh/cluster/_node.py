@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from mesh.cluster._rooms import RoomReplication
     from mesh.rooms import RoomManager
 
-__all__ = ["Cluster", "open_cluster"]
+__all__ = ["Cluster", "connect_nats", "join_cluster", "open_cluster"]
 
 log = get_logger("mesh.cluster")
 
@@ -146,21 +146,29 @@ async def open_cluster(
     Without one a key is made for this run alone, and the daemon id is then taken
     in the mesh until the operator removes its key (a fresh id each run is fine).
     """
+    _cluster_registry(orchestrator)  # a misuse is said before dialling
+    async with (
+        connect_nats(settings) as link,
+        join_cluster(orchestrator, link, rooms=rooms, key_file=key_file) as cluster,
+    ):
+        yield cluster
+
+
+@asynccontextmanager
+async def connect_nats(settings: ClusterSettings) -> AsyncIterator[NatsLink]:
+    """The daemon's NATS connection for the ``async with``, for :func:`join_cluster`.
+
+    ``mesh serve`` opens it before it starts any agent: NATS refusing the
+    credentials (a :class:`ClusterError`) then stops a daemon that started nothing.
+    Picks the daemon id when the settings leave it empty (``link.settings`` has it).
+    """
     try:
         import nats  # noqa: F401  (the optional extra: say so now, not at the first connect)
     except ImportError:
         raise ClusterError(
             "joining a cluster needs nats-py: pip install 'agent-mesh[cluster]'"
         ) from None
-    registry = orchestrator.registry
-    if not isinstance(registry, ClusterRegistry):
-        raise ClusterError(
-            "the orchestrator's registry must be a ClusterRegistry so that heartbeats reach the "
-            "other daemons: MeshOrchestrator(..., registry=ClusterRegistry())"
-        )
     settings = settings.with_daemon()
-    names = Names(settings.cluster_id, settings.daemon_id)
-    key = DaemonKey.generate() if key_file is None else DaemonKey.load_or_create(key_file)
     if not settings.credentials:
         log.warning(
             "cluster.nats_without_credentials",
@@ -168,48 +176,72 @@ async def open_cluster(
             "give the daemons NATS users (docs/cluster.md#credentials)",
         )
     async with open_nats_loop() as loop, open_nats_link(settings, loop) as link:
-        keys = KeyDirectory(link, names, Keys(names.daemon, key))
-        sync = RegistrySync(
-            link,
-            names,
-            registry,
-            call_timeout_of=orchestrator.call_timeout_of,
-            access_of=lambda agent: _access(orchestrator, agent),
-            signing=keys.keys,
-            fetch_key=keys.ensure,
-        )
-        calls = RemoteCalls(link, names, sync, registry, orchestrator, keys)
-        replication = None
-        if rooms is not None:
-            from mesh.cluster._rooms import RoomReplication
+        yield link
 
-            replication = RoomReplication(
-                link, names, rooms, settings.room_lease_ttl, keys, calls.ask
-            )
-            calls.room_holder = replication.lease_holder
-        cluster = Cluster(settings, link, sync, calls, replication, keys)
-        async with open_task_group() as tg:
-            await tg.start(calls.serve)
-            tg.start_soon(sync.run_publisher)
-            tg.start_soon(sync.run_key_fetches)
-            sync.daemon_url = settings.daemon_url
-            tg.start_soon(sync.run_daemon_entry)
-            if replication is not None:
-                await tg.start(replication.run)
-            ready = anyio.Event()
-            tg.start_soon(_follow_connection, cluster, ready)
-            orchestrator.remote = calls
-            if link.connected:
-                with anyio.move_on_after(settings.connect_timeout):
-                    await ready.wait()
-            log.info("cluster.joined", cluster=settings.cluster_id, daemon=settings.daemon_id)
-            try:
-                yield cluster
-            finally:
-                orchestrator.remote = None
-                with anyio.CancelScope(shield=True), anyio.move_on_after(WITHDRAW_TIMEOUT * 2):
-                    await _leave(cluster)
-                tg.cancel_scope.cancel()
+
+def _cluster_registry(orchestrator: MeshOrchestrator) -> ClusterRegistry:
+    registry = orchestrator.registry
+    if not isinstance(registry, ClusterRegistry):
+        raise ClusterError(
+            "the orchestrator's registry must be a ClusterRegistry so that heartbeats reach the "
+            "other daemons: MeshOrchestrator(..., registry=ClusterRegistry())"
+        )
+    return registry
+
+
+@asynccontextmanager
+async def join_cluster(
+    orchestrator: MeshOrchestrator,
+    link: NatsLink,
+    *,
+    rooms: RoomManager | None = None,
+    key_file: str | os.PathLike[str] | None = None,
+) -> AsyncIterator[Cluster]:
+    """:func:`open_cluster` over a link :func:`connect_nats` opened (and closes)."""
+    registry = _cluster_registry(orchestrator)
+    settings = link.settings
+    names = Names(settings.cluster_id, settings.daemon_id)
+    key = DaemonKey.generate() if key_file is None else DaemonKey.load_or_create(key_file)
+    keys = KeyDirectory(link, names, Keys(names.daemon, key))
+    sync = RegistrySync(
+        link,
+        names,
+        registry,
+        call_timeout_of=orchestrator.call_timeout_of,
+        access_of=lambda agent: _access(orchestrator, agent),
+        signing=keys.keys,
+        fetch_key=keys.ensure,
+    )
+    calls = RemoteCalls(link, names, sync, registry, orchestrator, keys)
+    replication = None
+    if rooms is not None:
+        from mesh.cluster._rooms import RoomReplication
+
+        replication = RoomReplication(link, names, rooms, settings.room_lease_ttl, keys, calls.ask)
+        calls.room_holder = replication.lease_holder
+    cluster = Cluster(settings, link, sync, calls, replication, keys)
+    async with open_task_group() as tg:
+        await tg.start(calls.serve)
+        tg.start_soon(sync.run_publisher)
+        tg.start_soon(sync.run_key_fetches)
+        sync.daemon_url = settings.daemon_url
+        tg.start_soon(sync.run_daemon_entry)
+        if replication is not None:
+            await tg.start(replication.run)
+        ready = anyio.Event()
+        tg.start_soon(_follow_connection, cluster, ready)
+        orchestrator.remote = calls
+        if link.connected:
+            with anyio.move_on_after(settings.connect_timeout):
+                await ready.wait()
+        log.info("cluster.joined", cluster=settings.cluster_id, daemon=settings.daemon_id)
+        try:
+            yield cluster
+        finally:
+            orchestrator.remote = None
+            with anyio.CancelScope(shield=True), anyio.move_on_after(WITHDRAW_TIMEOUT * 2):
+                await _leave(cluster)
+            tg.cancel_scope.cancel()
 
 
 def _access(orchestrator: MeshOrchestrator, agent_id: str) -> dict[str, Any] | None:

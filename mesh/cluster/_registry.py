@@ -201,6 +201,9 @@ class RegistrySync:
 
     async def run_publisher(self) -> None:
         """Write dirty agents as they come, in batches; kept for later while NATS is away."""
+        # Not before the first snapshot: by then our key is in the keys bucket, so no
+        # daemon reads an entry of ours it cannot check yet (and drops it as forged).
+        await self.synced.wait()
         while True:
             await self._wake.wait()
             self._wake = anyio.Event()

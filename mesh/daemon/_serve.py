@@ -8,7 +8,9 @@ it writes an admin token into its data directory and names the file in the
 line it prints when it listens.
 
 It binds its port before it starts any agent, so a busy port is a one-line
-:class:`ListenError` with nothing to clean up. SIGINT or SIGTERM shuts it down
+:class:`ListenError` with nothing to clean up; in a cluster it connects to NATS
+before it starts any agent too, so credentials NATS refuses stop it having started
+nothing. SIGINT or SIGTERM shuts it down
 gracefully: refuse new work with 503 (in a cluster, withdraw its entries and hand
 its rooms over meanwhile, still answering), stop accepting, let calls in flight
 finish over every link, dial-in ones included (up to ``drain_timeout``; a call
@@ -114,20 +116,33 @@ def _registry(settings: DaemonSettings) -> Any:
     return ClusterRegistry()
 
 
-def _join_cluster(
-    settings: DaemonSettings, orchestrator: MeshOrchestrator, rooms: RoomManager
-) -> AbstractAsyncContextManager[Any]:
-    """``mesh.cluster.open_cluster`` when ``--nats`` is set; nothing otherwise.
+def _connect_nats(settings: DaemonSettings) -> AbstractAsyncContextManager[Any]:
+    """The cluster's NATS connection when ``--nats`` is set; nothing otherwise.
 
-    Joined before the HTTP server listens, so that no room is created unshared.
+    Opened before any agent is started: credentials NATS refuses stop a daemon
+    that has started nothing.
     """
     if not settings.nats:
         return nullcontext()
-    from mesh.cluster import open_cluster
+    from mesh.cluster._node import connect_nats
+
+    return connect_nats(cluster_settings(settings))
+
+
+def _join_cluster(
+    settings: DaemonSettings, link: Any, orchestrator: MeshOrchestrator, rooms: RoomManager
+) -> AbstractAsyncContextManager[Any]:
+    """Join the mesh over ``link`` (from :func:`_connect_nats`); nothing when alone.
+
+    Joined before the HTTP server listens, so that no room is created unshared.
+    """
+    if link is None:
+        return nullcontext()
+    from mesh.cluster._node import join_cluster
 
     # The key that signs what this daemon writes to NATS: the mesh knows it by this key.
     key_file = Path(settings.data_dir) / "cluster.key"
-    return open_cluster(orchestrator, cluster_settings(settings), rooms=rooms, key_file=key_file)
+    return join_cluster(orchestrator, link, rooms=rooms, key_file=key_file)
 
 
 def _private_data_dir(directory: Path) -> None:
@@ -267,11 +282,13 @@ async def _start_services(
 ) -> tuple[Any, anyio.abc.TaskGroup]:
     """Start the agents, the rooms, the cluster and the background tasks, then serve;
     returns the cluster (None alone) and the background task group."""
+    # NATS first: a daemon that cannot join must exit having spawned no agent.
+    link = await stack.enter_async_context(_connect_nats(settings))
     await stack.enter_async_context(parts.orchestrator)
     await stack.enter_async_context(parts.rooms)
     # Joined before serving, so that no room is ever created unshared.
     cluster = await stack.enter_async_context(
-        _join_cluster(settings, parts.orchestrator, parts.rooms)
+        _join_cluster(settings, link, parts.orchestrator, parts.rooms)
     )
     if cluster is not None:
         cluster.daemon_url = server.url  # what the other daemons show for this one

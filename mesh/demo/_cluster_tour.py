@@ -6,11 +6,15 @@ of ``a`` from ``c``, broadcasts from ``b`` to every daemon's agents, prints
 ``mesh agents`` (with the daemon that holds each), then starts a room on ``b``
 between a persona on ``a`` and one on ``c``, SIGKILLs ``b`` mid-room, and shows
 the room resuming on another daemon and finishing with every turn once.
+
+NATS runs the ``mesh cluster nats-config`` configuration: each daemon logs in
+as its own user, allowed to act in its own name only, as in production.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import signal
 import sys
 import tempfile
@@ -20,12 +24,14 @@ from typing import Any
 
 import anyio
 
+from mesh.cluster._permissions import nats_config, password_variable
 from mesh.rooms import MessageEvent, ResumedEvent, StoppedEvent, decode_event
 from mesh.testing import Daemon, spawn_daemon, spawn_echo_server, spawn_nats_server
 
 #: Each step of the tour is bounded by this (three daemons on a loaded laptop).
 STEP_TIMEOUT = 60.0
 TURNS = 10
+DAEMONS = ("a", "b", "c")
 
 
 def say(text: str = "") -> None:
@@ -89,18 +95,48 @@ async def _held_by(daemons: dict[str, Daemon], room_id: str) -> str | None:
     return None
 
 
+def _nats_users(root: Path) -> tuple[Path, dict[str, str]]:
+    """The nats-server config giving each daemon a user of its own, and their passwords.
+
+    The passwords are variables of the config file itself (nats-server reads a
+    ``$VARIABLE`` from the file before its environment), so the demo's NATS has
+    them without a shell to export them in.
+    """
+    passwords = {daemon: secrets.token_urlsafe(16) for daemon in DAEMONS}
+    lines = [f'{password_variable(d)}: "{password}"' for d, password in passwords.items()]
+    config = root / "nats.conf"
+    config.touch(mode=0o600)
+    config.write_text("\n".join(lines) + "\n" + nats_config("mesh", DAEMONS))
+    return config, passwords
+
+
 async def _start(stack: AsyncExitStack, root: Path) -> dict[str, Daemon]:
-    nats = await stack.enter_async_context(spawn_nats_server(root / "nats"))
-    say(f"  nats-server -js on {nats.url} (store in {root / 'nats'})")
+    config, passwords = _nats_users(root)
+    nats = await stack.enter_async_context(
+        spawn_nats_server(root / "nats", args=["-c", str(config)])
+    )
+    say(f"  nats-server -js -c {config} on {nats.url} (store in {root / 'nats'})")
+    say(f"    a NATS user per daemon: mesh cluster nats-config {_daemon_flags()}")
     echo = await stack.enter_async_context(spawn_echo_server(extra_args=["--log-level", "warning"]))
     daemons: dict[str, Daemon] = {}
     for name, directory in _manifests(root, echo.http).items():
         args = ["--nats", nats.url, "--daemon-id", name, "--room-lease-ttl", "2"]
         args += ["--data-dir", str(root / name / "data"), "--log-level", "warning"]
-        daemons[name] = await stack.enter_async_context(spawn_daemon(directory, extra_args=args))
-        say(f"  mesh serve --nats {nats.url} --daemon-id {name}  ->  {daemons[name].http}")
+        # Secrets have no flag: the daemon reads its NATS password from its environment.
+        env = {"MESH_NATS_USER": f"daemon-{name}", "MESH_NATS_PASSWORD": passwords[name]}
+        daemons[name] = await stack.enter_async_context(
+            spawn_daemon(directory, env=env, extra_args=args)
+        )
+        say(
+            f"  MESH_NATS_USER=daemon-{name} mesh serve --nats {nats.url} --daemon-id {name}"
+            f"  ->  {daemons[name].http}"
+        )
     await daemons["c"].wait_online("echo-a", "echo-b", "echo-c", "alice", "bob", timeout=60)
     return daemons
+
+
+def _daemon_flags() -> str:
+    return " ".join(f"--daemon {daemon}" for daemon in DAEMONS)
 
 
 async def _calls(daemons: dict[str, Daemon]) -> None:

@@ -5,12 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import anyio
+import anyio.lowlevel
 import msgspec
 import pytest
 
-from mesh import AgentSpec, local_connector
+from mesh import AgentSpec, MeshOrchestrator, local_connector
+from mesh._tasks import open_task_group
 from mesh.agents.echo import agent as echo_agent
+from mesh.cluster import ClusterRegistry, ClusterSettings
 from mesh.cluster._link import KvChange, NatsMessage
+from mesh.cluster._node import connect_nats, join_cluster
 from mesh.cluster._settings import agent_key
 from mesh.cluster._wire import CALL_REPLY, CallFailed
 from mesh.testing import NatsServer, spawn_nats_server
@@ -236,3 +240,32 @@ async def test_an_entry_that_comes_before_its_writers_key_is_checked_once_the_ke
             await wait_status(c.mesh.registry, "slow")
             assert c.cluster.holder("slow") == "d"
             assert "d" in c.cluster.keys.keys.ring
+
+
+async def test_a_daemons_key_is_written_before_its_first_entry(nats: NatsServer) -> None:
+    """Another daemon drops an entry whose writer's key it cannot read yet as forged:
+    a joining daemon writes its key first, then its agents' entries, even for an agent
+    whose heartbeats come while it is still joining."""
+    written: list[str] = []
+    async with open_member(nats.url, "a") as a:  # the buckets exist: b's writes land at once
+        link = a.cluster.link
+        await link.subscribe("$KV.mesh-mesh-keys.b", lambda _: written.append("key"))
+        await link.subscribe(
+            f"$KV.mesh-mesh-agents.{agent_key('b', 'beating')}", lambda _: written.append("entry")
+        )
+        settings = ClusterSettings(nats=nats.url, daemon_id="b")
+        async with MeshOrchestrator([], registry=ClusterRegistry()) as b:
+            b.registry.register(AgentRecord(id=AgentId("beating"), name="b"), anyio.current_time())
+            joined = anyio.Event()
+
+            async def beat() -> None:
+                while not joined.is_set():
+                    b.registry.heartbeat(AgentId("beating"), anyio.current_time())
+                    await anyio.lowlevel.checkpoint()  # a beat between every step of the join
+
+            async with open_task_group() as tg, connect_nats(settings) as b_link:
+                tg.start_soon(beat)
+                async with join_cluster(b, b_link):
+                    joined.set()
+                    await wait_status(a.mesh.registry, "beating")
+    assert written[:2] == ["key", "entry"]

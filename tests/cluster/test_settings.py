@@ -124,6 +124,31 @@ async def test_mesh_serve_says_when_nats_refuses_it(
     assert b"Traceback" not in done.stderr
 
 
+@pytest.mark.anyio
+async def test_a_daemon_nats_refuses_starts_no_agent(
+    nats_with_token: NatsServer, tmp_path: Path
+) -> None:
+    """NATS is asked before any agent is spawned: a daemon that cannot join started nothing."""
+    manifests, marker = tmp_path / "manifests", tmp_path / "spawned"
+    manifests.mkdir()
+    (manifests / "would-start.toml").write_text(
+        'id = "would-start"\n[transport]\ntype = "stdio"\ncommand = "python"\n'
+        f'args = ["-c", "open({str(marker)!r}, \'w\')"]\n'
+    )
+    command = [sys.executable, "-m", "mesh.cli", "serve", "--port", "0"]
+    command += ["--manifests", str(manifests), "--data-dir", str(tmp_path / "data")]
+    command += ["--nats", nats_with_token.url, "--log-level", "error"]
+    env = {**os.environ, "MESH_NATS_TOKEN": "wrong"}
+    with anyio.fail_after(60):
+        done = await anyio.run_process(command, env=env, check=False)
+    assert done.returncode == 2
+    said = done.stderr.decode().strip().splitlines()
+    assert (
+        len(said) == 1 and "NATS at" in said[0] and "refused this daemon's credentials" in said[0]
+    )
+    assert not marker.exists()
+
+
 def _other_value(name: str, default: object) -> object:
     """A value for the setting ``name`` that is not its default and that the cluster takes."""
     if name == "nats":
