@@ -95,6 +95,7 @@ def demo_room() -> Room:
     ids = [m if isinstance(m, str) else m.id for m in spec.members]
     members = [{"id": a, "name": _NAMES[a], "role": _ROLES[a]} for a in ids]
     data = msgspec.to_builtins(spec)
+    data.pop("paused", None)  # how a room starts, not what the engine holds
     data.update(id="room-draws", members=members)
     return msgspec.convert(data, Room)
 
