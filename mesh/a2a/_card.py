@@ -4,9 +4,10 @@ Built from the agent's ``agent/info`` and ``tools/list`` (every mesh agent and
 every mount answers both). Each tool is a skill whose ``id`` is the tool's name,
 with an example of the data part that calls it; a chat agent (a persona) has a
 ``chat`` skill, which plain text reaches. The card declares the one scheme the
-daemon accepts (HTTP ``Bearer``, a mesh token) and two interfaces on one URL,
-JSON-RPC 1.0 and 0.3. The 0.3 fields (``url``, ``preferredTransport``,
-``protocolVersion``), which 0.3 clients need to find the endpoint and 1.0's strict
+daemon accepts (HTTP ``Bearer``, a mesh token) and three interfaces on one
+URL: JSON-RPC 1.0 and 0.3, and HTTP+JSON 1.0 (its paths are under that URL).
+The 0.3 fields (``url``, ``preferredTransport``, ``protocolVersion``, and
+``additionalInterfaces``), which 0.3 clients need to find the endpoint and 1.0's strict
 schema does not allow, are added unless the card is asked for as 1.0 (an
 ``A2A-Version: 1.0`` header): an empty header means 0.3, as everywhere in A2A.
 """
@@ -83,6 +84,7 @@ def build_card(
         "supportedInterfaces": [
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+            {"url": url, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
         ],
         "provider": {"organization": "agent-mesh", "url": url},
         "capabilities": {"streaming": True, "pushNotifications": push},
@@ -101,6 +103,10 @@ def build_card(
     }
     if legacy:
         card.update(url=url, preferredTransport="JSONRPC", protocolVersion="0.3.0")
+        card["additionalInterfaces"] = [
+            {"url": url, "transport": "JSONRPC"},
+            {"url": url, "transport": "HTTP+JSON"},
+        ]
     return card
 
 

@@ -3,6 +3,8 @@ server-sent events (a task's numbered events from a cursor, with keepalives)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
@@ -15,6 +17,8 @@ from transports import BodyWriter, HttpRequest, HttpResponse
 
 __all__ = [
     "A2aError",
+    "Frame",
+    "Streamed",
     "decode_call",
     "param_dict",
     "param_int",
@@ -81,8 +85,21 @@ def param_int(params: dict[str, Any], key: str, low: int, high: int) -> int | No
     return value
 
 
+@dataclass(frozen=True, slots=True)
+class Streamed:
+    """An answer that is a stream: ``task``'s events after ``cursor`` (None: the task
+    itself first), sent as server-sent events by whichever binding asked."""
+
+    task: Task
+    cursor: int | None
+
+
+#: Makes one streamed object the ``data`` of its event: the binding's envelope.
+Frame = Callable[[Any], bytes]
+
+
 async def pump(
-    task: Task, cursor: int | None, version: Version, rpc_id: Any, write: BodyWriter
+    task: Task, cursor: int | None, version: Version, frame: Frame, write: BodyWriter
 ) -> None:
     """Every event of ``task`` after ``cursor`` as server-sent events, until it rests."""
     while True:
@@ -91,12 +108,12 @@ async def pump(
             # New, or so far behind that the log moved on: the task itself says it all.
             cursor = task.last_event
             snapshot = {"task": task.snapshot()}
-            await write(_sse(cursor, rpc_result(rpc_id, event_for(snapshot, version))))
+            await write(_sse(cursor, frame(event_for(snapshot, version))))
             continue
         batch = list(task.events_after(cursor))
         for number, event in batch:
             cursor = number
-            await write(_sse(number, rpc_result(rpc_id, event_for(event, version))))
+            await write(_sse(number, frame(event_for(event, version))))
         if batch:
             continue  # more may have come while these were written
         if task.resting:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
@@ -44,6 +45,8 @@ from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.a2a._card import MODES, build_card, card_etag
 from mesh.a2a._jsonrpc import (
     A2aError,
+    Frame,
+    Streamed,
     decode_call,
     param_dict,
     param_int,
@@ -61,6 +64,7 @@ from mesh.a2a._mapping import (
     unsupported_media,
 )
 from mesh.a2a._push import MAX_CONFIGS, CheckUrl, PushConfig, PushRefused, deliver, push_config_in
+from mesh.a2a._rest import handle_rest
 from mesh.a2a._runner import run_task
 from mesh.a2a._tasks import StoreFull, Task, TaskStore
 from mesh.a2a._wire import Version, WireError, camel_keys, message_in, method_of, negotiate
@@ -114,7 +118,7 @@ class A2aServer:
         self.max_streams = max_streams
         self._streams: dict[str, int] = {}
         self._check_push = check_push_url
-        self.store = store or TaskStore()
+        self.store = store if store is not None else TaskStore()
         self.max_message_size = max_message_size
         self._conversations = Conversations()
         #: What each agent's card is made of (its ``agent/info`` and its tools), and when
@@ -127,6 +131,8 @@ class A2aServer:
     ) -> None:
         """Run the tasks clients start, until cancelled (which cancels them)."""
         async with anyio.create_task_group() as tg:
+            await self.store.load()  # the tasks an earlier run kept, if it kept any
+            await tg.start(self.store.keep)
             self._tasks = tg
             task_status.started()
             try:
@@ -192,81 +198,92 @@ class A2aServer:
         call: dict[str, Any] = {}
         try:
             version, method, params = self._parse(request, call)
-            return await self._dispatch(
-                method, params, agent, caller, version, call.get("id"), request
+            refused = self.stream_refused(method, caller)
+            if refused is not None:
+                return refused
+            answer = await self.answer(
+                method, params, agent, caller, version, cursor=stream_cursor(request)
             )
         except A2aError as exc:
             return rpc_error(call.get("id"), exc.code, str(exc))
+        if isinstance(answer, Streamed):
+            return self.stream(answer, version, caller, partial(rpc_result, call.get("id")))
+        return HttpResponse(200, rpc_result(call.get("id"), answer))
+
+    async def handle_rest(
+        self, request: HttpRequest, agent: str, caller: Caller, path: Sequence[str]
+    ) -> HttpResponse:
+        """Answer one HTTP+JSON request to ``agent``; ``path`` is its URL's segments under
+        the agent's base URL (``("message:send",)``, ``("tasks", "t1:cancel")``)."""
+        return await handle_rest(self, request, agent, caller, path)
 
     def _parse(
         self, request: HttpRequest, call: dict[str, Any]
     ) -> tuple[Version, str, dict[str, Any]]:
         """The version, method and params of a request; ``call`` is filled with its body."""
-        asked = request.header("a2a-version")
-        version = negotiate(asked)
-        size = len(request.body)
-        if size > self.max_message_size:
-            why = f"a message of {size} bytes exceeds the limit of {self.max_message_size} bytes"
-            raise A2aError(-32600, why)
-        _check_content_type(request.header("content-type"))
+        self.check_body(request)
         call.update(decode_call(request.body))
-        if version is None:
-            why = f"A2A-Version {asked!r} is not supported; this server speaks 1.0 and 0.3"
-            raise A2aError(-32009, why)
+        version = self.version(request)
         method = method_of(call["method"], version)
         if method is None:
             raise A2aError(-32601, f"no method {call['method']!r} in A2A {version}")
         return version, method, camel_keys(param_dict(call.get("params"), "params"))
 
-    async def _dispatch(
+    def check_body(self, request: HttpRequest) -> None:
+        """A body too large, or said to be other than JSON, is refused before it is read."""
+        size = len(request.body)
+        if size > self.max_message_size:
+            why = f"a message of {size} bytes exceeds the limit of {self.max_message_size} bytes"
+            raise A2aError(-32600, why)
+        _check_content_type(request.header("content-type"))
+
+    @staticmethod
+    def version(request: HttpRequest) -> Version:
+        """The dialect the request's ``A2A-Version`` header asks for (empty: 0.3)."""
+        asked = request.header("a2a-version")
+        version = negotiate(asked)
+        if version is None:
+            why = f"A2A-Version {asked!r} is not supported; this server speaks 1.0 and 0.3"
+            raise A2aError(-32009, why)
+        return version
+
+    def stream_refused(self, method: str, caller: Caller) -> HttpResponse | None:
+        """The 429 for a stream past the caller's ``max_streams`` (None: it may open one)."""
+        if method not in ("SendStreamingMessage", "SubscribeToTask"):
+            return None
+        held = self._streams.get(caller.owner, 0)
+        if held < self.max_streams:
+            return None
+        why = f"this client holds {held} open streams, the limit; close one first"
+        return HttpResponse.error(429, why, limit="max_streams")
+
+    async def answer(
         self,
         method: str,
         params: dict[str, Any],
         agent: str,
         caller: Caller,
         version: Version,
-        rpc_id: Any,
-        request: HttpRequest,
-    ) -> HttpResponse:
-        if method in ("SendStreamingMessage", "SubscribeToTask"):
-            held = self._streams.get(caller.owner, 0)
-            if held >= self.max_streams:
-                why = f"this client holds {held} open streams, the limit; close one first"
-                return HttpResponse.error(429, why, limit="max_streams")
+        *,
+        cursor: int | None = None,
+    ) -> Any:
+        """What A2A ``method`` answers, whichever binding asked: its result (in
+        ``version``'s shapes), or :class:`Streamed` for a stream of a task's events
+        from ``cursor``. Both bindings call this, so every rule holds in both."""
         if method in ("SendMessage", "SendStreamingMessage"):
-            task, wait = await self._start(params, agent, caller)
-            if method == "SendStreamingMessage":
-                return self._stream(task, None, version, rpc_id, caller.owner)
-            if wait:
-                while not task.resting:
-                    await task.changed.wait()
-            history = param_int(
-                param_dict(params.get("configuration"), "configuration"), "historyLength", 0, 1000
-            )
-            result = {"task": task.snapshot(history_length=history)}
-            return HttpResponse(
-                200,
-                rpc_result(
-                    rpc_id, result if version == "1.0" else _task_for(result["task"], version)
-                ),
-            )
+            return await self._send(method, params, agent, caller, version)
         if method == "ListTasks":
-            return HttpResponse(200, rpc_result(rpc_id, self._list(params, agent, caller, version)))
+            return self._list(params, agent, caller, version)
         if "PushNotificationConfig" in method:
-            result = self._push_method(method, params, agent, caller, version)
-            return HttpResponse(200, rpc_result(rpc_id, result))
+            return self._push_method(method, params, agent, caller, version)
         if method == "GetExtendedAgentCard":
             raise A2aError(-32007, "this agent has no extended card: its card says everything")
         task = self._find(params, agent, caller)
         if method == "GetTask":
             history = param_int(params, "historyLength", 0, 1000)
-            return HttpResponse(
-                200, rpc_result(rpc_id, _task_for(task.snapshot(history_length=history), version))
-            )
+            return _task_for(task.snapshot(history_length=history), version)
         if method == "CancelTask":
-            return HttpResponse(
-                200, rpc_result(rpc_id, _task_for(await self._cancel(task), version))
-            )
+            return _task_for(await self._cancel(task), version)
         # SubscribeToTask: from the client's last event (Last-Event-ID), else from now.
         if task.finished:
             raise A2aError(
@@ -274,7 +291,22 @@ class A2aServer:
                 f"task {task.id!r} is {task.state}: a finished task has no events to come"
                 " (GetTask returns it as it ended)",
             )
-        return self._stream(task, stream_cursor(request), version, rpc_id, caller.owner)
+        return Streamed(task, cursor)
+
+    async def _send(
+        self, method: str, params: dict[str, Any], agent: str, caller: Caller, version: Version
+    ) -> Any:
+        task, wait = await self._start(params, agent, caller)
+        if method == "SendStreamingMessage":
+            return Streamed(task, None)
+        if wait:
+            while not task.resting:
+                await task.changed.wait()
+        history = param_int(
+            param_dict(params.get("configuration"), "configuration"), "historyLength", 0, 1000
+        )
+        result = {"task": task.snapshot(history_length=history)}
+        return result if version == "1.0" else _task_for(result["task"], version)
 
     def _find(self, params: dict[str, Any], agent: str, caller: Caller) -> Task:
         task_id = params.get("id")
@@ -475,14 +507,18 @@ class A2aServer:
 
     # -- streams ---------------------------------------------------------------------------------
 
-    def _stream(
-        self, task: Task, cursor: int | None, version: Version, rpc_id: Any, owner: str
+    def stream(
+        self, streamed: Streamed, version: Version, caller: Caller, frame: Frame
     ) -> HttpResponse:
+        """Server-sent events of ``streamed``, each event's object made a body by ``frame``
+        (the binding's envelope: a JSON-RPC result, or the object itself)."""
+        owner = caller.owner
+
         async def produce(write: BodyWriter) -> None:
             # Counted while it runs (a stream whose head never went out never starts).
             self._streams[owner] = self._streams.get(owner, 0) + 1
             try:
-                await pump(task, cursor, version, rpc_id, write)
+                await pump(streamed.task, streamed.cursor, version, frame, write)
             finally:
                 self._streams[owner] -= 1
                 if not self._streams[owner]:

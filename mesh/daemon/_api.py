@@ -140,11 +140,7 @@ class DaemonApi:
             host=settings.host,
         )
         self.probes = Probes(orchestrator, self.lifecycle)
-        self.a2a = DaemonA2a(
-            orchestrator,
-            secure=settings.tls_cert is not None,
-            webhook_hosts=settings.webhook_hosts,
-        )
+        self.a2a = DaemonA2a(orchestrator, settings)
         self.routes = RouteTable(
             identities,
             http={
@@ -164,6 +160,7 @@ class DaemonApi:
                 **self.probes.http_handlers(),
                 "a2a_card": self.a2a.handle_card,
                 "a2a": self.a2a.handle_rpc,
+                "a2a_rest": self.a2a.handle_rest,
                 **room_handlers,
                 **(more_http or {}),
             },

@@ -145,6 +145,25 @@ ROUTES: Final = (
     # A2A (docs/a2a.md): each agent's card, and its JSON-RPC endpoint (SSE for streams).
     Route("GET", "/a2a/{agent}/.well-known/agent-card.json", Right.READ, "a2a_card"),
     Route("POST", "/a2a/{agent}", Right.CALL, "a2a"),
+    # ...and its HTTP+JSON binding under the same base: the same methods, so the same right
+    # (CALL) on every verb. `{task}` may end `:cancel` or `:subscribe` (POST).
+    Route("POST", "/a2a/{agent}/message:send", Right.CALL, "a2a_rest"),
+    Route("POST", "/a2a/{agent}/message:stream", Right.CALL, "a2a_rest"),
+    Route("GET", "/a2a/{agent}/tasks", Right.CALL, "a2a_rest"),
+    Route("GET", "/a2a/{agent}/tasks/{task}", Right.CALL, "a2a_rest"),
+    Route("POST", "/a2a/{agent}/tasks/{task}", Right.CALL, "a2a_rest"),
+    Route("GET", "/a2a/{agent}/tasks/{task}/pushNotificationConfigs", Right.CALL, "a2a_rest"),
+    Route("POST", "/a2a/{agent}/tasks/{task}/pushNotificationConfigs", Right.CALL, "a2a_rest"),
+    Route(
+        "GET", "/a2a/{agent}/tasks/{task}/pushNotificationConfigs/{config}", Right.CALL, "a2a_rest"
+    ),
+    Route(
+        "DELETE",
+        "/a2a/{agent}/tasks/{task}/pushNotificationConfigs/{config}",
+        Right.CALL,
+        "a2a_rest",
+    ),
+    Route("GET", "/a2a/{agent}/extendedAgentCard", Right.CALL, "a2a_rest"),
 )
 
 

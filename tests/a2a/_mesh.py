@@ -115,15 +115,23 @@ async def sdk_client(
     version: str = "1.0",
     streaming: bool = True,
     token: str | None = None,
+    binding: str = "JSONRPC",
 ) -> AsyncIterator[tuple[Client, AgentCard]]:
-    """The SDK's client for ``agent``, from its card, speaking ``version`` (1.0 or 0.3)."""
+    """The SDK's client for ``agent``, from its card, speaking ``version`` (1.0 or 0.3)
+    over ``binding`` (``JSONRPC`` or ``HTTP+JSON``)."""
     async with mesh.http(token) as http:
         card = await A2ACardResolver(http, mesh.url(agent)).get_agent_card()
         chosen = copy.deepcopy(card)
-        keep = [i for i in card.supported_interfaces if i.protocol_version == version]
+        keep = [
+            i
+            for i in card.supported_interfaces
+            if i.protocol_version == version and i.protocol_binding == binding
+        ]
         del chosen.supported_interfaces[:]
         chosen.supported_interfaces.extend(keep)
-        config = ClientConfig(httpx_client=http, streaming=streaming)
+        config = ClientConfig(
+            httpx_client=http, streaming=streaming, supported_protocol_bindings=[binding]
+        )
         client = ClientFactory(config).create(chosen)
         yield client, card
 
