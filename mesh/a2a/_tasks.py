@@ -12,27 +12,45 @@ The :class:`TaskStore` keeps at most ``max_tasks`` tasks and at most
 ``max_per_owner`` of each owner's; past either bound the oldest *finished* task
 goes, and when none has finished a new task is refused (:class:`StoreFull`),
 so one client can neither evict another's running work nor grow the store.
+A finished task older than ``retention`` seconds is forgotten too.
+
+Given a directory, the store keeps its tasks on
+disk (:meth:`TaskStore.keep` writes each change) and takes them back when it
+opens (:meth:`TaskStore.load`), so ``GetTask`` answers after a restart. A task
+that had not finished when its daemon stopped ends ``FAILED`` then: the call it
+was is gone with the process, and no agent will finish it.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Final
 
 import anyio
+import anyio.abc
+import anyio.to_thread
 
+from mesh.a2a._journal import TaskJournal
 from mesh.a2a._wire import INTERRUPTED, TERMINAL
 
 __all__ = ["StoreFull", "Task", "TaskStore"]
 
 #: Events kept per task for re-subscribers; older ones are summed up by the task itself.
 MAX_EVENTS: Final = 1024
-#: Messages kept in a task's history.
+#: Messages kept in a task's history (the store's default).
 MAX_HISTORY: Final = 64
+#: What a task that was running when its daemon stopped says, once it is read back.
+STOPPED: Final = "the daemon stopped while this task ran; send the message again"
+#: How long a stopping daemon may take to write its tasks' last changes.
+FLUSH_ON_STOP: Final = 5.0
+#: How often, at most, the store looks for finished tasks past their retention.
+SWEEP_EVERY: Final = 60.0
 
 
 class StoreFull(Exception):
@@ -66,6 +84,11 @@ class Task:
     scope: anyio.CancelScope | None = None
     #: The push configs clients gave (mesh.a2a._push.PushConfig), by id.
     push: dict[str, Any] = field(default_factory=dict)
+    max_history: int = MAX_HISTORY
+    #: When it last changed (wall clock, seconds): retention counts from here.
+    changed_at: float = field(default_factory=time.time)
+    #: Told of each change (the store, to write the task to disk).
+    on_change: Callable[[Task], None] | None = None
     _changed: anyio.Event = field(default_factory=anyio.Event)
 
     @property
@@ -95,7 +118,13 @@ class Task:
 
     def remember(self, message: dict[str, Any]) -> None:
         self.history.append(message)
-        del self.history[:-MAX_HISTORY]
+        del self.history[: -self.max_history]
+        self._touch()
+
+    def _touch(self) -> None:
+        self.changed_at = time.time()
+        if self.on_change is not None:
+            self.on_change(self)
 
     def set_state(
         self, state: str, message: dict[str, Any] | None = None, *, remember: bool = True
@@ -125,8 +154,57 @@ class Task:
         self.last_event += 1
         self.events.append((self.last_event, event))
         del self.events[:-MAX_EVENTS]
+        self._touch()
         self._changed.set()
         self._changed = anyio.Event()
+
+    # -- on disk ---------------------------------------------------------------------------
+
+    def record(self) -> dict[str, Any]:
+        """The task as the journal keeps it (no events, no push configs: see _journal)."""
+        return {
+            "id": self.id,
+            "contextId": self.context_id,
+            "agent": self.agent,
+            "owner": self.owner,
+            "number": self.number,
+            "state": self.state,
+            "status": self.snapshot(history_length=0, artifacts=False)["status"],
+            "artifacts": self.artifacts,
+            "history": self.history,
+            "lastEvent": self.last_event,
+            "changed": self.changed_at,
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], max_history: int) -> Task:
+        """A task read back; one that had not finished ends FAILED (the module says why)."""
+        status = record["status"]
+        task = cls(
+            str(record["id"]),
+            str(record["contextId"]),
+            str(record["agent"]),
+            str(record["owner"]),
+            int(record["number"]),
+            state=str(record["state"]),
+            status_message=status.get("message"),
+            timestamp=str(status.get("timestamp") or now_iso()),
+            history=list(record.get("history") or [])[-max_history:],
+            artifacts=list(record.get("artifacts") or []),
+            last_event=int(record.get("lastEvent") or 0),
+            max_history=max_history,
+            changed_at=float(record.get("changed") or time.time()),
+        )
+        if not task.finished:
+            said = {
+                "messageId": new_id(),
+                "role": "ROLE_AGENT",
+                "parts": [{"text": STOPPED}],
+                "contextId": task.context_id,
+                "taskId": task.id,
+            }
+            task.set_state("TASK_STATE_FAILED", said)
+        return task
 
     # -- reading it ----------------------------------------------------------------------
 
@@ -145,15 +223,33 @@ class Task:
 
 
 class TaskStore:
-    """The tasks of every client, bounded (see the module docstring)."""
+    """The tasks of every client, bounded, on disk when given a journal (see the module
+    docstring)."""
 
-    def __init__(self, *, max_tasks: int = 10_000, max_per_owner: int = 1_000) -> None:
+    def __init__(
+        self,
+        *,
+        max_tasks: int = 10_000,
+        max_per_owner: int = 1_000,
+        max_history: int = MAX_HISTORY,
+        retention: float | None = None,
+        directory: str | Path | None = None,
+    ) -> None:
+        """``directory``: where the tasks are kept on disk (None: in memory only)."""
         self.max_tasks = max_tasks
         self.max_per_owner = max_per_owner
+        self.max_history = max_history
+        self.retention = retention
+        self._journal = None if directory is None else TaskJournal(directory)
         self._tasks: OrderedDict[str, Task] = OrderedDict()
         #: Each owner's tasks, oldest first: bounds are checked without a scan of all.
         self._owned: dict[str, OrderedDict[str, Task]] = {}
         self._count = 0
+        #: What the journal has yet to be told: tasks changed, tasks forgotten.
+        self._dirty: dict[str, Task] = {}
+        self._gone: set[str] = set()
+        self._wake = anyio.Event()
+        self._swept = 0.0
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -162,9 +258,16 @@ class TaskStore:
         self._make_room(owner)
         self._count += 1
         task = Task(new_id(), context_id or new_id(), agent, owner, self._count)
-        self._tasks[task.id] = task
-        self._owned.setdefault(owner, OrderedDict())[task.id] = task
+        task.max_history = self.max_history
+        self._add(task)
         return task
+
+    def _add(self, task: Task) -> None:
+        self._tasks[task.id] = task
+        self._owned.setdefault(task.owner, OrderedDict())[task.id] = task
+        if self._journal is not None:
+            task.on_change = self._changed
+            self._changed(task)
 
     def get(self, task_id: str, owner: str, agent: str) -> Task | None:
         """The task, if it is this owner's and this agent's (else, to them, there is none)."""
@@ -190,8 +293,94 @@ class TaskStore:
         oldest = next((t for t in candidates.values() if t.finished), None)
         if oldest is None:
             raise StoreFull(f"{why} and none has finished; wait for one or cancel one")
-        del self._tasks[oldest.id]
-        owned = self._owned[oldest.owner]
-        del owned[oldest.id]
+        self._forget(oldest)
+
+    def _forget(self, task: Task) -> None:
+        del self._tasks[task.id]
+        owned = self._owned[task.owner]
+        del owned[task.id]
         if not owned:
-            del self._owned[oldest.owner]
+            del self._owned[task.owner]
+        task.on_change = None
+        self._dirty.pop(task.id, None)
+        if self._journal is not None:
+            self._gone.add(task.id)
+            self._wake.set()
+
+    def sweep(self, now: float | None = None) -> int:
+        """Forget the finished tasks older than ``retention``; how many went."""
+        if self.retention is None:
+            return 0
+        cutoff = (time.time() if now is None else now) - self.retention
+        old = [t for t in self._tasks.values() if t.finished and t.changed_at < cutoff]
+        for task in old:
+            self._forget(task)
+        return len(old)
+
+    # -- on disk ---------------------------------------------------------------------------
+
+    def _changed(self, task: Task) -> None:
+        self._dirty[task.id] = task
+        self._wake.set()
+
+    async def load(self) -> int:
+        """Take back the journal's tasks (within today's bounds); how many came back."""
+        journal = self._journal
+        if journal is None:
+            return 0
+        records = await anyio.to_thread.run_sync(journal.load)
+        for record in records:
+            try:
+                task = Task.from_record(record, self.max_history)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue  # a row this code cannot read is no task of its
+            self._count = max(self._count, task.number)
+            self._add(task)
+        self.sweep()
+        for owned in list(self._owned.values()):  # bounds lowered since: the oldest go
+            while len(owned) > self.max_per_owner and self._shed(owned):
+                pass
+        while len(self._tasks) > self.max_tasks and self._shed(self._tasks):
+            pass
+        return len(self._tasks)
+
+    def _shed(self, candidates: OrderedDict[str, Task]) -> bool:
+        oldest = next(iter(candidates.values()), None)
+        if oldest is None:
+            return False
+        self._forget(oldest)
+        return True
+
+    async def keep(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Write each change to the journal until cancelled; the last changes are written
+        even then (shielded, as a stopping daemon's last word)."""
+        task_status.started()
+        journal = self._journal
+        if journal is None:
+            await anyio.sleep_forever()
+            return
+        try:
+            while True:
+                await self._wake.wait()
+                await self._flush()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(FLUSH_ON_STOP):
+                await self._flush()
+            journal.close()
+
+    async def _flush(self) -> None:
+        journal = self._journal
+        assert journal is not None
+        self._wake = anyio.Event()
+        now = time.time()
+        if now - self._swept >= SWEEP_EVERY:
+            self._swept = now
+            self.sweep(now)
+        records = [t.record() for t in self._dirty.values()]
+        gone = list(self._gone)
+        self._dirty.clear()
+        self._gone.clear()
+        if records or gone:
+            await anyio.to_thread.run_sync(journal.write, records, gone)

@@ -2,10 +2,12 @@
 
 ``GET /a2a/{agent}/.well-known/agent-card.json`` (the ``read`` right) is the
 agent's card; ``POST /a2a/{agent}`` (the ``call`` right) is its JSON-RPC
-endpoint. Before either, the agent must be one the daemon knows (404) and its
-manifest's ``access.callers`` must admit the token (403: the orchestrator's door,
-asked ahead; every call a task makes passes the door again). An agent a token may
-not call has, for that token, no card either. Tasks belong to the token that made
+endpoint, and the paths under it (``message:send``, ``tasks/{id}``, …; the ``call``
+right on every verb) its HTTP+JSON binding, answered by the same server. Before
+any, the agent must be one the daemon knows (404) and its manifest's
+``access.callers`` must admit the token (403: the orchestrator's door, asked
+ahead; every call a task makes passes the door again). An agent a token may not
+call has, for that token, no card either. Tasks belong to the token that made
 them: another token asking for one is told there is no such task.
 """
 
@@ -13,14 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from mesh._errors import Forbidden
 from mesh._orchestrator.orchestrator import MeshOrchestrator
-from mesh.a2a import A2aServer, Caller
+from mesh.a2a import A2aServer, Caller, TaskStore
 from mesh.daemon._auth import Identity
 from mesh.daemon._limits import check_endpoint
 from mesh.daemon._routes import Params
+from mesh.daemon._settings import DaemonSettings
 from transports import HttpRequest, HttpResponse
 
 __all__ = ["DaemonA2a"]
@@ -34,19 +37,21 @@ def check_webhook(url: str, *, allowed: Sequence[str]) -> str | None:
 class DaemonA2a:
     """The handlers of the ``/a2a/…`` routes."""
 
-    def __init__(
-        self,
-        orchestrator: MeshOrchestrator,
-        *,
-        secure: bool,
-        webhook_hosts: Sequence[str],
-    ) -> None:
+    def __init__(self, orchestrator: MeshOrchestrator, settings: DaemonSettings) -> None:
         self._mesh = orchestrator
-        self._scheme = "https" if secure else "http"
+        self._scheme = "https" if settings.tls_cert is not None else "http"
         # Webhooks go only to the hosts the operator named (none: push is not offered), and
         # are held to the rule of registered endpoints: no request forgery.
-        check = partial(check_webhook, allowed=webhook_hosts) if webhook_hosts else None
-        self.server = A2aServer(orchestrator, check_push_url=check)
+        hosts = settings.webhook_hosts
+        check = partial(check_webhook, allowed=hosts) if hosts else None
+        store = TaskStore(
+            max_tasks=settings.a2a_max_tasks,
+            max_per_owner=settings.a2a_max_tasks_per_identity,
+            max_history=settings.a2a_task_history,
+            retention=settings.a2a_task_retention,
+            directory=settings.data_dir,
+        )
+        self.server = A2aServer(orchestrator, store=store, check_push_url=check)
 
     def _refused(self, who: Identity, agent: str) -> HttpResponse | None:
         if not self._mesh.knows(agent):
@@ -74,3 +79,14 @@ class DaemonA2a:
         if refused is not None:
             return refused
         return await self.server.handle(request, agent, Caller(who.owner, identity=who.principal))
+
+    async def handle_rest(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        """The HTTP+JSON binding: the same agent check, then the same server below."""
+        agent = p["agent"]
+        refused = self._refused(who, agent)
+        if refused is not None:
+            return refused
+        # The segments under /a2a/{agent}, each percent-decoded as the route table does.
+        path = tuple(unquote(s) for s in request.path.split("/") if s)[2:]
+        caller = Caller(who.owner, identity=who.principal)
+        return await self.server.handle_rest(request, agent, caller, path)

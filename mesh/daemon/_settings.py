@@ -113,6 +113,17 @@ class DaemonSettings(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fie
     #: None by default: a client's webhook would make the daemon POST to whatever listens
     #: on those hosts (loopback included), so push is offered only where the operator says.
     webhook_hosts: tuple[str, ...] = ()
+    #: A2A tasks the daemon keeps (in a2a.sqlite3 in data_dir, so GetTask answers after a
+    #: restart); past it the oldest finished one is forgotten, and when none has finished
+    #: a new message is refused.
+    a2a_max_tasks: _Positive = 10_000
+    #: A2A tasks one token keeps, of a2a_max_tasks: one client cannot take them all.
+    a2a_max_tasks_per_identity: _Positive = 1_000
+    #: Messages kept in each A2A task's history (GetTask's historyLength reads from these).
+    a2a_task_history: _Positive = 64
+    #: Finished A2A tasks older than this many seconds are forgotten; None keeps them
+    #: (within a2a_max_tasks).
+    a2a_task_retention: _Seconds | None = 7 * 24 * 3600.0
     #: Longest deadline, seconds, a caller may give a call: /rpc, /broadcast, an agent's
     #: mesh/call, a room's turn_timeout, A2A's metadata.timeout (the orchestrator's door).
     max_call_timeout: _Seconds = 300.0
@@ -145,6 +156,11 @@ class DaemonSettings(NatsSettings, frozen=True, kw_only=True, forbid_unknown_fie
     room_retention: _Seconds | None = None
 
     def __post_init__(self) -> None:
+        if self.a2a_max_tasks_per_identity > self.a2a_max_tasks:
+            raise ValueError(
+                f"a2a_max_tasks_per_identity ({self.a2a_max_tasks_per_identity}) must be at"
+                f" most a2a_max_tasks ({self.a2a_max_tasks})"
+            )
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both or neither")
         if self.newcomer_rooms == 0 and self.max_rooms_per_identity >= self.max_active_rooms:
