@@ -20,8 +20,7 @@ schema says ``integer`` an integral float (what protobuf's ``Struct`` makes of
 every number a client sends) becomes an ``int``.
 
 Anything else is refused with ``-32602`` naming the tools and the data-part form.
-A result becomes one artifact named ``result``: a string as a text part, any
-other value as a data part.
+What a result becomes is ``mesh.a2a._content``'s to say.
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ __all__ = [
     "Plan",
     "PlanError",
     "plan_call",
-    "result_parts",
     "unsupported_media",
 ]
 
@@ -216,13 +214,6 @@ def unsupported_media(parts: list[dict[str, Any]], accepted: Collection[str]) ->
         if isinstance(media, str) and media and media.split(";")[0].strip().lower() not in accepted:
             return media
     return None
-
-
-def result_parts(result: Any) -> list[dict[str, Any]]:
-    """A mesh result as an artifact's parts."""
-    if isinstance(result, str):
-        return [{"text": result}]
-    return [{"data": result}]
 
 
 @dataclass(slots=True)

@@ -120,7 +120,7 @@ def route(verb: str, path: Sequence[str]) -> tuple[str, dict[str, Any]]:
     method = _METHODS.get((verb, *shape))
     if method is None:
         raise A2aError(-32601, f"no A2A operation is {verb} /{'/'.join(path)}")
-    if len(ids) == 1:
+    if len(path) == 2:  # the task itself
         return method, {"id": ids[0]}
     return method, dict(zip(("taskId", "id"), ids, strict=False))
 

@@ -11,10 +11,12 @@ at once. What happens becomes the task's events:
 - a chat reply being written: the ``reply`` artifact, opened by the first piece
   (``append: false``: a client may only append to an artifact it has) and
   appended to by the rest;
-- the result: the ``result`` (or ``reply``) artifact, then ``COMPLETED``, whose
+- the result: its artifacts (``mesh.a2a._content``: ``result``, and one per
+  resource a tool returned; a chat's ``reply``), then ``COMPLETED``, whose
   status holds no message: the reply is in the artifact, and a client that shows
   both would show it twice (it is in the task's history all the same);
-- an error: ``FAILED`` with the mesh's message; a cancel: ``CANCELED``.
+- an error: ``FAILED`` with the mesh's message (``REJECTED`` when the tool declined
+  the task, ``mesh.a2a._content``); a cancel: ``CANCELED``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import anyio
 from mesh._errors import MeshError
 from mesh._logging import get_logger
 from mesh._orchestrator.access import NOBODY, Principal
-from mesh.a2a._mapping import ROOM_TURN, Conversations, Plan, result_parts
+from mesh.a2a._content import rejected, result_artifacts
+from mesh.a2a._mapping import ROOM_TURN, Conversations, Plan
 from mesh.a2a._tasks import Task, new_id
 
 if TYPE_CHECKING:
@@ -72,7 +75,8 @@ async def run_task(
             else:
                 await _tool(mesh, task, plan, timeout, on_behalf_of)
         except MeshError as exc:
-            task.set_state("TASK_STATE_FAILED", _say(task, str(exc), {"code": exc.code}))
+            state = "TASK_STATE_REJECTED" if rejected(exc) else "TASK_STATE_FAILED"
+            task.set_state(state, _say(task, str(exc), {"code": exc.code}))
         except Exception:
             # A fault of ours, or an answer we could not read: this task fails, and the
             # others (which share the server's task group) go on.
@@ -110,8 +114,9 @@ async def _tool(
         on_progress=progress,
         on_behalf_of=on_behalf_of,
     )
-    artifact = {"artifactId": new_id(), "name": "result", "parts": result_parts(result)}
-    task.add_artifact(artifact, append=False, last=True)
+    for name, parts in result_artifacts(result):
+        artifact = {"artifactId": new_id(), "name": name, "parts": parts}
+        task.add_artifact(artifact, append=False, last=True)
     task.set_state("TASK_STATE_COMPLETED")
 
 

@@ -383,4 +383,7 @@ class TaskStore:
         self._dirty.clear()
         self._gone.clear()
         if records or gone:
-            await anyio.to_thread.run_sync(journal.write, records, gone)
+            # Taken from the dirty set, so written whatever happens: a cancel mid-write
+            # would lose them (a write is milliseconds).
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(journal.write, records, gone)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from mesh.a2a._content import result_artifacts
 from mesh.a2a._mapping import (
     Conversations,
     PlanError,
     plan_call,
-    result_parts,
     unsupported_media,
     whole_numbers,
 )
@@ -90,7 +90,8 @@ def test_which_tool_a_message_calls() -> None:
         plan_call("e", text, [ECHO, ADD], chat=False)
     with pytest.raises(PlanError, match="must be an object"):
         plan_call("e", {"parts": [{"data": {"tool": "x", "arguments": [1]}}]}, [], chat=False)
-    assert result_parts("x") == [{"text": "x"}] and result_parts({"a": 1}) == [{"data": {"a": 1}}]
+    assert result_artifacts("x") == [("result", [{"text": "x"}])]
+    assert result_artifacts({"a": 1}) == [("result", [{"data": {"a": 1}}])]
 
 
 def test_text_goes_to_the_text_entry_with_the_data_objects_fields() -> None:
