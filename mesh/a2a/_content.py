@@ -19,7 +19,14 @@ what each item is:
 So a tool that returns a report and two files gives the client three artifacts.
 
 A tool refuses a task (A2A's ``REJECTED``, not ``FAILED``: the agent will not do
-it, rather than could not) by raising ``ToolError(..., data={"type": "Rejected"})``.
+it, rather than could not) by raising ``ToolError(..., data={"type": "Rejected"})``,
+and answers with a ``Message`` instead of a task's artifacts by returning
+``{"$message": value}`` (``value`` as any result: its parts are the message's).
+
+A tool that declares an argument named ``a2a`` is given the request's context in
+it (:func:`request_context`): the message's id, context id, task id, the ids of
+tasks it refers to, and both metadata objects. The server fills it, so a client
+cannot pass one of its own making.
 """
 
 from __future__ import annotations
@@ -30,10 +37,50 @@ from typing import Any, Final
 from mesh import content
 from mesh._errors import MeshError
 
-__all__ = ["REJECTED", "rejected", "result_artifacts"]
+__all__ = [
+    "CONTEXT_ARGUMENT",
+    "MESSAGE_KEY",
+    "REJECTED",
+    "message_reply",
+    "rejected",
+    "request_context",
+    "result_artifacts",
+    "wants_context",
+]
 
 #: The ``data.type`` of a tool error that rejects the task.
 REJECTED: Final = "Rejected"
+#: A result ``{MESSAGE_KEY: value}`` answers with a Message, not a task's artifacts.
+MESSAGE_KEY: Final = "$message"
+#: The argument a tool declares to be given the request's A2A context.
+CONTEXT_ARGUMENT: Final = "a2a"
+
+
+def wants_context(tools: list[Any], name: str) -> bool:
+    """Whether tool ``name`` declares the ``a2a`` argument (its input schema says)."""
+    tool = next((t for t in tools if isinstance(t, dict) and t.get("name") == name), None)
+    schema = tool.get("inputSchema") if tool is not None else None
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    return isinstance(properties, dict) and CONTEXT_ARGUMENT in properties
+
+
+def request_context(message: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
+    """What a tool is told of the request it serves (see the module)."""
+    return {
+        "messageId": message.get("messageId", ""),
+        "contextId": message.get("contextId", ""),
+        "taskId": message.get("taskId", ""),
+        "referenceTaskIds": list(message.get("referenceTaskIds") or []),
+        "metadata": dict(message.get("metadata") or {}),
+        "requestMetadata": dict(metadata),
+    }
+
+
+def message_reply(result: Any) -> list[dict[str, Any]] | None:
+    """The parts of the Message a result asks to be answered with (None: it asks not)."""
+    if not isinstance(result, dict) or set(result) != {MESSAGE_KEY}:
+        return None
+    return [part for _, parts in result_artifacts(result[MESSAGE_KEY]) for part in parts]
 
 
 def rejected(exc: MeshError) -> bool:

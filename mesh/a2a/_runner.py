@@ -29,7 +29,7 @@ import anyio
 from mesh._errors import MeshError
 from mesh._logging import get_logger
 from mesh._orchestrator.access import NOBODY, Principal
-from mesh.a2a._content import rejected, result_artifacts
+from mesh.a2a._content import message_reply, rejected, result_artifacts
 from mesh.a2a._mapping import ROOM_TURN, Conversations, Plan
 from mesh.a2a._tasks import Task, new_id
 
@@ -114,6 +114,15 @@ async def _tool(
         on_progress=progress,
         on_behalf_of=on_behalf_of,
     )
+    reply = message_reply(result)
+    if reply is not None:
+        # Answered with a Message: a blocking send returns it; a stream sees it as the
+        # status message of COMPLETED (a stream began with the task before it came).
+        said = dict(_say(task, ""), parts=reply)
+        task.reply = said
+        task.remember(said)
+        task.set_state("TASK_STATE_COMPLETED", said, remember=False)
+        return
     for name, parts in result_artifacts(result):
         artifact = {"artifactId": new_id(), "name": name, "parts": parts}
         task.add_artifact(artifact, append=False, last=True)

@@ -43,6 +43,7 @@ from mesh._input import whole_number
 from mesh._orchestrator.access import DAEMON, NOBODY, Principal, check_deadline
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.a2a._card import MODES, build_card, card_etag
+from mesh.a2a._content import CONTEXT_ARGUMENT, request_context, wants_context
 from mesh.a2a._jsonrpc import (
     A2aError,
     Frame,
@@ -59,6 +60,7 @@ from mesh.a2a._mapping import (
     CHAT_CAPABILITY,
     TEXT_ENTRY,
     Conversations,
+    Plan,
     PlanError,
     plan_call,
     unsupported_media,
@@ -67,7 +69,15 @@ from mesh.a2a._push import MAX_CONFIGS, CheckUrl, PushConfig, PushRefused, deliv
 from mesh.a2a._rest import handle_rest
 from mesh.a2a._runner import run_task
 from mesh.a2a._tasks import StoreFull, Task, TaskStore
-from mesh.a2a._wire import Version, WireError, camel_keys, message_in, method_of, negotiate
+from mesh.a2a._wire import (
+    Version,
+    WireError,
+    camel_keys,
+    message_for,
+    message_in,
+    method_of,
+    negotiate,
+)
 from mesh.a2a._wire import state_in as _state_in
 from mesh.a2a._wire import task_for as _task_for
 from registry import AgentId
@@ -305,6 +315,8 @@ class A2aServer:
         history = param_int(
             param_dict(params.get("configuration"), "configuration"), "historyLength", 0, 1000
         )
+        if task.reply is not None:  # the agent answered with a Message, not a task
+            return {"message": task.reply} if version == "1.0" else message_for(task.reply, version)
         result = {"task": task.snapshot(history_length=history)}
         return result if version == "1.0" else _task_for(result["task"], version)
 
@@ -359,6 +371,7 @@ class A2aServer:
             raise A2aError(-32603, str(exc)) from None
         message.update(contextId=task.context_id, taskId=task.id)
         task.remember(message)
+        plan = await self._with_context(agent, plan, message, metadata)
         if webhook is not None:
             self._add_push(task, dataclasses.replace(webhook, task_id=task.id), cursor=0)
         tasks.start_soon(self._run, task, plan, timeout, caller.identity)
@@ -379,6 +392,19 @@ class A2aServer:
             timeout=timeout,
             on_behalf_of=on_behalf_of,
         )
+
+    async def _with_context(
+        self, agent: str, plan: Plan, message: dict[str, Any], metadata: dict[str, Any]
+    ) -> Plan:
+        """The plan, its tool given the request's context if it declares ``a2a``
+        (mesh.a2a._content): filled here, never taken from the client."""
+        if plan.tool is None:
+            return plan
+        _, tools = await self._facts(agent)
+        if not wants_context(tools, plan.tool):
+            return plan
+        context = request_context(message, metadata)
+        return dataclasses.replace(plan, arguments={**plan.arguments, CONTEXT_ARGUMENT: context})
 
     def _timeout(self, metadata: dict[str, Any]) -> float | None:
         value = metadata.get("timeout")

@@ -85,6 +85,8 @@ class Task:
     #: The push configs clients gave (mesh.a2a._push.PushConfig), by id.
     push: dict[str, Any] = field(default_factory=dict)
     max_history: int = MAX_HISTORY
+    #: The Message the agent answered with instead of a task's artifacts, if it did.
+    reply: dict[str, Any] | None = None
     #: When it last changed (wall clock, seconds): retention counts from here.
     changed_at: float = field(default_factory=time.time)
     #: Told of each change (the store, to write the task to disk).
