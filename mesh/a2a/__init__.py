@@ -1,9 +1,10 @@
 """A2A both ways: every mesh agent an A2A agent, and (mounted) every A2A agent a mesh agent.
 
-- :class:`A2aServer`: the JSON-RPC binding of A2A 1.0 (and 0.3's names) for the
-  agents of an orchestrator: cards, tasks in a bounded :class:`TaskStore`,
-  streams that a client re-joins from its last event. The daemon serves it at
-  ``/a2a/{agent}`` behind its tokens.
+- :class:`A2aServer`: the JSON-RPC and HTTP+JSON bindings of A2A 1.0 (and 0.3's
+  names) for the agents of an orchestrator, one handler below both: cards, tasks
+  in a bounded :class:`TaskStore` (on disk when given a directory), streams that
+  a client re-joins from its last event, a tool's files as file parts. The daemon
+  serves it at ``/a2a/{agent}`` behind its tokens.
 - :func:`a2a_connector` / :func:`open_a2a_mount`: a remote A2A agent as a
   connector the orchestrator links like any agent; a manifest says
   ``protocol = "a2a"`` on an ``http`` transport.

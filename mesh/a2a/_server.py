@@ -1,7 +1,10 @@
-"""The mesh's agents as A2A agents: the JSON-RPC binding, one endpoint per agent.
+"""The mesh's agents as A2A agents: one handler below the JSON-RPC and HTTP+JSON bindings.
 
-:class:`A2aServer` answers one HTTP request for one agent: its card, or one
-JSON-RPC call. The daemon puts it behind its tokens (``/a2a/{agent}``); the
+:class:`A2aServer` answers one HTTP request for one agent: its card, one JSON-RPC
+call (:meth:`~A2aServer.handle`), or one HTTP+JSON request
+(:meth:`~A2aServer.handle_rest`, ``mesh.a2a._rest``). Both read their request into a
+method and params and call :meth:`~A2aServer.answer`, so every rule below holds in
+both; only the envelope differs. The daemon puts it behind its tokens (``/a2a/{agent}``); the
 caller arrives as a :class:`Caller` (who owns the tasks it makes, and what it
 may call). Bad input is answered with the A2A error that names it, over HTTP
 200 as JSON-RPC errors are, and the connection carries on:

@@ -45,9 +45,11 @@ class SdkAgent:
 
 
 @asynccontextmanager
-async def spawn_sdk_agent() -> AsyncIterator[SdkAgent]:
+async def spawn_sdk_agent(*, rest: bool = False) -> AsyncIterator[SdkAgent]:
+    """The a2a-sdk's server as a process; ``rest``: serving HTTP+JSON only."""
+    command = [sys.executable, str(SERVER), "0", *(["rest"] if rest else [])]
     process = await anyio.open_process(
-        [sys.executable, str(SERVER), "0"], env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=None
+        command, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=None
     )
     try:
         assert process.stdout is not None
@@ -55,10 +57,10 @@ async def spawn_sdk_agent() -> AsyncIterator[SdkAgent]:
         with anyio.fail_after(START_TIMEOUT):
             while b"\n" not in seen:
                 seen += await process.stdout.receive()
-        first, rest = seen.split(b"\n", 1)
+        first, pending = seen.split(b"\n", 1)
         agent = SdkAgent(first.decode().removeprefix("listening ").strip().rstrip("/"), process)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_read, process.stdout, agent, rest)
+            tg.start_soon(_read, process.stdout, agent, pending)
             yield agent
             tg.cancel_scope.cancel()
     finally:

@@ -1,7 +1,8 @@
 """An A2A agent built on the a2a-sdk's own server (Starlette under uvicorn), run as a process.
 
-``python tests/a2a/a2a_server.py [PORT]`` listens on loopback (port 0: any) and says
-``listening URL`` on stdout. Its skills:
+``python tests/a2a/a2a_server.py [PORT [rest]]`` listens on loopback (port 0: any) and
+says ``listening URL`` on stdout; with ``rest`` it serves (and its card offers) only
+the HTTP+JSON binding, not JSON-RPC. Its skills:
 
 - ``shout``: the message's text in capitals, as one artifact;
 - ``count``: ``{"to": N, "every": S}`` counts to N, one WORKING status every S
@@ -26,7 +27,11 @@ from a2a.helpers.proto_helpers import new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.routes import (
+    create_agent_card_routes,
+    create_jsonrpc_routes,
+    create_rest_routes,
+)
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types.a2a_pb2 import (
     AgentCapabilities,
@@ -109,13 +114,13 @@ class Executor(AgentExecutor):
             await TaskUpdater(event_queue, task.id, task.context_id).cancel()
 
 
-def card(url: str) -> AgentCard:
+def card(url: str, binding: str = "JSONRPC") -> AgentCard:
     return AgentCard(
         name="Shouter",
         description="Shouts, counts, and chats (a2a-sdk test peer).",
         version="1.0.0",
         supported_interfaces=[
-            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")
+            AgentInterface(url=url, protocol_binding=binding, protocol_version="1.0")
         ],
         capabilities=AgentCapabilities(streaming=True),
         default_input_modes=["text/plain"],
@@ -127,26 +132,26 @@ def card(url: str) -> AgentCard:
     )
 
 
-def app(url: str) -> Starlette:
-    agent_card = card(url)
+def app(url: str, rest: bool = False) -> Starlette:
+    agent_card = card(url, "HTTP+JSON" if rest else "JSONRPC")
     handler = DefaultRequestHandler(
         agent_executor=Executor(), task_store=InMemoryTaskStore(), agent_card=agent_card
     )
-    routes = create_agent_card_routes(agent_card) + create_jsonrpc_routes(handler, "/")
-    return Starlette(routes=routes)
+    served = create_rest_routes(handler) if rest else create_jsonrpc_routes(handler, "/")
+    return Starlette(routes=create_agent_card_routes(agent_card) + served)
 
 
-async def main(port: int) -> None:
+async def main(port: int, rest: bool = False) -> None:
     # Bound first, so that the card can name the port the system chose.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
     sock.listen(128)  # connections wait in the backlog until uvicorn accepts them
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
-    server = uvicorn.Server(uvicorn.Config(app(url), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app(url, rest), log_level="warning"))
     print(f"listening {url}", flush=True)
     await server.serve(sockets=[sock])
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 0))
+    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 0, sys.argv[2:3] == ["rest"]))

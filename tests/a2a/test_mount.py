@@ -64,6 +64,28 @@ async def test_a_mounted_a2a_agent_has_its_skills_as_tools_and_streams_progress(
                 assert [h["message"] for h in heard] == [f"counted {i} of 3" for i in (1, 2, 3)]
 
 
+async def test_a_card_offering_only_http_json_is_mounted_over_it() -> None:
+    async with spawn_sdk_agent(rest=True) as peer:
+        spec = AgentSpec("shouter", a2a_connector(peer.url, agent="shouter"), transport="http")
+        async with MeshOrchestrator([spec]) as mesh:
+            with anyio.fail_after(GUARD):
+                await mesh.wait_linked()
+                assert (
+                    await mesh.call_tool("shouter", "shout", {"text": "hi"}, on_behalf_of=EMBEDDER)
+                    == "HI"
+                )
+                heard: list[Any] = []
+                counted = await mesh.call_tool(
+                    "shouter",
+                    "count",
+                    {"to": 2, "every": 0.01},
+                    on_progress=heard.append,
+                    on_behalf_of=EMBEDDER,
+                )
+                assert counted == {"counted": 2}
+                assert [h["message"] for h in heard] == ["counted 1 of 2", "counted 2 of 2"]
+
+
 async def test_a_mount_calls_only_the_cards_skills_and_sends_text_beside_data() -> None:
     async with spawn_sdk_agent() as peer:
         spec = AgentSpec("shouter", a2a_connector(peer.url, agent="shouter"), transport="http")
