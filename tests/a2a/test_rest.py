@@ -189,6 +189,14 @@ async def test_errors_are_aip_193_with_the_spec_http_status(mesh: Mesh) -> None:
             "UNIMPLEMENTED",
             "VERSION_NOT_SUPPORTED",
         )
+        big = echo("big")
+        big["message"]["parts"] = [{"raw": "A" * (300 * 1024), "mediaType": "text/plain"}]
+        assert_aip193(  # a file part past the message limit (256 KiB)
+            await http.post(base + "/message:send", json=big, headers=_V1),
+            400,
+            "INVALID_ARGUMENT",
+            "INVALID_REQUEST",
+        )
         # The link lives: the same client goes on being answered.
         assert (await http.get(base + f"/tasks/{task['id']}", headers=_V1)).status_code == 200
 
