@@ -25,7 +25,9 @@ and answers with a ``Message`` instead of a task's artifacts by returning
 
 A tool that declares an argument named ``a2a`` is given the request's context in
 it (:func:`request_context`): the message's id, context id, task id, the ids of
-tasks it refers to, and both metadata objects. The server fills it, so a client
+tasks it refers to, both metadata objects, and the message's file parts as content
+items (``mesh.content``'s wire shapes: a ``url`` a resource link, ``raw`` bytes an
+embedded resource). The server fills it, so a client
 cannot pass one of its own making.
 """
 
@@ -73,7 +75,24 @@ def request_context(message: dict[str, Any], metadata: dict[str, Any]) -> dict[s
         "referenceTaskIds": list(message.get("referenceTaskIds") or []),
         "metadata": dict(message.get("metadata") or {}),
         "requestMetadata": dict(metadata),
+        "files": [_item(p, i) for i, p in enumerate(message.get("parts") or ()) if _is_file(p)],
     }
+
+
+def _is_file(part: Any) -> bool:
+    return isinstance(part, dict) and ("raw" in part or "url" in part)
+
+
+def _item(part: dict[str, Any], index: int) -> dict[str, Any]:
+    """A file part as a content item on the mesh's wire (``mesh.content``): a ``url`` is a
+    resource link, ``raw`` bytes an embedded resource (base64 both ways)."""
+    name = str(part.get("filename") or f"part-{index}")
+    media = part.get("mediaType")
+    if "url" in part:
+        link = {"type": "resource_link", "uri": str(part["url"]), "name": name}
+        return link | ({"mimeType": media} if media else {})
+    resource = {"uri": f"a2a:part/{index}/{name}", "blob": part["raw"]}
+    return {"type": "resource", "resource": resource | ({"mimeType": media} if media else {})}
 
 
 def message_reply(result: Any) -> list[dict[str, Any]] | None:

@@ -11,11 +11,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from mesh import EMBEDDER, Agent, AgentSpec, MeshOrchestrator, ToolError, local_connector
 from mesh.a2a import A2aServer, Caller
-from mesh.content import Image, ResourceLink, Text
+from mesh.content import EmbeddedResource, Image, Item, ResourceLink, Text
 from transports import HttpRequest
 
 pytestmark = pytest.mark.anyio
@@ -145,6 +146,10 @@ async def test_a_tool_that_declares_a2a_sees_the_request_context(
 ) -> None:
     body = message("whoami", text="hi", a2a={"messageId": "forged"})
     body["message"].update(messageId="m-ctx", contextId="c-1", metadata={"k": "v"})
+    body["message"]["parts"] += [
+        {"url": "https://files.test/a.txt", "filename": "a.txt", "mediaType": "text/plain"},
+        {"raw": base64.b64encode(b"{}").decode(), "mediaType": "application/json"},
+    ]
     body["metadata"] = {"timeout": 5}
     with anyio.fail_after(10):
         task = await send(server, body)
@@ -157,4 +162,24 @@ async def test_a_tool_that_declares_a2a_sees_the_request_context(
         "referenceTaskIds": [],
         "metadata": {"k": "v"},
         "requestMetadata": {"timeout": 5},
+        "files": [
+            {
+                "type": "resource_link",
+                "uri": "https://files.test/a.txt",
+                "name": "a.txt",
+                "mimeType": "text/plain",
+            },
+            {
+                "type": "resource",
+                "resource": {
+                    "uri": "a2a:part/2/part-2",
+                    "blob": "e30=",
+                    "mimeType": "application/json",
+                },
+            },
+        ],
     }
+    # Each is a content item a tool can read as one.
+    items = [msgspec.convert(f, Item, strict=False) for f in seen["a2a"]["files"]]
+    assert isinstance(items[0], ResourceLink) and isinstance(items[1], EmbeddedResource)
+    assert items[1].resource.blob == b"{}"
