@@ -26,6 +26,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
 import anyio
@@ -153,12 +154,16 @@ class Features:
         self.notify: Notify | None = None
         self.wants_list_changed: Callable[[], bool] = lambda: True
         self.pending: deque[tuple[str, Any]] = deque(maxlen=MAX_PENDING)
+        #: Open ``subscriptions/listen`` streams (2026-07-28), each with what it asked for.
+        self._streams: list[_Stream] = []
         self._hub.servers.add(self)
 
     # -- notifications -----------------------------------------------------------------
 
     def notice(self, agent: str, method: str, params: Any) -> None:
         """An agent's change: passed on when this client wants it."""
+        for stream in self._streams:
+            stream.notice(agent, method, params)
         if method == "resources/updated":
             uri = _params(params).get("uri")
             if (agent, uri) in self.subscribed:
@@ -171,6 +176,29 @@ class Features:
             self.notify(method, params)
         else:
             self.pending.append((method, params))
+
+    async def listen(
+        self, wanted: Any, notify: Notify
+    ) -> tuple[dict[str, Any], Callable[[], None]]:
+        """A 2026-07-28 ``subscriptions/listen`` stream's share of the features: what it
+        honours (``promptsListChanged``, ``resourcesListChanged``, ``resourceSubscriptions``,
+        each URI subscribed through the door as ``resources/subscribe`` is), and how to
+        end it. ``notify`` sends one notification on the stream."""
+        asked = _params(wanted)
+        uris = asked.get("resourceSubscriptions")
+        uris = [u for u in uris if isinstance(u, str) and u] if isinstance(uris, list) else []
+        stream = _Stream(
+            self.agent,
+            prompts=asked.get("promptsListChanged") is True,
+            resources=asked.get("resourcesListChanged") is True,
+            notify=notify,
+        )
+        for uri in uris:
+            agent = await self._owner(uri)
+            await self._call(agent, "resources/subscribe", {"uri": uri})
+            stream.uris.add((agent, uri))
+        self._streams.append(stream)
+        return stream.honored(uris), partial(self._streams.remove, stream)
 
     def close(self) -> None:
         """The client left: let go of its subscriptions."""
@@ -385,6 +413,37 @@ class Features:
                 else f"no agent offers resource template {template[:200]!r}"
             )
         return str(owners[0])
+
+
+@dataclass(slots=True)
+class _Stream:
+    """One ``subscriptions/listen`` stream: the changes it asked to hear of."""
+
+    agent: str | None
+    prompts: bool
+    resources: bool
+    notify: Notify
+    uris: set[tuple[str, str]] = field(default_factory=set)
+
+    def honored(self, uris: list[str]) -> dict[str, Any]:
+        honored: dict[str, Any] = {}
+        if self.prompts:
+            honored["promptsListChanged"] = True
+        if self.resources:
+            honored["resourcesListChanged"] = True
+        if uris:
+            honored["resourceSubscriptions"] = uris
+        return honored
+
+    def notice(self, agent: str, method: str, params: Any) -> None:
+        if method == "resources/updated":
+            uri = _params(params).get("uri")
+            if (agent, uri) in self.uris:
+                self.notify("notifications/resources/updated", {"uri": uri})
+            return
+        wanted = self.prompts if method == "prompts/list_changed" else self.resources
+        if wanted and (self.agent is None or self.agent == agent):
+            self.notify(_NOTIFIED[method], {})
 
 
 def _entries(answer: Any, key: str) -> list[dict[str, Any]]:

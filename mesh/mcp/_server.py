@@ -214,15 +214,24 @@ class McpServer:
         wanted = params.get("notifications") if isinstance(params, dict) else None
         tools = isinstance(wanted, dict) and wanted.get("toolsListChanged") is True
         meta = {"io.modelcontextprotocol/subscriptionId": to_wire_id(ctx.request_id)}
-        honored = {"toolsListChanged": True} if tools else {}
+
+        def notify(method: str, params: Any) -> None:
+            ctx.notify_nowait(method, {**(params or {}), "_meta": meta})
+
+        honored, stop = await self.features.listen(wanted, notify)
+        if tools:
+            honored["toolsListChanged"] = True
         ctx.notify_nowait(
             "notifications/subscriptions/acknowledged", {"notifications": honored, "_meta": meta}
         )
-        version = self.catalog.version
-        while True:  # until the client cancels (or the link ends)
-            version = await self.catalog.wait_changed(version)
-            if tools:
-                ctx.notify_nowait(_LIST_CHANGED, {"_meta": meta})
+        try:
+            version = self.catalog.version
+            while True:  # until the client cancels (or the link ends)
+                version = await self.catalog.wait_changed(version)
+                if tools:
+                    ctx.notify_nowait(_LIST_CHANGED, {"_meta": meta})
+        finally:
+            stop()
 
 
 def _progress(ctx: RequestContext, params: dict[str, Any]) -> ProgressCallback | None:
