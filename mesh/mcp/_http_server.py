@@ -11,9 +11,9 @@ with the MCP codec, so bad JSON, batches and unknown methods get JSON-RPC errors
 naming why.
 
 Not offered, and refused plainly: the ``GET`` stream (405: this server keeps no
-connection open per client; a session's ``list_changed`` instead rides, as an
-event, in front of the answer to its next request, when it accepts
-``text/event-stream``) and 2026-07-28's ``subscriptions/listen`` (use ``mesh mcp``,
+connection open per client; a session's ``list_changed`` and the resource updates
+it subscribed to instead ride, as events, in front of the answer to its next request,
+when it accepts ``text/event-stream``) and 2026-07-28's ``subscriptions/listen`` (use ``mesh mcp``,
 whose link is a stream). Bounds: at most ``max_sessions_per_owner`` sessions per
 owner (a new one closes that owner's least recently used: no one else's), at most
 ``max_sessions`` in all (past it a new session is refused with 503, never made by

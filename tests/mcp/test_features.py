@@ -24,8 +24,11 @@ from mcp.types import (
     BlobResourceContents,
     EmbeddedResource,
     ImageContent,
+    PromptListChangedNotification,
+    PromptReference,
+    ResourceListChangedNotification,
+    ResourceTemplateReference,
     ResourceUpdatedNotification,
-    ServerNotification,
     TextContent,
     TextResourceContents,
 )
@@ -35,6 +38,7 @@ from tests.conftest import BACKENDS
 from tests.integration.test_daemon_auth import create_token
 from tests.mcp._peers import HERE
 from tests.mcp.conformance_agent import RED_PIXEL_PNG
+from tests.mcp.test_mount import stdio_manifest
 from tests.mcp.test_serve import mesh_mcp
 
 pytestmark = [
@@ -121,7 +125,7 @@ async def test_an_agents_own_server_serves_its_resources_prompts_and_completion(
         )
         assert isinstance(embedded.messages[0].content, EmbeddedResource)
         completed = await client.complete(
-            {"type": "ref/prompt", "name": "test_prompt_with_arguments"},
+            PromptReference(type="ref/prompt", name="test_prompt_with_arguments"),
             {"name": "arg1", "value": "par"},
         )
         assert completed.completion.values == ["paris", "park", "party"]
@@ -189,7 +193,7 @@ async def test_the_combined_server_names_prompts_and_keeps_uris(daemon: Daemon) 
         text = (await client.read_resource("test://template/7/data")).contents[0]
         assert isinstance(text, TextResourceContents) and '"id":"7"' in text.text
         completed = await client.complete(
-            {"type": "ref/resource", "uri": "test://template/{id}/data"},
+            ResourceTemplateReference(type="ref/resource", uri="test://template/{id}/data"),
             {"name": "id", "value": "4"},
         )
         assert completed.completion.values == ["456"]
@@ -202,14 +206,16 @@ async def test_a_subscriber_hears_of_an_update_over_mesh_mcp(daemon: Daemon) -> 
     `resource_updated` reaches it (the relay's WebSocket is a stream)."""
     parameters = mesh_mcp(daemon)
     parameters.args += ["--agent", "conf"]
-    async with Client(parameters) as client:
-        async with client.listen(resource_subscriptions=[WATCHED]) as subscription:
-            assert subscription.honored.resource_subscriptions == [WATCHED]
-            await client.call_tool("touch_watched", {})
-            with anyio.fail_after(NOTICE_DEADLINE):
-                async for event in subscription:
-                    assert getattr(event, "uri", None) == WATCHED, event
-                    break
+    async with (
+        Client(parameters) as client,
+        client.listen(resource_subscriptions=[WATCHED]) as subscription,
+    ):
+        assert subscription.honored.resource_subscriptions == [WATCHED]
+        await client.call_tool("touch_watched", {})
+        with anyio.fail_after(NOTICE_DEADLINE):
+            async for event in subscription:
+                assert getattr(event, "uri", None) == WATCHED, event
+                break
 
 
 async def test_a_subscriber_hears_of_an_update_over_http(daemon: Daemon) -> None:
@@ -218,12 +224,8 @@ async def test_a_subscriber_hears_of_an_update_over_http(daemon: Daemon) -> None
     heard: list[str] = []
 
     async def on_message(message: Any) -> None:
-        if isinstance(message, ServerNotification) and isinstance(
-            message, ResourceUpdatedNotification
-        ):
+        if isinstance(message, ResourceUpdatedNotification):
             heard.append(str(message.params.uri))
-        elif isinstance(getattr(message, "root", None), ResourceUpdatedNotification):
-            heard.append(str(message.root.params.uri))
 
     async with Client(
         http_client(daemon, "/mcp"), mode="legacy", message_handler=on_message
@@ -245,7 +247,7 @@ async def test_the_agents_access_rules_refuse_a_resource_read(daemon: Daemon) ->
             await client.read_resource("test://static-text")
         assert "does not accept calls from client token 'outsider'" in str(refused.value)
         assert "access.callers" in str(refused.value)
-        with pytest.raises(MCPError, match="access.callers"):
+        with pytest.raises(MCPError, match=r"access\.callers"):
             await client.get_prompt("test_simple_prompt")
         assert (await client.list_resources()).resources == []
     async with Client(http_client(daemon, "/mcp", outsider)) as client:
@@ -267,3 +269,38 @@ async def test_a_mesh_caller_reads_resources_as_methods(daemon: Daemon) -> None:
     assert answer.status_code == 200, answer.text
     contents = answer.json()["result"]["contents"]
     assert contents[0]["uri"] == WATCHED and contents[0]["text"].startswith("watched, version")
+
+
+async def test_a_mounted_servers_resources_prompts_and_changes_pass_through(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """An MCP server mounted as agent `peer`: its resource and prompt reach an MCP client
+    of `mesh mcp --agent peer` as the server answers them, and its `list_changed`
+    notifications reach that client as they happen."""
+    tmp = tmp_path_factory.mktemp("mcp-features-mount")
+    manifests = tmp / "manifests"
+    manifests.mkdir()
+    stdio_manifest(manifests, revision="2025-11-25")
+    changed: list[type] = []
+    both = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, ResourceListChangedNotification | PromptListChangedNotification):
+            changed.append(type(message))
+            if len(set(changed)) == 2:
+                both.set()
+
+    async with spawn_daemon(manifests, extra_args=["--data-dir", str(tmp / "data")]) as daemon:
+        await daemon.wait_online("peer")
+        parameters = mesh_mcp(daemon)
+        parameters.args += ["--agent", "peer"]
+        async with Client(parameters, mode="legacy", message_handler=on_message) as client:
+            listed = [str(r.uri) for r in (await client.list_resources()).resources]
+            assert listed == ["note://today"]
+            note = (await client.read_resource("note://today")).contents[0]
+            assert isinstance(note, TextResourceContents) and note.text == "buy milk"
+            got = await client.get_prompt("greet", {"name": "Ann"})
+            assert got.messages[0].content == TextContent(type="text", text="Say hello to Ann.")
+            await client.call_tool("renote", {})
+            with anyio.fail_after(NOTICE_DEADLINE):
+                await both.wait()
