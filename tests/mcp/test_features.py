@@ -39,7 +39,7 @@ from tests.integration.test_daemon_auth import create_token
 from tests.mcp._peers import HERE
 from tests.mcp.conformance_agent import RED_PIXEL_PNG
 from tests.mcp.test_mount import stdio_manifest
-from tests.mcp.test_serve import mesh_mcp
+from tests.mcp.test_serve import mesh_mcp, relay_env
 
 pytestmark = [
     pytest.mark.anyio,
@@ -304,3 +304,21 @@ async def test_a_mounted_servers_resources_prompts_and_changes_pass_through(
             await client.call_tool("renote", {})
             with anyio.fail_after(NOTICE_DEADLINE):
                 await both.wait()
+
+
+async def test_the_cli_lists_and_reads_an_agents_resources(daemon: Daemon) -> None:
+    async def mesh(*args: str) -> Any:
+        command = [sys.executable, "-m", "mesh.cli", *args, "--url", daemon.http]
+        return await anyio.run_process(command, env=relay_env(daemon), check=False)
+
+    listed = await mesh("resources", "conf")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.decode().splitlines()
+    assert any(line.startswith("resource ") and "test://static-text" in line for line in lines)
+    assert any("test://template/{id}/data" in line for line in lines)
+    assert any(line.startswith("prompt ") and "test_simple_prompt" in line for line in lines)
+    read = await mesh("read", "conf", "test://template/9/data")
+    assert read.returncode == 0 and '"id":"9"' in read.stdout.decode(), read.stderr
+    missing = await mesh("read", "conf", "test://nowhere")
+    assert missing.returncode != 0
+    assert "no resource 'test://nowhere'" in missing.stderr.decode()
