@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each loads on 
         open_reconnecting_peer,
     )
     from mesh._rpc.session import SessionConfig, SessionStatistics
-    from mesh._sdk.agent import Agent, Tool
+    from mesh._sdk.agent import Agent, CompletionArgument, CompletionRef, Tool
     from mesh._sdk.runner import run_agent
     from mesh._sdk.serve import open_agent_server
     from mesh.manifests import (
@@ -121,6 +121,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ),
     "mesh._sdk.agent": (
         "Agent",
+        "CompletionArgument",
+        "CompletionRef",
         "Tool",
     ),
     "mesh._sdk.runner": ("run_agent",),
@@ -169,6 +171,8 @@ __all__ = [
     "CallOptions",
     "CallTimeout",
     "Caller",
+    "CompletionArgument",
+    "CompletionRef",
     "ConnectFailed",
     "ConnectionEvent",
     "ConnectionLost",

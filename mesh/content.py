@@ -39,6 +39,7 @@ __all__ = [
     "EmbeddedResource",
     "Image",
     "Item",
+    "PromptMessage",
     "ResourceLink",
     "Text",
     "ToolResult",
@@ -112,6 +113,14 @@ class EmbeddedResource(_Item, frozen=True, tag="resource"):
 
 Item = Text | Image | Audio | ResourceLink | EmbeddedResource
 _ITEM_TYPES: Final = (Text, Image, Audio, ResourceLink, EmbeddedResource)
+
+
+class PromptMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """One message of a prompt: who says it (``"user"`` or ``"assistant"``) and one
+    content item (a str is text). A prompt that returns plain items says them as the user."""
+
+    role: str = "user"
+    content: str | Item = ""
 
 
 class ToolResult(msgspec.Struct, Generic[T], frozen=True, omit_defaults=True):

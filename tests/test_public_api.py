@@ -21,6 +21,8 @@ MESH = {
     "CallTimeout",
     "CallOptions",
     "Caller",
+    "CompletionArgument",
+    "CompletionRef",
     "ConnectFailed",
     "ConnectionEvent",
     "ConnectionLost",
@@ -110,6 +112,7 @@ PINNED: dict[str, set[str]] = {
         "Image",
         "Item",
         "MAX_ITEM_BYTES",
+        "PromptMessage",
         "ResourceLink",
         "STRUCTURED_KEY",
         "Text",
@@ -343,10 +346,10 @@ PINNED: dict[str, set[str]] = {
 #: here, in the same change that adds the name, so growth is a decision and not a drift;
 #: when names go, lower the number with them.
 BUDGET: dict[str, int] = {
-    "mesh": 66,
+    "mesh": 68,
     "mesh.a2a": 11,
     "mesh.cli": 1,
-    "mesh.content": 11,
+    "mesh.content": 12,
     "mesh.cluster": 6,
     "mesh.daemon": 5,
     "mesh.demo.fixtures": 6,

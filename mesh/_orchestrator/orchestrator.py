@@ -147,6 +147,7 @@ class MeshOrchestrator:
         self._router = Router(self)
         self._link_watchers: set[LinkChanges] = set()
         self._tools_listeners: set[Callable[[str], None]] = set()
+        self._notice_listeners: set[Callable[[str, str, Any], None]] = set()
         #: What :meth:`from_manifests` could not use (each also logged), in file order.
         self.manifest_errors: list[MeshError] = []
         #: The tokens agents that dial in must present (filled by :meth:`from_manifests`).
@@ -691,6 +692,20 @@ class MeshOrchestrator:
         log.info("mesh.tools_changed", agent=agent)
         for listener in list(self._tools_listeners):
             listener(agent)
+
+    def add_notice_listener(self, listener: Callable[[str, str, Any], None]) -> None:
+        """Call ``listener(agent, method, params)`` whenever an agent says one of its
+        resources, or its list of resources or prompts, changed."""
+        self._notice_listeners.add(listener)
+
+    def remove_notice_listener(self, listener: Callable[[str, str, Any], None]) -> None:
+        self._notice_listeners.discard(listener)
+
+    def agent_notice(self, agent: str, method: str, params: Any) -> None:
+        """An agent told us a resource or a list changed (see the router's AGENT_NOTICES)."""
+        log.debug("mesh.agent_notice", agent=agent, method=method)
+        for listener in list(self._notice_listeners):
+            listener(agent, method, params)
 
     def access_of(self, agent: str) -> AccessSection:
         """Who may call ``agent`` and whom it may call (the default for an unknown id).

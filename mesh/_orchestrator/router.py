@@ -19,12 +19,15 @@ from mesh._rpc.peer import Peer, RequestContext
 from mesh._rpc.session import ROUTE_METHOD
 from mesh._telemetry.metrics import served
 
-__all__ = ["TOOLS_CHANGED", "CallsAgents", "Router"]
+__all__ = ["AGENT_NOTICES", "TOOLS_CHANGED", "CallsAgents", "Router"]
 
 log = get_logger("mesh.orchestrator")
 
 #: What an agent tells the mesh when its tools change (MCP's name, without the prefix).
 TOOLS_CHANGED = "tools/list_changed"
+#: What else an agent tells the mesh of its resources and prompts (MCP's names, no prefix):
+#: handed to whoever follows them (the MCP servers), as ``(agent, method, params)``.
+AGENT_NOTICES = frozenset({"resources/updated", "resources/list_changed", "prompts/list_changed"})
 
 
 class CallsAgents(Protocol):
@@ -42,6 +45,10 @@ class CallsAgents(Protocol):
 
     def tools_changed(self, agent: str) -> None:
         """``agent`` says its list of tools changed (a mounted MCP server's did)."""
+        ...
+
+    def agent_notice(self, agent: str, method: str, params: Any) -> None:
+        """``agent`` says a resource or a list of its changed (one of :data:`AGENT_NOTICES`)."""
         ...
 
 
@@ -81,5 +88,8 @@ class Router:
     def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:
         if method == TOOLS_CHANGED and peer is not None and peer.agent is not None:
             self._mesh.tools_changed(peer.agent)
+            return
+        if method in AGENT_NOTICES and peer is not None and peer.agent is not None:
+            self._mesh.agent_notice(peer.agent, method, params)
             return
         log.debug("mesh.notification", method=method)

@@ -48,10 +48,17 @@ from mesh._errors import InvalidParams, MeshError, MethodNotFound, ToolError
 from mesh._logging import get_logger
 from mesh._rpc.peer import Peer, RequestContext, serve_peer
 from mesh._rpc.session import SessionConfig
+from mesh._sdk.features import (
+    PROMPTS_CHANGED,
+    RESOURCES_CHANGED,
+    CompletionArgument,
+    CompletionRef,
+    Features,
+)
 from mesh.protocol import now_ms
 from transports import FrameStream
 
-__all__ = ["Agent", "Tool"]
+__all__ = ["Agent", "CompletionArgument", "CompletionRef", "Tool"]
 
 log = get_logger("mesh.agent")
 
@@ -350,6 +357,8 @@ class Agent:
             "tools/call": self._call_tool,
             "agent/info": self._info,
         }
+        self._features = Features(id)
+        self._methods.update(self._features.methods)
         self._notification_handlers: dict[str, NotificationHandler] = {}
         # Requests being answered by a task (async handlers), for draining at shutdown.
         self._running = 0
@@ -388,6 +397,81 @@ class Agent:
             return fn
 
         return register(function) if function is not None else register
+
+    def resource(
+        self,
+        uri: str,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        mime_type: str | None = None,
+    ) -> Callable[[F], F]:
+        """Offer what the function returns as the resource at ``uri``: text (a ``str``),
+        bytes, or :mod:`mesh.content` items. A URI with ``{params}`` is a template
+        (see :meth:`resource_template`)."""
+
+        def register(fn: F) -> F:
+            self._features.add_resource(
+                uri, fn, name=name, description=description, mime_type=mime_type
+            )
+            return fn
+
+        return register
+
+    def resource_template(
+        self,
+        uri_template: str,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        mime_type: str | None = None,
+    ) -> Callable[[F], F]:
+        """Offer resources whose URIs match ``uri_template`` (``users://{id}/profile``):
+        the function's parameters are the template's ``{params}``, each one path segment."""
+
+        def register(fn: F) -> F:
+            self._features.add_template(
+                uri_template, fn, name=name, description=description, mime_type=mime_type
+            )
+            return fn
+
+        return register
+
+    def prompt(
+        self, name: str | None = None, *, description: str | None = None
+    ) -> Callable[[F], F]:
+        """Offer the function as a prompt: its parameters are the prompt's arguments
+        (strings; those without a default required), and it returns the messages —
+        a ``str``, content items, :class:`mesh.content.PromptMessage`, or a list of them."""
+
+        def register(fn: F) -> F:
+            self._features.add_prompt(fn, name=name, description=description)
+            return fn
+
+        return register
+
+    def completion(self) -> Callable[[F], F]:
+        """Complete prompt arguments and template parameters: the function takes
+        ``ref`` (:class:`CompletionRef`), ``argument`` (:class:`CompletionArgument`) and
+        ``context`` (the arguments already given) and returns the values that fit."""
+
+        def register(fn: F) -> F:
+            self._features.completion = fn
+            return fn
+
+        return register
+
+    def resource_updated(self, uri: str) -> None:
+        """Tell whoever subscribed to ``uri`` that it changed."""
+        self._features.resource_updated(uri)
+
+    def resources_changed(self) -> None:
+        """Tell whoever listed this agent's resources that the list changed."""
+        self._features.changed(RESOURCES_CHANGED)
+
+    def prompts_changed(self) -> None:
+        """Tell whoever listed this agent's prompts that the list changed."""
+        self._features.changed(PROMPTS_CHANGED)
 
     def method(self, name: str) -> Callable[[F], F]:
         """Register ``handler(ctx, params)`` for a custom method: a plain ``def`` answers

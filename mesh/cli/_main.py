@@ -362,6 +362,36 @@ def cmd_broadcast(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
+def cmd_resources(args: argparse.Namespace) -> int:
+    """An agent's resources, templates and prompts: what `mesh read` and MCP clients ask for."""
+    for method, key, field in (
+        ("resources/list", "resources", "uri"),
+        ("resources/templates/list", "resourceTemplates", "uriTemplate"),
+        ("prompts/list", "prompts", "name"),
+    ):
+        body = {"agent": args.agent, "method": method, "timeout": args.timeout}
+        answer, _ = _exchange(args, "POST", "/rpc", body, args.timeout)
+        for entry in answer["result"].get(key, ()):
+            kind = key.removesuffix("s").lower()
+            about = entry.get("description") or entry.get("mimeType") or ""
+            print(printable(f"{kind:16} {entry.get(field)}  {about}".rstrip()))
+    return EXIT_OK
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    """One resource's contents: text as it is, bytes as their size and media type."""
+    params = {"uri": args.uri}
+    body = {"agent": args.agent, "method": "resources/read", "params": params}
+    answer, _ = _exchange(args, "POST", "/rpc", {**body, "timeout": args.timeout}, args.timeout)
+    for item in answer["result"].get("contents", ()):
+        if isinstance(item.get("text"), str):
+            print(item["text"])
+        else:
+            size = len(str(item.get("blob") or "")) * 3 // 4
+            print(printable(f"({item.get('mimeType')}, about {size} bytes: read it over MCP)"))
+    return EXIT_OK
+
+
 def cmd_ping(args: argparse.Namespace) -> int:
     body = {"agent": args.agent, "method": "ping", "timeout": args.timeout}
     _, headers = _exchange(args, "POST", "/rpc", body, args.timeout)
@@ -602,7 +632,8 @@ def _add_serve_command(sub: Any) -> None:
 
 
 def _add_call_commands(client: Callable[[str, str], argparse.ArgumentParser]) -> None:
-    """The commands that ask the daemon about agents or call them: agents, call, broadcast, ping."""
+    """The commands that ask the daemon about agents or call them: agents, call, broadcast,
+    resources, read, ping."""
     agents = client("agents", "list the agents the daemon knows")
     agents.add_argument("--json", action="store_true", help="print JSON instead of a table")
     agents.set_defaults(func=cmd_agents)
@@ -630,6 +661,17 @@ def _add_call_commands(client: Callable[[str, str], argparse.ArgumentParser]) ->
     cast.add_argument("--json", dest="json_args", metavar="OBJECT")
     cast.add_argument("--timeout", type=seconds, default=10.0)
     cast.set_defaults(func=cmd_broadcast)
+
+    resources = client("resources", "list an agent's resources, templates and prompts")
+    resources.add_argument("agent")
+    resources.add_argument("--timeout", type=seconds, default=10.0)
+    resources.set_defaults(func=cmd_resources)
+
+    read = client("read", "read one of an agent's resources")
+    read.add_argument("agent")
+    read.add_argument("uri")
+    read.add_argument("--timeout", type=seconds, default=30.0)
+    read.set_defaults(func=cmd_read)
 
     ping = client("ping", "ping an agent through the daemon")
     ping.add_argument("agent")

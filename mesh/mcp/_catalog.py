@@ -218,6 +218,11 @@ class ToolCatalog:
             await self._changed.wait()
         return self.version
 
+    @property
+    def orchestrator(self) -> MeshOrchestrator:
+        """The mesh this catalog serves (resources and prompts are asked of it too)."""
+        return self._mesh
+
     def answer_limit(self) -> int:
         """The largest answer an MCP client may be sent: a result goes as text *and* as
         ``structuredContent`` (docs/mcp.md says why), so twice the largest agent's
@@ -381,6 +386,10 @@ class AgentCatalog:
     @property
     def version(self) -> int:
         return self._catalog.version
+
+    @property
+    def orchestrator(self) -> MeshOrchestrator:
+        return self._catalog.orchestrator
 
     async def wait_changed(self, since: int) -> int:
         return await self._catalog.wait_changed(since)

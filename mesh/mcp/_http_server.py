@@ -11,9 +11,9 @@ with the MCP codec, so bad JSON, batches and unknown methods get JSON-RPC errors
 naming why.
 
 Not offered, and refused plainly: the ``GET`` stream (405: this server keeps no
-connection open per client; a session's ``list_changed`` instead rides, as an
-event, in front of the answer to its next request, when it accepts
-``text/event-stream``) and 2026-07-28's ``subscriptions/listen`` (use ``mesh mcp``,
+connection open per client; a session's ``list_changed`` and the resource updates
+it subscribed to instead ride, as events, in front of the answer to its next request,
+when it accepts ``text/event-stream``) and 2026-07-28's ``subscriptions/listen`` (use ``mesh mcp``,
 whose link is a stream). Bounds: at most ``max_sessions_per_owner`` sessions per
 owner (a new one closes that owner's least recently used: no one else's), at most
 ``max_sessions`` in all (past it a new session is refused with 503, never made by
@@ -114,6 +114,13 @@ def _is_id(value: Any) -> TypeGuard[int | str]:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
+def _notification(method: str, params: Any) -> bytes:
+    frame: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        frame["params"] = params
+    return msgspec.json.encode(frame)
+
+
 def _sse(*frames: bytes) -> bytes:
     return b"".join(b"event: message\ndata: " + frame + b"\n\n" for frame in frames)
 
@@ -135,7 +142,7 @@ def _streams(request: HttpRequest, peek: _Peek) -> bool:
     return "text/event-stream" in (request.header("accept") or "")
 
 
-def _streamed(run: _Run, headers: list[tuple[str, str]], list_changed: bool) -> HttpResponse:
+def _streamed(run: _Run, headers: list[tuple[str, str]], owed: list[bytes]) -> HttpResponse:
     """An SSE answer: each frame the call sends as it is sent, then its answer; the
     stream ends with the answer. A client that leaves cancels the call."""
 
@@ -148,8 +155,8 @@ def _streamed(run: _Run, headers: list[tuple[str, str]], list_changed: bool) -> 
                 if answer is not None:
                     send.send_nowait(answer)
 
-        if list_changed:
-            await write(_sse(_LIST_CHANGED_FRAME))
+        if owed:
+            await write(_sse(*owed))
         async with anyio.create_task_group() as tg:
             tg.start_soon(call)
             with receive:
@@ -225,6 +232,7 @@ class McpHttpEndpoint:
         if session is None or session.owner != owner:
             return HttpResponse.error(404, "no such MCP session")
         del self._sessions[session_id]
+        session.server.features.close()
         return HttpResponse(204)
 
     async def _post(
@@ -261,15 +269,15 @@ class McpHttpEndpoint:
                 self._cancel(owner, peek.params)
             run = partial(self._stand_alone, self._exchange(fresh()), peek, owner, request.body)
         if _streams(request, peek):
-            owed = session is not None and self._owes_list_changed(session, request)
-            return _streamed(run, headers, owed)
+            return _streamed(run, headers, self._owed(session, request))
         answer, invalid = await run()
         if answer is None:
             return HttpResponse(202, headers=headers)
         if invalid:
             return HttpResponse(400, answer, headers=headers)
-        if session is not None and self._owes_list_changed(session, request):
-            body = _sse(_LIST_CHANGED_FRAME, answer)
+        owed = self._owed(session, request)
+        if owed:
+            body = _sse(*owed, answer)
             return HttpResponse(200, body, content_type="text/event-stream", headers=headers)
         return HttpResponse(200, answer, headers=headers)
 
@@ -352,6 +360,19 @@ class McpHttpEndpoint:
         stale = [k for k, s in self._sessions.items() if now - s.last_used > self._idle]
         for key in stale:
             del self._sessions[key]
+
+    def _owed(self, session: _Session | None, request: HttpRequest) -> list[bytes]:
+        """The notifications a session's client is owed, sent in front of this answer
+        when it accepts ``text/event-stream``: ``tools/list_changed``, then what its
+        resources and prompts said since its last request (:mod:`mesh.mcp._features`)."""
+        if session is None:
+            return []
+        owed = [_LIST_CHANGED_FRAME] if self._owes_list_changed(session, request) else []
+        pending = session.server.features.pending
+        if pending and "text/event-stream" in (request.header("accept") or ""):
+            owed.extend(_notification(method, params) for method, params in pending)
+            pending.clear()
+        return owed
 
     def _owes_list_changed(self, session: _Session, request: HttpRequest) -> bool:
         version = self._catalog.version

@@ -40,7 +40,7 @@ from mesh._errors import (
     ToolError,
 )
 from mesh._logging import get_logger
-from mesh._orchestrator.router import TOOLS_CHANGED
+from mesh._orchestrator.router import AGENT_NOTICES, TOOLS_CHANGED
 from mesh._rpc.peer import Peer, RequestContext
 from mesh.mcp._revisions import (
     HANDSHAKE_REVISIONS,
@@ -112,6 +112,9 @@ class _ServerRequests:
     def handle_notification(self, peer: Peer | None, method: str, params: Any) -> Any:
         if method == "notifications/tools/list_changed":
             return self._mount.tools_changed()
+        notice = method.removeprefix("notifications/")
+        if notice in AGENT_NOTICES:
+            return self._mount.tell_mesh(notice, params)
         if method == "notifications/message" and isinstance(params, dict):
             log.info("mcp.server_log", agent=self._mount.agent, **_log_fields(params))
         return None
@@ -268,6 +271,12 @@ class McpMount:
         mesh = self.mesh_peer
         if mesh is not None and not mesh.closed:
             mesh.notify_nowait(TOOLS_CHANGED)
+
+    def tell_mesh(self, notice: str, params: Any) -> None:
+        """Pass a server's resource or prompt change on to the mesh, as an agent tells it."""
+        mesh = self.mesh_peer
+        if mesh is not None and not mesh.closed:
+            mesh.notify_nowait(notice, params)
 
     async def listen_for_changes(self) -> None:
         """On 2026-07-28, ``list_changed`` comes only on a ``subscriptions/listen`` stream."""

@@ -27,6 +27,7 @@ from mesh._tasks import open_task_group
 from mesh._telemetry.metrics import served
 from mesh.mcp._catalog import AgentCatalog, Authorize, Catalog
 from mesh.mcp._codec import MCP_CODEC, to_wire_id
+from mesh.mcp._features import CAPABILITIES, FEATURE_METHODS, Features
 from mesh.mcp._revisions import (
     HANDSHAKE_REVISIONS,
     IMPLEMENTATION,
@@ -46,7 +47,7 @@ INSTRUCTIONS: Final = (
     "These tools belong to the agents of an agent-mesh. A tool named `AGENT__TOOL` is"
     " tool TOOL of agent AGENT; the list changes as agents come and go."
 )
-_CAPABILITIES: Final = {"tools": {"listChanged": True}}
+_CAPABILITIES: Final = {"tools": {"listChanged": True}, **CAPABILITIES}
 #: 2026-07-28 results say they are complete and how long a client may cache them
 #: (0: the set of agents can change at any moment).
 _MODERN_RESULT: Final = {"resultType": "complete"}
@@ -97,6 +98,19 @@ class McpServer:
         #: The handshake-era revision agreed by ``initialize`` (None: none yet).
         self.revision: str | None = None
         self.initialized = False
+        #: Resources, prompts, completion and the log level, for this client.
+        self.features = Features(
+            catalog.orchestrator,
+            catalog.agent if isinstance(catalog, AgentCatalog) else None,
+            on_behalf_of,
+        )
+        self.features.wants_list_changed = lambda: self.wants_list_changed
+
+    @property
+    def log_level(self) -> str | None:
+        """The level the client set with ``logging/setLevel`` (None: it set none): log
+        notifications below it are not for this client."""
+        return self.features.log_level
 
     @property
     def wants_list_changed(self) -> bool:
@@ -120,6 +134,8 @@ class McpServer:
             return self._call(ctx, params, modern)
         if method == "subscriptions/listen" and modern:
             return self._listen(ctx, params)
+        if method in FEATURE_METHODS:
+            return self._feature(ctx, method, params, modern)
         raise MethodNotFound(f"the mesh's MCP server does not serve {method!r}")
 
     def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:
@@ -184,20 +200,38 @@ class McpServer:
             answer.update(_MODERN_RESULT)
         return answer
 
+    async def _feature(
+        self, ctx: RequestContext, method: str, params: Any, modern: bool
+    ) -> dict[str, Any]:
+        with served("mcp", method):
+            answer = await self.features.handle(ctx, method, params)
+        if modern:
+            answer.update(_MODERN_LIST if method.endswith("/list") else _MODERN_RESULT)
+        return answer
+
     async def _listen(self, ctx: RequestContext, params: Any) -> dict[str, Any]:
         """A 2026-07-28 change stream: acknowledge, then one notification per change."""
         wanted = params.get("notifications") if isinstance(params, dict) else None
         tools = isinstance(wanted, dict) and wanted.get("toolsListChanged") is True
         meta = {"io.modelcontextprotocol/subscriptionId": to_wire_id(ctx.request_id)}
-        honored = {"toolsListChanged": True} if tools else {}
+
+        def notify(method: str, params: Any) -> None:
+            ctx.notify_nowait(method, {**(params or {}), "_meta": meta})
+
+        honored, stop = await self.features.listen(wanted, notify)
+        if tools:
+            honored["toolsListChanged"] = True
         ctx.notify_nowait(
             "notifications/subscriptions/acknowledged", {"notifications": honored, "_meta": meta}
         )
-        version = self.catalog.version
-        while True:  # until the client cancels (or the link ends)
-            version = await self.catalog.wait_changed(version)
-            if tools:
-                ctx.notify_nowait(_LIST_CHANGED, {"_meta": meta})
+        try:
+            version = self.catalog.version
+            while True:  # until the client cancels (or the link ends)
+                version = await self.catalog.wait_changed(version)
+                if tools:
+                    ctx.notify_nowait(_LIST_CHANGED, {"_meta": meta})
+        finally:
+            stop()
 
 
 def _progress(ctx: RequestContext, params: dict[str, Any]) -> ProgressCallback | None:
@@ -250,9 +284,13 @@ async def serve_mcp(
         open_peer(stream, handler=server, config=config, codec=MCP_CODEC) as peer,
         open_task_group() as tg,
     ):
-        tg.start_soon(_tell_changes, server, peer)
-        await peer.wait_closed()
-        tg.cancel_scope.cancel()
+        server.features.notify = peer.notify_nowait
+        try:
+            tg.start_soon(_tell_changes, server, peer)
+            await peer.wait_closed()
+            tg.cancel_scope.cancel()
+        finally:
+            server.features.close()
 
 
 async def _tell_changes(server: McpServer, peer: Peer) -> None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import anyio
 
-from mesh import Agent, RequestContext, run_agent
-from mesh.content import Audio, EmbeddedResource, Image, Item, Text
+from mesh import Agent, CompletionArgument, CompletionRef, RequestContext, run_agent
+from mesh.content import Audio, EmbeddedResource, Image, Item, PromptMessage, Text
 
 agent = Agent(
     "conf",
@@ -97,6 +97,88 @@ async def test_tool_with_progress(ctx: RequestContext) -> str:
 def bad_content() -> dict[str, object]:
     """Not a suite tool: a content answer with an item of a type MCP does not have."""
     return {"$content": [{"type": "video", "data": ""}]}
+
+
+@agent.resource("test://static-text", mime_type="text/plain")
+def static_text() -> str:
+    """A fixed text resource."""
+    return "This is the content of the static text resource."
+
+
+@agent.resource("test://static-binary", mime_type="image/png")
+def static_binary() -> bytes:
+    """A fixed binary resource: the red pixel."""
+    return RED_PIXEL_PNG
+
+
+@agent.resource("test://watched-resource", mime_type="text/plain")
+def watched_resource() -> str:
+    """A resource clients subscribe to; `touch_watched` says it changed."""
+    return f"watched, version {_watched['version']}"
+
+
+_watched = {"version": 0}
+
+
+@agent.tool
+def touch_watched() -> int:
+    """Not a suite tool: change the watched resource and tell its subscribers."""
+    _watched["version"] += 1
+    agent.resource_updated("test://watched-resource")
+    return _watched["version"]
+
+
+@agent.resource("test://oversized", mime_type="application/octet-stream")
+def oversized() -> bytes:
+    """Not a suite resource: more bytes than a resource may hold."""
+    return bytes(9 * 1024 * 1024)
+
+
+@agent.resource_template("test://template/{id}/data", mime_type="application/json")
+def template_data(id: str) -> str:
+    """Data for an id, from a template."""
+    return f'{{"id":"{id}","templateTest":true,"data":"Data for ID: {id}"}}'
+
+
+@agent.prompt()
+def test_simple_prompt() -> str:
+    """A prompt with no arguments."""
+    return "This is a simple prompt for testing."
+
+
+@agent.prompt()
+def test_prompt_with_arguments(arg1: str, arg2: str) -> str:
+    """A prompt with two arguments."""
+    return f"Prompt with arguments: arg1='{arg1}', arg2='{arg2}'"
+
+
+@agent.prompt()
+def test_prompt_with_embedded_resource(resourceUri: str) -> list[Item]:
+    """A prompt that embeds a resource."""
+    return [
+        EmbeddedResource.of(
+            resourceUri, mime_type="text/plain", text="Embedded resource content for testing."
+        ),
+        Text(text="Please process the embedded resource above."),
+    ]
+
+
+@agent.prompt()
+def test_prompt_with_image() -> list[PromptMessage]:
+    """A prompt with an image."""
+    return [
+        PromptMessage(content=Image(data=RED_PIXEL_PNG, mime_type="image/png")),
+        PromptMessage(content=Text(text="Please analyze the image above.")),
+    ]
+
+
+@agent.completion()
+def complete(
+    ref: CompletionRef, argument: CompletionArgument, context: dict[str, str]
+) -> list[str]:
+    """Completes the suite's prompt arguments and template ids."""
+    choices = {"arg1": ["paris", "park", "party"], "id": ["123", "456"]}.get(argument.name, [])
+    return [value for value in choices if value.startswith(argument.value)]
 
 
 if __name__ == "__main__":

@@ -113,6 +113,27 @@ async def cut(ctx: Context) -> str:
     return "resumed"
 
 
+@app.resource("note://today", mime_type="text/plain")
+def today() -> str:
+    """A note the mount passes through."""
+    return "buy milk"
+
+
+@app.prompt()
+def greet(name: str) -> str:
+    """A prompt the mount passes through."""
+    return f"Say hello to {name}."
+
+
+@app.tool()
+async def renote(ctx: Context) -> str:
+    """Say the resource and prompt lists changed (the handshake era's notifications)."""
+    session = ctx.request_context.session
+    await session.send_resource_list_changed()
+    await session.send_prompt_list_changed()
+    return "renoted"
+
+
 class MemoryEvents(EventStore):
     """Every event of every stream, kept so a client can resume a stream that was cut."""
 

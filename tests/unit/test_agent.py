@@ -110,7 +110,21 @@ async def test_custom_methods_info_and_notifications() -> None:
             "version": "1.2.3",
             "capabilities": ["math"],
             "tools": ["midpoint", "count", "refuse"],
-            "methods": ["agent/info", "math/add", "ping", "tools/call", "tools/list"],
+            "methods": [
+                "agent/info",
+                "completion/complete",
+                "math/add",
+                "ping",
+                "prompts/get",
+                "prompts/list",
+                "resources/list",
+                "resources/read",
+                "resources/subscribe",
+                "resources/templates/list",
+                "resources/unsubscribe",
+                "tools/call",
+                "tools/list",
+            ],
         }
         await peer.notify("hello", {"from": "test"})
         with anyio.fail_after(5):
