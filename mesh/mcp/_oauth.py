@@ -13,6 +13,13 @@ mount's HTTP client. It sends the access token, refreshes it shortly before it e
 the client-credentials grant needs no login at all. When neither a grant nor a way to
 get one is left, the link fails with :class:`LoginNeeded`, naming the command to run.
 
+Older and newer servers are met as the spec's revisions have them: a 2025-03-26 server
+(no protected-resource metadata) is its own authorization server; metadata whose
+``resource`` is another server's is refused; a client may be named by the URL of its
+metadata document, or prove itself with a signed JWT (``private_key_jwt``, PyJWT); and a
+call refused for lack of scope gets the wider scope once, unattended for the
+client-credentials grant, at the next login for a person's.
+
 Our own code, over httpx, rather than a library: the ``mcp`` SDK's
 ``OAuthClientProvider`` is an ``httpx2.Auth`` (not httpx's) and would make the SDK
 (pydantic, starlette) a runtime dependency; authlib's httpx client does PKCE and token
