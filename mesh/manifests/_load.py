@@ -117,6 +117,11 @@ def _resolved(manifest: Manifest, base: Path) -> Manifest:
     transport = manifest.transport
     if isinstance(transport, StdioSection) and transport.cwd is not None:
         return msgspec.structs.replace(manifest, transport=transport.resolve(base))
+    if isinstance(transport, HttpSection) and transport.oauth is not None:
+        oauth = transport.oauth.resolve(base)
+        return msgspec.structs.replace(
+            manifest, transport=msgspec.structs.replace(transport, oauth=oauth)
+        )
     return manifest
 
 

@@ -229,18 +229,58 @@ class OAuthSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """``[transport.oauth]`` of a mounted MCP server that needs OAuth (docs/mcp.md).
 
     ``authorization_code`` (the default) needs ``mesh mcp login AGENT`` once;
-    ``client_credentials`` needs nobody. Without ``client_id`` the mesh registers a client
-    itself (dynamic client registration); ``client_secret_env`` names a configured
-    client's secret.
+    ``client_credentials`` needs nobody. Without ``client_id`` the mesh names itself by
+    ``client_metadata_url`` where the authorization server reads client metadata
+    documents, else registers a client (dynamic client registration).
+    ``client_secret_env`` names a configured client's secret; ``jwt_key_file`` a private
+    key (PEM) it signs its token requests with instead (``private_key_jwt``).
     """
 
     grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
     client_id: str | None = None
     client_secret_env: str | None = None
     scopes: tuple[str, ...] = ()
+    client_metadata_url: str | None = None
+    jwt_key_file: str | None = None
+    jwt_algorithm: Literal["ES256", "ES384", "RS256", "PS256", "EdDSA"] = "ES256"
 
     def __post_init__(self) -> None:
-        _check_env_name("oauth.client_secret_env", self.client_secret_env)
+        _check_all(
+            partial(_check_env_name, "oauth.client_secret_env", self.client_secret_env),
+            self._check_metadata_url,
+            self._check_jwt_key,
+        )
+
+    def _check_metadata_url(self) -> None:
+        url = self.client_metadata_url
+        if url is None:
+            return
+        field = "oauth.client_metadata_url"
+        _check_url(field, url, ("https",))
+        if urlsplit(url).path in ("", "/"):
+            raise _FieldError(field, "A client metadata document's URL needs a path")
+        if self.grant != "authorization_code":
+            raise _FieldError(field, 'Only meaningful with `grant = "authorization_code"`')
+
+    def _check_jwt_key(self) -> None:
+        if self.jwt_key_file is None:
+            return
+        if self.client_secret_env is not None:
+            raise _FieldError(
+                "oauth.jwt_key_file",
+                "A client proves itself with `client_secret_env` or `jwt_key_file`, not both",
+            )
+        if self.client_id is None:
+            raise _FieldError(
+                "oauth.jwt_key_file", "Needs `client_id`: the key's client, named in what it signs"
+            )
+
+    def resolve(self, base: str | os.PathLike[str]) -> OAuthSection:
+        """This section with a relative (or ``~``) ``jwt_key_file`` made absolute."""
+        if self.jwt_key_file is None:
+            return self
+        key = Path(self.jwt_key_file).expanduser()
+        return msgspec.structs.replace(self, jwt_key_file=str((Path(base) / key).resolve()))
 
 
 class HttpSection(_SectionBase, frozen=True, kw_only=True, tag="http"):

@@ -288,10 +288,22 @@ class McpHttpStream:
                 self._too_large(body, outgoing)
                 return
             if response.status_code >= 400:
-                body = _refusal(outgoing.id, response.status_code, body)
+                body = self._scope_refusal(outgoing.id, response) or _refusal(
+                    outgoing.id, response.status_code, body
+                )
             self._deliver(body, outgoing)
         finally:
             await response.aclose()
+
+    def _scope_refusal(self, request_id: Any, response: httpx.Response) -> bytes | None:
+        """A call refused for lack of OAuth scope, as an error that says what would let
+        it through (a person's wider consent, or the server's scopes), not a bare 403."""
+        auth = self._client.auth
+        why = auth.refusal(response) if isinstance(auth, McpOAuth) else None
+        if why is None:
+            return None
+        error = {"code": -32600, "message": why, "data": {"type": "Unauthorized"}}
+        return msgspec.json.encode({"jsonrpc": "2.0", "id": request_id, "error": error})
 
     async def _read_events(
         self, response: httpx.Response, outgoing: _Outgoing, cursor: _Cursor

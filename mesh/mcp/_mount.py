@@ -15,8 +15,10 @@ What the mesh asks and what the MCP server is asked:
 ``agent/info``      the server's name, version and instructions from the handshake
 ``ping``            ``ping`` (any answer is alive: a 2026-07-28 server answers "not found")
 ``tools/list``      ``tools/list``, cached and refreshed on ``list_changed``
-``tools/call``      ``tools/call``; ``structuredContent``, else the one text, else
-                    ``{"content": [...]}``; ``isError`` raises :class:`~mesh.ToolError`
+``tools/call``      ``tools/call``; the one text, or ``structuredContent`` beside at most
+                    one text; else the items as mesh content (:mod:`mesh.content`,
+                    ``{"$content": [...], "$structured": ...}``) unchanged;
+                    ``isError`` raises :class:`~mesh.ToolError`
 anything else       passed through as is (``resources/read``, ``prompts/get``, ...)
 ==================  ======================================================================
 """
@@ -42,6 +44,7 @@ from mesh._errors import (
 from mesh._logging import get_logger
 from mesh._orchestrator.router import AGENT_NOTICES, TOOLS_CHANGED
 from mesh._rpc.peer import Peer, RequestContext
+from mesh.content import CONTENT_KEY, STRUCTURED_KEY
 from mesh.mcp._revisions import (
     HANDSHAKE_REVISIONS,
     IMPLEMENTATION,
@@ -83,11 +86,20 @@ def tool_result(name: str, result: Any) -> Any:
     content = content if isinstance(content, list) else []
     if result.get("isError"):
         raise ToolError(_text_of(content) or f"tool {name!r} reported an error", data=result)
-    if "structuredContent" in result:
-        return result["structuredContent"]
-    if len(content) == 1 and isinstance(content[0], dict) and content[0].get("type") == "text":
-        return content[0].get("text", "")
-    return {"content": content}
+    texts_only = all(isinstance(c, dict) and c.get("type") == "text" for c in content)
+    if texts_only and len(content) <= 1:
+        # The plain value, as a mesh tool returns it (a text beside structured data is,
+        # by MCP's convention, that data serialized).
+        if "structuredContent" in result:
+            return result["structuredContent"]
+        if content:
+            return content[0].get("text", "")
+    # Images, audio, resources, links, several items: MCP's items are the mesh's content
+    # items, so they pass as they came, for the caller (or /mcp's client) to read as such.
+    answer: dict[str, Any] = {CONTENT_KEY: content}
+    if result.get("structuredContent") is not None:
+        answer[STRUCTURED_KEY] = result["structuredContent"]
+    return answer
 
 
 def _text_of(content: list[Any]) -> str:

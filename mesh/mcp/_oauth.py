@@ -13,6 +13,13 @@ mount's HTTP client. It sends the access token, refreshes it shortly before it e
 the client-credentials grant needs no login at all. When neither a grant nor a way to
 get one is left, the link fails with :class:`LoginNeeded`, naming the command to run.
 
+Older and newer servers are met as the spec's revisions have them: a 2025-03-26 server
+(no protected-resource metadata) is its own authorization server; metadata whose
+``resource`` is another server's is refused; a client may be named by the URL of its
+metadata document, or prove itself with a signed JWT (``private_key_jwt``, PyJWT); and a
+call refused for lack of scope gets the wider scope once, unattended for the
+client-credentials grant, at the next login for a person's.
+
 Our own code, over httpx, rather than a library: the ``mcp`` SDK's
 ``OAuthClientProvider`` is an ``httpx2.Auth`` (not httpx's) and would make the SDK
 (pydantic, starlette) a runtime dependency; authlib's httpx client does PKCE and token
@@ -80,6 +87,15 @@ class OAuthSettings:
     client_secret: str | None = None
     scopes: tuple[str, ...] = ()
     data_dir: str | os.PathLike[str] | None = None
+    #: The client's id as the HTTPS URL of its metadata document, used where the
+    #: authorization server reads such documents (``client_id_metadata_document_supported``).
+    client_metadata_url: str | None = None
+    #: A private key (PEM) the client signs its token requests with (``private_key_jwt``,
+    #: RFC 7523) instead of a secret, and the signature's algorithm.
+    jwt_key: str | None = None
+    jwt_algorithm: str = "ES256"
+    #: Where ``jwt_key`` is read from, at each token request, when it is not given.
+    jwt_key_file: str | None = None
 
 
 class Grant(msgspec.Struct, kw_only=True):
@@ -95,6 +111,11 @@ class Grant(msgspec.Struct, kw_only=True):
     scope: str | None = None
     #: The secret goes in an HTTP Basic header (``client_secret_basic``), not the form.
     basic: bool = False
+    #: The authorization server's issuer: the audience of a signed client assertion.
+    issuer: str | None = None
+    #: The scope a call was refused for lack of (HTTP 403 ``insufficient_scope``): the
+    #: next login asks for it, as a person must consent to more than they granted.
+    wanted: str | None = None
 
     def fresh(self, now: float) -> bool:
         if self.access_token is None:
@@ -115,6 +136,7 @@ class _ServerMetadata(msgspec.Struct):
     registration_endpoint: str | None = None
     code_challenge_methods_supported: list[str] = []
     token_endpoint_auth_methods_supported: list[str] = []
+    client_id_metadata_document_supported: bool = False
 
 
 class _Registered(msgspec.Struct):
@@ -157,6 +179,9 @@ def oauth_settings(
         client_secret=transport.client_secret(environ),
         scopes=section.scopes,
         data_dir=(os.environ if environ is None else environ).get("MESH_DATA_DIR"),
+        client_metadata_url=section.client_metadata_url,
+        jwt_key_file=section.jwt_key_file,
+        jwt_algorithm=section.jwt_algorithm,
     )
 
 
@@ -192,12 +217,43 @@ def _save(path: Path, grant: Grant) -> None:
 
 
 def _well_known(url: str, name: str) -> list[str]:
-    """RFC 8414 / 9728 places: the suffix inserted before the path, then at the root."""
+    """RFC 9728 places of a resource's metadata: the suffix inserted before the path, then
+    at the root."""
     parts = urlsplit(url)
     path = parts.path.rstrip("/")
     places = [f"/.well-known/{name}{path}"] if path else []
     places.append(f"/.well-known/{name}")
     return [urlunsplit((parts.scheme, parts.netloc, place, "", "")) for place in places]
+
+
+def _server_places(issuer: str) -> list[str]:
+    """Where an authorization server's metadata may be, in the order MCP's spec tries them:
+    RFC 8414's and OpenID's with the issuer's path inserted, then OpenID's with it appended.
+    An issuer with a path is never looked up at the root: that is another server's."""
+    parts = urlsplit(issuer)
+    path = parts.path.rstrip("/")
+    places = [
+        f"/.well-known/oauth-authorization-server{path}",
+        f"/.well-known/openid-configuration{path}",
+    ]
+    if path:
+        places.append(f"{path}/.well-known/openid-configuration")
+    return [urlunsplit((parts.scheme, parts.netloc, place, "", "")) for place in places]
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+
+
+def _covers(resource: str, url: str) -> bool:
+    """Whether protected-resource metadata naming ``resource`` may speak for ``url``: the
+    same origin, and ``url``'s path at or under the resource's (RFC 9728 section 3.3)."""
+    have, want = urlsplit(resource), urlsplit(url)
+    if (have.scheme.lower(), have.netloc.lower()) != (want.scheme.lower(), want.netloc.lower()):
+        return False
+    base, path = have.path.rstrip("/"), want.path.rstrip("/")
+    return path == base or path.startswith(base + "/")
 
 
 async def _first(client: httpx.AsyncClient, urls: list[str], kind: type[Any]) -> Any:
@@ -212,7 +268,12 @@ async def _first(client: httpx.AsyncClient, urls: list[str], kind: type[Any]) ->
     return None
 
 
-_CHALLENGE: Final = re.compile(r'(resource_metadata|scope)\s*=\s*"([^"]*)"')
+_CHALLENGE: Final = re.compile(r'(resource_metadata|scope|error)\s*=\s*"([^"]*)"')
+
+
+def challenge_of(header: str) -> dict[str, str]:
+    """The parameters of a ``WWW-Authenticate: Bearer ...`` header that the client reads."""
+    return dict(_CHALLENGE.findall(header))
 
 
 async def _challenge(client: httpx.AsyncClient, mcp_url: str) -> dict[str, str]:
@@ -222,43 +283,70 @@ async def _challenge(client: httpx.AsyncClient, mcp_url: str) -> dict[str, str]:
     response = await client.post(mcp_url, json=probe, headers=headers)
     if response.status_code != 401:
         return {}
-    return dict(_CHALLENGE.findall(response.headers.get("www-authenticate", "")))
+    return challenge_of(response.headers.get("www-authenticate", ""))
 
 
 async def discover(client: httpx.AsyncClient, mcp_url: str) -> _Found:
     """The authorization server that guards ``mcp_url``, and what it offers: the metadata
-    the server's 401 points at, else the RFC 9728 well-known places."""
+    the server's 401 points at, else the RFC 9728 well-known places; a server with none
+    is a 2025-03-26 one (see :func:`_legacy_server`)."""
     challenge = await _challenge(client, mcp_url)
     places = _well_known(mcp_url, "oauth-protected-resource")
     if "resource_metadata" in challenge:
         places.insert(0, challenge["resource_metadata"])
     resource: _ResourceMetadata | None = await _first(client, places, _ResourceMetadata)
-    if resource is None or not resource.authorization_servers:
+    if resource is None:
+        legacy = await _legacy_server(client, mcp_url)
+        return _Found(mcp_url, legacy, tuple(challenge.get("scope", "").split()))
+    if resource.resource is not None and not _covers(resource.resource, mcp_url):
         raise Unauthorized(
-            f"the MCP server at {mcp_url} publishes no protected-resource metadata"
-            " naming an authorization server (RFC 9728): it cannot be logged in to"
+            f"the protected-resource metadata of {mcp_url} is for {resource.resource}, not"
+            " this server (RFC 9728: its `resource` must match the server's URL): refused"
+        )
+    if not resource.authorization_servers:
+        raise Unauthorized(
+            f"the protected-resource metadata of {mcp_url} names no authorization server"
+            " (RFC 9728 `authorization_servers`): it cannot be logged in to"
         )
     issuer = resource.authorization_servers[0]
-    places = _well_known(issuer, "oauth-authorization-server")
-    places += _well_known(issuer, "openid-configuration")
-    server: _ServerMetadata | None = await _first(client, places, _ServerMetadata)
+    server: _ServerMetadata | None = await _first(client, _server_places(issuer), _ServerMetadata)
     if server is None or server.token_endpoint is None:
         raise Unauthorized(f"the authorization server {issuer} publishes no usable metadata")
     scopes = challenge["scope"].split() if challenge.get("scope") else resource.scopes_supported
     return _Found(resource.resource or mcp_url, server, tuple(scopes))
 
 
+async def _legacy_server(client: httpx.AsyncClient, mcp_url: str) -> _ServerMetadata:
+    """MCP 2025-03-26, before protected-resource metadata: the server's origin is its own
+    authorization server, with RFC 8414 metadata at the root, else OAuth's usual
+    ``/authorize``, ``/token`` and ``/register`` there."""
+    origin = _origin(mcp_url)
+    server: _ServerMetadata | None = await _first(client, _server_places(origin), _ServerMetadata)
+    if server is not None and server.token_endpoint is not None:
+        return server
+    return _ServerMetadata(
+        issuer=origin,
+        authorization_endpoint=f"{origin}/authorize",
+        token_endpoint=f"{origin}/token",
+        registration_endpoint=f"{origin}/register",
+    )
+
+
 async def _register(
     client: httpx.AsyncClient, found: _Found, settings: OAuthSettings, redirect_uri: str | None
 ) -> _Registered:
-    """The manifest's client, else one registered now (RFC 7591)."""
+    """The manifest's client; else its metadata document's URL, where the authorization
+    server reads those; else one registered now (RFC 7591)."""
     if settings.client_id is not None:
         return _Registered(settings.client_id, settings.client_secret)
+    if _by_document(found.server, settings):
+        return _Registered(str(settings.client_metadata_url), None, "none")
     endpoint = found.server.registration_endpoint
     if endpoint is None:
         raise Unauthorized(
             f"the authorization server {found.server.issuer} registers no clients:"
-            " name one with client_id in the manifest's [transport.oauth]"
+            " name one with client_id (or, where it reads client metadata documents,"
+            " client_metadata_url) in the manifest's [transport.oauth]"
         )
     grant_types = (
         ["client_credentials"]
@@ -286,6 +374,16 @@ async def _register(
         raise Unauthorized(f"registering a client at {endpoint}: the answer {exc}") from None
 
 
+def _by_document(server: _ServerMetadata, settings: OAuthSettings) -> bool:
+    """Whether the client is known by its metadata document's URL (a public client: an
+    authorization-code login only; the server must say it reads such documents)."""
+    return (
+        settings.client_metadata_url is not None
+        and settings.grant == "authorization_code"
+        and server.client_id_metadata_document_supported
+    )
+
+
 def _basic(server: _ServerMetadata, client: _Registered) -> bool:
     """Whether the client authenticates to the token endpoint with HTTP Basic: as it was
     registered, else as the server offers (Basic is OAuth's default when it says nothing)."""
@@ -297,6 +395,62 @@ def _basic(server: _ServerMetadata, client: _Registered) -> bool:
     return not offered or "client_secret_basic" in offered
 
 
+_ASSERTION_TYPE: Final = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+#: A client assertion is good for this long: one token request, with room for clock skew.
+ASSERTION_LIFETIME: Final = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Signer:
+    """Signs the client's assertions (``private_key_jwt``) with the configured key.
+
+    PyJWT over pyca/cryptography does the signing: hand-rolled JOSE is how clients
+    come to sign with the wrong curve or encoding."""
+
+    key: str
+    algorithm: str
+
+    def assertion(self, client_id: str, audience: str) -> str:
+        """An RFC 7523 client assertion: the client is its issuer and subject, the
+        authorization server's issuer its audience."""
+        try:
+            import jwt  # only a client with a key needs it
+        except ImportError:
+            raise Unauthorized(
+                "oauth.jwt_key_file needs PyJWT: pip install 'agent-mesh[mcp-jwt]'"
+            ) from None
+        now = int(time.time())
+        claims = {
+            "iss": client_id,
+            "sub": client_id,
+            "aud": audience,
+            "iat": now,
+            "exp": now + int(ASSERTION_LIFETIME),
+            "jti": secrets.token_urlsafe(16),
+        }
+        try:
+            return jwt.encode(claims, self.key, algorithm=self.algorithm)
+        except (ValueError, TypeError, jwt.PyJWTError) as exc:
+            raise Unauthorized(
+                f"the client's key (oauth.jwt_key_file) cannot sign {self.algorithm}: {exc}"
+            ) from None
+
+
+def _signer(settings: OAuthSettings) -> _Signer | None:
+    """The client's signer, its key read now (a replaced key takes effect unrestarted)."""
+    if settings.jwt_key is not None:
+        return _Signer(settings.jwt_key, settings.jwt_algorithm)
+    if settings.jwt_key_file is None:
+        return None
+    try:
+        key = Path(settings.jwt_key_file).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Unauthorized(
+            f"oauth.jwt_key_file {settings.jwt_key_file} cannot be read: {exc}"
+        ) from None
+    return _Signer(key, settings.jwt_algorithm)
+
+
 def _refusal(response: httpx.Response) -> str:
     try:
         refused = msgspec.json.decode(response.content, type=_Refusal)
@@ -306,11 +460,18 @@ def _refusal(response: httpx.Response) -> str:
     return f"HTTP {response.status_code} {refused.error}{detail}"
 
 
-async def _token_request(client: httpx.AsyncClient, grant: Grant, form: dict[str, str]) -> Grant:
-    """POST ``form`` to the token endpoint; the grant with the tokens it answers."""
+async def _token_request(
+    client: httpx.AsyncClient, grant: Grant, form: dict[str, str], signer: _Signer | None = None
+) -> Grant:
+    """POST ``form`` to the token endpoint; the grant with the tokens it answers. With a
+    ``signer`` the client proves itself by a signed assertion, not a secret."""
     form = {**form, "resource": grant.resource}
     auth: httpx.Auth = httpx.Auth()  # none: the client has no auth of its own
-    if grant.client_secret and grant.basic:  # RFC 6749 2.3.1: both form-encoded first
+    if signer is not None:
+        form["client_id"] = grant.client_id
+        form["client_assertion_type"] = _ASSERTION_TYPE
+        form["client_assertion"] = signer.assertion(grant.client_id, grant.issuer or "")
+    elif grant.client_secret and grant.basic:  # RFC 6749 2.3.1: both form-encoded first
         auth = httpx.BasicAuth(quote(grant.client_id, safe=""), quote(grant.client_secret, safe=""))
     else:
         form["client_id"] = grant.client_id
@@ -362,7 +523,59 @@ class McpOAuth(httpx.Auth):
         if response.status_code == 401:
             await response.aread()
             request.headers["authorization"] = f"Bearer {await self._token(stale=token or '')}"
-            yield request
+            response = yield request
+        challenge = challenge_of(response.headers.get("www-authenticate", ""))
+        if response.status_code == 403 and challenge.get("error") == "insufficient_scope":
+            wider = await self._step_up(challenge.get("scope", ""))
+            if wider is not None:  # once: a server that refuses again is answered as it is
+                await response.aread()
+                request.headers["authorization"] = f"Bearer {wider}"
+                yield request
+
+    def refusal(self, response: httpx.Response) -> str | None:
+        """What to tell the caller of a request the server refused for lack of scope (HTTP
+        403 ``insufficient_scope``) that no token we can get unattended would carry."""
+        challenge = challenge_of(response.headers.get("www-authenticate", ""))
+        if response.status_code != 403 or challenge.get("error") != "insufficient_scope":
+            return None
+        grant = _load(self._path)
+        held = set((grant.scope or "").split()) if grant is not None else set()
+        needed = challenge.get("scope", "")
+        if grant is None or set(needed.split()) <= held or self._cc:
+            return (
+                f"the MCP server at {self._url} refuses this call for lack of scope"
+                f" {needed!r} (HTTP 403 insufficient_scope), although the grant holds"
+                f" {grant.scope if grant else None!r}: the server's scopes need changing"
+            )
+        return (
+            f"the MCP server at {self._url} needs scope {needed!r} for this call, beyond the"
+            f" {grant.scope!r} consented to: run `mesh mcp login {self._settings.agent}`"
+            " once more to consent to it"
+        )
+
+    @property
+    def _cc(self) -> bool:
+        return self._settings.grant == "client_credentials"
+
+    async def _step_up(self, needed: str) -> str | None:
+        """A token that carries ``needed`` as well, when one can be had unattended (the
+        client-credentials grant asks for it); else None, and the next login asks for it."""
+        async with self._lock:
+            grant = _load(self._path)
+            if grant is None:
+                return None
+            held = (grant.scope or " ".join(self._settings.scopes)).split()
+            wider = " ".join(dict.fromkeys([*held, *needed.split()]))
+            if set(needed.split()) <= set(held):
+                return None  # asking again for what we hold would only loop
+            if not self._cc:
+                _save(self._path, msgspec.structs.replace(grant, wanted=wider))
+                return None
+            form = {"grant_type": "client_credentials", "scope": wider}
+            grant = await _token_request(self._client, grant, form, _signer(self._settings))
+            _save(self._path, grant)
+            log.info("mcp.oauth_scope_stepped_up", agent=self._settings.agent, scope=wider)
+            return str(grant.access_token)
 
     async def _token(self, *, stale: str | None) -> str | None:
         """A fresh access token. ``stale``: one the server refused (get another; ``""``
@@ -372,7 +585,7 @@ class McpOAuth(httpx.Auth):
             grant = _load(self._path)
             if grant is not None and grant.fresh(time.time()) and grant.access_token != stale:
                 return str(grant.access_token)
-            if grant is None and stale is None and self._settings.grant != "client_credentials":
+            if grant is None and stale is None and not self._cc:
                 return None
             grant = await self._renew(grant)
             _save(self._path, grant)
@@ -380,19 +593,20 @@ class McpOAuth(httpx.Auth):
             return str(grant.access_token)
 
     async def _renew(self, grant: Grant | None) -> Grant:
+        signer = _signer(self._settings)
         if grant is not None and grant.refresh_token:
             form = {"grant_type": "refresh_token", "refresh_token": grant.refresh_token}
             try:
-                return await _token_request(self._client, grant, form)
+                return await _token_request(self._client, grant, form, signer)
             except LoginNeeded:
-                if self._settings.grant != "client_credentials":
+                if not self._cc:
                     raise self._login_needed("the refresh token was refused") from None
-        if self._settings.grant == "client_credentials":
-            return await self._client_credentials(grant)
+        if self._cc:
+            return await self._client_credentials(grant, signer)
         why = "no grant is kept" if grant is None else "the access token expired, with no refresh"
         raise self._login_needed(why)
 
-    async def _client_credentials(self, grant: Grant | None) -> Grant:
+    async def _client_credentials(self, grant: Grant | None, signer: _Signer | None) -> Grant:
         if grant is None:
             found = await discover(self._client, self._url)
             client = await _register(self._client, found, self._settings, None)
@@ -402,11 +616,12 @@ class McpOAuth(httpx.Auth):
                 token_endpoint=str(found.server.token_endpoint),
                 resource=found.resource,
                 basic=_basic(found.server, client),
+                issuer=found.server.issuer,
             )
         form = {"grant_type": "client_credentials"}
         if self._settings.scopes:
             form["scope"] = " ".join(self._settings.scopes)
-        return await _token_request(self._client, grant, form)
+        return await _token_request(self._client, grant, form, signer)
 
     def _login_needed(self, why: str) -> LoginNeeded:
         agent = self._settings.agent
@@ -459,7 +674,7 @@ async def login(
                 "state": state,
                 "resource": found.resource,
             }
-            scopes = settings.scopes or found.scopes
+            scopes = _login_scopes(settings, found)
             if scopes:
                 query["scope"] = " ".join(scopes)
             authorize = f"{found.server.authorization_endpoint}?{urlencode(query)}"
@@ -475,6 +690,7 @@ async def login(
             token_endpoint=str(found.server.token_endpoint),
             resource=found.resource,
             basic=_basic(found.server, registered),
+            issuer=found.server.issuer,
         )
         form = {
             "grant_type": "authorization_code",
@@ -482,10 +698,20 @@ async def login(
             "redirect_uri": redirect_uri,
             "code_verifier": verifier,
         }
-        grant = await _token_request(client, grant, form)
+        grant = await _token_request(client, grant, form, _signer(settings))
     path = grant_path(settings.agent, settings.data_dir)
     _save(path, grant)
     return path
+
+
+def _login_scopes(settings: OAuthSettings, found: _Found) -> tuple[str, ...]:
+    """The scope a login asks for: the manifest's, else the server's; with what a call
+    was refused for lack of since the last login (kept in the grant)."""
+    scopes = settings.scopes or found.scopes
+    kept = _load(grant_path(settings.agent, settings.data_dir))
+    if kept is None or not kept.wanted:
+        return tuple(scopes)
+    return tuple(dict.fromkeys([*scopes, *kept.wanted.split()]))
 
 
 async def _wait_for_consent(

@@ -7,12 +7,15 @@ a *result* carrying ``isError``.
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
 import pytest
 
 from mesh import EMBEDDER, MeshOrchestrator, ToolError
+from mesh.content import CONTENT_KEY
+from mesh.testing import spawn_daemon
 from tests.mcp._peers import everything_command
 
 pytestmark = pytest.mark.anyio
@@ -53,3 +56,58 @@ protocol = "mcp"
         assert listed["resources"]
         prompts = await mesh.call("everything", "prompts/list", on_behalf_of=EMBEDDER)
         assert prompts["prompts"]
+
+
+async def test_server_everything_content_reaches_mesh_and_mcp_clients(tmp_path: Path) -> None:
+    """A mounted server's image, embedded resource, links and structured content pass
+    through the daemon unchanged: to a mesh caller (``POST /rpc``) as mesh content, to an
+    MCP client through ``/mcp`` as MCP's own items, not JSON text."""
+    import mcp_types
+    from mcp.client import Client
+
+    from tests.mcp.test_serve import over_http
+
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    command, *args = everything_command()
+    (manifests / "everything.toml").write_text(
+        f"""id = "everything"
+[transport]
+type = "stdio"
+command = {json.dumps(command)}
+args = {json.dumps(args)}
+protocol = "mcp"
+"""
+    )
+    data = ["--data-dir", str(tmp_path / "data")]
+    async with spawn_daemon(manifests, extra_args=data) as daemon:
+        await daemon.wait_online("everything", timeout=60)
+        body = {"agent": "everything", "method": "tools/call", "params": {"name": "get-tiny-image"}}
+        async with daemon.client() as http:
+            answer = (await http.post("/rpc", json=body)).json()["result"]
+        kinds = [item["type"] for item in answer[CONTENT_KEY]]
+        assert kinds == ["text", "image", "text"], answer
+        assert answer[CONTENT_KEY][1]["mimeType"] == "image/png"
+        png = base64.b64decode(answer[CONTENT_KEY][1]["data"])
+        assert png.startswith(b"\x89PNG")
+
+        async with Client(over_http(daemon)) as client:
+            image = await client.call_tool("everything__get-tiny-image", {})
+            assert not image.is_error
+            assert [type(item) for item in image.content] == [
+                mcp_types.TextContent,
+                mcp_types.ImageContent,
+                mcp_types.TextContent,
+            ]
+            sent = image.content[1]
+            assert isinstance(sent, mcp_types.ImageContent)
+            assert sent.mime_type == "image/png" and base64.b64decode(sent.data) == png
+            reference = await client.call_tool("everything__get-resource-reference", {})
+            assert any(isinstance(i, mcp_types.EmbeddedResource) for i in reference.content)
+            links = await client.call_tool("everything__get-resource-links", {"count": 2})
+            assert sum(isinstance(i, mcp_types.ResourceLink) for i in links.content) == 2
+            structured = await client.call_tool(
+                "everything__get-structured-content", {"location": "New York"}
+            )
+            assert structured.structured_content is not None
+            assert "temperature" in structured.structured_content

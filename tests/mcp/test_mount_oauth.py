@@ -106,6 +106,35 @@ def test_a_manifest_with_oauth_is_checked(tmp_path: Path) -> None:
         load_manifest(bad)
 
 
+def test_the_oauth_client_settings_are_checked(tmp_path: Path) -> None:
+    """A client metadata URL, a JWT key and its algorithm: each refusal names its field
+    and rule; a relative key file is the manifest's neighbour."""
+    base = (
+        'id = "x"\n[transport]\ntype = "http"\nendpoint = "http://127.0.0.1:9/mcp"\n'
+        'protocol = "mcp"\n[transport.oauth]\n'
+    )
+    path = tmp_path / "x.toml"
+    refused = {
+        'client_metadata_url = "http://app.example/client.json"\n': r"https://.*client_metadata",
+        'client_metadata_url = "https://app.example/"\n': r"needs a path",
+        'grant = "client_credentials"\nclient_id = "c"\n'
+        'client_metadata_url = "https://app.example/c.json"\n': r"authorization_code",
+        'jwt_key_file = "key.pem"\n': r"Needs `client_id`.*jwt_key_file",
+        'client_id = "c"\njwt_key_file = "key.pem"\nclient_secret_env = "S"\n': r"not both",
+        'client_id = "c"\njwt_key_file = "key.pem"\njwt_algorithm = "HS256"\n': r"jwt_algorithm",
+    }
+    for text, rule in refused.items():
+        path.write_text(base + text)
+        with pytest.raises(ManifestError, match=rule):
+            load_manifest(path)
+    path.write_text(
+        base + 'grant = "client_credentials"\nclient_id = "c"\njwt_key_file = "k.pem"\n'
+    )
+    oauth = load_manifest(path).transport.oauth  # type: ignore[union-attr]
+    assert oauth is not None and oauth.jwt_key_file == str(tmp_path / "k.pem")
+    assert oauth.jwt_algorithm == "ES256"
+
+
 def test_mesh_mcp_login_refuses_an_agent_without_oauth(tmp_path: Path) -> None:
     (tmp_path / "plain.toml").write_text(
         'id = "plain"\n[transport]\ntype = "http"\nendpoint = "http://127.0.0.1:9/mcp"\n'

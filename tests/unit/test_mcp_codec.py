@@ -200,7 +200,11 @@ def test_tool_results_become_mesh_results() -> None:
     assert tool_result("t", text) == "hi"
     assert tool_result("t", {**text, "structuredContent": {"a": 1}}) == {"a": 1}
     two = {"content": [{"type": "text", "text": "a"}, {"type": "image", "data": "x"}]}
-    assert tool_result("t", two) == {"content": two["content"]}
+    assert tool_result("t", two) == {"$content": two["content"]}
+    # anything but one text passes as mesh content, structured data beside it
+    image = {"content": [two["content"][1]], "structuredContent": {"a": 1}}
+    assert tool_result("t", image) == {"$content": image["content"], "$structured": {"a": 1}}
+    assert tool_result("t", {"content": []}) == {"$content": []}
     with pytest.raises(ToolError, match="no such file") as raised:
         tool_result("t", {"content": [{"type": "text", "text": "no such file"}], "isError": True})
     assert raised.value.data["isError"] is True
