@@ -25,6 +25,7 @@ from mesh._rpc.peer import Peer, RequestContext, open_peer
 from mesh._rpc.session import SessionConfig
 from mesh._tasks import open_task_group
 from mesh._telemetry.metrics import served
+from mesh.mcp._asks import ClientSide
 from mesh.mcp._catalog import AgentCatalog, Authorize, Catalog
 from mesh.mcp._codec import MCP_CODEC, to_wire_id
 from mesh.mcp._revisions import (
@@ -46,7 +47,7 @@ INSTRUCTIONS: Final = (
     "These tools belong to the agents of an agent-mesh. A tool named `AGENT__TOOL` is"
     " tool TOOL of agent AGENT; the list changes as agents come and go."
 )
-_CAPABILITIES: Final = {"tools": {"listChanged": True}}
+_CAPABILITIES: Final = {"tools": {"listChanged": True}, "logging": {}}
 #: 2026-07-28 results say they are complete and how long a client may cache them
 #: (0: the set of agents can change at any moment).
 _MODERN_RESULT: Final = {"resultType": "complete"}
@@ -96,6 +97,8 @@ class McpServer:
         self.caller = caller
         #: The handshake-era revision agreed by ``initialize`` (None: none yet).
         self.revision: str | None = None
+        #: What the client declared and the log level it set: where agents' logs and asks go.
+        self.client = ClientSide()
         self.initialized = False
 
     @property
@@ -118,6 +121,8 @@ class McpServer:
             return self._list(modern)
         if method == "tools/call":
             return self._call(ctx, params, modern)
+        if method == "logging/setLevel":
+            return self.client.set_level(params)
         if method == "subscriptions/listen" and modern:
             return self._listen(ctx, params)
         raise MethodNotFound(f"the mesh's MCP server does not serve {method!r}")
@@ -131,6 +136,7 @@ class McpServer:
     def _initialize(self, params: Any) -> dict[str, Any]:
         offered = params.get("protocolVersion") if isinstance(params, dict) else None
         self.revision = offered if offered in HANDSHAKE_REVISIONS else LATEST_HANDSHAKE
+        self.client.initialized(params)
         return {
             "protocolVersion": self.revision,
             "capabilities": _CAPABILITIES,
@@ -177,6 +183,7 @@ class McpServer:
                 authorize=self.authorize,
                 caller=self.caller,
                 on_behalf_of=self.on_behalf_of,
+                **self.client.handlers(ctx),
             )
         if answer is None:
             raise InvalidParams(f"unknown tool {name!r}; tools/list names them all")
