@@ -37,8 +37,8 @@ class ClientSide:
     __slots__ = ("capabilities", "level")
 
     def __init__(self) -> None:
-        #: The client's ``initialize`` capabilities (none: it made no handshake).
-        self.capabilities: dict[str, Any] = {}
+        #: The client's ``initialize`` capabilities (None: it made no handshake).
+        self.capabilities: dict[str, Any] | None = None
         #: The least severe level the client wants (None: it set none, so every one).
         self.level: str | None = None
 
@@ -62,7 +62,8 @@ class ClientSide:
     def hears_mid_call(self) -> bool:
         """Whether this client may be sent something while a call runs (it set a log
         level, or can be asked): its ``tools/call`` is then answered with a stream."""
-        return self.level is not None or any(cap in self.capabilities for cap, _ in _ASKS.values())
+        declared = self.capabilities or {}
+        return self.level is not None or any(cap in declared for cap, _ in _ASKS.values())
 
     def handlers(self, ctx: RequestContext) -> AskHandlers:
         """A call's handlers, sending to the client of ``ctx``'s request."""
@@ -86,6 +87,12 @@ class ClientSide:
 
     async def _ask(self, ctx: RequestContext, kind: str, params: dict[str, Any]) -> Any:
         capability, method = _ASKS[kind]
+        if self.capabilities is None:
+            raise MethodNotFound(
+                f"this MCP client made no initialize handshake (a 2026-07-28 request), so"
+                f" the agent's {method} cannot reach it: asks mid-call reach clients that"
+                " initialize and declare the capability"
+            )
         if capability not in self.capabilities:
             raise MethodNotFound(
                 f"the MCP client declared no {capability} capability in initialize,"

@@ -64,6 +64,7 @@ SCENARIOS = (
 PASSING_COMBINED: frozenset[str] = frozenset(
     {
         "server-initialize",
+        "logging-set-level",
         "ping",
         "tools-list",
         "server-sse-multiple-streams",
@@ -80,6 +81,11 @@ PASSING_AGENT: frozenset[str] = PASSING_COMBINED | {
     "tools-call-mixed-content",
     "tools-call-error",
     "tools-call-with-progress",
+    "tools-call-with-logging",
+    "tools-call-sampling",
+    "tools-call-elicitation",
+    "elicitation-sep1034-defaults",
+    "elicitation-sep1330-enums",
 }
 
 CONFORMANCE_AGENT = f"""id = "conf"
