@@ -25,6 +25,7 @@ MESH = {
     "ConnectionEvent",
     "ConnectionLost",
     "DialInSection",
+    "Elicited",
     "ErrorCode",
     "Forbidden",
     "HttpSection",
@@ -57,6 +58,7 @@ MESH = {
     "RoomSnapshot",
     "RoomSpec",
     "RoomStatus",
+    "Sampled",
     "SessionConfig",
     "SessionStatistics",
     "StdioSection",
@@ -343,7 +345,7 @@ PINNED: dict[str, set[str]] = {
 #: here, in the same change that adds the name, so growth is a decision and not a drift;
 #: when names go, lower the number with them.
 BUDGET: dict[str, int] = {
-    "mesh": 66,
+    "mesh": 68,
     "mesh.a2a": 11,
     "mesh.cli": 1,
     "mesh.content": 11,

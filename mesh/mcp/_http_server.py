@@ -1,8 +1,11 @@
 """``/mcp`` on the daemon: MCP's streamable HTTP, server side.
 
 One JSON-RPC message per ``POST``; the answer is the response body (JSON), or an
-SSE stream for a ``tools/call`` that asks for progress from a client that accepts
-``text/event-stream``: its progress notifications as they come, then its result. A
+SSE stream for a ``tools/call`` from a client that accepts ``text/event-stream`` and
+may hear from the agent mid-call (it asks for progress, set a log level, or declared
+it can be asked): the progress, log lines and requests (elicitation, sampling) as
+they come, then its result. The client POSTs its answer to such a request as a
+JSON-RPC response, which goes to the call waiting for it (:mod:`mesh.mcp._asks`). A
 handshake-era client's ``initialize`` opens a session (``Mcp-Session-Id`` in
 the answer, required on every later request, ended by ``DELETE``); a 2026-07-28
 request carries everything it needs and gets no session. Notifications are
