@@ -133,10 +133,13 @@ async def test_an_answer_to_no_waiting_request_is_refused_and_the_session_lives(
 
 async def test_a_call_over_post_rpc_has_its_ask_refused_saying_why(daemon: Daemon) -> None:
     async with daemon.client() as http:
-        body = {"agent": "echo", "method": "tools/call"}
-        body["params"] = {"name": "ask", "arguments": {"question": "colour?"}}
-        answer = await http.post("/rpc", json=body)
+        ask = {"name": "ask", "arguments": {"question": "colour?"}}
+        answer = await http.post(
+            "/rpc", json={"agent": "echo", "method": "tools/call", "params": ask}
+        )
         assert "POST /rpc is one HTTP exchange" in answer.text, answer.text
-        again = {"agent": "echo", "method": "tools/call"}
-        again["params"] = {"name": "echo", "arguments": {"message": "alive"}}
-        assert (await http.post("/rpc", json=again)).json() == {"result": {"message": "alive"}}
+        echo = {"name": "echo", "arguments": {"message": "alive"}}
+        again = await http.post(
+            "/rpc", json={"agent": "echo", "method": "tools/call", "params": echo}
+        )
+        assert again.json() == {"result": {"message": "alive"}}
