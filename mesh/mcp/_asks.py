@@ -1,4 +1,5 @@
-"""An agent's logs and asks, mid-call, as MCP gives them to its client.
+"""An agent's logs and asks, mid-call, as MCP gives them to its client, and a mounted
+MCP server's, as the mesh gives them to whoever called its tool.
 
 What an agent sends its caller while a call runs (:mod:`mesh._rpc.asks`) reaches
 an MCP client as MCP's own messages: a log line as ``notifications/message``
@@ -8,18 +9,26 @@ as an ``elicitation/create`` request and a sampling request as
 link, or the SSE answer to a ``tools/call`` on ``/mcp``, whose reply the client
 POSTs). An ask is sent only to a client that declared the matching capability in
 ``initialize``; anything else is refused at once, naming what is missing.
+
+The other way, a mounted server's ``notifications/message``, ``elicitation/create``
+and ``sampling/createMessage`` go to the caller of the tool call they came during
+(:class:`CallsInFlight`). Over stdio such a request names no call, so it is passed on
+only while exactly one of the server's tool calls is in flight: with two, sending it
+to either caller could show one caller's question to another, so it is refused.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Final
 
 from mesh._errors import InvalidParams, MethodNotFound
-from mesh._rpc.asks import LOG_LEVELS, AskHandlers
+from mesh._rpc.asks import LOG_LEVELS, AskHandlers, Kind
 from mesh._rpc.peer import RequestContext
 from mesh._rpc.pending import MAX_CALL_DURATION
 
-__all__ = ["ClientSide"]
+__all__ = ["ASKABLE", "ASKED", "CallsInFlight", "ClientSide"]
 
 _SEVERITY: Final = {level: rank for rank, level in enumerate(LOG_LEVELS)}
 _MESSAGE: Final = "notifications/message"
@@ -28,6 +37,10 @@ _ASKS: Final = {
     "elicit": ("elicitation", "elicitation/create"),
     "sample": ("sampling", "sampling/createMessage"),
 }
+#: A mounted server's requests the mesh passes to the caller, by MCP's method.
+ASKED: Final[dict[str, Kind]] = {"elicitation/create": "elicit", "sampling/createMessage": "sample"}
+#: What the mount declares in ``initialize``: its callers may be asked both.
+ASKABLE: Final[dict[str, dict[str, Any]]] = {"elicitation": {}, "sampling": {}}
 
 
 class ClientSide:
@@ -100,3 +113,37 @@ class ClientSide:
             )
         # The call's own deadline bounds the wait: when it passes the call is cancelled.
         return await ctx.call_back(method, params, timeout=MAX_CALL_DURATION)
+
+
+class CallsInFlight:
+    """A mounted server's tool calls in flight, each by the context of the mesh request
+    it serves: where the server's logs and asks during a call go (see the module)."""
+
+    __slots__ = ("_agent", "_calls")
+
+    def __init__(self, agent: str) -> None:
+        self._agent = agent
+        self._calls: list[RequestContext] = []
+
+    @contextmanager
+    def serving(self, ctx: RequestContext) -> Iterator[None]:
+        self._calls.append(ctx)
+        try:
+            yield
+        finally:
+            self._calls.remove(ctx)
+
+    def log(self, params: dict[str, Any]) -> None:
+        """A server's log line, to the one caller (with more, it only goes to our log)."""
+        if len(self._calls) == 1:
+            self._calls[0].log_raw(params)
+
+    async def forward(self, kind: Kind, method: str, params: Any) -> Any:
+        """A server's ask, to the one caller it can belong to, or refused saying why."""
+        if len(self._calls) != 1:
+            raise MethodNotFound(
+                f"{method} from MCP server {self._agent!r} names no call, and"
+                f" {len(self._calls)} of its tool calls are in flight: it is passed to a"
+                " caller only while exactly one is"
+            )
+        return await self._calls[0].ask(kind, params if isinstance(params, dict) else {})

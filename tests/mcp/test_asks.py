@@ -6,8 +6,9 @@ sampling scenarios: tests/mcp/test_conformance_suite.py.)"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,8 +16,10 @@ import pytest
 from mcp import types
 from mcp.client import Client
 
+from mesh import EMBEDDER, MeshError, MeshOrchestrator
 from mesh.testing import Daemon
 from tests.conftest import BACKENDS
+from tests.mcp.test_mount import stdio_manifest, wait_mounted
 from tests.mcp.test_serve import JSON, daemon_with_echo, mesh_mcp, over_http
 
 pytestmark = pytest.mark.anyio
@@ -143,3 +146,33 @@ async def test_a_call_over_post_rpc_has_its_ask_refused_saying_why(daemon: Daemo
             "/rpc", json={"agent": "echo", "method": "tools/call", "params": echo}
         )
         assert again.json() == {"result": {"message": "alive"}}
+
+
+async def test_a_mounted_servers_logs_and_asks_reach_whoever_called_its_tool(
+    tmp_path: Path,
+) -> None:
+    logs: list[Mapping[str, Any]] = []
+
+    async def person(params: dict[str, Any]) -> dict[str, Any]:
+        assert params["message"] == "Your favourite colour?"
+        assert params["requestedSchema"]["properties"]["colour"]["type"] == "string"
+        return {"action": "accept", "content": {"colour": "teal"}}
+
+    async def model(params: dict[str, Any]) -> dict[str, Any]:
+        assert params["messages"][0]["content"]["text"] == "teal"
+        return {"role": "assistant", "content": {"type": "text", "text": "lovely"}, "model": "m"}
+
+    stdio_manifest(tmp_path, "2025-11-25")  # 2026-07-28 asks by input_required instead
+    async with MeshOrchestrator.from_manifests(tmp_path) as mesh:
+        await wait_mounted(mesh)
+        me = mesh.acting_for(EMBEDDER)
+        answer = await me.call_tool(
+            "peer", "ask_colour", {}, on_log=logs.append, on_elicit=person, on_sample=model
+        )
+        assert answer == {"result": "teal: lovely"}
+        assert [(log["level"], log["data"], log.get("logger")) for log in logs] == [
+            ("info", "asking for a colour", "peer")
+        ]
+        with pytest.raises(MeshError, match="takes no elicitation"):
+            await me.call_tool("peer", "ask_colour", {})
+        assert await me.call_tool("peer", "add", {"a": 1, "b": 2}) == {"result": 3}

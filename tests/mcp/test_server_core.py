@@ -90,7 +90,7 @@ async def test_a_handshake_client_is_told_when_agents_come() -> None:
         hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t"}}
         answer = await peer.call("initialize", hello)
         assert answer["protocolVersion"] == "2025-06-18"
-        assert answer["capabilities"] == {"tools": {"listChanged": True}}
+        assert answer["capabilities"] == {"tools": {"listChanged": True}, "logging": {}}
         old = await peer.call("initialize", {**hello, "protocolVersion": "1999-01-01"})
         assert old["protocolVersion"] == "2025-11-25"  # we offer ours; the client decides
         peer.notify_nowait("notifications/initialized")
