@@ -33,6 +33,7 @@ import msgspec
 
 from mesh._errors import (
     AgentUnavailable,
+    CallTimeout,
     ConnectionLost,
     ErrorCode,
     MeshError,
@@ -289,8 +290,9 @@ class Peer(CallMethods):
         self._progress: dict[RequestId, ProgressCallback] = {}
         #: Each call in flight made with ask handlers (on_log, on_elicit, on_sample).
         self._asks_of: dict[RequestId, AskHandlers] = {}
-        #: The peer's asks being answered (ids in ``_handlers`` while they run).
-        self._asking: set[RequestId] = set()
+        #: The peer's asks being answered, to the call and kind each is for (each one's
+        #: id is in ``_handlers`` while it runs; the rest are dropped lazily).
+        self._asking: dict[RequestId, tuple[str, str]] = {}
         #: What stops each request's handler still running: its scope, or its task.
         self._handlers: dict[RequestId, Cancellable] = {}
         #: The cancel scope of each notification's handler still running.
@@ -367,6 +369,9 @@ class Peer(CallMethods):
             self._asks_of[rid] = options
             try:
                 return await self._wait_answer(rid, now, timeout, on_progress)
+            except CallTimeout as exc:
+                self._say_what_waited(rid, exc)
+                raise
             finally:
                 del self._asks_of[rid]
         return await self._wait_answer(rid, now, timeout, on_progress)
@@ -625,10 +630,25 @@ class Peer(CallMethods):
             elif self._handler is not None and self._tasks is not None:
                 self._start_notification(self._handler, self._tasks, event)
 
+    def _forget_answered_asks(self) -> None:
+        for answered in [rid for rid in self._asking if rid not in self._handlers]:
+            del self._asking[answered]
+
+    def _say_what_waited(self, call: RequestId, exc: CallTimeout) -> None:
+        """A call that timed out while its ask waited for our answer says so: the
+        deadline passed on a question nobody answered, not on the agent's work."""
+        self._forget_answered_asks()
+        kinds = {kind for of, kind in self._asking.values() if of == call}
+        if kinds:
+            what = " and ".join(
+                "elicitation" if k == "elicit" else "sampling" for k in sorted(kinds)
+            )
+            exc.message += f"; the agent's {what} was still waiting for an answer"
+
     def _answer_ask(self, request: IncomingRequest) -> None:
         """A ``mesh/ask`` for one of our calls: its handler answers it in a task of its
         own (cancelled if the asker gives up), or it is refused at once, saying why."""
-        self._asking.intersection_update(self._handlers)
+        self._forget_answered_asks()
         in_flight = {rid: self._asks_of.get(rid, {}) for rid in self._waiters}
         try:
             handler, kind, params = resolve_ask(request.params, in_flight, len(self._asking))
@@ -637,7 +657,7 @@ class Peer(CallMethods):
             return
         if self._tasks is None:
             return  # pragma: no cover - a call in flight means the peer runs
-        self._asking.add(request.id)
+        self._asking[request.id] = (request.params["call"], kind)
         pending = answer_ask(handler, kind, params)
         self._handlers[request.id] = self._spawner.start(
             self._tasks, self._finish_handler, request, pending, name="mesh.ask"
