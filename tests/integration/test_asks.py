@@ -16,13 +16,15 @@ from mesh import (
     AgentSpec,
     CallTimeout,
     InvalidParams,
+    MeshError,
     MeshOrchestrator,
     MethodNotFound,
     RequestContext,
     local_connector,
 )
 from mesh.agents.echo import agent as echo_agent
-from mesh.testing import open_echo_agent
+from mesh.testing import open_echo_agent, spawn_nats_server
+from tests.cluster._helpers import open_member, wait_status
 
 pytestmark = pytest.mark.anyio
 
@@ -141,3 +143,17 @@ async def test_an_agents_ask_climbs_back_through_the_agent_that_called_it() -> N
         assert answer == {"action": "accept", "answer": "blue, to 'sky?'"}
         with anyio.fail_after(10), pytest.raises(MethodNotFound, match="takes no elicitation"):
             await me.call_tool("front", "ask_echo", {"question": "sky?"})
+
+
+async def test_an_ask_of_an_agent_on_another_daemon_is_refused_not_left_hanging() -> None:
+    async with (
+        spawn_nats_server() as nats,
+        open_member(nats.url, "a", [AgentSpec("echo", local_connector(echo_agent))]),
+        open_member(nats.url, "b") as b,
+    ):
+        await wait_status(b.mesh.registry, "echo")
+        me = b.mesh.acting_for(EMBEDDER)
+        with anyio.fail_after(10), pytest.raises(MeshError) as refused:
+            await me.call_tool("echo", "ask", {"question": "sky?"}, on_elicit=answer_blue)
+        assert "not carried between daemons yet" in str(refused.value)
+        assert await me.call_tool("echo", "echo", {"message": "alive"}) == {"message": "alive"}
