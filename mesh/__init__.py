@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each loads on 
     from mesh._orchestrator.bound import BoundCaller
     from mesh._orchestrator.orchestrator import MeshOrchestrator
     from mesh._orchestrator.spec import AgentSpec, Outcome, local_connector
+    from mesh._rpc.asks import Elicited, Sampled
     from mesh._rpc.caller import Caller, CallOptions
     from mesh._rpc.connect import open_http_peer, open_stdio_peer, open_websocket_peer
     from mesh._rpc.peer import Peer, RequestContext, RequestHandler, open_peer, serve_peer
@@ -92,6 +93,10 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "AgentSpec",
         "Outcome",
         "local_connector",
+    ),
+    "mesh._rpc.asks": (
+        "Elicited",
+        "Sampled",
     ),
     "mesh._rpc.caller": (
         "Caller",
@@ -177,6 +182,7 @@ __all__ = [
     "ConnectionEvent",
     "ConnectionLost",
     "DialInSection",
+    "Elicited",
     "ErrorCode",
     "Forbidden",
     "HttpSection",
@@ -209,6 +215,7 @@ __all__ = [
     "RoomSnapshot",
     "RoomSpec",
     "RoomStatus",
+    "Sampled",
     "SessionConfig",
     "SessionStatistics",
     "StdioSection",

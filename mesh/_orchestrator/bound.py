@@ -10,9 +10,10 @@ links, no registry writes, no ``on_behalf_of`` to forget or to get wrong.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, Unpack
 
 from mesh._orchestrator.access import Principal
+from mesh._rpc.asks import AskHandlers
 from mesh._rpc.caller import ProgressCallback
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ class Door(Protocol):
         timeout: float | None = ...,
         on_progress: ProgressCallback | None = ...,
         on_behalf_of: Principal = ...,
+        **asks: Unpack[AskHandlers],
     ) -> Any: ...
 
     async def call_tool(
@@ -49,6 +51,7 @@ class Door(Protocol):
         timeout: float | None = ...,
         on_progress: ProgressCallback | None = ...,
         on_behalf_of: Principal = ...,
+        **asks: Unpack[AskHandlers],
     ) -> Any: ...
 
     async def list_tools(
@@ -117,6 +120,7 @@ class BoundCaller:
         *,
         timeout: float | None = None,
         on_progress: ProgressCallback | None = None,
+        **asks: Unpack[AskHandlers],
     ) -> Any:
         return await self._mesh.call(
             agent,
@@ -125,6 +129,7 @@ class BoundCaller:
             timeout=timeout,
             on_progress=on_progress,
             on_behalf_of=self.principal,
+            **asks,
         )
 
     async def call_tool(
@@ -135,6 +140,7 @@ class BoundCaller:
         *,
         timeout: float | None = None,
         on_progress: ProgressCallback | None = None,
+        **asks: Unpack[AskHandlers],
     ) -> Any:
         return await self._mesh.call_tool(
             agent,
@@ -143,6 +149,7 @@ class BoundCaller:
             timeout=timeout,
             on_progress=on_progress,
             on_behalf_of=self.principal,
+            **asks,
         )
 
     async def list_tools(self, agent: str, *, timeout: float | None = None) -> list[dict[str, Any]]:

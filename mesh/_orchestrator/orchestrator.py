@@ -23,7 +23,7 @@ import dataclasses
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Final, Protocol, Self
+from typing import Any, Final, Protocol, Self, Unpack
 
 import anyio
 import anyio.abc
@@ -54,6 +54,7 @@ from mesh._orchestrator.observe import (
 from mesh._orchestrator.router import Router
 from mesh._orchestrator.spec import AgentSpec, Outcome
 from mesh._orchestrator.view import AgentView, Link, LinkChanges, note_attempt, view, views
+from mesh._rpc.asks import AskHandlers
 from mesh._rpc.caller import Caller, ProgressCallback
 from mesh._rpc.connect import handshake
 from mesh._rpc.peer import Peer, open_peer
@@ -258,21 +259,27 @@ class MeshOrchestrator:
         timeout: float | None = None,
         on_progress: ProgressCallback | None = None,
         on_behalf_of: Principal = NOBODY,
+        **asks: Unpack[AskHandlers],
     ) -> Any:
         """Call ``method`` on ``agent``. Unknown or offline agents fail at once.
 
         ``on_behalf_of``: who the call is made for; a call it may not make raises
-        :class:`~mesh.Forbidden` (see :meth:`authorize`).
+        :class:`~mesh.Forbidden` (see :meth:`authorize`). ``on_log``, ``on_elicit`` and
+        ``on_sample`` hear the agent's logs and answer its asks (see :mod:`mesh._rpc.asks`).
         """
         if tracing_active():  # the same, inside a CLIENT span
             with observe_call(agent, method, self.knows, tool_of(method, params)):
                 caller = self._caller(agent, method, on_behalf_of, timeout)
-                return await caller.call(method, params, timeout=timeout, on_progress=on_progress)
+                return await caller.call(
+                    method, params, timeout=timeout, on_progress=on_progress, **asks
+                )
         # Metrics only: no object, no context manager (this path is measured per call).
         started = call_started()
         try:
             caller = self._caller(agent, method, on_behalf_of, timeout)
-            result = await caller.call(method, params, timeout=timeout, on_progress=on_progress)
+            result = await caller.call(
+                method, params, timeout=timeout, on_progress=on_progress, **asks
+            )
         except BaseException as exc:
             call_failed(agent, method, exc, started, self.knows)
             raise
@@ -288,6 +295,7 @@ class MeshOrchestrator:
         timeout: float | None = None,
         on_progress: ProgressCallback | None = None,
         on_behalf_of: Principal = NOBODY,
+        **asks: Unpack[AskHandlers],
     ) -> Any:
         """Call one of an agent's tools: ``await mesh.call_tool("a", "echo", {"message": "hi"})``.
 
@@ -303,6 +311,7 @@ class MeshOrchestrator:
             timeout=timeout,
             on_progress=on_progress,
             on_behalf_of=on_behalf_of,
+            **asks,
         )
 
     async def list_tools(

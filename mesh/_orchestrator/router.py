@@ -8,13 +8,14 @@ orchestrator's door checks both agents' access sections.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 import msgspec
 
 from mesh._errors import InvalidParams, MethodNotFound
 from mesh._logging import get_logger
 from mesh._orchestrator.access import NOBODY, Principal
+from mesh._rpc.asks import AskHandlers, forward_to
 from mesh._rpc.peer import Peer, RequestContext
 from mesh._rpc.session import ROUTE_METHOD
 from mesh._telemetry.metrics import served
@@ -41,6 +42,7 @@ class CallsAgents(Protocol):
         *,
         timeout: float | None = None,
         on_behalf_of: Principal = ...,
+        **asks: Unpack[AskHandlers],
     ) -> Any: ...
 
     def tools_changed(self, agent: str) -> None:
@@ -83,6 +85,8 @@ class Router:
                 route.params,
                 timeout=route.timeout,
                 on_behalf_of=Principal.agent(caller) if caller else NOBODY,
+                # the target's logs and asks climb back to the agent that called it
+                **forward_to(ctx),
             )
 
     def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:

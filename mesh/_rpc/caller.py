@@ -11,10 +11,11 @@ nowhere else (a reconnecting peer forwards them to the connection it waited for)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypedDict, Unpack, runtime_checkable
+from typing import Any, Protocol, Unpack, runtime_checkable
 
 import anyio
 
+from mesh._rpc.asks import AskHandlers
 from mesh._rpc.session import SessionStatistics
 
 __all__ = ["CallMethods", "CallOptions", "Caller", "ProgressCallback"]
@@ -23,12 +24,13 @@ __all__ = ["CallMethods", "CallOptions", "Caller", "ProgressCallback"]
 ProgressCallback = Callable[[Mapping[str, Any]], None]
 
 
-class CallOptions(TypedDict, total=False):
+class CallOptions(AskHandlers, total=False):
     """The options of every call, as keywords: ``call(method, params, **options)``.
 
     Written once here; every caller's ``call`` and ``call_tool`` take
     ``**options: Unpack[CallOptions]`` (a reconnecting peer adds
-    ``wait_for_connection``).
+    ``wait_for_connection``). ``on_log``, ``on_elicit`` and ``on_sample`` (from
+    :class:`~mesh._rpc.asks.AskHandlers`) hear the handler's logs and answer its asks.
     """
 
     #: Seconds until the call fails with :class:`~mesh.CallTimeout` (progress pushes it

@@ -11,13 +11,16 @@ check); a notification with nothing (HTTP 204).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from functools import partial
+from typing import Any, Final
 
 import anyio
 
+from mesh._errors import CallTimeout
 from mesh._rpc.complaints import InputComplaints
 from mesh._rpc.peer import RequestContext, RequestHandler, answer_request
 from mesh._rpc.session import (
+    CallDone,
     CancelRequested,
     IncomingNotification,
     IncomingRequest,
@@ -61,6 +64,9 @@ class Exchange:
         self._complaints = InputComplaints()
         # Requests being handled, so a `cancelled` arriving in another exchange stops them.
         self._in_flight: dict[RequestId, anyio.CancelScope] = {}
+        # Requests a handler sent its caller over a streamed answer, until their answer
+        # arrives in an exchange of its own (:meth:`take_answer`).
+        self._asked: dict[RequestId, _Asked] = {}
 
     async def answer(
         self, frame: bytes, *, on_notification: Callable[[bytes], None] | None = None
@@ -119,7 +125,10 @@ class Exchange:
                 for sent in session.data_to_send():
                     forward(sent)
 
-        ctx = RequestContext(session, request.id, request.method, peer=None, wake=wake)
+        call_back = None if on_notification is None else partial(self._call_back, session, wake)
+        ctx = RequestContext(
+            session, request.id, request.method, peer=None, wake=wake, call_back=call_back
+        )
         scope = anyio.CancelScope()
         self._in_flight[request.id] = scope
         try:
@@ -127,3 +136,53 @@ class Exchange:
                 await answer_request(self._handler, ctx, session, request)
         finally:
             self._in_flight.pop(request.id, None)
+
+    def take_answer(self, key: str, frame: bytes) -> bool:
+        """``frame`` answers a request a handler sent its caller (see :meth:`_call_back`):
+        hand it over and say True; False when no request of that id waits (it ended)."""
+        asked = self._asked.get(RequestId(key))
+        if asked is None:
+            return False
+        for event in asked.session.receive_frame(frame, anyio.current_time()):
+            if isinstance(event, CallDone) and event.id == key:
+                asked.done = event
+                asked.arrived.set()
+        return True
+
+    async def _call_back(
+        self,
+        session: Session,
+        wake: Callable[[], None],
+        method: str,
+        params: Any,
+        timeout: float | None,
+    ) -> Any:
+        """A request to the caller, sent on the streamed answer; its reply comes in
+        another exchange. Bounded by ``timeout``; cancelled, it tells the caller so."""
+        timeout = self._config.call_timeout if timeout is None else timeout
+        rid = session.send_request(method, params, now=anyio.current_time(), timeout=timeout)
+        asked = self._asked[rid] = _Asked(session)
+        wake()
+        try:
+            with anyio.move_on_after(timeout):
+                await asked.arrived.wait()
+        finally:
+            del self._asked[rid]
+            if asked.done is None and session.cancel_call(rid, reason="no longer waited for"):
+                wake()
+        if asked.done is None:
+            raise CallTimeout(f"no answer to {method!r} from the caller within {timeout:g} s")
+        if asked.done.error is not None:
+            raise asked.done.error
+        return asked.done.result
+
+
+class _Asked:
+    """One request to the caller, waiting for its answer."""
+
+    __slots__ = ("arrived", "done", "session")
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.arrived = anyio.Event()
+        self.done: CallDone | None = None

@@ -23,15 +23,17 @@ costs one wake-up of the caller (the backend's own future or parking, see
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, Final, Protocol, Unpack
 
 import anyio
 import anyio.abc
+import msgspec
 
 from mesh._errors import (
     AgentUnavailable,
+    CallTimeout,
     ConnectionLost,
     ErrorCode,
     MeshError,
@@ -41,7 +43,22 @@ from mesh._errors import (
     error_from_code,
 )
 from mesh._logging import get_logger
+from mesh._rpc.asks import (
+    ASK_METHOD,
+    LOG_METHOD,
+    AskHandlers,
+    Elicited,
+    Kind,
+    Sampled,
+    answer_ask,
+    deliver_log,
+    elicit_params,
+    log_params,
+    resolve_ask,
+    sample_params,
+)
 from mesh._rpc.caller import CallMethods, CallOptions, ProgressCallback
+from mesh._rpc.pending import MAX_CALL_DURATION
 from mesh._rpc.session import (
     ROUTE_METHOD,
     CallDone,
@@ -85,6 +102,10 @@ ROUTE_MARGIN: Final = 1.0
 _PLAIN_RESULTS: Final = frozenset({dict, list, str, int, float, bool, type(None)})
 
 
+#: Sends a request back to a request's sender over an exchange: (method, params, timeout).
+CallBack = Callable[[str, Any, float | None], Awaitable[Any]]
+
+
 class RequestHandler(Protocol):
     """What serves a peer's requests; :class:`mesh.Agent` is one.
 
@@ -110,7 +131,7 @@ class RequestContext:
     it is None over HTTP, where each request is its own exchange.
     """
 
-    __slots__ = ("_session", "_wake", "method", "peer", "request_id")
+    __slots__ = ("_call_back", "_session", "_wake", "method", "peer", "request_id")
 
     def __init__(
         self,
@@ -120,9 +141,11 @@ class RequestContext:
         *,
         peer: Peer | None,
         wake: Callable[[], None],
+        call_back: CallBack | None = None,
     ) -> None:
         self._session = session
         self._wake = wake
+        self._call_back = call_back
         self.peer = peer
         self.request_id = request_id
         self.method = method
@@ -135,25 +158,104 @@ class RequestContext:
         self._wake()
 
     async def call_agent(
-        self, agent_id: str, method: str, params: Any = None, *, timeout: float | None = None
+        self,
+        agent_id: str,
+        method: str,
+        params: Any = None,
+        *,
+        timeout: float | None = None,
+        **asks: Unpack[AskHandlers],
     ) -> Any:
         """Call another agent through the mesh that called us (``mesh/call``).
 
         The orchestrator forwards the call and its answer; ``timeout`` is carried
         along, and our own wait allows a little longer so the mesh's verdict
-        (a timeout naming the target agent) arrives first.
+        (a timeout naming the target agent) arrives first. The target's logs and
+        asks come back to ``on_log``, ``on_elicit`` and ``on_sample``.
         """
         if self.peer is None:
             raise AgentUnavailable("this request has no connection back to the mesh (HTTP)")
         route = {"agent": agent_id, "method": method, "params": params, "timeout": timeout}
         outer = None if timeout is None else timeout + ROUTE_MARGIN
-        return await self.peer.call(ROUTE_METHOD, route, timeout=outer)
+        return await self.peer.call(ROUTE_METHOD, route, timeout=outer, **asks)
 
     def notify_nowait(self, method: str, params: Any = None) -> None:
         """Send the caller a notification without waiting (safe while cancelled)."""
         if not self._session.closed:
             self._session.send_notification(method, params)
             self._wake()
+
+    # -- back to the caller, mid-call (mesh._rpc.asks) --
+
+    def log(self, level: str, data: Any, *, logger: str | None = None) -> None:
+        """Send the caller a log line (MCP's levels, ``debug`` to ``emergency``); no wait.
+
+        A caller that passed no ``on_log`` drops it."""
+        self.notify_nowait(LOG_METHOD, log_params(self.request_id, level, data, logger))
+
+    def log_raw(self, params: Mapping[str, Any]) -> None:
+        """Pass on a log line another handler sent (its level checked again)."""
+        level, logger = params.get("level"), params.get("logger")
+        self.log(
+            level if isinstance(level, str) else "info",
+            params.get("data"),
+            logger=logger if isinstance(logger, str) else None,
+        )
+
+    async def elicit(self, message: str, schema: Mapping[str, Any]) -> Elicited:
+        """Ask the caller for input shaped by ``schema`` (an object of primitive
+        properties, as MCP's elicitation allows); the person may accept, decline or
+        cancel. Bounded by the call's own deadline."""
+        answer = await self.ask("elicit", elicit_params(message, schema))
+        return msgspec.convert(answer, Elicited)
+
+    async def sample(
+        self,
+        messages: str | Sequence[Any],
+        *,
+        max_tokens: int,
+        system_prompt: str | None = None,
+        temperature: float | None = None,
+        stop_sequences: Sequence[str] | None = None,
+        model_preferences: Mapping[str, Any] | None = None,
+        include_context: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Sampled:
+        """Ask the caller's model for a message (MCP's ``sampling/createMessage``);
+        a string is one user message. Bounded by the call's own deadline."""
+        params = sample_params(
+            messages if isinstance(messages, str) else list(messages),
+            max_tokens=max_tokens,
+            system_prompt=system_prompt,
+            temperature=temperature,
+            stop_sequences=None if stop_sequences is None else list(stop_sequences),
+            model_preferences=model_preferences,
+            include_context=include_context,
+            metadata=metadata,
+        )
+        return msgspec.convert(await self.ask("sample", params), Sampled)
+
+    async def ask(self, kind: Kind, params: dict[str, Any]) -> Any:
+        """Send one ``mesh/ask`` of ``kind`` for this call; its MCP-shaped answer.
+
+        The ask waits as long as the call may last at most: the caller cancels the
+        call at its own deadline, which cancels this handler and the ask with it.
+        """
+        ask = {"call": self.request_id, "kind": kind, "params": params}
+        return await self.call_back(ASK_METHOD, ask, timeout=MAX_CALL_DURATION)
+
+    async def call_back(self, method: str, params: Any = None, *, timeout: float | None) -> Any:
+        """Send a request to whoever sent this one, on what carries this one: the link
+        (a peer), or an exchange whose answer streams (an MCP SSE answer, which takes
+        the reply in a later POST). Anything else has no way back, and says so."""
+        if self.peer is not None:
+            return await self.peer.call(method, params, timeout=timeout)
+        if self._call_back is not None:
+            return await self._call_back(method, params, timeout)
+        raise AgentUnavailable(
+            f"this request has no connection back to its caller (one HTTP exchange):"
+            f" it cannot send {method!r}"
+        )
 
 
 class Peer(CallMethods):
@@ -186,6 +288,11 @@ class Peer(CallMethods):
         #: Each call in flight: the wake-up its caller parks on, set to its CallDone.
         self._waiters: dict[RequestId, Wakeup] = {}
         self._progress: dict[RequestId, ProgressCallback] = {}
+        #: Each call in flight made with ask handlers (on_log, on_elicit, on_sample).
+        self._asks_of: dict[RequestId, AskHandlers] = {}
+        #: The peer's asks being answered, to the call and kind each is for (each one's
+        #: id is in ``_handlers`` while it runs; the rest are dropped lazily).
+        self._asking: dict[RequestId, tuple[str, str]] = {}
         #: What stops each request's handler still running: its scope, or its task.
         self._handlers: dict[RequestId, Cancellable] = {}
         #: The cancel scope of each notification's handler still running.
@@ -258,6 +365,15 @@ class Peer(CallMethods):
         timeout, on_progress = options.get("timeout"), options.get("on_progress")
         now = self._now()
         rid = self._session.send_request(method, params, now=now, timeout=timeout, trace=outgoing())
+        if "on_log" in options or "on_elicit" in options or "on_sample" in options:
+            self._asks_of[rid] = options
+            try:
+                return await self._wait_answer(rid, now, timeout, on_progress)
+            except CallTimeout as exc:
+                self._say_what_waited(rid, exc)
+                raise
+            finally:
+                del self._asks_of[rid]
         return await self._wait_answer(rid, now, timeout, on_progress)
 
     async def wait_handshake_answer(
@@ -495,7 +611,10 @@ class Peer(CallMethods):
                     if self._call_ended:
                         self._wake_call_watchers()
             elif isinstance(event, IncomingRequest):
-                self._start_handler(event)
+                if event.method == ASK_METHOD:
+                    self._answer_ask(event)
+                else:
+                    self._start_handler(event)
             elif isinstance(event, CancelRequested):
                 running = self._handlers.get(event.id)
                 if running is not None:
@@ -504,8 +623,45 @@ class Peer(CallMethods):
                 on_progress = self._progress.get(event.id)
                 if on_progress is not None:
                     on_progress(event.params)
+            elif event.method == LOG_METHOD:
+                call = event.params.get("call") if isinstance(event.params, dict) else None
+                own = self._asks_of.get(RequestId(call)) if isinstance(call, str) else None
+                deliver_log(own, event.params)
             elif self._handler is not None and self._tasks is not None:
                 self._start_notification(self._handler, self._tasks, event)
+
+    def _forget_answered_asks(self) -> None:
+        for answered in [rid for rid in self._asking if rid not in self._handlers]:
+            del self._asking[answered]
+
+    def _say_what_waited(self, call: RequestId, exc: CallTimeout) -> None:
+        """A call that timed out while its ask waited for our answer says so: the
+        deadline passed on a question nobody answered, not on the agent's work."""
+        self._forget_answered_asks()
+        kinds = {kind for of, kind in self._asking.values() if of == call}
+        if kinds:
+            what = " and ".join(
+                "elicitation" if k == "elicit" else "sampling" for k in sorted(kinds)
+            )
+            exc.message += f"; the agent's {what} was still waiting for an answer"
+
+    def _answer_ask(self, request: IncomingRequest) -> None:
+        """A ``mesh/ask`` for one of our calls: its handler answers it in a task of its
+        own (cancelled if the asker gives up), or it is refused at once, saying why."""
+        self._forget_answered_asks()
+        in_flight = {rid: self._asks_of.get(rid, {}) for rid in self._waiters}
+        try:
+            handler, kind, params = resolve_ask(request.params, in_flight, len(self._asking))
+        except MeshError as exc:
+            self._session.send_error(request.id, exc.code, exc.message, exc.data)
+            return
+        if self._tasks is None:
+            return  # pragma: no cover - a call in flight means the peer runs
+        self._asking[request.id] = (request.params["call"], kind)
+        pending = answer_ask(handler, kind, params)
+        self._handlers[request.id] = self._spawner.start(
+            self._tasks, self._finish_handler, request, pending, name="mesh.ask"
+        )
 
     def _start_handler(self, request: IncomingRequest) -> None:
         if self._handler is None or self._tasks is None:

@@ -280,17 +280,10 @@ class ReconnectingPeer:
         """
         peer = self._peer
         if peer is not None and not peer.closed:  # connected: no wait to work out
-            return await peer.call(
-                method,
-                params,
-                timeout=options.get("timeout"),
-                on_progress=options.get("on_progress"),
-            )
+            return await peer.call(method, params, **_call_options(options, options.get("timeout")))
         wait = options.get("wait_for_connection")
         peer, remaining = await self._peer_for(method, options.get("timeout"), wait)
-        return await peer.call(
-            method, params, timeout=remaining, on_progress=options.get("on_progress")
-        )
+        return await peer.call(method, params, **_call_options(options, remaining))
 
     async def call_tool(
         self,
@@ -301,9 +294,7 @@ class ReconnectingPeer:
         """Call one of the agent's tools (``tools/call``); see :meth:`mesh.Peer.call_tool`."""
         wait = options.get("wait_for_connection")
         peer, remaining = await self._peer_for("tools/call", options.get("timeout"), wait)
-        return await peer.call_tool(
-            name, arguments, timeout=remaining, on_progress=options.get("on_progress")
-        )
+        return await peer.call_tool(name, arguments, **_call_options(options, remaining))
 
     async def list_tools(
         self, *, timeout: float | None = None, wait_for_connection: bool | None = None
@@ -663,3 +654,16 @@ async def open_reconnecting_peer(
                 yield peer
             finally:
                 await peer.aclose()
+
+
+def _call_options(options: ReconnectCallOptions, timeout: float | None) -> CallOptions:
+    """The options a connection's own call takes: the deadline (what is left of it after
+    a wait for the connection), the progress callback and the ask handlers."""
+    passed: CallOptions = {"timeout": timeout, "on_progress": options.get("on_progress")}
+    if "on_log" in options:
+        passed["on_log"] = options["on_log"]
+    if "on_elicit" in options:
+        passed["on_elicit"] = options["on_elicit"]
+    if "on_sample" in options:
+        passed["on_sample"] = options["on_sample"]
+    return passed

@@ -2,7 +2,9 @@
 
 Run it with ``python -m mesh.agents.echo --stdio``. Its tools exercise every path
 of the protocol: plain results (``echo``, ``reverse``), long cancellable work with
-progress (``sleep``), errors (``fail``) and size limits (``blob``).
+progress (``sleep``), errors (``fail``), size limits (``blob``) and the way back to
+the caller mid-call: a log line (``chatter``), a question for a person (``ask``) and
+one for the caller's model (``think``).
 """
 
 from __future__ import annotations
@@ -92,6 +94,28 @@ async def relay(to: str, message: str, ctx: RequestContext) -> dict[str, str]:
 async def blob(size: Annotated[int, msgspec.Meta(ge=0, le=64 * 1024 * 1024)]) -> dict[str, str]:
     """Return a string of ``size`` bytes (to test size limits)."""
     return {"data": "x" * size}
+
+
+@agent.tool
+def chatter(message: str, ctx: RequestContext) -> dict[str, str]:
+    """Log ``message`` to the caller at level info, then echo it."""
+    ctx.log("info", message, logger="echo")
+    return {"message": message}
+
+
+@agent.tool
+async def ask(question: str, ctx: RequestContext) -> dict[str, object]:
+    """Ask the caller ``question`` (one string field, ``answer``); return what came back."""
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}}
+    got = await ctx.elicit(question, schema)
+    return {"action": got.action, "answer": (got.content or {}).get("answer")}
+
+
+@agent.tool
+async def think(prompt: str, ctx: RequestContext) -> dict[str, object]:
+    """Ask the caller's model to answer ``prompt``; return its text and model."""
+    sampled = await ctx.sample(prompt, max_tokens=100)
+    return {"text": sampled.content.get("text"), "model": sampled.model}
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from mesh._errors import (
 )
 from mesh._logging import get_logger
 from mesh._orchestrator.access import NOBODY, Principal
+from mesh._rpc.asks import refusing
 from mesh._rpc.caller import CallMethods, CallOptions, ProgressCallback
 from mesh._rpc.pending import DEFAULT_CALL_TIMEOUT, MAX_CALL_DURATION, PendingCalls
 from mesh._rpc.session import SessionStatistics
@@ -77,6 +78,12 @@ from transports._loop import Cancellable, Clock, Spawner, Tasks, Wakeup, current
 __all__ = ["LocalCalls", "RemoteCaller", "RemoteCalls"]
 
 log = get_logger("mesh.cluster")
+#: An agent's asks (elicitation, sampling) during a call from another daemon: refused
+#: at once, since they do not travel over NATS yet.
+_NO_ASKS: Final = refusing(
+    "the caller of this call is on another daemon: asks (elicitation, sampling) are not"
+    " carried between daemons yet"
+)
 
 #: We wait this much beyond the holder's deadline for its verdict (as ``mesh/call`` does).
 ROUTE_MARGIN: Final = 1.0
@@ -625,6 +632,7 @@ class RemoteCalls:
                     timeout=request.timeout,
                     on_progress=progress,
                     on_behalf_of=caller,
+                    **_NO_ASKS,
                 )
         except MeshError as exc:
             exc.with_context(agent=request.agent, method=request.method)

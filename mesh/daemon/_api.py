@@ -13,7 +13,7 @@ reserved to the daemon, a target whose ``access.callers`` does not admit it).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import anyio
 import msgspec
@@ -29,6 +29,7 @@ from mesh._errors import (
 from mesh._logging import get_logger
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.view import LINK_STATUSES
+from mesh._rpc.asks import refusing
 from mesh._telemetry.metrics import served
 from mesh._telemetry.tracing import serving, tool_of, trace_from
 from mesh.daemon._a2a import DaemonA2a
@@ -48,6 +49,12 @@ from transports import HttpRequest, HttpResponse, WebSocketConfig
 __all__ = ["DaemonApi", "mesh_error_status"]
 
 log = get_logger("mesh.daemon")
+#: An agent's asks during a ``POST /rpc`` call: one HTTP exchange has no way back to
+#: its caller, so each is refused at once, saying where asks do reach.
+_NO_WAY_BACK: Final = refusing(
+    "the caller of this call takes no elicitation or sampling: POST /rpc is one HTTP"
+    " exchange, with no way back mid-call (call through /mcp, `mesh mcp` or the SDK)"
+)
 
 
 class BroadcastBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -230,7 +237,7 @@ class DaemonApi:
                 serving(call.method, trace, agent=call.agent, tool=tool),
             ):
                 result = await self._mesh.acting_for(who.principal).call(
-                    call.agent, call.method, call.params, timeout=call.timeout
+                    call.agent, call.method, call.params, timeout=call.timeout, **_NO_WAY_BACK
                 )
         except MeshError as exc:
             return _mesh_error(exc, known=self._mesh.knows(call.agent))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Unpack
 
 import anyio
 import msgspec
@@ -23,6 +23,7 @@ from mesh._errors import MeshError
 from mesh._logging import get_logger
 from mesh._orchestrator.access import DAEMON, NOBODY, Principal
 from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh._rpc.asks import AskHandlers
 from mesh._rpc.caller import ProgressCallback
 from mesh.mcp._names import SEPARATOR, exposed_names
 from registry import AgentStatus, StatusChange
@@ -320,6 +321,7 @@ class ToolCatalog:
         authorize: Authorize | None = None,
         caller: Any = None,
         on_behalf_of: Principal = NOBODY,
+        **asks: Unpack[AskHandlers],
     ) -> dict[str, Any] | None:
         """The ``CallToolResult`` for ``name``; None if no tool has that name.
 
@@ -343,7 +345,7 @@ class ToolCatalog:
             if target is None:
                 return None
         return await self.call_target(
-            target, arguments, on_progress, authorize=authorize, on_behalf_of=on_behalf_of
+            target, arguments, on_progress, authorize=authorize, on_behalf_of=on_behalf_of, **asks
         )
 
     async def call_target(
@@ -354,8 +356,10 @@ class ToolCatalog:
         *,
         authorize: Authorize | None,
         on_behalf_of: Principal,
+        **asks: Unpack[AskHandlers],
     ) -> dict[str, Any]:
-        """Call one agent's tool (``authorize`` and the door permitting)."""
+        """Call one agent's tool (``authorize`` and the door permitting); its logs and
+        asks go to ``asks``' handlers."""
         if authorize is not None:
             refused = _refusal(authorize, target.agent, target.tool)
             if refused is not None:
@@ -366,6 +370,7 @@ class ToolCatalog:
             arguments,
             on_progress=on_progress,
             on_behalf_of=on_behalf_of,
+            **asks,
         )
         return await _answer(called, target.wrapped)
 
@@ -414,13 +419,14 @@ class AgentCatalog:
         authorize: Authorize | None = None,
         caller: Any = None,
         on_behalf_of: Principal = NOBODY,
+        **asks: Unpack[AskHandlers],
     ) -> dict[str, Any] | None:
         """As :meth:`ToolCatalog.call_tool`, by the tool's own name."""
         found = (await self._catalog.own_tools(self.agent)).get(name)
         if found is None:
             return None
         return await self._catalog.call_target(
-            found[1], arguments, on_progress, authorize=authorize, on_behalf_of=on_behalf_of
+            found[1], arguments, on_progress, authorize=authorize, on_behalf_of=on_behalf_of, **asks
         )
 
 

@@ -40,21 +40,10 @@ from mesh._sdk.features import RESOURCE_NOT_FOUND, template_pattern
 from mesh.mcp._names import exposed_names
 from registry import AgentStatus
 
-__all__ = ["CAPABILITIES", "FEATURE_METHODS", "LOG_LEVELS", "Features"]
+__all__ = ["CAPABILITIES", "FEATURE_METHODS", "Features"]
 
 log = get_logger("mesh.mcp")
 
-#: MCP's log levels, least severe first.
-LOG_LEVELS: Final = (
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-)
 #: What the features add to a server's capabilities (each is served for every agent).
 CAPABILITIES: Final = {
     "resources": {"subscribe": True, "listChanged": True},
@@ -72,7 +61,6 @@ FEATURE_METHODS: Final = frozenset(
         "prompts/list",
         "prompts/get",
         "completion/complete",
-        "logging/setLevel",
     }
 )
 #: An agent that does not answer a listing this fast is left out of it.
@@ -147,8 +135,6 @@ class Features:
         #: The one agent served (its own server), or None: every reachable agent.
         self.agent = agent
         self._principal = on_behalf_of
-        #: The level set by ``logging/setLevel`` (None: the client set none).
-        self.log_level: str | None = None
         self.subscribed: set[tuple[str, str]] = set()
         #: Where notifications go; until set (an HTTP session), they wait in ``pending``.
         self.notify: Notify | None = None
@@ -211,8 +197,6 @@ class Features:
 
     async def handle(self, ctx: RequestContext, method: str, params: Any) -> dict[str, Any]:
         """Answer one of :data:`FEATURE_METHODS`."""
-        if method == "logging/setLevel":
-            return self._set_level(params)
         if method == "resources/list":
             return {"resources": _public((await self._listing(resources=True)).resources)}
         if method == "resources/templates/list":
@@ -230,16 +214,6 @@ class Features:
         if method == "prompts/get":
             return await self._get_prompt(params)
         return await self._complete(params)
-
-    def _set_level(self, params: Any) -> dict[str, Any]:
-        level = _params(params).get("level")
-        if level not in LOG_LEVELS:
-            raise InvalidParams(
-                f"unknown log level {str(level)[:40]!r}; MCP's levels are {', '.join(LOG_LEVELS)}"
-                " - at `$.params.level`"
-            )
-        self.log_level = level
-        return {}
 
     async def _call(self, agent: str, method: str, params: Any) -> dict[str, Any]:
         """Call ``agent`` through the door, on the client's behalf; its error is ours."""

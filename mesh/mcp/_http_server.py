@@ -1,8 +1,11 @@
 """``/mcp`` on the daemon: MCP's streamable HTTP, server side.
 
 One JSON-RPC message per ``POST``; the answer is the response body (JSON), or an
-SSE stream for a ``tools/call`` that asks for progress from a client that accepts
-``text/event-stream``: its progress notifications as they come, then its result. A
+SSE stream for a ``tools/call`` from a client that accepts ``text/event-stream`` and
+may hear from the agent mid-call (it asks for progress, set a log level, or declared
+it can be asked): the progress, log lines and requests (elicitation, sampling) as
+they come, then its result. The client POSTs its answer to such a request as a
+JSON-RPC response, which goes to the call waiting for it (:mod:`mesh.mcp._asks`). A
 handshake-era client's ``initialize`` opens a session (``Mcp-Session-Id`` in
 the answer, required on every later request, ended by ``DELETE``); a 2026-07-28
 request carries everything it needs and gets no session. Notifications are
@@ -40,7 +43,7 @@ from mesh._orchestrator.access import NOBODY, Principal
 from mesh._rpc.exchange import Exchange
 from mesh._rpc.peer import RequestContext
 from mesh.mcp._catalog import Authorize, Catalog
-from mesh.mcp._codec import MCP_CODEC
+from mesh.mcp._codec import MCP_CODEC, from_wire_id
 from mesh.mcp._revisions import MODERN, requested_revision
 from mesh.mcp._server import McpServer, serve_config
 from transports import BodyWriter, HttpRequest, HttpResponse
@@ -61,6 +64,13 @@ class _Peek(msgspec.Struct):
     id: Any = None
     method: Any = None
     params: Any = None
+    result: Any = None
+    error: Any = None
+
+    @property
+    def answers(self) -> bool:
+        """A JSON-RPC response: the client's answer to a request the server sent it."""
+        return self.method is None and _is_id(self.id) and (self.result, self.error) != (None, None)
 
 
 _peek = msgspec.json.Decoder(_Peek).decode
@@ -130,16 +140,19 @@ def _sse(*frames: bytes) -> bytes:
 _Run = Callable[..., Awaitable[tuple[bytes | None, bool]]]
 
 
-def _streams(request: HttpRequest, peek: _Peek) -> bool:
-    """Whether a POST is answered with an SSE stream: a ``tools/call`` that asks for
-    progress (``_meta.progressToken``) from a client that accepts ``text/event-stream``,
-    so its progress reaches the client before the result. Everything else gets JSON."""
+def _streams(request: HttpRequest, peek: _Peek, session: _Session | None) -> bool:
+    """Whether a POST is answered with an SSE stream: a ``tools/call`` from a client that
+    accepts ``text/event-stream`` and asks for progress (``_meta.progressToken``) or may
+    hear from the agent mid-call (it set a log level, or declared it can be asked), so
+    what the agent sends reaches the client before the result. Everything else gets JSON."""
     if peek.method != "tools/call" or not isinstance(peek.params, dict):
         return False
-    meta = peek.params.get("_meta")
-    if not isinstance(meta, dict) or meta.get("progressToken") is None:
+    if "text/event-stream" not in (request.header("accept") or ""):
         return False
-    return "text/event-stream" in (request.header("accept") or "")
+    if session is not None and session.server.client.hears_mid_call:
+        return True
+    meta = peek.params.get("_meta")
+    return isinstance(meta, dict) and meta.get("progressToken") is not None
 
 
 def _streamed(run: _Run, headers: list[tuple[str, str]], owed: list[bytes]) -> HttpResponse:
@@ -164,6 +177,20 @@ def _streamed(run: _Run, headers: list[tuple[str, str]], owed: list[bytes]) -> H
                     await write(_sse(frame))
 
     return HttpResponse(200, content_type="text/event-stream", headers=headers, stream=produce)
+
+
+def _take_answer(session: _Session, peek: _Peek, body: bytes) -> HttpResponse:
+    """The client's answer to a request sent on a call's stream (an elicitation, a
+    sampling request): to the call waiting for it, or refused if none waits any more."""
+    if session.exchange.take_answer(from_wire_id(peek.id), body):
+        return HttpResponse(202)
+    return _rpc_error(
+        400,
+        ErrorCode.INVALID_REQUEST,
+        f"no request {peek.id!r} of this server waits for an answer: the call it belonged to"
+        " has ended (finished, cancelled or past its deadline)",
+        peek.id,
+    )
 
 
 class McpHttpEndpoint:
@@ -262,13 +289,15 @@ class McpHttpEndpoint:
             if isinstance(found, HttpResponse):
                 return found
             session = found
+        if session is not None and peek.answers:
+            return _take_answer(session, peek, request.body)
         if session is not None:
             run: _Run = partial(session.exchange.answer, request.body)
         else:  # a 2026-07-28 request stands alone: one exchange, with its caller's rights
             if peek.method == CANCELLED:
                 self._cancel(owner, peek.params)
             run = partial(self._stand_alone, self._exchange(fresh()), peek, owner, request.body)
-        if _streams(request, peek):
+        if _streams(request, peek, session):
             return _streamed(run, headers, self._owed(session, request))
         answer, invalid = await run()
         if answer is None:

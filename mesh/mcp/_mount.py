@@ -45,6 +45,7 @@ from mesh._logging import get_logger
 from mesh._orchestrator.router import AGENT_NOTICES, TOOLS_CHANGED
 from mesh._rpc.peer import Peer, RequestContext
 from mesh.content import CONTENT_KEY, STRUCTURED_KEY
+from mesh.mcp._asks import ASKABLE, ASKED, CallsInFlight
 from mesh.mcp._revisions import (
     HANDSHAKE_REVISIONS,
     IMPLEMENTATION,
@@ -118,7 +119,9 @@ class _ServerRequests:
             return {}
         if method == "roots/list":
             return {"roots": []}
-        # sampling/createMessage, elicitation/create: we declared neither capability.
+        kind = ASKED.get(method)
+        if kind is not None:  # to whoever called the tool that asks
+            return self._mount.calls.forward(kind, method, params)
         raise MethodNotFound(f"the mesh does not bridge {method!r} from MCP servers")
 
     def handle_notification(self, peer: Peer | None, method: str, params: Any) -> Any:
@@ -129,6 +132,7 @@ class _ServerRequests:
             return self._mount.tell_mesh(notice, params)
         if method == "notifications/message" and isinstance(params, dict):
             log.info("mcp.server_log", agent=self._mount.agent, **_log_fields(params))
+            self._mount.calls.log(params)
         return None
 
 
@@ -143,6 +147,8 @@ class McpMount:
         self.agent = agent
         self.requested: Revision = revision
         self.server_requests = _ServerRequests(self)
+        #: The tool calls in flight, to pass the server's logs and asks during them on.
+        self.calls = CallsInFlight(agent)
         self._peer: Peer | None = None
         self._negotiated: _Negotiated | None = None
         self._tools: list[dict[str, Any]] | None = None
@@ -199,7 +205,7 @@ class McpMount:
 
     async def _handshake(self, peer: Peer, timeout: float) -> _Negotiated:
         offer = LATEST_HANDSHAKE if self.requested in ("auto", MODERN) else self.requested
-        params = {"protocolVersion": offer, "capabilities": {}, "clientInfo": IMPLEMENTATION}
+        params = {"protocolVersion": offer, "capabilities": ASKABLE, "clientInfo": IMPLEMENTATION}
         answer = _dict(await peer.call("initialize", params, timeout=timeout))
         revision = answer.get("protocolVersion")
         if revision not in HANDSHAKE_REVISIONS:
@@ -358,7 +364,8 @@ class McpMount:
         call = {"name": name, "arguments": arguments if isinstance(arguments, dict) else {}}
         # The mesh caller's deadline governs (its cancel reaches us and becomes MCP's
         # notifications/cancelled); ours only stops a call whose caller vanished.
-        result = await self.call_server("tools/call", call, ctx=ctx, timeout=_INNER_CEILING)
+        with self.calls.serving(ctx):
+            result = await self.call_server("tools/call", call, ctx=ctx, timeout=_INNER_CEILING)
         return tool_result(name, result)
 
 

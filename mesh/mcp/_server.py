@@ -25,6 +25,7 @@ from mesh._rpc.peer import Peer, RequestContext, open_peer
 from mesh._rpc.session import SessionConfig
 from mesh._tasks import open_task_group
 from mesh._telemetry.metrics import served
+from mesh.mcp._asks import ClientSide
 from mesh.mcp._catalog import AgentCatalog, Authorize, Catalog
 from mesh.mcp._codec import MCP_CODEC, to_wire_id
 from mesh.mcp._features import CAPABILITIES, FEATURE_METHODS, Features
@@ -97,6 +98,8 @@ class McpServer:
         self.caller = caller
         #: The handshake-era revision agreed by ``initialize`` (None: none yet).
         self.revision: str | None = None
+        #: What the client declared and the log level it set: where agents' logs and asks go.
+        self.client = ClientSide()
         self.initialized = False
         #: Resources, prompts, completion and the log level, for this client.
         self.features = Features(
@@ -110,7 +113,7 @@ class McpServer:
     def log_level(self) -> str | None:
         """The level the client set with ``logging/setLevel`` (None: it set none): log
         notifications below it are not for this client."""
-        return self.features.log_level
+        return self.client.level
 
     @property
     def wants_list_changed(self) -> bool:
@@ -132,6 +135,8 @@ class McpServer:
             return self._list(modern)
         if method == "tools/call":
             return self._call(ctx, params, modern)
+        if method == "logging/setLevel":
+            return self.client.set_level(params)
         if method == "subscriptions/listen" and modern:
             return self._listen(ctx, params)
         if method in FEATURE_METHODS:
@@ -147,6 +152,7 @@ class McpServer:
     def _initialize(self, params: Any) -> dict[str, Any]:
         offered = params.get("protocolVersion") if isinstance(params, dict) else None
         self.revision = offered if offered in HANDSHAKE_REVISIONS else LATEST_HANDSHAKE
+        self.client.initialized(params)
         return {
             "protocolVersion": self.revision,
             "capabilities": _CAPABILITIES,
@@ -193,6 +199,7 @@ class McpServer:
                 authorize=self.authorize,
                 caller=self.caller,
                 on_behalf_of=self.on_behalf_of,
+                **self.client.handlers(ctx),
             )
         if answer is None:
             raise InvalidParams(f"unknown tool {name!r}; tools/list names them all")

@@ -94,6 +94,91 @@ async def test_tool_with_progress(ctx: RequestContext) -> str:
 
 
 @agent.tool
+async def test_tool_with_logging(ctx: RequestContext) -> str:
+    """Logs three lines at info, ~50 ms apart."""
+    for step, line in enumerate(
+        ("Tool execution started", "Tool processing data", "Tool execution completed")
+    ):
+        if step:
+            await anyio.sleep(0.05)
+        ctx.log("info", line)
+    return "Logging completed"
+
+
+@agent.tool
+async def test_sampling(prompt: str, ctx: RequestContext) -> str:
+    """Asks the client's model to answer ``prompt``."""
+    sampled = await ctx.sample(prompt, max_tokens=100)
+    return f"LLM response: {sampled.content.get('text')}"
+
+
+@agent.tool
+async def test_elicitation(message: str, ctx: RequestContext) -> str:
+    """Asks the client's user for a username and an email."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "username": {"type": "string", "description": "User's response"},
+            "email": {"type": "string", "description": "User's email address"},
+        },
+        "required": ["username", "email"],
+    }
+    got = await ctx.elicit(message, schema)
+    return f"User response: action={got.action}, content={got.content}"
+
+
+@agent.tool
+async def test_elicitation_sep1034_defaults(ctx: RequestContext) -> str:
+    """An elicitation whose every primitive field has a default (SEP-1034)."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "default": "John Doe"},
+            "age": {"type": "integer", "default": 30},
+            "score": {"type": "number", "default": 95.5},
+            "status": {
+                "type": "string",
+                "enum": ["active", "inactive", "pending"],
+                "default": "active",
+            },
+            "verified": {"type": "boolean", "default": True},
+        },
+    }
+    got = await ctx.elicit("Please review the defaults", schema)
+    return f"Elicitation completed: action={got.action}, content={got.content}"
+
+
+@agent.tool
+async def test_elicitation_sep1330_enums(ctx: RequestContext) -> str:
+    """An elicitation with the five kinds of enum (SEP-1330)."""
+    titled = [
+        {"const": f"value{n}", "title": title}
+        for n, title in ((1, "First Option"), (2, "Second Option"), (3, "Third Option"))
+    ]
+    choices = [
+        {"const": f"value{n}", "title": title}
+        for n, title in ((1, "First Choice"), (2, "Second Choice"), (3, "Third Choice"))
+    ]
+    options = ["option1", "option2", "option3"]
+    schema = {
+        "type": "object",
+        "properties": {
+            "untitledSingle": {"type": "string", "enum": options},
+            "titledSingle": {"type": "string", "oneOf": titled},
+            "legacyEnum": {
+                "type": "string",
+                "enum": ["opt1", "opt2", "opt3"],
+                "enumNames": ["Option One", "Option Two", "Option Three"],
+            },
+            "untitledMulti": {"type": "array", "items": {"type": "string", "enum": options}},
+            "titledMulti": {"type": "array", "items": {"anyOf": choices}},
+        },
+    }
+    got = await ctx.elicit("Pick your options", schema)
+    return f"Elicitation completed: action={got.action}, content={got.content}"
+
+
+@agent.tool
 def bad_content() -> dict[str, object]:
     """Not a suite tool: a content answer with an item of a type MCP does not have."""
     return {"$content": [{"type": "video", "data": ""}]}

@@ -11,11 +11,13 @@ import contextlib
 import os
 import sys
 import time
+import warnings
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
-from mcp.types import JSONRPCMessage
+from mcp.types import JSONRPCMessage, SamplingMessage, TextContent
+from pydantic import BaseModel
 
 app = MCPServer("test-peer", instructions="A server the mesh's tests mount.")
 
@@ -45,6 +47,25 @@ async def slow(steps: int, ctx: Context) -> str:
         await ctx.report_progress(step + 1, steps, f"step {step + 1}")
         await anyio.sleep(0.05)
     return "done"
+
+
+class Favourite(BaseModel):
+    colour: str
+
+
+@app.tool()
+async def ask_colour(ctx: Context) -> str:
+    """Log a line, ask the client's user a favourite colour, then its model to praise it."""
+    await ctx.log("info", "asking for a colour", logger_name="peer")
+    answer = await ctx.elicit("Your favourite colour?", Favourite)
+    if answer.action != "accept":
+        return f"no colour ({answer.action})"
+    prompt = SamplingMessage(role="user", content=TextContent(type="text", text=answer.data.colour))
+    with warnings.catch_warnings():  # deprecated in 2026-07-28, which this test does not speak
+        warnings.simplefilter("ignore")
+        praised = await ctx.request_context.session.create_message([prompt], max_tokens=50)
+    text = praised.content.text if isinstance(praised.content, TextContent) else "?"
+    return f"{answer.data.colour}: {text}"
 
 
 CANCELLED: list[float] = []

@@ -66,11 +66,11 @@ SCENARIOS = (
 PASSING_COMBINED: frozenset[str] = frozenset(
     {
         "server-initialize",
+        "logging-set-level",
         "ping",
         "tools-list",
         "server-sse-multiple-streams",
         "dns-rebinding-protection",
-        "logging-set-level",
         "resources-list",
         "resources-read-text",
         "resources-read-binary",
@@ -95,6 +95,11 @@ PASSING_AGENT: frozenset[str] = PASSING_COMBINED | {
     "prompts-get-with-args",
     "prompts-get-embedded-resource",
     "prompts-get-with-image",
+    "tools-call-with-logging",
+    "tools-call-sampling",
+    "tools-call-elicitation",
+    "elicitation-sep1034-defaults",
+    "elicitation-sep1330-enums",
 }
 
 CONFORMANCE_AGENT = f"""id = "conf"

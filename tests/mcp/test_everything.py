@@ -1,8 +1,9 @@
 """The reference TypeScript server (npm ``@modelcontextprotocol/server-everything``), mounted.
 
 It negotiates a handshake-era revision, sends ``notifications/tools/list_changed``
-before it answers ``tools/list``, lists 13 tools, and answers an unknown tool with
-a *result* carrying ``isError``.
+before it answers ``tools/list``, lists 15 tools (two of them only because the mesh
+declares it can be asked for sampling and elicitation), answers an unknown tool with
+a *result* carrying ``isError``, and its sampling request reaches the mesh's caller.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,7 +43,7 @@ protocol = "mcp"
         tools = {
             tool["name"] for tool in await mesh.list_tools("everything", on_behalf_of=EMBEDDER)
         }
-        assert len(tools) == 13 and {"echo", "get-sum"} <= tools
+        assert len(tools) == 15 and {"echo", "get-sum", "trigger-sampling-request"} <= tools
         assert (
             await mesh.call_tool("everything", "echo", {"message": "hi"}, on_behalf_of=EMBEDDER)
             == "Echo: hi"
@@ -51,6 +53,21 @@ protocol = "mcp"
         )
         with pytest.raises(ToolError, match="nope"):
             await mesh.call_tool("everything", "nope", on_behalf_of=EMBEDDER)
+        asked: list[dict[str, Any]] = []
+
+        async def model(params: dict[str, Any]) -> dict[str, Any]:
+            asked.append(params)
+            return {"role": "assistant", "content": {"type": "text", "text": "42"}, "model": "m"}
+
+        sampled = await mesh.call_tool(
+            "everything",
+            "trigger-sampling-request",
+            {"prompt": "the answer?", "maxTokens": 10},
+            on_behalf_of=EMBEDDER,
+            on_sample=model,
+        )
+        assert '"text": "42"' in str(sampled)
+        assert asked[0]["maxTokens"] == 10 and "the answer?" in str(asked[0]["messages"])
         # resources and prompts pass through as they are
         listed = await mesh.call("everything", "resources/list", on_behalf_of=EMBEDDER)
         assert listed["resources"]
