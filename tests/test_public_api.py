@@ -348,7 +348,7 @@ PINNED: dict[str, set[str]] = {
 #: here, in the same change that adds the name, so growth is a decision and not a drift;
 #: when names go, lower the number with them.
 BUDGET: dict[str, int] = {
-    "mesh": 68,
+    "mesh": 70,
     "mesh.a2a": 11,
     "mesh.cli": 1,
     "mesh.content": 12,
