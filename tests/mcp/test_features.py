@@ -167,7 +167,7 @@ async def test_an_unknown_log_level_is_refused_by_name(daemon: Daemon) -> None:
             json={"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel", "params": loud},
         )
         error = answer.json()["error"]
-        assert error["code"] == -32602 and "MCP's levels are debug, info" in error["message"]
+        assert error["code"] == -32602 and "MCP's levels: debug, info" in error["message"]
         read = {"uri": "test://static-text"}
         answer = await http.post(
             "/mcp/conf",
