@@ -272,6 +272,7 @@ class Peer(CallMethods):
         config: SessionConfig | None = None,
         codec: Codec = MESH_CODEC,
         agent: str | None = None,
+        spans: bool = True,
     ) -> None:
         info = stream.info
         if config is None:
@@ -281,6 +282,9 @@ class Peer(CallMethods):
         self._wakeup = loop.wakeup
         self._stream = stream
         self._handler = handler
+        #: False: the handler makes its requests' server spans itself (a router that
+        #: names the call it routes, as the cluster's daemon links do).
+        self._spans = spans
         self._session = Session(
             now=self._now(), config=config, codec=codec, agent=agent, transport=info.kind
         )
@@ -461,12 +465,13 @@ class Peer(CallMethods):
                 if self._call_ended is not None and parked in self._call_ended:
                     self._call_ended.remove(parked)
 
-    def fail_pending(self, reason: str) -> int:
-        """Fail every call in flight now (``AgentUnavailable`` ``reason``); the link stays up.
+    def fail_pending(self, reason: str, which: Callable[[Any], bool] | None = None) -> int:
+        """Fail every call in flight now (those whose params ``which`` picks, if given)
+        with ``AgentUnavailable`` ``reason``; the link stays up.
 
         Returns how many failed. See :meth:`mesh._rpc.session.Session.fail_pending`.
         """
-        events: list[Event] = [*self._session.fail_pending(reason)]
+        events: list[Event] = [*self._session.fail_pending(reason, which)]
         if events:
             self._dispatch(events)
             self._wake_writer()  # the `cancelled` notifications
@@ -674,7 +679,7 @@ class Peer(CallMethods):
         ctx = RequestContext(
             self._session, request.id, request.method, peer=self, wake=self._wake_writer
         )
-        pending = start_request(self._handler, ctx, self._session, request)
+        pending = start_request(self._handler, ctx, self._session, request, spans=self._spans)
         if pending is None:
             return  # answered inline; the reader (or clock) sends what is queued
         self._handlers[request.id] = self._spawner.start(
@@ -768,11 +773,21 @@ class Peer(CallMethods):
 
 
 def start_request(
-    handler: RequestHandler, ctx: RequestContext, session: Session, request: IncomingRequest
+    handler: RequestHandler,
+    ctx: RequestContext,
+    session: Session,
+    request: IncomingRequest,
+    *,
+    spans: bool = True,
 ) -> Awaitable[Any] | None:
     """Call one request's handler: queue its answer if it has one now (None), else
-    return the awaitable that will produce it (see :func:`finish_request`)."""
-    if tracing_active() and (request.trace is not None or request.method not in _HOUSEKEEPING):
+    return the awaitable that will produce it (see :func:`finish_request`). Without
+    ``spans`` the handler makes the request's server span itself."""
+    if (
+        spans
+        and tracing_active()
+        and (request.trace is not None or request.method not in _HOUSEKEEPING)
+    ):
         return _start_traced(handler, ctx, session, request)
     try:
         result = handler.handle_request(ctx, request.method, request.params)
@@ -886,9 +901,12 @@ async def open_peer(
     config: SessionConfig | None = None,
     codec: Codec = MESH_CODEC,
     agent: str | None = None,
+    spans: bool = True,
 ) -> AsyncIterator[Peer]:
-    """Run a session over ``stream`` for the duration of the ``async with``."""
-    peer = Peer(stream, handler=handler, config=config, codec=codec, agent=agent)
+    """Run a session over ``stream`` for the duration of the ``async with``.
+
+    ``spans=False``: the handler makes its requests' server spans itself."""
+    peer = Peer(stream, handler=handler, config=config, codec=codec, agent=agent, spans=spans)
     with unwrap_single_error():
         async with peer._task_group() as tg:
             peer._start(tg, read=True)

@@ -12,7 +12,7 @@ answer. Calls are correlated by id and may complete in any order.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -62,6 +62,7 @@ __all__ = [
     "SessionConfig",
     "SessionStatistics",
     "link_lost",
+    "no_response_within",
 ]
 
 log = get_logger("mesh.session")
@@ -331,16 +332,24 @@ class Session:
             self._notify(CANCELLED, {"id": request_id, "reason": reason})
         return True
 
-    def fail_pending(self, reason: str) -> list[CallDone]:
-        """Fail every call of ours now with :class:`~mesh.AgentUnavailable` ``reason``.
+    def fail_pending(
+        self, reason: str, which: Callable[[Any], bool] | None = None
+    ) -> list[CallDone]:
+        """Fail every call of ours now (those whose params ``which`` picks, if given)
+        with :class:`~mesh.AgentUnavailable` ``reason``.
 
         For when the peer is known to be gone although the link is not (the registry
         heard no heartbeat for its TTL): waiting out each call's own deadline would
         only hide that. The peer is told ``cancelled`` for each, and the link stays
-        up, so a peer that was only frozen is usable again when it thaws.
+        up, so a peer that was only frozen is usable again when it thaws. A link that
+        carries calls to many agents (another daemon's) fails those of one agent.
         """
         events: list[CallDone] = []
-        for call in self._calls.lose():
+
+        def picked(call: PendingCall[RequestId, _Call]) -> bool:
+            return which is None or which(call.info.params)
+
+        for call in self._calls.lose(None if which is None else picked):
             error = self._error(AgentUnavailable, reason, call)
             events.append(CallDone(call.key, error=error))
             if not self.closed:
@@ -506,7 +515,7 @@ class Session:
         for call in self._calls.expired(now):
             self._stats.calls_timed_out += 1
             self._stats.calls_failed += 1
-            error = self._error(CallTimeout, f"no response within {call.timeout:g} s", call)
+            error = self._error(CallTimeout, no_response_within(call.timeout), call)
             events.append(CallDone(call.key, error=error))
             self._notify(CANCELLED, {"id": call.key, "reason": "timeout"})
         ttl = self.config.heartbeat_ttl
@@ -775,6 +784,12 @@ def link_lost(
     error.close_code = ending.close_code
     error.stderr_tail = ending.stderr_tail
     return error
+
+
+def no_response_within(timeout: float) -> str:
+    """What a call that timed out on this side's clock says (a driver that waits past
+    its peer's own deadline tells the two apart by it)."""
+    return f"no response within {timeout:g} s"
 
 
 def _describe(method: str, params: Any) -> str:

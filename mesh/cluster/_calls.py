@@ -1,24 +1,24 @@
-"""Calls to agents another daemon holds, over NATS, with the deadline, cancel and progress.
+"""Calls to agents another daemon holds, over NATS: a ``mesh/call`` on the one ``Peer``.
 
-**Calling.** A call to a mirrored agent is a :class:`CallRequest` published to
-the holding daemon's call subject, with a reply subject under this daemon's
-one inbox (one subscription for every call). Answers come back on it: any
-number of ``progress`` (each passed to ``on_progress``, and each pushing the
-wait out, up to a hard maximum, as on a direct link), then one ``result`` or
-``error``. The holder applies the deadline itself; we wait a little longer so
-its verdict, which names the agent, arrives first. Giving up (a timeout, or the
-caller cancelled) tells the holder, which cancels the agent's call. A holder
-that is gone answers at once: NATS says nobody listens there. A caller parks on
-the loop's own one-shot wake-up, and one clock serves every call's deadline (a
-``call_at`` timer on asyncio, a task on trio): no cancel scope or task per call.
+**One link per daemon.** Between two daemons runs a :class:`~mesh.Peer` like any
+other link's, over the NATS subject pair of :mod:`mesh.cluster._stream` (each
+daemon's frames go to the other's call subject, signed). A call to a mirrored
+agent is a ``mesh/call`` request on the holder's link; its deadline, ``progress``
+(each passed to ``on_progress``, each pushing the wait out up to a hard maximum)
+and cancel are the peer's own, as on a direct link, and room control is methods
+on the same link (:meth:`RemoteCalls.ask`). The holder applies the deadline
+itself; we wait a little longer so its verdict, which names the agent, arrives
+first. A holder that is gone ends the link at once: NATS says nobody listens there.
 
-**Serving.** This daemon takes calls for the agents it holds on its own call
-subject, each in a task (on asyncio the loop's own, cancelled directly; on trio
-the group's, in a cancel scope), and calls only local agents
-(never a hop further), so two daemons that briefly disagree on who holds an
-agent cannot bounce a call between them. Each call carries who it is made for
-(a :class:`~mesh._orchestrator.access.Principal`), and is made on their behalf
-here too: this daemon's door checks it against its own agents' access sections.
+**Serving.** This daemon reads its own call subject and hands each frame to the
+link of the daemon that signed it; a frame nobody we know signed is dropped and
+logged (``cluster.forged``), so a daemon can call, answer or cancel in its own
+name only. It serves ``mesh/call`` for the agents it holds, and calls only local
+agents (never a hop further), so two daemons that briefly disagree on who holds
+an agent cannot bounce a call between them. Each call carries who it is made for
+(a :class:`~mesh._orchestrator.access.Principal`), as far as the daemon that
+signed it may vouch (:func:`vouched`), and is made on their behalf here too:
+this daemon's door checks it against its own agents' access sections.
 
 **NATS away.** A call made while NATS is unreachable fails at once with a
 message that says so; calls waiting for answers when the connection drops fail
@@ -27,8 +27,9 @@ at once too (they may or may not have run, and the message says that).
 
 from __future__ import annotations
 
-import itertools
+import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any, Final, Protocol, Unpack
 
 import anyio
@@ -38,44 +39,36 @@ import msgspec
 from mesh._errors import (
     AgentUnavailable,
     CallTimeout,
-    ConnectionLost,
-    ErrorCode,
     Forbidden,
+    InvalidParams,
     MeshError,
-    error_from_code,
+    MethodNotFound,
 )
 from mesh._logging import get_logger
 from mesh._orchestrator.access import NOBODY, Principal
 from mesh._rpc.asks import refusing
 from mesh._rpc.caller import CallMethods, CallOptions, ProgressCallback
-from mesh._rpc.pending import DEFAULT_CALL_TIMEOUT, MAX_CALL_DURATION, PendingCalls
-from mesh._rpc.session import SessionStatistics
+from mesh._rpc.peer import Peer, RequestContext, open_peer
+from mesh._rpc.pending import DEFAULT_CALL_TIMEOUT, MAX_CALL_DURATION
+from mesh._rpc.session import (
+    ROUTE_METHOD,
+    SessionConfig,
+    SessionStatistics,
+    no_response_within,
+)
 from mesh._telemetry.metrics import METRICS, served, timed
-from mesh._telemetry.tracing import headers_for, outgoing, serving, tool_of, trace_from
-from mesh.cluster._errors import ClusterError
+from mesh._telemetry.tracing import outgoing, serving, tool_of, trace_from
 from mesh.cluster._keydir import KeyDirectory
 from mesh.cluster._keys import DAEMON_HEADER, forged
 from mesh.cluster._link import NatsLink, NatsMessage, Watch
 from mesh.cluster._registry import HOLDER, RegistrySync
 from mesh.cluster._settings import Names
-from mesh.cluster._wire import (
-    CALL_REPLY,
-    CALL_REQUEST,
-    CANCEL_CALL,
-    ENCODER,
-    AgentEntry,
-    CallFailed,
-    CallProgress,
-    CallReply,
-    CallRequest,
-    CallResult,
-    CancelCall,
-)
+from mesh.cluster._stream import DaemonStream, frame_limit
+from mesh.cluster._wire import AgentEntry, CallRequest
 from mesh.manifests._types import DEFAULT_ACCESS, AccessSection
 from registry import AgentId, AgentStatus, ChangeKind, Registry, StatusChange
-from transports._loop import Cancellable, Clock, Spawner, Tasks, Wakeup, current_loop
 
-__all__ = ["LocalCalls", "RemoteCaller", "RemoteCalls"]
+__all__ = ["ROOM_CONTROL_METHOD", "LocalCalls", "RemoteCaller", "RemoteCalls"]
 
 log = get_logger("mesh.cluster")
 #: An agent's asks (elicitation, sampling) during a call from another daemon: refused
@@ -87,18 +80,22 @@ _NO_ASKS: Final = refusing(
 
 #: We wait this much beyond the holder's deadline for its verdict (as ``mesh/call`` does).
 ROUTE_MARGIN: Final = 1.0
-#: Telling the holder we gave up is best effort, and bounded.
-CANCEL_TIMEOUT: Final = 1.0
 #: A call made for an agent its origin holds waits this long for our mirror to say so
 #: (the entry of an agent that has just joined crosses NATS in milliseconds).
 HOLDER_WAIT: Final = 5.0
 #: At a graceful stop, calls we are serving get this long to finish.
 SERVE_DRAIN: Final = 5.0
-#: Changes of a mirrored agent that end the calls waiting on it.
 #: How many remote agents' access sections are kept validated before starting afresh.
 _ACCESS_KEPT: Final = 100_000
 #: What an agent whose published access section does not validate admits: nobody.
 NO_ACCESS: Final = AccessSection(callers=(), calls=())
+#: What a daemon asks of a room another daemon holds (pause, a person's words, ...).
+ROOM_CONTROL_METHOD: Final = "mesh/room-control"
+#: A daemon link's session: NATS watches the connection (no heartbeats); a call may
+#: run as long as on a direct link, plus the margin we wait for the holder's verdict.
+_LINK_CONFIG: Final = SessionConfig(
+    heartbeat_interval=None, max_call_duration=MAX_CALL_DURATION + ROUTE_MARGIN
+)
 
 
 class AccessSections:
@@ -155,48 +152,37 @@ class LocalCalls(Protocol):
     ) -> Any: ...
 
 
-class _Waiter:
-    """A call in flight, as the task that made it waits for it (the pending table's info).
+class RoomControlAnswer(Protocol):
+    """Answers what daemon ``signer`` asks of a room we hold (the rooms' replication)."""
 
-    The caller parks on the loop's own one-shot wake-up (no cancel scope, no task):
-    the answer, a lost link or the clock's deadline finishes it. A request that is no
-    call (``body``: room control) takes the holder's signed answer as it is."""
+    def __call__(self, params: Any, signer: str) -> Awaitable[Any]: ...
 
-    __slots__ = (
-        "agent",
-        "body",
-        "done",
-        "error",
-        "expired",
-        "holder",
-        "method",
-        "on_progress",
-        "result",
-    )
 
-    def __init__(
-        self,
-        holder: str,
-        agent: str | None,
-        method: str,
-        on_progress: ProgressCallback | None,
-        done: Wakeup,
-        *,
-        body: bool = False,
-    ) -> None:
-        self.holder = holder
-        self.agent = agent
-        self.method = method
-        self.on_progress = on_progress
-        self.done = done
-        self.body = body
-        self.expired = False
-        self.result: Any = None
-        self.error: MeshError | None = None
+class _DaemonLink:
+    """The link to one other daemon: the stream of the subject pair, the peer over it."""
 
-    def finish(self, result: Any = None, error: MeshError | None = None) -> None:
-        self.result, self.error = result, error
-        self.done.set()
+    __slots__ = ("opened", "peer", "stream")
+
+    def __init__(self, stream: DaemonStream) -> None:
+        self.stream = stream
+        self.peer: Peer | None = None
+        self.opened = anyio.Event()
+
+
+class _Served:
+    """What a daemon link serves to the daemon at its other end (see :meth:`RemoteCalls.take`)."""
+
+    __slots__ = ("_calls", "_origin")
+
+    def __init__(self, calls: RemoteCalls, origin: str) -> None:
+        self._calls = calls
+        self._origin = origin
+
+    def handle_request(self, ctx: RequestContext, method: str, params: Any) -> Awaitable[Any]:
+        return self._calls.take(ctx, self._origin, method, params)
+
+    def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:
+        log.debug("cluster.notification_ignored", origin=self._origin, method=method)
 
 
 class RemoteCalls:
@@ -217,6 +203,8 @@ class RemoteCalls:
         self._keys = keys
         #: Which daemon holds a room's lease (the rooms' lease view); None: no rooms here.
         self.room_holder: Callable[[str], Awaitable[str | None]] | None = None
+        #: What answers another daemon's room control; None: no rooms here.
+        self.room_control: RoomControlAnswer | None = None
         self._names = names
         self._sync = sync
         self._registry = registry
@@ -224,26 +212,14 @@ class RemoteCalls:
         self._authorize = authorize
         self._inbox = ""
         self._inbox_watch: Watch | None = None
-        self._numbers = itertools.count(1)
-        #: Our calls in flight, by reply subject. The holder applies the deadline itself;
-        #: we wait ROUTE_MARGIN longer, so its verdict, which names the agent, comes first.
-        self._calls: PendingCalls[str, _Waiter] = PendingCalls(
-            max_duration=MAX_CALL_DURATION + ROUTE_MARGIN
-        )
-        #: What stops each call we serve, by its reply subject.
-        self._serving: dict[str, Cancellable] = {}
+        #: The link to each daemon we call or that calls us, made on the first frame.
+        self._links: dict[str, _DaemonLink] = {}
         self._access = AccessSections()
-        loop = current_loop()
-        self._now, self._wakeup = loop.now, loop.wakeup
-        self._task_group = loop.task_group
-        #: Every call's deadline, as a link's: the pending table says when it is next due.
-        self._clock = Clock(loop, self._tick)
-        #: Served calls run as tasks (the loop's own on asyncio), each cancelled alone.
-        self._spawner = Spawner(loop)
+        self._serving = 0  # requests of other daemons being served
         self._idle = anyio.Event()
         self._refusing = False  # draining: new calls are answered "shutting down"
-        self._tasks: Tasks | None = None
-        self._subscriptions: list[Watch] = []
+        self._tasks: anyio.abc.TaskGroup | None = None
+        self._subscription: Watch | None = None
         self.calls_sent = 0
         self.calls_served = 0
         link.add_listener(self._on_connection)
@@ -302,17 +278,7 @@ class RemoteCalls:
         """Call ``method`` on ``agent``, held by daemon ``holder``; see the module docstring."""
         if not self._link.connected or not self._inbox:
             raise self._unreachable(holder, agent, method)
-        if holder not in self._keys.keys.ring and not await self._keys.ensure(holder):
-            raise AgentUnavailable(
-                f"daemon {holder!r} has no key in mesh {self._names.cluster!r}, so its "
-                "answers could not be told from forgeries",
-                agent=agent,
-                method=method,
-            )
-        reply = f"{self._inbox}.{next(self._numbers)}"
-        waiter = _Waiter(holder, agent, method, on_progress, self._wakeup())
-        call = self._calls.start(reply, waiter, now=self._now(), timeout=timeout + ROUTE_MARGIN)
-        self._clock.arm(call.deadline)
+        trace = outgoing()  # the caller's span, for the holder's own
         request = CallRequest(
             agent=agent,
             method=method,
@@ -320,174 +286,145 @@ class RemoteCalls:
             timeout=timeout,
             origin=self._names.daemon,
             caller=outgoing_caller(caller, self._names.daemon),
+            traceparent=None if trace is None else trace[0],
+            tracestate=None if trace is None else trace[1],
         )
-        subject, data = self._names.calls(holder), ENCODER.encode(request)
-        # Signed over where it goes and where answers go, so it cannot be replayed elsewhere;
-        # the caller's span rides along, if traced.
-        headers = {**headers_for(outgoing()), **self._keys.keys.headers(subject, reply, data)}
-
-        def not_sent(error: ClusterError) -> None:
-            self._finish(reply, error)
-
         with timed(METRICS.remote_calls, (), None):
+            peer = await self._peer(holder, agent, method)
+            self.calls_sent += 1
             try:
-                # Sent without waiting for the NATS loop (under trio, a crossing fewer);
-                # a failure to send ends the call through not_sent.
-                await self._link.send(subject, data, not_sent, reply=reply, headers=headers)
-                self.calls_sent += 1
-                await waiter.done.wait()
-            except BaseException:
-                if self._calls.abandon(reply) is not None:
-                    await self._cancel(holder, reply)
-                raise
-            if waiter.expired:
-                await self._cancel(holder, reply)
-            if waiter.error is not None:
-                raise waiter.error
-            return waiter.result
+                return await peer.call(
+                    ROUTE_METHOD, request, timeout=timeout + ROUTE_MARGIN, on_progress=on_progress
+                )
+            except MeshError as exc:
+                raise _from_holder(exc, holder, request) from None
 
-    async def ask(self, holder: str, subject: str, data: bytes, *, timeout: float) -> bytes:
-        """Send ``data`` to daemon ``holder`` on ``subject`` and wait for the answer it signs:
-        its body. Room control asks a room's holder so: on the calls' own inbox, pending
-        table and clock, signed over the subject, the reply subject and the body. Fails as a
-        call does (:class:`~mesh.CallTimeout`, ``AgentUnavailable``, ``ConnectionLost``)."""
+    async def ask(self, holder: str, method: str, params: Any, *, timeout: float) -> Any:
+        """Ask daemon ``holder`` ``method`` on its link (room control) and return its answer.
+        Fails as a call does (:class:`~mesh.CallTimeout`, ``AgentUnavailable``,
+        ``ConnectionLost``)."""
         if not self._link.connected or not self._inbox:
             raise AgentUnavailable(
-                f"daemon {holder!r} cannot be asked on {subject}: {self._link.describe()}"
+                f"daemon {holder!r} cannot be asked {method!r}: {self._link.describe()}"
             )
-        reply = f"{self._inbox}.{next(self._numbers)}"
-        waiter = _Waiter(holder, None, subject, None, self._wakeup(), body=True)
-        call = self._calls.start(reply, waiter, now=self._now(), timeout=timeout)
-        self._clock.arm(call.deadline)
-        headers = self._keys.keys.headers(subject, reply, data)
+        peer = await self._peer(holder, None, method)
+        return await peer.call(method, params, timeout=timeout)
 
-        def not_sent(error: ClusterError) -> None:
-            self._finish(reply, error)
+    async def _peer(self, daemon: str, agent: str | None, method: str) -> Peer:
+        """The live peer of ``daemon``'s link, made if there is none. Its key first: its
+        answers are taken only with its signature."""
+        if daemon not in self._keys.keys.ring and not await self._keys.ensure(daemon):
+            raise AgentUnavailable(
+                f"daemon {daemon!r} has no key in mesh {self._names.cluster!r}, so its "
+                "answers could not be told from forgeries",
+                agent=agent,
+                method=method,
+            )
+        link = self._link_to(daemon)
+        if link is None:
+            raise AgentUnavailable(
+                f"daemon {self._names.daemon!r} is not serving the cluster (stopped)",
+                agent=agent,
+                method=method,
+            )
+        if link.peer is None:
+            await link.opened.wait()
+        if link.peer is None:
+            raise AgentUnavailable(
+                f"the link to daemon {daemon!r} ended as it opened: {link.stream.info.peer}",
+                agent=agent,
+                method=method,
+            )
+        return link.peer
 
+    def _link_to(self, daemon: str) -> _DaemonLink | None:
+        """``daemon``'s link, opened in our task group if there is none live (None: we
+        are not serving)."""
+        link = self._links.get(daemon)
+        if link is not None and not link.stream.closed:
+            return link
+        if self._tasks is None:
+            return None
+        stream = DaemonStream(
+            self._link,
+            self._keys.keys,
+            daemon,
+            subject=self._names.calls(daemon),
+            reply=f"{self._inbox}.{daemon}",
+            limit=frame_limit(self._link.max_payload),
+        )
+        link = self._links[daemon] = _DaemonLink(stream)
+        self._tasks.start_soon(self._run_link, daemon, link, name=f"cluster.link.{daemon}")
+        return link
+
+    async def _run_link(self, daemon: str, link: _DaemonLink) -> None:
+        config = dataclasses.replace(_LINK_CONFIG, max_frame_size=link.stream.max_frame_size)
         try:
-            await self._link.send(subject, data, not_sent, reply=reply, headers=headers)
-            await waiter.done.wait()
-        except BaseException:
-            self._calls.abandon(reply)
-            raise
-        if waiter.error is not None:
-            raise waiter.error
-        answer: bytes = waiter.result
-        return answer
+            served_here = _Served(self, daemon)
+            async with open_peer(
+                link.stream, handler=served_here, config=config, spans=False
+            ) as peer:
+                link.peer = peer
+                link.opened.set()
+                await peer.wait_closed()
+        finally:
+            link.stream.end("the cluster's calls stopped")
+            link.opened.set()
+            if self._links.get(daemon) is link:
+                del self._links[daemon]
 
     def fail_pending(self, agent: str, reason: str) -> int:
         """Fail every call in flight to ``agent`` now with ``AgentUnavailable`` ``reason``."""
-        lost = self._calls.lose(lambda call: call.info.agent == agent)
-        for call in lost:
-            call.info.finish(error=AgentUnavailable(reason, agent=agent))
-        return len(lost)
+        to_agent = _to_agent(agent)
+        return sum(
+            link.peer.fail_pending(reason, to_agent)
+            for link in list(self._links.values())
+            if link.peer is not None
+        )
 
     def _on_registry_change(self, change: StatusChange) -> None:
         # A mirrored agent went offline or left: the calls waiting on it end now, as
         # local ones do (its holder may be dead and never answer).
-        if change.kind not in _GONE or not self._calls:
+        if change.kind not in _GONE or not self._links:
             return
         holder = change.record.metadata.get(HOLDER)
         if holder is None:
             return
-        failed = self.fail_pending(
-            change.agent_id,
-            f"agent {change.agent_id!r} (held by daemon {holder!r}) went {change.new}",
-        )
+        agent = change.agent_id
+        reason = f"agent {agent!r} (held by daemon {holder!r}) went {change.new}"
+        for link in list(self._links.values()):
+            # After the frames that came first: an answer sent before the agent left wins.
+            link.stream.after_read(partial(self._fail_on, link, agent, reason))
+
+    def _fail_on(self, link: _DaemonLink, agent: str, reason: str) -> None:
+        failed = 0 if link.peer is None else link.peer.fail_pending(reason, _to_agent(agent))
         if failed:
-            log.warning("cluster.calls_failed_offline", agent=change.agent_id, calls=failed)
-
-    # -- the clock: one for every call in flight --------------------------------------------
-
-    def _tick(self) -> float | None:
-        """The clock's: fail the calls past their deadline; the next deadline."""
-        self._expire(self._now())
-        return self._calls.next_deadline()
-
-    def _expire(self, now: float) -> None:
-        for call in self._calls.expired(now):
-            waiter = call.info
-            waiter.expired = True
-            margin = 0.0 if waiter.body else ROUTE_MARGIN
-            waiter.finish(
-                error=CallTimeout(
-                    f"no answer from daemon {waiter.holder!r} within {call.timeout - margin:g} s",
-                    agent=waiter.agent,
-                    method=waiter.method,
-                    transport="nats",
-                )
-            )
-
-    async def _cancel(self, holder: str, reply: str) -> None:
-        note = ENCODER.encode(CancelCall(reply=reply))
-        subject = self._names.cancels(holder)
-        headers = self._keys.keys.headers(subject, note)
-
-        def not_sent(error: ClusterError) -> None:
-            log.debug("cluster.cancel_not_sent", holder=holder, error=str(error))
-
-        with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_TIMEOUT):
-            try:
-                await self._link.send(subject, note, not_sent, headers=headers)
-            except ClusterError as exc:
-                not_sent(exc)
-
-    def _on_reply(self, message: NatsMessage) -> None:
-        call = self._calls.get(message.subject)
-        if call is None:
-            return  # an answer to a call we gave up on
-        holder = call.info.holder
-        if message.no_responders:
-            self._finish(
-                message.subject, AgentUnavailable(f"daemon {holder!r} does not answer on NATS")
-            )
-            return
-        if self._keys.keys.signer(message.headers, message.subject, message.data) != holder:
-            # Not the holder's answer: dropped, the call waits on for the real one.
-            what = "room control answer" if call.info.body else "call answer"
-            forged(message.headers.get(DAEMON_HEADER), message.subject, what)
-            return
-        if call.info.body:
-            self._finish(message.subject, None, message.data)
-            return
-        try:
-            reply: CallReply = CALL_REPLY.decode(message.data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            error = ConnectionLost(f"daemon {holder!r} sent an answer that does not decode: {exc}")
-            self._finish(message.subject, error)
-            return
-        if isinstance(reply, CallProgress):
-            # Still at it: the deadline moves out (the clock, armed earlier, re-arms later).
-            self._calls.progressed(message.subject, self._now())
-            if call.info.on_progress is not None:
-                call.info.on_progress(reply.params)
-        elif isinstance(reply, CallResult):
-            self._finish(message.subject, None, reply.result)
-        else:
-            self._finish(message.subject, _error(reply, holder))
-
-    def _finish(self, reply: str, error: MeshError | None, result: Any = None) -> None:
-        call = self._calls.finish(reply)
-        if call is not None:
-            call.info.finish(result, error)
+            log.warning("cluster.calls_failed_offline", agent=agent, calls=failed)
 
     def _on_connection(self, connected: bool) -> None:
         if connected:
             return
-        for call in self._calls.lose():
-            call.info.finish(
-                error=ConnectionLost(
-                    f"the NATS connection dropped while daemon {call.info.holder!r} was "
-                    "answering (the call may or may not have run)"
-                )
+        for daemon, link in list(self._links.items()):
+            link.stream.end(
+                f"the NATS connection dropped while daemon {daemon!r} was answering "
+                "(the call may or may not have run)"
             )
 
+    def _on_no_responders(self, message: NatsMessage) -> None:
+        """NATS's word that nobody reads a daemon's call subject: its link ends now."""
+        if not message.no_responders:
+            return
+        daemon = message.subject.rpartition(".")[2]
+        link = self._links.get(daemon)
+        if link is not None:
+            link.stream.end(f"daemon {daemon!r} does not answer on NATS")
+
     async def open_inbox(self) -> None:
-        """(Re)subscribe to this daemon's inbox: one subscription for every call's answers."""
+        """(Re)subscribe to this daemon's inbox, where NATS says a daemon is not listening."""
         if self._inbox_watch is not None:
             await self._inbox_watch.stop()
         inbox = self._link.new_inbox()
-        self._inbox_watch = await self._link.subscribe(f"{inbox}.*", self._on_reply)
+        self._inbox_watch = await self._link.subscribe(f"{inbox}.*", self._on_no_responders)
         self._inbox = inbox
 
     # -- serving ----------------------------------------------------------------------------
@@ -495,35 +432,30 @@ class RemoteCalls:
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Take calls for our agents until cancelled (subscriptions are made by :meth:`listen`)."""
+        """Run the links to other daemons until cancelled (frames come by :meth:`listen`)."""
         try:
-            async with self._task_group() as tg:
+            async with anyio.create_task_group() as tg:
                 self._tasks = tg
-                self._clock.run_in(tg)
                 task_status.started()
                 await anyio.sleep_forever()
         finally:
-            for serving in list(self._serving.values()):
-                serving.cancel()  # asyncio's served calls are the loop's tasks, not the group's
-            self._clock.stop()
+            self._tasks = None
+            for link in list(self._links.values()):
+                link.stream.end("the cluster's calls stopped")
 
     async def listen(self) -> None:
-        """Subscribe to our call and cancel subjects (nats-py keeps them over reconnects)."""
-        if self._subscriptions:
-            return
-        calls = await self._link.subscribe(self._names.calls(), self._on_request)
-        cancels = await self._link.subscribe(self._names.cancels(), self._on_cancel)
-        self._subscriptions = [calls, cancels]
+        """Subscribe to our call subject (nats-py keeps it over reconnects)."""
+        if self._subscription is None:
+            self._subscription = await self._link.subscribe(self._names.calls(), self._on_frame)
 
     async def stop_listening(self) -> None:
-        """Take no new calls; let those being served finish (bounded)."""
-        subscriptions, self._subscriptions = self._subscriptions, []
-        for subscription in subscriptions:
+        """Take no new calls; let those being served finish (bounded); stop reading."""
+        self._refusing = True
+        with anyio.move_on_after(SERVE_DRAIN):
+            await self._wait_served()
+        subscription, self._subscription = self._subscription, None
+        if subscription is not None:
             await subscription.stop()
-        if self._serving:
-            self._idle = anyio.Event()
-            with anyio.move_on_after(SERVE_DRAIN):
-                await self._idle.wait()
 
     async def drain(self) -> None:
         """A graceful stop: refuse new calls (UNAVAILABLE, "shutting down"), and return
@@ -531,101 +463,89 @@ class RemoteCalls:
         ends, our agents stay listed, so the callers of those calls keep waiting for
         their answers instead of failing them as gone."""
         self._refusing = True
+        await self._wait_served()
+
+    async def _wait_served(self) -> None:
+        """Until the requests being served are answered, the answers handed to NATS."""
         if self._serving:
             self._idle = anyio.Event()
             await self._idle.wait()
+        for link in list(self._links.values()):
+            await link.stream.wait_sent()
 
-    def _on_request(self, message: NatsMessage) -> None:
-        if self._tasks is None or not message.reply:
-            return
-        origin = self._origin(message)
-        if origin is None:
-            return
-        if self._refusing:
-            refused = CallFailed(
-                code=ErrorCode.UNAVAILABLE,
-                message=f"daemon {self._names.daemon!r} is shutting down; it takes no new calls",
-            )
-            self._tasks.start_soon(self._send, message.reply, refused)
-            return
-        self._serving[message.reply] = self._spawner.start(
-            self._tasks, self._answer, message, origin, name="cluster.serve"
-        )
-
-    def _origin(self, message: NatsMessage) -> str | None:
-        """The daemon that signed this request, its answers going to its own inbox; None
-        (and the request dropped, unanswered) if none did. A daemon that joined a moment
-        ago, whose key the watch has not brought yet, is checked again once it is read."""
+    def _on_frame(self, message: NatsMessage) -> None:
+        """A frame on our call subject, for the link of the daemon that signed it."""
         keys = self._keys.keys
         signer = keys.signer(message.headers, message.subject, message.reply, message.data)
-        claimed = message.headers.get(DAEMON_HEADER, "")
-        if signer is None and claimed and claimed not in keys.ring:
-            if self._tasks is not None:
+        if signer is None:
+            claimed = message.headers.get(DAEMON_HEADER, "")
+            if claimed and claimed not in keys.ring and self._tasks is not None:
+                # A daemon that joined a moment ago, whose key the watch has not brought yet.
                 self._tasks.start_soon(self._verify_later, message, claimed)
-            return None
-        if signer is None or not message.reply.startswith(self._names.inbox_of(signer) + "."):
-            # Never answered: the reply subject may be another daemon's inbox, where an
-            # answer signed by us would pass for ours.
-            forged(claimed, message.subject, "call request")
-            return None
-        return signer
+            else:
+                forged(claimed, message.subject, "daemon link frame")
+            return
+        if signer == self._names.daemon:
+            return  # a daemon never calls itself
+        link = self._link_to(signer)
+        if link is not None:
+            link.stream.deliver(message.data)
 
     async def _verify_later(self, message: NatsMessage, claimed: str) -> None:
         if await self._keys.ensure(claimed):
-            self._on_request(message)
+            self._on_frame(message)
         else:
-            forged(claimed, message.subject, "call request from a daemon with no key")
+            forged(claimed, message.subject, "daemon link frame from a daemon with no key")
 
-    def _on_cancel(self, message: NatsMessage) -> None:
-        signer = self._keys.keys.signer(message.headers, message.subject, message.data)
-        try:
-            note = CANCEL_CALL.decode(message.data)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return
-        if signer is None or not note.reply.startswith(self._names.inbox_of(signer) + "."):
-            forged(message.headers.get(DAEMON_HEADER), message.subject, "cancel")
-            return  # only the daemon that made a call may cancel it
-        serving = self._serving.get(note.reply)
-        if serving is not None:
-            serving.cancel()
+    def take(self, ctx: RequestContext, origin: str, method: str, params: Any) -> Awaitable[Any]:
+        """Serve a request daemon ``origin`` (which signed it) made on its link."""
+        if self._refusing:
+            raise AgentUnavailable(
+                f"daemon {self._names.daemon!r} is shutting down; it takes no new calls"
+            )
+        work: Awaitable[Any]
+        if method == ROUTE_METHOD:
+            work = self._serve_call(ctx, origin, params)
+        elif method == ROOM_CONTROL_METHOD and self.room_control is not None:
+            work = self.room_control(params, origin)
+        else:
+            raise MethodNotFound(
+                f"daemon {self._names.daemon!r} serves other daemons {ROUTE_METHOD!r}"
+                f"{' and ' + repr(ROOM_CONTROL_METHOD) if self.room_control else ''} "
+                f"only, not {method!r}"
+            )
+        self._serving += 1
+        return self._counted(work)
 
-    async def _answer(self, message: NatsMessage, origin: str) -> None:
-        # Cancelling it (the caller gave up, or we stop) ends it here, unanswered.
-        reply = message.reply
+    async def _counted(self, work: Awaitable[Any]) -> Any:
         try:
-            answer = await self._run_request(message.data, origin, reply, message.headers)
-            await self._send(reply, answer)
+            return await work
         finally:
-            self._serving.pop(reply, None)
+            self._serving -= 1
             if not self._serving:
                 self._idle.set()
 
-    async def _run_request(
-        self, data: bytes, origin: str, reply: str, headers: dict[str, str]
-    ) -> CallReply:
+    async def _serve_call(self, ctx: RequestContext, origin: str, params: Any) -> Any:
         try:
-            request = CALL_REQUEST.decode(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            return CallFailed(code=ErrorCode.INVALID_REQUEST, message=f"invalid call: {exc}")
+            request = msgspec.convert(params, CallRequest)
+        except msgspec.ValidationError as exc:
+            raise InvalidParams(f"invalid {ROUTE_METHOD} from daemon {origin!r}: {exc}") from None
         self.calls_served += 1
 
         def progress(params: Mapping[str, Any]) -> None:
-            if self._tasks is not None:
-                self._tasks.start_soon(self._send, reply, CallProgress(params=dict(params)))
+            ctx.report_progress(*_progress_of(params))
 
-        try:
-            trace = trace_from(headers)
-            with (
-                served("cluster", request.method),
-                serving(
-                    request.method,
-                    trace,
-                    agent=request.agent,
-                    tool=tool_of(request.method, request.params),
-                ),
-            ):
+        trace = trace_from(
+            {"traceparent": request.traceparent or "", "tracestate": request.tracestate or ""}
+        )
+        tool = tool_of(request.method, request.params)
+        with (
+            served("cluster", request.method),
+            serving(request.method, trace, agent=request.agent, tool=tool),
+        ):
+            try:
                 caller = await self._check(request, origin)
-                result = await self._local.call(
+                return await self._local.call(
                     request.agent,
                     request.method,
                     request.params,
@@ -634,20 +554,8 @@ class RemoteCalls:
                     on_behalf_of=caller,
                     **_NO_ASKS,
                 )
-        except MeshError as exc:
-            exc.with_context(agent=request.agent, method=request.method)
-            return CallFailed(
-                code=exc.code,
-                message=exc.message,
-                data=_data(exc),
-                agent=exc.agent,
-                method=exc.method,
-                transport=exc.transport,
-            )
-        except Exception as exc:  # a bug here must answer, not leave the caller waiting
-            log.exception("cluster.serve_crashed", agent=request.agent, method=request.method)
-            return CallFailed(code=ErrorCode.INTERNAL_ERROR, message=f"{type(exc).__name__}: {exc}")
-        return CallResult(result=result)
+            except MeshError as exc:
+                raise exc.with_context(agent=request.agent, method=request.method) from None
 
     async def _check(self, request: CallRequest, origin: str) -> Principal:
         """Who the call is made for, as far as ``origin`` (the daemon that signed it) may
@@ -686,22 +594,43 @@ class RemoteCalls:
                     if self._sync.holder(agent_id) == origin:
                         return
 
-    async def _send(self, reply: str, answer: CallReply) -> None:
-        try:
-            data = ENCODER.encode(answer)
-        except (TypeError, msgspec.EncodeError) as exc:
-            data = ENCODER.encode(
-                CallFailed(code=ErrorCode.INTERNAL_ERROR, message=f"answer not encodable: {exc}")
-            )
-        headers = self._keys.keys.headers(reply, data)
 
-        def lost(error: ClusterError) -> None:
-            log.info("cluster.answer_lost", reply=reply, error=str(error))
+def _to_agent(agent: str) -> Callable[[Any], bool]:
+    """Picks the calls in flight (by their params) that go to ``agent``."""
 
-        try:
-            await self._link.send(reply, data, lost, headers=headers)
-        except ClusterError as exc:
-            lost(exc)
+    def to_agent(params: Any) -> bool:
+        return isinstance(params, CallRequest) and params.agent == agent
+
+    return to_agent
+
+
+def _progress_of(params: Mapping[str, Any]) -> tuple[float, float | None, str | None]:
+    """A local agent's ``progress`` params, as the link to the caller reports them."""
+    progress, total, message = params.get("progress"), params.get("total"), params.get("message")
+    return (
+        float(progress) if isinstance(progress, int | float) else 0.0,
+        float(total) if isinstance(total, int | float) else None,
+        message if isinstance(message, str) else None,
+    )
+
+
+def _from_holder(error: MeshError, holder: str, request: CallRequest) -> MeshError:
+    """``error`` as the caller of ``request`` should read it: our own clock's timeout
+    (the holder never gave its verdict) says so; anything else names the agent, the
+    method, and the holder it came through."""
+    timeout = request.timeout or 0.0
+    if isinstance(error, CallTimeout) and error.message == no_response_within(
+        timeout + ROUTE_MARGIN
+    ):
+        return CallTimeout(
+            f"no answer from daemon {holder!r} within {timeout:g} s",
+            agent=request.agent,
+            method=request.method,
+            transport="nats",
+        )
+    error.agent, error.method = request.agent, request.method
+    error.transport = f"nats via daemon {holder!r}"
+    return error
 
 
 #: The only kinds of caller a daemon vouches for to another: a token of its own, an agent
@@ -759,27 +688,6 @@ def vouched(request: CallRequest, origin: str, holder_of: Callable[[str], str | 
 
 def _refused(request: CallRequest, message: str) -> Forbidden:
     return Forbidden(message, agent=request.agent, method=request.method)
-
-
-def _data(exc: MeshError) -> Any:
-    try:
-        ENCODER.encode(exc.data)
-    except (TypeError, msgspec.EncodeError):
-        return repr(exc.data)
-    return exc.data
-
-
-def _error(failed: CallFailed, holder: str) -> MeshError:
-    via = f"{failed.transport} via daemon {holder!r}" if failed.transport else f"daemon {holder!r}"
-    return error_from_code(
-        failed.code,
-        failed.message,
-        agent=failed.agent,
-        method=failed.method,
-        transport=via,
-        data=failed.data,
-        relayed=True,  # the holder's verdict on its link to the agent
-    )
 
 
 class RemoteCaller(CallMethods):

@@ -287,6 +287,12 @@ class NatsLink:
         )
         return Watch(self, subscription.unsubscribe)
 
+    @property
+    def max_payload(self) -> int | None:
+        """The largest message the server takes (headers and body), once connected."""
+        nc = self._nc
+        return None if nc is None else int(nc.max_payload)
+
     def new_inbox(self) -> str:
         return self.nc.new_inbox()
 

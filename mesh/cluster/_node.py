@@ -219,6 +219,7 @@ async def join_cluster(
 
         replication = RoomReplication(link, names, rooms, settings.room_lease_ttl, keys, calls.ask)
         calls.room_holder = replication.lease_holder
+        calls.room_control = replication.answer_control
     cluster = Cluster(settings, link, sync, calls, replication, keys)
     async with open_task_group() as tg:
         await tg.start(calls.serve)

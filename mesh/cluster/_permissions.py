@@ -1,14 +1,14 @@
 """A nats-server configuration that lets each daemon act in its own name only.
 
 NATS is the boundary between daemons, so each daemon's NATS user is allowed
-what that daemon needs and nothing of another's: it **reads** only its own call,
-cancel and room-control subjects and its own inbox (so it never sees calls or
-answers meant for another daemon), and every daemon's live reply pieces
+what that daemon needs and nothing of another's: it **reads** only its own call
+subject (the frames of its links with the other daemons) and its own inbox (so it
+never sees calls or answers meant for another daemon), and every daemon's live reply pieces
 (``mesh.C.room-live.*``, what any daemon's observers may be shown); it **writes**
 only its own live pieces and its own keys of the keys and agents buckets
 (``mesh.C.room-live.D``, ``$KV.mesh-C-keys.D``, ``agent.D.…`` and ``daemon.D``), may
-publish to the other daemons' call, cancel and room-control subjects and
-inboxes (that is how it calls them and answers them), and may not purge,
+publish to the other daemons' call subjects (that is how it calls them and
+answers them) and inboxes, and may not purge,
 update or delete a stream, or delete a stream's message, through the JetStream
 API. What it may still write in any room's name (the leases, the rooms stream)
 is signed, and a reader drops what the signer could not have written.
@@ -98,8 +98,9 @@ def _permissions(names: Names) -> list[str]:
     """One daemon's permission block."""
     c, d = names.cluster, names.daemon
     publish = [
-        "# calls, cancels and room control to any daemon, and answers to any daemon's inbox",
-        f'"mesh.{c}.call.*", "mesh.{c}.cancel.*", "mesh.{c}.room-control.*",',
+        "# the frames of its links to any daemon (calls, answers, cancels, room control),",
+        "# and answers to any daemon's inbox",
+        f'"mesh.{c}.call.*",',
         f'"{names.inbox_of("*")}.>",',
         "# the pieces of the replies its rooms are writing, on its own subject",
         f'"{names.room_live()}",',
@@ -124,7 +125,7 @@ def _permissions(names: Names) -> list[str]:
     deny = [f'"$JS.API.STREAM.{verb}.>",' for verb in _DENIED_STREAM_VERBS]
     subscribe = [
         "# its own subjects and its own inbox, and every daemon's live reply pieces",
-        f'"{names.calls()}", "{names.cancels()}", "{names.room_control()}",',
+        f'"{names.calls()}",',
         f'"{names.inbox_prefix}.>",',
         f'"{names.room_live("*")}",',
     ]

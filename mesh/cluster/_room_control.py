@@ -2,24 +2,20 @@
 
 Only a room's holder records its events, so a daemon asked to pause, stop or
 resume a room it does not run, or to seat a person there, take their words or
-let them go or pass their turn, asks the holder over ``mesh.C.room-control.<holder>`` and answers
-with what the holder answered. The holder applies what it is asked as it would
-a request of its own, never forwarding it again: two daemons that briefly
+let them go or pass their turn, asks the holder (``mesh/room-control`` on the
+link between the two daemons, :meth:`~mesh.cluster._calls.RemoteCalls.ask`) and
+answers with what the holder answered. The holder applies what it is asked as it
+would a request of its own, never forwarding it again: two daemons that briefly
 disagree about who runs a room cannot bounce an operation between them. A
 person's seat holder is qualified by the daemon the person came through (tokens
 belong to their daemon), so a token of one daemon cannot speak for a person
 seated through another's token of the same name.
 
-Both ways are signed by the daemon that sends them: a request over its subject,
-its reply subject and its body, an answer over its reply subject and body. A
-request the holder cannot verify, or whose answers would go to another daemon's
-inbox, is dropped unanswered. Asking rides the cluster's calls (``ask``: the one
-inbox, pending table and clock of :mod:`mesh.cluster._calls`), which takes an answer
-only if the room's holder signed it, and waits on past any other. A
-person's seat holder must be qualified by the daemon that signed the request (a
-daemon speaks for its own tokens only); one that names no holder (an admin or
-the embedding program of the daemon that asked) is that daemon's
-``daemon@<id>``, never an admin here.
+The link carries only frames their sender signed, so the holder knows which
+daemon asks, and the asker takes only the holder's answer. A person's seat holder
+must be qualified by the daemon that asks (a daemon speaks for its own tokens
+only); one that names no holder (an admin or the embedding program of the daemon
+that asked) is that daemon's ``daemon@<id>``, never an admin here.
 """
 
 from __future__ import annotations
@@ -27,36 +23,29 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
-import anyio.abc
 import msgspec
 
-from mesh._errors import Forbidden, MeshError
-from mesh._logging import get_logger
+from mesh._errors import Forbidden, InvalidParams, MeshError
 from mesh._orchestrator.access import Principal
-from mesh.cluster._errors import ClusterError
-from mesh.cluster._keydir import KeyDirectory
-from mesh.cluster._keys import DAEMON_HEADER, forged
-from mesh.cluster._link import NatsLink, NatsMessage, Watch
+from mesh.cluster._calls import ROOM_CONTROL_METHOD
 from mesh.cluster._settings import Names
-from mesh.cluster._wire import ENCODER, ROOM_CONTROL, RoomControl, RoomControlReply
+from mesh.cluster._wire import RoomControl, RoomControlReply
 from mesh.rooms import RoomConflict, RoomError, RoomManager, RoomNotFound, RoomSnapshot
 from mesh.rooms._replica import Forwarded, PersonOp, RoomOp, qualified
 
 __all__ = ["Ask", "RoomControls"]
-
-log = get_logger("mesh.cluster")
 
 #: Asking the holder to act on a room gets this long.
 CONTROL_TIMEOUT: Final = 10.0
 
 
 class Ask(Protocol):
-    """Sends a signed request to a daemon and waits for the body of the answer it signs
+    """Asks a daemon a method on the link to it and returns its answer
     (the cluster's calls: :meth:`~mesh.cluster._calls.RemoteCalls.ask`)."""
 
     def __call__(
-        self, holder: str, subject: str, data: bytes, *, timeout: float
-    ) -> Awaitable[bytes]: ...
+        self, holder: str, method: str, params: Any, *, timeout: float
+    ) -> Awaitable[Any]: ...
 
 
 class RoomControls:
@@ -64,27 +53,15 @@ class RoomControls:
 
     def __init__(
         self,
-        link: NatsLink,
         names: Names,
         rooms: RoomManager,
         holder_of: Callable[[str], Awaitable[str | None]],
-        keys: KeyDirectory,
         ask: Ask,
     ) -> None:
-        self._link = link
-        self._keys = keys
         self._ask_holder = ask
         self._names = names
         self._rooms = rooms
         self._holder_of = holder_of
-        self._subscription: Watch | None = None
-        self.tasks: anyio.abc.TaskGroup | None = None
-
-    async def listen(self) -> None:
-        if self._subscription is None:
-            self._subscription = await self._link.subscribe(
-                self._names.room_control(), self._on_control
-            )
 
     # -- asking ------------------------------------------------------------------------------
 
@@ -128,14 +105,16 @@ class RoomControls:
             holder = await self._holder_of(room_id)
             if holder is None or holder == self._names.daemon:
                 return None
-            subject, data = self._names.room_control(holder), ENCODER.encode(control)
-            answer = await self._ask_holder(holder, subject, data, timeout=CONTROL_TIMEOUT)
-            reply = msgspec.json.decode(answer, type=RoomControlReply)
+            params = msgspec.to_builtins(control)
+            answer = await self._ask_holder(
+                holder, ROOM_CONTROL_METHOD, params, timeout=CONTROL_TIMEOUT
+            )
+            reply = msgspec.convert(answer, RoomControlReply)
         except MeshError as exc:  # no answer, or none it could trust (a ClusterError too)
             raise RoomConflict(
                 f"room {room_id!r} runs on another daemon: {exc}", room=room_id
             ) from exc
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except msgspec.ValidationError as exc:
             raise RoomConflict(
                 f"room {room_id!r}: its daemon's answer was unreadable: {exc}", room=room_id
             ) from exc
@@ -149,47 +128,24 @@ class RoomControls:
 
     # -- answering -----------------------------------------------------------------------------
 
-    def _on_control(self, message: NatsMessage) -> None:
-        if self.tasks is not None and message.reply:
-            self.tasks.start_soon(self._control_one, message)
-
-    async def _signer(self, message: NatsMessage) -> str | None:
-        """The daemon that signed this request, its answer going to its own inbox; None
-        if none did (a daemon whose key the watch has not brought yet is read first)."""
-        keys, claimed = self._keys.keys, message.headers.get(DAEMON_HEADER, "")
-        parts = (message.subject, message.reply, message.data)
-        signer = keys.signer(message.headers, *parts)
-        if signer is None and claimed not in keys.ring and await self._keys.ensure(claimed):
-            signer = keys.signer(message.headers, *parts)
-        if signer is None or not message.reply.startswith(self._names.inbox_of(signer) + "."):
-            forged(claimed, message.subject, "room control")
-            return None
-        return signer
-
-    async def _control_one(self, message: NatsMessage) -> None:
-        signer = await self._signer(message)
-        if signer is None:
-            return  # never answered: the answer could pass for ours in another's inbox
+    async def answer(self, params: Any, signer: str) -> Any:
+        """Do what daemon ``signer`` (whose link the request came on) asks of a room we
+        hold; the answer says why not, as the asker's own manager would."""
+        try:
+            asked = msgspec.convert(params, RoomControl)
+        except msgspec.ValidationError as exc:
+            raise InvalidParams(f"invalid room control from daemon {signer!r}: {exc}") from None
         reply: RoomControlReply
         try:
-            asked = ROOM_CONTROL.decode(message.data)
             await _check_steering(self._rooms, asked, signer)
             reply = await _apply(self._rooms, _vouched(asked, signer))
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            reply = RoomControlReply(error=f"invalid room control: {exc}", kind="invalid")
         except RoomNotFound as exc:
             reply = RoomControlReply(error=str(exc), kind="not_found")
         except RoomError as exc:
             reply = RoomControlReply(error=str(exc), kind="conflict")
         except Forbidden as exc:  # the seat's holder, checked again where it is recorded
             reply = RoomControlReply(error=str(exc), kind="forbidden")
-        data = ENCODER.encode(reply)
-        try:
-            await self._link.publish(
-                message.reply, data, headers=self._keys.keys.headers(message.reply, data)
-            )
-        except ClusterError as exc:
-            log.info("cluster.control_answer_lost", error=str(exc))
+        return msgspec.to_builtins(reply)
 
 
 def _vouched(control: RoomControl, signer: str) -> RoomControl:

@@ -135,7 +135,9 @@ class RoomReplication:
         self._inbox, self._outbox = anyio.create_memory_object_stream[StreamEvent](1 << 16)
         self._watches: list[Watch] = []
         self._tasks: anyio.abc.TaskGroup | None = None
-        self._controls = RoomControls(link, names, rooms, self._holder, keys, ask)
+        self._controls = RoomControls(names, rooms, self._holder, ask)
+        #: What answers another daemon's room control (the cluster's calls serve it).
+        self.answer_control = self._controls.answer
         self._live = LiveReplies(link, names, rooms, self._seen_holder, keys)
         rooms.replica = self
 
@@ -145,7 +147,7 @@ class RoomReplication:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         async with anyio.create_task_group() as tg, self._inbox, self._outbox:
-            self._tasks = self._controls.tasks = tg
+            self._tasks = tg
             tg.start_soon(self._absorb_loop)
             tg.start_soon(self._renew_loop)
             await tg.start(self._live.run)
@@ -166,7 +168,6 @@ class RoomReplication:
             ),
             await link.watch(names.leases_bucket, self._on_lease),
         ]
-        await self._controls.listen()
         await self._live.listen()
         with anyio.fail_after(CATCH_UP_TIMEOUT):
             while self._consumed < end:

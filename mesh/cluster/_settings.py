@@ -210,15 +210,9 @@ class Names:
         return subject.removeprefix(f"mesh.{self.cluster}.rooms.")
 
     def calls(self, daemon: str | None = None) -> str:
-        """Where a daemon takes calls for the agents it holds."""
+        """Where a daemon reads the frames of its links with the other daemons: their calls
+        and room control, and their answers to its own."""
         return f"mesh.{self.cluster}.call.{daemon or self.daemon}"
-
-    def cancels(self, daemon: str | None = None) -> str:
-        return f"mesh.{self.cluster}.cancel.{daemon or self.daemon}"
-
-    def room_control(self, daemon: str | None = None) -> str:
-        """Where a daemon takes pause / stop / resume for the rooms it holds."""
-        return f"mesh.{self.cluster}.room-control.{daemon or self.daemon}"
 
     def room_live(self, daemon: str | None = None) -> str:
         """Where a daemon publishes the pieces of the replies its rooms are writing."""

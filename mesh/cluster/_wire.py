@@ -1,4 +1,4 @@
-"""What daemons tell each other over NATS: registry entries, calls, their answers.
+"""What daemons tell each other over NATS: registry entries, calls, room control.
 
 All JSON, encoded and decoded by msgspec with one encoder and decoder per type,
 so a daemon of a later version with extra fields is read by an older one
@@ -17,12 +17,7 @@ from registry import AgentId, AgentRecord
 
 __all__ = [
     "AgentEntry",
-    "CallFailed",
-    "CallProgress",
-    "CallReply",
     "CallRequest",
-    "CallResult",
-    "CancelCall",
     "DaemonEntry",
     "LeaseEntry",
     "LivePieces",
@@ -115,7 +110,8 @@ class LeaseEntry(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class CallRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """A call to an agent the receiving daemon holds; answers go to the message's reply subject."""
+    """A call to an agent the receiving daemon holds: the params of ``mesh/call`` on the
+    link between two daemons (its answer, progress and cancel are the link's own)."""
 
     agent: str
     method: str
@@ -125,35 +121,9 @@ class CallRequest(msgspec.Struct, frozen=True, kw_only=True):
     #: checks it at its own orchestrator's door (a call without one is refused).
     origin: str = ""
     caller: Principal | None = None
-
-
-class CancelCall(msgspec.Struct, frozen=True, kw_only=True):
-    """The caller gave up on the call whose answers go to ``reply``."""
-
-    reply: str
-    reason: str = "cancelled"
-
-
-class CallProgress(msgspec.Struct, frozen=True, kw_only=True, tag="progress"):
-    params: dict[str, Any] = {}
-
-
-class CallResult(msgspec.Struct, frozen=True, kw_only=True, tag="result"):
-    result: Any = None
-
-
-class CallFailed(msgspec.Struct, frozen=True, kw_only=True, tag="error"):
-    """The call failed: the error's code and message, and where (as the holder saw it)."""
-
-    code: int
-    message: str
-    data: Any = None
-    agent: str | None = None
-    method: str | None = None
-    transport: str | None = None
-
-
-CallReply = CallProgress | CallResult | CallFailed
+    #: The caller's span, if traced: the holder's span of the call is its child.
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 class RoomControl(msgspec.Struct, frozen=True, kw_only=True):
@@ -205,9 +175,4 @@ def entry_prefix(daemon: str) -> bytes:
 AGENT_ENTRY: Final = msgspec.json.Decoder(AgentEntry)
 DAEMON_ENTRY: Final = msgspec.json.Decoder(DaemonEntry)
 LEASE_ENTRY: Final = msgspec.json.Decoder(LeaseEntry)
-CALL_REQUEST: Final = msgspec.json.Decoder(CallRequest)
-CANCEL_CALL: Final = msgspec.json.Decoder(CancelCall)
-CALL_REPLY: Final = msgspec.json.Decoder(CallReply)
-ROOM_CONTROL: Final = msgspec.json.Decoder(RoomControl)
-ROOM_CONTROL_REPLY: Final = msgspec.json.Decoder(RoomControlReply)
 LIVE_PIECES: Final = msgspec.json.Decoder(LivePieces)

@@ -68,3 +68,34 @@ async def open_raw_daemon(url: str, daemon: str, password: str) -> AsyncIterator
             yield raw
         finally:
             await loop.run(raw.nc.close)
+
+
+def link_request(method: str, params: Any, request_id: str = "r1") -> bytes:
+    """A request frame as one daemon sends another on the link between them."""
+    from mesh.protocol import MESH_CODEC, Request, RequestId, RequestPayload, now_ms
+
+    payload = RequestPayload(method=method, params=params)
+    return MESH_CODEC.encode(Request(id=RequestId(request_id), timestamp=now_ms(), payload=payload))
+
+
+def link_response(request_id: str, result: Any) -> bytes:
+    """An answer frame, as a daemon answers a request on the link."""
+    from mesh.protocol import MESH_CODEC, Response, ResponsePayload, now_ms
+
+    payload = ResponsePayload(success=True, result=result)
+    return MESH_CODEC.encode(Response(id=request_id, timestamp=now_ms(), payload=payload))
+
+
+def link_answer(frame: bytes) -> Any:
+    """What a frame on the link says: a Request, Response or Notification."""
+    from mesh.protocol import MESH_CODEC
+
+    return MESH_CODEC.decode(frame)
+
+
+def link_cancel(request_id: str) -> bytes:
+    """A ``cancelled`` notification for ``request_id``, as a caller that gave up sends it."""
+    from mesh.protocol import MESH_CODEC, Notification, NotificationPayload, RequestId, now_ms
+
+    payload = NotificationPayload(method="cancelled", params={"id": request_id, "reason": "x"})
+    return MESH_CODEC.encode(Notification(id=RequestId("n1"), timestamp=now_ms(), payload=payload))

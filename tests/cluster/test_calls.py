@@ -260,13 +260,12 @@ def dev() -> Any:
 
 
 async def test_a_holder_that_never_answers_times_out_on_the_callers_clock(
-    nats: NatsServer,
+    nats: NatsServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The caller's own deadline (the timeout plus the margin for the holder's verdict) ends
     a call whose holder took it and went silent, and tells the holder it gave up; a second
     call's later deadline, armed first, does not hide it (one clock for every call)."""
-    from mesh.cluster._link import NatsMessage
-    from mesh.cluster._wire import CANCEL_CALL
+    from mesh import RequestContext
 
     taken: list[str] = []
     gave_up: list[str] = []
@@ -276,23 +275,22 @@ async def test_a_holder_that_never_answers_times_out_on_the_callers_clock(
         open_member(nats.url, "b") as b,
     ):
         await wait_status(b.mesh.registry, "echo")
-        calls, link = a.cluster.calls, a.cluster.link
 
-        def take_and_stay_silent(message: NatsMessage) -> None:
-            taken.append(message.reply)
+        async def silent(request_id: str) -> None:
+            try:
+                await anyio.sleep_forever()
+            finally:  # the link's cancel: the caller gave up
+                gave_up.append(request_id)
+                if len(gave_up) == 2:
+                    both_cancelled.set()
+
+        def take_and_stay_silent(ctx: RequestContext, *_: Any) -> Any:
+            taken.append(ctx.request_id)
             if len(taken) == 2:
                 both_taken.set()
+            return silent(ctx.request_id)
 
-        def note_cancel(message: NatsMessage) -> None:
-            gave_up.append(CANCEL_CALL.decode(message.data).reply)
-            if len(gave_up) == 2:
-                both_cancelled.set()
-
-        calls._on_request = take_and_stay_silent  # type: ignore[method-assign]
-        calls._on_cancel = note_cancel  # type: ignore[method-assign]
-        await calls.stop_listening()
-        await calls.listen()  # subscribed again, to the silent handlers
-        await link.run("flush", link.nc.flush)  # the server has the subscriptions
+        monkeypatch.setattr(a.cluster.calls, "take", take_and_stay_silent)
         failures: list[BaseException] = []
 
         async def call(timeout: float) -> None:

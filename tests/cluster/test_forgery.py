@@ -29,6 +29,7 @@ from mesh.cluster._permissions import nats_config, password_variable
 from mesh.cluster._sealed import seal, unseal
 from mesh.cluster._settings import Names, agent_key
 from mesh.cluster._wire import ENCODER, LEASE_ENTRY, LeaseEntry, LivePieces
+from mesh.protocol import Response
 from mesh.rooms import (
     DeltaEvent,
     Limits,
@@ -43,7 +44,7 @@ from mesh.rooms import (
 )
 from registry import AgentId
 from tests.cluster._helpers import SPREAD_TIMEOUT, Member, open_member, wait_status
-from tests.cluster._raw import RawDaemon, open_raw_daemon
+from tests.cluster._raw import RawDaemon, link_answer, link_request, open_raw_daemon
 from tests.cluster.test_rooms import persona
 
 pytestmark = pytest.mark.anyio
@@ -249,28 +250,30 @@ async def wait_turn_after(member: Member, seq: int) -> None:
 
 
 async def ask_as_a(raw: RawDaemon, keys: Keys, control: dict[str, Any], number: int) -> Any:
-    """B's answer to a room control A signs as its own, from A's own inbox."""
-    subject, reply = NAMES.room_control("b"), f"_INBOX_mesh.mesh.a.forge.{number}"
+    """B's answer to a room control A signs as its own, on the link between A and B."""
+    subject = NAMES.calls("b")
+    request_id = f"forge-{number}"
     answers: list[Any] = []
     got = anyio.Event()
 
-    def take(msg: Any) -> None:
-        answers.append(msg)
-        got.set()
+    def take(frame: Any) -> None:
+        if isinstance(frame, Response) and frame.id == request_id:
+            answers.append(frame)
+            got.set()
 
     async def on_answer(msg: Any) -> None:
-        raw.loop.to_mesh(take, msg)
+        raw.loop.to_mesh(take, link_answer(msg.data))
 
-    data = ENCODER.encode(control)
-    subscription = await raw.run(lambda: raw.nc.subscribe(reply, cb=on_answer))
+    data = link_request("mesh/room-control", control, request_id)
+    subscription = await raw.run(lambda: raw.nc.subscribe(NAMES.calls("a"), cb=on_answer))
     try:
-        headers = keys.headers(subject, reply, data)
-        await raw.run(lambda: raw.nc.publish(subject, data, reply=reply, headers=headers))
+        headers = keys.headers(subject, "", data)
+        await raw.run(lambda: raw.nc.publish(subject, data, headers=headers))
         with anyio.fail_after(SPREAD_TIMEOUT):
             await got.wait()
     finally:
         await raw.run(subscription.unsubscribe)
-    return msgspec.json.decode(answers[0].data)
+    return answers[0].payload.result
 
 
 async def test_a_speaks_for_no_seat_and_steers_no_room_of_bs_tokens(

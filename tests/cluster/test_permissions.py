@@ -115,7 +115,7 @@ async def test_daemon_a_is_refused_daemon_bs_subjects_keys_inbox_and_purges(
             mine = f"$KV.mesh-mesh-agents.{agent_key('a', 'mine')}"
             ack = await raw.run(lambda: nc.request(mine, b"{}", 5))
             assert b'"seq"' in ack.data
-            for subject in ("mesh.mesh.call.b", "mesh.mesh.room-control.b", "_INBOX_mesh.mesh.b.>"):
+            for subject in ("mesh.mesh.call.b", "_INBOX_mesh.mesh.b.>"):
                 await raw.run(lambda: nc.subscribe(subject))  # noqa: B023 (awaited at once)
                 await raw.refused("subscription", subject)
             for subject in (

@@ -10,16 +10,18 @@ import msgspec
 import pytest
 
 from mesh import AgentSpec, MeshOrchestrator, local_connector
+from mesh._errors import ErrorCode
 from mesh._tasks import open_task_group
 from mesh.agents.echo import agent as echo_agent
 from mesh.cluster import ClusterRegistry, ClusterSettings
 from mesh.cluster._link import KvChange, NatsMessage
 from mesh.cluster._node import connect_nats, join_cluster
 from mesh.cluster._settings import agent_key
-from mesh.cluster._wire import CALL_REPLY, CallFailed
+from mesh.protocol import Response
 from mesh.testing import NatsServer, spawn_nats_server
 from registry import AgentId, AgentRecord, AgentStatus
 from tests.cluster._helpers import SPREAD_TIMEOUT, open_member, wait_status
+from tests.cluster._raw import link_answer, link_request
 
 pytestmark = pytest.mark.anyio
 
@@ -47,25 +49,30 @@ async def test_bad_entries_in_the_bucket_are_skipped_and_the_rest_mirrors(
 
 
 async def test_a_call_that_does_not_decode_is_answered_with_the_reason(nats: NatsServer) -> None:
-    async with open_member(nats.url, "a", [AgentSpec("echo", local_connector(echo_agent))]) as a:
-        link = a.cluster.link
-        answers: list[NatsMessage] = []
+    echo = AgentSpec("echo", local_connector(echo_agent))
+    async with open_member(nats.url, "a", [echo]) as a, open_member(nats.url, "b") as b:
+        link = b.cluster.link
+        answers: list[Response] = []
         got = anyio.Event()
 
         def on_answer(message: NatsMessage) -> None:
-            answers.append(message)
-            got.set()
+            answer = link_answer(message.data)
+            if isinstance(answer, Response):
+                answers.append(answer)
+                got.set()
 
-        inbox = link.new_inbox()
-        await link.subscribe(inbox, on_answer)
-        # Signed (by a itself, the one key this test holds): unsigned calls are dropped.
-        headers = a.cluster.keys.keys.headers("mesh.mesh.call.a", inbox, b'{"agent": 7}')
-        await link.publish("mesh.mesh.call.a", b'{"agent": 7}', reply=inbox, headers=headers)
+        # b's frames to a go to a's call subject, a's answers to b's (read here too).
+        await link.subscribe("mesh.mesh.call.b", on_answer)
+        await a.cluster.keys.ensure("b")
+        frame = link_request("mesh/call", {"agent": 7, "method": "ping"})
+        subject, reply = "mesh.mesh.call.a", f"{link.new_inbox()}.a"
+        headers = b.cluster.keys.keys.headers(subject, reply, frame)  # unsigned: dropped
+        await link.publish(subject, frame, reply=reply, headers=headers)
         with anyio.fail_after(SPREAD_TIMEOUT):
             await got.wait()
-        failed = CALL_REPLY.decode(answers[0].data)
-        assert isinstance(failed, CallFailed) and failed.code == -32600
-        assert "invalid call" in failed.message and "$.agent" in failed.message
+        error = answers[0].payload.error
+        assert error is not None and error.code == ErrorCode.INVALID_PARAMS, answers
+        assert "invalid mesh/call from daemon 'b'" in error.message and "$.agent" in error.message
 
 
 async def test_a_registration_and_a_deregistration_spread(nats: NatsServer) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -224,12 +225,16 @@ async def test_only_the_holder_records_and_a_duplicate_is_never_a_write(
 async def test_a_room_control_answer_the_holder_did_not_sign_is_dropped_and_its_own_taken(
     nats: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Asking a room's holder rides the cluster's calls: an answer on the asker's inbox
-    that the holder did not sign is dropped (a forger cannot fail the request), and the
-    holder's own answer, coming after it, is the one taken."""
+    """Asking a room's holder rides the link between the two daemons: an answer the
+    holder did not sign is dropped (a forger cannot fail the request), and the holder's
+    own answer, coming after it, is the one taken."""
+    from typing import Any
+
     from mesh.cluster import _calls
     from mesh.cluster._link import NatsMessage
-    from mesh.cluster._wire import ENCODER, RoomControlReply
+    from mesh.cluster._wire import RoomControlReply
+    from mesh.protocol import Request
+    from tests.cluster._raw import link_answer, link_response
 
     spec = RoomSpec(id="long", topic="Tea?", members=("alice", "bob"), limits=Limits(max_turns=400))
     dropped, release = anyio.Event(), anyio.Event()
@@ -249,23 +254,27 @@ async def test_a_room_control_answer_the_holder_did_not_sign_is_dropped_and_its_
         assert a.rooms is not None and c.rooms is not None and a.cluster.rooms is not None
         await wait_status(c.mesh.registry, "bob")
         await a.rooms.create(spec)
-        controls = a.cluster.rooms._controls
-        answer_for_real = controls._control_one
+        answer_for_real = a.cluster.calls.room_control
+        assert answer_for_real is not None
 
-        async def answer_once_forged(message: NatsMessage) -> None:
+        async def answer_once_forged(params: Any, signer: str) -> Any:
             await release.wait()  # the holder answers only after the forgery was dropped
-            await answer_for_real(message)
+            return await answer_for_real(params, signer)
 
-        controls._control_one = answer_once_forged  # type: ignore[method-assign]
-        forgery = ENCODER.encode(RoomControlReply(error="forged: no such thing", kind="conflict"))
+        monkeypatch.setattr(a.cluster.calls, "room_control", answer_once_forged)
+        forgery = msgspec.to_builtins(RoomControlReply(error="forged: no such thing"))
         link = c.cluster.link
 
         def forge(message: NatsMessage) -> None:
-            tasks.start_soon(link.publish, message.reply, forgery)
+            asked = link_answer(message.data)
+            if isinstance(asked, Request) and asked.payload.method == "mesh/room-control":
+                frame = link_response(asked.id, forgery)
+                headers = {"Mesh-Daemon": "a", "Mesh-Sig": "AA"}  # a's name, not its key
+                tasks.start_soon(partial(link.publish, "mesh.mesh.call.c", frame, headers=headers))
 
         with anyio.fail_after(SPREAD_TIMEOUT):
             async with anyio.create_task_group() as tasks:
-                watch = await link.subscribe("mesh.mesh.room-control.a", forge)
+                watch = await link.subscribe("mesh.mesh.call.a", forge)
                 await link.run("flush", link.nc.flush)  # the server has the subscription
                 paused: list[RoomStatus] = []
 
@@ -279,4 +288,4 @@ async def test_a_room_control_answer_the_holder_did_not_sign_is_dropped_and_its_
                 release.set()
             await watch.stop()
     assert paused == [RoomStatus.PAUSED]
-    assert forged_answers == ["room control answer"]
+    assert forged_answers == ["daemon link frame"]

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import msgspec
 import pytest
 
 from mesh import EMBEDDER, Agent, AgentSpec, local_connector
@@ -15,19 +14,23 @@ from mesh.agents.echo import agent as echo_agent
 from mesh.cluster._bridge import open_nats_loop
 from mesh.cluster._keys import DaemonKey, Keys
 from mesh.cluster._permissions import nats_config, password_variable
-from mesh.cluster._wire import CALL_REPLY, CallFailed, CallResult
 from mesh.manifests import AccessSection
+from mesh.protocol import ErrorInfo, Request, Response
 from mesh.testing import spawn_nats_server
 from tests.cluster._helpers import SPREAD_TIMEOUT, open_member, wait_status
+from tests.cluster._raw import link_answer, link_cancel, link_request, link_response
 
 pytestmark = pytest.mark.anyio
 
 CALLS_B = "mesh.mesh.call.b"
+CALLS_A = "mesh.mesh.call.a"
+CALLS_C = "mesh.mesh.call.c"
 INBOX_A = "_INBOX_mesh.mesh.a"
 
 
 class Attacker:
-    """A raw nats-py client with daemon A's credentials and A's key, as a thief holds them."""
+    """A raw nats-py client with daemon A's credentials and A's key, as a thief holds them:
+    it speaks the link between daemons A and B frame by frame."""
 
     def __init__(self, loop: Any, nc: Any, keys: Keys) -> None:
         # nats-py runs on asyncio: on trio, on the cluster's own asyncio thread.
@@ -36,10 +39,12 @@ class Attacker:
         self._number = 0
 
     async def start(self) -> None:
-        async def on_answer(msg: Any) -> None:
-            self.loop.to_mesh(self._send.send_nowait, msg)
+        async def on_frame(msg: Any) -> None:
+            answer = link_answer(msg.data)
+            if isinstance(answer, Response):  # b's answers on a's call subject
+                self.loop.to_mesh(self._send.send_nowait, answer)
 
-        await self.loop.run(lambda: self.nc.subscribe(f"{INBOX_A}.x.*", cb=on_answer))
+        await self.loop.run(lambda: self.nc.subscribe(CALLS_A, cb=on_frame))
         js = self.nc.jetstream()
         key = self.keys.key.public.encode()
         await self.loop.run(lambda: js.publish("$KV.mesh-mesh-keys.a", key))
@@ -55,21 +60,22 @@ class Attacker:
         self, request: dict[str, Any], *, signed: bool = True, claim: str | None = None
     ) -> str:
         self._number += 1
-        reply = f"{INBOX_A}.x.{self._number}"
-        data = msgspec.json.encode({"origin": "a", **request})
-        headers = self.keys.headers(CALLS_B, reply, data) if signed else {}
+        request_id = f"x{self._number}"
+        frame = link_request("mesh/call", {"origin": "a", **request}, request_id)
+        reply = f"{INBOX_A}.x.b"
+        headers = self.keys.headers(CALLS_B, reply, frame) if signed else {}
         if claim is not None:
             headers["Mesh-Daemon"] = claim
-        await self.publish(CALLS_B, data, reply=reply, headers=headers or None)
-        return reply
+        await self.publish(CALLS_B, frame, reply=reply, headers=headers or None)
+        return request_id
 
     async def ask(self, request: dict[str, Any]) -> Any:
-        """B's answer to ``request``, signed by A as A's."""
-        reply = await self.send(request)
+        """B's answer to ``request``, signed by A as A's: a result, or the error's payload."""
+        request_id = await self.send(request)
         with anyio.fail_after(SPREAD_TIMEOUT):
-            msg = await self.answers.receive()
-        assert msg.subject == reply, "an earlier request was answered"
-        return CALL_REPLY.decode(msg.data)
+            answer = await self.answers.receive()
+        assert answer.id == request_id, "an earlier request was answered"
+        return answer.payload.result if answer.payload.success else answer.payload.error
 
 
 def client(name: str = "x", **fields: Any) -> dict[str, Any]:
@@ -115,7 +121,7 @@ async def test_daemon_a_credentials_make_b_obey_no_more_than_a_may(
             b.mesh.max_call_timeout = 300.0  # as mesh serve sets it by default
             await attacker.start()
             ping = {"agent": "echo", "method": "ping"}
-            assert isinstance(await attacker.ask({**ping, "caller": client()}), CallResult)
+            assert (await attacker.ask({**ping, "caller": client()}))["agent"] == "echo"
 
             refusals: dict[str, dict[str, Any]] = {
                 "a daemon vouches to another for a client token, an agent": {
@@ -137,28 +143,30 @@ async def test_daemon_a_credentials_make_b_obey_no_more_than_a_may(
             }
             for rule, request in refusals.items():
                 answer = await attacker.ask(request)
-                assert isinstance(answer, CallFailed) and answer.code == -32007, (rule, answer)
+                assert isinstance(answer, ErrorInfo) and answer.code == -32007, (rule, answer)
                 assert rule in answer.message
 
             # Unsigned, or signed by A while claiming C: dropped unanswered (the next,
             # honest request is the first one answered).
             await attacker.send({**ping, "caller": client()}, signed=False)
             await attacker.send({**ping, "caller": client()}, claim="c")
-            assert isinstance(await attacker.ask({**ping, "caller": client()}), CallResult)
+            assert (await attacker.ask({**ping, "caller": client()}))["agent"] == "echo"
 
-            # A reads C's call to B and answers it in B's name first: C waits for B's own.
+            # A reads C's call to B, answers it in its own name and in B's, and cancels it
+            # at B: C waits for B's own answer, and B runs the call to its end.
             await wait_status(c.mesh.registry, "slow")
             seen = anyio.Event()
-            calls: list[Any] = []
+            calls: list[Request] = []
 
-            def saw(msg: Any) -> None:
-                calls.append(msg)
-                seen.set()
+            def saw(frame: Any) -> None:
+                if isinstance(frame, Request) and frame.payload.method == "mesh/call":
+                    calls.append(frame)
+                    seen.set()
 
             async def on_call(msg: Any) -> None:
-                loop.to_mesh(saw, msg)
+                loop.to_mesh(saw, link_answer(msg.data))
 
-            # The shipped config lets no daemon but b read b's calls: the reply subject
+            # The shipped config lets no daemon but b read b's calls: the request id
             # reaches the thief here through b's own user, as if it had leaked.
             observer = await loop.run(
                 lambda: nats.connect(server.url, user="daemon-b", password="pw-b")
@@ -179,10 +187,19 @@ async def test_daemon_a_credentials_make_b_obey_no_more_than_a_may(
                 with anyio.fail_after(SPREAD_TIMEOUT):
                     await seen.wait()
                     await held.wait()
-                reply = calls[-1].reply
-                fake = msgspec.json.encode({"type": "result", "result": {"real": False}})
-                await attacker.publish(reply, fake, headers=attacker.keys.headers(reply, fake))
-                await attacker.publish(reply, fake, headers={"Mesh-Daemon": "b", "Mesh-Sig": "AA"})
+                request_id = calls[-1].id
+                fake = link_response(request_id, {"real": False})
+                signed = attacker.keys.headers(CALLS_C, "", fake)
+                await attacker.publish(CALLS_C, fake, headers=signed)
+                await attacker.publish(
+                    CALLS_C, fake, headers={"Mesh-Daemon": "b", "Mesh-Sig": "AA"}
+                )
+                cancel = link_cancel(request_id)
+                await attacker.publish(
+                    CALLS_B, cancel, headers=attacker.keys.headers(CALLS_B, "", cancel)
+                )
+                # b answers a's next request after the cancel: it has read it, and left C's call be
+                assert (await attacker.ask({**ping, "caller": client()}))["agent"] == "echo"
                 release.set()
             assert results == [{"real": True}]
             assert b.cluster.calls.calls_served >= 1

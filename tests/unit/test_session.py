@@ -439,6 +439,19 @@ def test_fail_pending_fails_every_call_now_tells_the_peer_and_keeps_the_link() -
     assert client.deadline_of(third) is not None
 
 
+def test_fail_pending_picks_the_calls_of_one_agent_on_a_link_that_carries_many() -> None:
+    """A link to another daemon carries calls to many agents: one agent gone fails its own."""
+    client, server = pair()
+    to_x = client.send_request("mesh/call", {"agent": "x"}, now=0.0)
+    to_y = client.send_request("mesh/call", {"agent": "y"}, now=0.0)
+    deliver(client, server)
+    events = client.fail_pending("agent 'x' went offline", lambda params: params["agent"] == "x")
+    assert [e.id for e in events] == [to_x]
+    assert isinstance(events[0].error, AgentUnavailable)
+    assert [n.payload.params["id"] for n in decoded(client)] == [to_x]
+    assert client.statistics().calls_in_flight == 1 and client.deadline_of(to_y) is not None
+
+
 def test_requests_past_the_links_limit_are_refused_at_once_until_one_is_answered() -> None:
     client, server = pair(SessionConfig(heartbeat_interval=None, max_requests_in_progress=2))
     ids = [client.send_request("subscriptions/listen", {"n": n}, now=0.0) for n in range(3)]
