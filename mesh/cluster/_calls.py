@@ -46,7 +46,7 @@ from mesh._errors import (
 )
 from mesh._logging import get_logger
 from mesh._orchestrator.access import NOBODY, Principal
-from mesh._rpc.asks import refusing
+from mesh._rpc.asks import AskHandlers, forward_to
 from mesh._rpc.caller import CallMethods, CallOptions, ProgressCallback
 from mesh._rpc.peer import Peer, RequestContext, open_peer
 from mesh._rpc.pending import DEFAULT_CALL_TIMEOUT, MAX_CALL_DURATION
@@ -71,12 +71,6 @@ from registry import AgentId, AgentStatus, ChangeKind, Registry, StatusChange
 __all__ = ["ROOM_CONTROL_METHOD", "LocalCalls", "RemoteCaller", "RemoteCalls"]
 
 log = get_logger("mesh.cluster")
-#: An agent's asks (elicitation, sampling) during a call from another daemon: refused
-#: at once, since they do not travel over NATS yet.
-_NO_ASKS: Final = refusing(
-    "the caller of this call is on another daemon: asks (elicitation, sampling) are not"
-    " carried between daemons yet"
-)
 
 #: We wait this much beyond the holder's deadline for its verdict (as ``mesh/call`` does).
 ROUTE_MARGIN: Final = 1.0
@@ -274,8 +268,11 @@ class RemoteCalls:
         timeout: float,
         on_progress: ProgressCallback | None = None,
         caller: Principal = NOBODY,
+        **asks: Unpack[AskHandlers],
     ) -> Any:
-        """Call ``method`` on ``agent``, held by daemon ``holder``; see the module docstring."""
+        """Call ``method`` on ``agent``, held by daemon ``holder``; see the module docstring.
+
+        The agent's logs and asks come back over the link to the daemon, to ``asks``."""
         if not self._link.connected or not self._inbox:
             raise self._unreachable(holder, agent, method)
         trace = outgoing()  # the caller's span, for the holder's own
@@ -294,7 +291,11 @@ class RemoteCalls:
             self.calls_sent += 1
             try:
                 return await peer.call(
-                    ROUTE_METHOD, request, timeout=timeout + ROUTE_MARGIN, on_progress=on_progress
+                    ROUTE_METHOD,
+                    request,
+                    timeout=timeout + ROUTE_MARGIN,
+                    on_progress=on_progress,
+                    **asks,
                 )
             except MeshError as exc:
                 raise _from_holder(exc, holder, request) from None
@@ -552,7 +553,7 @@ class RemoteCalls:
                     timeout=request.timeout,
                     on_progress=progress,
                     on_behalf_of=caller,
-                    **_NO_ASKS,
+                    **forward_to(ctx),  # back over the link, to the calling daemon's caller
                 )
             except MeshError as exc:
                 raise exc.with_context(agent=request.agent, method=request.method) from None
@@ -738,6 +739,9 @@ class RemoteCaller(CallMethods):
             timeout=self._default_timeout if timeout is None else timeout,
             on_progress=options.get("on_progress"),
             caller=self._on_behalf_of,
+            on_log=options.get("on_log"),
+            on_elicit=options.get("on_elicit"),
+            on_sample=options.get("on_sample"),
         )
 
     async def notify(self, method: str, params: Any = None) -> None:

@@ -145,7 +145,10 @@ async def test_an_agents_ask_climbs_back_through_the_agent_that_called_it() -> N
             await me.call_tool("front", "ask_echo", {"question": "sky?"})
 
 
-async def test_an_ask_of_an_agent_on_another_daemon_is_refused_not_left_hanging() -> None:
+async def test_an_agent_on_another_daemon_logs_and_asks_its_caller_across_nats() -> None:
+    """The daemons' link is a peer like any other: an agent's logs and asks cross it to
+    the caller on the other daemon, and a caller with no handler is refused at once."""
+    logs: list[Mapping[str, Any]] = []
     async with (
         spawn_nats_server() as nats,
         open_member(nats.url, "a", [AgentSpec("echo", local_connector(echo_agent))]),
@@ -153,7 +156,16 @@ async def test_an_ask_of_an_agent_on_another_daemon_is_refused_not_left_hanging(
     ):
         await wait_status(b.mesh.registry, "echo")
         me = b.mesh.acting_for(EMBEDDER)
-        with anyio.fail_after(10), pytest.raises(MeshError) as refused:
-            await me.call_tool("echo", "ask", {"question": "sky?"}, on_elicit=answer_blue)
-        assert "not carried between daemons yet" in str(refused.value)
+        with anyio.fail_after(20):
+            asked = await me.call_tool("echo", "ask", {"question": "sky?"}, on_elicit=answer_blue)
+            assert asked == {"action": "accept", "answer": "blue, to 'sky?'"}
+            thought = await me.call_tool(
+                "echo", "think", {"prompt": "the answer?"}, on_sample=answer_model
+            )
+            assert thought == {"text": "forty-two", "model": "test-model"}
+            said = await me.call_tool("echo", "chatter", {"message": "hi"}, on_log=logs.append)
+            assert said == {"message": "hi"}
+            assert [(log["level"], log["data"]) for log in logs] == [("info", "hi")]
+        with anyio.fail_after(10), pytest.raises(MethodNotFound, match="takes no elicitation"):
+            await me.call_tool("echo", "ask", {"question": "sky?"})
         assert await me.call_tool("echo", "echo", {"message": "alive"}) == {"message": "alive"}
