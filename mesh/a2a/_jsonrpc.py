@@ -92,16 +92,19 @@ class Streamed:
 
     task: Task
     cursor: int | None
+    #: Until the task finishes (SubscribeToTask), not only until it rests: a send's
+    #: stream ends where the client must answer, a subscriber's goes on past it.
+    to_the_end: bool = False
 
 
 #: Makes one streamed object the ``data`` of its event: the binding's envelope.
 Frame = Callable[[Any], bytes]
 
 
-async def pump(
-    task: Task, cursor: int | None, version: Version, frame: Frame, write: BodyWriter
-) -> None:
-    """Every event of ``task`` after ``cursor`` as server-sent events, until it rests."""
+async def pump(streamed: Streamed, version: Version, frame: Frame, write: BodyWriter) -> None:
+    """Every event of the task after the cursor as server-sent events, until it rests
+    (or, ``to_the_end``, finishes)."""
+    task, cursor = streamed.task, streamed.cursor
     while True:
         changed = task.changed
         if cursor is None or cursor + 1 < task.oldest_event:
@@ -116,7 +119,7 @@ async def pump(
             await write(_sse(number, frame(event_for(event, version))))
         if batch:
             continue  # more may have come while these were written
-        if task.resting:
+        if task.finished or (task.resting and not streamed.to_the_end):
             return
         with anyio.move_on_after(KEEPALIVE) as idle:
             await changed.wait()

@@ -16,7 +16,9 @@ at once. What happens becomes the task's events:
   status holds no message: the reply is in the artifact, and a client that shows
   both would show it twice (it is in the task's history all the same);
 - an error: ``FAILED`` with the mesh's message (``REJECTED`` when the tool declined
-  the task, ``mesh.a2a._content``); a cancel: ``CANCELED``.
+  the task, ``mesh.a2a._content``); a cancel: ``CANCELED``;
+- the agent asking its caller for input (``ctx.elicit``): ``INPUT_REQUIRED`` until the
+  client's next message answers, then ``WORKING`` again (``mesh.a2a._asking``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import anyio
 from mesh._errors import MeshError
 from mesh._logging import get_logger
 from mesh._orchestrator.access import NOBODY, Principal
+from mesh.a2a._asking import task_asks
 from mesh.a2a._content import message_reply, rejected, result_artifacts
 from mesh.a2a._mapping import ROOM_TURN, Conversations, Plan
 from mesh.a2a._tasks import Task, new_id
@@ -113,6 +116,7 @@ async def _tool(
         timeout=timeout,
         on_progress=progress,
         on_behalf_of=on_behalf_of,
+        **task_asks(task),
     )
     reply = message_reply(result)
     if reply is not None:
@@ -155,7 +159,13 @@ async def _chat(
     # for the token that made the task.
     room = on_behalf_of.in_room(f"a2a-{task.context_id}")
     result = await mesh.call(
-        task.agent, ROOM_TURN, params, timeout=timeout, on_progress=piece, on_behalf_of=room
+        task.agent,
+        ROOM_TURN,
+        params,
+        timeout=timeout,
+        on_progress=piece,
+        on_behalf_of=room,
+        **task_asks(task),
     )
     reply = str(result.get("text", "")) if isinstance(result, dict) else str(result)
     conversations.replied(task.owner, task.agent, task.context_id, reply)

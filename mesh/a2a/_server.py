@@ -17,7 +17,8 @@ may call). Bad input is answered with the A2A error that names it, over HTTP
  -32001   no such task, or another client's (the same answer, on purpose)
  -32002   the task has finished, so it cannot be cancelled
  -32003   push notifications (not offered)
- -32004   a message to an existing task, or a subscription to a finished one
+ -32004   a message to a task that is not waiting for input (finished, or
+          working and asked nothing), or a subscription to a finished one
  -32005   a part of a media type the agent does not take (its input modes), or a
           body whose ``Content-Type`` is not JSON
  -32007   the extended card (not offered)
@@ -45,6 +46,7 @@ from mesh._errors import Forbidden, MeshError
 from mesh._input import whole_number
 from mesh._orchestrator.access import DAEMON, NOBODY, Principal, check_deadline
 from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh.a2a._asking import AnswerError, answer_of
 from mesh.a2a._card import MODES, build_card, card_etag
 from mesh.a2a._content import CONTEXT_ARGUMENT, request_context, wants_context
 from mesh.a2a._jsonrpc import (
@@ -304,7 +306,7 @@ class A2aServer:
                 f"task {task.id!r} is {task.state}: a finished task has no events to come"
                 " (GetTask returns it as it ended)",
             )
-        return Streamed(task, cursor)
+        return Streamed(task, cursor, to_the_end=True)
 
     async def _send(
         self, method: str, params: dict[str, Any], agent: str, caller: Caller, version: Version
@@ -352,15 +354,12 @@ class A2aServer:
             check_deadline(caller.identity, timeout, limit, agent=agent, method="tools/call")
         except Forbidden as exc:
             raise A2aError(-32602, f"`metadata.timeout`: {exc.message}") from None
+        # blocking (1.0: unless returnImmediately; 0.3: unless blocking is false)
+        wait = (
+            not config.get("returnImmediately", False) and config.get("blocking", True) is not False
+        )
         if message.get("taskId"):
-            task = self.store.get(message["taskId"], caller.owner, agent)
-            if task is None:
-                raise A2aError(-32001, f"no task {message['taskId']!r}")
-            raise A2aError(
-                -32004,
-                f"task {task.id!r} is {task.state}; send a new message without taskId"
-                " (the same contextId continues the conversation)",
-            )
+            return self._follow_up(message, metadata, agent, caller), wait
         plan = await self._plan(agent, message)
         # A webhook is checked before the task exists: a refused one leaves nothing behind.
         push = config.get("taskPushNotificationConfig") or config.get("pushNotificationConfig")
@@ -378,11 +377,43 @@ class A2aServer:
         if webhook is not None:
             self._add_push(task, dataclasses.replace(webhook, task_id=task.id), cursor=0)
         tasks.start_soon(self._run, task, plan, timeout, caller.identity)
-        # blocking (1.0: unless returnImmediately; 0.3: unless blocking is false)
-        wait = (
-            not config.get("returnImmediately", False) and config.get("blocking", True) is not False
-        )
         return task, wait
+
+    def _follow_up(
+        self, message: dict[str, Any], metadata: dict[str, Any], agent: str, caller: Caller
+    ) -> Task:
+        """A message to an existing task: the answer to the question it waits on
+        (mesh.a2a._asking), which sets it working again; anything else is refused."""
+        task = self.store.get(message["taskId"], caller.owner, agent)
+        if task is None:
+            raise A2aError(-32001, f"no task {message['taskId']!r}")
+        context = message.get("contextId")
+        if context and context != task.context_id:
+            raise A2aError(
+                -32602,
+                f"`message.contextId` {context!r} is not the context of task {task.id!r}"
+                f" ({task.context_id!r}): a message to a task is in the task's context",
+            )
+        question = task.question
+        if task.finished or question is None:
+            why = "has finished" if task.finished else "asked nothing"
+            raise A2aError(
+                -32004,
+                f"task {task.id!r} is {task.state} and {why}: a message with a taskId"
+                " answers a task waiting for input (TASK_STATE_INPUT_REQUIRED); send a new"
+                " message without taskId (the same contextId continues the conversation)",
+            )
+        try:
+            answer = answer_of(message, metadata, question.schema)
+        except AnswerError as exc:
+            why = f"not an answer to the question of task {task.id!r}: {exc}"
+            raise A2aError(-32602, why) from None
+        message.update(contextId=task.context_id, taskId=task.id)
+        task.remember(message)
+        task.question = None
+        question.give(answer)
+        task.set_state("TASK_STATE_WORKING")
+        return task
 
     async def _run(
         self, task: Task, plan: Any, timeout: float | None, on_behalf_of: Principal
@@ -446,6 +477,9 @@ class A2aServer:
     async def _cancel(self, task: Task) -> dict[str, Any]:
         if task.finished:
             raise A2aError(-32002, f"task {task.id!r} is {task.state} and cannot be cancelled")
+        if task.question is not None:  # the agent hears its question cancelled, then the call
+            task.question.give({"action": "cancel"})
+            task.question = None
         if task.scope is None:
             task.set_state("TASK_STATE_CANCELED")  # not started yet: it never will
         else:
@@ -547,7 +581,7 @@ class A2aServer:
             # Counted while it runs (a stream whose head never went out never starts).
             self._streams[owner] = self._streams.get(owner, 0) + 1
             try:
-                await pump(streamed.task, streamed.cursor, version, frame, write)
+                await pump(streamed, version, frame, write)
             finally:
                 self._streams[owner] -= 1
                 if not self._streams[owner]:

@@ -39,7 +39,7 @@ import anyio.to_thread
 from mesh.a2a._journal import TaskJournal
 from mesh.a2a._wire import INTERRUPTED, TERMINAL
 
-__all__ = ["StoreFull", "Task", "TaskStore"]
+__all__ = ["Question", "StoreFull", "Task", "TaskStore"]
 
 #: Events kept per task for re-subscribers; older ones are summed up by the task itself.
 MAX_EVENTS: Final = 1024
@@ -66,6 +66,24 @@ def new_id() -> str:
 
 
 @dataclass(eq=False)
+class Question:
+    """The question a task waits on: its schema, and the answer once it comes."""
+
+    schema: dict[str, Any]
+    answer: dict[str, Any] | None = None
+    _answered: anyio.Event = field(default_factory=anyio.Event)
+
+    def give(self, answer: dict[str, Any]) -> None:
+        self.answer = answer
+        self._answered.set()
+
+    async def wait(self) -> dict[str, Any]:
+        await self._answered.wait()
+        assert self.answer is not None
+        return self.answer
+
+
+@dataclass(eq=False)
 class Task:
     """One task: its state, and the numbered log of what it emitted."""
 
@@ -89,6 +107,8 @@ class Task:
     reply: dict[str, Any] | None = None
     #: When it last changed (wall clock, seconds): retention counts from here.
     changed_at: float = field(default_factory=time.time)
+    #: The question the task's call waits on, while it is INPUT_REQUIRED (mesh.a2a._asking).
+    question: Question | None = None
     #: Told of each change (the store, to write the task to disk).
     on_change: Callable[[Task], None] | None = None
     _changed: anyio.Event = field(default_factory=anyio.Event)
