@@ -4,6 +4,7 @@ artifacts) and DM-MSG-001 (a Message answer) the TCK checks with it, and REJECTE
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 from collections.abc import AsyncIterator
@@ -136,10 +137,8 @@ async def events_of(
                 if stop_after is not None and len(seen) >= stop_after:
                     raise Enough
 
-    try:
+    with contextlib.suppress(Enough):
         await answer.stream(write)
-    except Enough:
-        pass
     return seen
 
 
