@@ -27,6 +27,13 @@ appended artifact text is a chat reply's delta. The result is the artifacts'
 one text (or one data value), else ``{"artifacts": [...]}``; ``FAILED`` or
 ``REJECTED`` raise :class:`~mesh.ToolError` with the agent's words. When the mesh
 call ends early (its deadline, the caller's cancel), the task gets ``CancelTask``.
+
+A task that rests in ``INPUT_REQUIRED`` asks the mesh caller (``ctx.elicit``: the
+status message's text, and its schema where a data part of media type
+``application/schema+json`` holds one, else one text field); the answer is the next
+message of that task (a text part for the text field, else a data part of the
+fields), and the call goes on. A caller that declines, cancels or cannot be asked
+gets the task cancelled (``CancelTask``) and a ``ToolError`` saying so.
 """
 
 from __future__ import annotations
@@ -40,8 +47,10 @@ import anyio
 
 from mesh._errors import MeshError, MethodNotFound, ProtocolError, ToolError
 from mesh._logging import get_logger
+from mesh._rpc.asks import check_elicit_schema
 from mesh._rpc.peer import Peer, RequestContext, open_peer
 from mesh._rpc.session import SessionConfig
+from mesh.a2a._asking import SCHEMA_MEDIA
 from mesh.a2a._client import A2aClient
 from mesh.a2a._mapping import ROOM_TURN
 from mesh.a2a._wire import INTERRUPTED, TERMINAL
@@ -57,6 +66,13 @@ CANCEL_TIMEOUT: Final = 5.0
 DEFAULT_LIVENESS: Final = 10.0
 #: The one tool of an agent whose card lists no skills: what it is sent is its message.
 ENTRY: Final = "message"
+#: The agent's question as the mesh caller is asked it when it names no schema: its text.
+_TEXT_ANSWER: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {"text": {"type": "string", "description": "your answer"}},
+    "required": ["text"],
+}
+INPUT_REQUIRED: Final = "TASK_STATE_INPUT_REQUIRED"
 _SCHEMA: Final = {
     "type": "object",
     "properties": {"text": {"type": "string", "description": "the message, as text"}},
@@ -75,6 +91,7 @@ class _Call:
 
     def __init__(self, on_piece: Callable[[str], None] | None, ctx: RequestContext) -> None:
         self.task_id = ""
+        self.context_id = ""
         self.state = "TASK_STATE_SUBMITTED"
         self.message: dict[str, Any] | None = None
         self.artifacts: dict[str, dict[str, Any]] = {}
@@ -88,13 +105,16 @@ class _Call:
         if "task" in result:
             task = result["task"]
             self.task_id = str(task.get("id", ""))
+            self.context_id = str(task.get("contextId", ""))
             for artifact in task.get("artifacts") or ():
                 self.artifacts[artifact["artifactId"]] = artifact
             self._status(task.get("status") or {})
         elif "message" in result:
             self.message, self.state = result["message"], "TASK_STATE_COMPLETED"
         elif "statusUpdate" in result:
-            self.task_id = self.task_id or str(result["statusUpdate"].get("taskId", ""))
+            update = result["statusUpdate"]
+            self.task_id = self.task_id or str(update.get("taskId", ""))
+            self.context_id = self.context_id or str(update.get("contextId", ""))
             self._status(result["statusUpdate"].get("status") or {})
         elif "artifactUpdate" in result:
             self._artifact(result["artifactUpdate"])
@@ -127,7 +147,7 @@ class _Call:
         if self.state in INTERRUPTED:
             raise ToolError(
                 f"A2A agent {agent!r} asked for more ({self.state}: {said}),"
-                " which the mesh does not bridge"
+                " which the mesh does not bridge (it bridges INPUT_REQUIRED only)"
             )
         parts = [p for a in self.artifacts.values() for p in a.get("parts") or ()]
         if not parts and self.message is not None:
@@ -235,23 +255,57 @@ class A2aMount:
     async def _send(
         self, ctx: RequestContext, message: dict[str, Any], piece: Callable[[str], None] | None
     ) -> _Call:
+        """Send ``message``, and answer each question the task asks by asking the mesh
+        caller, until the task ends (or rests for what the mesh does not bridge)."""
         call = _Call(piece, ctx)
-        params = {"message": message}
         try:
-            if (self.client.card.get("capabilities") or {}).get("streaming"):
-                async for result in self.client.stream("SendStreamingMessage", params):
-                    call.take(result)
-            else:
-                call.take(await self.client.call("SendMessage", params))
+            await self._exchange(call, message)
+            while call.state == INPUT_REQUIRED:
+                parts = await self._ask_caller(ctx, call)
+                answer = _message(parts, context_id=call.context_id)
+                await self._exchange(call, dict(answer, taskId=call.task_id))
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_TIMEOUT):
                 await self._cancel(call)
             raise
+        return call
+
+    async def _exchange(self, call: _Call, message: dict[str, Any]) -> None:
+        """One message sent, and what the task said until it rested."""
+        params = {"message": message}
+        if (self.client.card.get("capabilities") or {}).get("streaming"):
+            async for result in self.client.stream("SendStreamingMessage", params):
+                call.take(result)
+        else:
+            call.take(await self.client.call("SendMessage", params))
         if call.state not in TERMINAL and call.state not in INTERRUPTED:
             raise ProtocolError(
                 f"A2A agent {self.agent!r} ended its stream with the task {call.state}"
             )
-        return call
+
+    async def _ask_caller(self, ctx: RequestContext, call: _Call) -> list[dict[str, Any]]:
+        """The task's question, as an elicitation of the mesh caller: the answer's parts
+        for the next message. A caller that declines, cancels or cannot be asked gets the
+        task cancelled and a :class:`~mesh.ToolError` saying so."""
+        question, schema = _question(call.message)
+        try:
+            answer = await ctx.elicit(question, schema)
+        except MeshError as exc:
+            await self._cancel(call)
+            raise ToolError(
+                f"A2A agent {self.agent!r} asked for input ({question!r}) and the mesh"
+                f" caller cannot be asked: {exc.message}; its task was cancelled"
+            ) from None
+        if answer.action != "accept":
+            await self._cancel(call)
+            raise ToolError(
+                f"A2A agent {self.agent!r} asked for input ({question!r}) and the caller"
+                f" answered {answer.action!r}; its task was cancelled"
+            )
+        content = dict(answer.content or {})
+        if schema is _TEXT_ANSWER:
+            return [{"text": str(content.get("text", ""))}]
+        return [{"data": content}]
 
     async def _cancel(self, call: _Call) -> None:
         if not call.task_id or call.state in TERMINAL:
@@ -260,6 +314,22 @@ class A2aMount:
             await self.client.call("CancelTask", {"id": call.task_id})
         except MeshError as exc:
             log.info("a2a.cancel_failed", agent=self.agent, task=call.task_id, error=str(exc))
+
+
+def _question(message: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """What an ``INPUT_REQUIRED`` status asks: its text, and the schema a data part of
+    media type ``application/schema+json`` holds (a mesh agent's question served over
+    A2A carries one), else one text field."""
+    parts = (message or {}).get("parts") or ()
+    text = " ".join(_texts(parts)) or "the agent asks for input"
+    for part in parts:
+        if isinstance(part, dict) and part.get("mediaType") == SCHEMA_MEDIA:
+            try:
+                check_elicit_schema(part.get("data"))
+            except MeshError:
+                break  # a schema MCP cannot ask with: the question is asked as text
+            return text, dict(part["data"])
+    return text, _TEXT_ANSWER
 
 
 def _parts(arguments: Any) -> list[dict[str, Any]]:

@@ -1,0 +1,85 @@
+"""A mounted A2A agent that asks for input (the a2a-sdk's server, a process on loopback, its task
+resting in INPUT_REQUIRED) asks the mesh caller: an embedder's ``on_elicit``, and an MCP client
+through the daemon's ``/mcp``; the answer is the task's next message and the call goes on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import types
+from mcp.client import Client
+
+from mesh import EMBEDDER, AgentSpec, MeshOrchestrator, ToolError
+from mesh.a2a import a2a_connector
+from mesh.testing import spawn_daemon
+from tests.a2a._peer import spawn_sdk_agent
+from tests.a2a.test_mount import manifest
+from tests.mcp.test_serve import over_http
+
+pytestmark = pytest.mark.anyio
+
+GUARD = 60.0
+_TEXT = {"text": {"type": "string", "description": "your answer"}}
+
+
+async def test_input_required_is_an_elicitation_of_the_mesh_caller() -> None:
+    asked: list[dict[str, Any]] = []
+
+    async def person(params: dict[str, Any]) -> dict[str, Any]:
+        asked.append(params)
+        return {"action": "accept", "content": {"text": "Oslo"}}
+
+    async def declines(params: dict[str, Any]) -> dict[str, Any]:
+        return {"action": "decline"}
+
+    async with spawn_sdk_agent() as peer:
+        spec = AgentSpec("shouter", a2a_connector(peer.url, agent="shouter"), transport="http")
+        async with MeshOrchestrator([spec]) as mesh:
+            with anyio.fail_after(GUARD):
+                await mesh.wait_linked()
+                booked = await mesh.call_tool(
+                    "shouter", "book", {"text": "a trip"}, on_elicit=person, on_behalf_of=EMBEDDER
+                )
+                assert booked == "booked Oslo"
+                assert asked == [
+                    {"message": "Where to?", "requestedSchema": asked[0]["requestedSchema"]}
+                ]
+                assert asked[0]["requestedSchema"]["properties"] == _TEXT
+                with pytest.raises(ToolError, match="answered 'decline'; its task was cancelled"):
+                    await mesh.call_tool(
+                        "shouter", "book", {"text": "x"}, on_elicit=declines, on_behalf_of=EMBEDDER
+                    )
+                with pytest.raises(ToolError, match=r"cannot be asked.*no on_elicit"):
+                    await mesh.call_tool("shouter", "book", {"text": "x"}, on_behalf_of=EMBEDDER)
+                # The link lives.
+                shouted = await mesh.call_tool(
+                    "shouter", "shout", {"text": "hi"}, on_behalf_of=EMBEDDER
+                )
+                assert shouted == "HI"
+
+
+async def test_an_mcp_client_answers_a_mounted_a2a_agents_question_through_mcp(
+    tmp_path: Path,
+) -> None:
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        assert isinstance(params, types.ElicitRequestFormParams)
+        assert params.message == "Where to?"
+        return types.ElicitResult(action="accept", content={"text": "Lima"})
+
+    async with spawn_sdk_agent() as peer:
+        manifests = tmp_path / "manifests"
+        manifests.mkdir()
+        (manifests / "shouter.toml").write_text(manifest(peer.url))
+        data = ["--data-dir", str(tmp_path / "data")]
+        async with spawn_daemon(manifests, extra_args=data) as daemon:
+            await daemon.wait_online("shouter")
+            with anyio.fail_after(GUARD):
+                async with Client(
+                    over_http(daemon), mode="legacy", elicitation_callback=elicit
+                ) as mcp:
+                    booked = await mcp.call_tool("shouter__book", {"text": "a trip"})
+    assert not booked.is_error, booked
+    assert "booked Lima" in str(booked.content[0])
