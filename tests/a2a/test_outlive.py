@@ -63,6 +63,8 @@ async def test_tasks_are_answered_for_after_a_restart(tmp_path: Path) -> None:
             sent = await post(first, "SendMessage", {"message": call("echo", message="kept")})
             done = sent["task"]
             running = await working(first, call("sleep", seconds=60))
+            asking = await post(first, "SendMessage", {"message": call("ask", question="?")})
+            assert asking["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
         token = first.token
         async with serve_in_process(manifests, data) as second:
             assert second.token == token
@@ -74,8 +76,13 @@ async def test_tasks_are_answered_for_after_a_restart(tmp_path: Path) -> None:
             stopped = await post(second, "GetTask", {"id": running["id"]})
             assert stopped["status"]["state"] == "TASK_STATE_FAILED"
             assert "daemon stopped" in stopped["status"]["message"]["parts"][0]["text"]
+            # A task waiting for an answer ends as any unfinished one: its call is gone.
+            unanswered = await post(second, "GetTask", {"id": asking["task"]["id"]})
+            assert unanswered["status"]["state"] == "TASK_STATE_FAILED"
+            assert "daemon stopped" in unanswered["status"]["message"]["parts"][0]["text"]
             listed = await post(second, "ListTasks", {})
-            assert {t["id"] for t in listed["tasks"]} == {done["id"], running["id"]}
+            kept = {done["id"], running["id"], asking["task"]["id"]}
+            assert {t["id"] for t in listed["tasks"]} == kept
             async with second.client() as http:
                 rest = await http.get(f"/a2a/echo/tasks/{done['id']}", headers=_V1)
                 assert rest.status_code == 200 and rest.json()["id"] == done["id"]
