@@ -47,7 +47,7 @@ async def test_a_mounted_a2a_agent_has_its_skills_as_tools_and_streams_progress(
                 info = await mesh.call("shouter", "agent/info", on_behalf_of=EMBEDDER)
                 assert info["name"] == "Shouter" and info["protocol"] == "a2a"
                 tools = await mesh.list_tools("shouter", on_behalf_of=EMBEDDER)
-                assert [t["name"] for t in tools] == ["shout", "count", "book"]
+                assert [t["name"] for t in tools] == ["shout", "count", "trip"]
                 assert (
                     await mesh.call_tool("shouter", "shout", {"text": "hi"}, on_behalf_of=EMBEDDER)
                     == "HI"

@@ -41,7 +41,7 @@ async def test_input_required_is_an_elicitation_of_the_mesh_caller() -> None:
             with anyio.fail_after(GUARD):
                 await mesh.wait_linked()
                 booked = await mesh.call_tool(
-                    "shouter", "book", {"text": "a trip"}, on_elicit=person, on_behalf_of=EMBEDDER
+                    "shouter", "trip", {"text": "a trip"}, on_elicit=person, on_behalf_of=EMBEDDER
                 )
                 assert booked == "booked Oslo"
                 assert asked == [
@@ -50,10 +50,10 @@ async def test_input_required_is_an_elicitation_of_the_mesh_caller() -> None:
                 assert asked[0]["requestedSchema"]["properties"] == _TEXT
                 with pytest.raises(ToolError, match="answered 'decline'; its task was cancelled"):
                     await mesh.call_tool(
-                        "shouter", "book", {"text": "x"}, on_elicit=declines, on_behalf_of=EMBEDDER
+                        "shouter", "trip", {"text": "x"}, on_elicit=declines, on_behalf_of=EMBEDDER
                     )
                 with pytest.raises(ToolError, match=r"cannot be asked.*no on_elicit"):
-                    await mesh.call_tool("shouter", "book", {"text": "x"}, on_behalf_of=EMBEDDER)
+                    await mesh.call_tool("shouter", "trip", {"text": "x"}, on_behalf_of=EMBEDDER)
                 # The link lives.
                 shouted = await mesh.call_tool(
                     "shouter", "shout", {"text": "hi"}, on_behalf_of=EMBEDDER
@@ -80,6 +80,6 @@ async def test_an_mcp_client_answers_a_mounted_a2a_agents_question_through_mcp(
                 async with Client(
                     over_http(daemon), mode="legacy", elicitation_callback=elicit
                 ) as mcp:
-                    booked = await mcp.call_tool("shouter__book", {"text": "a trip"})
+                    booked = await mcp.call_tool("shouter__trip", {"text": "a trip"})
     assert not booked.is_error, booked
     assert "booked Lima" in str(booked.content[0])
