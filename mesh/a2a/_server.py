@@ -358,12 +358,19 @@ class A2aServer:
         wait = (
             not config.get("returnImmediately", False) and config.get("blocking", True) is not False
         )
-        if message.get("taskId"):
-            return self._follow_up(message, metadata, agent, caller), wait
-        plan = await self._plan(agent, message)
         # A webhook is checked before the task exists: a refused one leaves nothing behind.
         push = config.get("taskPushNotificationConfig") or config.get("pushNotificationConfig")
         webhook = None if push is None else self._push_config(push, "")
+        if message.get("taskId"):
+            # The call's deadline was set by the message that started it: a follow-up's
+            # metadata.timeout is checked above, and not applied.
+            task, answer = self._follow_up(message, metadata, agent, caller)
+            if webhook is not None:
+                config_for = dataclasses.replace(webhook, task_id=task.id)
+                self._add_push(task, config_for, cursor=task.last_event)
+            _answer(task, message, answer)
+            return task, wait
+        plan = await self._plan(agent, message)
         tasks = self._tasks
         if tasks is None:
             raise A2aError(-32603, "the A2A server is not running")
@@ -381,9 +388,9 @@ class A2aServer:
 
     def _follow_up(
         self, message: dict[str, Any], metadata: dict[str, Any], agent: str, caller: Caller
-    ) -> Task:
-        """A message to an existing task: the answer to the question it waits on
-        (mesh.a2a._asking), which sets it working again; anything else is refused."""
+    ) -> tuple[Task, dict[str, Any]]:
+        """A message to an existing task: the task, and the answer the message gives to
+        the question it waits on (mesh.a2a._asking); anything else is refused."""
         task = self.store.get(message["taskId"], caller.owner, agent)
         if task is None:
             raise A2aError(-32001, f"no task {message['taskId']!r}")
@@ -408,12 +415,7 @@ class A2aServer:
         except AnswerError as exc:
             why = f"not an answer to the question of task {task.id!r}: {exc}"
             raise A2aError(-32602, why) from None
-        message.update(contextId=task.context_id, taskId=task.id)
-        task.remember(message)
-        task.question = None
-        question.give(answer)
-        task.set_state("TASK_STATE_WORKING")
-        return task
+        return task, answer
 
     async def _run(
         self, task: Task, plan: Any, timeout: float | None, on_behalf_of: Principal
@@ -588,6 +590,18 @@ class A2aServer:
                     del self._streams[owner]
 
         return HttpResponse(200, content_type="text/event-stream", stream=produce)
+
+
+def _answer(task: Task, message: dict[str, Any], answer: dict[str, Any]) -> None:
+    """Give the task's question its answer: the message joins the history, and the task
+    works again (its call goes on from the agent's ``elicit``)."""
+    question = task.question
+    assert question is not None
+    message.update(contextId=task.context_id, taskId=task.id)
+    task.remember(message)
+    task.question = None
+    question.give(answer)
+    task.set_state("TASK_STATE_WORKING")
 
 
 def _check_content_type(header: str | None) -> None:

@@ -15,6 +15,7 @@ from mcp.client import Client
 from mesh import EMBEDDER, AgentSpec, MeshOrchestrator, ToolError
 from mesh.a2a import a2a_connector
 from mesh.testing import spawn_daemon
+from tests.a2a._mesh import ECHO
 from tests.a2a._peer import spawn_sdk_agent
 from tests.a2a.test_mount import manifest
 from tests.mcp.test_serve import over_http
@@ -83,3 +84,39 @@ async def test_an_mcp_client_answers_a_mounted_a2a_agents_question_through_mcp(
                     booked = await mcp.call_tool("shouter__trip", {"text": "a trip"})
     assert not booked.is_error, booked
     assert "booked Lima" in str(booked.content[0])
+
+
+async def test_a_mesh_agents_question_keeps_its_schema_across_a_mount_of_the_mesh(
+    tmp_path: Path,
+) -> None:
+    """A daemon's echo agent served over A2A and mounted by another mesh: its question's
+    schema (the schema+json data part) is what the mounting mesh's caller is asked, and
+    the fields answered go back as a data part."""
+    asked: list[dict[str, Any]] = []
+
+    async def person(params: dict[str, Any]) -> dict[str, Any]:
+        asked.append(params)
+        return {"action": "accept", "content": {"answer": "blue"}}
+
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "echo.toml").write_text(ECHO)
+    async with spawn_daemon(manifests) as daemon:
+        await daemon.wait_online("echo")
+        url = f"{daemon.http}/a2a/echo"
+        spec = AgentSpec(
+            "far", a2a_connector(url, agent="far", token=daemon.token), transport="http"
+        )
+        async with MeshOrchestrator([spec]) as mesh:
+            with anyio.fail_after(GUARD):
+                await mesh.wait_linked()
+                call = {"tool": "ask", "arguments": {"question": "colour?"}}
+                got = await mesh.call_tool(
+                    "far", "ask", call, on_elicit=person, on_behalf_of=EMBEDDER
+                )
+    assert asked[0]["message"] == "colour?"
+    assert asked[0]["requestedSchema"] == {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}},
+    }
+    assert got == {"action": "accept", "answer": "blue"}
