@@ -126,11 +126,13 @@ def _sole_string(schema: Mapping[str, Any]) -> str:
     strings = [
         k for k, v in properties.items() if isinstance(v, dict) and v.get("type") == "string"
     ]
-    if len(properties) == 1 and len(strings) == 1:
+    required = [r for r in schema.get("required") or () if r not in strings]
+    if len(strings) == 1 and not required:
         return str(strings[0])
     raise AnswerError(
-        f"this question asks for {_names(properties)}: text answers only a question of"
-        " one string field, so answer with a data part holding the fields"
+        f"this question asks for {_names(properties)}: text answers a question of one"
+        " string field (and no other required one), so answer with a data part holding"
+        " the fields"
     )
 
 

@@ -205,3 +205,31 @@ async def test_a_daemon_whose_operator_named_no_webhook_hosts_offers_no_push(
         sent = await http.post("/a2a/echo", json=send, headers={"A2A-Version": "1.0"})
         assert sent.json()["error"]["code"] == -32003, sent.text
         assert "not offered" in sent.json()["error"]["message"]
+
+
+async def test_a_follow_up_that_answers_a_question_may_bring_a_webhook(shared_mesh: Mesh) -> None:
+    receiver = Receiver()
+    data = {"tool": "ask", "arguments": {"question": "colour?"}}
+    first = {"messageId": "q", "role": "ROLE_USER", "parts": [{"data": data}]}
+    async with (
+        open_http_server(receiver.handle, host="127.0.0.1", port=0) as hook,
+        shared_mesh.http() as http,
+    ):
+
+        async def send(params: dict[str, Any]) -> dict[str, Any]:
+            body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
+            answer = await http.post(shared_mesh.url("echo"), json=body, headers=_V1)
+            return dict(answer.json()["result"]["task"])
+
+        with anyio.fail_after(GUARD):
+            asked = await send({"message": first})
+            assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+            answer = {"messageId": "a", "role": "ROLE_USER", "taskId": asked["id"]}
+            config = {"taskPushNotificationConfig": {"url": f"{hook.url}/hook"}}
+            await send({"message": answer | {"parts": [{"text": "red"}]}, "configuration": config})
+            await receiver.done.wait()
+    kinds = [_kind(body) for status, _, body in receiver.deliveries if status == 200]
+    assert kinds == ["TASK_STATE_WORKING", "artifactUpdate", "TASK_STATE_COMPLETED"]
+
+
+_V1 = {"A2A-Version": "1.0"}
