@@ -95,13 +95,16 @@ async def test_a_streaming_client_sees_the_question_then_the_rest_of_the_task(
             first = [
                 as_dict(e) async for e in client.send_message(tool_message("ask", question="?"))
             ]
-            asked = first[-1]["statusUpdate"]
+            # The question is the stream's last event: a status update, or the task itself
+            # when the agent asked before the stream began.
+            asked = first[-1].get("statusUpdate") or first[-1]["task"]
             assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
-            answer = follow_up(asked["taskId"], Part(text="yes"))
+            task_id = asked.get("taskId") or asked["id"]
+            answer = follow_up(task_id, Part(text="yes"))
             rest = [as_dict(e) async for e in client.send_message(answer)]
     # The stream starts with the task as it is (working, or done already if the agent was
     # quick), then its events to the end.
-    assert rest[0]["task"]["id"] == asked["taskId"]
+    assert rest[0]["task"]["id"] == task_id
     states = [e.get("statusUpdate", e.get("task", {})).get("status", {}).get("state") for e in rest]
     assert states[-1] == "TASK_STATE_COMPLETED"
     parts = [e["artifactUpdate"]["artifact"]["parts"] for e in rest if "artifactUpdate" in e]
