@@ -51,8 +51,8 @@ CHECK_TESTS  := tests/unit tests/layers tests/conformance tests/registry tests/r
 CHECK_IGNORE := tests/rooms/test_crash.py tests/rooms/test_persona.py
 
 # One process: two pytest-xdist workers were no faster at load 2-4 and took half again the
-# CPU; measured again beside a CPU hog at load 11-14, a seventh less wall for 42 % more CPU
-# (docs/testing.md, "Where the suite's time goes"). mypy keeps .mypy_cache in the checkout:
+# CPU; measured again beside a CPU hog, two and three workers took a third to a half more
+# CPU and were no faster (docs/testing.md, "Where the suite's time goes"). mypy keeps .mypy_cache in the checkout:
 # 38 s of CPU on a fresh clone, 1.4 s after.
 check: lint typecheck
 	$(BIN)/python -m pytest -q $(CHECK_TESTS) $(addprefix --ignore=,$(CHECK_IGNORE))
