@@ -51,14 +51,17 @@ CHECK_TESTS  := tests/unit tests/layers tests/conformance tests/registry tests/r
 CHECK_IGNORE := tests/rooms/test_crash.py tests/rooms/test_persona.py
 
 # One process: two pytest-xdist workers were no faster at load 2-4 and took half again the
-# CPU (docs/testing.md).
+# CPU; measured again beside a CPU hog, two and three workers took a third to a half more
+# CPU and were no faster (docs/testing.md, "Where the suite's time goes"). mypy keeps .mypy_cache in the checkout:
+# 38 s of CPU on a fresh clone, 1.4 s after.
 check: lint typecheck
 	$(BIN)/python -m pytest -q $(CHECK_TESTS) $(addprefix --ignore=,$(CHECK_IGNORE))
 
 # Branch coverage of the library, child processes included (pyproject's [tool.coverage]):
 # printed, and the run fails under the whole's floor (fail_under) or when a package drops
 # under its own in tests/coverage-floor.json (scripts/coverage_ratchet.py; docs/testing.md).
-# One process: on four workers at load 12-17 dozens of tests failed (docs/testing.md).
+# One process: on four workers at load 12-17 dozens of tests failed, and two workers beside
+# a CPU hog cost more CPU than they saved wall (docs/testing.md).
 test: lint typecheck peers browser prometheus
 	rm -f .coverage .coverage.*
 	MESH_REQUIRE_BROWSER=1 MESH_REQUIRE_NODE=1 $(BIN)/coverage run -m pytest

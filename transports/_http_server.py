@@ -13,8 +13,9 @@ connection is closed after ``keepalive_timeout``, and bodies over
 exactly: a head of that many bytes is read, one byte more is not. Past
 ``max_connections`` open connections a new one gets 503 and is closed, so a
 flood of connections meets a refusal rather than the process's file limit. A
-client that disconnects while its request is handled cancels the handler: its
-caller is gone, so its work (a tool call of minutes, say) stops with it.
+client that disconnects while its request is handled, or while a streamed answer
+is still being produced, cancels the handler or the producer: its caller is gone,
+so its work (a tool call of minutes, say) stops with it.
 
 Given a ``vouch`` function, the server keeps connections that have shown no
 credentials apart from those that have (:mod:`transports._admission`): a new
@@ -459,7 +460,7 @@ class _HttpConnection:
             except _GONE:
                 raise _Closed from None
         try:
-            await produce(write)
+            await self._produce_while_connected(produce, write)
         except _Closed:
             raise
         except Exception:
@@ -475,6 +476,37 @@ class _HttpConnection:
                 await self._stream.send(end)
             except _GONE:
                 raise _Closed from None
+
+    async def _produce_while_connected(
+        self, produce: Callable[[BodyWriter], Awaitable[None]], write: BodyWriter
+    ) -> None:
+        """Run ``produce``, ended (``_Closed``) if the client hangs up first.
+
+        A stream may write nothing for minutes (a tool call that reports no progress),
+        and only a write would otherwise find the client gone: the connection is read
+        meanwhile, as while a plain answer is made, so the work stops with its caller.
+        """
+        if self._h11.trailing_data[0]:
+            await produce(write)  # more requests already came: it is there
+            return
+        left = False
+        with unwrap_single_error():
+            async with anyio.create_task_group() as tg:
+
+                async def run() -> None:
+                    await produce(write)
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(run)
+                data = await self._receive_chunk()
+                if data:
+                    self._receive(data)  # a pipelined request: kept for h11, run goes on
+                else:
+                    left = True
+                    tg.cancel_scope.cancel()
+        if left:
+            log.info("http.client_left", client=self._client, streaming=True)
+            raise _Closed
 
     async def _send_error(self, status: int, message: str, **extra: Any) -> None:
         if self._h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):

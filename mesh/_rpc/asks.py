@@ -262,13 +262,29 @@ async def answer_ask(handler: AskHandler, kind: Kind, params: dict[str, Any]) ->
     """Run the caller's handler and check its answer has the shape MCP gives it."""
     answer = await handler(params)
     if isinstance(answer, Elicited | Sampled):
-        return msgspec.to_builtins(answer)
+        answer = msgspec.to_builtins(answer)
     try:
         msgspec.convert(answer, _ANSWERS[kind])
     except msgspec.ValidationError as exc:
         what = "ElicitResult" if kind == "elicit" else "CreateMessageResult"
         raise InvalidParams(f"the caller's {kind} handler answered no {what}: {exc}") from None
-    return dict(answer)  # checked, and passed on whole (its `_meta` too)
+    answer = dict(answer)  # checked, and passed on whole (its `_meta` too)
+    if kind == "elicit" and answer.get("action") == "accept":
+        answer["content"] = with_defaults(params.get("requestedSchema"), answer.get("content"))
+    return answer
+
+
+def with_defaults(schema: Any, content: Any) -> dict[str, Any]:
+    """An accepted elicitation's content, each field it leaves out that the schema gives a
+    ``default`` filled with that default (as MCP asks of a client: the asker then gets
+    every field it offered a value for, whoever answered)."""
+    filled = dict(content) if isinstance(content, dict) else {}
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if isinstance(properties, dict):
+        for name, spec in properties.items():
+            if name not in filled and isinstance(spec, dict) and "default" in spec:
+                filled[name] = spec["default"]
+    return filled
 
 
 def deliver_log(handlers: AskHandlers | None, params: Any) -> None:

@@ -16,7 +16,6 @@ from mesh import (
     AgentSpec,
     CallTimeout,
     InvalidParams,
-    MeshError,
     MeshOrchestrator,
     MethodNotFound,
     RequestContext,

@@ -212,3 +212,31 @@ async def test_a_streamed_body_arrives_in_pieces_and_a_crashed_one_ends_only_its
         with pytest.raises(httpx.RemoteProtocolError):
             await http.get("/crash")  # the stream stops short: no end of message
         assert (await http.get("/ok")).status_code == 200  # the server serves on
+
+
+async def test_a_client_that_hangs_up_mid_stream_ends_a_producer_that_writes_nothing() -> None:
+    """A streamed answer that has nothing to write yet (a tool call reporting no progress)
+    still stops when its client leaves: the connection is read while it is produced."""
+    from transports import BodyWriter, HttpRequest, HttpResponse, open_http_server
+
+    started, ended = anyio.Event(), anyio.Event()
+
+    async def handler(request: HttpRequest) -> HttpResponse:
+        async def quiet(write: BodyWriter) -> None:
+            started.set()
+            try:
+                await anyio.sleep_forever()
+            finally:
+                ended.set()
+
+        return HttpResponse(200, content_type="text/event-stream", stream=quiet)
+
+    async with open_http_server(handler, host="127.0.0.1", port=0) as srv:
+        stream = await anyio.connect_tcp("127.0.0.1", srv.port)
+        async with stream:
+            await stream.send(b"GET /wait HTTP/1.1\r\nhost: mesh\r\n\r\n")
+            with anyio.fail_after(10):
+                assert (await stream.receive()).startswith(b"HTTP/1.1 200 ")
+                await started.wait()
+        with anyio.fail_after(10):
+            await ended.wait()

@@ -33,6 +33,12 @@ CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"
 LOGIN = "mesh mcp login"
 
 
+async def accept_as_offered(params: dict[str, Any]) -> dict[str, Any]:
+    """The person answering a server's question accepts the form as it is offered: each
+    field the server gave a default keeps it (the mesh fills them in)."""
+    return {"action": "accept", "content": {}}
+
+
 async def approve(url: str) -> None:
     """The person at the browser: follow the authorization redirect to our callback."""
     async with httpx.AsyncClient() as client:
@@ -67,7 +73,13 @@ async def use(url: str, oauth: OAuthSettings) -> None:
     ):
         for tool in await peer.list_tools():
             name = str(tool.get("name"))
-            call = partial(peer.call_tool, name, ARGUMENTS.get(name, {}), timeout=20)
+            call = partial(
+                peer.call_tool,
+                name,
+                ARGUMENTS.get(name, {}),
+                timeout=20,
+                on_elicit=accept_as_offered,
+            )
             try:
                 await call()
             except MeshError as exc:

@@ -31,6 +31,9 @@ from tests.mcp.test_serve import over_http
 pytestmark = pytest.mark.anyio
 
 WITHIN = 60.0
+#: The peer's call deadline, past every wait here: a `wait` the deadline ended would
+#: pass for one the caller's leaving cancelled (the manifest's default is 30 s).
+CALL_TIMEOUT = 600.0
 MCP = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
 
 
@@ -38,7 +41,8 @@ MCP = {"content-type": "application/json", "accept": "application/json, text/eve
 async def daemon_with_peer(tmp_path: Path) -> AsyncIterator[Daemon]:
     manifests = tmp_path / "manifests"
     manifests.mkdir()
-    stdio_manifest(manifests)
+    manifest = stdio_manifest(manifests)
+    manifest.write_text(f"call_timeout = {CALL_TIMEOUT}\n" + manifest.read_text())
     data = ["--data-dir", str(tmp_path / "data")]
     async with spawn_daemon(manifests, extra_args=data) as daemon:
         await daemon.wait_online("peer", timeout=60)
@@ -62,7 +66,7 @@ async def until(daemon: Daemon, tool: str, count: int) -> None:
 
 
 async def leave_mid_call(daemon: Daemon, call: Callable[[], Coroutine[Any, Any, Any]]) -> None:
-    """Start ``call`` (a 60 s `wait`), give up once the tool sleeps, and see it cancelled."""
+    """Start ``call`` (a 600 s `wait`), give up once the tool sleeps, and see it cancelled."""
     async with anyio.create_task_group() as tg:
         tg.start_soon(call)
         await until(daemon, "waiting", 1)
@@ -73,7 +77,7 @@ async def leave_mid_call(daemon: Daemon, call: Callable[[], Coroutine[Any, Any, 
 
 async def test_rpc_client_that_disconnects_cancels_its_call(tmp_path: Path) -> None:
     async with daemon_with_peer(tmp_path) as daemon, daemon.client(timeout=WITHIN) as http:
-        params = {"name": "wait", "arguments": {"seconds": 60}}
+        params = {"name": "wait", "arguments": {"seconds": 600}}
         body = {"agent": "peer", "method": "tools/call", "params": params, "timeout": 120}
         await leave_mid_call(daemon, lambda: http.post("/rpc", json=body))
 
@@ -84,7 +88,7 @@ async def test_mcp_sdk_client_that_gives_up_cancels_its_call(tmp_path: Path, mod
         daemon_with_peer(tmp_path) as daemon,
         Client(over_http(daemon), mode=mode) as client,
     ):
-        await leave_mid_call(daemon, lambda: client.call_tool("peer__wait", {"seconds": 60}))
+        await leave_mid_call(daemon, lambda: client.call_tool("peer__wait", {"seconds": 600}))
         assert (await client.call_tool("peer__add", {"a": 1, "b": 2})).structured_content
 
 
@@ -99,7 +103,7 @@ async def main(url, token):
     transport = StreamableHttpTransport(url, headers={"Authorization": "Bearer " + token})
     async with Client(transport) as client:
         print(client.protocol_version, flush=True)
-        call = asyncio.ensure_future(client.call_tool("peer__wait", {"seconds": 60}))
+        call = asyncio.ensure_future(client.call_tool("peer__wait", {"seconds": 600}))
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, sys.stdin.readline)
         call.cancel()
@@ -131,7 +135,7 @@ async def test_fastmcp_client_that_gives_up_cancels_its_call(tmp_path: Path) -> 
 
 
 def wait_request(request_id: int) -> dict[str, Any]:
-    arguments = {"seconds": 60}
+    arguments = {"seconds": 600}
     params = {"name": "peer__wait", "arguments": arguments, "_meta": envelope()}
     return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
 

@@ -55,6 +55,7 @@ PASSING: frozenset[str] = frozenset(
     {
         "initialize",
         "tools_call",
+        "elicitation-sep1034-client-defaults",
         "sse-retry",
         "auth/metadata-default",
         "auth/metadata-var1",

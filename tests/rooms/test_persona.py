@@ -18,9 +18,10 @@ from mesh.agents.persona import _Seat as Seat
 from mesh.manifests import Persona
 from mesh.providers import ChatMessage, Completion, ProviderConfig, ProviderUnreachable
 from mesh.rooms import ROLE_PROMPTS, RoomId, TurnReply, TurnRequest, role_persona
+from mesh.testing import SPAWN_TIMEOUT
 from registry import AgentId
 
-from ._helpers import GUARD, persona_agent
+from ._helpers import persona_agent
 
 pytestmark = pytest.mark.anyio
 
@@ -218,7 +219,8 @@ async def test_the_program_serves_room_turns_over_stdio(tmp_path: Path) -> None:
     args = ["-m", "mesh.agents.persona", "--name", "Bob", "--role", "critic"]
     args += ["--provider", "scripted", "--script-file", str(script), "--stdio"]
     env = {**os.environ, "MESH_LOG_LEVEL": "warning"}
-    with anyio.fail_after(GUARD):
+    # A child's start-up: its imports alone passed 10 s under coverage at load 12.
+    with anyio.fail_after(SPAWN_TIMEOUT):
         async with open_stdio_peer(sys.executable, args, env=env) as bob:
             assert bob.remote_info["id"] == "bob"
             persona = await bob.call("room/persona")
@@ -251,7 +253,7 @@ def test_help_lists_persona_and_transport_flags() -> None:
         [sys.executable, "-m", "mesh.agents.persona", "--help"],
         capture_output=True,
         text=True,
-        timeout=GUARD,
+        timeout=SPAWN_TIMEOUT,  # a child's start-up, as above
         check=False,
     )
     assert result.returncode == 0
@@ -272,7 +274,7 @@ def test_a_missing_api_key_stops_the_program_at_start_up() -> None:
         [sys.executable, "-m", "mesh.agents.persona", *flags],
         capture_output=True,
         text=True,
-        timeout=GUARD,
+        timeout=SPAWN_TIMEOUT,  # a child's start-up, as above
         check=False,
         env=env,
         stdin=subprocess.DEVNULL,

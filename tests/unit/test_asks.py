@@ -12,6 +12,7 @@ from mesh._errors import ErrorCode
 from mesh._rpc.asks import (
     MAX_ASKS_IN_FLIGHT,
     AskHandlers,
+    answer_ask,
     check_elicit_schema,
     log_params,
     resolve_ask,
@@ -78,3 +79,30 @@ def test_an_ask_goes_to_its_calls_handler_or_is_refused_saying_why() -> None:
     with pytest.raises(MeshError, match="MAX_ASKS_IN_FLIGHT") as capped:
         resolve_ask(ask, handlers, MAX_ASKS_IN_FLIGHT)
     assert capped.value.code == ErrorCode.UNAVAILABLE
+
+
+@pytest.mark.anyio
+async def test_an_accepted_elicitation_gets_the_schemas_defaults_for_fields_it_leaves_out() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "default": "John Doe"},
+            "age": {"type": "integer", "default": 30},
+            "verified": {"type": "boolean", "default": True},
+            "note": {"type": "string"},
+        },
+    }
+    params = {"message": "who?", "requestedSchema": schema}
+
+    async def accept(params: dict[str, Any]) -> Any:
+        return {"action": "accept", "content": {"name": "Ada"}}
+
+    async def decline(params: dict[str, Any]) -> Any:
+        return {"action": "decline"}
+
+    answer = await answer_ask(accept, "elicit", params)
+    assert answer == {
+        "action": "accept",
+        "content": {"name": "Ada", "age": 30, "verified": True},  # what was given stays
+    }
+    assert await answer_ask(decline, "elicit", params) == {"action": "decline"}
