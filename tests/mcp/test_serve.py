@@ -284,3 +284,39 @@ async def test_results_up_to_the_agents_limit_reach_mcp_clients(tmp_path: Path, 
             read = await client.call_tool("fs__read_text_file", {"path": str(big)})
             assert not read.is_error, str(read.content)[:300]
             assert read.structured_content == {"content": big.read_text()}
+
+
+#: fastmcp's Client runs on asyncio only, so it runs in a process of its own: it calls
+#: the echo agent's `sleep`, reporting progress, over HTTP in its default mode, and prints
+#: each progress it hears, then the result.
+FASTMCP_PROGRESS = """
+import asyncio, sys
+from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
+
+async def main(url, token):
+    transport = StreamableHttpTransport(url, headers={"Authorization": "Bearer " + token})
+
+    async def heard(progress, total, message):
+        print("progress", progress, total, flush=True)
+
+    async with Client(transport, progress_handler=heard) as client:
+        arguments = {"seconds": 0.3, "progress_every": 0.1}
+        result = await client.call_tool("echo__sleep", arguments)
+        print("result", result.structured_content, flush=True)
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+async def test_progress_reaches_a_fastmcp_client_over_http(daemon: Daemon) -> None:
+    assert daemon.token is not None
+    command = [sys.executable, "-c", FASTMCP_PROGRESS, f"{daemon.http}/mcp", daemon.token]
+    with anyio.fail_after(60):
+        done = await anyio.run_process(command, check=False)
+    lines = done.stdout.decode().splitlines()
+    assert done.returncode == 0, (lines, done.stderr.decode()[-2000:])
+    heard = [line.split() for line in lines if line.startswith("progress ")]
+    assert len(heard) >= 2, lines  # each 0.1 s of 0.3, before the result
+    assert all(float(total) == 0.3 for _, _, total in heard), heard
+    assert lines[-1].startswith("result"), lines
