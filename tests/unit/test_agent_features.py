@@ -138,3 +138,100 @@ def test_a_template_function_takes_exactly_the_templates_parameters() -> None:
         @agent.resource("item://fixed")
         def takes(name: str) -> str:
             return name
+
+
+def failing_agent() -> Agent:
+    """An agent whose features fail in each way an author can make them fail."""
+    agent = Agent("shaky")
+
+    @agent.resource("shaky://boom")
+    def boom() -> str:
+        raise RuntimeError("disk on fire")
+
+    @agent.resource("shaky://odd")
+    def odd() -> object:
+        return {"not": "content"}
+
+    @agent.resource("shaky://text")
+    async def text() -> list[Text]:
+        return [Text(text="one"), Text(text="two")]
+
+    @agent.prompt()
+    def bad_prompt() -> object:
+        return 42
+
+    @agent.completion()
+    def one(ref: CompletionRef, argument: CompletionArgument, context: dict[str, str]) -> str:
+        return f"only-{argument.value}"
+
+    return agent
+
+
+async def test_a_features_failure_is_its_callers_error_naming_what_failed() -> None:
+    async with open_memory_peer(failing_agent()) as peer:
+        with pytest.raises(RemoteError, match="resource 'shaky://boom' failed: disk on fire"):
+            await peer.call("resources/read", {"uri": "shaky://boom"})
+        with pytest.raises(RemoteError, match=r"answered a dict.*\$\.contents\[0\]"):
+            await peer.call("resources/read", {"uri": "shaky://odd"})
+        read = await peer.call("resources/read", {"uri": "shaky://text"})
+        assert [c["text"] for c in read["contents"]] == ["one", "two"]
+        with pytest.raises(RemoteError, match=r"a prompt message is text.*not a int"):
+            await peer.call("prompts/get", {"name": "bad_prompt"})
+        done = await peer.call(
+            "completion/complete",
+            {
+                "ref": {"type": "ref/prompt", "name": "bad_prompt"},
+                "argument": {"name": "x", "value": "v"},
+            },
+        )
+        assert done["completion"]["values"] == ["only-v"]  # one string is one value
+
+
+async def test_bad_prompt_and_completion_params_are_refused_and_the_link_lives() -> None:
+    async with open_memory_peer(make_agent()) as peer:
+        with pytest.raises(RemoteError, match="invalid prompts/get params") as bad:
+            await peer.call("prompts/get", {"arguments": {}})
+        assert bad.value.code == -32602
+        with pytest.raises(RemoteError, match=r"has no prompt 'nope' \(prompts: chat\)"):
+            await peer.call("prompts/get", {"name": "nope"})
+        with pytest.raises(RemoteError, match=r"unknown \['mood'\]"):
+            await peer.call(
+                "prompts/get", {"name": "chat", "arguments": {"topic": "t", "mood": "x"}}
+            )
+        with pytest.raises(RemoteError, match="invalid completion/complete params"):
+            await peer.call("completion/complete", {"ref": 3})
+        assert (await peer.call("resources/list"))["resources"]  # still answering
+
+
+def test_a_feature_is_declared_once() -> None:
+    agent = Agent("twice")
+
+    @agent.resource("x://a")
+    def a() -> str:
+        return "a"
+
+    with pytest.raises(ValueError, match="already has a resource 'x://a'"):
+
+        @agent.resource("x://a")
+        def again() -> str:
+            return "b"
+
+    @agent.resource_template("x://{id}")
+    def item(id: str) -> str:
+        return id
+
+    with pytest.raises(ValueError, match=r"already has a template 'x://\{id\}'"):
+
+        @agent.resource_template("x://{id}")
+        def item_again(id: str) -> str:
+            return id
+
+    @agent.prompt()
+    def hello() -> str:
+        return "hi"
+
+    with pytest.raises(ValueError, match="already has a prompt 'hello'"):
+
+        @agent.prompt(name="hello")
+        def hello_again() -> str:
+            return "hi"
