@@ -114,13 +114,12 @@ def test_a_daemon_restart_mid_reply_with_a_person_in_the_room(
     page.wait_for_selector("#connection:text-is('online')", timeout=60_000)
     page.wait_for_selector("#offline", state="hidden")
     page.wait_for_selector("#room-status:text-is('running')")
-    page.wait_for_function("document.querySelector('#room-error').textContent === ''")
+    # Locators, not wait_for_function: its polling evaluates a string, which the page's CSP
+    # (no 'unsafe-eval') refuses whenever the first look is not already true.
+    page.locator("#room-error", has_text=re.compile(r"\S")).wait_for(state="detached")
     assert "Failed to fetch" not in page.inner_text("body")
     # Carol takes her seat again (the second "joined"), however late it reaches the page.
-    page.wait_for_function(
-        """[...document.querySelectorAll('#transcript .joined')]
-            .filter((e) => e.textContent.includes('Carol joined')).length === 2"""
-    )
+    page.locator("#transcript .joined", has_text="Carol joined").nth(1).wait_for()
     # The reply asked again starts afresh, never on top of the half one.
     writing = page.locator("#transcript .message.writing .text:not(:empty)").first
     writing.wait_for(timeout=60_000)
