@@ -32,8 +32,10 @@ A task that rests in ``INPUT_REQUIRED`` asks the mesh caller (``ctx.elicit``: th
 status message's text, and its schema where a data part of media type
 ``application/schema+json`` holds one, else one text field); the answer is the next
 message of that task (a text part for the text field, else a data part of the
-fields), and the call goes on. A caller that declines, cancels or cannot be asked
-gets the task cancelled (``CancelTask``) and a ``ToolError`` saying so.
+fields), and the call goes on. A question asked as a long-running function call (Google
+ADK's way: a data part marked ``adk_type: function_call``) is asked by its string
+arguments, and answered as that function's response. A caller that declines, cancels or
+cannot be asked gets the task cancelled (``CancelTask``) and a ``ToolError`` saying so.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ _TEXT_ANSWER: Final[dict[str, Any]] = {
     "required": ["text"],
 }
 INPUT_REQUIRED: Final = "TASK_STATE_INPUT_REQUIRED"
+#: The part metadata by which Google ADK tells a function call or response from other data.
+_ADK_TYPE: Final = "adk_type"
 _SCHEMA: Final = {
     "type": "object",
     "properties": {"text": {"type": "string", "description": "the message, as text"}},
@@ -303,6 +307,9 @@ class A2aMount:
                 f" answered {answer.action!r}; its task was cancelled"
             )
         content = dict(answer.content or {})
+        asked_by_call = _function_call(call.message)
+        if asked_by_call is not None:
+            return [_function_response(asked_by_call, content)]
         if schema is _TEXT_ANSWER:
             return [{"text": str(content.get("text", ""))}]
         return [{"data": content}]
@@ -321,7 +328,7 @@ def _question(message: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
     media type ``application/schema+json`` holds (a mesh agent's question served over
     A2A carries one), else one text field."""
     parts = (message or {}).get("parts") or ()
-    text = " ".join(_texts(parts)) or "the agent asks for input"
+    text = " ".join(_texts(parts)) or _call_question(_function_call(message))
     for part in parts:
         if isinstance(part, dict) and part.get("mediaType") == SCHEMA_MEDIA:
             try:
@@ -330,6 +337,34 @@ def _question(message: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
                 break  # a schema MCP cannot ask with: the question is asked as text
             return text, dict(part["data"])
     return text, _TEXT_ANSWER
+
+
+def _function_call(message: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The function call a question is asked as, if it is one: Google ADK asks for input
+    as a long-running function call, a data part ``{"id", "name", "args"}`` its metadata
+    marks ``adk_type: function_call``, and takes as the answer only that function's
+    response (anything else, it asks again)."""
+    for part in (message or {}).get("parts") or ():
+        if not isinstance(part, dict) or not isinstance(part.get("data"), dict):
+            continue
+        if (part.get("metadata") or {}).get(_ADK_TYPE) == "function_call":
+            return dict(part["data"])
+    return None
+
+
+def _call_question(call: dict[str, Any] | None) -> str:
+    """A function call's question as a person reads it: its string arguments, else its name."""
+    args = (call or {}).get("args")
+    said = [v for v in args.values() if isinstance(v, str)] if isinstance(args, dict) else []
+    if said:
+        return " ".join(said)
+    return f"the agent asks for input ({call['name']})" if call else "the agent asks for input"
+
+
+def _function_response(call: dict[str, Any], content: dict[str, Any]) -> dict[str, Any]:
+    """The caller's answer as the response to the function call that asked (ADK's shape)."""
+    response = {"id": call.get("id"), "name": call.get("name"), "response": content}
+    return {"data": response, "metadata": {_ADK_TYPE: "function_response"}}
 
 
 def _parts(arguments: Any) -> list[dict[str, Any]]:
