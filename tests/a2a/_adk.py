@@ -62,10 +62,10 @@ class AdkAgent:
 
 
 @asynccontextmanager
-async def spawn_adk_agent() -> AsyncIterator[AdkAgent]:
-    """``adk/served.py`` (an ADK agent served by ``to_a2a`` under uvicorn) as a process."""
+async def spawn_adk_agent(agent: str = "reverser") -> AsyncIterator[AdkAgent]:
+    """``adk/served.py``: ADK's ``agent`` served by ``to_a2a`` under uvicorn, as a process."""
     process = await anyio.open_process(
-        [str(adk_python()), str(HERE / "served.py"), "0"], env=_env(), stderr=None
+        [str(adk_python()), str(HERE / "served.py"), "0", agent], env=_env(), stderr=None
     )
     try:
         assert process.stdout is not None

@@ -1,7 +1,8 @@
-"""An agent of Google ADK's, served over A2A by ADK's own ``to_a2a`` (a process of the ADK peer
-virtualenv, ``make adk``), mounted as a mesh agent by a real daemon: called with ``mesh call``,
-from an MCP client through the daemon's ``/mcp``, and taking its turns in a room beside a
-persona. (ADK calling mesh agents is in test_walls.py.)"""
+"""Agents of Google ADK's, served over A2A by ADK's own ``to_a2a`` (processes of the ADK peer
+virtualenv, ``make adk``), mounted as mesh agents by a real daemon: called with ``mesh call``,
+from an MCP client through the daemon's ``/mcp``, taking turns in a room beside a persona, and
+asking for input the way ADK does, answered by the MCP client. (ADK calling mesh agents is in
+test_walls.py.)"""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
+from mcp import types
 from mcp.client import Client
 
 from mesh.testing import Daemon, spawn_daemon
@@ -42,9 +45,9 @@ class Mounted:
     daemon: Daemon
 
 
-def manifest(url: str) -> str:
-    """The ADK agent as a mesh agent: its base URL, spoken to in A2A."""
-    return f'id = "backwards"\n[transport]\ntype = "http"\nendpoint = "{url}"\nprotocol = "a2a"\n'
+def manifest(agent: str, url: str) -> str:
+    """An ADK agent as a mesh agent: its base URL, spoken to in A2A."""
+    return f'id = "{agent}"\n[transport]\ntype = "http"\nendpoint = "{url}"\nprotocol = "a2a"\n'
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +58,12 @@ async def mounted(
     manifests = tmp / "manifests"
     manifests.mkdir()
     persona_manifest(manifests, "alice", "Alice", ["Was it a rat I saw?"], 0.0)
-    async with spawn_adk_agent() as adk:
-        (manifests / "backwards.toml").write_text(manifest(adk.url))
+    async with spawn_adk_agent("reverser") as adk, spawn_adk_agent("booker") as booker:
+        (manifests / "backwards.toml").write_text(manifest("backwards", adk.url))
+        (manifests / "travel.toml").write_text(manifest("travel", booker.url))
         data = ["--data-dir", str(tmp / "data")]
         async with spawn_daemon(manifests, extra_args=data) as daemon:
-            await daemon.wait_online("backwards", "alice")
+            await daemon.wait_online("backwards", "travel", "alice")
             yield Mounted(adk, daemon)
 
 
@@ -103,6 +107,29 @@ async def test_a_mounted_adk_agent_takes_its_turns_in_a_room(mounted: Mounted) -
     # Its turn was the room's line since it last spoke ("Alice: Was it a rat I saw?"),
     # answered backwards.
     assert said == "?was I tar a ti saW :ecilA"
+
+
+async def test_an_adk_agents_question_is_asked_of_an_mcp_client_and_its_answer_is_the_response(
+    mounted: Mounted,
+) -> None:
+    """ADK asks as a long-running function call, and takes only that function's response as
+    the answer: the MCP client is asked the call's question once, and its answer goes back
+    as the response."""
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        assert isinstance(params, types.ElicitRequestFormParams)
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"text": "Lima"})
+
+    with anyio.fail_after(GUARD):
+        async with Client(
+            over_http(mounted.daemon), mode="legacy", elicitation_callback=elicit
+        ) as mcp:
+            booked = await mcp.call_tool("travel__booker", {"text": "a trip"})
+    assert not booked.is_error, booked
+    assert "booked Lima" in str(booked.content[0])
+    assert asked == ["Where to?"]
 
 
 @pytest.fixture
