@@ -251,6 +251,7 @@ async def test_CORE_SEND_003_a_part_of_a_media_type_not_taken_is_content_type_no
 async def test_CORE_STREAM_001_and_003_a_stream_opens_with_the_task_and_closes_at_its_end(
     sut: Sut, rest: bool
 ) -> None:
+    """CORE-STREAM-001, CORE-STREAM-003."""
     with anyio.fail_after(10):
         stream = await ask(sut, "SendStreamingMessage", {"message": message("tck-stream")}, rest)
         events = await events_of(stream, rest)
@@ -392,6 +393,7 @@ async def test_CORE_CANCEL_002_a_finished_task_is_not_cancelable(sut: Sut, rest:
 async def test_CORE_ERR_001_and_002_params_are_checked_first_and_refusals_say_what(
     sut: Sut, rest: bool
 ) -> None:
+    """CORE-ERR-001, CORE-ERR-002."""
     no_parts = {"messageId": "m-1", "role": "ROLE_USER", "parts": []}
     with anyio.fail_after(10):
         empty = await ask(sut, "SendMessage", {"message": no_parts}, rest)
@@ -437,6 +439,7 @@ async def test_CORE_CAP_003_the_extended_card_is_unsupported(sut: Sut, rest: boo
 async def test_CORE_MULTI_001a_and_003_a_new_task_has_a_new_id_and_its_context(
     sut: Sut, rest: bool
 ) -> None:
+    """CORE-MULTI-001a, CORE-MULTI-003."""
     with anyio.fail_after(10):
         one = await finished_task(sut, rest)
         two = await finished_task(sut, rest)
@@ -449,6 +452,7 @@ async def test_CORE_MULTI_001a_and_003_a_new_task_has_a_new_id_and_its_context(
 async def test_CORE_MULTI_002a_and_006_a_context_not_the_tasks_is_refused_and_none_is_made(
     sut: Sut, rest: bool
 ) -> None:
+    """CORE-MULTI-002a, CORE-MULTI-006."""
     with anyio.fail_after(10):
         task = await waiting_task(sut, rest)
         wrong = message("tck-complete-task", taskId=task["id"], contextId="not-its-context")
@@ -475,7 +479,9 @@ async def test_CORE_MULTI_004_a_message_to_an_unknown_task_is_not_found(
 async def test_DM_TASK_001_002_DM_MSG_002_DM_STATUS_001_DM_SERIAL_001_to_004_the_shapes(
     sut: Sut, rest: bool
 ) -> None:
-    """Required fields present, enums as ProtoJSON names, camelCase keys, UTC timestamps."""
+    """DM-TASK-001, DM-TASK-002, DM-MSG-002, DM-STATUS-001, DM-SERIAL-001, DM-SERIAL-002,
+    DM-SERIAL-003, DM-SERIAL-004: required fields present, enums as ProtoJSON names,
+    camelCase keys, UTC timestamps."""
     with anyio.fail_after(10):
         done = await finished_task(sut, rest)
         asked = await waiting_task(sut, rest)
@@ -512,6 +518,7 @@ async def test_STREAM_ORDER_001_events_come_in_the_order_they_happened(
 async def test_STREAM_ORDER_003_and_004_every_subscriber_sees_the_same_events_one_leaving(
     sut: Sut, rest: bool
 ) -> None:
+    """STREAM-ORDER-003, STREAM-ORDER-004."""
     with anyio.fail_after(10):
         task = await waiting_task(sut, rest)
         streams = [await ask(sut, "SubscribeToTask", {"id": task["id"]}, rest) for _ in range(3)]
@@ -591,6 +598,7 @@ async def test_PUSH_CREATE_GET_LIST_DEL_a_config_is_kept_shown_listed_and_delete
 async def test_PUSH_DELIVER_001_to_003_each_event_is_posted_with_the_configs_auth(
     sut: Sut, rest: bool
 ) -> None:
+    """PUSH-DELIVER-001, PUSH-DELIVER-002, PUSH-DELIVER-003."""
     with anyio.fail_after(10):
         task = await waiting_task(sut, rest)
         config = {
@@ -616,6 +624,7 @@ async def test_PUSH_DELIVER_001_to_003_each_event_is_posted_with_the_configs_aut
 async def test_CARD_DISC_001_CARD_PROTO_001_002_BIND_FIELD_001_the_card_names_every_binding(
     sut: Sut,
 ) -> None:
+    """CARD-DISC-001, CARD-PROTO-001, CARD-PROTO-002, BIND-FIELD-001."""
     url = "http://127.0.0.1:8700/a2a/tck"
     with anyio.fail_after(10):
         answer = await sut.server.card(HttpRequest("GET", "/", (), b""), "tck", url)
@@ -643,7 +652,8 @@ async def test_VER_SERVER_002_a_version_not_spoken_is_version_not_supported(
 async def test_VER_SERVER_003_and_JSONRPC_SVC_002_HTTP_JSON_SVC_002_an_empty_version_is_0_3(
     sut: Sut, rest: bool
 ) -> None:
-    """The version is a header (a service parameter), and an empty one means 0.3."""
+    """VER-SERVER-003, JSONRPC-SVC-002, HTTP_JSON-SVC-002: the version is a header (a
+    service parameter), and an empty one means 0.3."""
     with anyio.fail_after(10):
         task = await finished_task(sut, rest)
         old = await ask(sut, "GetTask", {"id": task["id"]}, rest, headers=(("a2a-version", ""),))
@@ -653,8 +663,10 @@ async def test_VER_SERVER_003_and_JSONRPC_SVC_002_HTTP_JSON_SVC_002_an_empty_ver
 async def test_JSONRPC_FMT_001_002_SVC_001_ERR_001_to_003_SSE_001_002_json_rpc_envelope(
     sut: Sut,
 ) -> None:
-    """PascalCase methods, JSON-RPC 2.0 envelopes in application/json (and SSE for streams),
-    errors as {code, message, data: [ErrorInfo]} with the A2A codes of -32001..-32099."""
+    """JSONRPC-FMT-001, JSONRPC-FMT-002, JSONRPC-SVC-001, JSONRPC-ERR-001, JSONRPC-ERR-002,
+    JSONRPC-ERR-003, JSONRPC-SSE-001, JSONRPC-SSE-002: PascalCase methods, JSON-RPC 2.0
+    envelopes in application/json (and SSE for streams), errors as {code, message, data:
+    [ErrorInfo]} with the A2A codes of -32001..-32099."""
     with anyio.fail_after(10):
         task = await finished_task(sut, False)
         ok = await ask(sut, "GetTask", {"id": task["id"]}, False)
