@@ -131,7 +131,7 @@ class RequestContext:
     it is None over HTTP, where each request is its own exchange.
     """
 
-    __slots__ = ("_call_back", "_session", "_wake", "method", "peer", "request_id")
+    __slots__ = ("_call_back", "_pieces", "_session", "_wake", "method", "peer", "request_id")
 
     def __init__(
         self,
@@ -149,12 +149,26 @@ class RequestContext:
         self.peer = peer
         self.request_id = request_id
         self.method = method
+        self._pieces = 0
 
     def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
     ) -> None:
         """Tell the caller we are alive (this also extends the call's deadline)."""
         self._session.report_progress(self.request_id, progress, total, message)
+        self._wake()
+
+    def report_artifact(self, name: str, piece: Any, *, last: bool = False) -> None:
+        """Send the caller the next piece of the artifact ``name`` (a string is text, any
+        other JSON value data), without waiting; ``last`` closes it, and a next piece of
+        the same name opens a new one. It is a progress report (so it extends the call's
+        deadline too) that carries the piece: an A2A client sees it as the artifact's next
+        chunk, any other caller as progress whose message is a text piece."""
+        self._pieces += 1
+        chunk: dict[str, Any] = {"name": name, "last": last}
+        chunk.update({"text": piece} if isinstance(piece, str) else {"data": piece})
+        text = piece if isinstance(piece, str) else None
+        self._session.report_progress(self.request_id, self._pieces, None, text, artifact=chunk)
         self._wake()
 
     async def call_agent(

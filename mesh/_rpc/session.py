@@ -418,8 +418,11 @@ class Session:
         progress: float,
         total: float | None = None,
         message: str | None = None,
+        *,
+        artifact: Mapping[str, Any] | None = None,
     ) -> None:
-        """Tell the caller a request is still alive (this also extends its deadline)."""
+        """Tell the caller a request is still alive (this also extends its deadline);
+        ``artifact`` is a piece of an artifact the request is writing, passed on whole."""
         if request_id not in self._incoming or self.closed:
             return
         params: dict[str, Any] = {"id": request_id, "progress": progress}
@@ -427,6 +430,8 @@ class Session:
             params["total"] = total
         if message is not None:
             params["message"] = message
+        if artifact is not None:
+            params["artifact"] = dict(artifact)
         self._notify(PROGRESS, params)
 
     # -- input ------------------------------------------------------------------------------

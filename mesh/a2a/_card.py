@@ -6,22 +6,32 @@ with an example of the data part that calls it; a chat agent (a persona) has a
 ``chat`` skill, which plain text reaches. The card declares the one scheme the
 daemon accepts (HTTP ``Bearer``, a mesh token) and three interfaces on one
 URL: JSON-RPC 1.0 and 0.3, and HTTP+JSON 1.0 (its paths are under that URL).
-The 0.3 fields (``url``, ``preferredTransport``, ``protocolVersion``, and
-``additionalInterfaces``), which 0.3 clients need to find the endpoint and 1.0's strict
-schema does not allow, are added unless the card is asked for as 1.0 (an
-``A2A-Version: 1.0`` header): an empty header means 0.3, as everywhere in A2A.
+The card is 1.0's strict one unless a client asks for 0.3 by name (an
+``A2A-Version: 0.3`` header): then the 0.3 fields (``url``, ``preferredTransport``,
+``protocolVersion``, ``additionalInterfaces``), which 0.3 clients find the endpoint
+by and 1.0's schema forbids, are added. A card is fetched before any version is
+agreed, and a 1.0 client that validates it must not meet fields its schema refuses.
+
+Its response carries the validators a cache revalidates by: an ``ETag`` of the card,
+and a ``Last-Modified`` that is when this process first saw what the card is made of
+(the agent's facts, not the URL it was asked at) as it is now.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from email.utils import formatdate, parsedate_to_datetime
 from typing import Any, Final
 
 import msgspec
 
-__all__ = ["MODES", "build_card", "card_etag"]
+from transports import HttpRequest, HttpResponse
+
+__all__ = ["MODES", "Revisions", "build_card", "card_etag", "card_response", "wants_legacy"]
 
 MODES: Final = ["text/plain", "application/json"]
 _ENCODER: Final = msgspec.json.Encoder(order="deterministic")
@@ -112,3 +122,61 @@ def build_card(
 
 def card_etag(card: Mapping[str, Any]) -> str:
     return '"' + hashlib.sha256(_ENCODER.encode(card)).hexdigest()[:32] + '"'
+
+
+def wants_legacy(header: str | None) -> bool:
+    """Whether an ``A2A-Version`` header asks for the card with 0.3's fields: only when
+    it names 0.3 (a card is read before versions are agreed, so it defaults to 1.0)."""
+    value = (header or "").strip()
+    return value == "0.3" or value.startswith("0.3.")
+
+
+class Revisions:
+    """When each agent's card last changed, as this process saw it, in whole seconds
+    (HTTP dates have no finer ones): the card is built per request, so its date is kept
+    by what it is made of, ``facts``, which the URL it is asked at is not part of."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._seen: dict[str, tuple[str, float]] = {}
+
+    def since(self, agent: str, facts: Mapping[str, Any]) -> float:
+        """The time ``agent``'s card came to be made of ``facts``."""
+        tag = card_etag(facts)
+        kept = self._seen.get(agent)
+        if kept is None or kept[0] != tag:
+            kept = self._seen[agent] = (tag, float(math.floor(self._clock())))
+        return kept[1]
+
+    def forget(self, agents: Iterable[str]) -> None:
+        for agent in agents:
+            self._seen.pop(agent, None)
+
+
+def card_response(card: Mapping[str, Any], since: float, request: HttpRequest) -> HttpResponse:
+    """The card with its validators, or ``304`` when the client's copy is current: a
+    matching ``If-None-Match``, or, without one, an ``If-Modified-Since`` not before
+    ``since`` (HTTP's order: the entity tag is the stronger check)."""
+    etag = card_etag(card)
+    headers = [
+        ("etag", etag),
+        ("last-modified", formatdate(since, usegmt=True)),
+        ("cache-control", "private, max-age=60"),
+        ("vary", "A2A-Version"),
+    ]
+    if _current(request, etag, since):
+        return HttpResponse(304, headers=headers)
+    return HttpResponse(200, msgspec.json.encode(card), headers=headers)
+
+
+def _current(request: HttpRequest, etag: str, since: float) -> bool:
+    tags = request.header("if-none-match")
+    if tags is not None:
+        return any(t.strip() in (etag, "*", "W/" + etag) for t in tags.split(","))
+    date = request.header("if-modified-since")
+    if date is None:
+        return False
+    try:
+        return since <= parsedate_to_datetime(date).timestamp()
+    except (TypeError, ValueError):
+        return False  # not an HTTP date: ignored, as RFC 9110 says

@@ -8,6 +8,9 @@ at once. What happens becomes the task's events:
 - the start: ``WORKING``;
 - a tool's progress report: a ``WORKING`` status whose message holds the
   report's text and ``{"progress", "total"}``;
+- a piece of an artifact a tool is writing (``ctx.report_artifact``): that
+  artifact's next chunk, opened by its first piece (``append: false``), appended to
+  by the rest, ``lastChunk`` on the last; the task holds it whole;
 - a chat reply being written: the ``reply`` artifact, opened by the first piece
   (``append: false``: a client may only append to an artifact it has) and
   appended to by the rest;
@@ -102,7 +105,11 @@ async def _tool(
     timeout: float | None,
     on_behalf_of: Principal,
 ) -> None:
+    pieces = _Pieces(task)
+
     def progress(update: Mapping[str, Any]) -> None:
+        if pieces.take(update.get("artifact")):
+            return
         text = update.get("message")
         numbers = {k: update[k] for k in ("progress", "total") if update.get(k) is not None}
         message = _say(task, text if isinstance(text, str) else "", numbers)
@@ -127,10 +134,40 @@ async def _tool(
         task.remember(said)
         task.set_state("TASK_STATE_COMPLETED", said, remember=False)
         return
-    for name, parts in result_artifacts(result):
+    # A tool that wrote its artifacts as it went and returned nothing adds none.
+    made = [] if result is None and pieces.written else result_artifacts(result)
+    for name, parts in made:
         artifact = {"artifactId": new_id(), "name": name, "parts": parts}
         task.add_artifact(artifact, append=False, last=True)
     task.set_state("TASK_STATE_COMPLETED")
+
+
+class _Pieces:
+    """The artifacts a tool writes piece by piece, by name: each has one ``artifactId``
+    from its first piece to its last."""
+
+    def __init__(self, task: Task) -> None:
+        self._task = task
+        self._open: dict[str, str] = {}
+        self.written = False
+
+    def take(self, piece: Any) -> bool:
+        """Add ``piece`` (a progress report's ``artifact``) to its artifact; False when it
+        is none (a plain progress report)."""
+        if not isinstance(piece, Mapping) or not isinstance(piece.get("name"), str):
+            return False
+        name = piece["name"]
+        part = {"text": piece["text"]} if isinstance(piece.get("text"), str) else None
+        part = part or {"data": piece.get("data")}
+        opened = name in self._open
+        artifact_id = self._open.setdefault(name, new_id())
+        last = piece.get("last") is True
+        if last:
+            del self._open[name]
+        artifact = {"artifactId": artifact_id, "name": name, "parts": [part]}
+        self._task.add_artifact(artifact, append=opened, last=last)
+        self.written = True
+        return True
 
 
 async def _chat(

@@ -40,14 +40,13 @@ from typing import Any, Final
 
 import anyio
 import anyio.abc
-import msgspec
 
 from mesh._errors import Forbidden, MeshError
 from mesh._input import whole_number
 from mesh._orchestrator.access import DAEMON, NOBODY, Principal, check_deadline
 from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.a2a._asking import AnswerError, answer_of
-from mesh.a2a._card import MODES, build_card, card_etag
+from mesh.a2a._card import MODES, Revisions, build_card, card_response, wants_legacy
 from mesh.a2a._content import CONTEXT_ARGUMENT, request_context, wants_context
 from mesh.a2a._jsonrpc import (
     A2aError,
@@ -139,6 +138,7 @@ class A2aServer:
         #: What each agent's card is made of (its ``agent/info`` and its tools), and when
         #: it was asked: the card itself is made per request, for the URL it was asked at.
         self._cards: dict[str, tuple[float, dict[str, Any], list[Any]]] = {}
+        self._revisions = Revisions()
         self._tasks: anyio.abc.TaskGroup | None = None
 
     async def serve(
@@ -158,21 +158,15 @@ class A2aServer:
     # -- the card ----------------------------------------------------------------------------
 
     async def card(self, request: HttpRequest, agent: str, url: str) -> HttpResponse:
-        """``GET …/.well-known/agent-card.json``, with an ETag (304 when unchanged)."""
+        """``GET …/.well-known/agent-card.json``, with an ETag and a Last-Modified (304
+        when the client's copy is current)."""
         info, tools = await self._facts(agent)
         push = self._check_push is not None
-        legacy = negotiate(request.header("a2a-version")) != "1.0"
+        legacy = wants_legacy(request.header("a2a-version"))
         chat = self._chat(agent)
         card = build_card(agent, info, tools, chat=chat, url=url, push=push, legacy=legacy)
-        etag = card_etag(card)
-        headers = [
-            ("etag", etag),
-            ("cache-control", "private, max-age=60"),
-            ("vary", "A2A-Version"),
-        ]
-        if request.header("if-none-match") == etag:
-            return HttpResponse(304, headers=headers)
-        return HttpResponse(200, msgspec.json.encode(card), headers=headers)
+        facts = {"info": info, "tools": tools, "chat": chat, "push": push}
+        return card_response(card, self._revisions.since(agent, facts), request)
 
     async def _ask_agent(self, agent: str) -> tuple[dict[str, Any], list[Any]]:
         """What ``agent``'s card says of it: its ``agent/info`` and its tools."""
@@ -189,8 +183,10 @@ class A2aServer:
 
     def _forget_gone_cards(self) -> None:
         """Drop what is kept for agents the mesh no longer knows (registered, then gone)."""
-        for gone in [agent for agent in self._cards if not self._mesh.knows(agent)]:
-            del self._cards[gone]
+        gone = [agent for agent in self._cards if not self._mesh.knows(agent)]
+        for agent in gone:
+            del self._cards[agent]
+        self._revisions.forget(gone)
 
     async def _tools(self, agent: str) -> list[Any]:
         try:

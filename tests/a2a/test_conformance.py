@@ -135,12 +135,34 @@ async def test_params_are_read_under_their_proto_names_too(mesh: Mesh) -> None:
     assert answer["result"]["task"]["history"][0]["messageId"] == "m-kept"
 
 
-async def test_the_card_asked_for_as_1_0_has_no_0_3_fields(mesh: Mesh) -> None:
+async def test_CARD_STRUCT_001_the_card_is_strict_1_0_unless_0_3_is_asked_for(mesh: Mesh) -> None:
+    """A card is read before a version is agreed: without a header it is 1.0's strict card,
+    and only ``A2A-Version: 0.3`` adds the fields a 0.3 client finds the endpoint by."""
     url = mesh.url("echo") + _CARD
     async with mesh.http() as http:
+        plain = await http.get(url)
         strict = (await http.get(url, headers=_V1)).json()
-        legacy = await http.get(url)
-    assert not {"url", "preferredTransport", "protocolVersion"} & set(strict)
+        legacy = await http.get(url, headers={"A2A-Version": "0.3"})
+    legacy_fields = {"url", "preferredTransport", "protocolVersion", "additionalInterfaces"}
+    assert not legacy_fields & set(plain.json()) and plain.json() == strict
     assert strict["supportedInterfaces"][0]["url"] == mesh.url("echo")
     assert legacy.json()["url"] == mesh.url("echo") and legacy.json()["protocolVersion"] == "0.3.0"
-    assert legacy.headers["vary"] == "A2A-Version"
+    assert plain.headers["vary"] == legacy.headers["vary"] == "A2A-Version"
+
+
+async def test_CARD_CACHE_003_the_card_is_dated_and_revalidated_by_its_date(mesh: Mesh) -> None:
+    """``Last-Modified`` dates the card; ``If-Modified-Since`` at or after it is a ``304``,
+    one before it the card, and ``If-None-Match`` is the stronger check when both are sent."""
+    url = mesh.url("echo") + _CARD
+    async with mesh.http() as http:
+        first = await http.get(url)
+        date = first.headers["last-modified"]
+        again = await http.get(url, headers={"If-Modified-Since": date})
+        older = await http.get(url, headers={"If-Modified-Since": "Sat, 01 Jan 2000 00:00:00 GMT"})
+        other_tag = {"If-Modified-Since": date, "If-None-Match": '"other"'}
+        tagged = await http.get(url, headers=other_tag)
+        garbled = await http.get(url, headers={"If-Modified-Since": "yesterday"})
+    assert first.status_code == 200 and date.endswith(" GMT")
+    assert again.status_code == 304 and again.headers["last-modified"] == date
+    assert older.status_code == tagged.status_code == garbled.status_code == 200
+    assert older.json() == first.json()

@@ -60,10 +60,13 @@ def assert_aip193(answer: Any, status: int, name: str, reason: str) -> None:
 async def test_the_card_offers_http_json_on_the_same_base_url(mesh: Mesh) -> None:
     async with mesh.http() as http:
         card = (await http.get(mesh.url("echo") + "/.well-known/agent-card.json")).json()
+        old = {"A2A-Version": "0.3"}
+        legacy = await http.get(mesh.url("echo") + "/.well-known/agent-card.json", headers=old)
     assert {"url": mesh.url("echo"), "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"} in (
         card["supportedInterfaces"]
     )
-    assert {"url": mesh.url("echo"), "transport": "HTTP+JSON"} in card["additionalInterfaces"]
+    legacy_interface = {"url": mesh.url("echo"), "transport": "HTTP+JSON"}
+    assert legacy_interface in legacy.json()["additionalInterfaces"]
 
 
 async def test_the_sdk_rest_client_sends_gets_lists_and_cancels(mesh: Mesh) -> None:

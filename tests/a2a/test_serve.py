@@ -320,6 +320,11 @@ async def test_bad_input_gets_the_a2a_error_and_the_link_lives(mesh: Mesh) -> No
                 -32600,
                 "exceeds",
             ),
+            (  # a file part past the message limit (256 KiB)
+                json.dumps(rpc("SendMessage", {"message": file_of("A" * 300_000)})).encode(),
+                -32600,
+                "exceeds",
+            ),
             (b'{"jsonrpc": "2.0", "id": 1, "method": "\xff"}', -32700, "UTF-8"),
             (b"[" * 50_000 + b"]" * 50_000, -32700, "not JSON"),
             # Digits that str.isdigit takes and int does not: a superscript, 5,000 of them.
@@ -358,6 +363,11 @@ async def test_bad_input_gets_the_a2a_error_and_the_link_lives(mesh: Mesh) -> No
 
 def text_of(text: str) -> dict[str, Any]:
     return {"messageId": "t", "role": "ROLE_USER", "parts": [{"text": text}]}
+
+
+def file_of(raw: str) -> dict[str, Any]:
+    part = {"raw": raw, "mediaType": "text/plain", "filename": "big.txt"}
+    return {"messageId": "f", "role": "ROLE_USER", "parts": [part]}
 
 
 async def test_an_agent_a_token_may_not_call_has_no_card_and_no_endpoint_for_it(

@@ -129,6 +129,6 @@ async def test_a_card_asked_at_many_hosts_asks_its_agent_once(
         for host in ("a.example", "b.example", "a.example"):
             answer = await server.card(get, "echo", f"http://{host}/a2a/echo")
             card = json.loads(answer.body)
-            assert card["url"] == f"http://{host}/a2a/echo"
+            assert card["supportedInterfaces"][0]["url"] == f"http://{host}/a2a/echo"
             assert [skill["id"] for skill in card["skills"]] == ["echo"]
         assert asked == ["agent/info", "tools/list"]
