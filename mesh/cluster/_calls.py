@@ -534,7 +534,14 @@ class RemoteCalls:
         self.calls_served += 1
 
         def progress(params: Mapping[str, Any]) -> None:
-            ctx.report_progress(*_progress_of(params))
+            chunk = params.get("artifact")
+            if isinstance(chunk, Mapping) and isinstance(chunk.get("name"), str):
+                # a piece of an artifact stays one, so a caller through another daemon
+                # streams it as the holder's own callers do
+                piece = chunk["text"] if "text" in chunk else chunk.get("data")
+                ctx.report_artifact(chunk["name"], piece, last=chunk.get("last") is True)
+            else:
+                ctx.report_progress(*_progress_of(params))
 
         trace = trace_from(
             {"traceparent": request.traceparent or "", "tracestate": request.tracestate or ""}

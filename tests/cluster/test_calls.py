@@ -14,6 +14,7 @@ from mesh import (
     AgentSpec,
     AgentUnavailable,
     CallTimeout,
+    RequestContext,
     ToolError,
     local_connector,
 )
@@ -92,6 +93,35 @@ async def test_the_deadline_progress_and_cancel_cross_daemons(nats: NatsServer) 
         assert "blocker" in str(timed_out.value)
         with anyio.fail_after(SPREAD_TIMEOUT):
             await cancelled.wait()
+
+
+async def test_an_artifact_streamed_in_pieces_crosses_daemons_as_pieces(nats: NatsServer) -> None:
+    scribe = Agent("scribe")
+
+    @scribe.tool
+    async def write(lines: list[str], ctx: RequestContext) -> None:
+        for i, line in enumerate(lines):
+            ctx.report_artifact("story", line, last=i == len(lines) - 1)
+        ctx.report_artifact("stats", {"lines": len(lines)}, last=True)
+
+    async with (
+        open_member(nats.url, "a", [AgentSpec("scribe", local_connector(scribe))]),
+        open_member(nats.url, "b") as b,
+    ):
+        await wait_status(b.mesh.registry, "scribe")
+        reports: list[Mapping[str, Any]] = []
+        await b.mesh.call_tool(
+            "scribe",
+            "write",
+            {"lines": ["Once", "upon"]},
+            on_progress=reports.append,
+            on_behalf_of=EMBEDDER,
+        )
+    assert [r.get("artifact") for r in reports] == [
+        {"name": "story", "last": False, "text": "Once"},
+        {"name": "story", "last": True, "text": "upon"},
+        {"name": "stats", "last": True, "data": {"lines": 2}},
+    ]
 
 
 async def test_a_caller_that_gives_up_cancels_the_remote_call(nats: NatsServer) -> None:
@@ -265,7 +295,6 @@ async def test_a_holder_that_never_answers_times_out_on_the_callers_clock(
     """The caller's own deadline (the timeout plus the margin for the holder's verdict) ends
     a call whose holder took it and went silent, and tells the holder it gave up; a second
     call's later deadline, armed first, does not hide it (one clock for every call)."""
-    from mesh import RequestContext
 
     taken: list[str] = []
     gave_up: list[str] = []
