@@ -37,7 +37,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from mesh._logging import get_logger
 from mesh.cluster._errors import ClusterError
 from mesh.cluster._link import KvChange, NatsLink, Watch
-from mesh.cluster._sealed import Signing, seal, unseal
+from mesh.cluster._sealed import Roots, Signing, seal, seal_many, unseal
 from mesh.cluster._settings import AGENT_PREFIX, DAEMON_PREFIX, Names, agent_key, key_agent
 from mesh.cluster._wire import (
     AGENT_ENTRY,
@@ -101,6 +101,8 @@ class RegistrySync:
         self._link = link
         #: With it, entries are sealed with our key and others' are taken only with theirs.
         self._signing = signing
+        #: The batch roots of others' entries already verified (a signature per batch).
+        self._roots = Roots()
         #: Reads a daemon's key the ring does not have yet (its entry may reach us before
         #: the keys bucket's watch brings its key); run by :meth:`run_key_fetches`.
         self._fetch_key = fetch_key
@@ -235,10 +237,11 @@ class RegistrySync:
             registered = self._registered.setdefault(agent_id, now_ms())
             entry = AgentEntry.of(record, self._names.daemon, timeout, access, registered)
             key = agent_key(self._names.daemon, agent_id)
-            writes.append((key, self._seal(key, ENCODER.encode(entry)), _ttl(record)))
+            writes.append((key, ENCODER.encode(entry), _ttl(record)))
             written.append((agent_id, True))
         if not writes:
             return
+        writes = self._seal_puts(writes)
         try:
             outcomes = await self._link.kv_write_many(self._names.agents_bucket, writes)
         except ClusterError as exc:
@@ -367,6 +370,18 @@ class RegistrySync:
                 self._choose(agent_id, now)
         self.synced.set()
 
+    def _seal_puts(
+        self, writes: list[tuple[str, bytes | None, float]]
+    ) -> list[tuple[str, bytes | None, float]]:
+        """The puts among ``writes`` sealed together (one signature per group of them)."""
+        if self._signing is None:
+            return writes
+        puts = [(key, value) for key, value, _ in writes if value is not None]
+        sealed = iter(
+            seal_many(self._signing.key, self._names.daemon, self._names.agents_bucket, puts)
+        )
+        return [(k, None if v is None else next(sealed), ttl) for k, v, ttl in writes]
+
     def _seal(self, key: str, body: bytes) -> bytes:
         if self._signing is None:
             return body
@@ -377,7 +392,8 @@ class RegistrySync:
         assert change.value is not None
         if self._signing is None:
             return change.value
-        opened = unseal(self._signing.ring, self._names.agents_bucket, change.key, change.value)
+        ring, bucket = self._signing.ring, self._names.agents_bucket
+        opened = unseal(ring, bucket, change.key, change.value, self._roots)
         if opened is not None and opened.daemon != daemon:
             bucket = self._names.agents_bucket
             log.warning("cluster.forged", claimed=daemon, subject=f"{bucket}/{change.key}")

@@ -7,7 +7,11 @@ the stream of the daemon that signed it. Over that stream runs a
 ``mesh/call`` request with the peer's own deadlines, progress and cancel, and room
 control is methods on the same link: no second call machine.
 
-Every frame is signed by its publisher over its subject, its reply subject and its
+Frames sent together go in one NATS message, each on a line of its own (a frame is
+compact JSON, never a raw newline, as on stdio): one publish, one signature, one
+delivery and one check for the lot, where each costs more than the frame itself.
+
+Every message is signed by its publisher over its subject, its reply subject and its
 body. The reply subject is under the sender's inbox, where nobody answers: NATS
 sends its "no responders" status there when nobody reads the subject (a daemon that
 is gone), and the stream ends at once, its calls with it.
@@ -16,7 +20,7 @@ is gone), and the stream ends at once, its calls with it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 
 from mesh._logging import get_logger
@@ -32,6 +36,7 @@ log = get_logger("mesh.cluster")
 
 #: What a frame leaves of NATS's payload limit for its headers (the signature, a trace).
 HEADERS_ROOM: Final = 4096
+_NEWLINE: Final = b"\n"
 
 
 def frame_limit(max_payload: int | None) -> int:
@@ -100,8 +105,16 @@ class DaemonStream:
 
     # -- in ---------------------------------------------------------------------------------
 
-    def deliver(self, frame: bytes) -> None:
-        """A frame ``daemon`` signed, for the reader (dropped once the stream has ended)."""
+    def deliver(self, data: bytes) -> None:
+        """A message ``daemon`` signed: its frames, for the reader (dropped once the
+        stream has ended)."""
+        if _NEWLINE not in data:
+            self._deliver(data)
+            return
+        for frame in data.split(_NEWLINE):
+            self._deliver(frame)
+
+    def _deliver(self, frame: bytes) -> None:
         if self._closed is not None:
             return
         take = self._take
@@ -148,6 +161,7 @@ class DaemonStream:
 
     def send_nowait(self, frames: Sequence[bytes]) -> bool:
         self._raise_if_closed()
+        _check_lines(frames)
         self._queued.extend(frames)
         self._unsent += len(frames)
         return False
@@ -157,12 +171,13 @@ class DaemonStream:
 
     async def send_many(self, frames: Sequence[bytes]) -> None:
         self._raise_if_closed()
+        _check_lines(frames)
         queued, self._queued = self._queued, []
         self._unsent += len(frames)
         try:
-            for frame in (*queued, *frames):
-                await self._publish(frame)
-                self._unsent -= 1
+            for message, count in _messages([*queued, *frames], self._limit):
+                await self._publish(message)
+                self._unsent -= count
         finally:
             if not self._unsent or self._closed is not None:
                 self._wake_sent()
@@ -181,11 +196,11 @@ class DaemonStream:
         for waiter in parked:
             waiter.set()
 
-    async def _publish(self, frame: bytes) -> None:
+    async def _publish(self, message: bytes) -> None:
         subject, reply = self._subject, self._reply
-        headers = self._keys.headers(subject, reply, frame)
+        headers = self._keys.headers(subject, reply, message)
         try:
-            await self._link.send(subject, frame, self._not_sent, reply=reply, headers=headers)
+            await self._link.send(subject, message, self._not_sent, reply=reply, headers=headers)
         except ClusterError as exc:
             self._not_sent(exc)
         self._raise_if_closed()
@@ -218,3 +233,22 @@ class DaemonStream:
     def _raise_if_closed(self) -> None:
         if self._closed is not None:
             raise TransportClosed(self._closed.reason)
+
+
+def _check_lines(frames: Sequence[bytes]) -> None:
+    for frame in frames:
+        if _NEWLINE in frame:
+            raise ValueError("a frame must not contain a raw newline")
+
+
+def _messages(frames: Sequence[bytes], limit: int) -> Iterator[tuple[bytes, int]]:
+    """``frames`` joined a line each into messages of at most ``limit`` bytes (a frame
+    of its own may be as large); each with the count of frames it carries."""
+    start, size = 0, -1
+    for end, frame in enumerate(frames):
+        if end > start and size + 1 + len(frame) > limit:
+            yield _NEWLINE.join(frames[start:end]), end - start
+            start, size = end, -1
+        size += 1 + len(frame)
+    if start < len(frames):
+        yield _NEWLINE.join(frames[start:]), len(frames) - start

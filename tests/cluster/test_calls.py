@@ -341,3 +341,35 @@ async def test_a_holder_that_never_answers_times_out_on_the_callers_clock(
             await both_cancelled.wait()  # the timed-out call and the cancelled one
     assert len(failures) == 1 and "no answer from daemon 'a' within 0.2 s" in str(failures[0])
     assert sorted(gave_up) == sorted(taken)
+
+
+async def test_calls_made_together_cross_in_fewer_nats_messages_than_frames(
+    nats: NatsServer,
+) -> None:
+    """Frames sent together share one NATS message (one publish, one signature, one
+    check): 32 calls started at once reach the holder in fewer than 32 messages, and
+    each is answered with its own."""
+    calls = 32
+    async with open_member(nats.url, "a", [echo("echo")]) as a, open_member(nats.url, "b") as b:
+        await wait_status(b.mesh.registry, "echo")
+        await b.mesh.call_tool("echo", "echo", {"message": "open"}, on_behalf_of=EMBEDDER)
+        messages: list[bytes] = []
+        watch = await a.cluster.link.subscribe(
+            "mesh.mesh.call.a", lambda message: messages.append(message.data)
+        )
+        answers: dict[int, Any] = {}
+
+        async def call(n: int) -> None:
+            answers[n] = await b.mesh.call_tool(
+                "echo", "echo", {"message": str(n)}, on_behalf_of=EMBEDDER
+            )
+
+        with anyio.fail_after(SPREAD_TIMEOUT):
+            async with anyio.create_task_group() as tg:
+                for n in range(calls):
+                    tg.start_soon(call, n)
+        await watch.stop()
+        assert answers == {n: {"message": str(n)} for n in range(calls)}
+        frames = [frame for message in messages for frame in message.split(b"\n")]
+        assert len(frames) >= calls  # the requests (and any cancels) all went that way
+        assert len(messages) < calls

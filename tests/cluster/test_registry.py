@@ -14,8 +14,10 @@ from mesh._errors import ErrorCode
 from mesh._tasks import open_task_group
 from mesh.agents.echo import agent as echo_agent
 from mesh.cluster import ClusterRegistry, ClusterSettings
+from mesh.cluster._keys import DaemonKey, KeyRing
 from mesh.cluster._link import KvChange, NatsMessage
 from mesh.cluster._node import connect_nats, join_cluster
+from mesh.cluster._sealed import SEAL_GROUP
 from mesh.cluster._settings import agent_key
 from mesh.protocol import Response
 from mesh.testing import NatsServer, spawn_nats_server
@@ -276,3 +278,34 @@ async def test_a_daemons_key_is_written_before_its_first_entry(nats: NatsServer)
                     joined.set()
                     await wait_status(a.mesh.registry, "beating")
     assert written[:2] == ["key", "entry"]
+
+
+async def test_a_burst_of_registrations_is_signed_and_checked_once_per_group(
+    nats: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An Ed25519 signature costs more than the rest of an entry's way: agents written
+    together share one per group, and the mirror checks each group's once."""
+    signed: list[str] = []
+    checked: list[str] = []
+    sign, verify = DaemonKey.sign, KeyRing.verify
+
+    def counted_sign(self: DaemonKey, data: bytes) -> str:
+        signed.append(self.public)
+        return sign(self, data)
+
+    def counted_verify(self: KeyRing, daemon: str, data: bytes, signature: str | None) -> bool:
+        checked.append(daemon)
+        return verify(self, daemon, data, signature)
+
+    async with open_member(nats.url, "a") as a, open_member(nats.url, "b") as b:
+        monkeypatch.setattr(DaemonKey, "sign", counted_sign)
+        monkeypatch.setattr(KeyRing, "verify", counted_verify)
+        n, now = 2 * SEAL_GROUP + 2, anyio.current_time()
+        for i in range(n):
+            a.mesh.registry.register(AgentRecord(id=AgentId(f"x{i}"), name="x"), now)
+        await wait_status(b.mesh.registry, f"x{n - 1}")  # the bucket keeps the order
+        assert all(AgentId(f"x{i}") in b.mesh.registry for i in range(n))
+        assert all(b.cluster.holder(f"x{i}") == "a" for i in range(n))
+        # Three groups, and the daemons' own entries renewed meanwhile (one each a while).
+        assert signed.count(a.cluster.keys.keys.key.public) <= 3 + 2
+        assert checked.count("a") <= 3 + 2

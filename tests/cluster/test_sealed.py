@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import msgspec
 from structlog.testing import capture_logs
 
 from mesh.cluster._keys import DaemonKey, KeyRing
-from mesh.cluster._sealed import Opened, seal, unseal
+from mesh.cluster._sealed import SEAL_GROUP, Opened, Roots, seal, seal_many, unseal
 from mesh.cluster._wire import entry_prefix
 
 A, B = DaemonKey.generate(), DaemonKey.generate()
@@ -34,3 +35,87 @@ def test_an_entry_a_wrote_in_bs_name_or_moved_elsewhere_is_refused_and_logged() 
     assert [entry["event"] for entry in logs] == ["cluster.forged"] * 5
     assert [entry["claimed"] for entry in logs] == ["b", "b", "z", "b", ""]
     assert all("daemon" not in entry["subject"] for entry in logs)  # never the value
+
+
+class _Counting(DaemonKey):
+    """A daemon's key that counts what it signs."""
+
+    __slots__ = ("signed",)
+
+    def __init__(self, key: DaemonKey) -> None:
+        super().__init__(key._private)
+        self.signed = 0
+
+    def sign(self, data: bytes) -> str:
+        self.signed += 1
+        return super().sign(data)
+
+
+def test_entries_sealed_together_cost_a_signature_per_group_and_each_opens_alone() -> None:
+    key = _Counting(B)
+    entries = [
+        (f"agent.b.a{i}", b'{"daemon":"b","id":"a%d"}' % i) for i in range(2 * SEAL_GROUP + 1)
+    ]
+    values = seal_many(key, "b", "mesh-mesh-agents", entries)
+    assert key.signed == 3  # 64, 64 and the last one's group
+    assert all(value.startswith(entry_prefix("b")) for value in values)
+    roots = Roots()
+    opened = [
+        unseal(RING, "mesh-mesh-agents", k, v, roots)
+        for (k, _), v in zip(entries, values, strict=True)
+    ]
+    assert opened == [Opened("b", body) for _, body in entries]
+    # Each alone, with no root known: a reader that sees one key's last value only.
+    assert unseal(RING, "mesh-mesh-agents", entries[5][0], values[5]) == Opened("b", entries[5][1])
+    assert seal_many(key, "b", "mesh-mesh-agents", entries[:1]) == [
+        seal(B, "b", "mesh-mesh-agents", *entries[0])  # one entry: sealed alone, as before
+    ]
+
+
+def test_a_reader_checks_a_batchs_signature_once() -> None:
+    checked: list[str] = []
+
+    class Ring(KeyRing):
+        def verify(self, daemon: str, data: bytes, signature: str | None) -> bool:
+            checked.append(daemon)
+            return super().verify(daemon, data, signature)
+
+    ring = Ring()
+    ring.add("b", B.public)
+    entries = [(f"agent.b.a{i}", b"{}") for i in range(SEAL_GROUP)]
+    values = seal_many(B, "b", "mesh-mesh-agents", entries)
+    roots = Roots()
+    assert all(
+        unseal(ring, "mesh-mesh-agents", k, v, roots)
+        for (k, _), v in zip(entries, values, strict=True)
+    )
+    assert checked == ["b"]
+    ring.add("b", A.public)  # b's key is another now: its roots are checked anew
+    assert unseal(ring, "mesh-mesh-agents", entries[0][0], values[0], roots) is None
+
+
+def test_an_entry_of_a_batch_moved_changed_or_given_another_path_is_refused() -> None:
+    entries = [(f"agent.b.a{i}", b'{"daemon":"b","n":%d}' % i) for i in range(5)]
+    values = seal_many(B, "b", "mesh-mesh-agents", entries)
+    sealed = msgspec.json.decode(values[2])
+
+    def edited(**fields: object) -> bytes:
+        return msgspec.json.encode({**sealed, **fields})
+
+    forged_by_a = seal_many(A, "b", "mesh-mesh-agents", entries)[2]  # a's key, b's name
+    short = sealed["path"][: len(sealed["path"]) // 2]
+    refused = [
+        ("agent.b.a3", values[2]),  # another key of the batch
+        ("agent.b.a2", edited(body={"daemon": "b", "n": 99})),  # another body
+        ("agent.b.a2", edited(leaf=3)),  # another place in the tree
+        ("agent.b.a2", edited(leaf=1 << 20)),  # a place no tree of its path has
+        ("agent.b.a2", edited(path=short)),
+        ("agent.b.a2", edited(path="not base64!")),
+        ("agent.b.a2", edited(sig=msgspec.json.decode(values[0])["sig"][::-1])),
+        ("agent.b.a2", forged_by_a),
+    ]
+    with capture_logs() as logs:
+        for kv_key, value in refused:
+            assert unseal(RING, "mesh-mesh-agents", kv_key, value, Roots()) is None, value
+        assert unseal(RING, "mesh-mesh-leases", "agent.b.a2", values[2]) is None  # other bucket
+    assert [entry["event"] for entry in logs] == ["cluster.forged"] * (len(refused) + 1)
