@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from mesh.rooms import ErrorEvent, StoppedEvent
-from mesh.testing import echo_agent_command, spawn_daemon, spawn_echo_server
+from mesh.testing import Daemon, echo_agent_command, spawn_daemon, spawn_echo_server
+from tests.conftest import BACKENDS
 from tests.integration._daemon import persona_manifest
 from tests.integration.test_daemon_auth import create_token
 from tests.integration.test_daemon_rooms import watch_room
@@ -27,6 +28,22 @@ pytestmark = pytest.mark.anyio
 ALICE = [f"Alice says {n}." for n in range(10)]
 BOB = [f"Bob says {n}." for n in range(10)]
 GUARD = 60.0
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+async def daemon(
+    anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Daemon]:
+    """One daemon with no manifests for the tests that only register ids and make tokens of
+    their own names (each id and name used by one test): starting it is most of their cost."""
+    async with spawn_daemon(tmp_path_factory.mktemp("attacks-manifests")) as shared:
+        yield shared
 
 
 def turn_params(room: str, agent: str, turn: int) -> dict[str, Any]:
@@ -143,56 +160,56 @@ async def test_manifest_ids_cannot_be_deleted_overwritten_or_hijacked(tmp_path: 
             assert after[agent][field] == before[agent][field], (agent, field)
 
 
-async def test_http_ids_belong_to_whoever_registered_them(tmp_path: Path) -> None:
-    async with spawn_daemon(tmp_path) as daemon:
-        ann = await create_token(daemon, "client", "ann")
-        mallory = await create_token(daemon, "client", "mallory")
-        async with daemon.client(token=ann) as owner, daemon.client(token=mallory) as other:
-            joined = await owner.post("/agents/register", json={"id": "weather"})
-            assert joined.status_code == 201
-            steal = await other.post("/agents/register", json={"id": "weather", "name": "evil"})
-            assert steal.status_code == 403 and steal.json()["error"]["missing"] == "ownership"
-            assert (await other.post("/agents/weather/heartbeat")).status_code == 403
-            assert (await other.delete("/agents/weather")).status_code == 403
-            assert (await owner.get("/agents/weather")).json()["name"] == "weather"
-            renamed = await owner.post("/agents/register", json={"id": "weather", "name": "W"})
-            assert renamed.status_code == 200 and renamed.json()["name"] == "W"
-            assert (await owner.post("/agents/weather/heartbeat")).status_code == 200
-            bad = await owner.post("/agents/register", json={"id": "Weather Station"})
-            assert bad.status_code == 400 and "manifest id rule" in bad.text
-        async with daemon.client() as admin:
-            assert (await admin.delete("/agents/weather")).status_code == 204
+async def test_http_ids_belong_to_whoever_registered_them(daemon: Daemon) -> None:
+    ann = await create_token(daemon, "client", "ann")
+    mallory = await create_token(daemon, "client", "mallory")
+    async with daemon.client(token=ann) as owner, daemon.client(token=mallory) as other:
+        joined = await owner.post("/agents/register", json={"id": "weather"})
+        assert joined.status_code == 201
+        steal = await other.post("/agents/register", json={"id": "weather", "name": "evil"})
+        assert steal.status_code == 403 and steal.json()["error"]["missing"] == "ownership"
+        assert (await other.post("/agents/weather/heartbeat")).status_code == 403
+        assert (await other.delete("/agents/weather")).status_code == 403
+        assert (await owner.get("/agents/weather")).json()["name"] == "weather"
+        renamed = await owner.post("/agents/register", json={"id": "weather", "name": "W"})
+        assert renamed.status_code == 200 and renamed.json()["name"] == "W"
+        assert (await owner.post("/agents/weather/heartbeat")).status_code == 200
+        bad = await owner.post("/agents/register", json={"id": "Weather Station"})
+        assert bad.status_code == 400 and "manifest id rule" in bad.text
+    async with daemon.client() as admin:
+        assert (await admin.delete("/agents/weather")).status_code == 204
 
 
-async def test_a_client_cannot_take_the_id_an_agent_token_dials_in_with(tmp_path: Path) -> None:
-    async with spawn_daemon(tmp_path) as daemon:
-        token = await create_token(daemon, "agent", "bob-token", agent="bob")
-        mallory = await create_token(daemon, "client", "mallory")
-        async with daemon.client(token=mallory) as http:
-            # Before bob dials in (or after a restart, before he is back): the id is his.
-            for body in ({"id": "bob"}, {"id": "bob", "endpoint": "http://127.0.0.1:9/"}):
-                taken = await http.post("/agents/register", json=body)
-                assert taken.status_code == 409 and "agent token" in taken.text, taken.text
-        command, _ = echo_agent_command()
-        args = ["-m", "mesh.agents.echo", "--connect", daemon.ws, "--token-env", "T"]
-        async with await anyio.open_process(
-            [command, *args, "--id", "bob"], env={**os.environ, "T": token}
-        ) as bob:
-            try:
-                with anyio.fail_after(GUARD):
-                    await daemon.wait_online("bob")
-                async with daemon.client(token=mallory) as http:
-                    echoed = await http.post(
-                        "/rpc",
-                        json={
-                            "agent": "bob",
-                            "method": "tools/call",
-                            "params": {"name": "echo", "arguments": {"message": "it is bob"}},
-                        },
-                    )
-                assert echoed.json() == {"result": {"message": "it is bob"}}
-            finally:
-                bob.kill()
+async def test_a_client_cannot_take_the_id_an_agent_token_dials_in_with(
+    daemon: Daemon,
+) -> None:
+    token = await create_token(daemon, "agent", "bob-token", agent="bob")
+    mallory = await create_token(daemon, "client", "mallory-of-bob")
+    async with daemon.client(token=mallory) as http:
+        # Before bob dials in (or after a restart, before he is back): the id is his.
+        for body in ({"id": "bob"}, {"id": "bob", "endpoint": "http://127.0.0.1:9/"}):
+            taken = await http.post("/agents/register", json=body)
+            assert taken.status_code == 409 and "agent token" in taken.text, taken.text
+    command, _ = echo_agent_command()
+    args = ["-m", "mesh.agents.echo", "--connect", daemon.ws, "--token-env", "T"]
+    async with await anyio.open_process(
+        [command, *args, "--id", "bob"], env={**os.environ, "T": token}
+    ) as bob:
+        try:
+            with anyio.fail_after(GUARD):
+                await daemon.wait_online("bob")
+            async with daemon.client(token=mallory) as http:
+                echoed = await http.post(
+                    "/rpc",
+                    json={
+                        "agent": "bob",
+                        "method": "tools/call",
+                        "params": {"name": "echo", "arguments": {"message": "it is bob"}},
+                    },
+                )
+            assert echoed.json() == {"result": {"message": "it is bob"}}
+        finally:
+            bob.kill()
 
 
 async def test_a_stranger_cannot_keep_a_dead_dial_in_agent_online(tmp_path: Path) -> None:
