@@ -550,6 +550,7 @@ function renderQuestion() {
   const form = $("#question-form");
   const question = state.question;
   form.hidden = !question || !state.me;
+  if (!question) delete form.dataset.question; // the next question gets a new form
   if (form.hidden || form.dataset.question === question.question) return;
   form.dataset.question = question.question;
   $("#question-text").textContent = `${question.name} asks: ${question.message}`;
