@@ -63,7 +63,7 @@ def _typed(name: str, value: str, prop: Mapping[str, Any]) -> Any:
         if kind == "number":
             return float(value)
     except ValueError:
-        raise AnswerWordsError(f"field {name!r} is a {kind}, not {value!r}") from None
+        raise AnswerWordsError(f"field {name!r} must be {kind}, not {value!r}") from None
     if kind == "boolean":
         if value.lower() in _TRUE | _FALSE:
             return value.lower() in _TRUE

@@ -176,3 +176,32 @@ async def test_a_question_nobody_answers_ends_with_the_turn_and_is_withdrawn(
         assert f"its question {asked.question} to the room's people" in failed.message
         assert str(stopped.reason) == "ERROR"
         assert late.status_code == 409, late.text
+
+
+async def test_a_person_answers_from_the_join_prompt(tmp_path: Path) -> None:
+    manifests, args = _manifests(tmp_path)
+    async with spawn_daemon(manifests, extra_args=args) as daemon:
+        await daemon.wait_online("asker", "alice")
+        # Carol is present before the first turn (a paused room's watch ends, and so does
+        # the join command on it); the command then takes her seat again, mid-question.
+        await _open_room(daemon, "prompt")
+        command = [sys.executable, "-m", "mesh.cli", "room", "join", "prompt", "--as", "Carol"]
+        async with await anyio.open_process(command, env=daemon.env()) as cli:
+            assert cli.stdin is not None and cli.stdout is not None
+            out: list[str] = []
+            await _read_until(cli.stdout, "-- question q1-1: answer with /answer", out)
+            await cli.stdin.send(b"/answer q1-1 colour=red coats=three\n")  # not an integer
+            await cli.stdin.send(b"/answer q1-1 colour=red coats=3\n")
+            await _read_until(cli.stdout, "Painting the shed red, 3 coats.", out)
+            await cli.stdin.aclose()
+            with anyio.fail_after(GUARD):
+                await cli.wait()
+        printed = "".join(out)
+        assert "Asker (painter) asks the room's people (question q1-1, turn 1)" in printed
+        assert "Carol (person) answered question q1-1, accept: colour=red, coats=3" in printed
+
+
+async def _read_until(stream: Any, wanted: str, seen: list[str]) -> None:
+    with anyio.fail_after(GUARD):
+        while wanted not in "".join(seen):
+            seen.append((await stream.receive()).decode(errors="replace"))
