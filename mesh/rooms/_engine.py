@@ -48,6 +48,7 @@ resumed at the next start.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -528,6 +529,9 @@ class RoomRunner:
         """``speaker``'s elicitation at ``turn``, put to the people present: the
         ``QUESTION`` recorded, a person's answer awaited, the ``ANSWER`` recorded."""
         questions, present = self._desk.questions, bool(self._desk.present)
+        ended = questions.open
+        if ended is not None and ended.answer is not None:
+            await self._settle(ended)  # its asker gave up on it: recorded before the next
         question, message = questions.ask(self._room.id, turn, speaker.id, params, present)
         log.info("room.question", room=self._room.id, turn=turn, question=question.id)
         try:
@@ -545,8 +549,11 @@ class RoomRunner:
                 )
             )
             await question.answered.wait()
-        finally:
-            await self._settle(question, "the asker stopped waiting for an answer")
+        except anyio.get_cancelled_exc_class():
+            # Recorded by the turn's end (or the next ask), on the room's own task.
+            question.close(Answer("withdrawn", reason="the asker stopped waiting for an answer"))
+            raise
+        await self._settle(question)
         assert question.answer is not None  # settled
         return question.answer.result()
 
@@ -558,15 +565,21 @@ class RoomRunner:
         return f": its question {question.id} to the room's people was not answered in time"
 
     async def _withdraw(self, turn: int) -> None:
-        """The turn has ended: a question of it still open is withdrawn, visibly."""
+        """The turn has ended: a question of it still open is withdrawn, visibly; but a
+        room cancelled from outside (the daemon stopping) records nothing, as ever."""
         question = self._desk.questions.open
-        if question is not None and question.turn == turn:
-            await self._settle(question, f"turn {turn} ended before anyone answered")
+        if question is None or question.turn != turn:
+            return
+        question.close(Answer("withdrawn", reason=f"turn {turn} ended before anyone answered"))
+        outside = isinstance(sys.exc_info()[1], anyio.get_cancelled_exc_class())
+        if outside and self._requested is None:
+            self._desk.questions.take(question)
+            return
+        await self._settle(question)
 
-    async def _settle(self, question: OpenQuestion, why: str) -> None:
-        """End ``question`` (withdrawn with ``why``, unless answered) and record its
-        ``ANSWER`` once, whoever gets here first: its asker or the turn's end."""
-        question.close(Answer("withdrawn", reason=why))
+    async def _settle(self, question: OpenQuestion) -> None:
+        """Record the ``ANSWER`` of ``question``, which has ended, once: whoever gets here
+        first (its asker, the turn's end, the next ask) records it."""
         self._desk.questions.take(question)
         if question.recorded:
             return

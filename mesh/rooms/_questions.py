@@ -87,7 +87,7 @@ class Questions:
                 f"room {room_id!r} has no person present to answer a question (a room's"
                 " people answer its members' elicitations: join the room first)"
             )
-        if self.open is not None:
+        if self.open is not None and self.open.answer is None:
             raise MeshError(
                 f"room {room_id!r} has question {self.open.id!r} open already: one open"
                 " question per room at a time (answer it, then ask again)",
