@@ -74,7 +74,7 @@ ROOMS = {
         ),
         1,
     ),
-    **dict.fromkeys(("_roles", "_render", "_people", "_replica", "_observe"), 1),
+    **dict.fromkeys(("_roles", "_render", "_people", "_questions", "_replica", "_observe"), 1),
     **dict.fromkeys(("_engine", "_store", "_observers"), 2),
     "_mesh": 3,
     "_manager._table": 4,

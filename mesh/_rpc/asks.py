@@ -41,6 +41,7 @@ __all__ = [
     "LogCallback",
     "Sampled",
     "answer_ask",
+    "check_content",
     "check_elicit_schema",
     "deliver_log",
     "elicit_params",
@@ -49,6 +50,7 @@ __all__ = [
     "refusing",
     "resolve_ask",
     "sample_params",
+    "with_defaults",
 ]
 
 log = get_logger("mesh.asks")
@@ -165,6 +167,52 @@ def _check_property(name: str, prop: Any) -> None:
         f"{where} has type {kind!r}; an elicitation asks only for string, number, integer,"
         " boolean or a list of enum strings (no nested objects)"
     )
+
+
+_FITS: Final[dict[str, tuple[type, ...]]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+}
+
+
+def check_content(content: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
+    """Raise :class:`~mesh.InvalidParams` unless ``content`` is what an elicitation of
+    ``schema`` asks for: only its fields, its required ones all there, each of its type
+    (and enum). For whoever takes an answer from a person, not from an MCP client."""
+    properties = dict(schema.get("properties") or {})
+    unknown = sorted(set(content) - set(properties))
+    if unknown:
+        raise InvalidParams(
+            f"no field {unknown[0]!r} in the question; it asks for {_names(properties)}"
+        )
+    missing = [r for r in schema.get("required") or () if r not in content]
+    if missing:
+        raise InvalidParams(f"the answer needs the field {missing[0]!r} (the question requires it)")
+    for name, value in content.items():
+        _check_field(name, value, properties[name])
+
+
+def _check_field(name: str, value: Any, prop: Mapping[str, Any]) -> None:
+    kind = str(prop.get("type"))
+    fits = isinstance(value, _FITS.get(kind, ())) and not (
+        isinstance(value, bool) and kind != "boolean"
+    )
+    if not fits:
+        raise InvalidParams(f"field {name!r} must be {kind}, not {type(value).__name__}")
+    items = value if kind == "array" else [value]
+    allowed = (prop.get("items") or {}).get("enum") if kind == "array" else prop.get("enum")
+    wrong = [v for v in items if not isinstance(v, str)] if kind == "array" else []
+    if allowed is not None:
+        wrong += [v for v in items if v not in allowed]
+    if wrong:
+        raise InvalidParams(f"field {name!r}: {wrong[0]!r} is none of {allowed or 'the strings'}")
+
+
+def _names(properties: Mapping[str, Any]) -> str:
+    return ", ".join(repr(k) for k in properties) or "no fields"
 
 
 def elicit_params(message: str, schema: Mapping[str, Any]) -> dict[str, Any]:

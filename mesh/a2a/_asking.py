@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from mesh._errors import ErrorCode, MeshError, MethodNotFound
-from mesh._rpc.asks import AskHandlers, check_elicit_schema
+from mesh._errors import ErrorCode, InvalidParams, MeshError, MethodNotFound
+from mesh._rpc.asks import AskHandlers, check_content, check_elicit_schema
 from mesh.a2a._content import request_context
 from mesh.a2a._mapping import whole_numbers
 from mesh.a2a._tasks import Question, Task, new_id
@@ -38,16 +38,9 @@ __all__ = ["SCHEMA_MEDIA", "AnswerError", "answer_of", "check_fits", "task_asks"
 
 #: The media type of the data part that holds a question's schema.
 SCHEMA_MEDIA: Final = "application/schema+json"
+
+
 #: Each JSON Schema type an elicitation may ask for, and the Python values that fit it.
-_FITS: Final[dict[str, tuple[type, ...]]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "array": (list,),
-}
-
-
 class AnswerError(Exception):
     """A follow-up message that does not answer the task's question (the text says why)."""
 
@@ -139,33 +132,10 @@ def _sole_string(schema: Mapping[str, Any]) -> str:
 def check_fits(content: dict[str, Any], schema: Mapping[str, Any]) -> None:
     """Raise :class:`AnswerError` unless ``content`` is what ``schema`` asks for: only
     its fields, its required ones all there, each of its type (and enum)."""
-    properties = dict(schema.get("properties") or {})
-    unknown = sorted(set(content) - set(properties))
-    if unknown:
-        raise AnswerError(
-            f"no field {unknown[0]!r} in the question; it asks for {_names(properties)}"
-        )
-    missing = [r for r in schema.get("required") or () if r not in content]
-    if missing:
-        raise AnswerError(f"the answer needs the field {missing[0]!r} (the question requires it)")
-    for name, value in content.items():
-        _check_field(name, value, properties[name])
-
-
-def _check_field(name: str, value: Any, prop: Mapping[str, Any]) -> None:
-    kind = str(prop.get("type"))
-    fits = isinstance(value, _FITS.get(kind, ())) and not (
-        isinstance(value, bool) and kind != "boolean"
-    )
-    if not fits:
-        raise AnswerError(f"field {name!r} must be {kind}, not {type(value).__name__}")
-    items = value if kind == "array" else [value]
-    allowed = (prop.get("items") or {}).get("enum") if kind == "array" else prop.get("enum")
-    wrong = [v for v in items if not isinstance(v, str)] if kind == "array" else []
-    if allowed is not None:
-        wrong += [v for v in items if v not in allowed]
-    if wrong:
-        raise AnswerError(f"field {name!r}: {wrong[0]!r} is none of {allowed or 'the strings'}")
+    try:
+        check_content(content, schema)
+    except InvalidParams as exc:
+        raise AnswerError(str(exc)) from None
 
 
 def _names(properties: Mapping[str, Any]) -> str:

@@ -4,7 +4,10 @@ Joins the room (a seat of kind ``human``, or yours again), prints the room as it
 goes (its history first), tells you when the room waits for you, and sends each
 line you type: the answer to your turn, or, between turns, an interjection the
 room records after the turn in flight. End of input (Ctrl-D) or Ctrl-C leaves the
-room; the command also ends when the room stops for good.
+room; the command also ends when the room stops for good. A member's question to
+the room's people is printed with how to answer it: a line ``/answer QUESTION
+FIELD=VALUE ...``, ``/decline QUESTION`` or ``/cancel QUESTION`` answers it
+(:mod:`mesh.cli._answer`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import argparse
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -21,10 +24,12 @@ import anyio
 import httpx
 
 from mesh._text import printable
+from mesh.cli._answer import AnswerWordsError, answer_body, question_hint
 from mesh.cli._codes import interrupted
 from mesh.cli._connection import auth_headers, ssl_context, token_for, ws_url
 from mesh.rooms import (
     DeltaEvent,
+    QuestionEvent,
     Room,
     StoppedEvent,
     StopReason,
@@ -99,13 +104,16 @@ async def _take_part(args: argparse.Namespace, member: str, color: bool) -> str 
         ) as http,
         anyio.create_task_group() as tg,
     ):
-        tg.start_soon(_say_lines, http, args.room, member, tg.cancel_scope)
-        outcome[0] = await _watch(args, member, color)
+        asked: dict[str, Mapping[str, Any]] = {}  # question id -> its schema, as printed
+        tg.start_soon(_say_lines, http, args.room, member, tg.cancel_scope, asked)
+        outcome[0] = await _watch(args, member, color, asked)
         tg.cancel_scope.cancel()
     return outcome[0]
 
 
-async def _watch(args: argparse.Namespace, member: str, color: bool) -> str | None:
+async def _watch(
+    args: argparse.Namespace, member: str, color: bool, asked: dict[str, Mapping[str, Any]]
+) -> str | None:
     """Print the room until it stops for good; its stop reason (None if the link closed)."""
     room: Room | None = None
     url = f"{ws_url(args.url)}{room_path(args.room)}/events?deltas=1"
@@ -125,6 +133,9 @@ async def _watch(args: argparse.Namespace, member: str, color: bool) -> str | No
             if isinstance(event, WelcomeEvent):
                 room = event.room
             print(format_event(event, room=room, color=color), flush=True)
+            if isinstance(event, QuestionEvent):
+                asked[event.question] = event.schema
+                print(question_hint(event), flush=True)
             if isinstance(event, StoppedEvent) and event.reason is not StopReason.PAUSED:
                 return str(event.reason)
 
@@ -140,7 +151,11 @@ def _read_line() -> str:
 
 
 async def _say_lines(
-    http: httpx.AsyncClient, room_id: str, member: str, done: anyio.CancelScope
+    http: httpx.AsyncClient,
+    room_id: str,
+    member: str,
+    done: anyio.CancelScope,
+    asked: Mapping[str, Mapping[str, Any]],
 ) -> None:
     while True:
         # A thread blocked on a terminal cannot be interrupted: it is abandoned on exit.
@@ -150,6 +165,9 @@ async def _say_lines(
             return
         text = line.strip()
         if not text:
+            continue
+        if text.split(maxsplit=1)[0] in _ANSWERS:
+            await _answer_line(http, room_id, member, text, asked)
             continue
         try:
             said = {"member": member, "text": text}
@@ -162,3 +180,36 @@ async def _say_lines(
             print(f"mesh: not sent: {problem}", file=sys.stderr)
         elif answer.status_code == 202:
             print("(queued: said after the turn in flight)", file=sys.stderr, flush=True)
+
+
+#: The join prompt's answer commands, and the action each sends.
+_ANSWERS: Final = {"/answer": "accept", "/decline": "decline", "/cancel": "cancel"}
+
+
+async def _answer_line(
+    http: httpx.AsyncClient,
+    room_id: str,
+    member: str,
+    line: str,
+    asked: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """``/answer QUESTION FIELD=VALUE ...`` (or ``/decline``/``/cancel QUESTION``), sent."""
+    command, *words = line.split()
+    if not words:
+        print(f"mesh: {command} needs the question's id", file=sys.stderr)
+        return
+    question, fields = words[0], words[1:]
+    try:
+        body = answer_body(member, question, _ANSWERS[command], fields, asked.get(question, {}))
+        answer = await http.post(f"{room_path(room_id)}/answer", json=body)
+    except AnswerWordsError as exc:
+        print(f"mesh: not sent: {exc}", file=sys.stderr)
+        return
+    except httpx.HTTPError as exc:
+        print(f"mesh: could not send: {exc}", file=sys.stderr)
+        return
+    if answer.status_code >= 400:
+        problem = answer.json().get("error", {}).get("message", answer.text)
+        print(f"mesh: not sent: {problem}", file=sys.stderr)
+    else:
+        print(f"(answered question {printable(question)})", file=sys.stderr, flush=True)

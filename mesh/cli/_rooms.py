@@ -35,6 +35,7 @@ import anyio
 import msgspec
 
 from mesh._text import json_text, printable, safe_json
+from mesh.cli._answer import cmd_room_answer
 from mesh.cli._codes import (
     EXIT_DENIED,
     EXIT_FAILED,
@@ -388,3 +389,16 @@ def add_room_commands(room: argparse.ArgumentParser, request: Request) -> None:
     )
     join.add_argument("room")
     join.add_argument("--as", dest="as_name", required=True, metavar="NAME", help="your name")
+
+    answer = command(
+        "answer", "answer a question a member put to the room's people", cmd_room_answer
+    )
+    answer.add_argument("room")
+    answer.add_argument("question", help="the question's id (q3-1), as the room shows it")
+    answer.add_argument(
+        "fields", nargs="*", metavar="FIELD=VALUE", help="the answer's fields (to accept)"
+    )
+    answer.add_argument("--as", dest="as_name", required=True, metavar="NAME", help="your name")
+    refusal = answer.add_mutually_exclusive_group()
+    refusal.add_argument("--decline", action="store_true", help="decline the question")
+    refusal.add_argument("--cancel", action="store_true", help="cancel the question")

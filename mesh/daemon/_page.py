@@ -19,6 +19,12 @@ The people routes (see :mod:`mesh.rooms._people`):
                                     the turn in flight (an interjection);
                                     ``{"member": "carol", "pass": true}`` passes
                                     your turn (200; 409 when it is not yours)
+``POST /rooms/{id}/answer``         ``{"member": "carol", "question": "q3-1",
+                                    "action": "accept", "content": {...}}``: the
+                                    answer to a member's question (``decline`` and
+                                    ``cancel`` carry no content); 409 for a question
+                                    not open or a person not present, 400 for an
+                                    answer that does not fit the question
 ==================================  ============================================
 
 They need the ``rooms`` right (client and admin tokens), and the room's
@@ -32,7 +38,7 @@ with the room): no other token may join, speak or leave as them (403).
 from __future__ import annotations
 
 from importlib import resources
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -114,6 +120,13 @@ class SayBody(msgspec.Struct, forbid_unknown_fields=True):
     passing: bool = msgspec.field(default=False, name="pass")
 
 
+class AnswerBody(msgspec.Struct, forbid_unknown_fields=True):
+    member: str
+    question: str
+    action: str
+    content: dict[str, Any] | None = None
+
+
 def _status(exc: RoomError) -> int:
     if isinstance(exc, RoomNotFound):
         return 404
@@ -138,6 +151,7 @@ class PeopleRoutes:
             "join_room": self.handle_join,
             "leave_room": self.handle_leave,
             "say_in_room": self.handle_say,
+            "answer_in_room": self.handle_answer,
         }
 
     async def handle_join(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
@@ -148,6 +162,25 @@ class PeopleRoutes:
 
     async def handle_say(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
         return await self._act("say", request, who, p["id"])
+
+    async def handle_answer(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
+        """A person's answer to a member's question (the room records it)."""
+        try:
+            given = read_body(request, AnswerBody, "answer body")
+            answered = await self._rooms.answer(
+                p["id"],
+                given.member,
+                given.question,
+                given.action,
+                given.content,
+                holder=who.owner,
+                person=who.principal,
+            )
+        except RoomError as exc:
+            return HttpResponse.error(_status(exc), str(exc))
+        except Forbidden as exc:  # a seat another token holds
+            return HttpResponse.error(403, str(exc), code=exc.code)
+        return HttpResponse.json(200, answered)
 
     async def _act(
         self, action: str, request: HttpRequest, who: Identity, room_id: str

@@ -124,6 +124,7 @@ ROUTES: Final = (
     Route("POST", "/rooms/{id}/join", Right.ROOMS, "join_room"),
     Route("POST", "/rooms/{id}/leave", Right.ROOMS, "leave_room"),
     Route("POST", "/rooms/{id}/say", Right.ROOMS, "say_in_room"),
+    Route("POST", "/rooms/{id}/answer", Right.ROOMS, "answer_in_room"),
     # The room page: files with no data in them (everything it shows comes with a token).
     Route("GET", "/", Right.PUBLIC, "page"),
     Route("GET", "/static/{name}", Right.PUBLIC, "page_file"),

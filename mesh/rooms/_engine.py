@@ -26,6 +26,13 @@ room's :class:`~mesh.rooms._people.Desk` for their message, up to the room's
 only possible partners are away waits for them. Interjections queued on the
 desk are recorded between turns.
 
+**Questions.** While ``speak`` runs, the member may ask the room's people
+something (its elicitation reaches :func:`question_sink`'s handler): the room
+records a ``QUESTION``, waits for a person present to answer it (through the
+desk), records the ``ANSWER`` and gives it to the member. The turn's deadline
+holds: a question still open when the turn ends is withdrawn (an ``ANSWER`` with
+action ``withdrawn``, saying why). See :mod:`mesh.rooms._questions`.
+
 **Streaming.** While ``speak`` runs, :func:`report_delta` (or the sink that
 :func:`delta_sink` returns, for callbacks on other tasks) sends each piece of the
 reply to observers as a ``DELTA``; only the final text is recorded.
@@ -41,11 +48,12 @@ resumed at the next start.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import partial
-from typing import Final
+from typing import Any, Final
 
 import anyio
 import anyio.abc
@@ -57,13 +65,16 @@ from mesh._orchestrator.access import NOBODY, Principal
 from mesh.protocol import now_ms
 from mesh.rooms._draws import unlabelled, weight
 from mesh.rooms._events import (
+    SYSTEM,
     AgentJoinedEvent,
     AgentLeftEvent,
+    AnswerEvent,
     DeltaEvent,
     ErrorEvent,
     LiveEvent,
     MessageEvent,
     PointEvent,
+    QuestionEvent,
     RoomEvent,
     StoppedEvent,
 )
@@ -72,6 +83,7 @@ from mesh.rooms._observe import clock, count_stop, count_turn, count_usage, turn
 from mesh.rooms._people import Desk, Passed
 from mesh.rooms._perspective import build_turn_request, faults_of
 from mesh.rooms._policy import TurnPlan, next_turn
+from mesh.rooms._questions import Answer, OpenQuestion
 from mesh.rooms._rules import (
     NextPoint,
     Verdict,
@@ -93,6 +105,7 @@ __all__ = [
     "Speak",
     "acting_for",
     "delta_sink",
+    "question_sink",
     "report_delta",
 ]
 
@@ -109,11 +122,15 @@ Presence = Callable[[str], bool]
 Clock = Callable[[], int]
 """Epoch milliseconds, for event timestamps."""
 
+AskPeople = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+"""An elicitation's params in, the room's people's ``ElicitResult`` out."""
+
 Record = Callable[[RoomEvent], Awaitable[None]]
 Publish = Callable[[RoomEvent], None]
 PublishLive = Callable[[LiveEvent], None]
 
 _DELTAS: ContextVar[Callable[[str], None] | None] = ContextVar("mesh_room_deltas", default=None)
+_ASKS: ContextVar[AskPeople | None] = ContextVar("mesh_room_asks", default=None)
 _ACTING_FOR: ContextVar[Principal] = ContextVar("mesh_room_acting_for", default=NOBODY)
 
 
@@ -139,6 +156,12 @@ def acting(principal: Principal) -> Iterator[None]:
 def delta_sink() -> Callable[[str], None] | None:
     """Inside ``speak``: where pieces of the reply go (keep it for callbacks on other tasks)."""
     return _DELTAS.get()
+
+
+def question_sink() -> AskPeople | None:
+    """Inside ``speak``: the handler that puts the member's elicitation to the room's
+    people (pass it as the call's ``on_elicit``); None outside a room's turn."""
+    return _ASKS.get()
 
 
 def report_delta(text: str) -> None:
@@ -458,6 +481,8 @@ class RoomRunner:
         self._draw = (request.draw, redraw)
         self._delta(speaker, request.turn, "")  # the turn has begun
         token = _DELTAS.set(partial(self._delta, speaker, request.turn))
+        deadline = self._journal.now() + round(request.timeout * 1000)
+        asks = _ASKS.set(partial(self._ask_people, speaker, request.turn, deadline))
         try:
             with (
                 anyio.fail_after(request.timeout),
@@ -466,15 +491,17 @@ class RoomRunner:
             ):
                 reply = await self._speak(request.agent_id, request)
         except MeshError as exc:
-            return None, f"{type(exc).__name__}: {exc}", exc.code
+            return None, f"{type(exc).__name__}: {exc}{self._unanswered()}", exc.code
         except TimeoutError:
-            return None, f"no reply within {request.timeout:g} s", None
+            return None, f"no reply within {request.timeout:g} s{self._unanswered()}", None
         except Exception as exc:  # a broken speak() must not take the room down
             log.warning("room.speak_failed", room=self._room.id, error=repr(exc))
             return None, f"{type(exc).__name__}: {exc}", None
         finally:
             _DELTAS.reset(token)
+            _ASKS.reset(asks)
             self.turn_open = None
+            await self._withdraw(request.turn)
         if reply.room_id != request.room_id or reply.turn != request.turn:
             log.info(
                 "room.stale_reply_dropped", room=self._room.id, turn=request.turn, got=reply.turn
@@ -493,6 +520,89 @@ class RoomRunner:
             return None, "the agent replied with no text", None
         count_usage(request.agent_id, reply.usage)
         return reply.text, "", None
+
+    # -- questions to the room's people ----------------------------------------------------
+
+    async def _ask_people(
+        self, speaker: Member, turn: int, deadline: int, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``speaker``'s elicitation at ``turn``, put to the people present: the
+        ``QUESTION`` recorded, a person's answer awaited, the ``ANSWER`` recorded."""
+        questions, present = self._desk.questions, bool(self._desk.present)
+        ended = questions.open
+        if ended is not None and ended.answer is not None:
+            await self._settle(ended)  # its asker gave up on it: recorded before the next
+        question, message = questions.ask(self._room.id, turn, speaker.id, params, present)
+        log.info("room.question", room=self._room.id, turn=turn, question=question.id)
+        try:
+            await self._journal.emit(
+                QuestionEvent(
+                    room_id=self._room.id,
+                    agent_id=speaker.id,
+                    name=speaker.name,
+                    role=speaker.role,
+                    turn=turn,
+                    question=question.id,
+                    message=message,
+                    schema=dict(question.schema),
+                    deadline=deadline,
+                )
+            )
+            await question.answered.wait()
+        except anyio.get_cancelled_exc_class():
+            # Recorded by the turn's end (or the next ask), on the room's own task.
+            question.close(Answer("withdrawn", reason="the asker stopped waiting for an answer"))
+            raise
+        await self._settle(question)
+        assert question.answer is not None  # settled
+        return question.answer.result()
+
+    def _unanswered(self) -> str:
+        """What a turn that timed out was waiting for, if it was a person's answer."""
+        question = self._desk.questions.open
+        if question is None or question.answer is not None:
+            return ""
+        return f": its question {question.id} to the room's people was not answered in time"
+
+    async def _withdraw(self, turn: int) -> None:
+        """The turn has ended: a question of it still open is withdrawn, visibly; but a
+        room cancelled from outside (the daemon stopping) records nothing, as ever."""
+        question = self._desk.questions.open
+        if question is None or question.turn != turn:
+            return
+        question.close(Answer("withdrawn", reason=f"turn {turn} ended before anyone answered"))
+        outside = isinstance(sys.exc_info()[1], anyio.get_cancelled_exc_class())
+        if outside and self._requested is None:
+            self._desk.questions.take(question)
+            return
+        await self._settle(question)
+
+    async def _settle(self, question: OpenQuestion) -> None:
+        """Record the ``ANSWER`` of ``question``, which has ended, once: whoever gets here
+        first (its asker, the turn's end, the next ask) records it."""
+        self._desk.questions.take(question)
+        if question.recorded:
+            return
+        question.recorded = True
+        answer = question.answer
+        assert answer is not None
+        # The person who answered; the room itself when it withdrew the question.
+        who = self._room.member(answer.by) if answer.by is not None else None
+        with anyio.CancelScope(shield=True):  # a withdrawal is recorded through a stop
+            await self._journal.emit(
+                AnswerEvent(
+                    room_id=self._room.id,
+                    turn=question.turn,
+                    question=question.id,
+                    action=answer.action,
+                    content=answer.content,
+                    reason=answer.reason,
+                    agent_id=who.id if who else SYSTEM,
+                    name=who.name if who else "System",
+                    role=who.role if who else SYSTEM,
+                ),
+                when=lambda: not self._finishing,
+            )
 
     def opening(self) -> DeltaEvent | None:
         """The ``DELTA`` that opened the turn in flight, for an observer arriving now."""

@@ -1,8 +1,9 @@
 """A room's events, a turn-taking conversation made durable.
 
 One tagged union on ``type``: ``WELCOME`` (the room, once, first), ``AGENT_JOINED``,
-``MESSAGE``, ``AGENT_LEFT``, ``ERROR``, ``RESUMED``, ``STOPPED`` and ``POINT`` (a
-room with an agenda reached its next point). Every event
+``MESSAGE``, ``AGENT_LEFT``, ``ERROR``, ``RESUMED``, ``STOPPED``, ``POINT`` (a
+room with an agenda reached its next point), and ``QUESTION`` and ``ANSWER`` (a
+member asked the room's people something mid-turn, and how it was answered). Every event
 carries the room id, a sequence number (1, 2, 3… per room: the order observers
 see, the key that makes writes idempotent, and where a reconnecting observer
 picks up), an epoch-millisecond timestamp, and the agent it is about: its id,
@@ -18,22 +19,25 @@ it means the pieces so far were not a reply.
 
 from __future__ import annotations
 
-from typing import Final, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 import msgspec
 
 from mesh.rooms._model import Member, Room, RoomId, Step, StopReason
 
 __all__ = [
+    "ANSWER_ACTIONS",
     "EVENT_TYPES",
     "SYSTEM",
     "AgentJoinedEvent",
     "AgentLeftEvent",
+    "AnswerEvent",
     "DeltaEvent",
     "ErrorEvent",
     "LiveEvent",
     "MessageEvent",
     "PointEvent",
+    "QuestionEvent",
     "ResumedEvent",
     "RoomEvent",
     "StoppedEvent",
@@ -141,6 +145,38 @@ class PointEvent(_Event, frozen=True, kw_only=True, tag="POINT"):
     detail: str = ""
 
 
+class QuestionEvent(_Event, frozen=True, kw_only=True, tag="QUESTION"):
+    """The member speaking at ``turn`` asks the room's people something (an elicitation).
+
+    ``question`` names it for the answer; ``message`` and ``schema`` are what the
+    member asked (MCP's ``requestedSchema``: an object of primitive fields). Any
+    person present may answer it, until ``deadline`` (epoch milliseconds, the turn's
+    own); an ``ANSWER`` with the same ``question`` always follows.
+    """
+
+    turn: int
+    question: str
+    message: str
+    schema: dict[str, Any]
+    deadline: int | None = None
+
+
+#: How a question ends: a person accepts (with ``content``), declines or cancels it, or
+#: the room withdraws it (the turn ended first: its deadline, a pause, a stop).
+ANSWER_ACTIONS: Final = ("accept", "decline", "cancel", "withdrawn")
+
+
+class AnswerEvent(_Event, frozen=True, kw_only=True, tag="ANSWER"):
+    """How ``question`` (asked at ``turn``) ended, and by whom (the person; ``system``
+    when withdrawn, with ``reason``). ``content`` holds the accepted fields."""
+
+    turn: int
+    question: str
+    action: Literal["accept", "decline", "cancel", "withdrawn"]
+    content: dict[str, Any] | None = None
+    reason: str = ""
+
+
 class DeltaEvent(_Event, frozen=True, kw_only=True, tag="DELTA"):
     """A piece of the reply ``agent_id`` is writing for ``turn`` (live only, never stored).
 
@@ -170,6 +206,8 @@ RoomEvent: TypeAlias = (
     | ResumedEvent
     | StoppedEvent
     | PointEvent
+    | QuestionEvent
+    | AnswerEvent
 )
 
 #: The ``type`` values, in the order the docs list them.
@@ -182,6 +220,8 @@ EVENT_TYPES: Final = (
     "RESUMED",
     "STOPPED",
     "POINT",
+    "QUESTION",
+    "ANSWER",
 )
 
 #: What an observer may receive: the recorded events, and the deltas if it asked.

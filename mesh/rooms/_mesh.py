@@ -13,6 +13,10 @@ A persona that streams its reply reports each piece as a ``progress``
 notification of the ``room/turn`` call (the piece in ``message``); the speaker
 passes them to the room's observers as ``DELTA`` events. Progress also moves
 the call's deadline, so a long reply that keeps arriving is not cut by it.
+
+A member that asks its caller for input mid-turn (an elicitation) asks the
+room's people: the call's ``on_elicit`` is the room's (:func:`question_sink`).
+Sampling has no one to answer it in a room and is refused at once.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import msgspec
 
 from mesh._errors import MeshError, MethodNotFound
 from mesh._orchestrator.access import DAEMON
-from mesh.rooms._engine import Presence, Speak, acting_for, delta_sink
+from mesh.rooms._engine import Presence, Speak, acting_for, delta_sink, question_sink
 from mesh.rooms._errors import InvalidRoomSpec
 from mesh.rooms._model import Member, TurnReply, TurnRequest
 from registry import AgentId, AgentStatus, Registry
@@ -73,6 +77,7 @@ def mesh_speaker(orchestrator: MeshOrchestrator) -> Speak:
     async def speak(agent_id: str, request: TurnRequest) -> TurnReply:
         params = msgspec.to_builtins(request)
         sink = delta_sink()  # taken here: progress arrives on the connection's reader task
+        ask_people = question_sink()
 
         def progress(report: Mapping[str, Any]) -> None:
             piece = report.get("message")
@@ -86,6 +91,7 @@ def mesh_speaker(orchestrator: MeshOrchestrator) -> Speak:
             timeout=request.timeout,
             on_progress=progress,
             on_behalf_of=acting_for(),  # the room, for its creator: the door checks it
+            on_elicit=ask_people,
         )
         return msgspec.convert(result, TurnReply)
 

@@ -33,6 +33,7 @@ import anyio
 from mesh._errors import Forbidden
 from mesh.rooms._errors import RoomConflict
 from mesh.rooms._model import Room
+from mesh.rooms._questions import Questions
 
 __all__ = [
     "MAX_NAME",
@@ -158,6 +159,8 @@ class Desk:
         self._awaited: tuple[str, int] | None = None
         self._answer: str | Passed | None = None
         self._changed = anyio.Event()
+        #: The question a member put to the people, open until answered or withdrawn.
+        self.questions = Questions()
 
     # -- what people do --------------------------------------------------------------------
 

@@ -17,11 +17,13 @@ from mesh._text import printable
 from mesh.rooms._events import (
     AgentJoinedEvent,
     AgentLeftEvent,
+    AnswerEvent,
     DeltaEvent,
     ErrorEvent,
     LiveEvent,
     MessageEvent,
     PointEvent,
+    QuestionEvent,
     ResumedEvent,
     RoomEvent,
     StoppedEvent,
@@ -68,7 +70,31 @@ def format_event(event: LiveEvent, *, room: Room | None = None, color: bool = Fa
         return f"{stamp} {head}{score}\n{body}"
     if isinstance(event, PointEvent):
         return f"{stamp} {_paint(_point(event, room), _BOLD, color=color)}"
+    if isinstance(event, QuestionEvent | AnswerEvent):
+        return f"{stamp} {_paint(_asked(event, who), _BOLD, _YELLOW, color=color)}"
     return f"{stamp} {_paint(_line(event, who), *_tone(event), color=color)}"
+
+
+def _asked(event: QuestionEvent | AnswerEvent, who: str) -> str:
+    """A member's question to the people (with what it asks for), or how it ended."""
+    if isinstance(event, QuestionEvent):
+        fields = ", ".join(
+            f"{printable(str(name))}: {printable(str(spec.get('type', '?')))}"
+            for name, spec in (event.schema.get("properties") or {}).items()
+            if isinstance(spec, dict)
+        )
+        return (
+            f"{who} asks the room's people (question {printable(event.question)}, turn"
+            f" {event.turn}): {printable(event.message)} [{fields or 'no fields'}]"
+        )
+    if event.action == "withdrawn":
+        return f"question {printable(event.question)} withdrawn: {printable(event.reason)}"
+    content = ""
+    if event.content:
+        content = ": " + ", ".join(
+            f"{printable(str(k))}={printable(str(v))}" for k, v in event.content.items()
+        )
+    return f"{who} answered question {printable(event.question)}, {event.action}{content}"
 
 
 def _point(event: PointEvent, room: Room | None) -> str:
@@ -170,4 +196,7 @@ def transcript_markdown(snapshot: RoomSnapshot, events: Sequence[RoomEvent]) -> 
             lines += [f"## {_point(event, room).capitalize()}", ""]
         elif isinstance(event, StoppedEvent | ResumedEvent):
             lines += [f"*{_clock(event.timestamp)}: {_line(event, '')}*", ""]
+        elif isinstance(event, QuestionEvent | AnswerEvent):
+            who = _who(event.name, event.role)
+            lines += [f"*{_clock(event.timestamp)}: {_asked(event, who)}*", ""]
     return "\n".join(lines)

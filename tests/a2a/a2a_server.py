@@ -8,8 +8,9 @@ the HTTP+JSON binding, not JSON-RPC. Its skills:
 - ``count``: ``{"to": N, "every": S}`` counts to N, one WORKING status every S
   seconds ("counted i of N"), then answers ``{"counted": N}``; cancellable, and it
   prints ``cancelled <task id>`` on stdout when it is cancelled;
-- ``trip``: asks "Where to?" (the task rests in INPUT_REQUIRED, naming no schema);
-  the next message of that task is the answer: ``booked <its text>``;
+- ``trip`` (or a chat message that says "plan a trip", as a room's turn may): asks
+  "Where to?" (the task rests in INPUT_REQUIRED, naming no schema); the next message
+  of that task is the answer: ``booked <its text>``;
 - anything else with text (a conversation): a reply written in pieces, appended
   to one artifact, that names the context it belongs to.
 
@@ -80,7 +81,7 @@ class Executor(AgentExecutor):
         if task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:  # the answer
             await updater.add_artifact([Part(text=f"booked {_text(context)}")], name="book")
             await updater.complete()
-        elif skill == "trip":
+        elif skill == "trip" or "plan a trip" in _text(context).lower():  # a room's turn too
             await updater.requires_input(updater.new_agent_message([Part(text="Where to?")]))
         elif skill == "shout":
             await updater.add_artifact([Part(text=_text(context).upper())], name="shout")

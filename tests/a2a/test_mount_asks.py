@@ -14,10 +14,12 @@ from mcp.client import Client
 
 from mesh import EMBEDDER, AgentSpec, MeshOrchestrator, ToolError
 from mesh.a2a import a2a_connector
+from mesh.rooms import MessageEvent, QuestionEvent, decode_event
 from mesh.testing import spawn_daemon
 from tests.a2a._mesh import ECHO
 from tests.a2a._peer import spawn_sdk_agent
 from tests.a2a.test_mount import manifest
+from tests.integration._daemon import persona_manifest
 from tests.mcp.test_serve import over_http
 
 pytestmark = pytest.mark.anyio
@@ -120,3 +122,48 @@ async def test_a_mesh_agents_question_keeps_its_schema_across_a_mount_of_the_mes
         "properties": {"answer": {"type": "string"}},
     }
     assert got == {"action": "accept", "answer": "blue"}
+
+
+async def test_a_person_in_a_room_answers_a_mounted_a2a_agents_question(tmp_path: Path) -> None:
+    """The mounted agent's turn in a room rests in INPUT_REQUIRED: the room records the
+    question, a person joined over the people's routes answers it, and the task goes on
+    to the turn's reply."""
+    async with spawn_sdk_agent() as peer:
+        manifests = tmp_path / "manifests"
+        manifests.mkdir()
+        (manifests / "shouter.toml").write_text(manifest(peer.url))
+        persona_manifest(manifests, "alice", "Alice", ["{speaker} said: {last}"], 0.0)
+        data = ["--data-dir", str(tmp_path / "data")]
+        async with spawn_daemon(manifests, extra_args=data) as daemon:
+            await daemon.wait_online("shouter", "alice")
+            spec = {
+                "id": "trip",
+                "topic": "Plan a trip",
+                "members": ["shouter", "alice"],
+                "paused": True,
+                "limits": {"max_turns": 1},
+            }
+            seen: list[Any] = []
+            async with daemon.client() as http:
+                assert (await http.post("/rooms", json=spec)).status_code == 201
+                joined = await http.post("/rooms/trip/join", json={"name": "Carol"})
+                assert joined.status_code == 200, joined.text
+                assert (await http.post("/rooms/trip/resume")).status_code == 200
+                with anyio.fail_after(GUARD):
+                    async with daemon.open_events("/rooms/trip/events") as watch:
+                        while not isinstance(
+                            event := decode_event(await watch.receive()), MessageEvent
+                        ):
+                            seen.append(event)
+                            if isinstance(event, QuestionEvent):
+                                body = {
+                                    "member": "carol",
+                                    "question": event.question,
+                                    "action": "accept",
+                                    "content": {"text": "Oslo"},
+                                }
+                                answered = await http.post("/rooms/trip/answer", json=body)
+                                assert answered.status_code == 200, answered.text
+    asked = [e for e in seen if isinstance(e, QuestionEvent)]
+    assert [(q.agent_id, q.message) for q in asked] == [("shouter", "Where to?")]
+    assert event.agent_id == "shouter" and event.text == "booked Oslo"

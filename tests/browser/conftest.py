@@ -152,20 +152,24 @@ def start_daemon(
     extra_args: tuple[str, ...] = (),
     ca: str | None = None,
     tools: bool = False,
+    manifests_too: dict[str, str] | None = None,
 ) -> LiveDaemon:
-    """``tools``: the echo agent too (tools only, so not a room member)."""
+    """``tools``: the echo agent too (tools only, so not a room member); ``manifests_too``:
+    more agents, each id's manifest as text."""
     manifests = tmp_path / "manifests"
     manifests.mkdir()
     for agent_id, (name, role, script) in scripts.items():
         persona_manifest(manifests, agent_id, name, script, delay, role=role)
     if tools:
         (manifests / "echo.toml").write_text(ECHO_MANIFEST)
+    for agent_id, text in (manifests_too or {}).items():
+        (manifests / f"{agent_id}.toml").write_text(text)
     data_dir = tmp_path / "data"
     command = [sys.executable, "-m", "mesh.cli", "serve", "--port", "0"]
     command += ["--manifests", str(manifests), "--data-dir", str(data_dir)]
     command += ["--backend", backend, "--log-format", "json", "--log-level", "info"]
     command += extra_args
-    agents = (*scripts, *(["echo"] if tools else []))
+    agents = (*scripts, *(["echo"] if tools else []), *(manifests_too or {}))
     process = _spawn(command, tmp_path / DAEMON_LOG)
     try:
         url = _announcement(process)["http"]

@@ -9,11 +9,13 @@ from mesh.rooms import (
     EVENT_TYPES,
     AgentJoinedEvent,
     AgentLeftEvent,
+    AnswerEvent,
     ErrorEvent,
     InvalidRoomSpec,
     Member,
     MessageEvent,
     PointEvent,
+    QuestionEvent,
     ResumedEvent,
     RoomEvent,
     RoomSpec,
@@ -90,6 +92,25 @@ def test_every_event_round_trips_through_one_tagged_union() -> None:
         ResumedEvent(room_id=ROOM, seq=6, next_turn=2),
         StoppedEvent(room_id=ROOM, seq=7, reason=StopReason.GOODBYE, turn=1, detail="bye"),
         PointEvent(room_id=ROOM, seq=8, index=1, point="the light", turn=1, detail="alike"),
+        QuestionEvent(
+            room_id=ROOM,
+            seq=9,
+            agent_id="alice",
+            turn=2,
+            question="q2-1",
+            message="Which colour?",
+            schema={"type": "object", "properties": {"colour": {"type": "string"}}},
+            deadline=9000,
+        ),
+        AnswerEvent(
+            room_id=ROOM,
+            seq=10,
+            agent_id="carol",
+            turn=2,
+            question="q2-1",
+            action="accept",
+            content={"colour": "blue"},
+        ),
     ]
     for event in events:
         assert decode_event(encode_event(event)) == event
@@ -103,6 +124,8 @@ def test_every_event_round_trips_through_one_tagged_union() -> None:
         "RESUMED",
         "STOPPED",
         "POINT",
+        "QUESTION",
+        "ANSWER",
     ]
     assert set(types) == set(EVENT_TYPES)
 

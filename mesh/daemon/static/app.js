@@ -25,6 +25,7 @@ const state = {
   writing: new Map(), // member id -> the element of the reply being written
   me: null, // my member id in the selected room
   myTurn: null, // {turn, deadline} while the room waits for me
+  question: null, // the QUESTION a member put to the room's people, while it is open
   away: "", // why I am out of the speaking order, if I am
   stopped: false,
   roomsTimer: null,

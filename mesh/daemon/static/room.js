@@ -1,5 +1,6 @@
 // One room on the page: its events over /rooms/{id}/events (with the replies being
-// written), its status and controls, and a person taking part (join, answer, pass).
+// written), its status and controls, and a person taking part (join, answer, pass, and
+// answer a member's question to the room's people).
 // Shares `state`, `$`, `api` and `openSocket` with app.js, which loads first.
 "use strict";
 
@@ -18,6 +19,7 @@ async function openRoom(id) {
   closeRoom();
   Object.assign(state, {
     room: id, welcome: null, snapshot: null, lastSeq: 0, scores: [], stopped: false, away: "",
+    question: null,
   });
   state.writing.clear();
   state.me = sessionStorage.getItem(`mesh.member.${id}`);
@@ -143,6 +145,10 @@ function onEvent(event) {
       return line(`turn ${event.turn}, ${event.name}, attempt ${event.attempt}: ${event.message}`, "error");
     case "POINT":
       return line(pointLine(event), "point");
+    case "QUESTION":
+      return onQuestion(event);
+    case "ANSWER":
+      return onAnswer(event);
     case "RESUMED":
       state.stopped = false;
       showSnapshot();
@@ -349,6 +355,7 @@ function renderPeople() {
   const joined = Boolean(state.me);
   $("#join-form").hidden = joined;
   $("#say-form").hidden = !joined;
+  renderQuestion();
   setMyTurn(state.myTurn);
   renderControls();
 }
@@ -517,7 +524,105 @@ function scrollDown() {
   list.scrollTop = list.scrollHeight;
 }
 
+// -- a member's question to the room's people ---------------------------------------------
+
+function onQuestion(event) {
+  state.question = event;
+  line(`${event.name} asks the room's people (question ${event.question}): ${event.message}`, "question");
+  renderQuestion();
+}
+
+function onAnswer(event) {
+  if (state.question && state.question.question === event.question) state.question = null;
+  const content = event.content
+    ? `: ${Object.entries(event.content).map(([k, v]) => `${k}=${v}`).join(", ")}`
+    : "";
+  const how = event.action === "withdrawn"
+    ? `question ${event.question} withdrawn: ${event.reason}`
+    : `${event.name} answered question ${event.question}, ${event.action}${content}`;
+  line(how, "answer");
+  renderQuestion();
+}
+
+// The form of the open question, for a person in the room: one field per property of its
+// schema, built as elements (never markup: the schema is an agent's text).
+function renderQuestion() {
+  const form = $("#question-form");
+  const question = state.question;
+  form.hidden = !question || !state.me;
+  if (!question) delete form.dataset.question; // the next question gets a new form
+  if (form.hidden || form.dataset.question === question.question) return;
+  form.dataset.question = question.question;
+  $("#question-text").textContent = `${question.name} asks: ${question.message}`;
+  const properties = (question.schema && question.schema.properties) || {};
+  const required = new Set(question.schema.required || []);
+  $("#question-fields").replaceChildren(
+    ...Object.entries(properties).map(([name, spec]) => questionField(name, spec, required.has(name))),
+  );
+}
+
+function questionField(name, spec, required) {
+  const label = document.createElement("label");
+  label.textContent = spec.title || name;
+  let input;
+  if (spec.type === "string" && Array.isArray(spec.enum)) {
+    input = document.createElement("select");
+    for (const value of spec.enum) {
+      const option = document.createElement("option");
+      option.value = option.textContent = String(value);
+      input.append(option);
+    }
+  } else {
+    input = document.createElement("input");
+    const kinds = { boolean: "checkbox", integer: "number", number: "number" };
+    input.type = kinds[spec.type] || "text";
+    if (spec.type === "number") input.step = "any";
+  }
+  if (spec.default !== undefined) {
+    if (input.type === "checkbox") input.checked = Boolean(spec.default);
+    else input.value = String(spec.default);
+  }
+  input.dataset.field = name;
+  input.dataset.kind = spec.type;
+  input.required = required && spec.type !== "boolean";
+  label.append(" ", input);
+  return label;
+}
+
+function questionContent() {
+  const content = {};
+  for (const input of document.querySelectorAll("#question-fields [data-field]")) {
+    const { field, kind } = input.dataset;
+    if (kind === "boolean") content[field] = input.checked;
+    else if (input.value === "") continue;
+    else if (kind === "integer") content[field] = Number.parseInt(input.value, 10);
+    else if (kind === "number") content[field] = Number(input.value);
+    else if (kind === "array") content[field] = input.value.split(",").map((v) => v.trim()).filter(Boolean);
+    else content[field] = input.value;
+  }
+  return content;
+}
+
+async function answerQuestion(action) {
+  const question = state.question;
+  if (!question) return;
+  $("#room-error").textContent = "";
+  const body = { member: state.me, question: question.question, action };
+  if (action === "accept") body.content = questionContent();
+  try {
+    await api("POST", `/rooms/${encodeURIComponent(state.room)}/answer`, body);
+  } catch (error) {
+    $("#room-error").textContent = error.message; // the form stays, for another try
+  }
+}
+
 function wireRoom() {
+  $("#question-form").onsubmit = (submit) => {
+    submit.preventDefault();
+    answerQuestion("accept");
+  };
+  $("#question-decline").onclick = () => answerQuestion("decline");
+  $("#question-cancel").onclick = () => answerQuestion("cancel");
   $("#join-form").onsubmit = join;
   $("#say-form").onsubmit = say;
   $("#say-text").addEventListener("keydown", sendOnEnter);

@@ -371,6 +371,29 @@ class RoomManager:
             room_id, member_id, text, holder=holder, person=person, forward=forward
         )
 
+    async def answer(
+        self,
+        room_id: str,
+        member_id: str,
+        question: str,
+        action: str,
+        content: dict[str, Any] | None = None,
+        *,
+        holder: str | None = None,
+        person: Principal | None = None,
+    ) -> dict[str, Any]:
+        """A person's answer to the question a member put to the room's people:
+        ``action`` ``accept`` (with ``content`` fitting the question's schema),
+        ``decline`` or ``cancel``. Returns ``{"status": "answered", "question": ID}``.
+
+        Raises :class:`RoomConflict` for a question not open (answered, withdrawn or
+        never asked) or a person not present, :class:`InvalidRoomSpec` for an answer
+        that does not fit the question or a member who is not a person.
+        """
+        return await self._seats.answer(
+            room_id, member_id, question, action, content, holder=holder, person=person
+        )
+
     async def pass_turn(
         self,
         room_id: str,

@@ -249,6 +249,42 @@ class Seats:
             raise RoomConflict(f"room {room_id!r} {why}", room=room_id)
         room.desk.pass_turn(member.id)
 
+    async def answer(
+        self,
+        room_id: str,
+        member_id: str,
+        question: str,
+        action: str,
+        content: dict[str, Any] | None = None,
+        *,
+        holder: str | None = None,
+        person: Principal | None = None,
+    ) -> dict[str, Any]:
+        """A person's answer to the question a member put to the room's people.
+
+        Only a person present in the room (their seat's holder, or an admin) answers,
+        and only the question open now; the room records the ``ANSWER`` and the
+        member's turn goes on with it.
+        """
+        room = await self._table.load(room_id)
+        holder = self._here(holder)
+        member = self._person(room, member_id)
+        _check_holder(room, member.id, holder, person)
+        if room.runner is None:  # not running here: its questions are asked elsewhere
+            raise RoomConflict(
+                f"room {room_id!r} has no turn in flight here: there is no question to answer",
+                room=room_id,
+            )
+        if member.id not in room.desk.present:
+            raise RoomConflict(
+                f"{member.id!r} is not present in room {room_id!r}: a room's questions are"
+                " answered by the people present (join first)",
+                room=room_id,
+            )
+        asked = room.desk.questions.answer(room_id, question, member.id, action, content)
+        log.info("room.answered", room=room_id, question=asked.id, member=member.id)
+        return {"status": "answered", "question": asked.id, "member": member.id}
+
     @staticmethod
     def _person(room: HeldRoom, member_id: str) -> Member:
         try:
