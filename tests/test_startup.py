@@ -230,3 +230,13 @@ assert links.errors == [], links.errors
 assert spec.connector is not None
 """
     assert "mesh.a2a" in _loaded(code)
+
+
+def test_the_library_loads_structlog_only_when_the_process_configures_it() -> None:
+    """Library loggers look structlog up; the application's ``configure_logging`` imports it."""
+    quiet = _loaded("import mesh._rpc.peer, mesh.rooms._events, registry, transports")
+    assert _under(quiet, ("structlog",)) == set()
+    configured = _loaded("from mesh._logging import configure_logging; configure_logging()")
+    assert "structlog" in configured
+    # structlog would import rich (installed here) for tracebacks the console renders plain
+    assert _under(configured, ("rich",)) == set()
