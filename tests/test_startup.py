@@ -64,7 +64,7 @@ ROOMS_ENGINE = (
     "mesh.providers._http",
 )
 #: The packages whose public names load on first use, each with its table of where.
-LAZY_PACKAGES = ("mesh", "mesh.providers", "mesh.rooms")
+LAZY_PACKAGES = ("mesh", "mesh.providers", "mesh.rooms", "transports")
 
 
 def _loaded(code: str, *, timeout: float = 60) -> list[str]:
@@ -143,8 +143,19 @@ def test_a_manifest_loads_no_provider() -> None:
     assert _under(_loaded("import mesh.manifests"), (*ROOMS_ENGINE, "httpx")) == set()
 
 
+def test_a_transport_loads_alone() -> None:
+    """``transports`` loads each transport on use: a frame-size bound is not a WebSocket."""
+    loaded = _loaded("from transports import DEFAULT_MAX_FRAME_SIZE, memory_stream_pair")
+    assert _under(loaded, ("websockets", "h11", "httpx", "transports._http_server")) == set()
+
+
 @pytest.mark.parametrize(
-    ("package", "name"), [("mesh.rooms", "RoomManager"), ("mesh.providers", "ScriptedProvider")]
+    ("package", "name"),
+    [
+        ("mesh.rooms", "RoomManager"),
+        ("mesh.providers", "ScriptedProvider"),
+        ("transports", "WebSocketStream"),
+    ],
 )
 def test_a_lazy_name_loads_published_and_listed(package: str, name: str) -> None:
     code = f"""
