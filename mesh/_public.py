@@ -8,9 +8,10 @@ defined them: msgspec, dataclasses and ``typing.get_type_hints`` look names up i
 
 from __future__ import annotations
 
+import importlib
 import sys
 import typing
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
 
@@ -41,3 +42,30 @@ def _resolve_annotations(cls: type) -> None:
                 annotations[field] = typing._eval_type(  # type: ignore[attr-defined]
                     typing.ForwardRef(hint, is_class=True), scope, dict(vars(klass)), frozenset()
                 )
+
+
+def lazy_names(
+    namespace: MutableMapping[str, Any], where: Mapping[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's ``__getattr__`` and ``__dir__`` that load each name of ``where`` (name ->
+    module) on first use, published as the eager import would have.
+
+    A process that imports one private module of the package (a client reading events, an
+    agent building a reply) then pays for that module, not for every sibling the package
+    exports: importing ``mesh.rooms._events`` runs ``mesh/rooms/__init__.py`` first.
+    """
+    package = namespace["__name__"]
+
+    def load(name: str) -> Any:
+        module = where.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        namespace[name] = value
+        publish(namespace, [name])
+        return value
+
+    def listed() -> list[str]:
+        return sorted({*namespace, *where})
+
+    return load, listed

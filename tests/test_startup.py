@@ -8,6 +8,7 @@ them: the wing that serves one is imported by the loader, not by ``import mesh``
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import subprocess
 import sys
@@ -53,6 +54,18 @@ CLI_HEAVY = (
     "structlog",
 )
 
+#: What a process that only reads rooms or manifests (``mesh room …``, a persona's
+#: manifest) must not load: ``mesh.rooms`` and ``mesh.providers`` load their names on use.
+ROOMS_ENGINE = (
+    "mesh.rooms._engine",
+    "mesh.rooms._manager",
+    "mesh.rooms._store",
+    "mesh.providers._factory",
+    "mesh.providers._http",
+)
+#: The packages whose public names load on first use, each with its table of where.
+LAZY_PACKAGES = ("mesh", "mesh.providers", "mesh.rooms", "transports")
+
 
 def _loaded(code: str, *, timeout: float = 60) -> list[str]:
     """The modules a fresh interpreter holds after running ``code`` (it prints nothing)."""
@@ -88,6 +101,8 @@ def test_a_public_name_loads_its_own_wing_only() -> None:
         (["token", "list", "--help"], CLI_HEAVY),
         # its help names the rooms' default limits: the rooms wing, not the daemon's others
         (["room", "run", "--help"], ("mesh.a2a", "mesh.cluster", "mesh.daemon", "mesh.mcp")),
+        # a room client reads events and specs: not the engine, the manager or a provider
+        (["room", "list", "--help"], ROOMS_ENGINE),
     ],
 )
 def test_the_mesh_command_loads_only_what_it_runs(
@@ -102,9 +117,11 @@ with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
     assert _under(_loaded(code), unneeded) == set()
 
 
-def test_the_lazy_names_are_the_ones_type_checkers_see() -> None:
-    """``mesh/__init__.py``'s ``TYPE_CHECKING`` imports and its table of lazy names agree."""
-    tree = ast.parse(Path(mesh.__file__).read_text())
+@pytest.mark.parametrize("package", LAZY_PACKAGES)
+def test_the_lazy_names_are_the_ones_type_checkers_see(package: str) -> None:
+    """A lazy package's ``TYPE_CHECKING`` imports and its table of lazy names agree."""
+    module = importlib.import_module(package)
+    tree = ast.parse(Path(str(module.__file__)).read_text())
     (block,) = [
         node
         for node in tree.body
@@ -116,9 +133,44 @@ def test_the_lazy_names_are_the_ones_type_checkers_see() -> None:
         if isinstance(node, ast.ImportFrom)
         for alias in node.names
     }
-    assert seen == mesh._WHERE
-    assert set(seen) <= set(mesh.__all__)
-    assert set(mesh.__all__) <= set(seen) | set(vars(mesh)), "a public name is nowhere"
+    assert seen == module._WHERE
+    assert set(seen) <= set(module.__all__)
+    assert set(module.__all__) <= set(seen) | set(vars(module)), "a public name is nowhere"
+
+
+def test_a_manifest_loads_no_provider() -> None:
+    """A manifest names a persona's provider by its settings; the providers load on use."""
+    assert _under(_loaded("import mesh.manifests"), (*ROOMS_ENGINE, "httpx")) == set()
+
+
+def test_a_transport_loads_alone() -> None:
+    """``transports`` loads each transport on use: a frame-size bound is not a WebSocket."""
+    loaded = _loaded("from transports import DEFAULT_MAX_FRAME_SIZE, memory_stream_pair")
+    assert _under(loaded, ("websockets", "h11", "httpx", "transports._http_server")) == set()
+
+
+@pytest.mark.parametrize(
+    ("package", "name"),
+    [
+        ("mesh.rooms", "RoomManager"),
+        ("mesh.providers", "ScriptedProvider"),
+        ("transports", "WebSocketStream"),
+    ],
+)
+def test_a_lazy_name_loads_published_and_listed(package: str, name: str) -> None:
+    code = f"""
+import {package} as package
+assert {name!r} in dir(package) and "{package}._" + "x" not in dir(package)
+from {package} import {name}
+assert {name}.__module__ == {package!r}, {name}.__module__
+try:
+    package.Nope
+except AttributeError as exc:
+    assert "no attribute 'Nope'" in str(exc), exc
+else:
+    raise AssertionError("an unknown name was found")
+"""
+    _loaded(code)
 
 
 def test_dir_lists_every_public_name_before_it_is_used() -> None:
@@ -189,3 +241,13 @@ assert links.errors == [], links.errors
 assert spec.connector is not None
 """
     assert "mesh.a2a" in _loaded(code)
+
+
+def test_the_library_loads_structlog_only_when_the_process_configures_it() -> None:
+    """Library loggers look structlog up; the application's ``configure_logging`` imports it."""
+    quiet = _loaded("import mesh._rpc.peer, mesh.rooms._events, registry, transports")
+    assert _under(quiet, ("structlog",)) == set()
+    configured = _loaded("from mesh._logging import configure_logging; configure_logging()")
+    assert "structlog" in configured
+    # structlog would import rich (installed here) for tracebacks the console renders plain
+    assert _under(configured, ("rich",)) == set()
