@@ -35,6 +35,14 @@ class HttpRequest:
         object.__setattr__(self, "path", parts.path or "/")
         object.__setattr__(self, "query", parse_qs(parts.query))
 
+    def with_body(self, body: bytes) -> HttpRequest:
+        """This request with its body: the head (target, query) is not parsed again."""
+        copy = object.__new__(HttpRequest)
+        for name in HttpRequest.__slots__:
+            object.__setattr__(copy, name, getattr(self, name))
+        object.__setattr__(copy, "body", body)
+        return copy
+
     def header(self, name: str) -> str | None:
         wanted = name.lower()
         for key, value in self.headers:

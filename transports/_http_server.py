@@ -1,8 +1,9 @@
-"""One port for HTTP and WebSocket: h11 over an anyio listener.
+"""One port for HTTP and WebSocket: llhttp (httptools) over an anyio listener.
 
-h11 parses HTTP/1.1 (we write no HTTP parsing); a request that asks to upgrade to
-WebSocket is handed, with whatever bytes h11 had already buffered, to
-websockets' sans-I/O server (:mod:`transports._websocket`). Everything else goes
+llhttp parses HTTP/1.1 in C (:mod:`transports._http_wire`; we write no HTTP parsing);
+a request that asks to upgrade to WebSocket is handed, parsed, with whatever bytes came
+after its head, to websockets' sans-I/O server (:mod:`transports._websocket`), which
+does not parse it again. Everything else goes
 to an ``HttpHandler``: a plain ``async (HttpRequest) -> HttpResponse`` function.
 
 Slow and half-open clients cannot pin the server: the head and body of a request
@@ -30,18 +31,17 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Any, Final
 
 import anyio
 import anyio.abc
-import h11
 from anyio.streams.tls import TLSListener
 
 from transports._admission import HOLDER_FULL, Admission, Slot, Standing, Vouch, current_slot
 from transports._base import DEFAULT_MAX_FRAME_SIZE
 from transports._groups import unwrap_single_error
 from transports._http_messages import BodyWriter, HttpRequest, HttpResponse
+from transports._http_wire import LAST_CHUNK, BadRequest, Head, RequestParser, chunk, response_head
 from transports._logging import get_logger
 from transports._sockets import shrink_reads
 
@@ -55,7 +55,6 @@ __all__ = [
 log = get_logger("transports.http")
 
 _READ_SIZE: Final = 64 * 1024
-_SERVER_HEADER: Final = (b"server", b"agent-mesh")
 #: What sending to a client that already left raises.
 _GONE: Final = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 
@@ -110,21 +109,12 @@ class _HttpConnection:
         shrink_reads(stream)  # asyncio's 256 KiB reads cost a mapping each
         self._config = server.config
         self._client = client
-        self._h11 = h11.Connection(
-            h11.SERVER, max_incomplete_event_size=self._config.max_header_size
-        )
-        self._upgrading: h11.Request | None = None
-        # Bytes handed to h11 so far: with what it still buffers, this measures a
-        # request head exactly (h11's own limit only applies while a head is incomplete,
-        # so a head that completes in the read that crosses the limit would get in).
-        self._received = 0
-
-    def _receive(self, data: bytes) -> None:
-        self._received += len(data)
-        self._h11.receive_data(data)
-
-    def _consumed(self) -> int:
-        return self._received - len(self._h11.trailing_data[0])
+        #: What was read and not yet parsed: the rest of a request, or the next ones.
+        self._buffer = bytearray()
+        self._served = 0
+        #: This cycle's answer has begun: an error can no longer be said in HTTP.
+        self._answering = False
+        self._keep_alive = True
 
     async def run(self) -> None:
         try:
@@ -133,9 +123,7 @@ class _HttpConnection:
                 if outcome is False:
                     return
                 if outcome is not True:  # a WebSocket upgrade: the connection is handed over
-                    self._upgrading = outcome
-                    del outcome  # (the handshake's objects must not live as long as the link)
-                    await self._upgrade()
+                    await self._upgrade(outcome)
                     return
         except _Closed:
             return
@@ -143,102 +131,102 @@ class _HttpConnection:
             with anyio.CancelScope(shield=True):
                 await self._stream.aclose()
 
-    async def _one_cycle(self) -> bool | h11.Request:
+    async def _one_cycle(self) -> bool | HttpRequest:
         """Serve one request; False when the connection should close, or the request
         that asks to upgrade (:meth:`_upgrade` takes it from there)."""
         config = self._config
-        start = self._consumed()
+        self._answering = False
         # Idle keep-alive: the next request's first byte has keepalive_timeout to come...
-        event = await self._poll()  # a pipelined request may be buffered already
-        fed = 0
-        if event is h11.NEED_DATA:
+        if not self._buffer:  # a pipelined request may be buffered already
             # A new connection, or a stranger's between requests: a short wait.
             stranger = self._server.vouch is not None and self._slot.standing is Standing.STRANGER
-            short = start == 0 or stranger
+            short = self._served == 0 or stranger
             keepalive = config.keepalive_timeout
             wait = min(config.first_byte_timeout, keepalive) if short else keepalive
             with anyio.move_on_after(wait) as idle:
                 data = await self._receive_chunk(min(_READ_SIZE, config.max_header_size))
-            if idle.cancelled_caught:
+            if idle.cancelled_caught or not data:
                 return False  # close quietly
-            self._receive(data)
-            event, fed = None, len(data)
-        # ...and from that byte on, the whole request (head and body) has request_timeout.
-        with anyio.move_on_after(config.request_timeout) as slow:
-            with anyio.move_on_after(config.head_timeout) as late:
-                request = event if event is not None else await self._read_head(fed)
-            if late.cancelled_caught:
-                await self._send_error(408, f"head not complete within {config.head_timeout:g} s")
-                return False
-            if not isinstance(request, h11.Request):
-                return False
-            head, limit = self._consumed() - start, config.max_header_size
-            if head > limit:
-                why = f"request head of {head} bytes exceeds the {limit}-byte limit"
-                await self._send_error(431, why)
-                return False
-            upgrade = self._is_websocket_upgrade(request)
+            self._buffer += data
+        self._served += 1
+        return await self._read_request()
+
+    async def _read_request(self) -> bool | HttpRequest:
+        """From a request's first byte: its head within ``head_timeout``, all of it within
+        ``request_timeout``, then the answer (or the upgrade request, or False)."""
+        config = self._config
+        # One deadline, moved on when the head is in: a cancel scope per phase cost more
+        # than llhttp's whole parse (trio's scopes most).
+        start = anyio.current_time()
+        head_first = config.head_timeout <= config.request_timeout
+        in_head = True
+        with anyio.CancelScope(
+            deadline=start + min(config.head_timeout, config.request_timeout)
+        ) as by:
+            parser = await self._read_head()
+            in_head = False
+            by.deadline = start + config.request_timeout
+            head = parser.head
+            self._keep_alive = head.keep_alive
+            request = HttpRequest(
+                head.method.decode(),
+                head.target.decode("latin-1"),
+                _headers(head),
+                b"",
+                self._client,
+            )
             if not await self._admit(request):
                 return False
-            body = b"" if upgrade else await self._read_body(request)
-        if slow.cancelled_caught:
-            await self._send_error(408, f"request not complete within {config.request_timeout:g} s")
+            if self._is_websocket_upgrade(head):
+                if head.length or head.chunked:
+                    await self._send_error(400, "an upgrade request must not carry a body")
+                    return False
+                self._slot.upgraded = True
+                return request  # the WebSocket lives on without a deadline
+            body = await self._read_body(parser)
+        if by.cancelled_caught:
+            if in_head and head_first:
+                await self._send_error(408, f"head not complete within {config.head_timeout:g} s")
+            else:
+                timeout = config.request_timeout
+                await self._send_error(408, f"request not complete within {timeout:g} s")
             return False
-        if upgrade:
-            assert isinstance(request, h11.Request)
-            self._slot.upgraded = True
-            return request  # the WebSocket lives on without a deadline
         if body is None:
             return False
+        return await self._answer(request.with_body(body))
+
+    async def _answer(self, request: HttpRequest) -> bool:
+        """Run the handler and write its answer; whether the connection serves on."""
+        config = self._config
         # A request is in progress until its answer is written: a drain that waits
         # for requests must not cut an answer that is on its way out.
         self._server._request_started()
         self._slot.evictable = False
         try:
-            response = await self._respond_while_connected(
-                HttpRequest(
-                    request.method.decode(),
-                    request.target.decode(),
-                    _headers(request),
-                    body,
-                    self._client,
-                )
-            )
+            response = await self._respond_while_connected(request)
             if response is None:
                 return False  # the client hung up: its work was cancelled, nobody to answer
             if response.stream is not None:
-                await self._send_stream(response, response.stream)
-                return self._next_cycle()
+                await self._send_stream(response, response.stream, request.method == "HEAD")
+                return self._keep_alive
             # A client that does not read its answers must not pin the connection either.
             with anyio.move_on_after(config.request_timeout) as stalled:
-                await self._send(response, head_only=request.method == b"HEAD")
+                await self._send(response, head_only=request.method == "HEAD")
         finally:
             self._server._request_finished()
             self._slot.evictable = True
         if stalled.cancelled_caught:
             log.info("http.client_not_reading", client=self._client, after=config.request_timeout)
             return False
-        return self._next_cycle()
+        return self._keep_alive
 
-    def _next_cycle(self) -> bool:
-        if self._h11.our_state is h11.MUST_CLOSE:
-            return False
-        try:
-            self._h11.start_next_cycle()
-        except h11.LocalProtocolError:
-            return False
-        return True
-
-    async def _admit(self, request: h11.Request) -> bool:
+    async def _admit(self, request: HttpRequest) -> bool:
         """Vouch for the connection by this request's credentials; False (after a 503)
         if the pool they admit it to is full."""
         server = self._server
         if server.vouch is None:
             return True
-        head = HttpRequest(
-            request.method.decode(), request.target.decode(), _headers(request), b"", self._client
-        )
-        refused = server.admission.promote(self._slot, server.vouch(head))
+        refused = server.admission.promote(self._slot, server.vouch(request))
         if refused is None:
             # A known caller's request is not cut to make room, body included.
             self._slot.evictable = self._slot.standing is Standing.STRANGER
@@ -260,34 +248,40 @@ class _HttpConnection:
             )
         return False
 
-    async def _poll(self) -> Any:
-        """The next event h11 can give without reading (NEED_DATA if none)."""
-        try:
-            return self._h11.next_event()
-        except h11.RemoteProtocolError as exc:
-            # h11 quotes the offending bytes after a colon (a request line may hold a
-            # token): neither the log nor the answer repeats them.
-            what = str(exc).partition(":")[0][:80]
-            await self._send_error(exc.error_status_hint, f"bad request: {what}")
-            raise _Closed from None
+    async def _read_head(self) -> RequestParser:
+        """The request's head, parsed; never reads more than ``max_header_size`` for it.
 
-    async def _read_head(self, fed: int) -> Any:
-        """The request's head event; never reads more than ``max_header_size`` for it."""
+        The head is framed here (its blank line found in the buffer), so its limit is
+        exact: a head of that many bytes is read, one byte more is not. llhttp sees each
+        piece as it comes, so garbage is refused at once, not at the limit.
+        """
         limit = self._config.max_header_size
+        parser = RequestParser()
+        buffer = self._buffer
+        fed = 0
         while True:
-            event = await self._poll()
-            if isinstance(event, h11.ConnectionClosed):
+            end = buffer.find(b"\r\n\r\n", max(0, fed - 3))
+            size = end + 4 if end >= 0 else len(buffer)
+            if size > limit:
+                if end >= 0:
+                    why = f"request head of {size} bytes exceeds the {limit}-byte limit"
+                else:
+                    why = f"request head exceeds the {limit}-byte limit"
+                await self._send_error(431, why)
                 raise _Closed
-            if event is not h11.NEED_DATA:
-                return event
-            if fed >= limit:
-                await self._send_error(431, f"request head exceeds the {limit}-byte limit")
-                raise _Closed
-            data = await self._receive_chunk(min(_READ_SIZE, limit - fed))
-            self._receive(data)
-            fed += len(data)
+            try:
+                parser.feed_head(memoryview(buffer)[fed:size])
+            except BadRequest as exc:
+                await self._send_error(400, f"bad request: {exc}")
+                raise _Closed from None
+            if end >= 0:
+                del buffer[:size]
+                return parser
+            fed = size
+            data = await self._receive_chunk(min(_READ_SIZE, limit - fed + 1))
             if not data:
                 raise _Closed
+            buffer += data
 
     async def _receive_chunk(self, size: int = _READ_SIZE) -> bytes:
         try:
@@ -297,73 +291,66 @@ class _HttpConnection:
         except ssl.SSLError:
             raise _Closed from None
 
-    async def _next_event(self) -> Any:
-        while True:
-            event = await self._poll()
-            if event is h11.NEED_DATA:
-                self._receive(await self._receive_chunk())
-                continue
-            if isinstance(event, h11.ConnectionClosed):
-                raise _Closed
-            return event
+    async def _more(self) -> None:
+        """Read into the buffer; the client leaving mid-request ends the connection."""
+        data = await self._receive_chunk()
+        if not data:
+            raise _Closed
+        self._buffer += data
 
-    def _is_websocket_upgrade(self, request: h11.Request) -> bool:
+    def _is_websocket_upgrade(self, head: Head) -> bool:
         if self._server.upgrade_handler is None:
             return False
-        for name, value in request.headers:
-            if name == b"upgrade" and value.lower() == b"websocket":
-                return True
-        return False
+        value = head.header(b"upgrade")
+        return value is not None and value.lower() == b"websocket"
 
-    async def _upgrade(self) -> None:
+    async def _upgrade(self, request: HttpRequest) -> None:
         handler = self._server.upgrade_handler
         assert handler is not None
-        # h11 sees the Upgrade header and pauses after the request; what it
-        # buffered beyond the head belongs to the WebSocket.
-        event = await self._next_event()
-        if isinstance(event, h11.EndOfMessage):
-            event = self._h11.next_event()
-        if event is not h11.PAUSED:
-            await self._send_error(400, "an upgrade request must not carry a body")
-            return
-        del event
+        # What came after the head belongs to the WebSocket.
+        trailing, self._buffer = bytes(self._buffer), bytearray()
         # The stream's layer reads why it was cancelled, if the pools closed it.
         reset = current_slot.set(self._slot)
         try:
-            # Built in the call, not in a local: the handler may drop them once it is open.
-            await handler(*self._hand_over())
+            await handler(self._stream, request, trailing)
         finally:
             current_slot.reset(reset)
 
-    def _hand_over(self) -> tuple[anyio.abc.ByteStream, HttpRequest, bytes]:
-        """What the upgrade handler gets; this connection forgets the HTTP exchange."""
-        request, self._upgrading = self._upgrading, None
-        assert request is not None
-        trailing = bytes(self._h11.trailing_data[0])
-        del self._h11  # it holds the request's buffers; nothing reads HTTP here any more
-        http_request = HttpRequest(
-            request.method.decode(), request.target.decode(), _headers(request), b"", self._client
-        )
-        return self._stream, http_request, trailing
-
-    async def _read_body(self, request: h11.Request) -> bytes | None:
+    async def _read_body(self, parser: RequestParser) -> bytes | None:
         limit = self._config.max_body_size
-        length = _content_length(request)
-        if length is not None and length > limit:
+        head = parser.head
+        if head.chunked:
+            return await self._read_chunked(parser)
+        length = head.length or 0
+        if length > limit:
             await self._send_error(413, f"body of {length} bytes exceeds the {limit}-byte limit")
             return None
-        chunks: list[bytes] = []
-        size = 0
+        buffer = self._buffer
+        while len(buffer) < length:
+            await self._more()
+        body = bytes(buffer[:length])
+        del buffer[:length]
+        return body
+
+    async def _read_chunked(self, parser: RequestParser) -> bytes | None:
+        """A chunked body, through llhttp; a request sent behind it in the same read
+        cannot be told apart from it, so the connection closes after this answer."""
+        limit = self._config.max_body_size
         while True:
-            event = await self._next_event()
-            if isinstance(event, h11.Data):
-                size += len(event.data)
-                if size > limit:
-                    await self._send_error(413, f"body exceeds the {limit}-byte limit")
-                    return None
-                chunks.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                return b"".join(chunks)
+            data, self._buffer = bytes(self._buffer), bytearray()
+            try:
+                parser.feed_body(data)
+            except BadRequest as exc:
+                await self._send_error(400, f"bad request: {exc}")
+                return None
+            if parser.body_size > limit:
+                await self._send_error(413, f"body exceeds the {limit}-byte limit")
+                return None
+            if parser.complete:
+                if parser.overran:
+                    self._keep_alive = False
+                return b"".join(parser.body)
+            await self._more()
 
     async def _respond_while_connected(self, request: HttpRequest) -> HttpResponse | None:
         """The handler's answer, or None if the client hung up first.
@@ -371,9 +358,9 @@ class _HttpConnection:
         A caller that goes away must not leave its work running (a tool call can take
         minutes): while the handler runs, the connection is read, and its end cancels
         the handler. Bytes that arrive instead (a pipelined next request) are kept for
-        h11 and the watch stops, since the client is plainly still there.
+        the next cycle and the watch stops, since the client is plainly still there.
         """
-        if self._h11.trailing_data[0]:
+        if self._buffer:
             return await self._respond(request)  # more requests already came: it is there
         answer: list[HttpResponse] = []
         async with anyio.create_task_group() as tg:
@@ -388,7 +375,7 @@ class _HttpConnection:
                 log.info("http.client_left", client=self._client, path=request.path)
                 tg.cancel_scope.cancel()
             else:
-                self._receive(data)
+                self._buffer += data
         return answer[0] if answer else None
 
     async def _respond(self, request: HttpRequest) -> HttpResponse:
@@ -399,66 +386,68 @@ class _HttpConnection:
             log.exception("http.handler_crashed", method=request.method, path=request.path)
             return HttpResponse.error(500, "internal error (see the server log)")
 
-    async def _send(self, response: HttpResponse, *, head_only: bool = False) -> None:
-        headers = [
-            _SERVER_HEADER,
-            (b"content-type", response.content_type.encode()),
-            (b"content-length", str(len(response.body)).encode()),
-            *((k.encode(), v.encode()) for k, v in response.headers),
-        ]
-        conn = self._h11
-        try:
-            data = conn.send(
-                h11.Response(
-                    status_code=response.status, headers=headers, reason=_reason(response.status)
-                )
-            )
-            # HEAD: the headers of the answer GET would get, and no body (RFC 9110, 9.3.2).
-            if response.body and not head_only:
-                data += conn.send(h11.Data(data=response.body))
-            data += conn.send(h11.EndOfMessage())
-        except h11.LocalProtocolError:
-            raise _Closed from None
+    async def _write(self, data: bytes) -> None:
         try:
             await self._stream.send(data)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        except _GONE:
             raise _Closed from None
 
-    async def _send_stream(
-        self, response: HttpResponse, produce: Callable[[BodyWriter], Awaitable[None]]
-    ) -> None:
-        """The head, then each piece ``produce`` writes (chunked), then the end."""
+    async def _send(self, response: HttpResponse, *, head_only: bool = False) -> None:
         headers = [
-            _SERVER_HEADER,
+            (b"content-type", response.content_type.encode()),
+            (b"content-length", b"%d" % len(response.body)),
+            *((k.encode(), v.encode()) for k, v in response.headers),
+        ]
+        try:
+            data = response_head(response.status, headers, close=not self._keep_alive)
+        except ValueError:
+            log.error("http.bad_response_header", client=self._client, status=response.status)
+            data = response_head(500, [(b"content-length", b"0")], close=True)
+            self._keep_alive = False
+            head_only = True
+        self._answering = True
+        # HEAD: the headers of the answer GET would get, and no body (RFC 9110, 9.3.2).
+        await self._write(data if head_only or not response.body else data + response.body)
+
+    async def _send_stream(
+        self,
+        response: HttpResponse,
+        produce: Callable[[BodyWriter], Awaitable[None]],
+        head_only: bool,
+    ) -> None:
+        """The head, then each piece ``produce`` writes (chunked), then the end.
+
+        An HTTP/1.0 client knows no chunks: its body ends with the connection.
+        """
+        chunked = self._keep_alive
+        headers = [
             (b"content-type", response.content_type.encode()),
             (b"cache-control", b"no-store"),
             *((k.encode(), v.encode()) for k, v in response.headers),
         ]
+        if chunked:
+            headers.append((b"transfer-encoding", b"chunked"))
+        try:
+            head = response_head(response.status, headers, close=not chunked)
+        except ValueError:
+            log.error("http.bad_response_header", client=self._client, status=response.status)
+            raise _Closed from None
         timeout = self._config.request_timeout
+        self._answering = True
 
         async def write(data: bytes) -> None:
-            try:
-                out = self._h11.send(h11.Data(data=data)) if data else b""
-            except h11.LocalProtocolError:
-                raise _Closed from None
+            if not data:
+                return
             with anyio.move_on_after(timeout) as stalled:
-                try:
-                    await self._stream.send(out)
-                except _GONE:
-                    raise _Closed from None
+                await self._write(chunk(data) if chunked else data)
             if stalled.cancelled_caught:
                 log.info("http.client_not_reading", client=self._client, after=timeout)
                 raise _Closed
 
-        try:
-            head = self._h11.send(h11.Response(status_code=response.status, headers=headers))
-        except h11.LocalProtocolError:
-            raise _Closed from None
         with anyio.move_on_after(timeout):
-            try:
-                await self._stream.send(head)
-            except _GONE:
-                raise _Closed from None
+            await self._write(head)
+        if head_only:
+            return
         try:
             await self._produce_while_connected(produce, write)
         except _Closed:
@@ -467,15 +456,10 @@ class _HttpConnection:
             # Half an answer is out: the client learns only that the stream ended early.
             log.exception("http.stream_crashed", client=self._client)
             raise _Closed from None
-        try:
-            end = self._h11.send(h11.EndOfMessage())
-        except h11.LocalProtocolError:
-            raise _Closed from None
+        if not chunked:
+            raise _Closed  # the end of the connection is the end of the body
         with anyio.move_on_after(timeout):
-            try:
-                await self._stream.send(end)
-            except _GONE:
-                raise _Closed from None
+            await self._write(LAST_CHUNK)
 
     async def _produce_while_connected(
         self, produce: Callable[[BodyWriter], Awaitable[None]], write: BodyWriter
@@ -486,7 +470,7 @@ class _HttpConnection:
         and only a write would otherwise find the client gone: the connection is read
         meanwhile, as while a plain answer is made, so the work stops with its caller.
         """
-        if self._h11.trailing_data[0]:
+        if self._buffer:
             await produce(write)  # more requests already came: it is there
             return
         left = False
@@ -500,7 +484,7 @@ class _HttpConnection:
                 tg.start_soon(run)
                 data = await self._receive_chunk()
                 if data:
-                    self._receive(data)  # a pipelined request: kept for h11, run goes on
+                    self._buffer += data  # a pipelined request: kept, run goes on
                 else:
                     left = True
                     tg.cancel_scope.cancel()
@@ -509,54 +493,22 @@ class _HttpConnection:
             raise _Closed
 
     async def _send_error(self, status: int, message: str, **extra: Any) -> None:
-        if self._h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+        if self._answering:
             return
+        self._answering = True
         log.info("http.rejected", status=status, reason=message, client=self._client)
         response = HttpResponse.error(status, message, **extra)
         headers = [
-            _SERVER_HEADER,
             (b"content-type", b"application/json"),
-            (b"content-length", str(len(response.body)).encode()),
-            (b"connection", b"close"),
+            (b"content-length", b"%d" % len(response.body)),
         ]
-        try:
-            data = self._h11.send(
-                h11.Response(status_code=status, headers=headers, reason=_reason(status))
-            )
-            data += self._h11.send(h11.Data(data=response.body)) + self._h11.send(
-                h11.EndOfMessage()
-            )
-            with anyio.move_on_after(1):
-                await self._stream.send(data)
-        except (
-            h11.LocalProtocolError,
-            anyio.BrokenResourceError,
-            anyio.ClosedResourceError,
-            OSError,
-        ):
-            pass
+        data = response_head(status, headers, close=True) + response.body
+        with anyio.move_on_after(1), suppress(*_GONE):
+            await self._stream.send(data)
 
 
-def _reason(status: int) -> bytes:
-    """The standard reason phrase (``404 Not Found``); some clients show only that."""
-    try:
-        return HTTPStatus(status).phrase.encode()
-    except ValueError:
-        return b""
-
-
-def _headers(request: h11.Request) -> tuple[tuple[str, str], ...]:
-    return tuple((k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in request.headers)
-
-
-def _content_length(request: h11.Request) -> int | None:
-    for name, value in request.headers:
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
+def _headers(head: Head) -> tuple[tuple[str, str], ...]:
+    return tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in head.headers)
 
 
 class HttpServer:

@@ -2,7 +2,7 @@
 
 One implementation for asyncio and trio, dialling and accepting alike. We chose
 websockets' sans-I/O core over its asyncio and trio front-ends because (1) one code
-path serves both event loops, (2) the accepting side shares a listener with our h11
+path serves both event loops, (2) the accepting side shares a listener with our
 HTTP server, so the daemon serves its API and ``/ws`` on one port, and (3) we
 control reads, writes and batching ourselves (one writer that sends whatever queued
 meanwhile in one write; no task switch per message).
@@ -29,6 +29,7 @@ from typing import Final
 import anyio
 import anyio.abc
 from websockets.client import ClientProtocol
+from websockets.datastructures import Headers
 from websockets.exceptions import InvalidURI
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
@@ -629,11 +630,10 @@ async def _accept(
         max_size=config.hard_limit,
         select_subprotocol=_select_subprotocol,
     )
-    # h11 routed the request; websockets parses its own handshake from the
-    # same head (its parser must see the request before it reads frames).
-    handshake.receive_data(_request_head(request))
-    parsed = next((e for e in handshake.events_received() if isinstance(e, Request)), None)
-    if parsed is None or (paths is not None and request.path not in paths):
+    # The server parsed the head once; websockets checks the handshake from that, not
+    # from a second parse of the same bytes (frames get a protocol of their own, below).
+    parsed = Request(request.target, Headers(request.headers))
+    if paths is not None and request.path not in paths:
         reply = handshake.reject(404, f"no WebSocket endpoint at {request.path}\n")
     else:
         reply = handshake.accept(parsed)
@@ -699,12 +699,6 @@ def _take_offers(request: HttpRequest, offers: Sequence[str]) -> dict[str, str]:
 
 def _select_subprotocol(_: ServerProtocol, offered: Sequence[Subprotocol]) -> Subprotocol | None:
     return Subprotocol(WS_PROTOCOL) if WS_PROTOCOL in offered else None
-
-
-def _request_head(request: HttpRequest) -> bytes:
-    lines = [f"{request.method} {request.target} HTTP/1.1"]
-    lines.extend(f"{name}: {value}" for name, value in request.headers)
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 def websocket_upgrade_handler(

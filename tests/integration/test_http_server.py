@@ -240,3 +240,23 @@ async def test_a_client_that_hangs_up_mid_stream_ends_a_producer_that_writes_not
                 await started.wait()
         with anyio.fail_after(10):
             await ended.wait()
+
+
+async def test_a_response_header_that_would_split_the_head_gets_500_not_an_injected_header() -> (
+    None
+):
+    """A handler that echoes a client's value into a header cannot be made to write a
+    header of the client's choosing: the answer is a 500 (and the log says why)."""
+    from transports import HttpRequest, HttpResponse, open_http_server
+
+    async def handler(request: HttpRequest) -> HttpResponse:
+        return HttpResponse(200, b"{}", headers=[("x-echo", request.query_value("v") or "")])
+
+    async with open_http_server(handler, host="127.0.0.1", port=0) as srv:
+        answer = await _answers(
+            srv, b"GET /?v=a%0D%0Ax-injected:%201 HTTP/1.1\r\nhost: x\r\n\r\n", 1
+        )
+        fine = await _answers(srv, b"GET /?v=plain HTTP/1.1\r\nhost: x\r\n\r\n", 1)
+    assert answer.startswith(b"HTTP/1.1 500 "), answer[:80]
+    assert b"x-injected" not in answer
+    assert fine.startswith(b"HTTP/1.1 200 ") and b"x-echo: plain\r\n" in fine
