@@ -30,7 +30,14 @@ from mesh._orchestrator.access import Principal
 from mesh.cluster._calls import ROOM_CONTROL_METHOD
 from mesh.cluster._settings import Names
 from mesh.cluster._wire import RoomControl, RoomControlReply
-from mesh.rooms import RoomConflict, RoomError, RoomManager, RoomNotFound, RoomSnapshot
+from mesh.rooms import (
+    InvalidRoomSpec,
+    RoomConflict,
+    RoomError,
+    RoomManager,
+    RoomNotFound,
+    RoomSnapshot,
+)
 from mesh.rooms._replica import Forwarded, PersonOp, RoomOp, qualified
 
 __all__ = ["Ask", "RoomControls"]
@@ -78,7 +85,7 @@ class RoomControls:
         self,
         room_id: str,
         op: PersonOp,
-        args: dict[str, str | None],
+        args: dict[str, Any],
         person: Principal | None = None,
     ) -> Forwarded | None:
         holder = args.get("holder")
@@ -89,6 +96,9 @@ class RoomControls:
                 name=args.get("name") or "",
                 member=args.get("member") or "",
                 text=args.get("text") or "",
+                question=args.get("question") or "",
+                action=args.get("action") or "",
+                content=args.get("content"),
                 holder=self._qualify(holder),
                 person=person,
             )
@@ -123,6 +133,8 @@ class RoomControls:
                 raise RoomNotFound(room_id)
             if reply.kind == "forbidden":  # a seat another token holds: 403, as here
                 raise Forbidden(reply.error)
+            if reply.kind == "invalid":  # an answer that does not fit: 400, as here
+                raise InvalidRoomSpec(reply.error, room=room_id)
             raise RoomConflict(reply.error, room=room_id)
         return reply
 
@@ -141,6 +153,8 @@ class RoomControls:
             reply = await _apply(self._rooms, _vouched(asked, signer))
         except RoomNotFound as exc:
             reply = RoomControlReply(error=str(exc), kind="not_found")
+        except InvalidRoomSpec as exc:
+            reply = RoomControlReply(error=str(exc), kind="invalid")
         except RoomError as exc:
             reply = RoomControlReply(error=str(exc), kind="conflict")
         except Forbidden as exc:  # the seat's holder, checked again where it is recorded
@@ -220,6 +234,10 @@ async def _apply(rooms: RoomManager, control: RoomControl) -> RoomControlReply:
         await rooms.pass_turn(room_id, member, **seat)
     elif control.op == "say":
         result = await rooms.say(room_id, member, control.text, **seat)
+    elif control.op == "answer":
+        result = await rooms.answer(
+            room_id, member, control.question, control.action, control.content, **seat
+        )
     else:
         operations = {"pause": rooms.pause, "stop": rooms.stop, "resume": rooms.resume}
         snapshot = await operations[control.op](room_id, forward=False)

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import anyio
 import anyio.abc
@@ -541,7 +541,7 @@ class RoomReplication:
         self,
         room_id: str,
         op: PersonOp,
-        args: dict[str, str | None],
+        args: dict[str, Any],
         person: Principal | None = None,
     ) -> Forwarded | None:
         return await self._controls.forward_person(room_id, op, args, person)

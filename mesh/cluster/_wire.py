@@ -131,7 +131,7 @@ class RoomControl(msgspec.Struct, frozen=True, kw_only=True):
     (asked by another daemon, which only the holder may record)."""
 
     room: str
-    op: Literal["pause", "stop", "resume", "join", "leave", "say", "pass"]
+    op: Literal["pause", "stop", "resume", "join", "leave", "say", "pass", "answer"]
     #: A person's operation: who (their name to join, their member id otherwise), what
     #: they said, the identity that holds their seat (qualified by its daemon), and
     #: their token as that daemon checked it (its name is the seat's ``by``; an admin
@@ -139,6 +139,10 @@ class RoomControl(msgspec.Struct, frozen=True, kw_only=True):
     name: str = ""
     member: str = ""
     text: str = ""
+    #: A person's answer to the question a member put to the room's people.
+    question: str = ""
+    action: str = ""
+    content: dict[str, Any] | None = None
     holder: str | None = None
     person: Principal | None = None
 

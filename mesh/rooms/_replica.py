@@ -25,7 +25,7 @@ from mesh.rooms._model import RoomSnapshot
 __all__ = ["Forwarded", "PersonOp", "RoomLeaseLost", "RoomOp", "RoomReplica", "qualified"]
 
 RoomOp = Literal["pause", "stop", "resume"]
-PersonOp = Literal["join", "leave", "say", "pass"]
+PersonOp = Literal["join", "leave", "say", "pass", "answer"]
 
 
 class Forwarded(msgspec.Struct, frozen=True):
@@ -100,10 +100,11 @@ class RoomReplica(Protocol):
         self,
         room_id: str,
         op: PersonOp,
-        args: dict[str, str | None],
+        args: dict[str, Any],
         person: Principal | None = None,
     ) -> Forwarded | None:
-        """Hand a person's ``op`` (``args``: ``name`` or ``member``, ``text``, ``holder``;
+        """Hand a person's ``op`` (``args``: ``name`` or ``member``, ``text``, ``holder``,
+        an answer's ``question``, ``action`` and ``content``;
         ``person``: their token, as checked here) to the daemon that runs the room; None
         if no other daemon runs it.
 

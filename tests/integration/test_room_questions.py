@@ -22,7 +22,9 @@ from mesh.rooms import (
     StoppedEvent,
     decode_event,
 )
-from mesh.testing import Daemon, spawn_daemon
+from mesh.testing import Daemon, spawn_daemon, spawn_nats_server
+from tests.cluster._history import open_daemons
+from tests.cluster._history import persona_manifest as persona_manifest_text
 
 from ._daemon import persona_manifest
 
@@ -65,13 +67,15 @@ async def _open_room(
         assert (await http.post(f"/rooms/{room_id}/resume")).status_code == 200
 
 
-async def _until(watch: Any, kind: type[RoomEvent], seen: list[RoomEvent]) -> Any:
-    """Events as an observer gets them live, up to the first of ``kind``."""
+async def _until(
+    watch: Any, kind: type[RoomEvent], seen: list[RoomEvent], *, who: str | None = None
+) -> Any:
+    """Events as an observer gets them live, up to the first of ``kind`` (by ``who``)."""
     with anyio.fail_after(GUARD):
         while True:
             event = decode_event(await watch.receive())
             seen.append(event)
-            if isinstance(event, kind):
+            if isinstance(event, kind) and who in (None, getattr(event, "agent_id", None)):
                 return event
 
 
@@ -205,3 +209,50 @@ async def _read_until(stream: Any, wanted: str, seen: list[str]) -> None:
     with anyio.fail_after(GUARD):
         while wanted not in "".join(seen):
             seen.append((await stream.receive()).decode(errors="replace"))
+
+
+async def test_a_person_answers_through_a_daemon_that_does_not_run_the_room(
+    tmp_path: Path,
+) -> None:
+    """Daemon a runs the room and its asker; Carol joins and answers through daemon b,
+    which hands her answer to a, where the question is open. (A paused room has no
+    holder to hand a join to, so the room runs from the start: Alice's first turn takes
+    long enough for Carol's join to be recorded before the asker's turn.)"""
+    asker = (_manifests(tmp_path)[0] / "asker.toml").read_text()
+    alice_path = tmp_path / "cluster" / "a" / "manifests" / "alice.toml"
+    alice = persona_manifest_text(alice_path, "alice", delay=5.0)
+    async with (
+        spawn_nats_server() as nats,
+        open_daemons(
+            tmp_path / "cluster",
+            {"a": nats.url, "b": nats.url},
+            files={"a": {"asker.toml": asker, "alice.toml": alice}},
+        ) as daemons,
+    ):
+        a, b = daemons["a"], daemons["b"]
+        await b.wait_online("asker", "alice")
+        spec: dict[str, Any] = {"id": "shed", "topic": "The shed", "members": ["alice", "asker"]}
+        spec.update(limits={"max_turns": 2}, rules={"max_failures": 1})
+        seen: list[RoomEvent] = []
+        async with a.client() as on_a, b.client() as on_b:
+            assert (await on_a.post("/rooms", json=spec)).status_code == 201
+            async with b.open_events("/rooms/shed/events") as watch:
+                joined = await on_b.post("/rooms/shed/join", json={"name": "Carol"})
+                assert joined.status_code == 200, joined.text
+                asked: QuestionEvent = await _until(watch, QuestionEvent, seen)
+
+                async def answer(**body: Any) -> Any:
+                    body = {"member": "carol", "question": asked.question, **body}
+                    return await on_b.post("/rooms/shed/answer", json=body)
+
+                # the holder's refusal comes back as its own: a misfit is 400, not 409
+                misfit = await answer(action="accept", content={"colour": "purple"})
+                assert misfit.status_code == 400 and "'purple' is none of" in misfit.text
+                given = await answer(action="accept", content={"colour": "green"})
+                assert given.status_code == 200, given.text
+                again = await answer(action="decline")
+                assert again.status_code == 409 and "answered already" in again.text
+                said: MessageEvent = await _until(watch, MessageEvent, seen, who="asker")
+    assert said.text == "Painting the shed green, 2 coats."
+    answered = [e for e in seen if isinstance(e, AnswerEvent)]
+    assert [(e.agent_id, e.action) for e in answered] == [("carol", "accept")]

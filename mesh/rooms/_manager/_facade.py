@@ -381,6 +381,7 @@ class RoomManager:
         *,
         holder: str | None = None,
         person: Principal | None = None,
+        forward: bool = True,
     ) -> dict[str, Any]:
         """A person's answer to the question a member put to the room's people:
         ``action`` ``accept`` (with ``content`` fitting the question's schema),
@@ -391,7 +392,14 @@ class RoomManager:
         that does not fit the question or a member who is not a person.
         """
         return await self._seats.answer(
-            room_id, member_id, question, action, content, holder=holder, person=person
+            room_id,
+            member_id,
+            question,
+            action,
+            content,
+            holder=holder,
+            person=person,
+            forward=forward,
         )
 
     async def pass_turn(

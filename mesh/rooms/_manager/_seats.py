@@ -90,7 +90,7 @@ class Seats:
                 self._authorize(member.id, ROOM_TURN, person.in_room(state_room.id))
 
     async def _forward(
-        self, room: HeldRoom, op: PersonOp, person: Principal | None, **args: str | None
+        self, room: HeldRoom, op: PersonOp, person: Principal | None, **args: Any
     ) -> Forwarded | None:
         """The holder's answer to a person's ``op`` on a room this daemon does not run
         (only the holder records); None if it runs here, or nowhere else."""
@@ -259,18 +259,28 @@ class Seats:
         *,
         holder: str | None = None,
         person: Principal | None = None,
+        forward: bool = True,
     ) -> dict[str, Any]:
         """A person's answer to the question a member put to the room's people.
 
         Only a person present in the room (their seat's holder, or an admin) answers,
         and only the question open now; the room records the ``ANSWER`` and the
-        member's turn goes on with it.
+        member's turn goes on with it. A room another daemon runs gets the answer
+        there, where its question is open.
         """
         room = await self._table.load(room_id)
-        holder = self._here(holder)
+        if forward:
+            holder = self._here(holder)
         member = self._person(room, member_id)
         _check_holder(room, member.id, holder, person)
-        if room.runner is None:  # not running here: its questions are asked elsewhere
+        if forward:
+            answered = {"question": question, "action": action, "content": content}
+            forwarded = await self._forward(
+                room, "answer", person, member=member.id, holder=holder, **answered
+            )
+            if forwarded is not None:
+                return cast(dict[str, Any], forwarded.result)
+        if room.runner is None:  # not running here, nor anywhere that would take it
             raise RoomConflict(
                 f"room {room_id!r} has no turn in flight here: there is no question to answer",
                 room=room_id,
