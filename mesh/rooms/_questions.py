@@ -15,6 +15,7 @@ at once, as is an ask in a room with nobody present to answer it.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
@@ -28,6 +29,9 @@ __all__ = ["ANSWERS", "Answer", "OpenQuestion", "Questions"]
 
 #: What a person may answer a question with (``withdrawn`` is the room's alone).
 ANSWERS: Final = ("accept", "decline", "cancel")
+
+#: How many ended questions a room remembers, to say why a late answer is refused.
+_REMEMBERED: Final = 16
 
 Action = Literal["accept", "decline", "cancel", "withdrawn"]
 
@@ -76,6 +80,7 @@ class Questions:
     def __init__(self) -> None:
         self.open: OpenQuestion | None = None
         self._asked = 0
+        self._ended: OrderedDict[str, Answer] = OrderedDict()
 
     def ask(
         self, room_id: str, turn: int, asker: str, params: Mapping[str, Any], present: bool
@@ -107,6 +112,26 @@ class Questions:
         """Forget ``question`` once it has ended (answered or withdrawn)."""
         if self.open is question:
             self.open = None
+        if question.answer is not None:
+            self._ended[question.id] = question.answer
+            while len(self._ended) > _REMEMBERED:
+                self._ended.popitem(last=False)
+
+    def closed(self, room_id: str, qid: str) -> RoomConflict | None:
+        """Why an answer to ``qid`` is refused if it has ended; None if it has not."""
+        question = self.open
+        if question is not None and question.id == qid and question.answer is not None:
+            ended: Answer | None = question.answer
+        else:
+            ended = self._ended.get(qid)
+        if ended is None:
+            return None
+        how = (
+            f"answered already ({ended.action} by {ended.by!r})"
+            if ended.by is not None
+            else f"withdrawn ({ended.reason or 'nobody answered it'})"
+        )
+        return RoomConflict(f"room {room_id!r} question {qid!r} was {how}", room=room_id)
 
     def answer(
         self,
@@ -118,6 +143,9 @@ class Questions:
     ) -> OpenQuestion:
         """Close question ``qid`` with a person's answer (its fields checked against the
         question's schema, and its defaults filled in); the question, or why not."""
+        refused = self.closed(room_id, qid)
+        if refused is not None:
+            raise refused
         question = self.open
         if question is None or question.id != qid or question.answer is not None:
             raise RoomConflict(

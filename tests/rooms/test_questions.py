@@ -67,3 +67,27 @@ async def test_an_answer_must_fit_and_only_the_first_counts() -> None:
 async def test_a_withdrawn_question_is_a_cancel_for_the_asker() -> None:
     assert Answer("withdrawn", reason="the turn ended").result() == {"action": "cancel"}
     assert Answer("decline", by="carol").result() == {"action": "decline"}
+
+
+async def test_a_late_answer_is_told_how_the_question_ended_after_its_turn() -> None:
+    questions = Questions()
+    answered, _ = questions.ask("r", 1, "painter", ASK, present=True)
+    questions.answer("r", "q1-1", "carol", "decline", None)
+    questions.take(answered)  # the turn went on and the room let go of it
+    withdrawn, _ = questions.ask("r", 2, "painter", ASK, present=True)
+    withdrawn.close(Answer("withdrawn", reason="turn 2 ended before anyone answered"))
+    questions.take(withdrawn)
+    with pytest.raises(RoomConflict, match=r"'q1-1' was answered already \(decline by 'carol'\)"):
+        questions.answer("r", "q1-1", "dave", "accept", {"colour": "red"})
+    with pytest.raises(RoomConflict, match="'q2-2' was withdrawn \\(turn 2 ended before"):
+        questions.answer("r", "q2-2", "carol", "cancel", None)
+    refused = questions.closed("r", "q1-1")  # what a room no longer running says too
+    assert refused is not None and "answered already" in str(refused)
+    assert questions.closed("r", "q9-9") is None
+    for turn in range(3, 40):  # a bounded memory: the oldest are forgotten
+        asked, _ = questions.ask("r", turn, "painter", ASK, present=True)
+        questions.answer("r", asked.id, "carol", "decline", None)
+        questions.take(asked)
+    assert questions.closed("r", "q1-1") is None
+    with pytest.raises(RoomConflict, match="answered already, withdrawn, or never asked"):
+        questions.answer("r", "q1-1", "carol", "decline", None)

@@ -281,6 +281,9 @@ class Seats:
             if forwarded is not None:
                 return cast(dict[str, Any], forwarded.result)
         if room.runner is None:  # not running here, nor anywhere that would take it
+            refused = room.desk.questions.closed(room_id, question)
+            if refused is not None:  # the answer that ended its turn came first
+                raise refused
             raise RoomConflict(
                 f"room {room_id!r} has no turn in flight here: there is no question to answer",
                 room=room_id,
