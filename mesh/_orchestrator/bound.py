@@ -1,10 +1,11 @@
-"""A caller bound to one principal: what each surface holds instead of the orchestrator.
+"""A caller bound to one principal: what a surface holds to call for the identity it serves.
 
 A surface (``/rpc``, ``/mcp``, ``/a2a``, an agent's ``mesh/call``, a room) learns
 who it serves once — from a token, a link, a room's creator — and builds one
-:class:`BoundCaller` for them. Every call it makes through it goes through the
-orchestrator's door for that identity, and it has nothing else to reach for: no
-links, no registry writes, no ``on_behalf_of`` to forget or to get wrong.
+:class:`BoundCaller` for them (``door.acting_for(principal)``). Every call it makes
+through it goes through the door (:class:`~mesh._orchestrator.door.Door`) for that
+identity, and it has nothing else to reach for: no links, no registry writes, no
+``on_behalf_of`` to forget or to get wrong.
 """
 
 from __future__ import annotations
@@ -15,20 +16,34 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, Unpack
 from mesh._orchestrator.access import Principal
 from mesh._rpc.asks import AskHandlers
 from mesh._rpc.caller import ProgressCallback
+from registry import Registry
 
 if TYPE_CHECKING:
     from mesh._orchestrator.spec import Outcome
 
-__all__ = ["BoundCaller", "Door"]
+__all__ = ["BoundCaller", "Doorway"]
 
 #: How long a broadcast waits per agent unless told otherwise.
 DEFAULT_BROADCAST_TIMEOUT: Final = 10.0
 
 
-class Door(Protocol):
-    """What a :class:`BoundCaller` reaches through: the orchestrator's calls, each for
-    a principal. Written here, so that this module need not import the orchestrator
-    that builds it."""
+class Doorway(Protocol):
+    """The door as a calling surface sees it: its calls, each for a principal, the checks
+    it may ask ahead, and the registry to read who is there.
+
+    :class:`~mesh._orchestrator.door.Door` is one, and so is :class:`~mesh.MeshOrchestrator`,
+    which hands all of it to its door: a surface typed with this reaches no link.
+    Written here, so that this module need not import the door that builds it.
+    """
+
+    @property
+    def registry(self) -> Registry: ...
+
+    def knows(self, agent_id: str) -> bool: ...
+
+    def deadline_limit(self, agent: str) -> float | None: ...
+
+    def acting_for(self, principal: Principal) -> BoundCaller: ...
 
     async def call(
         self,
@@ -105,7 +120,7 @@ class BoundCaller:
 
     __slots__ = ("_mesh", "principal")
 
-    def __init__(self, mesh: Door, principal: Principal) -> None:
+    def __init__(self, mesh: Doorway, principal: Principal) -> None:
         self._mesh = mesh
         self.principal: Final = principal
 

@@ -1,6 +1,6 @@
 """What the orchestrator tells the process's metrics and, with tracing on, its spans.
 
-Kept apart so the call path has one small hook in :meth:`~mesh.MeshOrchestrator.call`,
+Kept apart so the call path has one small hook in :meth:`~mesh._orchestrator.door.Door.call`,
 through which every surface's calls pass: three plain functions with tracing off
 (a few additions per call), :class:`observe_call` with it on.
 """

@@ -1,13 +1,15 @@
 """What the orchestrator serves on every link: ``mesh/call``, agent-to-agent calls.
 
 An agent asks the mesh to call another one (``RequestContext.call_agent``); the
-router hands it to whatever calls agents by id — the orchestrator, which it
-knows only by that one method — on behalf of the calling agent, so the
-orchestrator's door checks both agents' access sections.
+router hands it to whatever calls agents by id — the door, which it knows
+only by that one method — on behalf of the calling agent, so the door checks
+both agents' access sections. What an agent tells the mesh of its tools,
+resources and prompts goes to :class:`Notices`, for whoever follows them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol, Unpack
 
 import msgspec
@@ -20,7 +22,7 @@ from mesh._rpc.peer import Peer, RequestContext
 from mesh._rpc.session import ROUTE_METHOD
 from mesh._telemetry.metrics import served
 
-__all__ = ["AGENT_NOTICES", "TOOLS_CHANGED", "CallsAgents", "Router"]
+__all__ = ["AGENT_NOTICES", "TOOLS_CHANGED", "CallsAgents", "Notices", "Router"]
 
 log = get_logger("mesh.orchestrator")
 
@@ -32,7 +34,7 @@ AGENT_NOTICES = frozenset({"resources/updated", "resources/list_changed", "promp
 
 
 class CallsAgents(Protocol):
-    """Calls an agent by id; :class:`mesh.MeshOrchestrator` is one."""
+    """Calls an agent by id, for someone; the door is one."""
 
     async def call(
         self,
@@ -45,13 +47,40 @@ class CallsAgents(Protocol):
         **asks: Unpack[AskHandlers],
     ) -> Any: ...
 
+
+class Notices:
+    """What agents say changed of theirs, handed to whoever follows it (the MCP servers)."""
+
+    def __init__(self) -> None:
+        self._tools_listeners: set[Callable[[str], None]] = set()
+        self._notice_listeners: set[Callable[[str, str, Any], None]] = set()
+
+    def add_tools_listener(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(agent)`` whenever an agent says its tools changed."""
+        self._tools_listeners.add(listener)
+
+    def remove_tools_listener(self, listener: Callable[[str], None]) -> None:
+        self._tools_listeners.discard(listener)
+
     def tools_changed(self, agent: str) -> None:
-        """``agent`` says its list of tools changed (a mounted MCP server's did)."""
-        ...
+        """An agent (a mounted MCP server, say) told us its list of tools changed."""
+        log.info("mesh.tools_changed", agent=agent)
+        for listener in list(self._tools_listeners):
+            listener(agent)
+
+    def add_notice_listener(self, listener: Callable[[str, str, Any], None]) -> None:
+        """Call ``listener(agent, method, params)`` whenever an agent says one of its
+        resources, or its list of resources or prompts, changed."""
+        self._notice_listeners.add(listener)
+
+    def remove_notice_listener(self, listener: Callable[[str, str, Any], None]) -> None:
+        self._notice_listeners.discard(listener)
 
     def agent_notice(self, agent: str, method: str, params: Any) -> None:
-        """``agent`` says a resource or a list of its changed (one of :data:`AGENT_NOTICES`)."""
-        ...
+        """An agent told us a resource or a list changed (one of :data:`AGENT_NOTICES`)."""
+        log.debug("mesh.agent_notice", agent=agent, method=method)
+        for listener in list(self._notice_listeners):
+            listener(agent, method, params)
 
 
 class _RouteParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -62,10 +91,12 @@ class _RouteParams(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class Router:
-    """Serves ``mesh/call`` on a link by calling the target through ``mesh``."""
+    """Serves ``mesh/call`` on a link by calling the target through ``door``, and hands
+    an agent's notices to ``notices``."""
 
-    def __init__(self, mesh: CallsAgents) -> None:
-        self._mesh = mesh
+    def __init__(self, door: CallsAgents, notices: Notices) -> None:
+        self._door = door
+        self._notices = notices
 
     async def handle_request(self, ctx: RequestContext, method: str, params: Any) -> Any:
         if method != ROUTE_METHOD:
@@ -79,7 +110,7 @@ class Router:
         caller = ctx.peer.agent if ctx.peer is not None else None
         log.debug("mesh.route", to=route.agent, method=route.method)
         with served("agent", route.method):
-            return await self._mesh.call(
+            return await self._door.call(
                 route.agent,
                 route.method,
                 route.params,
@@ -91,9 +122,9 @@ class Router:
 
     def handle_notification(self, peer: Peer | None, method: str, params: Any) -> None:
         if method == TOOLS_CHANGED and peer is not None and peer.agent is not None:
-            self._mesh.tools_changed(peer.agent)
+            self._notices.tools_changed(peer.agent)
             return
         if method in AGENT_NOTICES and peer is not None and peer.agent is not None:
-            self._mesh.agent_notice(peer.agent, method, params)
+            self._notices.agent_notice(peer.agent, method, params)
             return
         log.debug("mesh.notification", method=method)

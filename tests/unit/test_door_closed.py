@@ -119,7 +119,7 @@ async def agent_link_without_an_id(mesh: MeshOrchestrator, _: Path) -> str:
     """``mesh/call`` from a link that names no agent: nobody's call."""
     ours, theirs = memory_stream_pair()
     async with (
-        open_peer(ours, handler=Router(mesh)),
+        open_peer(ours, handler=Router(mesh.door, mesh.notices)),
         open_peer(theirs) as agent_side,
     ):
         params = {"agent": "counted", "method": "tools/call", "params": {"name": "count"}}
