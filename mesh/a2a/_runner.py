@@ -1,7 +1,7 @@
 """Running one task: the mesh call a message became, its progress and its end as A2A events.
 
-The call is made through :meth:`~mesh.MeshOrchestrator.call` (the one door:
-access, deadlines and cancel are the orchestrator's), inside a cancel scope the
+The call is made through the door (:meth:`~mesh._orchestrator.door.Door.call`: access,
+deadlines and cancel are the door's), inside a cancel scope the
 task holds, so ``CancelTask`` cancels the call and the agent hears ``cancelled``
 at once. What happens becomes the task's events:
 
@@ -40,7 +40,7 @@ from mesh.a2a._mapping import ROOM_TURN, Conversations, Plan
 from mesh.a2a._tasks import Task, new_id
 
 if TYPE_CHECKING:
-    from mesh._orchestrator.orchestrator import MeshOrchestrator
+    from mesh._orchestrator.bound import Doorway
 
 __all__ = ["agent_message", "run_task"]
 
@@ -61,7 +61,7 @@ def agent_message(text: str, data: Any = None, *, context_id: str, task_id: str)
 
 
 async def run_task(
-    mesh: MeshOrchestrator,
+    mesh: Doorway,
     task: Task,
     plan: Plan,
     *,
@@ -99,7 +99,7 @@ def _say(task: Task, text: str, data: Any = None) -> dict[str, Any]:
 
 
 async def _tool(
-    mesh: MeshOrchestrator,
+    mesh: Doorway,
     task: Task,
     plan: Plan,
     timeout: float | None,
@@ -171,7 +171,7 @@ class _Pieces:
 
 
 async def _chat(
-    mesh: MeshOrchestrator,
+    mesh: Doorway,
     task: Task,
     text: str,
     conversations: Conversations,

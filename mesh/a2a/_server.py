@@ -44,7 +44,7 @@ import anyio.abc
 from mesh._errors import Forbidden, MeshError
 from mesh._input import whole_number
 from mesh._orchestrator.access import DAEMON, NOBODY, Principal, check_deadline
-from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh._orchestrator.bound import Doorway
 from mesh.a2a._asking import AnswerError, answer_of
 from mesh.a2a._card import MODES, Revisions, build_card, card_response, wants_legacy
 from mesh.a2a._content import CONTEXT_ARGUMENT, request_context, wants_context
@@ -118,7 +118,7 @@ class A2aServer:
 
     def __init__(
         self,
-        mesh: MeshOrchestrator,
+        mesh: Doorway,
         *,
         store: TaskStore | None = None,
         max_message_size: int = DEFAULT_MAX_MESSAGE,

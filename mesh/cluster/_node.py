@@ -41,6 +41,7 @@ from mesh.cluster._settings import ClusterSettings, Names
 
 if TYPE_CHECKING:
     from mesh._orchestrator.orchestrator import MeshOrchestrator
+    from mesh._orchestrator.table import LinkTable
     from mesh.cluster._rooms import RoomReplication
     from mesh.rooms import RoomManager
 
@@ -180,7 +181,7 @@ async def connect_nats(settings: ClusterSettings) -> AsyncIterator[NatsLink]:
 
 
 def _cluster_registry(orchestrator: MeshOrchestrator) -> ClusterRegistry:
-    registry = orchestrator.registry
+    registry = orchestrator.links.registry
     if not isinstance(registry, ClusterRegistry):
         raise ClusterError(
             "the orchestrator's registry must be a ClusterRegistry so that heartbeats reach the "
@@ -207,12 +208,13 @@ async def join_cluster(
         link,
         names,
         registry,
-        call_timeout_of=orchestrator.call_timeout_of,
-        access_of=lambda agent: _access(orchestrator, agent),
+        call_timeout_of=orchestrator.links.call_timeout_of,
+        access_of=lambda agent: _access(orchestrator.links, agent),
         signing=keys.keys,
         fetch_key=keys.ensure,
     )
-    calls = RemoteCalls(link, names, sync, registry, orchestrator, keys)
+    # Calls from other daemons come in through the door, as every call does.
+    calls = RemoteCalls(link, names, sync, registry, orchestrator.door, keys)
     replication = None
     if rooms is not None:
         from mesh.cluster._rooms import RoomReplication
@@ -231,7 +233,7 @@ async def join_cluster(
             await tg.start(replication.run)
         ready = anyio.Event()
         tg.start_soon(_follow_connection, cluster, ready)
-        orchestrator.remote = calls
+        orchestrator.links.remote = calls
         if link.connected:
             with anyio.move_on_after(settings.connect_timeout):
                 await ready.wait()
@@ -239,17 +241,17 @@ async def join_cluster(
         try:
             yield cluster
         finally:
-            orchestrator.remote = None
+            orchestrator.links.remote = None
             with anyio.CancelScope(shield=True), anyio.move_on_after(WITHDRAW_TIMEOUT * 2):
                 await _leave(cluster)
             tg.cancel_scope.cancel()
 
 
-def _access(orchestrator: MeshOrchestrator, agent_id: str) -> dict[str, Any] | None:
+def _access(links: LinkTable, agent_id: str) -> dict[str, Any] | None:
     """A local agent's access section as JSON builtins (None for the defaults)."""
     from mesh.manifests._types import DEFAULT_ACCESS
 
-    access = orchestrator.access_of(agent_id)
+    access = links.access_of(agent_id)
     return None if access == DEFAULT_ACCESS else msgspec.to_builtins(access)
 
 

@@ -5,7 +5,7 @@ agent's card; ``POST /a2a/{agent}`` (the ``call`` right) is its JSON-RPC
 endpoint, and the paths under it (``message:send``, ``tasks/{id}``, …; the ``call``
 right on every verb) its HTTP+JSON binding, answered by the same server. Before
 any, the agent must be one the daemon knows (404) and its manifest's
-``access.callers`` must admit the token (403: the orchestrator's door, asked
+``access.callers`` must admit the token (403: the door, asked
 ahead; every call a task makes passes the door again). An agent a token may not
 call has, for that token, no card either. Tasks belong to the token that made
 them: another token asking for one is told there is no such task.
@@ -18,7 +18,7 @@ from functools import partial
 from urllib.parse import quote, unquote
 
 from mesh._errors import Forbidden
-from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh._orchestrator.bound import Doorway
 from mesh.a2a import A2aServer, Caller, TaskStore
 from mesh.daemon._auth import Identity
 from mesh.daemon._limits import check_endpoint
@@ -37,8 +37,8 @@ def check_webhook(url: str, *, allowed: Sequence[str]) -> str | None:
 class DaemonA2a:
     """The handlers of the ``/a2a/…`` routes."""
 
-    def __init__(self, orchestrator: MeshOrchestrator, settings: DaemonSettings) -> None:
-        self._mesh = orchestrator
+    def __init__(self, door: Doorway, settings: DaemonSettings) -> None:
+        self._door = door
         self._scheme = "https" if settings.tls_cert is not None else "http"
         # Webhooks go only to the hosts the operator named (none: push is not offered), and
         # are held to the rule of registered endpoints: no request forgery.
@@ -51,13 +51,13 @@ class DaemonA2a:
             retention=settings.a2a_task_retention,
             directory=settings.data_dir,
         )
-        self.server = A2aServer(orchestrator, store=store, check_push_url=check)
+        self.server = A2aServer(door, store=store, check_push_url=check)
 
     def _refused(self, who: Identity, agent: str) -> HttpResponse | None:
-        if not self._mesh.knows(agent):
+        if not self._door.knows(agent):
             return HttpResponse.error(404, f"no agent {agent!r}")
         try:  # the door's own answer, asked ahead: no card for an agent the token may not call
-            self._mesh.authorize(agent, "tools/call", on_behalf_of=who.principal)
+            self._door.authorize(agent, "tools/call", on_behalf_of=who.principal)
         except Forbidden as exc:
             return HttpResponse.error(403, str(exc))
         return None

@@ -23,8 +23,8 @@ import msgspec
 
 from mesh._input import whole_number
 from mesh._logging import get_logger
-from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._orchestrator.spec import AgentSpec
+from mesh._orchestrator.table import LinkTable
 from mesh._orchestrator.view import AgentView, LinkChanges
 from mesh.daemon._auth import Identity
 from mesh.daemon._limits import check_endpoint, check_id
@@ -154,12 +154,12 @@ def describe_view(view: AgentView, now: float) -> dict[str, Any]:
 class AgentRoutes:
     def __init__(
         self,
-        orchestrator: MeshOrchestrator,
+        links: LinkTable,
         settings: DaemonSettings,
         manifest_ids: frozenset[str],
         token_for: Callable[[str], bool] = lambda agent_id: False,
     ) -> None:
-        self._mesh = orchestrator
+        self._links = links
         self._settings = settings
         self.manifest_ids = manifest_ids
         #: Whether an agent token is issued for an id: that id dials in, and is kept for it.
@@ -169,7 +169,7 @@ class AgentRoutes:
         self._held: Counter[str] = Counter()
         #: In a cluster (``mesh serve --nats``): the daemon that holds an agent.
         self.holder: Callable[[str], str] | None = None
-        orchestrator.registry.add_listener(self._on_change)
+        links.registry.add_listener(self._on_change)
 
     # -- reading --------------------------------------------------------------------
 
@@ -190,16 +190,16 @@ class AgentRoutes:
         page, more = page_of_ids(self._ids(), limit, after)
         now, agents = anyio.current_time(), []
         for agent_id in page:
-            view = self._mesh.view(agent_id)
+            view = self._links.view(agent_id)
             if view is not None:
                 agents.append(self._with_holder(describe_view(view, now)))
         return HttpResponse.json(200, {"agents": agents, "next": page[-1] if more else None})
 
     def _ids(self) -> list[str]:
         """Every agent registered, and every configured one that is not (yet)."""
-        registered = self._mesh.registry.ids()
+        registered = self._links.registry.ids()
         held = set(registered)
-        return [*registered, *(a for a in self._mesh.linked_agents() if a not in held)]
+        return [*registered, *(a for a in self._links.linked_agents() if a not in held)]
 
     def _with_holder(self, shown: dict[str, Any]) -> dict[str, Any]:
         """In a cluster (``mesh serve --nats``), which daemon holds the agent."""
@@ -208,7 +208,7 @@ class AgentRoutes:
         return shown
 
     async def handle_agent(self, request: HttpRequest, who: Identity, p: Params) -> HttpResponse:
-        view = self._mesh.view(p["id"])
+        view = self._links.view(p["id"])
         if view is None:
             return HttpResponse.error(404, f"no agent {p['id']!r} is configured or registered")
         return HttpResponse.json(200, self._with_holder(describe_view(view, anyio.current_time())))
@@ -230,7 +230,7 @@ class AgentRoutes:
         for start in range(0, max(len(ids), 1), AGENTS_PAGE):
             now, agents = anyio.current_time(), []
             for agent_id in ids[start : start + AGENTS_PAGE]:
-                view = self._mesh.view(agent_id)
+                view = self._links.view(agent_id)
                 if view is not None:  # not gone since the ids were read
                     shown = self._with_holder(describe_view(view, now))
                     agents.append(shown)
@@ -243,15 +243,15 @@ class AgentRoutes:
         return seen
 
     async def _send_agent_changes(self, stream: WebSocketStream) -> None:
-        registry = self._mesh.registry
+        registry = self._links.registry
         try:
-            with self._mesh.watch_links() as links, unwrap_single_error():
+            with self._links.watch_links() as links, unwrap_single_error():
                 async with registry.subscribe() as changes:
                     seen = await self._send_snapshot(stream)
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(self._send_link_changes, stream, links, seen)
                         async for change in changes:
-                            link_error = self._mesh.link_error(change.agent_id)
+                            link_error = self._links.link_error(change.agent_id)
                             shown = self._with_holder(
                                 describe(change.record, anyio.current_time(), link_error)
                             )
@@ -275,7 +275,7 @@ class AgentRoutes:
         """
         while True:
             for agent_id in await links.next():
-                view = self._mesh.view(agent_id)
+                view = self._links.view(agent_id)
                 if view is None or view.registered:
                     continue  # gone, or the registry's own changes tell it
                 shown = self._with_holder(describe_view(view, anyio.current_time()))
@@ -298,7 +298,7 @@ class AgentRoutes:
             )
         owner = self.owners.get(agent_id)
         if owner is None:
-            known = self._mesh.has_link(agent_id) or self._mesh.registry.get(AgentId(agent_id))
+            known = self._links.has_link(agent_id) or self._links.registry.get(AgentId(agent_id))
             if known:
                 return HttpResponse.error(
                     409, f"agent {agent_id!r} is held by its own connection, not over HTTP"
@@ -324,7 +324,7 @@ class AgentRoutes:
     def _on_change(self, change: StatusChange) -> None:
         # An endpoint-less registration that expired is gone for good: so is its ownership.
         agent_id = change.agent_id
-        if change.kind is ChangeKind.REMOVED and not self._mesh.has_link(agent_id):
+        if change.kind is ChangeKind.REMOVED and not self._links.has_link(agent_id):
             self._release(agent_id)
 
     def _release(self, agent_id: str) -> None:
@@ -343,7 +343,7 @@ class AgentRoutes:
             return refused
         known = body.id in self.owners
         if known:
-            await self._mesh.remove_agent(body.id)  # a new endpoint or token needs a new link
+            await self._links.remove_agent(body.id)  # a new endpoint or token needs a new link
         record = {
             "id": body.id,
             "name": body.name or body.id,
@@ -355,7 +355,7 @@ class AgentRoutes:
             "heartbeat_ttl": body.heartbeat_ttl,
         }
         try:
-            stored = self._mesh.registry.register(record, anyio.current_time())
+            stored = self._links.registry.register(record, anyio.current_time())
         except (InvalidAgentRecord, msgspec.ValidationError, ValueError) as exc:
             self._release(body.id)
             return HttpResponse.error(400, f"invalid registration: {exc}")
@@ -405,7 +405,7 @@ class AgentRoutes:
     def _link(self, body: RegisterBody, stored: AgentRecord) -> None:
         endpoint, token = body.endpoint, body.token
         assert endpoint is not None
-        self._mesh.add_agent(
+        self._links.add_agent(
             AgentSpec(
                 body.id,
                 lambda: open_http_client(endpoint, token=token),
@@ -423,7 +423,7 @@ class AgentRoutes:
     ) -> HttpResponse:
         agent_id = p["id"]
         if agent_id not in self.owners and agent_id not in self.manifest_ids:
-            known = self._mesh.registry.get(AgentId(agent_id)) is not None
+            known = self._links.registry.get(AgentId(agent_id)) is not None
             if not known:
                 return HttpResponse.error(
                     404, f"no agent {agent_id!r} is registered; POST /agents/register first"
@@ -432,12 +432,12 @@ class AgentRoutes:
         if refused is not None:
             return refused
         try:
-            self._mesh.registry.heartbeat(AgentId(agent_id), anyio.current_time())
+            self._links.registry.heartbeat(AgentId(agent_id), anyio.current_time())
         except UnknownAgent:
             return HttpResponse.error(
                 404, f"no agent {agent_id!r} is registered; POST /agents/register first"
             )
-        record = self._mesh.registry.get(AgentId(agent_id))
+        record = self._links.registry.get(AgentId(agent_id))
         assert record is not None
         return HttpResponse.json(200, {"id": agent_id, "status": str(record.status)})
 
@@ -445,11 +445,11 @@ class AgentRoutes:
         self, request: HttpRequest, who: Identity, p: Params
     ) -> HttpResponse:
         agent_id = p["id"]
-        if agent_id not in self.owners and self._mesh.registry.get(AgentId(agent_id)) is None:
+        if agent_id not in self.owners and self._links.registry.get(AgentId(agent_id)) is None:
             return HttpResponse.error(404, f"no agent {agent_id!r} is registered")
         refused = self._may_change(agent_id, who)
         if refused is not None:
             return refused
-        await self._mesh.remove_agent(agent_id)
+        await self._links.remove_agent(agent_id)
         self._release(agent_id)
         return HttpResponse(204)

@@ -127,11 +127,12 @@ class DaemonApi:
         manifest_ids: frozenset[str] = frozenset(),
         more_http: Mapping[str, HttpHandler] | None = None,
     ) -> None:
-        self._mesh = orchestrator
+        self._door = orchestrator.door
+        self._links = orchestrator.links
         self._identities = identities
         self._settings = settings
         self.agents = AgentRoutes(
-            orchestrator, settings, manifest_ids, token_for=identities.store.names_agent
+            orchestrator.links, settings, manifest_ids, token_for=identities.store.names_agent
         )
         self._started = anyio.current_time()
         self.calls_in_flight = 0
@@ -146,8 +147,8 @@ class DaemonApi:
             max_sessions_per_owner=settings.max_mcp_sessions_per_identity,
             host=settings.host,
         )
-        self.probes = Probes(orchestrator, self.lifecycle)
-        self.a2a = DaemonA2a(orchestrator, settings)
+        self.probes = Probes(orchestrator.links, self.lifecycle)
+        self.a2a = DaemonA2a(orchestrator.door, settings)
         self.routes = RouteTable(
             identities,
             http={
@@ -201,7 +202,7 @@ class DaemonApi:
         """Status and counts for anyone; the cluster's daemons, URLs and rooms only for a
         token that may read (a stranger must not learn the mesh's layout)."""
         counts = dict.fromkeys(LINK_STATUSES, 0)
-        for view in self._mesh.views():
+        for view in self._links.views():
             counts[view.status] = counts.get(view.status, 0) + 1
         health: dict[str, Any] = {
             "status": self.lifecycle.phase,
@@ -236,11 +237,11 @@ class DaemonApi:
                 served("http", call.method),
                 serving(call.method, trace, agent=call.agent, tool=tool),
             ):
-                result = await self._mesh.acting_for(who.principal).call(
+                result = await self._door.acting_for(who.principal).call(
                     call.agent, call.method, call.params, timeout=call.timeout, **_NO_WAY_BACK
                 )
         except MeshError as exc:
-            return _mesh_error(exc, known=self._mesh.knows(call.agent))
+            return _mesh_error(exc, known=self._door.knows(call.agent))
         finally:
             self.calls_in_flight -= 1
         # The round trip as the daemon saw it, in the standard header for a server's
@@ -255,7 +256,7 @@ class DaemonApi:
         cast = read_body(request, BroadcastBody, "broadcast")
         self.calls_in_flight += 1
         try:
-            outcomes = await self._mesh.acting_for(who.principal).broadcast(
+            outcomes = await self._door.acting_for(who.principal).broadcast(
                 cast.method, cast.params, capability=cast.capability, timeout=cast.timeout
             )
         except MeshError as exc:  # the door refused the method itself (a reserved one)

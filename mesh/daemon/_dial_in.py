@@ -1,6 +1,6 @@
 """Agents that dial in to the daemon on ``/ws``, each with a token that names it.
 
-Each connection is served by the orchestrator (``serve_dial_in``) as that agent's
+Each connection is served by the links table (``serve_dial_in``) as that agent's
 link. An id registered over HTTP cannot also dial in (4003); an agent whose
 ``agent/info`` names another id than its token is refused (4003, so it does not
 redial); a newer connection for the same id takes over (4009 to the old one).
@@ -15,7 +15,7 @@ import anyio
 
 from mesh._errors import MeshError, Unauthorized
 from mesh._logging import get_logger
-from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh._orchestrator.table import LinkTable
 from mesh.daemon._auth import Identity
 from mesh.daemon._routes import Params
 from transports import CloseCode, WebSocketStream
@@ -28,8 +28,8 @@ log = get_logger("mesh.daemon")
 class DialIns:
     """The daemon's dial-in links: served one per connection, closed together at shutdown."""
 
-    def __init__(self, orchestrator: MeshOrchestrator) -> None:
-        self._orchestrator = orchestrator
+    def __init__(self, links: LinkTable) -> None:
+        self._links = links
         self._open: set[WebSocketStream] = set()
         #: Ids registered over HTTP (and who owns each): those may not dial in.
         self.owners: Mapping[str, str] = {}
@@ -49,9 +49,7 @@ class DialIns:
 
         self._open.add(stream)
         try:
-            await self._orchestrator.serve_dial_in(
-                stream, agent_id, refuse=refuse, on_replaced=taken_over
-            )
+            await self._links.serve_dial_in(stream, agent_id, refuse=refuse, on_replaced=taken_over)
         except Unauthorized as exc:  # closed with 4003 already, by refuse()
             log.warning("daemon.dial_in_refused", agent=agent_id, error=str(exc))
         except MeshError as exc:

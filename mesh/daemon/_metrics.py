@@ -32,7 +32,7 @@ from mesh.daemon._routes import Params
 from transports import HttpRequest, HttpResponse
 
 if TYPE_CHECKING:
-    from mesh._orchestrator.orchestrator import MeshOrchestrator
+    from mesh._orchestrator.table import LinkTable
 
 __all__ = ["Probes", "mesh_version"]
 
@@ -76,8 +76,8 @@ class MeshCollector:
     """Turns :data:`~mesh._telemetry.metrics.METRICS` and the daemon's state into metric
     families."""
 
-    def __init__(self, orchestrator: MeshOrchestrator) -> None:
-        self._mesh = orchestrator
+    def __init__(self, links: LinkTable) -> None:
+        self._links = links
 
     def collect(self) -> Iterator[Metric]:
         self._forget_gone_agents()
@@ -114,13 +114,13 @@ class MeshCollector:
         """Series of agents this daemon no longer knows go, so agents that come and go
         do not grow the exposition for ever (the agent label is bounded by the registry)."""
         calls = METRICS.calls.series
-        for key in [k for k in calls if k[0] != _UNKNOWN_AGENT and not self._mesh.knows(k[0])]:
+        for key in [k for k in calls if k[0] != _UNKNOWN_AGENT and not self._links.knows(k[0])]:
             # Their calls are finished: they leave the started count too (in flight = the
             # started less the finished).
             METRICS.calls_started[0] -= int(sum(calls.pop(key)[:-1]))
         for tally in (METRICS.tokens, METRICS.agent_restarts, METRICS.link_failures):
             values = tally.values
-            for key in [k for k in values if not self._mesh.knows(k[0])]:
+            for key in [k for k in values if not self._links.knows(k[0])]:
                 del values[key]
 
     def _wire(self) -> Iterator[Metric]:
@@ -143,10 +143,10 @@ class MeshCollector:
             "Links to agents by transport and status (connected, connecting, waiting, offline)",
             labels=("transport", "status"),
         )
-        for (transport, status), n in sorted(self._mesh.link_counts().items()):
+        for (transport, status), n in sorted(self._links.link_counts().items()):
             links.add_metric([transport, status], n)
         yield links
-        stats = self._mesh.registry.statistics()
+        stats = self._links.registry.statistics()
         agents = GaugeMetricFamily(
             "mesh_registry_agents", "Agents in the registry by status", labels=("status",)
         )
@@ -158,11 +158,11 @@ class MeshCollector:
 class Probes:
     """The handlers of ``/metrics``, ``/healthz`` and ``/readyz``."""
 
-    def __init__(self, orchestrator: MeshOrchestrator, lifecycle: Lifecycle) -> None:
+    def __init__(self, links: LinkTable, lifecycle: Lifecycle) -> None:
         self._lifecycle = lifecycle
         self.cluster: Any = None
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(MeshCollector(orchestrator))
+        self.registry.register(MeshCollector(links))
         ProcessCollector(registry=self.registry)
 
     def http_handlers(self) -> dict[str, Any]:

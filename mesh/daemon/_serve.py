@@ -235,7 +235,7 @@ def _assemble(settings: DaemonSettings, environ: Mapping[str, str] | None) -> _P
         resume=not settings.nats,
         person_wait=settings.max_person_wait,
     )
-    dial_ins = DialIns(orchestrator)
+    dial_ins = DialIns(orchestrator.links)
     api = DaemonApi(
         orchestrator,
         RoomRoutes(rooms, settings),

@@ -1,4 +1,4 @@
-"""Rooms over the mesh: the engine's ``speak``, ``describe`` and ``presence``, from an orchestrator.
+"""Rooms over the mesh: the engine's ``speak``, ``describe`` and ``presence``, through the door.
 
 A turn is the RPC ``room/turn`` to the speaking agent, with the turn's deadline;
 a member is introduced by ``room/persona`` (its name, role and awareness); and a
@@ -34,7 +34,7 @@ from mesh.rooms._model import Member, TurnReply, TurnRequest
 from registry import AgentId, AgentStatus, Registry
 
 if TYPE_CHECKING:
-    from mesh._orchestrator.orchestrator import MeshOrchestrator
+    from mesh._orchestrator.bound import Doorway
 
 __all__ = [
     "PRESENT",
@@ -71,7 +71,7 @@ class PersonaInfo(msgspec.Struct, frozen=True, kw_only=True):
     context_tokens: int | None = None
 
 
-def mesh_speaker(orchestrator: MeshOrchestrator) -> Speak:
+def mesh_speaker(door: Doorway) -> Speak:
     """``speak`` as a ``room/turn`` call, with the request's timeout as its deadline."""
 
     async def speak(agent_id: str, request: TurnRequest) -> TurnReply:
@@ -84,7 +84,7 @@ def mesh_speaker(orchestrator: MeshOrchestrator) -> Speak:
             if sink is not None and isinstance(piece, str) and piece:
                 sink(piece)
 
-        result = await orchestrator.call(
+        result = await door.call(
             agent_id,
             ROOM_TURN,
             params,
@@ -98,17 +98,17 @@ def mesh_speaker(orchestrator: MeshOrchestrator) -> Speak:
     return speak
 
 
-def mesh_describer(orchestrator: MeshOrchestrator, *, timeout: float = 10.0) -> Describe:
+def mesh_describer(door: Doorway, *, timeout: float = 10.0) -> Describe:
     """``describe`` as a ``room/persona`` call, falling back to the registry's name."""
 
     async def describe(agent_id: str) -> Member:
-        record = orchestrator.registry.get(AgentId(agent_id))
+        record = door.registry.get(AgentId(agent_id))
         try:
-            result: Any = await orchestrator.call(
+            result: Any = await door.call(
                 agent_id, ROOM_PERSONA, timeout=timeout, on_behalf_of=acting_for()
             )
         except MethodNotFound:
-            await _check_can_chat(orchestrator, agent_id, timeout)
+            await _check_can_chat(door, agent_id, timeout)
             name = record.name if record is not None else agent_id
             return Member(id=AgentId(agent_id), name=name, role="participant")
         except MeshError as exc:
@@ -131,16 +131,14 @@ def mesh_describer(orchestrator: MeshOrchestrator, *, timeout: float = 10.0) -> 
     return describe
 
 
-async def _check_can_chat(orchestrator: MeshOrchestrator, agent_id: str, timeout: float) -> None:
+async def _check_can_chat(door: Doorway, agent_id: str, timeout: float) -> None:
     """Refuse an agent that says what it serves (``agent/info`` ``methods``) and no ``room/turn``.
 
     An agent that does not say (not written with the SDK) is taken at its word: its
     first turn tells.
     """
     try:
-        info: Any = await orchestrator.call(
-            agent_id, "agent/info", timeout=timeout, on_behalf_of=DAEMON
-        )
+        info: Any = await door.call(agent_id, "agent/info", timeout=timeout, on_behalf_of=DAEMON)
     except MeshError as exc:
         raise InvalidRoomSpec(f"member {agent_id!r} is not available: {exc}") from exc
     methods = info.get("methods") if isinstance(info, dict) else None

@@ -18,7 +18,7 @@ def anyio_backend() -> str:
 
 def test_ready_only_when_serving_and_joined() -> None:
     lifecycle = Lifecycle()
-    probes = Probes(MeshOrchestrator(), lifecycle)
+    probes = Probes(MeshOrchestrator().links, lifecycle)
     assert probes.not_ready() == "starting: loading manifests and linking agents"
     lifecycle.start_serving()
     assert probes.not_ready() is None

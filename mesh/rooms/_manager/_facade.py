@@ -103,15 +103,19 @@ class RoomManager:
     def for_orchestrator(
         cls, orchestrator: MeshOrchestrator, data_dir: str | os.PathLike[str], **kwargs: Any
     ) -> RoomManager:
-        """A manager whose rooms talk to the orchestrator's agents and follow its registry."""
-        kwargs.setdefault("speak", mesh_speaker(orchestrator))
-        kwargs.setdefault("describe", mesh_describer(orchestrator))
-        kwargs.setdefault("registry", orchestrator.registry)
+        """A manager whose rooms talk to the orchestrator's agents and follow its registry.
+
+        The rooms hold the orchestrator's door, never its links: each turn is a call
+        made through it, for the room's creator."""
+        door = orchestrator.door
+        kwargs.setdefault("speak", mesh_speaker(door))
+        kwargs.setdefault("describe", mesh_describer(door))
+        kwargs.setdefault("registry", door.registry)
 
         def authorize(
             agent: str, method: str, principal: Principal, timeout: float | None = None
         ) -> None:
-            orchestrator.authorize(agent, method, on_behalf_of=principal, timeout=timeout)
+            door.authorize(agent, method, on_behalf_of=principal, timeout=timeout)
 
         kwargs.setdefault("authorize", authorize)
         return cls(data_dir, **kwargs)
