@@ -27,11 +27,10 @@ from urllib.parse import urlencode, urlsplit
 import msgspec
 
 from mesh._errors import Forbidden, InvalidParams, ToolError
-from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh.daemon._auth import Identity, Right
 from mesh.daemon._routes import HttpHandler, Params
 from mesh.mcp import ExtraTool, ToolCatalog, serve_mcp
-from mesh.mcp._catalog import Authorize
+from mesh.mcp._catalog import Authorize, McpMesh
 from mesh.mcp._http_server import McpHttpEndpoint
 from mesh.rooms import RoomSpec
 from transports import CloseCode, HttpRequest, HttpResponse, WebSocketStream
@@ -127,7 +126,7 @@ class DaemonMcp:
 
     def __init__(
         self,
-        orchestrator: MeshOrchestrator,
+        orchestrator: McpMesh,
         room_handlers: dict[str, HttpHandler],
         *,
         max_sessions: int = 256,

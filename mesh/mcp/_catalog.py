@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Unpack
+from typing import Any, Final, Protocol, Unpack
 
 import anyio
 import msgspec
@@ -22,7 +22,7 @@ from mesh import content
 from mesh._errors import MeshError
 from mesh._logging import get_logger
 from mesh._orchestrator.access import DAEMON, NOBODY, Principal
-from mesh._orchestrator.orchestrator import MeshOrchestrator
+from mesh._orchestrator.bound import Doorway
 from mesh._rpc.asks import AskHandlers
 from mesh._rpc.caller import ProgressCallback
 from mesh.mcp._names import SEPARATOR, exposed_names
@@ -174,10 +174,28 @@ def _schemas(entry: dict[str, Any], tool: dict[str, Any]) -> tuple[dict[str, Any
     return entry, wrapped
 
 
+class McpMesh(Doorway, Protocol):
+    """What MCP needs of the mesh: the door (its calls and checks, the registry to read),
+    the agents' notices, and the largest frame an agent may send.
+
+    :class:`~mesh.MeshOrchestrator` is one; through it MCP reaches no link.
+    """
+
+    def add_tools_listener(self, listener: Callable[[str], None]) -> None: ...
+
+    def remove_tools_listener(self, listener: Callable[[str], None]) -> None: ...
+
+    def add_notice_listener(self, listener: Callable[[str, str, Any], None]) -> None: ...
+
+    def remove_notice_listener(self, listener: Callable[[str, str, Any], None]) -> None: ...
+
+    def largest_frame_size(self) -> int: ...
+
+
 class ToolCatalog:
     """Lists and calls the mesh's tools for MCP clients (see the module docstring)."""
 
-    def __init__(self, orchestrator: MeshOrchestrator, *, extra: Iterable[ExtraTool] = ()) -> None:
+    def __init__(self, orchestrator: McpMesh, *, extra: Iterable[ExtraTool] = ()) -> None:
         self._mesh = orchestrator
         self._extra = {tool.name: tool for tool in extra}
         self._listing = _Listing()
@@ -220,7 +238,7 @@ class ToolCatalog:
         return self.version
 
     @property
-    def orchestrator(self) -> MeshOrchestrator:
+    def orchestrator(self) -> McpMesh:
         """The mesh this catalog serves (resources and prompts are asked of it too)."""
         return self._mesh
 
@@ -393,7 +411,7 @@ class AgentCatalog:
         return self._catalog.version
 
     @property
-    def orchestrator(self) -> MeshOrchestrator:
+    def orchestrator(self) -> McpMesh:
         return self._catalog.orchestrator
 
     async def wait_changed(self, since: int) -> int:

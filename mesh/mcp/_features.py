@@ -34,9 +34,9 @@ import anyio
 from mesh._errors import InvalidParams, MeshError
 from mesh._logging import get_logger
 from mesh._orchestrator.access import Principal
-from mesh._orchestrator.orchestrator import MeshOrchestrator
 from mesh._rpc.peer import RequestContext
 from mesh._sdk.features import RESOURCE_NOT_FOUND, template_pattern
+from mesh.mcp._catalog import McpMesh
 from mesh.mcp._names import exposed_names
 from registry import AgentStatus
 
@@ -82,7 +82,7 @@ class _Hub:
     """One per orchestrator: the agents' notices, fanned out to the servers that want them,
     and each ``(agent, uri)`` subscribed at the agent while any server holds it."""
 
-    def __init__(self, mesh: MeshOrchestrator) -> None:
+    def __init__(self, mesh: McpMesh) -> None:
         self.mesh = mesh
         self.servers: weakref.WeakSet[Features] = weakref.WeakSet()
         self.holders: dict[tuple[str, str], int] = {}
@@ -93,10 +93,10 @@ class _Hub:
             server.notice(agent, method, params)
 
 
-_HUBS: weakref.WeakKeyDictionary[MeshOrchestrator, _Hub] = weakref.WeakKeyDictionary()
+_HUBS: weakref.WeakKeyDictionary[McpMesh, _Hub] = weakref.WeakKeyDictionary()
 
 
-def _hub(mesh: MeshOrchestrator) -> _Hub:
+def _hub(mesh: McpMesh) -> _Hub:
     found = _HUBS.get(mesh)
     if found is None:
         found = _HUBS[mesh] = _Hub(mesh)
@@ -129,7 +129,7 @@ class Features:
     """The features of one MCP server (one client's session): its log level, its
     subscriptions, and the notifications owed to it (see the module docstring)."""
 
-    def __init__(self, mesh: MeshOrchestrator, agent: str | None, on_behalf_of: Principal) -> None:
+    def __init__(self, mesh: McpMesh, agent: str | None, on_behalf_of: Principal) -> None:
         self._hub = _hub(mesh)
         self._mesh = mesh
         #: The one agent served (its own server), or None: every reachable agent.
