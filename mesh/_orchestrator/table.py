@@ -16,20 +16,28 @@ import dataclasses
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 import anyio
 import anyio.abc
-import msgspec
 
 from mesh._errors import AgentUnavailable, MeshError, Unauthorized
 from mesh._logging import get_logger
 from mesh._orchestrator.access import Principal
+from mesh._orchestrator.dial_in import dialled_record, serve_until_replaced, take_over
 from mesh._orchestrator.links import ManifestLinks
 from mesh._orchestrator.liveness import fail_calls_when_offline, probe
 from mesh._orchestrator.observe import count_status_change, link_counts
 from mesh._orchestrator.spec import AgentSpec
-from mesh._orchestrator.view import AgentView, Link, LinkChanges, note_attempt, view, views
+from mesh._orchestrator.view import (
+    AgentView,
+    Link,
+    LinkChanges,
+    note_attempt,
+    unavailable,
+    view,
+    views,
+)
 from mesh._rpc.caller import Caller
 from mesh._rpc.connect import handshake
 from mesh._rpc.peer import Peer, RequestHandler, open_peer
@@ -45,9 +53,6 @@ log = get_logger("mesh.orchestrator")
 
 #: Closing every link at shutdown (stdio children included) gets this long in total.
 CLOSE_LINKS_TIMEOUT: Final = 10.0
-#: A dial-in connection that another took over gets at most this long to finish
-#: the calls it has in flight before it is closed.
-TAKEOVER_DRAIN_TIMEOUT: Final = 30.0
 #: Agent processes started at once (each start up to its handshake): a Python agent
 #: takes a core for a second or so to start, and twenty started together on a loaded
 #: two-core machine each missed the connect timeout, were killed, and started again.
@@ -297,49 +302,17 @@ class LinkTable:
                 if refuse is not None:
                     await refuse(why)
                 raise Unauthorized(why, agent=agent_id)
-            self._take_over(link, peer)
+            take_over(link, peer)
             link.ever_connected = True
-            self.registry.register(_dialled_record(spec, info), anyio.current_time())
+            self.registry.register(dialled_record(spec, info), anyio.current_time())
             link.settled.set()
             try:
-                await self._serve_until_replaced(link, peer, on_replaced)
+                await serve_until_replaced(link, peer, self.registry, on_replaced)
             finally:
                 if link.peer is peer:  # else a newer connection holds the id: still online
                     if self.registry.get(AgentId(agent_id)) is not None:
                         self.registry.mark_offline(AgentId(agent_id), anyio.current_time())
                     link.peer = None
-
-    def _take_over(self, link: Link, peer: Peer) -> None:
-        """Route the agent's calls to ``peer`` from now on; tell the previous one to go."""
-        previous = link.peer
-        link.peer = peer
-        link.replaced[peer] = anyio.Event()
-        if isinstance(previous, Peer) and previous in link.replaced:
-            log.info("mesh.dial_in_taken_over", agent=link.spec.id)
-            link.replaced.pop(previous).set()
-
-    async def _serve_until_replaced(
-        self, link: Link, peer: Peer, on_replaced: Callable[[], Awaitable[None]] | None
-    ) -> None:
-        """Probe ``peer`` until it closes, or until a newer connection takes over."""
-        replaced = link.replaced.get(peer) or anyio.Event()
-
-        async def stop_when_replaced(scope: anyio.CancelScope) -> None:
-            await replaced.wait()
-            scope.cancel()
-
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(stop_when_replaced, tg.cancel_scope)
-                await probe(link, self.registry)
-                tg.cancel_scope.cancel()
-            if replaced.is_set():
-                with anyio.move_on_after(min(link.spec.call_timeout, TAKEOVER_DRAIN_TIMEOUT)):
-                    await peer.wait_calls_finished()
-                if on_replaced is not None:
-                    await on_replaced()
-        finally:
-            link.replaced.pop(peer, None)
 
     # -- the one way to a link's caller ---------------------------------------------------
 
@@ -367,7 +340,7 @@ class LinkTable:
             and link.connected
         ):
             return link  # the path of every call: no status text to build
-        raise _unavailable(agent_id, method, record, link)
+        raise unavailable(agent_id, method, record, link)
 
     # -- what the table knows ----------------------------------------------------------------
 
@@ -443,41 +416,3 @@ class LinkTable:
     def link_error(self, agent_id: str) -> str | None:
         link = self._links.get(agent_id)
         return None if link is None else link.last_error
-
-
-def _dialled_record(spec: AgentSpec, info: dict[str, Any]) -> AgentRecord:
-    """The registry's record of an agent that dialled in: the manifest's word first, then
-    what the agent said of itself in ``agent/info``."""
-    record = spec.record()
-    if not info:
-        return record
-    return msgspec.structs.replace(
-        record,
-        name=spec.name or str(info.get("name") or spec.id),
-        capabilities=spec.capabilities or frozenset(info.get("capabilities", ())),
-    )
-
-
-def _unavailable(
-    agent_id: str, method: str, record: AgentRecord | None, link: Link | None
-) -> AgentUnavailable:
-    """Why ``agent_id`` cannot take a call now, with the link's last error."""
-    if record is None and link is None:
-        return AgentUnavailable(
-            f"no agent {agent_id!r} is registered", agent=agent_id, method=method
-        )
-    if record is None:
-        assert link is not None
-        status = link.status()
-    else:
-        status = str(record.status)
-    if record is None or record.status is AgentStatus.OFFLINE:
-        why = f"agent {agent_id!r} is {status}"
-    else:
-        why = f"agent {agent_id!r} has no live connection"
-        if record.endpoint is None and link is None:
-            why += " (it registered without an endpoint)"
-    error = link.last_error if link is not None else None
-    why += f" (last link error: {error})" if error else ""
-    data = {"status": status, "link_error": error}
-    return AgentUnavailable(why, agent=agent_id, method=method, data=data)

@@ -18,12 +18,13 @@ from typing import Final
 
 import anyio
 
+from mesh._errors import AgentUnavailable
 from mesh._orchestrator.spec import AgentSpec
 from mesh._rpc.caller import Caller
 from mesh._rpc.peer import Peer
 from mesh._rpc.reconnect import ConnectionEvent
 from mesh._telemetry.metrics import METRICS
-from registry import AgentId, AgentRecord, Registry
+from registry import AgentId, AgentRecord, AgentStatus, Registry
 
 __all__ = [
     "CONNECTING",
@@ -35,6 +36,7 @@ __all__ = [
     "Link",
     "LinkChanges",
     "note_attempt",
+    "unavailable",
     "view",
     "views",
 ]
@@ -174,3 +176,29 @@ def _unregistered(link: Link) -> AgentView:
         error = f"{link.failures} attempts in a row failed (retrying); the last: {error}"
     record, status = link.spec.record(), link.status()
     return AgentView(record, status, error, registered=False, protocol=link.spec.protocol)
+
+
+def unavailable(
+    agent_id: str, method: str, record: AgentRecord | None, link: Link | None
+) -> AgentUnavailable:
+    """Why ``agent_id`` cannot take a call now (unknown, offline, or no live connection),
+    with the link's last error, so the caller need not read the log."""
+    if record is None and link is None:
+        return AgentUnavailable(
+            f"no agent {agent_id!r} is registered", agent=agent_id, method=method
+        )
+    if record is None:
+        assert link is not None
+        status = link.status()
+    else:
+        status = str(record.status)
+    if record is None or record.status is AgentStatus.OFFLINE:
+        why = f"agent {agent_id!r} is {status}"
+    else:
+        why = f"agent {agent_id!r} has no live connection"
+        if record.endpoint is None and link is None:
+            why += " (it registered without an endpoint)"
+    error = link.last_error if link is not None else None
+    why += f" (last link error: {error})" if error else ""
+    data = {"status": status, "link_error": error}
+    return AgentUnavailable(why, agent=agent_id, method=method, data=data)
