@@ -329,6 +329,7 @@ class _HttpConnection:
         # as anyio made it (what the connection read and did not receive included).
         trailing, self._buffer = bytes(self._buffer), bytearray()
         self._io.release()
+        del self._io  # an idle WebSocket link holds this connection: not its spent I/O too
         # The stream's layer reads why it was cancelled, if the pools closed it.
         reset = current_slot.set(self._slot)
         try:

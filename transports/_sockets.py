@@ -233,6 +233,23 @@ class _QueuedIO:
 class _AsyncioIO(asyncio.Protocol):
     """The connection's asyncio protocol from now on: reads queue here, writes go out at once."""
 
+    __slots__ = (
+        "_buffered",
+        "_chunks",
+        "_drainer",
+        "_eof",
+        "_error",
+        "_loop",
+        "_lost",
+        "_on_hang_up",
+        "_previous",
+        "_read_paused",
+        "_reader",
+        "_stream",
+        "_transport",
+        "_write_paused",
+    )
+
     @staticmethod
     def can_take_over(protocol: Any) -> bool:
         return all(hasattr(protocol, name) for name in ("read_queue", "is_at_eof", "exception"))
