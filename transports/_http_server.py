@@ -108,6 +108,22 @@ class _Closed(Exception):
 
 
 class _HttpConnection:
+    # Slots: an idle WebSocket link holds the connection that upgraded, a dict less each.
+    __slots__ = (
+        "_answering",
+        "_buffer",
+        "_client",
+        "_config",
+        "_io",
+        "_keep_alive",
+        "_loop",
+        "_phase",
+        "_served",
+        "_server",
+        "_slot",
+        "_stream",
+    )
+
     def __init__(
         self, stream: anyio.abc.ByteStream, server: HttpServer, client: str, slot: Slot
     ) -> None:

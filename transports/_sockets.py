@@ -367,7 +367,9 @@ class _AsyncioIO(asyncio.Protocol):
         previous = self._previous
         previous.read_queue.extend(self._chunks)
         self._chunks.clear()
-        previous.is_at_eof = self._eof
+        # Set only when so: each is a class default there, and an idle link keeps the protocol.
+        if self._eof:
+            previous.is_at_eof = True
         if isinstance(self._error, Exception):
             previous.exception = self._error
         if previous.read_queue or self._eof:
