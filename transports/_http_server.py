@@ -26,6 +26,7 @@ within ``head_timeout``, and strangers cannot take the slots of known callers.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -35,6 +36,7 @@ from typing import Any, Final
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 from anyio.streams.tls import TLSListener
 
 from transports._admission import HOLDER_FULL, Admission, Slot, Standing, Vouch, current_slot
@@ -43,7 +45,8 @@ from transports._groups import unwrap_single_error
 from transports._http_messages import BodyWriter, HttpRequest, HttpResponse
 from transports._http_wire import LAST_CHUNK, BadRequest, Head, RequestParser, chunk, response_head
 from transports._logging import get_logger
-from transports._sockets import shrink_reads
+from transports._loop import Scope, current_loop
+from transports._sockets import socket_io
 
 __all__ = [
     "HttpServer",
@@ -54,7 +57,6 @@ __all__ = [
 
 log = get_logger("transports.http")
 
-_READ_SIZE: Final = 64 * 1024
 #: What sending to a client that already left raises.
 _GONE: Final = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 
@@ -95,18 +97,44 @@ HttpHandler = Callable[[HttpRequest], Awaitable[HttpResponse]]
 UpgradeHandler = Callable[[anyio.abc.ByteStream, HttpRequest, bytes], Awaitable[None]]
 
 
+#: Where a cycle is, for what its deadline passing means.
+_IDLE: Final = "waiting for a request"
+_HEAD: Final = "reading its head"
+_BODY: Final = "reading its body"
+
+
 class _Closed(Exception):
     """The client went away (or sent garbage); nothing more to say to it."""
 
 
 class _HttpConnection:
+    # Slots: an idle WebSocket link holds the connection that upgraded, a dict less each.
+    __slots__ = (
+        "_answering",
+        "_buffer",
+        "_client",
+        "_config",
+        "_io",
+        "_keep_alive",
+        "_loop",
+        "_phase",
+        "_served",
+        "_server",
+        "_slot",
+        "_stream",
+    )
+
     def __init__(
         self, stream: anyio.abc.ByteStream, server: HttpServer, client: str, slot: Slot
     ) -> None:
         self._stream = stream
+        #: Reads without resuming and pausing the socket each time, writes without a wait
+        #: when the socket has room (anyio's stream does both per call); released to the
+        #: upgrade handler, which is given the stream.
+        self._io = socket_io(stream)
+        self._loop = current_loop()
         self._server = server
         self._slot = slot
-        shrink_reads(stream)  # asyncio's 256 KiB reads cost a mapping each
         self._config = server.config
         self._client = client
         #: What was read and not yet parsed: the rest of a request, or the next ones.
@@ -115,6 +143,7 @@ class _HttpConnection:
         #: This cycle's answer has begun: an error can no longer be said in HTTP.
         self._answering = False
         self._keep_alive = True
+        self._phase = _IDLE
 
     async def run(self) -> None:
         try:
@@ -134,70 +163,80 @@ class _HttpConnection:
     async def _one_cycle(self) -> bool | HttpRequest:
         """Serve one request; False when the connection should close, or the request
         that asks to upgrade (:meth:`_upgrade` takes it from there)."""
-        config = self._config
         self._answering = False
-        # Idle keep-alive: the next request's first byte has keepalive_timeout to come...
-        if not self._buffer:  # a pipelined request may be buffered already
-            # A new connection, or a stranger's between requests: a short wait.
-            stranger = self._server.vouch is not None and self._slot.standing is Standing.STRANGER
-            short = self._served == 0 or stranger
-            keepalive = config.keepalive_timeout
-            wait = min(config.first_byte_timeout, keepalive) if short else keepalive
-            with anyio.move_on_after(wait) as idle:
-                data = await self._receive_chunk(min(_READ_SIZE, config.max_header_size))
-            if idle.cancelled_caught or not data:
-                return False  # close quietly
+        self._phase = _IDLE
+        # One cancel scope for the wait, the head and the body, its deadline moved on at
+        # each: a scope per phase cost more than llhttp's whole parse (trio's scopes most).
+        by = self._loop.cancel_scope()
+        with by:
+            request = await self._read_request(by)
+        if by.cancelled_caught:
+            await self._timed_out()
+            return False
+        if request is None:
+            return False
+        if self._slot.upgraded:
+            return request  # the WebSocket lives on without a deadline
+        return await self._answer(request)
+
+    async def _read_request(self, by: Scope) -> HttpRequest | None:
+        """The next request, body and all (an upgrade's: its head), or None to close. Its
+        first byte within the idle wait, its head ``head_timeout`` after that byte, all of
+        it within ``request_timeout``: ``by``'s deadline, moved on at each phase."""
+        config = self._config
+        if self._buffer:  # a pipelined request: let others run, as a wait for it would
+            await anyio.lowlevel.checkpoint()
+        else:
+            by.deadline = anyio.current_time() + self._idle_wait()
+            data = await self._receive_chunk()
+            if not data:
+                return None  # close quietly
             self._buffer += data
         self._served += 1
-        return await self._read_request()
-
-    async def _read_request(self) -> bool | HttpRequest:
-        """From a request's first byte: its head within ``head_timeout``, all of it within
-        ``request_timeout``, then the answer (or the upgrade request, or False)."""
-        config = self._config
-        # One deadline, moved on when the head is in: a cancel scope per phase cost more
-        # than llhttp's whole parse (trio's scopes most).
+        self._phase = _HEAD
         start = anyio.current_time()
-        head_first = config.head_timeout <= config.request_timeout
-        in_head = True
-        with anyio.CancelScope(
-            deadline=start + min(config.head_timeout, config.request_timeout)
-        ) as by:
-            parser = await self._read_head()
-            in_head = False
-            by.deadline = start + config.request_timeout
-            head = parser.head
-            self._keep_alive = head.keep_alive
-            request = HttpRequest(
-                head.method.decode(),
-                head.target.decode("latin-1"),
-                _headers(head),
-                b"",
-                self._client,
-            )
-            if not await self._admit(request):
-                return False
-            if self._is_websocket_upgrade(head):
-                if head.length or head.chunked:
-                    await self._send_error(400, "an upgrade request must not carry a body")
-                    return False
-                self._slot.upgraded = True
-                return request  # the WebSocket lives on without a deadline
-            body = await self._read_body(parser)
-        if by.cancelled_caught:
-            if in_head and head_first:
-                await self._send_error(408, f"head not complete within {config.head_timeout:g} s")
-            else:
-                timeout = config.request_timeout
-                await self._send_error(408, f"request not complete within {timeout:g} s")
-            return False
-        if body is None:
-            return False
-        return await self._answer(request.with_body(body))
+        by.deadline = start + min(config.head_timeout, config.request_timeout)
+        parser = await self._read_head()
+        self._phase = _BODY
+        by.deadline = start + config.request_timeout
+        head = parser.head
+        self._keep_alive = head.keep_alive
+        request = HttpRequest(
+            head.method.decode(), head.target.decode("latin-1"), _headers(head), b"", self._client
+        )
+        if not await self._admit(request):
+            return None
+        if self._is_websocket_upgrade(head):
+            if head.length or head.chunked:
+                await self._send_error(400, "an upgrade request must not carry a body")
+                return None
+            self._slot.upgraded = True
+            return request
+        body = await self._read_body(parser)
+        return None if body is None else request.with_body(body)
+
+    def _idle_wait(self) -> float:
+        """How long the next request's first byte may take: ``keepalive_timeout``, or
+        ``first_byte_timeout`` for a new connection and for a stranger's between requests."""
+        config = self._config
+        stranger = self._server.vouch is not None and self._slot.standing is Standing.STRANGER
+        if self._served == 0 or stranger:
+            return min(config.first_byte_timeout, config.keepalive_timeout)
+        return config.keepalive_timeout
+
+    async def _timed_out(self) -> None:
+        """408 for a request that did not arrive in time; an idle connection closes quietly."""
+        config = self._config
+        if self._phase is _IDLE:
+            return
+        if self._phase is _HEAD and config.head_timeout <= config.request_timeout:
+            await self._send_error(408, f"head not complete within {config.head_timeout:g} s")
+        else:
+            timeout = config.request_timeout
+            await self._send_error(408, f"request not complete within {timeout:g} s")
 
     async def _answer(self, request: HttpRequest) -> bool:
         """Run the handler and write its answer; whether the connection serves on."""
-        config = self._config
         # A request is in progress until its answer is written: a drain that waits
         # for requests must not cut an answer that is on its way out.
         self._server._request_started()
@@ -209,15 +248,10 @@ class _HttpConnection:
             if response.stream is not None:
                 await self._send_stream(response, response.stream, request.method == "HEAD")
                 return self._keep_alive
-            # A client that does not read its answers must not pin the connection either.
-            with anyio.move_on_after(config.request_timeout) as stalled:
-                await self._send(response, head_only=request.method == "HEAD")
+            await self._send(response, head_only=request.method == "HEAD")
         finally:
             self._server._request_finished()
             self._slot.evictable = True
-        if stalled.cancelled_caught:
-            log.info("http.client_not_reading", client=self._client, after=config.request_timeout)
-            return False
         return self._keep_alive
 
     async def _admit(self, request: HttpRequest) -> bool:
@@ -278,14 +312,14 @@ class _HttpConnection:
                 del buffer[:size]
                 return parser
             fed = size
-            data = await self._receive_chunk(min(_READ_SIZE, limit - fed + 1))
+            data = await self._receive_chunk()
             if not data:
                 raise _Closed
             buffer += data
 
-    async def _receive_chunk(self, size: int = _READ_SIZE) -> bytes:
+    async def _receive_chunk(self) -> bytes:
         try:
-            return await self._stream.receive(size)
+            return await self._io.receive()
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             return b""
         except ssl.SSLError:
@@ -307,8 +341,11 @@ class _HttpConnection:
     async def _upgrade(self, request: HttpRequest) -> None:
         handler = self._server.upgrade_handler
         assert handler is not None
-        # What came after the head belongs to the WebSocket.
+        # What came after the head belongs to the WebSocket; the stream is handed over
+        # as anyio made it (what the connection read and did not receive included).
         trailing, self._buffer = bytes(self._buffer), bytearray()
+        self._io.release()
+        del self._io  # an idle WebSocket link holds this connection: not its spent I/O too
         # The stream's layer reads why it was cancelled, if the pools closed it.
         reset = current_slot.set(self._slot)
         try:
@@ -356,14 +393,51 @@ class _HttpConnection:
         """The handler's answer, or None if the client hung up first.
 
         A caller that goes away must not leave its work running (a tool call can take
-        minutes): while the handler runs, the connection is read, and its end cancels
+        minutes): while the handler runs, the connection is watched, and its end cancels
         the handler. Bytes that arrive instead (a pipelined next request) are kept for
         the next cycle and the watch stops, since the client is plainly still there.
         """
         if self._buffer:
             return await self._respond(request)  # more requests already came: it is there
+        if self._io.watches_hang_up:
+            return await self._respond_watched(request)
+        return await self._respond_reading(request)
+
+    async def _respond_watched(self, request: HttpRequest) -> HttpResponse | None:
+        """asyncio: the handler runs in a task of the loop's own (its context its own, as
+        in a task group's) under a cancel scope that the transport's hang-up callback
+        cancels: no task reads the connection meanwhile, and no task group is opened.
+
+        Cancelled through its scope, never ``Task.cancel()``, whose cancel would go
+        through the shields of the handler's scopes (a room being created must be
+        finished even if its creator left)."""
+        scope = self._loop.cancel_scope()
+        task = asyncio.get_running_loop().create_task(self._respond_in(scope, request))
+        self._io.watch_hang_up(scope.cancel)  # False: bytes wait, the client is there
+        try:
+            response = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            scope.cancel()  # the connection is being closed: so is its handler
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait((task,))
+            raise
+        finally:
+            self._io.watch_hang_up(None)
+        if response is None:
+            log.info("http.client_left", client=self._client, path=request.path)
+        return response
+
+    async def _respond_in(self, scope: Scope, request: HttpRequest) -> HttpResponse | None:
+        with scope:
+            return await self._respond(request)
+        return None  # cancelled: its client left
+
+    async def _respond_reading(self, request: HttpRequest) -> HttpResponse | None:
+        """The handler in a task while this one reads the connection (trio, TLS): trio's
+        own nursery on trio, not anyio's group (whose ``start_soon`` adds a scope and an
+        event per task)."""
         answer: list[HttpResponse] = []
-        async with anyio.create_task_group() as tg:
+        async with self._loop.task_group() as tg:
 
             async def respond() -> None:
                 answer.append(await self._respond(request))
@@ -386,11 +460,22 @@ class _HttpConnection:
             log.exception("http.handler_crashed", method=request.method, path=request.path)
             return HttpResponse.error(500, "internal error (see the server log)")
 
-    async def _write(self, data: bytes) -> None:
+    async def _write(self, data: bytes, *, timeout: float | None = None) -> None:
+        """Write ``data``; wait only while the socket has no room for it, ``timeout`` at
+        most (a client that does not read its answers must not pin the connection)."""
         try:
-            await self._stream.send(data)
+            if self._io.write(data):
+                return
+            if timeout is None:
+                await self._io.drain()
+                return
+            with anyio.move_on_after(timeout) as stalled:
+                await self._io.drain()
         except _GONE:
             raise _Closed from None
+        if stalled.cancelled_caught:
+            log.info("http.client_not_reading", client=self._client, after=timeout)
+            raise _Closed
 
     async def _send(self, response: HttpResponse, *, head_only: bool = False) -> None:
         headers = [
@@ -407,7 +492,8 @@ class _HttpConnection:
             head_only = True
         self._answering = True
         # HEAD: the headers of the answer GET would get, and no body (RFC 9110, 9.3.2).
-        await self._write(data if head_only or not response.body else data + response.body)
+        body = b"" if head_only else response.body
+        await self._write(data + body if body else data, timeout=self._config.request_timeout)
 
     async def _send_stream(
         self,
@@ -504,7 +590,8 @@ class _HttpConnection:
         ]
         data = response_head(status, headers, close=True) + response.body
         with anyio.move_on_after(1), suppress(*_GONE):
-            await self._stream.send(data)
+            if not self._io.write(data):
+                await self._io.drain()
 
 
 def _headers(head: Head) -> tuple[tuple[str, str], ...]:

@@ -70,9 +70,15 @@ class Scope(Cancellable, Protocol):
     @property
     def cancel_called(self) -> bool: ...
 
+    @property
+    def cancelled_caught(self) -> bool: ...
+
+    deadline: float
+
     def __enter__(self) -> object: ...
 
-    def __exit__(self, *exc_info: Any) -> bool | None: ...
+    #: True when it caught its own cancellation: a ``with`` of it may end without raising.
+    def __exit__(self, *exc_info: Any) -> bool: ...
 
 
 class Tasks(Protocol):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 import anyio
@@ -69,6 +70,21 @@ class SocketIO(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+    #: Whether :meth:`watch_hang_up` can watch (asyncio's transport calls back); where it
+    #: cannot, only a task reading the connection learns that the peer left.
+    watches_hang_up: bool
+
+    def watch_hang_up(self, callback: Callable[[], object] | None) -> bool:
+        """Call ``callback`` (once) if the peer ends the connection before it sends another
+        byte, at once if it has already; None stops watching. False, and no watch, if a
+        byte already waits to be received, or if this I/O cannot watch."""
+        ...
+
+    def release(self) -> None:
+        """Give the stream back as anyio had it, with what was read and not received:
+        the stream's own ``receive`` and ``send`` work again (this I/O must not be used)."""
+        ...
 
 
 def socket_io(stream: anyio.abc.ByteStream) -> SocketIO:
@@ -205,9 +221,34 @@ class _QueuedIO:
     async def aclose(self) -> None:
         await anyio.aclose_forcefully(self._stream)
 
+    watches_hang_up = False
+
+    def watch_hang_up(self, callback: Callable[[], object] | None) -> bool:
+        return False  # a socket read by a task: only a read finds the peer gone
+
+    def release(self) -> None:
+        pass  # nothing taken: the socket (or anyio's stream) was read directly
+
 
 class _AsyncioIO(asyncio.Protocol):
     """The connection's asyncio protocol from now on: reads queue here, writes go out at once."""
+
+    __slots__ = (
+        "_buffered",
+        "_chunks",
+        "_drainer",
+        "_eof",
+        "_error",
+        "_loop",
+        "_lost",
+        "_on_hang_up",
+        "_previous",
+        "_read_paused",
+        "_reader",
+        "_stream",
+        "_transport",
+        "_write_paused",
+    )
 
     @staticmethod
     def can_take_over(protocol: Any) -> bool:
@@ -218,6 +259,7 @@ class _AsyncioIO(asyncio.Protocol):
     ) -> None:
         self._stream = stream
         self._transport = transport
+        self._previous = previous
         self._loop = asyncio.get_running_loop()
         # What anyio's protocol read but nobody received yet comes first.
         self._chunks: list[bytes] = list(previous.read_queue)
@@ -230,6 +272,7 @@ class _AsyncioIO(asyncio.Protocol):
         self._write_paused = not previous.write_event.is_set()
         self._read_paused = False
         self._lost = transport.is_closing()
+        self._on_hang_up: Callable[[], object] | None = None
         if hasattr(transport, "max_size"):
             transport.max_size = READ_SIZE  # see shrink_reads
         transport.set_protocol(self)
@@ -238,6 +281,7 @@ class _AsyncioIO(asyncio.Protocol):
     # -- asyncio.Protocol ----------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        self._on_hang_up = None  # the peer is plainly still there
         self._chunks.append(data)
         self._buffered += len(data)
         if self._buffered > _HIGH_WATER and not self._read_paused:
@@ -248,6 +292,7 @@ class _AsyncioIO(asyncio.Protocol):
     def eof_received(self) -> bool:
         self._eof = True
         self._wake_reader()
+        self._hung_up()
         return True  # keep the transport open: our half of a close may still go out
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -256,6 +301,7 @@ class _AsyncioIO(asyncio.Protocol):
         self._error = exc
         self._wake_reader()
         self._wake_drainer()
+        self._hung_up()
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -304,6 +350,41 @@ class _AsyncioIO(asyncio.Protocol):
 
     async def aclose(self) -> None:
         await anyio.aclose_forcefully(self._stream)
+
+    watches_hang_up = True
+
+    def watch_hang_up(self, callback: Callable[[], object] | None) -> bool:
+        """What a task reading the connection would learn, with no task: an HTTP server
+        watches so for a client that leaves while its request is answered."""
+        if callback is not None and self._chunks:
+            return False
+        self._on_hang_up = callback
+        if self._eof:
+            self._hung_up()
+        return True
+
+    def release(self) -> None:
+        previous = self._previous
+        previous.read_queue.extend(self._chunks)
+        self._chunks.clear()
+        # Set only when so: each is a class default there, and an idle link keeps the protocol.
+        if self._eof:
+            previous.is_at_eof = True
+        if isinstance(self._error, Exception):
+            previous.exception = self._error
+        if previous.read_queue or self._eof:
+            previous.read_event.set()
+        if self._write_paused:
+            previous.write_event.clear()
+        self._on_hang_up = None
+        self._transport.set_protocol(previous)
+        if not self._lost:
+            self._transport.pause_reading()  # anyio reads only while a receive waits
+
+    def _hung_up(self) -> None:
+        callback, self._on_hang_up = self._on_hang_up, None
+        if callback is not None and not self._chunks:
+            callback()
 
     def _wake_reader(self) -> None:
         if self._reader is not None and not self._reader.done():

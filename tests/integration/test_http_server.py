@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
+import anyio.abc
 import httpx
 import pytest
 
@@ -260,3 +261,66 @@ async def test_a_response_header_that_would_split_the_head_gets_500_not_an_injec
     assert answer.startswith(b"HTTP/1.1 500 "), answer[:80]
     assert b"x-injected" not in answer
     assert fine.startswith(b"HTTP/1.1 200 ") and b"x-echo: plain\r\n" in fine
+
+
+async def test_a_client_that_hangs_up_cancels_the_handler_of_its_request() -> None:
+    """Its caller gone, a request's work stops (a tool call can take minutes); on asyncio
+    the transport says so with no task reading the connection, on trio a task reads it."""
+    from transports import HttpRequest, HttpResponse, open_http_server
+
+    started, ended = anyio.Event(), anyio.Event()
+
+    async def handler(request: HttpRequest) -> HttpResponse:
+        if request.path == "/quick":
+            return HttpResponse(200, b"{}")
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            ended.set()
+        raise AssertionError("unreachable")
+
+    async with open_http_server(handler, host="127.0.0.1", port=0) as srv:
+        with anyio.fail_after(10):
+            async with await anyio.connect_tcp("127.0.0.1", srv.port) as tcp:
+                await tcp.send(b"GET /quick HTTP/1.1\r\nhost: x\r\n\r\n")
+                assert (await tcp.receive()).startswith(b"HTTP/1.1 200 ")
+                await tcp.send(b"GET /wait HTTP/1.1\r\nhost: x\r\n\r\n")  # same connection
+                await started.wait()
+            await ended.wait()
+            answer = await _answers(srv, b"GET /quick HTTP/1.1\r\nhost: x\r\n\r\n", 1)
+    assert answer.startswith(b"HTTP/1.1 200 ")
+
+
+async def test_an_upgraded_connection_gets_every_byte_sent_after_its_head() -> None:
+    """A connection that served a request first, then upgrades: the bytes that came with
+    the upgrade's head and those that come after reach the upgrade's handler, in order."""
+    from transports import HttpRequest, HttpResponse, open_http_server
+    from transports._sockets import socket_io
+
+    async def handler(request: HttpRequest) -> HttpResponse:
+        return HttpResponse(200, b"{}")
+
+    async def upgraded(stream: anyio.abc.ByteStream, request: HttpRequest, first: bytes) -> None:
+        io = socket_io(stream)
+        io.write(b"upgraded:" + first)
+        while data := await io.receive():
+            io.write(data)
+            await io.drain()
+
+    upgrade = (
+        b"GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: upgrade\r\n"
+        b"sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n"
+    )
+    async with open_http_server(handler, upgrade_handler=upgraded, port=0) as srv:
+        with anyio.fail_after(10):
+            async with await anyio.connect_tcp("127.0.0.1", srv.port) as tcp:
+                await tcp.send(b"GET /first HTTP/1.1\r\nhost: x\r\n\r\n")
+                assert (await tcp.receive()).startswith(b"HTTP/1.1 200 ")
+                await tcp.send(upgrade + b"one,")
+                await tcp.send(b"two,")
+                await tcp.send(b"three")
+                echoed = b""
+                while not echoed.endswith(b"three"):
+                    echoed += await tcp.receive()
+    assert echoed == b"upgraded:one,two,three"

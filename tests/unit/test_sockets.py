@@ -90,3 +90,53 @@ async def test_a_fallback_is_logged_once(monkeypatch: pytest.MonkeyPatch) -> Non
         with anyio.fail_after(GUARD):
             await first.drain()
             assert await server.receive() == b"queued"  # ... and still arrives
+
+
+async def test_a_released_stream_reads_what_the_io_read_and_writes_again() -> None:
+    """An HTTP connection upgraded to WebSocket hands its stream over as anyio made it:
+    the bytes its I/O read and nobody received come first from the stream's own
+    ``receive``, and its ``send`` works (on asyncio the transport has anyio's protocol back)."""
+    async with tcp_pair() as (client, server):
+        io = socket_io(server)
+        with anyio.fail_after(GUARD):
+            if isinstance(io, _sockets._AsyncioIO):
+                io.data_received(b"read, not received")  # as the transport hands it over
+            else:
+                await client.send(b"read, not received")  # trio: still in the socket
+            io.release()
+            assert await server.receive() == b"read, not received"
+            await client.send(b"and more")
+            assert await server.receive() == b"and more"
+            await server.send(b"answer")
+            assert await client.receive() == b"answer"
+
+
+async def test_a_hang_up_is_told_without_a_reader() -> None:
+    """asyncio's transport tells the I/O the peer left, so no task need read to learn it;
+    bytes that come first end the watch (the peer is there), and trio cannot watch."""
+    async with tcp_pair() as (client, server):
+        io = socket_io(server)
+        told = anyio.Event()
+        if sniffio.current_async_library() == "trio":
+            assert not io.watches_hang_up and not io.watch_hang_up(told.set)
+            return
+        assert io.watches_hang_up and io.watch_hang_up(told.set)
+        await client.send_eof()
+        with anyio.fail_after(GUARD):
+            await told.wait()
+        assert io.watch_hang_up(told.set)  # the end came already: told at once
+
+
+async def test_bytes_before_the_hang_up_end_the_watch() -> None:
+    async with tcp_pair() as (client, server):
+        io = socket_io(server)
+        if not io.watches_hang_up:
+            return  # trio: a reader learns it (tests/integration/test_http_server.py)
+        told: list[str] = []
+        assert io.watch_hang_up(lambda: told.append("gone"))
+        await client.send(b"a pipelined request")
+        await client.send_eof()
+        with anyio.fail_after(GUARD):
+            assert await io.receive() == b"a pipelined request"
+            assert await io.receive() == b""
+        assert told == []
