@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -15,7 +16,8 @@ import anyio.abc
 import pytest
 
 from mesh.cli._codes import EXIT_INTERRUPTED
-from mesh.testing import spawn_daemon
+from mesh.testing import Daemon, spawn_daemon
+from tests.conftest import BACKENDS
 from tests.integration._daemon import persona_manifest
 from tests.integration.test_cli_truth import mesh, read_all, read_until
 from tests.integration.test_daemon_people import _create
@@ -24,6 +26,29 @@ from transports import HttpRequest, HttpResponse, open_http_server
 pytestmark = pytest.mark.anyio
 
 MESH = [sys.executable, "-m", "mesh.cli"]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so that one daemon of personas per backend serves both room tests."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+async def rooms_daemon(
+    anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Daemon]:
+    """A daemon with two personas whose turns take a minute, so a room stays running while
+    a command follows it. The room tests interrupt the CLI, never the daemon or its rooms,
+    and each makes a room of its own id: starting the daemon and its two persona processes
+    is most of what each of them would cost."""
+    manifests = tmp_path_factory.mktemp("interrupt-manifests")
+    persona_manifest(manifests, "alice", "Alice", ["Tea."], delay=60)  # a turn takes a minute
+    persona_manifest(manifests, "bob", "Bob", ["Coffee."], delay=60)
+    data = ["--data-dir", str(tmp_path_factory.mktemp("interrupt-data"))]
+    async with spawn_daemon(manifests, extra_args=data) as daemon:
+        await daemon.wait_online("alice", "bob")
+        yield daemon
 
 
 async def interrupt(process: anyio.abc.Process) -> tuple[int, list[str]]:
@@ -52,16 +77,16 @@ async def test_mesh_serve(tmp_path: Path) -> None:
     assert await interrupt(process) == (EXIT_INTERRUPTED, ["mesh: interrupted"])
 
 
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
 async def test_mesh_serve_stops_on_a_signal_sent_the_moment_it_listens(
-    tmp_path: Path, backend: str
+    tmp_path: Path, anyio_backend: str
 ) -> None:
     """Started as a shell's background job is (SIGINT ignored, inherited), and signalled as
     a supervisor does the moment it reads "listening": the daemon caught the signal only
-    after it said so, and a SIGINT in between was lost (it ran on)."""
+    after it said so, and a SIGINT in between was lost (it ran on). The daemon runs on the
+    test's own backend: the test only drives a process, so each daemon backend is one run."""
     (tmp_path / "m").mkdir()
     serve = [*MESH, "serve", "--port", "0", "--manifests", str(tmp_path / "m"), "--backend"]
-    serve += [backend, "--data-dir", str(tmp_path / "d"), "--log-level", "warning"]
+    serve += [anyio_backend, "--data-dir", str(tmp_path / "d"), "--log-level", "warning"]
     ignoring = ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *serve]
     process = await anyio.open_process(ignoring)
     with anyio.fail_after(60):
@@ -115,38 +140,26 @@ async def read_stderr_until(process: anyio.abc.Process, marker: bytes) -> None:
 
 
 @pytest.mark.timeout(180)  # a daemon, two personas and the CLI on a loaded machine
-async def test_mesh_room_watch(tmp_path: Path) -> None:
-    manifests = tmp_path / "m"
-    manifests.mkdir()
-    persona_manifest(manifests, "alice", "Alice", ["Tea."], delay=60)  # a turn takes a minute
-    persona_manifest(manifests, "bob", "Bob", ["Coffee."], delay=60)
-    async with spawn_daemon(manifests, extra_args=["--data-dir", str(tmp_path / "d")]) as daemon:
-        await daemon.wait_online("alice", "bob")
-        async with daemon.client() as http:
-            body = {"id": "tea", "topic": "Tea?", "members": ["alice", "bob"]}
-            assert (await http.post("/rooms", json=body)).status_code == 201
-        process = await mesh("room", "watch", "tea", daemon=daemon)
-        with anyio.fail_after(60):
-            await read_until(process, b"Bob")  # following: the room is running
-        assert await interrupt(process) == (
-            EXIT_INTERRUPTED,
-            ["mesh: interrupted; room tea runs on"],
-        )
+async def test_mesh_room_watch(rooms_daemon: Daemon) -> None:
+    async with rooms_daemon.client() as http:
+        body = {"id": "tea", "topic": "Tea?", "members": ["alice", "bob"]}
+        assert (await http.post("/rooms", json=body)).status_code == 201
+    process = await mesh("room", "watch", "tea", daemon=rooms_daemon)
+    with anyio.fail_after(60):
+        await read_until(process, b"Bob")  # following: the room is running
+    assert await interrupt(process) == (
+        EXIT_INTERRUPTED,
+        ["mesh: interrupted; room tea runs on"],
+    )
 
 
 @pytest.mark.timeout(180)  # a daemon, two personas and the CLI on a loaded machine
-async def test_mesh_room_join(tmp_path: Path) -> None:
-    manifests = tmp_path / "m"
-    manifests.mkdir()
-    persona_manifest(manifests, "alice", "Alice", ["Tea."], delay=60)  # a turn takes a minute
-    persona_manifest(manifests, "bob", "Bob", ["Coffee."], delay=60)
-    async with spawn_daemon(manifests, extra_args=["--data-dir", str(tmp_path / "d")]) as daemon:
-        await daemon.wait_online("alice", "bob")
-        await _create(daemon, "desk", 40)
-        process = await mesh("room", "join", "desk", "--as", "Dave", daemon=daemon)
-        with anyio.fail_after(60):
-            await read_until(process, b"Dave")  # the room's events, Dave's joining among them
-        # Its stdin stays open, as a terminal's does: the reader thread must not hold the exit.
-        code, lines = await interrupt(process)
+async def test_mesh_room_join(rooms_daemon: Daemon) -> None:
+    await _create(rooms_daemon, "desk", 40)
+    process = await mesh("room", "join", "desk", "--as", "Dave", daemon=rooms_daemon)
+    with anyio.fail_after(60):
+        await read_until(process, b"Dave")  # the room's events, Dave's joining among them
+    # Its stdin stays open, as a terminal's does: the reader thread must not hold the exit.
+    code, lines = await interrupt(process)
     assert code == EXIT_INTERRUPTED
     assert lines[1:] == ["mesh: interrupted; left room desk"], lines  # after "joined room …"

@@ -3,6 +3,7 @@ and how long one token can hold room slots. A real ``mesh serve`` with scripted 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from mesh.rooms import (
     decode_live_event,
 )
 from mesh.testing import Daemon, spawn_daemon
+from tests.conftest import BACKENDS
 
 from ._daemon import LONG_LIMITS, persona_manifest
 from .test_daemon_auth import create_token
@@ -38,6 +40,25 @@ def _manifests(tmp_path: Path, delay: float) -> Path:
     persona_manifest(manifests, "alice", "Alice", SCRIPT, delay)
     persona_manifest(manifests, "bob", "Bob", SCRIPT, delay)
     return manifests
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+async def daemon(
+    anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Daemon]:
+    """Alice and Bob at half a second a turn, for the tests that make tokens and rooms of
+    their own names and stop their rooms: a daemon and its two persona processes are most
+    of what each of them would cost. A restart, settings of its own or a count of every
+    room keeps a daemon of its own."""
+    async with spawn_daemon(_manifests(tmp_path_factory.mktemp("trust"), 0.5)) as shared:
+        await shared.wait_online("alice", "bob")
+        yield shared
 
 
 async def _create(daemon: Daemon, token: str, room_id: str, **spec: Any) -> dict[str, Any]:
@@ -71,28 +92,26 @@ async def _goodbye_in_turn(daemon: Daemon, http: httpx.AsyncClient) -> MessageEv
 
 
 async def test_the_owner_chooses_who_joins_and_a_guests_goodbye_ends_nothing(
-    tmp_path: Path,
+    daemon: Daemon,
 ) -> None:
-    async with spawn_daemon(_manifests(tmp_path, 0.3)) as daemon:
-        await daemon.wait_online("alice", "bob")
-        owner = await create_token(daemon, "client", "owner")
-        guest = await create_token(daemon, "client", "guest")
-        await _create(daemon, owner, "closed", limits=LONG_LIMITS)
-        await _create(daemon, owner, "open", limits=LONG_LIMITS, people={"join": ["guest"]})
-        async with daemon.client(token=guest) as http:
-            closed = await http.post("/rooms/closed/join", json={"name": "Gwen"})
-            assert closed.status_code == 403, closed.text
-            assert "people.join" in closed.json()["error"]["message"]
-            joined = await http.post("/rooms/open/join", json={"name": "Gwen"})
-            assert joined.status_code == 200, joined.text
-            await _goodbye_in_turn(daemon, http)  # and the room went on
-        async with daemon.client(token=owner) as http:
-            assert (await http.post("/rooms/open/pause")).status_code == 200
-            resumed = await http.post("/rooms/open/resume")
-            assert resumed.status_code == 200, resumed.text
-            assert resumed.json()["status"] == "running"
-            for room in ("open", "closed"):
-                await http.post(f"/rooms/{room}/stop")
+    owner = await create_token(daemon, "client", "owner")
+    guest = await create_token(daemon, "client", "guest")
+    await _create(daemon, owner, "closed", limits=LONG_LIMITS)
+    await _create(daemon, owner, "open", limits=LONG_LIMITS, people={"join": ["guest"]})
+    async with daemon.client(token=guest) as http:
+        closed = await http.post("/rooms/closed/join", json={"name": "Gwen"})
+        assert closed.status_code == 403, closed.text
+        assert "people.join" in closed.json()["error"]["message"]
+        joined = await http.post("/rooms/open/join", json={"name": "Gwen"})
+        assert joined.status_code == 200, joined.text
+        await _goodbye_in_turn(daemon, http)  # and the room went on
+    async with daemon.client(token=owner) as http:
+        assert (await http.post("/rooms/open/pause")).status_code == 200
+        resumed = await http.post("/rooms/open/resume")
+        assert resumed.status_code == 200, resumed.text
+        assert resumed.json()["status"] == "running"
+        for room in ("open", "closed"):
+            await http.post(f"/rooms/{room}/stop")
 
 
 async def _people_answers(
@@ -151,58 +170,52 @@ async def _joined_events(daemon: Daemon, room_id: str, member: str) -> list[dict
 
 
 async def test_an_admins_seat_is_held_like_any_and_admins_still_act_for_anyone(
-    tmp_path: Path,
+    daemon: Daemon,
 ) -> None:
-    async with spawn_daemon(_manifests(tmp_path, 0.5)) as daemon:
-        await daemon.wait_online("alice", "bob")
-        owner = await create_token(daemon, "client", "owner")
-        guest = await create_token(daemon, "client", "guest")
-        spec = {"max_turns": 400, "max_messages_per_agent": 200}
-        await _create(daemon, owner, "seats", limits=spec, people={"join": "clients"})
-        async with daemon.client() as admin:  # the operator, signed in with the admin token
-            me = (await admin.get("/whoami")).json()
-            joined = await admin.post("/rooms/seats/join", json={"name": "Ada"})
-            assert joined.status_code == 200, joined.text
-        async with daemon.client(token=guest) as http:
-            said = await http.post("/rooms/seats/say", json={"member": "ada", "text": "I'm Ada."})
-            assert said.status_code == 403, said.text  # while she is here
-            assert "held by another token" in said.json()["error"]["message"]
-            taken = await http.post("/rooms/seats/join", json={"name": "Ada"})
-            assert taken.status_code == 403, taken.text
-            assert (await http.post("/rooms/seats/join", json={"name": "Gwen"})).status_code == 200
-        async with daemon.client() as admin:
-            assert (
-                await admin.post("/rooms/seats/leave", json={"member": "ada"})
-            ).status_code == 204
-            # An admin may still act for any seat: the guest's, here.
-            for_gwen = await admin.post("/rooms/seats/say", json={"member": "gwen", "text": "Hi."})
-            assert for_gwen.status_code in (200, 202), for_gwen.text
-        # Ada is away: her seat is still hers.
-        assert await _people_answers(daemon, guest, "Ada", "ada") == (403, 403, 403)
-        adas = await _joined_events(daemon, "seats", "ada")
-        assert adas and all(e["holder"] == f"token:{me['id']}" for e in adas), adas
-        assert all(e["by"] == me["name"] for e in adas), adas
-        async with daemon.client() as admin:
-            back = await admin.post("/rooms/seats/join", json={"name": "Ada"})
-            assert back.status_code == 200, back.text
-            await admin.post("/rooms/seats/stop")
+    owner = await create_token(daemon, "client", "seats-owner")
+    guest = await create_token(daemon, "client", "seats-guest")
+    spec = {"max_turns": 400, "max_messages_per_agent": 200}
+    await _create(daemon, owner, "seats", limits=spec, people={"join": "clients"})
+    async with daemon.client() as admin:  # the operator, signed in with the admin token
+        me = (await admin.get("/whoami")).json()
+        joined = await admin.post("/rooms/seats/join", json={"name": "Ada"})
+        assert joined.status_code == 200, joined.text
+    async with daemon.client(token=guest) as http:
+        said = await http.post("/rooms/seats/say", json={"member": "ada", "text": "I'm Ada."})
+        assert said.status_code == 403, said.text  # while she is here
+        assert "held by another token" in said.json()["error"]["message"]
+        taken = await http.post("/rooms/seats/join", json={"name": "Ada"})
+        assert taken.status_code == 403, taken.text
+        assert (await http.post("/rooms/seats/join", json={"name": "Gwen"})).status_code == 200
+    async with daemon.client() as admin:
+        assert (await admin.post("/rooms/seats/leave", json={"member": "ada"})).status_code == 204
+        # An admin may still act for any seat: the guest's, here.
+        for_gwen = await admin.post("/rooms/seats/say", json={"member": "gwen", "text": "Hi."})
+        assert for_gwen.status_code in (200, 202), for_gwen.text
+    # Ada is away: her seat is still hers.
+    assert await _people_answers(daemon, guest, "Ada", "ada") == (403, 403, 403)
+    adas = await _joined_events(daemon, "seats", "ada")
+    assert adas and all(e["holder"] == f"token:{me['id']}" for e in adas), adas
+    assert all(e["by"] == me["name"] for e in adas), adas
+    async with daemon.client() as admin:
+        back = await admin.post("/rooms/seats/join", json={"name": "Ada"})
+        assert back.status_code == 200, back.text
+        await admin.post("/rooms/seats/stop")
 
 
 async def test_names_that_pass_for_a_members_are_refused_by_their_unicode_skeleton(
-    tmp_path: Path,
+    daemon: Daemon,
 ) -> None:
-    async with spawn_daemon(_manifests(tmp_path, 0.5)) as daemon:
-        await daemon.wait_online("alice", "bob")
-        owner = await create_token(daemon, "client", "owner")
-        await _create(daemon, owner, "names", limits=LONG_LIMITS)
-        async with daemon.client(token=owner) as http:
-            assert (await http.post("/rooms/names/join", json={"name": "Carol"})).status_code == 200
-            # Cherokee tli, a small capital c, a Cyrillic ghe
-            for alike in ("\u13dfarol", "\u1d04arol", "Ca\u0433ol"):
-                refused = await http.post("/rooms/names/join", json={"name": alike})
-                assert refused.status_code == 409, (alike, refused.text)
-                assert "looks like 'Carol'" in refused.json()["error"]["message"]
-            await http.post("/rooms/names/stop")
+    owner = await create_token(daemon, "client", "names-owner")
+    await _create(daemon, owner, "names", limits=LONG_LIMITS)
+    async with daemon.client(token=owner) as http:
+        assert (await http.post("/rooms/names/join", json={"name": "Carol"})).status_code == 200
+        # Cherokee tli, a small capital c, a Cyrillic ghe
+        for alike in ("\u13dfarol", "\u1d04arol", "Ca\u0433ol"):
+            refused = await http.post("/rooms/names/join", json={"name": alike})
+            assert refused.status_code == 409, (alike, refused.text)
+            assert "looks like 'Carol'" in refused.json()["error"]["message"]
+        await http.post("/rooms/names/stop")
 
 
 async def test_one_token_holds_only_its_share_of_rooms_and_absent_people_free_theirs(
