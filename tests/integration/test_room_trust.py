@@ -222,7 +222,9 @@ async def test_one_token_holds_only_its_share_of_rooms_and_absent_people_free_th
     tmp_path: Path,
 ) -> None:
     settings = tmp_path / "settings.toml"
-    settings.write_text("max_rooms_per_identity = 2\nmax_person_wait = 1.0\n")
+    # Long enough for the hog's third room to be refused while its two still wait for
+    # Carol on a loaded machine (at 1 s they sometimes gave up first, freeing a slot).
+    settings.write_text("max_rooms_per_identity = 2\nmax_person_wait = 15.0\n")
     args = ["--config", str(settings), "--data-dir", str(tmp_path / "data")]
     async with spawn_daemon(_manifests(tmp_path, 0.0), extra_args=args) as daemon:
         await daemon.wait_online("alice", "bob")
