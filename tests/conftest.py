@@ -19,6 +19,9 @@ from hypothesis.configuration import set_hypothesis_home_dir
 
 BACKENDS = ("asyncio", "trio")
 
+# Each file's CPU, the test process's and its children's, printed at the end of a run.
+pytest_plugins = ["tests._cpu"]
+
 # Tests write only under temporary directories: no example database, and what
 # Hypothesis caches (constants it reads from the source, as modules are imported)
 # goes to a directory of this session, removed at its end.
