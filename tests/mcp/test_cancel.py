@@ -7,6 +7,9 @@ MCP server the daemon mounts (the mcp SDK's ``MCPServer``) sees its tool cancell
 - ``/mcp`` with a handshake-era client, which POSTs ``notifications/cancelled``;
 - ``/mcp`` sessionless ``notifications/cancelled``: it reaches its owner's request
   (each such request runs in an exchange of its own), and no one else's.
+
+The tests share one daemon and its peer per backend: each starts from no call waiting,
+ends with none, and counts the cancels it caused as a difference.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from mcp.client import Client
 
 from mesh.mcp._revisions import envelope
 from mesh.testing import Daemon, spawn_daemon
+from tests.conftest import BACKENDS
 from tests.mcp.test_mount import stdio_manifest
 from tests.mcp.test_serve import over_http
 
@@ -49,6 +53,22 @@ async def daemon_with_peer(tmp_path: Path) -> AsyncIterator[Daemon]:
         yield daemon
 
 
+@pytest.fixture(scope="module", params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so that one daemon per backend serves every test here."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+async def daemon(
+    anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Daemon]:
+    """The daemon and its MCP peer, started once per backend: each test's state is its own
+    call and its client's connection, and the peer's counters are read as differences."""
+    async with daemon_with_peer(tmp_path_factory.mktemp("mcp-cancel")) as shared:
+        yield shared
+
+
 async def peer_count(daemon: Daemon, tool: str) -> int:
     async with daemon.client() as http:
         body = {"agent": "peer", "method": "tools/call", "params": {"name": tool}}
@@ -65,29 +85,33 @@ async def until(daemon: Daemon, tool: str, count: int) -> None:
             await anyio.lowlevel.checkpoint()
 
 
+async def quiet_peer(daemon: Daemon) -> int:
+    """The peer's cancels so far, once no call waits in it (a test starts from there)."""
+    assert await peer_count(daemon, "waiting") == 0
+    return await peer_count(daemon, "cancelled")
+
+
 async def leave_mid_call(daemon: Daemon, call: Callable[[], Coroutine[Any, Any, Any]]) -> None:
     """Start ``call`` (a 600 s `wait`), give up once the tool sleeps, and see it cancelled."""
+    cancelled = await quiet_peer(daemon)
     async with anyio.create_task_group() as tg:
         tg.start_soon(call)
         await until(daemon, "waiting", 1)
         tg.cancel_scope.cancel()
-    await until(daemon, "cancelled", 1)
+    await until(daemon, "cancelled", cancelled + 1)
     await until(daemon, "waiting", 0)
 
 
-async def test_rpc_client_that_disconnects_cancels_its_call(tmp_path: Path) -> None:
-    async with daemon_with_peer(tmp_path) as daemon, daemon.client(timeout=WITHIN) as http:
+async def test_rpc_client_that_disconnects_cancels_its_call(daemon: Daemon) -> None:
+    async with daemon.client(timeout=WITHIN) as http:
         params = {"name": "wait", "arguments": {"seconds": 600}}
         body = {"agent": "peer", "method": "tools/call", "params": params, "timeout": 120}
         await leave_mid_call(daemon, lambda: http.post("/rpc", json=body))
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_mcp_sdk_client_that_gives_up_cancels_its_call(tmp_path: Path, mode: Any) -> None:
-    async with (
-        daemon_with_peer(tmp_path) as daemon,
-        Client(over_http(daemon), mode=mode) as client,
-    ):
+async def test_mcp_sdk_client_that_gives_up_cancels_its_call(daemon: Daemon, mode: Any) -> None:
+    async with Client(over_http(daemon), mode=mode) as client:
         await leave_mid_call(daemon, lambda: client.call_tool("peer__wait", {"seconds": 600}))
         assert (await client.call_tool("peer__add", {"a": 1, "b": 2})).structured_content
 
@@ -115,23 +139,24 @@ asyncio.run(main(*sys.argv[1:]))
 """
 
 
-async def test_fastmcp_client_that_gives_up_cancels_its_call(tmp_path: Path) -> None:
-    async with daemon_with_peer(tmp_path) as daemon:
-        assert daemon.token is not None
-        command = [sys.executable, "-c", FASTMCP_CLIENT, f"{daemon.http}/mcp", daemon.token]
-        async with await anyio.open_process(command, stderr=None) as client:
-            assert client.stdin is not None and client.stdout is not None
-            lines = BufferedByteReceiveStream(client.stdout)
-            with anyio.fail_after(WITHIN):
-                assert await lines.receive_until(b"\n", 100) == b"2026-07-28"  # default mode
-            await until(daemon, "waiting", 1)
-            await client.stdin.send(b"give up\n")
-            with anyio.fail_after(WITHIN):
-                assert await lines.receive_until(b"\n", 100) == b"gave up"
-            await until(daemon, "cancelled", 1)
-            await client.stdin.send(b"bye\n")
-            with anyio.fail_after(WITHIN):
-                assert await client.wait() == 0
+async def test_fastmcp_client_that_gives_up_cancels_its_call(daemon: Daemon) -> None:
+    cancelled = await quiet_peer(daemon)
+    assert daemon.token is not None
+    command = [sys.executable, "-c", FASTMCP_CLIENT, f"{daemon.http}/mcp", daemon.token]
+    async with await anyio.open_process(command, stderr=None) as client:
+        assert client.stdin is not None and client.stdout is not None
+        lines = BufferedByteReceiveStream(client.stdout)
+        with anyio.fail_after(WITHIN):
+            assert await lines.receive_until(b"\n", 100) == b"2026-07-28"  # default mode
+        await until(daemon, "waiting", 1)
+        await client.stdin.send(b"give up\n")
+        with anyio.fail_after(WITHIN):
+            assert await lines.receive_until(b"\n", 100) == b"gave up"
+        await until(daemon, "cancelled", cancelled + 1)
+        await client.stdin.send(b"bye\n")
+        with anyio.fail_after(WITHIN):
+            assert await client.wait() == 0
+    await until(daemon, "waiting", 0)
 
 
 def wait_request(request_id: int) -> dict[str, Any]:
@@ -145,29 +170,30 @@ def cancel(request_id: int) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
 
 
-async def test_a_sessionless_cancel_reaches_its_owners_request_only(tmp_path: Path) -> None:
-    async with daemon_with_peer(tmp_path) as daemon:
-        async with daemon.client() as admin:
-            made = await admin.post("/tokens", json={"role": "client", "name": "other"})
-            other_token = made.json()["token"]
-        async with (
-            daemon.client(timeout=WITHIN) as owner,
-            daemon.client(token=other_token, timeout=WITHIN) as other,
-        ):
-            answers: list[httpx.Response] = []
+async def test_a_sessionless_cancel_reaches_its_owners_request_only(daemon: Daemon) -> None:
+    cancelled = await quiet_peer(daemon)
+    async with daemon.client() as admin:
+        made = await admin.post("/tokens", json={"role": "client", "name": "other"})
+        other_token = made.json()["token"]
+    async with (
+        daemon.client(timeout=WITHIN) as owner,
+        daemon.client(token=other_token, timeout=WITHIN) as other,
+    ):
+        answers: list[httpx.Response] = []
 
-            async def call() -> None:
-                answers.append(await owner.post("/mcp", json=wait_request(7), headers=MCP))
+        async def call() -> None:
+            answers.append(await owner.post("/mcp", json=wait_request(7), headers=MCP))
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(call)
-                await until(daemon, "waiting", 1)
-                # Another client's cancel of "its" request 7 is no cancel of ours...
-                refused = await other.post("/mcp", json=cancel(7), headers=MCP)
-                assert refused.status_code == 202
-                assert await peer_count(daemon, "waiting") == 1
-                # ...the owner's is.
-                assert (await owner.post("/mcp", json=cancel(7), headers=MCP)).status_code == 202
-            (answer,) = answers
-            assert answer.json()["error"]["message"] == "cancelled by the client", answer.text
-            await until(daemon, "cancelled", 1)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            await until(daemon, "waiting", 1)
+            # Another client's cancel of "its" request 7 is no cancel of ours...
+            refused = await other.post("/mcp", json=cancel(7), headers=MCP)
+            assert refused.status_code == 202
+            assert await peer_count(daemon, "waiting") == 1
+            # ...the owner's is.
+            assert (await owner.post("/mcp", json=cancel(7), headers=MCP)).status_code == 202
+        (answer,) = answers
+        assert answer.json()["error"]["message"] == "cancelled by the client", answer.text
+        await until(daemon, "cancelled", cancelled + 1)
+    await until(daemon, "waiting", 0)
