@@ -1,12 +1,17 @@
 """ONE trace per call across real processes, each exporting with the SDK's OTLP exporter to a
 receiver on loopback: ``mesh call`` -> ``mesh serve`` -> an agent over stdio, WebSocket dial-in
-and HTTP; the tool's own span under the agent's SERVER span; across two daemons on NATS."""
+and HTTP; the tool's own span under the agent's SERVER span; across two daemons on NATS.
+
+The tests that need only *a* traced daemon share one per backend, and one receiver: each
+reads the spans that arrived after it began (its own trace, or its own tool's), never all.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -14,6 +19,7 @@ import anyio
 import pytest
 
 from mesh.testing import Daemon, spawn_daemon, spawn_echo_server, spawn_nats_server
+from tests.conftest import BACKENDS
 from tests.observe._otlp import ReceivedSpan, Receiver, chain, has_chain, open_receiver
 from tests.observe._spans import by_name, traced
 
@@ -23,6 +29,9 @@ AGENT_MODULE = "tests.observe.traced_agent"
 ROOT = Path(__file__).resolve().parents[2]
 #: The tool's argument: it must show in no span.
 SECRET = "xylophone"
+#: The dial-in agent's token, in the shared daemon's environment.
+DIALER_TOKEN = {"DIALER_TOKEN": "dial-in-token-for-tests"}
+DIALER = 'id = "dialer"\n[transport]\ntype = "dial-in"\ntoken_env = "DIALER_TOKEN"\n'
 
 
 def stdio_manifest(agent_id: str, receiver: Receiver, declared: str | None = None) -> str:
@@ -40,6 +49,37 @@ args = ["-m", "{AGENT_MODULE}", "--stdio", "--id", "{declared}"]
 cwd = "{ROOT}"
 env = {{ {env_table} }}
 """
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+async def receiver(anyio_backend: str) -> AsyncIterator[Receiver]:
+    async with open_receiver() as shared:
+        yield shared
+
+
+@pytest.fixture(scope="module")
+async def daemon(
+    receiver: Receiver, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Daemon]:
+    """A daemon tracing to the module's receiver, with ``worker``, ``worker-stdio`` (whose
+    program declares itself ``worker``) and a dial-in ``dialer``: a daemon and its agents
+    are most of what each test here would cost. The tests over HTTP, through an MCP peer
+    and across NATS start their own, as their agents are made for them."""
+    manifests = tmp_path_factory.mktemp("traces-manifests")
+    (manifests / "worker.toml").write_text(stdio_manifest("worker", receiver))
+    declares = stdio_manifest("worker-stdio", receiver, declared="worker")
+    (manifests / "worker-stdio.toml").write_text(declares)
+    (manifests / "dialer.toml").write_text(DIALER)
+    env = {**receiver.environment("mesh-daemon"), **DIALER_TOKEN}
+    async with spawn_daemon(manifests, env=env) as shared:
+        await shared.wait_online("worker", "worker-stdio")
+        yield shared
 
 
 async def mesh_call(daemon: Daemon, receiver: Receiver, agent: str, message: str) -> None:
@@ -64,10 +104,12 @@ def the_tool_span(span: ReceivedSpan) -> bool:
     return span.name == "the tool's own work"
 
 
-async def the_whole_trace(receiver: Receiver) -> list[ReceivedSpan]:
-    """The tool's span and every ancestor up to its root, once all of them have arrived."""
-    spans = await receiver.wait_for(lambda got: has_chain(got, the_tool_span, ""))
-    return chain(spans, next(filter(the_tool_span, spans)))
+async def the_whole_trace(receiver: Receiver, since: int = 0) -> list[ReceivedSpan]:
+    """The tool's span and every ancestor up to its root, once all of them have arrived,
+    of the spans that arrived from ``since`` on (a test's own, on a shared receiver: each
+    test waits for its trace whole, so no earlier tool span arrives after it)."""
+    spans = await receiver.wait_for(lambda got: has_chain(got[since:], the_tool_span, ""))
+    return chain(spans[since:], next(filter(the_tool_span, spans[since:])))
 
 
 def assert_hops(path: list[ReceivedSpan], agent: str) -> None:
@@ -89,32 +131,19 @@ def assert_hops(path: list[ReceivedSpan], agent: str) -> None:
     assert SECRET not in shown  # neither the argument nor the result is an attribute
 
 
-async def test_mesh_call_to_a_stdio_agent_is_one_trace(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    async with open_receiver() as receiver:
-        (tmp_path / "worker.toml").write_text(stdio_manifest("worker", receiver))
-        for key, value in receiver.environment("mesh-daemon").items():
-            monkeypatch.setenv(key, value)
-        async with spawn_daemon(tmp_path) as daemon:
-            await daemon.wait_online("worker")
-            await mesh_call(daemon, receiver, "worker", SECRET)
-            path = await the_whole_trace(receiver)
+async def test_mesh_call_to_a_stdio_agent_is_one_trace(daemon: Daemon, receiver: Receiver) -> None:
+    since = len(receiver.spans)
+    await mesh_call(daemon, receiver, "worker", SECRET)
+    path = await the_whole_trace(receiver, since)
     assert_hops(path, "worker")
 
 
 async def test_spans_name_a_stdio_agent_by_its_mesh_id_and_keep_the_one_it_declares(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    daemon: Daemon, receiver: Receiver
 ) -> None:
-    async with open_receiver() as receiver:
-        manifest = stdio_manifest("worker-stdio", receiver, declared="worker")
-        (tmp_path / "worker-stdio.toml").write_text(manifest)
-        for key, value in receiver.environment("mesh-daemon").items():
-            monkeypatch.setenv(key, value)
-        async with spawn_daemon(tmp_path) as daemon:
-            await daemon.wait_online("worker-stdio")
-            await mesh_call(daemon, receiver, "worker-stdio", SECRET)
-            path = await the_whole_trace(receiver)
+    since = len(receiver.spans)
+    await mesh_call(daemon, receiver, "worker-stdio", SECRET)
+    path = await the_whole_trace(receiver, since)
     addresses = [s.attributes.get("server.address") for s in path[:4]]
     assert addresses == ["worker-stdio"] * 4, addresses
     assert path[3].service == "worker" and path[3].kind == "SERVER"
@@ -122,30 +151,26 @@ async def test_spans_name_a_stdio_agent_by_its_mesh_id_and_keep_the_one_it_decla
 
 
 async def test_a_failed_mesh_call_ends_every_span_with_the_calls_own_status(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    daemon: Daemon, receiver: Receiver
 ) -> None:
     """The CLI's root span says TOOL_ERROR, as the daemon's and the agent's do, not how the
     command exited (SystemExit)."""
-    async with open_receiver() as receiver:
-        (tmp_path / "worker.toml").write_text(stdio_manifest("worker", receiver))
-        for key, value in receiver.environment("mesh-daemon").items():
-            monkeypatch.setenv(key, value)
-        async with spawn_daemon(tmp_path) as daemon:
-            await daemon.wait_online("worker")
-            env = daemon.env(**receiver.environment("mesh-cli"))
-            command = [sys.executable, "-m", "mesh.cli", "call", "worker", "fail"]
-            done = await anyio.run_process([*command, "--arg", "message=no"], env=env, check=False)
-            assert done.returncode == 1, done.stderr.decode()
+    since = len(receiver.spans)
+    env = daemon.env(**receiver.environment("mesh-cli"))
+    command = [sys.executable, "-m", "mesh.cli", "call", "worker", "fail"]
+    done = await anyio.run_process([*command, "--arg", "message=no"], env=env, check=False)
+    assert done.returncode == 1, done.stderr.decode()
 
-            def failed(span: ReceivedSpan) -> bool:
-                return span.attributes.get("gen_ai.tool.name") == "fail"
+    def failed(span: ReceivedSpan) -> bool:
+        return span.attributes.get("gen_ai.tool.name") == "fail"
 
-            spans = await receiver.wait_for(
-                lambda got: (
-                    {(s.service, s.kind) for s in got if failed(s)}
-                    >= {("mesh-cli", "CLIENT"), ("worker", "SERVER")}
-                )
-            )
+    spans = await receiver.wait_for(
+        lambda got: (
+            {(s.service, s.kind) for s in got[since:] if failed(s)}
+            >= {("mesh-cli", "CLIENT"), ("worker", "SERVER")}
+        )
+    )
+    spans = spans[since:]
     hops = {(s.service, s.kind): s.attributes for s in spans if failed(s)}
     assert len(hops) == 4, sorted(hops)
     for (service, kind), attributes in hops.items():
@@ -153,13 +178,12 @@ async def test_a_failed_mesh_call_ends_every_span_with_the_calls_own_status(
         assert attributes["error.type"] == "TOOL_ERROR", (service, kind)
 
 
-async def test_the_console_exporter_writes_one_line_per_span(tmp_path: Path) -> None:
+async def test_the_console_exporter_writes_one_line_per_span(daemon: Daemon) -> None:
     """Between one-line log events (and through a daemon that logs a stdio agent's stderr
     line by line), a span is one line of JSON, not an indented block."""
-    async with spawn_daemon(tmp_path) as daemon:
-        env = daemon.env(OTEL_TRACES_EXPORTER="console", OTEL_SERVICE_NAME="mesh-cli")
-        command = [sys.executable, "-m", "mesh.cli", "call", "nobody", "work"]
-        done = await anyio.run_process(command, env=env, check=False)
+    env = daemon.env(OTEL_TRACES_EXPORTER="console", OTEL_SERVICE_NAME="mesh-cli")
+    command = [sys.executable, "-m", "mesh.cli", "call", "nobody", "work"]
+    done = await anyio.run_process(command, env=env, check=False)
     lines = done.stderr.decode().splitlines()
     spans = [json.loads(line) for line in lines if line.startswith("{")]
     assert [span["name"] for span in spans] == ["tools/call"], lines
@@ -167,26 +191,18 @@ async def test_the_console_exporter_writes_one_line_per_span(tmp_path: Path) -> 
     assert spans[0]["attributes"]["rpc.response.status_code"] == "UNAVAILABLE"
 
 
-async def test_over_websocket_dial_in_is_one_trace(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    async with open_receiver() as receiver:
-        manifest = 'id = "dialer"\n[transport]\ntype = "dial-in"\ntoken_env = "DIALER_TOKEN"\n'
-        (tmp_path / "dialer.toml").write_text(manifest)
-        for key, value in receiver.environment("mesh-daemon").items():
-            monkeypatch.setenv(key, value)
-        env = {"DIALER_TOKEN": "dial-in-token-for-tests"}
-        async with spawn_daemon(tmp_path, env=env) as daemon:
-            command = [sys.executable, "-m", AGENT_MODULE, "--connect", daemon.ws]
-            command += ["--token-env", "DIALER_TOKEN", "--id", "dialer"]
-            agent_env = {**os.environ, **env, **receiver.environment("dialer")}
-            async with await anyio.open_process(command, env=agent_env, stderr=None) as dialler:
-                try:
-                    await daemon.wait_online("dialer")
-                    await mesh_call(daemon, receiver, "dialer", SECRET)
-                    path = await the_whole_trace(receiver)
-                finally:
-                    dialler.terminate()
+async def test_over_websocket_dial_in_is_one_trace(daemon: Daemon, receiver: Receiver) -> None:
+    since = len(receiver.spans)
+    command = [sys.executable, "-m", AGENT_MODULE, "--connect", daemon.ws]
+    command += ["--token-env", "DIALER_TOKEN", "--id", "dialer"]
+    agent_env = {**os.environ, **DIALER_TOKEN, **receiver.environment("dialer")}
+    async with await anyio.open_process(command, env=agent_env, stderr=None) as dialler:
+        try:
+            await daemon.wait_online("dialer")
+            await mesh_call(daemon, receiver, "dialer", SECRET)
+            path = await the_whole_trace(receiver, since)
+        finally:
+            dialler.terminate()
     assert_hops(path, "dialer")
 
 
