@@ -1,12 +1,17 @@
 """A member asks the room's people mid-turn, through the real daemon: an agent process
 that calls ``ctx.elicit`` in its ``room/turn``, and a person joined over the people's
 routes (and the ``mesh room answer`` command) who answers, declines, or lets the turn's
-deadline pass; every refusal leaves the room running."""
+deadline pass; every refusal leaves the room running.
+
+The tests on one daemon share it per backend, with its asker and Alice: the asker keeps
+nothing between turns, and each test runs rooms of its own ids.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +30,7 @@ from mesh.rooms import (
 from mesh.testing import Daemon, spawn_daemon, spawn_nats_server
 from tests.cluster._history import open_daemons
 from tests.cluster._history import persona_manifest as persona_manifest_text
+from tests.conftest import BACKENDS
 
 from ._daemon import persona_manifest
 
@@ -44,6 +50,25 @@ def _manifests(tmp_path: Path) -> tuple[Path, list[str]]:
     )
     persona_manifest(manifests, "alice", "Alice", ["{speaker} said: {last}"], 0.0)
     return manifests, ["--data-dir", str(tmp_path / "data")]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+async def daemon(
+    anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Daemon]:
+    """The asker and Alice on one daemon, for the tests that each run rooms of their own
+    ids: the daemon and its two agents are most of what each would cost. The question
+    answered through another daemon of a cluster starts its own."""
+    manifests, args = _manifests(tmp_path_factory.mktemp("questions"))
+    async with spawn_daemon(manifests, extra_args=args) as shared:
+        await shared.wait_online("asker", "alice")
+        yield shared
 
 
 async def _open_room(
@@ -80,129 +105,115 @@ async def _until(
 
 
 async def test_a_person_answers_the_agents_question_and_its_turn_uses_the_answer(
-    tmp_path: Path,
+    daemon: Daemon,
 ) -> None:
-    manifests, args = _manifests(tmp_path)
-    async with spawn_daemon(manifests, extra_args=args) as daemon:
-        await daemon.wait_online("asker", "alice")
-        await _open_room(daemon, "shed", people=("Carol", "Dave"))
-        seen: list[RoomEvent] = []
-        async with daemon.open_events("/rooms/shed/events") as watch, daemon.client() as http:
-            asked: QuestionEvent = await _until(watch, QuestionEvent, seen)
-            assert (asked.agent_id, asked.turn, asked.question) == ("asker", 1, "q1-1")
-            assert asked.message == "What colour shall I paint the shed?"
-            assert asked.schema["required"] == ["colour"] and asked.deadline is not None
+    await _open_room(daemon, "shed", people=("Carol", "Dave"))
+    seen: list[RoomEvent] = []
+    async with daemon.open_events("/rooms/shed/events") as watch, daemon.client() as http:
+        asked: QuestionEvent = await _until(watch, QuestionEvent, seen)
+        assert (asked.agent_id, asked.turn, asked.question) == ("asker", 1, "q1-1")
+        assert asked.message == "What colour shall I paint the shed?"
+        assert asked.schema["required"] == ["colour"] and asked.deadline is not None
 
-            async def answer(member: str, question: str, **body: Any) -> Any:
-                body = {"member": member, "question": question, **body}
-                return await http.post("/rooms/shed/answer", json=body)
+        async def answer(member: str, question: str, **body: Any) -> Any:
+            body = {"member": member, "question": question, **body}
+            return await http.post("/rooms/shed/answer", json=body)
 
-            # Refusals, each naming its rule; the question stays open through them.
-            stranger = await answer("zed", "q1-1", action="accept", content={"colour": "red"})
-            assert stranger.status_code == 400 and "not a person" in stranger.text
-            agent = await answer("alice", "q1-1", action="decline")
-            assert agent.status_code == 400 and "not a person" in agent.text
-            assert (
-                await http.post("/rooms/shed/leave", json={"member": "dave"})
-            ).status_code == 204
-            away = await answer("dave", "q1-1", action="accept", content={"colour": "red"})
-            assert away.status_code == 409 and "not present" in away.text
-            misfit = await answer("carol", "q1-1", action="accept", content={"colour": "purple"})
-            assert misfit.status_code == 400 and "'purple' is none of" in misfit.text
-            unknown = await answer("carol", "q9-9", action="decline")
-            assert unknown.status_code == 409 and "no open question 'q9-9'" in unknown.text
-            maybe = await answer("carol", "q1-1", action="maybe")
-            assert maybe.status_code == 400 and "accept, decline, cancel" in maybe.text
+        # Refusals, each naming its rule; the question stays open through them.
+        stranger = await answer("zed", "q1-1", action="accept", content={"colour": "red"})
+        assert stranger.status_code == 400 and "not a person" in stranger.text
+        agent = await answer("alice", "q1-1", action="decline")
+        assert agent.status_code == 400 and "not a person" in agent.text
+        assert (await http.post("/rooms/shed/leave", json={"member": "dave"})).status_code == 204
+        away = await answer("dave", "q1-1", action="accept", content={"colour": "red"})
+        assert away.status_code == 409 and "not present" in away.text
+        misfit = await answer("carol", "q1-1", action="accept", content={"colour": "purple"})
+        assert misfit.status_code == 400 and "'purple' is none of" in misfit.text
+        unknown = await answer("carol", "q9-9", action="decline")
+        assert unknown.status_code == 409 and "no open question 'q9-9'" in unknown.text
+        maybe = await answer("carol", "q1-1", action="maybe")
+        assert maybe.status_code == 400 and "accept, decline, cancel" in maybe.text
 
-            given = await answer("carol", "q1-1", action="accept", content={"colour": "blue"})
-            assert given.status_code == 200, given.text
-            assert given.json() == {"status": "answered", "question": "q1-1", "member": "carol"}
-            again = await answer("carol", "q1-1", action="accept", content={"colour": "red"})
-            assert again.status_code == 409 and "answered already" in again.text
-            said: MessageEvent = await _until(watch, MessageEvent, seen)
-            await _until(watch, StoppedEvent, seen)
-            shown = (await http.get("/rooms/shed")).json()["room"]
-        assert said.text == "Painting the shed blue, 2 coats."  # the schema's default filled in
-        answered = [e for e in seen if isinstance(e, AnswerEvent)]
-        assert [(a.agent_id, a.action, a.content) for a in answered] == [
-            ("carol", "accept", {"colour": "blue", "coats": 2})
-        ]
-        assert shown["status"] == "stopped" and shown["stop_reason"] == "MAX_TURNS"
-        assert not [e for e in seen if isinstance(e, ErrorEvent)]
+        given = await answer("carol", "q1-1", action="accept", content={"colour": "blue"})
+        assert given.status_code == 200, given.text
+        assert given.json() == {"status": "answered", "question": "q1-1", "member": "carol"}
+        again = await answer("carol", "q1-1", action="accept", content={"colour": "red"})
+        assert again.status_code == 409 and "answered already" in again.text
+        said: MessageEvent = await _until(watch, MessageEvent, seen)
+        await _until(watch, StoppedEvent, seen)
+        shown = (await http.get("/rooms/shed")).json()["room"]
+    assert said.text == "Painting the shed blue, 2 coats."  # the schema's default filled in
+    answered = [e for e in seen if isinstance(e, AnswerEvent)]
+    assert [(a.agent_id, a.action, a.content) for a in answered] == [
+        ("carol", "accept", {"colour": "blue", "coats": 2})
+    ]
+    assert shown["status"] == "stopped" and shown["stop_reason"] == "MAX_TURNS"
+    assert not [e for e in seen if isinstance(e, ErrorEvent)]
 
 
 async def test_a_question_declined_from_the_command_line_and_one_in_a_room_of_nobody(
-    tmp_path: Path,
+    daemon: Daemon,
 ) -> None:
-    manifests, args = _manifests(tmp_path)
-    async with spawn_daemon(manifests, extra_args=args) as daemon:
-        await daemon.wait_online("asker", "alice")
-        await _open_room(daemon, "empty", people=())
-        seen: list[RoomEvent] = []
-        with anyio.fail_after(GUARD):  # refused at once: never the turn's 120 s
-            async with daemon.open_events("/rooms/empty/events") as watch:
-                failed: ErrorEvent = await _until(watch, ErrorEvent, seen)
-        assert "has no person present to answer a question" in failed.message
-        assert not [e for e in seen if isinstance(e, QuestionEvent)]
+    await _open_room(daemon, "empty", people=())
+    seen: list[RoomEvent] = []
+    with anyio.fail_after(GUARD):  # refused at once: never the turn's 120 s
+        async with daemon.open_events("/rooms/empty/events") as watch:
+            failed: ErrorEvent = await _until(watch, ErrorEvent, seen)
+    assert "has no person present to answer a question" in failed.message
+    assert not [e for e in seen if isinstance(e, QuestionEvent)]
 
-        await _open_room(daemon, "decline")
-        seen = []
-        async with daemon.open_events("/rooms/decline/events") as watch:
-            asked: QuestionEvent = await _until(watch, QuestionEvent, seen)
-            command = [sys.executable, "-m", "mesh.cli", "room", "answer", "decline"]
-            command += [asked.question, "--as", "Carol", "--decline"]
-            done = await anyio.run_process(command, env=daemon.env(), check=False)
-            assert done.returncode == 0, done.stderr.decode()
-            assert b"answered question q1-1 (decline)" in done.stdout
-            said: MessageEvent = await _until(watch, MessageEvent, seen)
-        assert said.text == "Nobody wants to choose, so the shed stays as it is."
-        answered = [e for e in seen if isinstance(e, AnswerEvent)]
-        assert [(a.agent_id, a.action, a.content) for a in answered] == [("carol", "decline", None)]
+    await _open_room(daemon, "decline")
+    seen = []
+    async with daemon.open_events("/rooms/decline/events") as watch:
+        asked: QuestionEvent = await _until(watch, QuestionEvent, seen)
+        command = [sys.executable, "-m", "mesh.cli", "room", "answer", "decline"]
+        command += [asked.question, "--as", "Carol", "--decline"]
+        done = await anyio.run_process(command, env=daemon.env(), check=False)
+        assert done.returncode == 0, done.stderr.decode()
+        assert b"answered question q1-1 (decline)" in done.stdout
+        said: MessageEvent = await _until(watch, MessageEvent, seen)
+    assert said.text == "Nobody wants to choose, so the shed stays as it is."
+    answered = [e for e in seen if isinstance(e, AnswerEvent)]
+    assert [(a.agent_id, a.action, a.content) for a in answered] == [("carol", "decline", None)]
 
 
 async def test_a_question_nobody_answers_ends_with_the_turn_and_is_withdrawn(
-    tmp_path: Path,
+    daemon: Daemon,
 ) -> None:
-    manifests, args = _manifests(tmp_path)
-    async with spawn_daemon(manifests, extra_args=args) as daemon:
-        await daemon.wait_online("asker", "alice")
-        await _open_room(daemon, "late", turn_timeout=2.0)
-        seen: list[RoomEvent] = []
-        async with daemon.open_events("/rooms/late/events") as watch, daemon.client() as http:
-            asked: QuestionEvent = await _until(watch, QuestionEvent, seen)
-            withdrawn: AnswerEvent = await _until(watch, AnswerEvent, seen)
-            failed: ErrorEvent = await _until(watch, ErrorEvent, seen)
-            stopped: StoppedEvent = await _until(watch, StoppedEvent, seen)
-            body = {"member": "carol", "question": asked.question, "action": "decline"}
-            late = await http.post("/rooms/late/answer", json=body)
-        assert (withdrawn.question, withdrawn.action) == (asked.question, "withdrawn")
-        assert withdrawn.reason  # the turn's end, or the asker giving up as it ended
-        assert f"its question {asked.question} to the room's people" in failed.message
-        assert str(stopped.reason) == "ERROR"
-        assert late.status_code == 409, late.text
+    await _open_room(daemon, "late", turn_timeout=2.0)
+    seen: list[RoomEvent] = []
+    async with daemon.open_events("/rooms/late/events") as watch, daemon.client() as http:
+        asked: QuestionEvent = await _until(watch, QuestionEvent, seen)
+        withdrawn: AnswerEvent = await _until(watch, AnswerEvent, seen)
+        failed: ErrorEvent = await _until(watch, ErrorEvent, seen)
+        stopped: StoppedEvent = await _until(watch, StoppedEvent, seen)
+        body = {"member": "carol", "question": asked.question, "action": "decline"}
+        late = await http.post("/rooms/late/answer", json=body)
+    assert (withdrawn.question, withdrawn.action) == (asked.question, "withdrawn")
+    assert withdrawn.reason  # the turn's end, or the asker giving up as it ended
+    assert f"its question {asked.question} to the room's people" in failed.message
+    assert str(stopped.reason) == "ERROR"
+    assert late.status_code == 409, late.text
 
 
-async def test_a_person_answers_from_the_join_prompt(tmp_path: Path) -> None:
-    manifests, args = _manifests(tmp_path)
-    async with spawn_daemon(manifests, extra_args=args) as daemon:
-        await daemon.wait_online("asker", "alice")
-        # Carol is present before the first turn (a paused room's watch ends, and so does
-        # the join command on it); the command then takes her seat again, mid-question.
-        await _open_room(daemon, "prompt")
-        command = [sys.executable, "-m", "mesh.cli", "room", "join", "prompt", "--as", "Carol"]
-        async with await anyio.open_process(command, env=daemon.env()) as cli:
-            assert cli.stdin is not None and cli.stdout is not None
-            out: list[str] = []
-            await _read_until(cli.stdout, "-- question q1-1: answer with /answer", out)
-            await cli.stdin.send(b"/answer q1-1 colour=red coats=three\n")  # not an integer
-            await cli.stdin.send(b"/answer q1-1 colour=red coats=3\n")
-            await _read_until(cli.stdout, "Painting the shed red, 3 coats.", out)
-            await cli.stdin.aclose()
-            with anyio.fail_after(GUARD):
-                await cli.wait()
-        printed = "".join(out)
-        assert "Asker (painter) asks the room's people (question q1-1, turn 1)" in printed
-        assert "Carol (person) answered question q1-1, accept: colour=red, coats=3" in printed
+async def test_a_person_answers_from_the_join_prompt(daemon: Daemon) -> None:
+    # Carol is present before the first turn (a paused room's watch ends, and so does
+    # the join command on it); the command then takes her seat again, mid-question.
+    await _open_room(daemon, "prompt")
+    command = [sys.executable, "-m", "mesh.cli", "room", "join", "prompt", "--as", "Carol"]
+    async with await anyio.open_process(command, env=daemon.env()) as cli:
+        assert cli.stdin is not None and cli.stdout is not None
+        out: list[str] = []
+        await _read_until(cli.stdout, "-- question q1-1: answer with /answer", out)
+        await cli.stdin.send(b"/answer q1-1 colour=red coats=three\n")  # not an integer
+        await cli.stdin.send(b"/answer q1-1 colour=red coats=3\n")
+        await _read_until(cli.stdout, "Painting the shed red, 3 coats.", out)
+        await cli.stdin.aclose()
+        with anyio.fail_after(GUARD):
+            await cli.wait()
+    printed = "".join(out)
+    assert "Asker (painter) asks the room's people (question q1-1, turn 1)" in printed
+    assert "Carol (person) answered question q1-1, accept: colour=red, coats=3" in printed
 
 
 async def _read_until(stream: Any, wanted: str, seen: list[str]) -> None:
