@@ -251,3 +251,37 @@ def test_the_library_loads_structlog_only_when_the_process_configures_it() -> No
     assert "structlog" in configured
     # structlog would import rich (installed here) for tracebacks the console renders plain
     assert _under(configured, ("rich",)) == set()
+
+
+def test_an_http_client_loads_no_command_line_client() -> None:
+    """``import httpx`` in a process of the library leaves httpx's CLI (click, pygments,
+    rich: installed here) unloaded."""
+    loaded = _loaded("import mesh.testing._daemon_client, httpx; httpx.AsyncClient()")
+    assert "httpx" in loaded
+    assert _under(loaded, ("click", "pygments", "rich")) == set()
+
+
+def test_httpx_own_command_line_client_still_works_beside_the_library() -> None:
+    """What httpx offers of its CLI (``httpx.main``, ``httpx._main`` and its names) loads
+    on use, as itself."""
+    code = """
+import contextlib, io, sys
+import mesh, httpx
+from httpx import main
+assert "click" not in sys.modules
+out = io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+    main(["--help"])
+assert "Usage: httpx" in out.getvalue(), out.getvalue()
+import httpx._main
+assert httpx._main is sys.modules["httpx._main"] and hasattr(httpx._main, "print_response")
+from httpx._main import print_response
+assert print_response.__module__ == "httpx._main"
+"""
+    assert "click" in _loaded(code)
+
+
+def test_a_process_that_imported_httpx_first_keeps_it_as_it_was() -> None:
+    code = "import httpx, mesh, sys; assert httpx.main is sys.modules['httpx._main'].main"
+    loaded = _loaded(code)
+    assert "click" in loaded
