@@ -243,6 +243,15 @@ assert spec.connector is not None
     assert "mesh.a2a" in _loaded(code)
 
 
+@pytest.mark.parametrize(
+    "module", ["mesh.daemon._serve", "mesh._orchestrator.orchestrator", "mesh.daemon"]
+)
+def test_a_daemon_or_an_orchestrator_loads_no_a2a_until_asked(module: str) -> None:
+    """The A2A wing loads on a daemon's first ``/a2a`` request, or for a manifest that
+    says ``protocol = "a2a"`` (above): a daemon nobody asks over A2A never pays for it."""
+    assert _under(_loaded(f"import {module}"), ("mesh.a2a",)) == set()
+
+
 def test_the_library_loads_structlog_only_when_the_process_configures_it() -> None:
     """Library loggers look structlog up; the application's ``configure_logging`` imports it."""
     quiet = _loaded("import mesh._rpc.peer, mesh.rooms._events, registry, transports")
