@@ -64,7 +64,7 @@ ROOMS_ENGINE = (
     "mesh.providers._http",
 )
 #: The packages whose public names load on first use, each with its table of where.
-LAZY_PACKAGES = ("mesh", "mesh.providers", "mesh.rooms", "transports")
+LAZY_PACKAGES = ("mesh", "mesh.mcp", "mesh.providers", "mesh.rooms", "transports")
 
 
 def _loaded(code: str, *, timeout: float = 60) -> list[str]:
@@ -153,6 +153,7 @@ def test_a_transport_loads_alone() -> None:
     ("package", "name"),
     [
         ("mesh.rooms", "RoomManager"),
+        ("mesh.mcp", "ToolCatalog"),
         ("mesh.providers", "ScriptedProvider"),
         ("transports", "WebSocketStream"),
     ],
@@ -250,6 +251,15 @@ def test_a_daemon_or_an_orchestrator_loads_no_a2a_until_asked(module: str) -> No
     """The A2A wing loads on a daemon's first ``/a2a`` request, or for a manifest that
     says ``protocol = "a2a"`` (above): a daemon nobody asks over A2A never pays for it."""
     assert _under(_loaded(f"import {module}"), ("mesh.a2a",)) == set()
+
+
+def test_a_daemon_loads_the_mcp_server_without_the_mcp_client() -> None:
+    """The daemon serves ``/mcp``; mounting MCP servers (httpx, OAuth) loads with a
+    manifest that says ``protocol = "mcp"`` (above)."""
+    loaded = _loaded("import mesh.daemon._serve")
+    assert "mesh.mcp._http_server" in loaded
+    client = ("mesh.mcp._http", "mesh.mcp._oauth", "mesh.mcp._mount", "httpx")
+    assert _under(loaded, client) == set()
 
 
 def test_the_library_loads_structlog_only_when_the_process_configures_it() -> None:
