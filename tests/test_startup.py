@@ -262,6 +262,10 @@ def test_a_daemon_loads_the_mcp_server_without_the_mcp_client() -> None:
     assert _under(loaded, client) == set()
 
 
+def test_a_daemon_loads_prometheus_client_on_its_first_scrape() -> None:
+    assert _under(_loaded("import mesh.daemon._serve"), ("prometheus_client",)) == set()
+
+
 def test_the_library_loads_structlog_only_when_the_process_configures_it() -> None:
     """Library loggers look structlog up; the application's ``configure_logging`` imports it."""
     quiet = _loaded("import mesh._rpc.peer, mesh.rooms._events, registry, transports")
