@@ -262,6 +262,15 @@ def test_a_daemon_loads_the_mcp_server_without_the_mcp_client() -> None:
     assert _under(loaded, client) == set()
 
 
+def test_a_stdio_agent_loads_no_network_transport() -> None:
+    """An agent served over stdio (the default) loads the HTTP server and WebSocket only
+    when its flags ask for them (``--http``, ``--connect``)."""
+    loaded = _loaded("import mesh.agents.echo")
+    network = ("websockets", "h11", "transports._http_server", "transports._websocket")
+    assert _under(loaded, network) == set()
+    assert _under(loaded, ("mesh._sdk.serve", "mesh._rpc.connect")) == set()
+
+
 def test_a_daemon_loads_prometheus_client_on_its_first_scrape() -> None:
     assert _under(_loaded("import mesh.daemon._serve"), ("prometheus_client",)) == set()
 
