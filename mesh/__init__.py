@@ -32,7 +32,7 @@ from mesh._errors import (
     ToolError,
     Unauthorized,
 )
-from mesh._public import publish
+from mesh._public import defer_httpx_cli, publish
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each loads on first use
     from mesh._orchestrator.access import EMBEDDER, Principal
@@ -259,3 +259,5 @@ def __dir__() -> list[str]:
 
 
 publish(globals(), [name for name in __all__ if name not in _WHERE])
+# Every module of the library that imports httpx imports this package first.
+defer_httpx_cli()

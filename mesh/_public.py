@@ -4,15 +4,27 @@ httpx and trio rewrite ``__module__`` the same way. Annotations written as strin
 (``from __future__ import annotations``) are resolved first, in the module that
 defined them: msgspec, dataclasses and ``typing.get_type_hints`` look names up in
 ``sys.modules[cls.__module__]``, which after the rewrite would be the wrong module.
+
+What a name costs to load is decided here too: :func:`lazy_names` loads a package's
+names on first use, and :func:`defer_httpx_cli` keeps httpx's command-line client
+(click, pygments and rich, when installed) out of a process until it is used.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import sys
 import typing
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader  # at run time 45 ms of importlib.resources: duck-typed
+
+#: httpx's command-line client, which ``import httpx`` imports with the rest.
+HTTPX_CLI = "httpx._main"
 
 
 def publish(namespace: MutableMapping[str, Any], names: Iterable[str]) -> None:
@@ -69,3 +81,64 @@ def lazy_names(
         return sorted({*namespace, *where})
 
     return load, listed
+
+
+class _HttpxCliOnUse:
+    """Finds ``httpx._main`` once, as a stand-in that loads the real module on first use.
+
+    ``httpx/__init__.py`` runs ``from ._main import main``, its command-line client, which
+    imports click, pygments and rich when they are installed (they are in a development
+    install, with the test suite): a tenth of a second and more in every process that makes
+    an HTTP request, a daemon, a persona agent, a ``mesh`` command. The stand-in is a module
+    found the ordinary way (so ``httpx._main`` is an attribute of ``httpx`` as before), whose
+    ``main`` and every other attribute load the real module, which then takes its place.
+    """
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != HTTPX_CLI:
+            return None
+        _leave_meta_path()  # once: the real module is found the ordinary way after this
+        return importlib.machinery.ModuleSpec(fullname, cast("Loader", self))
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return None  # the default module
+
+    def exec_module(self, module: ModuleType) -> None:
+        # ``main`` is what httpx/__init__.py takes from it, without a load.
+        vars(module).update(main=_httpx_cli_main, __getattr__=_httpx_cli_attribute)
+
+
+def _httpx_cli() -> ModuleType:
+    """The real ``httpx._main``, loaded in place of the stand-in if it is not yet."""
+    if getattr(sys.modules.get(HTTPX_CLI), "main", None) is _httpx_cli_main:
+        sys.modules.pop(HTTPX_CLI, None)  # the stand-in
+    return importlib.import_module(HTTPX_CLI)
+
+
+def _httpx_cli_main(*args: Any, **kwargs: Any) -> Any:
+    """``httpx.main``: the command-line client, loaded now."""
+    return _httpx_cli().main(*args, **kwargs)
+
+
+def _httpx_cli_attribute(name: str) -> Any:
+    if name.startswith("__"):  # the import system's own questions (``__path__``, …)
+        raise AttributeError(f"module {HTTPX_CLI!r} has no attribute {name!r}")
+    return getattr(_httpx_cli(), name)
+
+
+_FINDER = _HttpxCliOnUse()
+
+
+def _leave_meta_path() -> None:
+    if _FINDER in sys.meta_path:
+        sys.meta_path.remove(_FINDER)
+
+
+def defer_httpx_cli() -> None:
+    """Keep httpx's command-line client unloaded until something uses it (see
+    :class:`_HttpxCliOnUse`); a process that imported httpx already keeps it as it is."""
+    if "httpx" in sys.modules or HTTPX_CLI in sys.modules or _FINDER in sys.meta_path:
+        return
+    sys.meta_path.insert(0, _FINDER)

@@ -64,7 +64,7 @@ ROOMS_ENGINE = (
     "mesh.providers._http",
 )
 #: The packages whose public names load on first use, each with its table of where.
-LAZY_PACKAGES = ("mesh", "mesh.providers", "mesh.rooms", "transports")
+LAZY_PACKAGES = ("mesh", "mesh.mcp", "mesh.providers", "mesh.rooms", "transports")
 
 
 def _loaded(code: str, *, timeout: float = 60) -> list[str]:
@@ -153,6 +153,7 @@ def test_a_transport_loads_alone() -> None:
     ("package", "name"),
     [
         ("mesh.rooms", "RoomManager"),
+        ("mesh.mcp", "ToolCatalog"),
         ("mesh.providers", "ScriptedProvider"),
         ("transports", "WebSocketStream"),
     ],
@@ -243,6 +244,37 @@ assert spec.connector is not None
     assert "mesh.a2a" in _loaded(code)
 
 
+@pytest.mark.parametrize(
+    "module", ["mesh.daemon._serve", "mesh._orchestrator.orchestrator", "mesh.daemon"]
+)
+def test_a_daemon_or_an_orchestrator_loads_no_a2a_until_asked(module: str) -> None:
+    """The A2A wing loads on a daemon's first ``/a2a`` request, or for a manifest that
+    says ``protocol = "a2a"`` (above): a daemon nobody asks over A2A never pays for it."""
+    assert _under(_loaded(f"import {module}"), ("mesh.a2a",)) == set()
+
+
+def test_a_daemon_loads_the_mcp_server_without_the_mcp_client() -> None:
+    """The daemon serves ``/mcp``; mounting MCP servers (httpx, OAuth) loads with a
+    manifest that says ``protocol = "mcp"`` (above)."""
+    loaded = _loaded("import mesh.daemon._serve")
+    assert "mesh.mcp._http_server" in loaded
+    client = ("mesh.mcp._http", "mesh.mcp._oauth", "mesh.mcp._mount", "httpx")
+    assert _under(loaded, client) == set()
+
+
+def test_a_stdio_agent_loads_no_network_transport() -> None:
+    """An agent served over stdio (the default) loads the HTTP server and WebSocket only
+    when its flags ask for them (``--http``, ``--connect``)."""
+    loaded = _loaded("import mesh.agents.echo")
+    network = ("websockets", "h11", "transports._http_server", "transports._websocket")
+    assert _under(loaded, network) == set()
+    assert _under(loaded, ("mesh._sdk.serve", "mesh._rpc.connect")) == set()
+
+
+def test_a_daemon_loads_prometheus_client_on_its_first_scrape() -> None:
+    assert _under(_loaded("import mesh.daemon._serve"), ("prometheus_client",)) == set()
+
+
 def test_the_library_loads_structlog_only_when_the_process_configures_it() -> None:
     """Library loggers look structlog up; the application's ``configure_logging`` imports it."""
     quiet = _loaded("import mesh._rpc.peer, mesh.rooms._events, registry, transports")
@@ -251,3 +283,37 @@ def test_the_library_loads_structlog_only_when_the_process_configures_it() -> No
     assert "structlog" in configured
     # structlog would import rich (installed here) for tracebacks the console renders plain
     assert _under(configured, ("rich",)) == set()
+
+
+def test_an_http_client_loads_no_command_line_client() -> None:
+    """``import httpx`` in a process of the library leaves httpx's CLI (click, pygments,
+    rich: installed here) unloaded."""
+    loaded = _loaded("import mesh.testing._daemon_client, httpx; httpx.AsyncClient()")
+    assert "httpx" in loaded
+    assert _under(loaded, ("click", "pygments", "rich")) == set()
+
+
+def test_httpx_own_command_line_client_still_works_beside_the_library() -> None:
+    """What httpx offers of its CLI (``httpx.main``, ``httpx._main`` and its names) loads
+    on use, as itself."""
+    code = """
+import contextlib, io, sys
+import mesh, httpx
+from httpx import main
+assert "click" not in sys.modules
+out = io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+    main(["--help"])
+assert "Usage: httpx" in out.getvalue(), out.getvalue()
+import httpx._main
+assert httpx._main is sys.modules["httpx._main"] and hasattr(httpx._main, "print_response")
+from httpx._main import print_response
+assert print_response.__module__ == "httpx._main"
+"""
+    assert "click" in _loaded(code)
+
+
+def test_a_process_that_imported_httpx_first_keeps_it_as_it_was() -> None:
+    code = "import httpx, mesh, sys; assert httpx.main is sys.modules['httpx._main'].main"
+    loaded = _loaded(code)
+    assert "click" in loaded

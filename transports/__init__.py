@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time each name loads on firs
     from transports._auth import TokenAuthenticator, bearer_challenge, bearer_token, protocol_token
     from transports._base import (
         DEFAULT_MAX_FRAME_SIZE,
+        CloseCode,
         Connector,
         FrameRejected,
         FrameStream,
@@ -33,7 +34,6 @@ if TYPE_CHECKING:  # what type checkers see; at run time each name loads on firs
     from transports._memory import MemoryFrameStream, memory_stream_pair
     from transports._stdio import StdioProcessStream, open_stdio_process, open_stdio_server
     from transports._websocket import (
-        CloseCode,
         ConnectFailed,
         WebSocketConfig,
         WebSocketStream,
@@ -85,6 +85,7 @@ _WHERE: dict[str, str] = {
     "bearer_token": "transports._auth",
     "protocol_token": "transports._auth",
     "DEFAULT_MAX_FRAME_SIZE": "transports._base",
+    "CloseCode": "transports._base",
     "Connector": "transports._base",
     "FrameRejected": "transports._base",
     "FrameStream": "transports._base",
@@ -107,7 +108,6 @@ _WHERE: dict[str, str] = {
     "StdioProcessStream": "transports._stdio",
     "open_stdio_process": "transports._stdio",
     "open_stdio_server": "transports._stdio",
-    "CloseCode": "transports._websocket",
     "ConnectFailed": "transports._websocket",
     "WebSocketConfig": "transports._websocket",
     "WebSocketStream": "transports._websocket",

@@ -9,6 +9,7 @@ way the owner of the ``async with`` owns every task the stream needs.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -156,3 +157,39 @@ class FrameStream(Protocol):
 
 #: Opens one stream; the stream lives as long as the ``async with``.
 Connector = Callable[[], AbstractAsyncContextManager[FrameStream]]
+
+
+class CloseCode(enum.IntEnum):
+    """Every close code the mesh sends or reports, and what it means.
+
+    Here rather than beside the WebSocket transport: code that only reads a close code
+    (the mesh's error translation, a stdio agent) does not load websockets for it."""
+
+    NORMAL = 1000
+    """The link was closed on purpose."""
+    GOING_AWAY = 1001
+    """The daemon (or agent) is shutting down."""
+    PROTOCOL_ERROR = 1002
+    """The peer broke the WebSocket protocol."""
+    ABNORMAL_CLOSURE = 1006
+    """Never sent: reported when the connection dropped without a close frame."""
+    INVALID_DATA = 1007
+    """A text frame was not valid UTF-8 (RFC 6455 8.1); the connection is failed."""
+    MESSAGE_TOO_BIG = 1009
+    """A frame exceeded the hard size limit (see the module docstring)."""
+    INTERNAL_ERROR = 1011
+    """Something failed on our side, or the keepalive ping went unanswered."""
+    UNAUTHORIZED = 4001
+    """Missing, wrong or revoked token; nothing the connection sent was processed."""
+    FORBIDDEN = 4003
+    """The token is valid, but for another agent id (impersonation)."""
+    NOT_FOUND = 4004
+    """Nothing to watch there (e.g. an unknown room id)."""
+    FELL_BEHIND = 4008
+    """A watcher read too slowly and missed changes; reconnect for a fresh snapshot."""
+    TAKEN_OVER = 4009
+    """Another connection with a valid token took this agent id over (a rolling restart);
+    the calls this one had in flight were answered first. Do not redial."""
+    TOO_MANY = 4029
+    """This token has as many streams open as it may (close one first), or holds the most
+    of a full server's connections and this one was closed to give others their share."""

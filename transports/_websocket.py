@@ -16,7 +16,6 @@ a frame over ``hard_max_size`` is not even read: the connection closes with 1009
 
 from __future__ import annotations
 
-import enum
 import os
 import re
 import ssl
@@ -40,7 +39,13 @@ from websockets.uri import WebSocketURI, parse_uri
 
 from transports._admission import eviction
 from transports._auth import WS_PROTOCOL, TokenAuthenticator, bearer_token, protocol_token
-from transports._base import DEFAULT_MAX_FRAME_SIZE, FrameTooLarge, TransportClosed, TransportInfo
+from transports._base import (
+    DEFAULT_MAX_FRAME_SIZE,
+    CloseCode,
+    FrameTooLarge,
+    TransportClosed,
+    TransportInfo,
+)
 from transports._groups import unwrap_single_error
 from transports._http_messages import HttpRequest
 from transports._http_server import UpgradeHandler
@@ -65,39 +70,6 @@ _HEAD: Final = 512
 #: echoing it in the 101 response cannot split or bloat the headers.
 _OFFER_VALUE: Final = re.compile(r"[!-~]{1,128}")
 _NO_OFFERS: Final[Mapping[str, str]] = MappingProxyType({})
-
-
-class CloseCode(enum.IntEnum):
-    """Every close code the mesh sends or reports, and what it means."""
-
-    NORMAL = 1000
-    """The link was closed on purpose."""
-    GOING_AWAY = 1001
-    """The daemon (or agent) is shutting down."""
-    PROTOCOL_ERROR = 1002
-    """The peer broke the WebSocket protocol."""
-    ABNORMAL_CLOSURE = 1006
-    """Never sent: reported when the connection dropped without a close frame."""
-    INVALID_DATA = 1007
-    """A text frame was not valid UTF-8 (RFC 6455 8.1); the connection is failed."""
-    MESSAGE_TOO_BIG = 1009
-    """A frame exceeded the hard size limit (see the module docstring)."""
-    INTERNAL_ERROR = 1011
-    """Something failed on our side, or the keepalive ping went unanswered."""
-    UNAUTHORIZED = 4001
-    """Missing, wrong or revoked token; nothing the connection sent was processed."""
-    FORBIDDEN = 4003
-    """The token is valid, but for another agent id (impersonation)."""
-    NOT_FOUND = 4004
-    """Nothing to watch there (e.g. an unknown room id)."""
-    FELL_BEHIND = 4008
-    """A watcher read too slowly and missed changes; reconnect for a fresh snapshot."""
-    TAKEN_OVER = 4009
-    """Another connection with a valid token took this agent id over (a rolling restart);
-    the calls this one had in flight were answered first. Do not redial."""
-    TOO_MANY = 4029
-    """This token has as many streams open as it may (close one first), or holds the most
-    of a full server's connections and this one was closed to give others their share."""
 
 
 def _is_utf8(data: bytes) -> bool:

@@ -37,7 +37,6 @@ from mesh._logging import configure_logging, get_logger
 from mesh._rpc.session import SessionConfig
 from mesh._sdk.agent import Agent
 from mesh._sdk.gc_tuning import tune_for_serving
-from mesh._sdk.serve import open_agent_server, serve_agent_dial_in
 from mesh._telemetry.tracing import (
     adopt_mesh_id,
     configure_from_environment,
@@ -142,6 +141,8 @@ async def _serve_http(
     drain: float,
     stop: anyio.Event,
 ) -> None:
+    from mesh._sdk.serve import open_agent_server  # the HTTP server: not for a stdio agent
+
     host, _, port = where.rpartition(":")
     tokens = TokenAuthenticator({token: agent.id}) if token else None
     async with open_agent_server(
@@ -211,6 +212,8 @@ def run_agent(agent: Agent, argv: Sequence[str] | None = None) -> None:
         token = _token(parser, args.token_env, required=False)
         main = partial(_serve_http, agent, args.http, token, config, drain)
     elif args.connect:
+        from mesh._sdk.serve import serve_agent_dial_in  # WebSocket: not for a stdio agent
+
         token = _token(parser, args.token_env, required=True)
         tls = ssl.create_default_context(cafile=args.ca) if args.ca else None
         dial_in = partial(

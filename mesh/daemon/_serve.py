@@ -294,7 +294,7 @@ async def _start_services(
         cluster.daemon_url = server.url  # what the other daemons show for this one
     parts.api.cluster = cluster
     background = await stack.enter_async_context(open_task_group())
-    await background.start(parts.api.a2a.server.serve)  # A2A tasks run here, stopped with it
+    await background.start(parts.api.a2a.serve)  # A2A tasks run here, stopped with it
     parts.api.lifecycle.start_serving()
     if settings.room_retention is not None:
         background.start_soon(_delete_old_rooms, parts.rooms, settings.room_retention)

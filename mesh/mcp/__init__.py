@@ -17,22 +17,24 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from functools import partial
+from typing import TYPE_CHECKING
 
 from mesh._orchestrator.links import PROTOCOL_ADAPTERS
 from mesh._orchestrator.spec import AgentSpec
-from mesh._public import publish
+from mesh._public import lazy_names
 from mesh._rpc.connect import DEFAULT_CONNECT_TIMEOUT
 from mesh.manifests import HttpSection, Manifest
-from mesh.mcp._catalog import ExtraTool, ToolCatalog, call_result, error_result
-from mesh.mcp._codec import MCP_CODEC, McpCodec
-from mesh.mcp._http import McpHttpStream, open_mcp_http_client
-from mesh.mcp._link import MountStream, mcp_connector, open_mcp_mount
-from mesh.mcp._mount import McpMount, Revision, tool_result
-from mesh.mcp._names import exposed_names
-from mesh.mcp._oauth import oauth_settings
-from mesh.mcp._revisions import HANDSHAKE_REVISIONS, MODERN, REVISIONS
-from mesh.mcp._server import McpServer, serve_mcp
 from transports import Connector
+
+if TYPE_CHECKING:  # what type checkers see; at run time each name loads on first use
+    from mesh.mcp._catalog import ExtraTool, ToolCatalog, call_result, error_result
+    from mesh.mcp._codec import MCP_CODEC, McpCodec
+    from mesh.mcp._http import McpHttpStream, open_mcp_http_client
+    from mesh.mcp._link import MountStream, mcp_connector, open_mcp_mount
+    from mesh.mcp._mount import McpMount, Revision, tool_result
+    from mesh.mcp._names import exposed_names
+    from mesh.mcp._revisions import HANDSHAKE_REVISIONS, MODERN, REVISIONS
+    from mesh.mcp._server import McpServer, serve_mcp
 
 __all__ = [
     "HANDSHAKE_REVISIONS",
@@ -57,11 +59,41 @@ __all__ = [
     "tool_result",
 ]
 
+#: Where each public name lives: imported on first use (``mesh._public.lazy_names``), so
+#: the daemon's MCP server does not load the client side (httpx, OAuth, mounts) with it.
+_WHERE: dict[str, str] = {
+    "HANDSHAKE_REVISIONS": "mesh.mcp._revisions",
+    "MCP_CODEC": "mesh.mcp._codec",
+    "MODERN": "mesh.mcp._revisions",
+    "REVISIONS": "mesh.mcp._revisions",
+    "ExtraTool": "mesh.mcp._catalog",
+    "McpCodec": "mesh.mcp._codec",
+    "McpHttpStream": "mesh.mcp._http",
+    "McpMount": "mesh.mcp._mount",
+    "McpServer": "mesh.mcp._server",
+    "MountStream": "mesh.mcp._link",
+    "Revision": "mesh.mcp._mount",
+    "ToolCatalog": "mesh.mcp._catalog",
+    "call_result": "mesh.mcp._catalog",
+    "error_result": "mesh.mcp._catalog",
+    "exposed_names": "mesh.mcp._names",
+    "mcp_connector": "mesh.mcp._link",
+    "open_mcp_http_client": "mesh.mcp._http",
+    "open_mcp_mount": "mesh.mcp._link",
+    "serve_mcp": "mesh.mcp._server",
+    "tool_result": "mesh.mcp._mount",
+}
+__getattr__, __dir__ = lazy_names(globals(), _WHERE)
+
 
 def _mount_manifest(
     manifest: Manifest, spec: AgentSpec, environ: Mapping[str, str] | None
 ) -> Connector:
     """The connector for a manifest with ``protocol = "mcp"``."""
+    from mesh.mcp._http import open_mcp_http_client
+    from mesh.mcp._link import mcp_connector
+    from mesh.mcp._oauth import oauth_settings
+
     transport = manifest.transport
     config = spec.session_config()
     wire: Connector | None = spec.connector  # stdio: the child, spawned as for any agent
@@ -84,5 +116,3 @@ def _mount_manifest(
 
 
 PROTOCOL_ADAPTERS["mcp"] = _mount_manifest
-
-publish(globals(), __all__)
