@@ -147,6 +147,9 @@ class WebSocketStream:
     #: ``offers`` in :func:`open_websocket` and :func:`websocket_upgrade_handler`.
     #: Shared and empty unless some were: an idle link holds nothing for it.
     offers: Mapping[str, str] = _NO_OFFERS
+    #: The accepting side's 101 response while it waits to go out in the same write as
+    #: the handler's first frame (see :func:`websocket_upgrade_handler`); empty once sent.
+    _held: bytes = b""
 
     def __init__(
         self,
@@ -230,6 +233,9 @@ class WebSocketStream:
         socket (or, on TLS, for ``_flush``), which must then drain it.
         """
         chunks = self._protocol.data_to_send()
+        if self._held:  # the handshake's response goes first, with what follows it
+            chunks.insert(0, self._held)
+            del self._held  # back to the class's empty default
         if chunks:
             if chunks[-1] == b"":  # the protocol asks for the TCP connection to end
                 self._eof = True
@@ -278,6 +284,9 @@ class WebSocketStream:
                     await self._read_some()
 
     async def _read_some(self) -> None:
+        if self._held:  # a handler that reads before it writes: its client waits for the 101
+            with suppress(TransportClosed):
+                await self._flush()
         try:
             data = await self._io.receive()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, ssl.SSLError) as exc:
@@ -418,12 +427,6 @@ class WebSocketStream:
                 f"closed locally with code {code}" + (f" ({reason})" if reason else "")
             )
             await self._io.aclose()
-
-
-async def _write_all(stream: anyio.abc.ByteStream, chunks: list[bytes]) -> None:
-    data = b"".join(chunks)
-    if data:
-        await stream.send(data)
 
 
 async def _handshake_reply(
@@ -643,12 +646,17 @@ async def _accept(
             reply.headers[name] = value
     handshake.send_response(reply)
     opened = handshake.state is State.OPEN
-    try:
-        await _write_all(stream, handshake.data_to_send())
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-        await anyio.aclose_forcefully(stream)
-        return None
+    response = b"".join(handshake.data_to_send())
     del handshake, parsed, reply
+    # A taken offer is a frame the handler sends first thing: the 101 waits for it, so
+    # both leave in one write and the client wakes once for them. Otherwise it goes now.
+    held = opened and bool(taken)
+    if not held:
+        try:
+            await stream.send(response)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            await anyio.aclose_forcefully(stream)
+            return None
     if not opened:
         await anyio.aclose_forcefully(stream)
         return None
@@ -661,6 +669,8 @@ async def _accept(
     ws.request_target = request.target
     if taken:
         ws.offers = taken
+    if held:
+        ws._held = response
     if trailing:
         protocol.receive_data(trailing)
     agent_id = None
@@ -719,7 +729,9 @@ def websocket_upgrade_handler(
     ``offers`` names request headers this server takes up: one the client sent
     with a short printable value (at most 128 characters) is echoed in the 101
     response and is in the stream's ``offers``; what taking it up means is the
-    handler's to honour.
+    handler's to honour. A handler given a taken offer answers with a frame first
+    thing: its 101 response waits for that frame (or for the handler's first read,
+    or the close) and leaves in the same write, one segment where there were two.
     """
     ws_config = config or WebSocketConfig()
 
