@@ -46,7 +46,7 @@ from transports._http_messages import HttpRequest
 from transports._http_server import UpgradeHandler
 from transports._logging import get_logger
 from transports._loop import StreamLock
-from transports._sockets import socket_io
+from transports._sockets import SocketIO, connect_tcp, socket_io
 
 __all__ = [
     "CloseCode",
@@ -59,7 +59,6 @@ __all__ = [
 
 log = get_logger("transports.websocket")
 
-_READ_SIZE: Final = 64 * 1024
 _HEAD: Final = 512
 #: What an offer's value may be (an id, a version): short and printable, so that
 #: echoing it in the 101 response cannot split or bloat the headers.
@@ -158,6 +157,7 @@ class WebSocketStream:
         *,
         info: TransportInfo,
         config: WebSocketConfig,
+        io: SocketIO | None = None,
     ) -> None:
         self._stream = stream
         self._protocol = protocol
@@ -179,7 +179,7 @@ class WebSocketStream:
         self._read_lock = StreamLock()
         self._write_lock = StreamLock()
         #: Writes that need no task switch where the socket has room (see transports._sockets).
-        self._io = socket_io(stream)
+        self._io = socket_io(stream) if io is None else io
         self._written = True  # all that was written has left (else drain before returning)
         self._eof = False  # the protocol asked for the TCP connection to end
         self._pong: anyio.Event | None = None  # made by the keepalive
@@ -429,17 +429,14 @@ class WebSocketStream:
             await self._io.aclose()
 
 
-async def _handshake_reply(
-    stream: anyio.abc.ByteStream, protocol: ClientProtocol
-) -> tuple[Response, list[Frame]]:
+async def _handshake_reply(io: SocketIO, protocol: ClientProtocol) -> tuple[Response, list[Frame]]:
     """The server's handshake response, and any frames that came in the same read."""
     while True:
-        try:
-            data = await stream.receive(_READ_SIZE)
-        except anyio.EndOfStream:
-            protocol.receive_eof()
-        else:
+        data = await io.receive()
+        if data:
             protocol.receive_data(data)
+        else:
+            protocol.receive_eof()
         events = protocol.events_received()
         for n, event in enumerate(events):
             if isinstance(event, Response):
@@ -478,7 +475,7 @@ async def open_websocket(
     uri = _parse_ws_url(url)
     shown = url.split("?", 1)[0]  # never log a token from the query
     protocol = ClientProtocol(uri, max_size=config.hard_limit)
-    stream, response, early_frames = await _dial(
+    stream, io, response, early_frames = await _dial(
         uri,
         protocol,
         _request_headers(bearer, headers, offers),
@@ -487,7 +484,8 @@ async def open_websocket(
         shown,
     )
     await _require_accepted(stream, protocol, response, shown)
-    ws = WebSocketStream(stream, protocol, info=TransportInfo("websocket", shown), config=config)
+    info = TransportInfo("websocket", shown)
+    ws = WebSocketStream(stream, protocol, info=info, config=config, io=io)
     _take_handshake(ws, response, early_frames, offers)
     async with _keeping_alive(ws):
         yield ws
@@ -538,19 +536,26 @@ async def _dial(
     context: ssl.SSLContext | None,
     timeout: float,
     shown: str,
-) -> tuple[anyio.abc.ByteStream, Response, list[Frame]]:
+) -> tuple[anyio.abc.ByteStream, SocketIO, Response, list[Frame]]:
     """Connect, send the handshake request and read its response, within ``timeout``;
-    a failure of TCP, TLS or the handshake is :class:`ConnectFailed` naming ``shown``."""
+    a failure of TCP, TLS or the handshake is :class:`ConnectFailed` naming ``shown``.
+
+    The handshake goes through the I/O the link then keeps (see transports._sockets),
+    not anyio's stream: on asyncio that is one takeover of the transport per link
+    instead of a pause and a resume of its reading around each read, then the takeover.
+    """
     try:
         with anyio.fail_after(timeout):
             stream = await _connect_tcp(uri, context)
             try:
+                io = socket_io(stream)
                 request = protocol.connect()
                 for name, value in headers:
                     request.headers[name] = value
                 protocol.send_request(request)
-                await stream.send(b"".join(protocol.data_to_send()))
-                response, early_frames = await _handshake_reply(stream, protocol)
+                if not io.write(b"".join(protocol.data_to_send())):
+                    await io.drain()
+                response, early_frames = await _handshake_reply(io, protocol)
             except BaseException:
                 await anyio.aclose_forcefully(stream)
                 raise
@@ -560,12 +565,12 @@ async def _dial(
         ) from None
     except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
         raise ConnectFailed(f"cannot connect to {shown}: {exc}") from None
-    return stream, response, early_frames
+    return stream, io, response, early_frames
 
 
 async def _connect_tcp(uri: WebSocketURI, context: ssl.SSLContext | None) -> anyio.abc.ByteStream:
     if context is None:
-        return await anyio.connect_tcp(uri.host, uri.port)
+        return await connect_tcp(uri.host, uri.port)
     return await anyio.connect_tcp(
         uri.host,
         uri.port,
