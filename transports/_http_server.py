@@ -757,10 +757,15 @@ class HttpServer:
 
 
 def _peer_name(stream: anyio.abc.ByteStream) -> str:
-    try:
-        address = stream.extra(anyio.abc.SocketAttribute.remote_address)
-    except anyio.TypedAttributeLookupError:
-        return "?"
+    # asyncio's transport asked the socket once when it was made: not again (anyio's
+    # `extra` builds its table of every attribute and calls getpeername() per lookup).
+    transport = getattr(stream, "_transport", None)
+    address = transport.get_extra_info("peername") if transport is not None else None
+    if address is None:
+        try:
+            address = stream.extra(anyio.abc.SocketAttribute.remote_address)
+        except anyio.TypedAttributeLookupError:
+            return "?"
     if isinstance(address, tuple):
         return f"{address[0]}:{address[1]}"
     return str(address)

@@ -17,6 +17,7 @@ a frame over ``hard_max_size`` is not even read: the connection closes with 1009
 from __future__ import annotations
 
 import enum
+import logging
 import os
 import re
 import ssl
@@ -64,6 +65,10 @@ _HEAD: Final = 512
 #: echoing it in the 101 response cannot split or bloat the headers.
 _OFFER_VALUE: Final = re.compile(r"[!-~]{1,128}")
 _NO_OFFERS: Final[Mapping[str, str]] = MappingProxyType({})
+#: websockets' own loggers, looked up once: each protocol it makes otherwise looks its
+#: side's up by name (under logging's lock), and a server makes two per link.
+_CLIENT_LOG: Final = logging.getLogger("websockets.client")
+_SERVER_LOG: Final = logging.getLogger("websockets.server")
 
 
 class CloseCode(enum.IntEnum):
@@ -474,7 +479,7 @@ async def open_websocket(
         bearer = None
     uri = _parse_ws_url(url)
     shown = url.split("?", 1)[0]  # never log a token from the query
-    protocol = ClientProtocol(uri, max_size=config.hard_limit)
+    protocol = ClientProtocol(uri, max_size=config.hard_limit, logger=_CLIENT_LOG)
     stream, io, response, early_frames = await _dial(
         uri,
         protocol,
@@ -636,6 +641,7 @@ async def _accept(
     # else offered is ignored, as it was before a subprotocol existed.
     handshake = ServerProtocol(
         max_size=config.hard_limit,
+        logger=_SERVER_LOG,
         select_subprotocol=_select_subprotocol,
     )
     # The server parsed the head once; websockets checks the handshake from that, not
@@ -667,7 +673,7 @@ async def _accept(
         return None
     # Frames get a protocol of their own: the handshake's parser is a generator whose
     # frame keeps the parsed request (~2 KiB of headers) for as long as it runs.
-    protocol = Protocol(Side.SERVER, max_size=config.hard_limit)
+    protocol = Protocol(Side.SERVER, max_size=config.hard_limit, logger=_SERVER_LOG)
     ws = WebSocketStream(
         stream, protocol, info=TransportInfo("websocket", request.client), config=config
     )
