@@ -30,7 +30,8 @@ import asyncio
 import ipaddress
 import socket
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from contextvars import ContextVar
+from typing import Any, Final, Protocol, TypeVar
 
 import anyio
 import anyio.abc
@@ -38,7 +39,15 @@ import sniffio
 
 from transports._logging import get_logger
 
-__all__ = ["READ_SIZE", "SocketIO", "connect_tcp", "shrink_reads", "socket_io"]
+__all__ = [
+    "READ_SIZE",
+    "SocketIO",
+    "adopts_io",
+    "connect_tcp",
+    "offered_io",
+    "shrink_reads",
+    "socket_io",
+]
 
 #: trio's (and anyio's) read size. asyncio's socket transport reads 256 KiB at a time,
 #: which glibc maps and unmaps on every read: a buffer that large is mmap'd for each
@@ -115,6 +124,21 @@ def _backend() -> Any:
     except ImportError:  # pragma: no cover - anyio<5 is pinned; plain connect_tcp then
         return None
     return get_async_backend()
+
+
+#: The I/O an HTTP connection read an upgrade request with, while the upgrade handler
+#: that adopts it runs (see :func:`adopts_io`): it takes it over as it is, instead of
+#: the connection giving the transport back to anyio and the handler taking it again.
+offered_io: ContextVar[SocketIO | None] = ContextVar("offered_io", default=None)
+
+_Adopting = TypeVar("_Adopting", bound=Callable[..., Any])
+
+
+def adopts_io(handler: _Adopting) -> _Adopting:
+    """Mark an upgrade handler that takes the connection's I/O from :data:`offered_io`
+    rather than reading the raw stream (a handler that reads the stream must not be)."""
+    setattr(handler, "adopts_io", True)  # noqa: B010 - an attribute mypy cannot see
+    return handler
 
 
 def socket_io(stream: anyio.abc.ByteStream) -> SocketIO:

@@ -47,7 +47,7 @@ from transports._http_messages import HttpRequest
 from transports._http_server import UpgradeHandler
 from transports._logging import get_logger
 from transports._loop import StreamLock
-from transports._sockets import SocketIO, connect_tcp, socket_io
+from transports._sockets import SocketIO, adopts_io, connect_tcp, offered_io, socket_io
 
 __all__ = [
     "CloseCode",
@@ -634,6 +634,7 @@ async def _accept(
     paths: Sequence[str] | None,
     authenticator: TokenAuthenticator | None,
     offers: Sequence[str] = (),
+    io: SocketIO | None = None,
 ) -> tuple[WebSocketStream, str | None] | None:
     """The server's half of the handshake: the stream and the token's agent id, or None
     when the connection was refused (404, 4001, 4003) and is closed already."""
@@ -662,9 +663,12 @@ async def _accept(
     # A taken offer is a frame the handler sends first thing: the 101 waits for it, so
     # both leave in one write and the client wakes once for them. Otherwise it goes now.
     held = opened and bool(taken)
+    if io is None:
+        io = socket_io(stream)
     if not held:
         try:
-            await stream.send(response)
+            if not io.write(response):
+                await io.drain()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             await anyio.aclose_forcefully(stream)
             return None
@@ -675,7 +679,7 @@ async def _accept(
     # frame keeps the parsed request (~2 KiB of headers) for as long as it runs.
     protocol = Protocol(Side.SERVER, max_size=config.hard_limit, logger=_SERVER_LOG)
     ws = WebSocketStream(
-        stream, protocol, info=TransportInfo("websocket", request.client), config=config
+        stream, protocol, info=TransportInfo("websocket", request.client), config=config, io=io
     )
     ws.request_target = request.target
     if taken:
@@ -746,8 +750,14 @@ def websocket_upgrade_handler(
     """
     ws_config = config or WebSocketConfig()
 
+    @adopts_io
     async def upgrade(stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes) -> None:
-        accepted = await _accept(stream, request, trailing, ws_config, paths, authenticator, offers)
+        # The HTTP connection's I/O, taken over as it is (None: served some other way).
+        io = offered_io.get()
+        offered_io.set(None)
+        accepted = await _accept(
+            stream, request, trailing, ws_config, paths, authenticator, offers, io
+        )
         client = request.client
         # Nothing of the handshake outlives it: an idle link keeps only what it uses.
         del request, trailing

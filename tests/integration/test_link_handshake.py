@@ -40,6 +40,9 @@ from transports import (
     HttpResponse,
     TokenAuthenticator,
     WebSocketStream,
+    _http_server,
+    _sockets,
+    _websocket,
     open_http_server,
     websocket_upgrade_handler,
 )
@@ -244,3 +247,23 @@ async def test_the_101_waits_for_the_answer_and_both_leave_in_one_write() -> Non
     assert head.startswith(b"HTTP/1.1 101 ")
     assert ASKED.encode() in head  # the offer echoed
     assert frame[:1] == b"\x81" and b'"id":"one"' in frame  # the whole answer, same read
+
+
+async def test_each_end_takes_its_connections_io_over_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's WebSocket adopts the I/O its HTTP connection read the upgrade with,
+    rather than that connection giving the transport back and the WebSocket taking it
+    again; the client reads the 101 through the I/O its link then keeps."""
+    taken: list[object] = []
+
+    def counted(stream: Any) -> Any:
+        taken.append(stream)
+        return _sockets.socket_io(stream)
+
+    monkeypatch.setattr(_http_server, "socket_io", counted)
+    monkeypatch.setattr(_websocket, "socket_io", counted)
+    async with open_agent_server(_agent()) as server:
+        with anyio.fail_after(GUARD):
+            async with open_websocket_peer(f"{server.ws_url}/ws", agent="teller") as peer:
+                assert peer.remote_info["id"] == "teller"
+                assert await peer.call("ping", timeout=GUARD)
+    assert len(taken) == 2  # one per end
