@@ -46,7 +46,7 @@ from transports._http_messages import BodyWriter, HttpRequest, HttpResponse
 from transports._http_wire import LAST_CHUNK, BadRequest, Head, RequestParser, chunk, response_head
 from transports._logging import get_logger
 from transports._loop import Scope, current_loop
-from transports._sockets import socket_io
+from transports._sockets import SocketIO, offered_io, socket_io
 
 __all__ = [
     "HttpServer",
@@ -344,14 +344,20 @@ class _HttpConnection:
         # What came after the head belongs to the WebSocket; the stream is handed over
         # as anyio made it (what the connection read and did not receive included).
         trailing, self._buffer = bytes(self._buffer), bytearray()
-        self._io.release()
+        io: SocketIO | None = self._io
         del self._io  # an idle WebSocket link holds this connection: not its spent I/O too
+        # A handler that adopts the I/O takes it as it is; any other gets anyio's stream back.
+        if io is not None and not getattr(handler, "adopts_io", False):
+            io.release()
+            io = None
+        offered = offered_io.set(io)
         # The stream's layer reads why it was cancelled, if the pools closed it.
         reset = current_slot.set(self._slot)
         try:
             await handler(self._stream, request, trailing)
         finally:
             current_slot.reset(reset)
+            offered_io.reset(offered)
 
     async def _read_body(self, parser: RequestParser) -> bytes | None:
         limit = self._config.max_body_size
@@ -757,10 +763,15 @@ class HttpServer:
 
 
 def _peer_name(stream: anyio.abc.ByteStream) -> str:
-    try:
-        address = stream.extra(anyio.abc.SocketAttribute.remote_address)
-    except anyio.TypedAttributeLookupError:
-        return "?"
+    # asyncio's transport asked the socket once when it was made: not again (anyio's
+    # `extra` builds its table of every attribute and calls getpeername() per lookup).
+    transport = getattr(stream, "_transport", None)
+    address = transport.get_extra_info("peername") if transport is not None else None
+    if address is None:
+        try:
+            address = stream.extra(anyio.abc.SocketAttribute.remote_address)
+        except anyio.TypedAttributeLookupError:
+            return "?"
     if isinstance(address, tuple):
         return f"{address[0]}:{address[1]}"
     return str(address)

@@ -27,9 +27,11 @@ asserts the fast path is taken on both backends.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from contextvars import ContextVar
+from typing import Any, Final, Protocol, TypeVar
 
 import anyio
 import anyio.abc
@@ -37,7 +39,15 @@ import sniffio
 
 from transports._logging import get_logger
 
-__all__ = ["READ_SIZE", "SocketIO", "shrink_reads", "socket_io"]
+__all__ = [
+    "READ_SIZE",
+    "SocketIO",
+    "adopts_io",
+    "connect_tcp",
+    "offered_io",
+    "shrink_reads",
+    "socket_io",
+]
 
 #: trio's (and anyio's) read size. asyncio's socket transport reads 256 KiB at a time,
 #: which glibc maps and unmaps on every read: a buffer that large is mmap'd for each
@@ -85,6 +95,50 @@ class SocketIO(Protocol):
         """Give the stream back as anyio had it, with what was read and not received:
         the stream's own ``receive`` and ``send`` work again (this I/O must not be used)."""
         ...
+
+
+async def connect_tcp(host: str, port: int) -> anyio.abc.SocketStream:
+    """``anyio.connect_tcp`` without its happy eyeballs where there is nothing to race.
+
+    For one IP address anyio still opens a task group, starts a task, waits on an
+    event under a timeout scope and cancels the group once connected: a third of
+    what dialling a loopback link cost the client. An address is connected by the
+    backend's own connect (what anyio's attempt task calls); a name still goes
+    through anyio, which resolves it and races its addresses.
+    """
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return await anyio.connect_tcp(host, port)
+    backend = _backend()
+    if backend is None:
+        return await anyio.connect_tcp(host, port)
+    stream: anyio.abc.SocketStream = await backend.connect_tcp(address.compressed, port)
+    return stream
+
+
+def _backend() -> Any:
+    """anyio's backend class for the running loop (private, so probed), or None."""
+    try:
+        from anyio._core._eventloop import get_async_backend
+    except ImportError:  # pragma: no cover - anyio<5 is pinned; plain connect_tcp then
+        return None
+    return get_async_backend()
+
+
+#: The I/O an HTTP connection read an upgrade request with, while the upgrade handler
+#: that adopts it runs (see :func:`adopts_io`): it takes it over as it is, instead of
+#: the connection giving the transport back to anyio and the handler taking it again.
+offered_io: ContextVar[SocketIO | None] = ContextVar("offered_io", default=None)
+
+_Adopting = TypeVar("_Adopting", bound=Callable[..., Any])
+
+
+def adopts_io(handler: _Adopting) -> _Adopting:
+    """Mark an upgrade handler that takes the connection's I/O from :data:`offered_io`
+    rather than reading the raw stream (a handler that reads the stream must not be)."""
+    setattr(handler, "adopts_io", True)  # noqa: B010 - an attribute mypy cannot see
+    return handler
 
 
 def socket_io(stream: anyio.abc.ByteStream) -> SocketIO:

@@ -16,6 +16,7 @@ a frame over ``hard_max_size`` is not even read: the connection closes with 1009
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import ssl
@@ -51,7 +52,7 @@ from transports._http_messages import HttpRequest
 from transports._http_server import UpgradeHandler
 from transports._logging import get_logger
 from transports._loop import StreamLock
-from transports._sockets import socket_io
+from transports._sockets import SocketIO, adopts_io, connect_tcp, offered_io, socket_io
 
 __all__ = [
     "CloseCode",
@@ -64,12 +65,15 @@ __all__ = [
 
 log = get_logger("transports.websocket")
 
-_READ_SIZE: Final = 64 * 1024
 _HEAD: Final = 512
 #: What an offer's value may be (an id, a version): short and printable, so that
 #: echoing it in the 101 response cannot split or bloat the headers.
 _OFFER_VALUE: Final = re.compile(r"[!-~]{1,128}")
 _NO_OFFERS: Final[Mapping[str, str]] = MappingProxyType({})
+#: websockets' own loggers, looked up once: each protocol it makes otherwise looks its
+#: side's up by name (under logging's lock), and a server makes two per link.
+_CLIENT_LOG: Final = logging.getLogger("websockets.client")
+_SERVER_LOG: Final = logging.getLogger("websockets.server")
 
 
 def _is_utf8(data: bytes) -> bool:
@@ -119,6 +123,9 @@ class WebSocketStream:
     #: ``offers`` in :func:`open_websocket` and :func:`websocket_upgrade_handler`.
     #: Shared and empty unless some were: an idle link holds nothing for it.
     offers: Mapping[str, str] = _NO_OFFERS
+    #: The accepting side's 101 response while it waits to go out in the same write as
+    #: the handler's first frame (see :func:`websocket_upgrade_handler`); empty once sent.
+    _held: bytes = b""
 
     def __init__(
         self,
@@ -127,6 +134,7 @@ class WebSocketStream:
         *,
         info: TransportInfo,
         config: WebSocketConfig,
+        io: SocketIO | None = None,
     ) -> None:
         self._stream = stream
         self._protocol = protocol
@@ -148,7 +156,7 @@ class WebSocketStream:
         self._read_lock = StreamLock()
         self._write_lock = StreamLock()
         #: Writes that need no task switch where the socket has room (see transports._sockets).
-        self._io = socket_io(stream)
+        self._io = socket_io(stream) if io is None else io
         self._written = True  # all that was written has left (else drain before returning)
         self._eof = False  # the protocol asked for the TCP connection to end
         self._pong: anyio.Event | None = None  # made by the keepalive
@@ -202,6 +210,9 @@ class WebSocketStream:
         socket (or, on TLS, for ``_flush``), which must then drain it.
         """
         chunks = self._protocol.data_to_send()
+        if self._held:  # the handshake's response goes first, with what follows it
+            chunks.insert(0, self._held)
+            del self._held  # back to the class's empty default
         if chunks:
             if chunks[-1] == b"":  # the protocol asks for the TCP connection to end
                 self._eof = True
@@ -250,6 +261,9 @@ class WebSocketStream:
                     await self._read_some()
 
     async def _read_some(self) -> None:
+        if self._held:  # a handler that reads before it writes: its client waits for the 101
+            with suppress(TransportClosed):
+                await self._flush()
         try:
             data = await self._io.receive()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, ssl.SSLError) as exc:
@@ -392,23 +406,14 @@ class WebSocketStream:
             await self._io.aclose()
 
 
-async def _write_all(stream: anyio.abc.ByteStream, chunks: list[bytes]) -> None:
-    data = b"".join(chunks)
-    if data:
-        await stream.send(data)
-
-
-async def _handshake_reply(
-    stream: anyio.abc.ByteStream, protocol: ClientProtocol
-) -> tuple[Response, list[Frame]]:
+async def _handshake_reply(io: SocketIO, protocol: ClientProtocol) -> tuple[Response, list[Frame]]:
     """The server's handshake response, and any frames that came in the same read."""
     while True:
-        try:
-            data = await stream.receive(_READ_SIZE)
-        except anyio.EndOfStream:
-            protocol.receive_eof()
-        else:
+        data = await io.receive()
+        if data:
             protocol.receive_data(data)
+        else:
+            protocol.receive_eof()
         events = protocol.events_received()
         for n, event in enumerate(events):
             if isinstance(event, Response):
@@ -446,8 +451,8 @@ async def open_websocket(
         bearer = None
     uri = _parse_ws_url(url)
     shown = url.split("?", 1)[0]  # never log a token from the query
-    protocol = ClientProtocol(uri, max_size=config.hard_limit)
-    stream, response, early_frames = await _dial(
+    protocol = ClientProtocol(uri, max_size=config.hard_limit, logger=_CLIENT_LOG)
+    stream, io, response, early_frames = await _dial(
         uri,
         protocol,
         _request_headers(bearer, headers, offers),
@@ -456,7 +461,8 @@ async def open_websocket(
         shown,
     )
     await _require_accepted(stream, protocol, response, shown)
-    ws = WebSocketStream(stream, protocol, info=TransportInfo("websocket", shown), config=config)
+    info = TransportInfo("websocket", shown)
+    ws = WebSocketStream(stream, protocol, info=info, config=config, io=io)
     _take_handshake(ws, response, early_frames, offers)
     async with _keeping_alive(ws):
         yield ws
@@ -507,19 +513,26 @@ async def _dial(
     context: ssl.SSLContext | None,
     timeout: float,
     shown: str,
-) -> tuple[anyio.abc.ByteStream, Response, list[Frame]]:
+) -> tuple[anyio.abc.ByteStream, SocketIO, Response, list[Frame]]:
     """Connect, send the handshake request and read its response, within ``timeout``;
-    a failure of TCP, TLS or the handshake is :class:`ConnectFailed` naming ``shown``."""
+    a failure of TCP, TLS or the handshake is :class:`ConnectFailed` naming ``shown``.
+
+    The handshake goes through the I/O the link then keeps (see transports._sockets),
+    not anyio's stream: on asyncio that is one takeover of the transport per link
+    instead of a pause and a resume of its reading around each read, then the takeover.
+    """
     try:
         with anyio.fail_after(timeout):
             stream = await _connect_tcp(uri, context)
             try:
+                io = socket_io(stream)
                 request = protocol.connect()
                 for name, value in headers:
                     request.headers[name] = value
                 protocol.send_request(request)
-                await stream.send(b"".join(protocol.data_to_send()))
-                response, early_frames = await _handshake_reply(stream, protocol)
+                if not io.write(b"".join(protocol.data_to_send())):
+                    await io.drain()
+                response, early_frames = await _handshake_reply(io, protocol)
             except BaseException:
                 await anyio.aclose_forcefully(stream)
                 raise
@@ -529,12 +542,12 @@ async def _dial(
         ) from None
     except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
         raise ConnectFailed(f"cannot connect to {shown}: {exc}") from None
-    return stream, response, early_frames
+    return stream, io, response, early_frames
 
 
 async def _connect_tcp(uri: WebSocketURI, context: ssl.SSLContext | None) -> anyio.abc.ByteStream:
     if context is None:
-        return await anyio.connect_tcp(uri.host, uri.port)
+        return await connect_tcp(uri.host, uri.port)
     return await anyio.connect_tcp(
         uri.host,
         uri.port,
@@ -593,6 +606,7 @@ async def _accept(
     paths: Sequence[str] | None,
     authenticator: TokenAuthenticator | None,
     offers: Sequence[str] = (),
+    io: SocketIO | None = None,
 ) -> tuple[WebSocketStream, str | None] | None:
     """The server's half of the handshake: the stream and the token's agent id, or None
     when the connection was refused (404, 4001, 4003) and is closed already."""
@@ -600,6 +614,7 @@ async def _accept(
     # else offered is ignored, as it was before a subprotocol existed.
     handshake = ServerProtocol(
         max_size=config.hard_limit,
+        logger=_SERVER_LOG,
         select_subprotocol=_select_subprotocol,
     )
     # The server parsed the head once; websockets checks the handshake from that, not
@@ -615,24 +630,34 @@ async def _accept(
             reply.headers[name] = value
     handshake.send_response(reply)
     opened = handshake.state is State.OPEN
-    try:
-        await _write_all(stream, handshake.data_to_send())
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-        await anyio.aclose_forcefully(stream)
-        return None
+    response = b"".join(handshake.data_to_send())
     del handshake, parsed, reply
+    # A taken offer is a frame the handler sends first thing: the 101 waits for it, so
+    # both leave in one write and the client wakes once for them. Otherwise it goes now.
+    held = opened and bool(taken)
+    if io is None:
+        io = socket_io(stream)
+    if not held:
+        try:
+            if not io.write(response):
+                await io.drain()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            await anyio.aclose_forcefully(stream)
+            return None
     if not opened:
         await anyio.aclose_forcefully(stream)
         return None
     # Frames get a protocol of their own: the handshake's parser is a generator whose
     # frame keeps the parsed request (~2 KiB of headers) for as long as it runs.
-    protocol = Protocol(Side.SERVER, max_size=config.hard_limit)
+    protocol = Protocol(Side.SERVER, max_size=config.hard_limit, logger=_SERVER_LOG)
     ws = WebSocketStream(
-        stream, protocol, info=TransportInfo("websocket", request.client), config=config
+        stream, protocol, info=TransportInfo("websocket", request.client), config=config, io=io
     )
     ws.request_target = request.target
     if taken:
         ws.offers = taken
+    if held:
+        ws._held = response
     if trailing:
         protocol.receive_data(trailing)
     agent_id = None
@@ -691,12 +716,20 @@ def websocket_upgrade_handler(
     ``offers`` names request headers this server takes up: one the client sent
     with a short printable value (at most 128 characters) is echoed in the 101
     response and is in the stream's ``offers``; what taking it up means is the
-    handler's to honour.
+    handler's to honour. A handler given a taken offer answers with a frame first
+    thing: its 101 response waits for that frame (or for the handler's first read,
+    or the close) and leaves in the same write, one segment where there were two.
     """
     ws_config = config or WebSocketConfig()
 
+    @adopts_io
     async def upgrade(stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes) -> None:
-        accepted = await _accept(stream, request, trailing, ws_config, paths, authenticator, offers)
+        # The HTTP connection's I/O, taken over as it is (None: served some other way).
+        io = offered_io.get()
+        offered_io.set(None)
+        accepted = await _accept(
+            stream, request, trailing, ws_config, paths, authenticator, offers, io
+        )
         client = request.client
         # Nothing of the handshake outlives it: an idle link keeps only what it uses.
         del request, trailing

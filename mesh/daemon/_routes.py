@@ -33,6 +33,7 @@ from transports import (
     WebSocketStream,
     websocket_upgrade_handler,
 )
+from transports._sockets import adopts_io
 
 __all__ = [
     "ROUTES",
@@ -262,6 +263,7 @@ class RouteTable:
         except BadBody as exc:
             return HttpResponse.error(400, str(exc))
 
+    @adopts_io  # every way below is a websocket_upgrade_handler, which takes the I/O over
     async def upgrade(
         self, stream: anyio.abc.ByteStream, request: HttpRequest, trailing: bytes
     ) -> None:

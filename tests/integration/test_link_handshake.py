@@ -9,6 +9,7 @@ asks; an old server ignores the offer and the client asks once the link is open.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -17,7 +18,14 @@ import anyio
 import pytest
 from websockets.frames import Opcode
 
-from mesh import Agent, CallTimeout, open_agent_server, open_websocket_peer, serve_peer
+from mesh import (
+    Agent,
+    CallTimeout,
+    ConnectFailed,
+    open_agent_server,
+    open_websocket_peer,
+    serve_peer,
+)
 from mesh._rpc.connect import INFO_OFFER
 from mesh.protocol import (
     MESH_CODEC,
@@ -32,6 +40,9 @@ from transports import (
     HttpResponse,
     TokenAuthenticator,
     WebSocketStream,
+    _http_server,
+    _sockets,
+    _websocket,
     open_http_server,
     websocket_upgrade_handler,
 )
@@ -175,10 +186,84 @@ async def test_a_server_that_does_not_take_the_offer_up_is_asked_after_opening()
 
 async def test_a_server_that_takes_the_offer_up_and_never_answers_is_bounded() -> None:
     async def serve(stream: WebSocketStream, _: str | None) -> None:
-        await anyio.sleep_forever()  # took the offer up (the 101 echoed it), answers nothing
+        # Took the offer up (the 101 echoed it, and went out with this first read),
+        # answers nothing.
+        await stream.receive()
 
     async with _hand_built_server(serve, offers=(INFO_OFFER,)) as url:
         with anyio.fail_after(GUARD), pytest.raises(CallTimeout) as caught:
             async with open_websocket_peer(url, agent="mute", connect_timeout=0.5):
                 pytest.fail("should not open")
     assert "did not answer within 0.5 s of connecting" in str(caught.value)
+
+
+async def test_a_server_that_takes_the_offer_up_and_neither_answers_nor_reads_is_bounded() -> None:
+    async def serve(stream: WebSocketStream, _: str | None) -> None:
+        await anyio.sleep_forever()  # its 101 waits for a frame that never comes
+
+    async with _hand_built_server(serve, offers=(INFO_OFFER,)) as url:
+        with anyio.fail_after(GUARD), pytest.raises(ConnectFailed) as caught:
+            async with open_websocket_peer(url, agent="mute", connect_timeout=0.5):
+                pytest.fail("should not open")
+    assert "no handshake within 0.5 s" in str(caught.value)
+
+
+def _upgrade_request(port: int) -> bytes:
+    return (
+        f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        f"Sec-WebSocket-Version: 13\r\n{INFO_OFFER}: {ASKED}\r\n\r\n"
+    ).encode()
+
+
+async def test_the_101_waits_for_the_answer_and_both_leave_in_one_write() -> None:
+    """The client wakes once for its link: the 101 and the first frame in one segment."""
+    running, answer_now, closing = anyio.Event(), anyio.Event(), anyio.Event()
+
+    async def serve(stream: WebSocketStream, _: str | None) -> None:
+        running.set()
+        await answer_now.wait()
+        answer = Response(
+            id=ASKED, timestamp=0, payload=ResponsePayload(success=True, result={"id": "one"})
+        )
+        await stream.send(MESH_CODEC.encode(answer))
+        await closing.wait()
+
+    async with _hand_built_server(serve, offers=(INFO_OFFER,)) as url:
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        with socket.create_connection(("127.0.0.1", port)) as sock, anyio.fail_after(GUARD):
+            sock.sendall(_upgrade_request(port))
+            sock.setblocking(False)
+            await running.wait()
+            # Loopback delivers a write before the writer's send returns: a 101 written
+            # when the handler started would be here now.
+            with pytest.raises(BlockingIOError):
+                sock.recv(65536)
+            answer_now.set()
+            await anyio.wait_readable(sock)
+            data = sock.recv(65536)
+            closing.set()
+    head, _, frame = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101 ")
+    assert ASKED.encode() in head  # the offer echoed
+    assert frame[:1] == b"\x81" and b'"id":"one"' in frame  # the whole answer, same read
+
+
+async def test_each_end_takes_its_connections_io_over_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's WebSocket adopts the I/O its HTTP connection read the upgrade with,
+    rather than that connection giving the transport back and the WebSocket taking it
+    again; the client reads the 101 through the I/O its link then keeps."""
+    taken: list[object] = []
+
+    def counted(stream: Any) -> Any:
+        taken.append(stream)
+        return _sockets.socket_io(stream)
+
+    monkeypatch.setattr(_http_server, "socket_io", counted)
+    monkeypatch.setattr(_websocket, "socket_io", counted)
+    async with open_agent_server(_agent()) as server:
+        with anyio.fail_after(GUARD):
+            async with open_websocket_peer(f"{server.ws_url}/ws", agent="teller") as peer:
+                assert peer.remote_info["id"] == "teller"
+                assert await peer.call("ping", timeout=GUARD)
+    assert len(taken) == 2  # one per end

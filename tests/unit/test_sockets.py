@@ -140,3 +140,26 @@ async def test_bytes_before_the_hang_up_end_the_watch() -> None:
             assert await io.receive() == b"a pipelined request"
             assert await io.receive() == b""
         assert told == []
+
+
+async def test_an_address_is_dialled_without_anyios_race_and_a_name_through_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One address has nothing to race: no task group, task and event per dial."""
+    raced: list[str] = []
+    real_connect = anyio.connect_tcp
+
+    async def racing(host: str, port: int) -> anyio.abc.SocketStream:
+        raced.append(host)
+        return await real_connect(host, port)
+
+    monkeypatch.setattr(anyio, "connect_tcp", racing)
+    with anyio.fail_after(GUARD):
+        async with await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0) as tcp:
+            port = tcp.extra(anyio.abc.SocketAttribute.local_port)
+            async with await _sockets.connect_tcp("127.0.0.1", port) as stream:
+                assert stream.extra(anyio.abc.SocketAttribute.remote_port) == port
+            assert raced == []
+            async with await _sockets.connect_tcp("localhost", port):
+                pass
+    assert raced == ["localhost"]
