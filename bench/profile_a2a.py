@@ -8,6 +8,10 @@ server under it, which ``bench.profile_http`` measures::
 
     python -m bench.profile_a2a                       # CPU per served A2A call, both backends
     python -m bench.profile_a2a --inflight 64 --cprofile --backend trio
+    python -m bench.profile_a2a --callgrind           # instructions per call (valgrind)
+
+CPU time counts every thread of the process (the task store's journal writes in one);
+callgrind counts user-space instructions, which a loaded machine does not move.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import re
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,6 +31,10 @@ import anyio
 
 from bench.a2a_scenarios import _HEADERS, COMPLETED, _send
 from bench.profile import WARM_CALLS, _pipe_connector, _start, _stop
+
+#: Calls of the shorter callgrind run (the longer makes three times as many): under
+#: valgrind a served call takes tens of milliseconds.
+CALLGRIND_CALLS = 128
 
 __all__ = ["main", "open_a2a_handler"]
 
@@ -83,6 +94,25 @@ async def _calls(n: int, inflight: int, profile: str | None) -> float:
     return took
 
 
+def callgrind_per_call(backend: str, inflight: int, calls: int = CALLGRIND_CALLS) -> float:
+    """Instructions per served call (user space, every thread), from two callgrind runs
+    whose difference leaves start-up out."""
+    totals = []
+    for n in (calls, 3 * calls):
+        with tempfile.TemporaryDirectory() as tmp:
+            command = [
+                *("valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out"),
+                *(sys.executable, "-m", "bench.profile_a2a", "--backend", backend),
+                *("--calls", str(n), "--inflight", str(inflight)),
+            ]
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            found = re.search(r"Collected : (\d+)", done.stderr)
+            if done.returncode != 0 or found is None:
+                raise RuntimeError(f"callgrind failed: {done.stderr[-2000:]}")
+            totals.append(int(found.group(1)))
+    return (totals[1] - totals[0]) / (2 * calls)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.profile_a2a", description=__doc__)
     parser.add_argument("--backend", choices=["asyncio", "trio", "both"], default="both")
@@ -90,10 +120,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--inflight", type=int, default=1, help="callers at once")
     parser.add_argument("--cprofile", action="store_true")
     parser.add_argument("--pyinstrument", action="store_true")
+    parser.add_argument("--callgrind", action="store_true", help="instructions per call")
     args = parser.parse_args(argv)
     profile = "cprofile" if args.cprofile else "pyinstrument" if args.pyinstrument else None
     calls = args.calls // args.inflight * args.inflight
     for backend in ["asyncio", "trio"] if args.backend == "both" else [args.backend]:
+        if args.callgrind:
+            per_call = callgrind_per_call(backend, args.inflight)
+            print(
+                f"{backend}: {per_call:,.0f} instructions per served A2A call,"
+                f" {args.inflight} in flight"
+            )
+            continue
         run = functools.partial(_calls, calls, args.inflight, profile)
         took: Any = anyio.run(run, backend=backend)
         print(
