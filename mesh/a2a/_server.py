@@ -340,8 +340,7 @@ class A2aServer:
         if method == "SendStreamingMessage":
             return Streamed(task, None)
         if wait:
-            while not task.resting:
-                await task.changed.wait()
+            await task.wait_resting()
         history = param_int(
             param_dict(params.get("configuration"), "configuration"), "historyLength", 0, 1000
         )

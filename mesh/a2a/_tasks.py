@@ -146,6 +146,8 @@ class Task:
     #: Set at the next event; made only when someone waits (most tasks are never waited
     #: on past their first step), and dropped once set.
     _changed: anyio.Event | None = None
+    #: Set when it next rests (see :meth:`wait_resting`), made as ``_changed`` is.
+    _rested: anyio.Event | None = None
 
     @property
     def finished(self) -> bool:
@@ -195,6 +197,10 @@ class Task:
         self.state, self.status_message, self.timestamp = state, message, now_iso()
         if message is not None and remember:
             self.remember(message)
+        rested = self._rested
+        if rested is not None and self.resting:
+            self._rested = None
+            rested.set()
         update = {"taskId": self.id, "contextId": self.context_id, "status": self.status()}
         self._emit({"statusUpdate": update})
 
@@ -276,6 +282,14 @@ class Task:
 
     def events_after(self, cursor: int) -> Iterator[tuple[int, dict[str, Any]]]:
         return ((n, e) for n, e in self.events if n > cursor)
+
+    async def wait_resting(self) -> None:
+        """Return once the task rests (finished, or waiting for its client): a blocking
+        send's wait, woken once, not at each of the task's events."""
+        while not self.resting:
+            if self._rested is None:
+                self._rested = anyio.Event()
+            await self._rested.wait()
 
     @property
     def changed(self) -> anyio.Event:
