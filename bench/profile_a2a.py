@@ -48,8 +48,9 @@ async def open_a2a_handler() -> AsyncIterator[Handler]:
     from mesh import AgentSpec, MeshOrchestrator
     from mesh.agents.echo import agent
     from mesh.daemon._a2a import DaemonA2a
-    from mesh.daemon._auth import Identity, Role
+    from mesh.daemon._auth import Identity
     from mesh.daemon._settings import DaemonSettings
+    from mesh.daemon._tokens import Role
     from transports import HttpRequest
 
     spec = AgentSpec("echo", _pipe_connector(agent), transport="stdio")
