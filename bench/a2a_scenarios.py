@@ -1,8 +1,10 @@
 """A2A both ways: the daemon serving an agent against the a2a-sdk's own server, and a mounted
 A2A agent against the SDK's own client calling it directly.
 
-The trivial agent is an echo: the text of a ``{"tool": "echo", "arguments": {"text"}}`` data
-part comes back as a completed task's one artifact. The SDK's side
+The trivial agent is an echo: the text of a ``{"tool": "echo", "arguments": {"message"}}``
+data part (the echo agent's own argument; ``text`` also works for the SDK's executor) comes
+back as a completed task's one artifact, and the client counts a call only when its task
+completed: a failed task would carry the text back too (in the task's history). The SDK's side
 (``python -m bench.a2a_scenarios``) is its ``DefaultRequestHandler`` and JSON-RPC routes
 under uvicorn, with an executor doing exactly that; the mesh's side is ``mesh serve`` with
 the echo agent over stdio, behind ``/a2a/echo``.
@@ -36,8 +38,12 @@ _encoder = msgspec.json.Encoder()
 _HEADERS = {"content-type": "application/json", "a2a-version": "1.0"}
 
 
+#: What a served call must answer: a task that completed (one that failed carries the text too).
+COMPLETED = b'"TASK_STATE_COMPLETED"'
+
+
 def _send(call_id: int) -> bytes:
-    data = {"tool": "echo", "arguments": {"text": TEXT}}
+    data = {"tool": "echo", "arguments": {"message": TEXT}}
     message = {"messageId": f"m{call_id}", "role": "ROLE_USER", "parts": [{"data": data}]}
     request = {"jsonrpc": "2.0", "id": call_id, "method": "SendMessage"}
     return _encoder.encode({**request, "params": {"message": message}})
@@ -56,7 +62,8 @@ async def _drive(url: str, ctx: RunContext, token: str | None = None) -> Measure
     async def call() -> None:
         status, _, content = await http.post(_send(next(ids)), headers)
         answer = msgspec.json.decode(content)
-        if status != 200 or "result" not in answer or TEXT not in content.decode():
+        completed = COMPLETED in content and TEXT in content.decode()
+        if status != 200 or "result" not in answer or not completed:
             raise RuntimeError(f"HTTP {status}: {content[:200]!r}")
 
     try:
@@ -170,7 +177,8 @@ def _app(url: str) -> Any:
                 text = part.text
             else:
                 data = json_format.MessageToDict(part.data)
-                text = data.get("arguments", {}).get("text") or data.get("text", "")
+                arguments = data.get("arguments", {})
+                text = arguments.get("message") or arguments.get("text") or data.get("text", "")
             updater = TaskUpdater(event_queue, task.id, task.context_id)
             await updater.add_artifact([Part(text=text)], name="result")
             await updater.complete()

@@ -4,8 +4,9 @@ One SQLite file in the daemon's data directory (``a2a.sqlite3``, beside the
 rooms' store) holds a row per task: its owner, agent, creation number, state,
 when it last changed, and the task as JSON (status, artifacts, history, the
 number of its last event). A row is written whenever the task changes, by one
-writer that takes every task changed since its last write, so a reply written
-in a hundred pieces costs a few writes, not a hundred. The event log itself is
+writer that waits a moment (``WRITE_AFTER``) and then takes every task changed
+since its last write, so a reply written in a hundred pieces, or a hundred
+tasks served at once, costs a few writes, not a hundred. The event log itself is
 not kept: after a restart a re-subscriber's ``Last-Event-ID`` is older than any
 event kept, so its stream starts with the task, which says everything the
 events did.

@@ -29,8 +29,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from mesh._errors import MeshError
 from mesh._logging import get_logger
 from mesh._orchestrator.access import NOBODY, Principal
@@ -38,6 +36,7 @@ from mesh.a2a._asking import task_asks
 from mesh.a2a._content import message_reply, rejected, result_artifacts
 from mesh.a2a._mapping import ROOM_TURN, Conversations, Plan
 from mesh.a2a._tasks import Task, new_id
+from transports._loop import current_loop
 
 if TYPE_CHECKING:
     from mesh._orchestrator.bound import Doorway
@@ -73,7 +72,8 @@ async def run_task(
     if task.finished:
         return  # cancelled before it started
     task.set_state("TASK_STATE_WORKING")
-    with anyio.CancelScope() as scope:
+    scope = current_loop().cancel_scope()  # as anyio.CancelScope(), without its look-up
+    with scope:
         task.scope = scope
         try:
             if plan.tool is None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -86,6 +87,7 @@ from mesh.a2a._wire import state_in as _state_in
 from mesh.a2a._wire import task_for as _task_for
 from registry import AgentId
 from transports import BodyWriter, HttpRequest, HttpResponse
+from transports._loop import Cancellable, Spawner, Tasks, current_loop
 
 __all__ = ["A2aError", "A2aServer", "Caller"]
 
@@ -100,6 +102,12 @@ CARD_FRESH: Final = 5.0
 CARD_TIMEOUT: Final = 5.0
 #: CancelTask waits this long for the agent's call to wind down before answering.
 CANCEL_WAIT: Final = 5.0
+#: A stopping server gives the tasks it cancelled this long to end (asyncio: their own).
+STOP_WAIT: Final = 5.0
+#: A key with an underscore (``"task_id":``), which ``camel_keys`` renames: a body where
+#: none is found (values such as ``ROLE_USER`` are not followed by a colon) and nothing
+#: is escaped (``\u005f``) is left as it came, with no walk through it.
+_PROTO_KEY: Final = re.compile(rb'_[^"]*"\s*:')
 MAX_PAGE: Final = 100
 DEFAULT_PAGE: Final = 50
 
@@ -139,21 +147,39 @@ class A2aServer:
         #: it was asked: the card itself is made per request, for the URL it was asked at.
         self._cards: dict[str, tuple[float, dict[str, Any], list[Any]]] = {}
         self._revisions = Revisions()
-        self._tasks: anyio.abc.TaskGroup | None = None
+        self._tasks: Tasks | None = None
+        #: Starts each task's run without anyio's task handle (a large share of a served
+        #: message's CPU); ``_running`` holds what cancels each, until it ends.
+        self._spawner: Spawner | None = None
+        self._running: dict[str, Cancellable] = {}
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Run the tasks clients start, until cancelled (which cancels them)."""
+        loop = current_loop()
         async with anyio.create_task_group() as tg:
             await self.store.load()  # the tasks an earlier run kept, if it kept any
             await tg.start(self.store.keep)
-            self._tasks = tg
-            task_status.started()
-            try:
-                await anyio.sleep_forever()
-            finally:
-                self._tasks = None
+            # The tasks' own group (trio's nursery on trio, which the spawner starts them
+            # in), inside the store's: it ends first, so the journal's last write has
+            # every task's end.
+            async with loop.task_group() as tasks:
+                self._tasks, self._spawner = tasks, Spawner(loop)
+                task_status.started()
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    self._tasks = self._spawner = None
+                    await self._stop_running()
+
+    async def _stop_running(self) -> None:
+        """Cancel the tasks still running, and wait (bounded) for asyncio's, which belong
+        to no task group (trio's are the group's, which waits for them)."""
+        running = list(self._running.values())
+        for run in running:
+            run.cancel()
+        await Spawner.wait(running, STOP_WAIT)
 
     # -- the card ----------------------------------------------------------------------------
 
@@ -238,7 +264,10 @@ class A2aServer:
         method = method_of(call["method"], version)
         if method is None:
             raise A2aError(-32601, f"no method {call['method']!r} in A2A {version}")
-        return version, method, camel_keys(param_dict(call.get("params"), "params"))
+        params = param_dict(call.get("params"), "params")
+        if _PROTO_KEY.search(request.body) is not None or b"\\u" in request.body:
+            params = camel_keys(params)
+        return version, method, params
 
     def check_body(self, request: HttpRequest) -> None:
         """A body too large, or said to be other than JSON, is refused before it is read."""
@@ -311,8 +340,7 @@ class A2aServer:
         if method == "SendStreamingMessage":
             return Streamed(task, None)
         if wait:
-            while not task.resting:
-                await task.changed.wait()
+            await task.wait_resting()
         history = param_int(
             param_dict(params.get("configuration"), "configuration"), "historyLength", 0, 1000
         )
@@ -366,9 +394,10 @@ class A2aServer:
                 self._add_push(task, config_for, cursor=task.last_event)
             _answer(task, message, answer)
             return task, wait
-        plan = await self._plan(agent, message)
-        tasks = self._tasks
-        if tasks is None:
+        info, tools = await self._facts(agent)
+        plan = self._plan(agent, message, info, tools)
+        tasks, spawner = self._tasks, self._spawner
+        if tasks is None or spawner is None:
             raise A2aError(-32603, "the A2A server is not running")
         try:
             task = self.store.create(agent, caller.owner, message.get("contextId"))
@@ -376,10 +405,12 @@ class A2aServer:
             raise A2aError(-32603, str(exc)) from None
         message.update(contextId=task.context_id, taskId=task.id)
         task.remember(message)
-        plan = await self._with_context(agent, plan, message, metadata)
+        plan = _with_context(plan, tools, message, metadata)
         if webhook is not None:
             self._add_push(task, dataclasses.replace(webhook, task_id=task.id), cursor=0)
-        tasks.start_soon(self._run, task, plan, timeout, caller.identity)
+        self._running[task.id] = spawner.start(
+            tasks, self._run, task, plan, timeout, caller.identity
+        )
         return task, wait
 
     def _follow_up(
@@ -416,27 +447,17 @@ class A2aServer:
     async def _run(
         self, task: Task, plan: Any, timeout: float | None, on_behalf_of: Principal
     ) -> None:
-        await run_task(
-            self._mesh,
-            task,
-            plan,
-            conversations=self._conversations,
-            timeout=timeout,
-            on_behalf_of=on_behalf_of,
-        )
-
-    async def _with_context(
-        self, agent: str, plan: Plan, message: dict[str, Any], metadata: dict[str, Any]
-    ) -> Plan:
-        """The plan, its tool given the request's context if it declares ``a2a``
-        (mesh.a2a._content): filled here, never taken from the client."""
-        if plan.tool is None:
-            return plan
-        _, tools = await self._facts(agent)
-        if not wants_context(tools, plan.tool):
-            return plan
-        context = request_context(message, metadata)
-        return dataclasses.replace(plan, arguments={**plan.arguments, CONTEXT_ARGUMENT: context})
+        try:
+            await run_task(
+                self._mesh,
+                task,
+                plan,
+                conversations=self._conversations,
+                timeout=timeout,
+                on_behalf_of=on_behalf_of,
+            )
+        finally:
+            self._running.pop(task.id, None)
 
     def _timeout(self, metadata: dict[str, Any]) -> float | None:
         value = metadata.get("timeout")
@@ -447,8 +468,9 @@ class A2aServer:
             raise A2aError(-32602, "`metadata.timeout` must be seconds, a number > 0")
         return float(value)
 
-    async def _plan(self, agent: str, message: dict[str, Any]) -> Any:
-        info, tools = await self._facts(agent)
+    def _plan(
+        self, agent: str, message: dict[str, Any], info: dict[str, Any], tools: list[Any]
+    ) -> Plan:
         try:
             return plan_call(agent, message, tools, self._chat(agent), self._entry(agent, info))
         except PlanError as exc:
@@ -586,6 +608,17 @@ class A2aServer:
                     del self._streams[owner]
 
         return HttpResponse(200, content_type="text/event-stream", stream=produce)
+
+
+def _with_context(
+    plan: Plan, tools: list[Any], message: dict[str, Any], metadata: dict[str, Any]
+) -> Plan:
+    """The plan, its tool given the request's context if it declares ``a2a``
+    (mesh.a2a._content): filled here, never taken from the client."""
+    if plan.tool is None or not wants_context(tools, plan.tool):
+        return plan
+    context = request_context(message, metadata)
+    return dataclasses.replace(plan, arguments={**plan.arguments, CONTEXT_ARGUMENT: context})
 
 
 def _answer(task: Task, message: dict[str, Any], answer: dict[str, Any]) -> None:

@@ -23,8 +23,8 @@ was is gone with the process, and no agent will finish it.
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -38,6 +38,7 @@ import anyio.to_thread
 
 from mesh.a2a._journal import TaskJournal
 from mesh.a2a._wire import INTERRUPTED, TERMINAL
+from transports._loop import Scope
 
 __all__ = ["Question", "StoreFull", "Task", "TaskStore"]
 
@@ -51,18 +52,49 @@ STOPPED: Final = "the daemon stopped while this task ran; send the message again
 FLUSH_ON_STOP: Final = 5.0
 #: How often, at most, the store looks for finished tasks past their retention.
 SWEEP_EVERY: Final = 60.0
+#: How long the journal's writer lets changes gather before it writes them: one write
+#: (a thread hop, a transaction, an fsync) then holds every task changed meanwhile, and a
+#: task that starts and ends within it is written once, as it ended. A daemon that stops
+#: writes what is pending (``keep``); a crash may lose this long's changes.
+WRITE_AFTER: Final = 0.05
 
 
 class StoreFull(Exception):
     """No room for a new task: every kept task of the owner (or of all) is still running."""
 
 
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+class _Stamps:
+    """Timestamps as A2A writes them (ISO 8601, UTC, milliseconds): every change of a
+    task is stamped, so the date and time up to the second are formatted once per second,
+    not once per stamp."""
+
+    __slots__ = ("_prefix", "_second")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._prefix = ""
+
+    def now(self) -> str:
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            stamp = datetime.fromtimestamp(second, UTC).isoformat(timespec="seconds")
+            self._prefix = stamp.removesuffix("+00:00")
+            self._second = second
+        return f"{self._prefix}.{int((now - second) * 1000):03d}Z"
+
+
+now_iso = _Stamps().now
+
+#: The hex digit of a UUID's variant field (RFC 4122: binary 10xx), for each random one.
+_VARIANT: Final = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 
 
 def new_id() -> str:
-    return str(uuid.uuid4())
+    """A random (version 4) UUID, as ``str(uuid.uuid4())`` writes it, made from the random
+    bytes directly: a served message takes four of them."""
+    h = os.urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
 
 
 @dataclass(eq=False)
@@ -99,7 +131,7 @@ class Task:
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     events: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     last_event: int = 0
-    scope: anyio.CancelScope | None = None
+    scope: Scope | None = None
     #: The push configs clients gave (mesh.a2a._push.PushConfig), by id.
     push: dict[str, Any] = field(default_factory=dict)
     max_history: int = MAX_HISTORY
@@ -111,7 +143,11 @@ class Task:
     question: Question | None = None
     #: Told of each change (the store, to write the task to disk).
     on_change: Callable[[Task], None] | None = None
-    _changed: anyio.Event = field(default_factory=anyio.Event)
+    #: Set at the next event; made only when someone waits (most tasks are never waited
+    #: on past their first step), and dropped once set.
+    _changed: anyio.Event | None = None
+    #: Set when it next rests (see :meth:`wait_resting`), made as ``_changed`` is.
+    _rested: anyio.Event | None = None
 
     @property
     def finished(self) -> bool:
@@ -125,9 +161,7 @@ class Task:
     def snapshot(
         self, *, history_length: int | None = None, artifacts: bool = True
     ) -> dict[str, Any]:
-        status: dict[str, Any] = {"state": self.state, "timestamp": self.timestamp}
-        if self.status_message is not None:
-            status["message"] = self.status_message
+        status = self.status()
         task: dict[str, Any] = {"id": self.id, "contextId": self.context_id, "status": status}
         if artifacts and self.artifacts:
             task["artifacts"] = [dict(a, parts=list(a["parts"])) for a in self.artifacts]
@@ -135,6 +169,13 @@ class Task:
         if history and history_length != 0:
             task["history"] = list(history)
         return task
+
+    def status(self) -> dict[str, Any]:
+        """The task's ``TaskStatus``: its state, when it was entered, and its message."""
+        status: dict[str, Any] = {"state": self.state, "timestamp": self.timestamp}
+        if self.status_message is not None:
+            status["message"] = self.status_message
+        return status
 
     # -- changing it (each change is an event) -----------------------------------------
 
@@ -156,7 +197,12 @@ class Task:
         self.state, self.status_message, self.timestamp = state, message, now_iso()
         if message is not None and remember:
             self.remember(message)
-        self._emit({"statusUpdate": {**self._ids(), "status": self.snapshot()["status"]}})
+        rested = self._rested
+        if rested is not None and self.resting:
+            self._rested = None
+            rested.set()
+        update = {"taskId": self.id, "contextId": self.context_id, "status": self.status()}
+        self._emit({"statusUpdate": update})
 
     def add_artifact(self, artifact: dict[str, Any], *, append: bool, last: bool) -> None:
         kept = next((a for a in self.artifacts if a["artifactId"] == artifact["artifactId"]), None)
@@ -166,19 +212,23 @@ class Task:
             kept["parts"].extend(artifact["parts"])
         else:
             kept["parts"] = list(artifact["parts"])
-        update = {**self._ids(), "artifact": artifact, "append": append, "lastChunk": last}
+        update = {
+            "taskId": self.id,
+            "contextId": self.context_id,
+            "artifact": artifact,
+            "append": append,
+            "lastChunk": last,
+        }
         self._emit({"artifactUpdate": update})
-
-    def _ids(self) -> dict[str, Any]:
-        return {"taskId": self.id, "contextId": self.context_id}
 
     def _emit(self, event: dict[str, Any]) -> None:
         self.last_event += 1
         self.events.append((self.last_event, event))
         del self.events[:-MAX_EVENTS]
         self._touch()
-        self._changed.set()
-        self._changed = anyio.Event()
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
 
     # -- on disk ---------------------------------------------------------------------------
 
@@ -191,7 +241,7 @@ class Task:
             "owner": self.owner,
             "number": self.number,
             "state": self.state,
-            "status": self.snapshot(history_length=0, artifacts=False)["status"],
+            "status": self.status(),
             "artifacts": self.artifacts,
             "history": self.history,
             "lastEvent": self.last_event,
@@ -233,9 +283,19 @@ class Task:
     def events_after(self, cursor: int) -> Iterator[tuple[int, dict[str, Any]]]:
         return ((n, e) for n, e in self.events if n > cursor)
 
+    async def wait_resting(self) -> None:
+        """Return once the task rests (finished, or waiting for its client): a blocking
+        send's wait, woken once, not at each of the task's events."""
+        while not self.resting:
+            if self._rested is None:
+                self._rested = anyio.Event()
+            await self._rested.wait()
+
     @property
     def changed(self) -> anyio.Event:
         """Set at the next event (take it before reading the log, then wait on it)."""
+        if self._changed is None:
+            self._changed = anyio.Event()
         return self._changed
 
     @property
@@ -386,6 +446,7 @@ class TaskStore:
         try:
             while True:
                 await self._wake.wait()
+                await anyio.sleep(WRITE_AFTER)
                 await self._flush()
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(FLUSH_ON_STOP):

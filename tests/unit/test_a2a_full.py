@@ -7,12 +7,16 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
+from typing import Any
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import pytest
 
 from mesh import ToolError
 from mesh.a2a._content import rejected, result_artifacts
+from mesh.a2a._journal import TaskJournal
 from mesh.a2a._jsonrpc import A2aError
 from mesh.a2a._rest import query_params, rest_error, route
 from mesh.a2a._tasks import STOPPED, TaskStore
@@ -158,6 +162,38 @@ async def test_tasks_come_back_from_disk_and_one_still_running_ends_failed(
     assert stopped.status_message is not None
     assert stopped.status_message["parts"] == [{"text": STOPPED}]
     assert second.create("echo", "me", None).number == 3  # numbers go on, ListTasks pages
+
+
+async def test_a_task_that_runs_its_course_at_once_is_written_once_as_it_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal's writer lets changes gather (``WRITE_AFTER``): a task that starts, works
+    and completes between two writes costs one row, in its last state, not one per change."""
+    written: list[tuple[str, str]] = []
+    wrote = anyio.Event()
+    real_write = TaskJournal.write
+
+    def write(journal: TaskJournal, records: Any, gone: Any = ()) -> None:
+        records = list(records)
+        written.extend((r["id"], r["state"]) for r in records)
+        real_write(journal, records, gone)
+        anyio.from_thread.run_sync(wrote.set)  # the journal writes in a worker thread
+
+    monkeypatch.setattr(TaskJournal, "write", write)
+    store = TaskStore(directory=tmp_path)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.keep)
+        task = store.create("echo", "me", None)
+        for change in ("TASK_STATE_WORKING", None, "TASK_STATE_COMPLETED"):
+            await anyio.lowlevel.checkpoint()  # the writer may run between changes
+            if change is None:
+                task.add_artifact({"artifactId": "a", "parts": []}, append=False, last=True)
+            else:
+                task.set_state(change)
+        with anyio.fail_after(5):
+            await wrote.wait()
+        tg.cancel_scope.cancel()
+    assert written == [(task.id, "TASK_STATE_COMPLETED")]
 
 
 async def test_bounds_and_retention_apply_to_tasks_read_back(tmp_path: Path) -> None:
