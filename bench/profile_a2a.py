@@ -59,7 +59,7 @@ async def open_a2a_handler() -> AsyncIterator[Handler]:
     with tempfile.TemporaryDirectory(prefix="profile-a2a-") as data:
         async with MeshOrchestrator([spec]) as mesh, anyio.create_task_group() as tg:
             face = DaemonA2a(mesh.door, DaemonSettings(data_dir=data))
-            await tg.start(face.server.serve)
+            await tg.start(face.serve)  # the server loads on the first request, as served
 
             async def handle(call_id: int) -> bytes:
                 request = HttpRequest("POST", "/a2a/echo", headers, _send(call_id))
