@@ -15,8 +15,8 @@ import pytest
 
 from mesh import Agent, RequestContext
 from mesh._sdk.serve import serve_agent_dial_in
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.a2a._mesh import GUARD, Held, Mesh, as_dict, sdk_client, tool_message
-from tests.conftest import BACKENDS
 from tests.integration._daemon import serve_in_process
 
 pytestmark = pytest.mark.anyio
@@ -47,12 +47,6 @@ def scribe(gate: Gate) -> Agent:
         ctx.report_artifact("stats", {"lines": len(lines)}, last=True)
 
     return agent
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves every test here."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

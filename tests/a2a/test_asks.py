@@ -23,19 +23,13 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
 from google.protobuf import json_format, struct_pb2
 
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.a2a._mesh import GUARD, Mesh, as_dict, open_mesh, sdk_client, tool_message
-from tests.conftest import BACKENDS
 
 pytestmark = pytest.mark.anyio
 
 _BINDINGS = pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
 _SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}}
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves every test here."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -9,19 +9,13 @@ from typing import Any
 
 import pytest
 
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.a2a._mesh import Mesh, open_mesh
-from tests.conftest import BACKENDS
 
 pytestmark = pytest.mark.anyio
 
 _V1 = {"A2A-Version": "1.0"}
 _CARD = "/.well-known/agent-card.json"
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves every test here."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

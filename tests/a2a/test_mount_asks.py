@@ -20,10 +20,10 @@ from mesh import EMBEDDER, AgentSpec, MeshOrchestrator, ToolError
 from mesh.a2a import a2a_connector
 from mesh.rooms import MessageEvent, QuestionEvent, decode_event
 from mesh.testing import Daemon, spawn_daemon
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.a2a._mesh import ECHO
 from tests.a2a._peer import SdkAgent, spawn_sdk_agent
 from tests.a2a.test_mount import manifest
-from tests.conftest import BACKENDS
 from tests.integration._daemon import persona_manifest
 from tests.mcp.test_serve import over_http
 
@@ -31,12 +31,6 @@ pytestmark = pytest.mark.anyio
 
 GUARD = 60.0
 _TEXT = {"text": {"type": "string", "description": "your answer"}}
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one agent and one daemon per backend serve every test here."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

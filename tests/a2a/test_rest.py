@@ -12,19 +12,13 @@ import anyio
 import pytest
 from a2a.types.a2a_pb2 import CancelTaskRequest, GetTaskRequest, ListTasksRequest, TaskState
 
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.a2a._mesh import GUARD, Mesh, as_dict, open_mesh, sdk_client, tool_message
-from tests.conftest import BACKENDS
 
 pytestmark = pytest.mark.anyio
 
 _V1 = {"A2A-Version": "1.0"}
 _ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves every test here."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import TaskNotFoundError
 
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.a2a._mesh import (
     GUARD,
     Mesh,
@@ -32,16 +33,9 @@ from tests.a2a._mesh import (
     text_message,
     tool_message,
 )
-from tests.conftest import BACKENDS
 from tests.integration._daemon import serve_in_process
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from google.protobuf import json_format, struct_pb2
 
 from mesh import Agent
 from mesh._sdk.serve import serve_agent_dial_in
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.a2a._adk import run_remote
 from tests.a2a._mesh import (
     GUARD,
@@ -29,7 +30,6 @@ from tests.a2a._mesh import (
     tool_message,
 )
 from tests.a2a._mesh import Held as _Held
-from tests.conftest import BACKENDS
 from tests.integration._daemon import persona_manifest, serve_in_process
 
 pytestmark = pytest.mark.anyio
@@ -43,12 +43,6 @@ args = ["-m", "mesh.agents.echo", "--stdio"]
 [metadata]
 text_entry = "echo"
 """
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves every test here."""
-    return str(request.param)
 
 
 @dataclass

@@ -17,7 +17,7 @@ import pytest
 
 from mesh.cli._codes import EXIT_INTERRUPTED
 from mesh.testing import Daemon, spawn_daemon
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.integration._daemon import persona_manifest
 from tests.integration.test_cli_truth import mesh, read_all, read_until
 from tests.integration.test_daemon_people import _create
@@ -26,12 +26,6 @@ from transports import HttpRequest, HttpResponse, open_http_server
 pytestmark = pytest.mark.anyio
 
 MESH = [sys.executable, "-m", "mesh.cli"]
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon of personas per backend serves both room tests."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import sniffio
 from mesh import MeshError
 from mesh.cli._codes import EXIT_DENIED, EXIT_FAILED, EXIT_SHUTTING_DOWN, EXIT_USAGE
 from mesh.testing import Daemon, EchoServer, open_daemon_client, spawn_daemon
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.faults._helpers import HOLDING_AGENT, stop_and_kill, wait_holding
 
 pytestmark = pytest.mark.anyio
@@ -36,12 +36,6 @@ args = ["-m", "mesh.agents.echo", "--stdio", "--id", "echo"]
 
 #: What a wrong ``--token-file`` (a system password file) holds: every line a secret.
 PASSWORDS = "root:x:0:0:hunter2-root:/root:/bin/bash\nbin:x:1:1:hunter2-bin:/bin:/sbin/nologin\n"
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that the tests that only ask a daemon share one per backend."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

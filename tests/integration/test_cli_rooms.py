@@ -14,7 +14,7 @@ import pytest
 
 from mesh.rooms import MessageEvent, StoppedEvent, decode_event
 from mesh.testing import Daemon, spawn_daemon
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 
 from ._daemon import LONG_LIMITS
 
@@ -67,12 +67,6 @@ async def wait_for_event(daemon: Daemon, room_id: str, until: Callable[[Any], bo
         async with daemon.open_events(f"/rooms/{room_id}/events") as watch:
             while not until(decode_event(await watch.receive())):
                 pass
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from mesh.cli._codes import (
     EXIT_UNAVAILABLE,
 )
 from mesh.testing import Daemon, spawn_daemon
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.integration._daemon import persona_manifest
 from transports import HttpRequest, HttpResponse, open_http_server
 
@@ -38,12 +38,6 @@ type = "stdio"
 command = "python"
 args = ["-m", "mesh.agents.echo", "--stdio", "--id", "{id}"]
 """
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that the tests that only ask a daemon share one per backend."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from mesh.testing import Daemon, EchoServer, echo_agent_command, spawn_daemon, spawn_echo_server
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.faults._helpers import spawn_holding_server, wait_holding
 from transports import (
     CloseCode,
@@ -127,12 +127,6 @@ async def full_mesh(tmp_path: Path) -> AsyncIterator[tuple[Daemon, dict[str, Any
             "echo-stdio", "echo-http", "echo-ws", "echo-dial-in", "echo-registered"
         )
         yield daemon, agents
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that the tests that only call through the full mesh share one."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

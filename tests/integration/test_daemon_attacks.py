@@ -17,7 +17,7 @@ import pytest
 
 from mesh.rooms import ErrorEvent, StoppedEvent
 from mesh.testing import Daemon, echo_agent_command, spawn_daemon, spawn_echo_server
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.integration._daemon import persona_manifest
 from tests.integration.test_daemon_auth import create_token
 from tests.integration.test_daemon_rooms import watch_room
@@ -28,12 +28,6 @@ pytestmark = pytest.mark.anyio
 ALICE = [f"Alice says {n}." for n in range(10)]
 BOB = [f"Bob says {n}." for n in range(10)]
 GUARD = 60.0
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -23,16 +23,10 @@ from mesh._errors import ErrorCode
 from mesh.daemon._auth import Right
 from mesh.daemon._routes import ROUTES
 from mesh.testing import Daemon, echo_agent_command, spawn_daemon
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from transports import CloseCode, TransportClosed, WebSocketStream, open_websocket
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -13,16 +13,10 @@ from structlog.testing import capture_logs
 from mesh.daemon._auth import Right
 from mesh.daemon._routes import ROUTES
 from mesh.testing import Daemon, spawn_daemon
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.integration._daemon import serve_in_process
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves the tests that only ask it."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from websockets.sync.client import connect
 
 from mesh.rooms import DeltaEvent, decode_live_event
 from mesh.testing import Daemon, spawn_daemon
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 
 from ._daemon import persona_manifest
 
@@ -35,12 +35,6 @@ def _manifests(tmp_path: Path, delay: float) -> tuple[Path, list[str]]:
     persona_manifest(manifests, "alice", "Alice", ECHO, delay)
     persona_manifest(manifests, "bob", "Bob", ECHO, delay)
     return manifests, ["--data-dir", str(tmp_path / "data")]
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 
 from mesh.rooms import DeltaEvent, MessageEvent, decode_live_event
 from mesh.testing import Daemon, spawn_daemon
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 
 from ._daemon import persona_manifest
 
@@ -32,12 +32,6 @@ async def _echo_daemon(tmp_path: Path, delay: float = 0.0) -> tuple[Path, list[s
     persona_manifest(manifests, "alice", "Alice", ECHO, delay)
     persona_manifest(manifests, "bob", "Bob", ECHO, delay)
     return manifests, ["--data-dir", str(tmp_path / "data")]
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves every test here."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -23,19 +23,13 @@ from mesh.rooms import (
     decode_event,
 )
 from mesh.testing import Daemon, spawn_daemon
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.integration._daemon import persona_manifest
 
 pytestmark = pytest.mark.anyio
 
 ALICE = ["Tea keeps me calm.", "Coffee is faster, I admit.", "Let us try both."]
 BOB = ["Coffee wakes me up.", "Tea is gentler.", "Agreed: both, then."]
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

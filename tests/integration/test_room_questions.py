@@ -28,9 +28,9 @@ from mesh.rooms import (
     decode_event,
 )
 from mesh.testing import Daemon, spawn_daemon, spawn_nats_server
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.cluster._history import open_daemons
 from tests.cluster._history import persona_manifest as persona_manifest_text
-from tests.conftest import BACKENDS
 
 from ._daemon import persona_manifest
 
@@ -50,12 +50,6 @@ def _manifests(tmp_path: Path) -> tuple[Path, list[str]]:
     )
     persona_manifest(manifests, "alice", "Alice", ["{speaker} said: {last}"], 0.0)
     return manifests, ["--data-dir", str(tmp_path / "data")]
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

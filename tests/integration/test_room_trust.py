@@ -21,7 +21,7 @@ from mesh.rooms import (
     decode_live_event,
 )
 from mesh.testing import Daemon, spawn_daemon
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 
 from ._daemon import LONG_LIMITS, persona_manifest
 from .test_daemon_auth import create_token
@@ -40,12 +40,6 @@ def _manifests(tmp_path: Path, delay: float) -> Path:
     persona_manifest(manifests, "alice", "Alice", SCRIPT, delay)
     persona_manifest(manifests, "bob", "Bob", SCRIPT, delay)
     return manifests
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -18,17 +18,11 @@ from mcp.client import Client
 
 from mesh import EMBEDDER, MeshError, MeshOrchestrator
 from mesh.testing import Daemon
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.mcp.test_mount import stdio_manifest, wait_mounted
 from tests.mcp.test_serve import JSON, daemon_with_echo, mesh_mcp, over_http
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped: one daemon per backend."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

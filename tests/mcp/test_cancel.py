@@ -28,7 +28,7 @@ from mcp.client import Client
 
 from mesh.mcp._revisions import envelope
 from mesh.testing import Daemon, spawn_daemon
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.mcp.test_mount import stdio_manifest
 from tests.mcp.test_serve import over_http
 
@@ -51,12 +51,6 @@ async def daemon_with_peer(tmp_path: Path) -> AsyncIterator[Daemon]:
     async with spawn_daemon(manifests, extra_args=data) as daemon:
         await daemon.wait_online("peer", timeout=60)
         yield daemon
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves every test here."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import sys
 import anyio
 import pytest
 
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.mcp._conformance import suite_command
 from tests.mcp._peers import HERE, PEERS, ROOT
 
@@ -88,12 +88,6 @@ SCENARIO_TIMEOUT = 90.0
 CLIENT_TIMEOUT_MS = 60_000
 #: Scenarios run at once (each listens on its own port).
 PARALLEL = 4
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped: one run of the client scenarios per backend."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

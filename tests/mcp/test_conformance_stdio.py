@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from mesh.testing import Daemon, spawn_daemon
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.mcp._conformance import ScenarioResult, run_server_scenarios
 from tests.mcp.stdio_bridge import open_stdio_bridge
 from tests.mcp.test_conformance_suite import (
@@ -42,12 +42,6 @@ STDIO_SCENARIOS = tuple(scenario for scenario in SCENARIOS if scenario not in HT
 PASSING_STDIO_AGENT: frozenset[str] = PASSING_AGENT - HTTP_ONLY
 #: Through the combined ``mesh mcp``: what passes on ``/mcp`` (names are ``conf__...``).
 PASSING_STDIO_COMBINED: frozenset[str] = PASSING_COMBINED - HTTP_ONLY
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped: one daemon and one run of the suite per backend and server."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

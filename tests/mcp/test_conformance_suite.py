@@ -18,7 +18,7 @@ from mcp.client import Client
 from mcp.types import ImageContent, TextContent
 
 from mesh.testing import Daemon, spawn_daemon
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.mcp._conformance import ScenarioResult, run_server_scenarios
 from tests.mcp._peers import HERE
 from tests.mcp.conformance_agent import RED_PIXEL_PNG
@@ -109,12 +109,6 @@ type = "stdio"
 command = {sys.executable!r}
 args = [{str(HERE / "conformance_agent.py")!r}, "--stdio"]
 """
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped: one daemon and one run of the suite per backend."""
-    return str(request.param)
 
 
 Results = dict[str, dict[str, ScenarioResult]]

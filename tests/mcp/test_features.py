@@ -34,7 +34,7 @@ from mcp.types import (
 )
 
 from mesh.testing import Daemon, spawn_daemon
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.integration.test_daemon_auth import create_token
 from tests.mcp._peers import HERE
 from tests.mcp.conformance_agent import RED_PIXEL_PNG
@@ -60,11 +60,6 @@ callers = ["client:reader"]
 WATCHED = "test://watched-resource"
 #: How long a notification may take to arrive (it is sent at once; this only bounds a bug).
 NOTICE_DEADLINE = 10.0
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -12,17 +12,11 @@ import pytest
 from mesh import ErrorCode
 from mesh.mcp._server import MCP_REQUESTS_IN_PROGRESS
 from mesh.testing import Daemon
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.mcp.test_serve import JSON, PING, daemon_with_echo, mcp_lines
 from transports import CloseCode, TransportClosed, open_websocket
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves every test here (they only ask)."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from mesh.cli._codes import EXIT_DENIED
 from mesh.testing import Daemon, spawn_daemon
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.mcp._peers import ROOT, inspector_command
 from tests.mcp.test_limits import filesystem_manifest
 
@@ -44,12 +44,6 @@ async def daemon_with_echo(tmp_path: Path) -> AsyncIterator[Daemon]:
     async with spawn_daemon(manifests, extra_args=data) as daemon:
         await daemon.wait_online("echo")
         yield daemon
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

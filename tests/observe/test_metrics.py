@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mesh.rooms import MessageEvent, StoppedEvent
 from mesh.testing import Daemon, spawn_daemon
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.integration._daemon import persona_manifest
 from tests.integration.test_daemon import rpc, stdio_manifest, write
 from tests.integration.test_daemon_auth import create_token
@@ -27,12 +27,6 @@ from tests.integration.test_daemon_rooms import watch_room
 from tests.observe._prometheus import promtool_check, query, relay_scrapes, run_prometheus
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from mesh.testing import Daemon, spawn_daemon, spawn_echo_server, spawn_nats_server
-from tests.conftest import BACKENDS
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.observe._otlp import ReceivedSpan, Receiver, chain, has_chain, open_receiver
 from tests.observe._spans import by_name, traced
 
@@ -49,12 +49,6 @@ args = ["-m", "{AGENT_MODULE}", "--stdio", "--id", "{declared}"]
 cwd = "{ROOT}"
 env = {{ {env_table} }}
 """
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that one daemon per backend serves the tests that can share it."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")
