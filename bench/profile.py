@@ -21,17 +21,15 @@ import contextlib
 import functools
 import gc
 import os
-import re
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import sniffio
+
+from bench._cpu import instructions_per_call
 
 if TYPE_CHECKING:
     from mesh import Agent, MeshOrchestrator, Peer
@@ -325,32 +323,14 @@ def callgrind_per_call(
     backend: str, calls: int = CALLGRIND_CALLS, transport: str = "memory", hooks: str | None = None
 ) -> float:
     """Instructions per call on `backend` (user space, both ends), from two callgrind runs."""
-    totals = []
-    for n in (calls, 3 * calls):
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "callgrind.out"
-            command = [
-                "valgrind",
-                "--tool=callgrind",
-                f"--callgrind-out-file={out}",
-                sys.executable,
-                "-m",
-                "bench.profile",
-                "--backend",
-                backend,
-                "--calls",
-                str(n),
-                "--transport",
-                transport,
-                *(["--hooks", hooks] if hooks else []),
-                "--quiet",
-            ]
-            done = subprocess.run(command, capture_output=True, text=True, check=False)
-            found = re.search(r"Collected : (\d+)", done.stderr)
-            if done.returncode != 0 or found is None:
-                raise RuntimeError(f"callgrind failed: {done.stderr[-2000:]}")
-            totals.append(int(found.group(1)))
-    return (totals[1] - totals[0]) / (2 * calls)
+
+    def command(n: int) -> list[str]:
+        return [
+            *(sys.executable, "-m", "bench.profile", "--backend", backend, "--calls", str(n)),
+            *("--transport", transport, *(["--hooks", hooks] if hooks else []), "--quiet"),
+        ]
+
+    return instructions_per_call(command, calls)
 
 
 def main(argv: list[str] | None = None) -> None:

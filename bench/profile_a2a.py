@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +27,7 @@ from typing import Any
 
 import anyio
 
+from bench._cpu import instructions_per_call
 from bench.a2a_scenarios import _HEADERS, COMPLETED, _send
 from bench.profile import WARM_CALLS, _pipe_connector, _start, _stop
 
@@ -96,22 +95,15 @@ async def _calls(n: int, inflight: int, profile: str | None) -> float:
 
 
 def callgrind_per_call(backend: str, inflight: int, calls: int = CALLGRIND_CALLS) -> float:
-    """Instructions per served call (user space, every thread), from two callgrind runs
-    whose difference leaves start-up out."""
-    totals = []
-    for n in (calls, 3 * calls):
-        with tempfile.TemporaryDirectory() as tmp:
-            command = [
-                *("valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out"),
-                *(sys.executable, "-m", "bench.profile_a2a", "--backend", backend),
-                *("--calls", str(n), "--inflight", str(inflight)),
-            ]
-            done = subprocess.run(command, capture_output=True, text=True, check=False)
-            found = re.search(r"Collected : (\d+)", done.stderr)
-            if done.returncode != 0 or found is None:
-                raise RuntimeError(f"callgrind failed: {done.stderr[-2000:]}")
-            totals.append(int(found.group(1)))
-    return (totals[1] - totals[0]) / (2 * calls)
+    """Instructions per served call (user space, every thread), from two callgrind runs."""
+
+    def command(n: int) -> list[str]:
+        return [
+            *(sys.executable, "-m", "bench.profile_a2a", "--backend", backend),
+            *("--calls", str(n), "--inflight", str(inflight)),
+        ]
+
+    return instructions_per_call(command, calls)
 
 
 def main(argv: list[str] | None = None) -> None:
