@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -22,6 +24,8 @@ SPREAD_TIMEOUT = 30.0
 #: Each member's key, kept for the test's NATS: a member that restarts under its id
 #: rejoins with the key the mesh knows it by (as a daemon's data directory keeps it).
 _KEYS = Path(tempfile.mkdtemp(prefix="mesh-cluster-keys-"))
+# Gone with the test process: every run made one and left it in the system's temporary directory.
+atexit.register(shutil.rmtree, _KEYS, ignore_errors=True)
 
 
 @dataclass(frozen=True, slots=True)
