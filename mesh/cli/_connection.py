@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
-from mesh._input import MalformedToken, bearer_token
+from mesh._input import MalformedToken, bearer_token, find_token
 from mesh.cli._codes import EXIT_DENIED, EXIT_USAGE, fail
 
 __all__ = [
@@ -85,8 +85,6 @@ def _token_file(path: str) -> str | None:
 
 
 def _found_token() -> str | None:
-    from mesh.daemon._tokens import find_token
-
     return find_token()
 
 
