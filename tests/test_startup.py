@@ -52,6 +52,7 @@ CLI_HEAVY = (
     "mesh.rooms",
     "httpx",
     "structlog",
+    "urllib.request",  # the client commands' HTTP client loads with their first request
 )
 
 #: What a process that only reads rooms or manifests (``mesh room …``, a persona's

@@ -48,12 +48,13 @@ from mesh.cli._connection import (
     ssl_context,
 )
 from mesh.cli._dev import add_dev_commands
-from mesh.cli._http import Reply, TransportError, send
 from mesh.cli._mcp_login import add_login_arguments, cmd_mcp_login
 from mesh.cli._tokens import add_token_commands
 
 if TYPE_CHECKING:
     from email.message import Message
+
+    from mesh.cli._http import Reply
 
 __all__ = ["main"]
 
@@ -109,6 +110,8 @@ def _send(
 ) -> tuple[Reply, bool]:
     """The daemon's answer, whatever its status, and whether a token was presented;
     a daemon that cannot be reached is a one-line exit."""
+    from mesh.cli._http import TransportError, send  # urllib: not for `mesh --help`
+
     url = args.url.rstrip("/") + path
     token = auth_headers(args)
     headers = {**token, **_trace_headers()}
