@@ -120,7 +120,8 @@ with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
 
 #: What a command that only makes HTTP requests to the daemon must not load: an async HTTP
 #: client (httpx's httpcore imports trio and anyio), structlog (no library code of its logs),
-#: OpenTelemetry (nobody asked for traces) or the daemon's side (its token store).
+#: OpenTelemetry (nobody asked for traces), the daemon's side (its token store), or what
+#: another command alone uses.
 HTTP_COMMAND_HEAVY = (
     "httpx",
     "httpcore",
@@ -129,6 +130,7 @@ HTTP_COMMAND_HEAVY = (
     "opentelemetry",
     "mesh._telemetry.tracing",
     "mesh.daemon",
+    "webbrowser",  # `mesh mcp login` opens one; with it, subprocess and shutil
 )
 #: What a room client that reads rooms must not load besides: the WebSocket and the
 #: follower of ``mesh room run`` and ``watch``, the console of ``mesh room join``.
