@@ -63,6 +63,12 @@ def daemon_url(text: str) -> str:
             f"{text!r} is not a daemon URL: give http://HOST:PORT or https://HOST:PORT "
             "(--url or $MESH_URL)"
         )
+    try:  # what the resolver is given: a label over 63 characters, or an empty one, is not
+        parts.hostname.encode("idna")
+    except UnicodeError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a daemon URL: its host is not a DNS name ({exc})"
+        ) from None
     return text.strip()
 
 
