@@ -732,13 +732,15 @@ _TRACING = False
 def _configure(args: argparse.Namespace) -> None:
     global _TRACING
     # Traces to a collector when OTEL_* asks for them and the SDK is installed; the tracing
-    # module (and OpenTelemetry's API, a tenth of a second) loads only then.
+    # module (and OpenTelemetry's API, a tenth of a second) loads only then, or was loaded
+    # already by the program that runs this command in its own process.
+    tracing = sys.modules.get("mesh._telemetry.tracing")
     if args.command == "serve" or tracing_requested(os.environ):
-        from mesh._telemetry.tracing import configure_from_environment
+        from mesh._telemetry import tracing as loaded
 
-        _TRACING = configure_from_environment(
-            "mesh-daemon" if args.command == "serve" else "mesh-cli"
-        )
+        loaded.configure_from_environment("mesh-daemon" if args.command == "serve" else "mesh-cli")
+        tracing = loaded
+    _TRACING = tracing is not None and tracing.active()
     if getattr(args, "runs_library", False):
         from mesh._logging import configure_logging
 
