@@ -9,11 +9,28 @@ none answers bad input with an exception.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Final
 
 import msgspec
 
-__all__ = ["UNREADABLE_JSON", "MalformedToken", "bearer_token", "whole_number", "why_unreadable"]
+__all__ = [
+    "ADMIN_TOKEN_FILE",
+    "DEFAULT_DATA_DIR",
+    "UNREADABLE_JSON",
+    "MalformedToken",
+    "bearer_token",
+    "find_token",
+    "whole_number",
+    "why_unreadable",
+]
+
+#: The file in the daemon's data directory that holds its admin token.
+ADMIN_TOKEN_FILE: Final = "admin.token"
+#: Where the daemon keeps its data unless told otherwise (``data_dir``).
+DEFAULT_DATA_DIR: Final = ".mesh"
 
 #: What decoding JSON from a peer or a client can raise: msgspec's own error, and
 #: Python's for a string that is not UTF-8 (checked only when a string is built) and
@@ -67,3 +84,25 @@ def bearer_token(text: str, source: str) -> str:
     else:
         return token
     raise MalformedToken(f"the token from {source} is malformed: {why} (its value is not shown)")
+
+
+def find_token(
+    environ: Mapping[str, str] | None = None, *, data_dir: str | os.PathLike[str] | None = None
+) -> str | None:
+    """The token a local client uses by default: ``$MESH_TOKEN``, else the admin token
+    file in ``data_dir`` (default ``$MESH_DATA_DIR``, else ``.mesh``); None if neither.
+
+    Here, beside the check it makes, rather than with the daemon's token store: a
+    ``mesh`` command looks its token up without loading the daemon's side.
+
+    Raises :class:`MalformedToken` (never showing the value) for one that cannot be a
+    token: a stray newline would otherwise reach an HTTP header, whose error quotes it."""
+    env = os.environ if environ is None else environ
+    if env.get("MESH_TOKEN", "").strip():
+        return bearer_token(env["MESH_TOKEN"], "$MESH_TOKEN")
+    path = Path(data_dir or env.get("MESH_DATA_DIR") or DEFAULT_DATA_DIR) / ADMIN_TOKEN_FILE
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    return bearer_token(text, str(path)) if text.strip() else None

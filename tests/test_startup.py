@@ -52,6 +52,7 @@ CLI_HEAVY = (
     "mesh.rooms",
     "httpx",
     "structlog",
+    "urllib.request",  # the client commands' HTTP client loads with their first request
 )
 
 #: What a process that only reads rooms or manifests (``mesh room …``, a persona's
@@ -113,6 +114,53 @@ import contextlib, io, sys
 from mesh.cli import main
 with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
     main({argv!r})
+"""
+    assert _under(_loaded(code), unneeded) == set()
+
+
+#: What a command that only makes HTTP requests to the daemon must not load: an async HTTP
+#: client (httpx's httpcore imports trio and anyio), structlog (no library code of its logs),
+#: OpenTelemetry (nobody asked for traces), the daemon's side (its token store), or what
+#: another command alone uses.
+HTTP_COMMAND_HEAVY = (
+    "httpx",
+    "httpcore",
+    "trio",
+    "structlog",
+    "opentelemetry",
+    "mesh._telemetry.tracing",
+    "mesh.daemon",
+    "webbrowser",  # `mesh mcp login` opens one; with it, subprocess and shutil
+)
+#: What a room client that reads rooms must not load besides: the WebSocket and the
+#: follower of ``mesh room run`` and ``watch``, the console of ``mesh room join``.
+ROOM_FOLLOWING = ("websockets", "transports._websocket", "mesh.cli._follow", "mesh.cli._join")
+
+
+@pytest.mark.parametrize(
+    ("argv", "unneeded"),
+    [
+        (["agents"], (*HTTP_COMMAND_HEAVY, "anyio")),
+        (["call", "echo", "echo", "--arg", "message=hi"], (*HTTP_COMMAND_HEAVY, "anyio")),
+        (["token", "list"], (*HTTP_COMMAND_HEAVY, "anyio")),
+        (["room", "list"], (*HTTP_COMMAND_HEAVY, *ROOM_FOLLOWING, *ROOMS_ENGINE)),
+        (["room", "show", "r1"], (*HTTP_COMMAND_HEAVY, *ROOM_FOLLOWING, *ROOMS_ENGINE)),
+    ],
+)
+def test_a_command_that_makes_http_requests_loads_only_its_client(
+    argv: list[str], unneeded: tuple[str, ...]
+) -> None:
+    """The whole command runs, to its request (to a closed port: exit 3)."""
+    code = f"""
+import contextlib, io
+from mesh.cli import main
+err = io.StringIO()
+with contextlib.redirect_stderr(err):
+    try:
+        main([*{argv!r}, "--url", "http://127.0.0.1:9"])
+    except SystemExit as exit_:
+        assert exit_.code == 3, err.getvalue()
+assert "cannot reach the daemon" in err.getvalue(), err.getvalue()
 """
     assert _under(_loaded(code), unneeded) == set()
 

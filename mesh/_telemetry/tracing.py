@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from mesh._errors import MeshError
 from mesh._telemetry.metrics import status_of
+from mesh._telemetry.requested import tracing_requested
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
@@ -333,14 +334,9 @@ def configure_from_environment(service_name: str, environ: Mapping[str, str] | N
     same variables. Console spans go to stderr: stdout is a stdio agent's wire.
     """
     env = os.environ if environ is None else environ
+    if not tracing_requested(env):
+        return False
     exporter_name = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
-    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
-        "OTEL_EXPORTER_OTLP_ENDPOINT"
-    )
-    if env.get("OTEL_SDK_DISABLED", "").lower() == "true" or exporter_name == "none":
-        return False
-    if not exporter_name and not endpoint:
-        return False
     if not _API or not isinstance(_trace.get_tracer_provider(), ProxyTracerProvider):
         return False
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
-from mesh._input import MalformedToken, bearer_token
+from mesh._input import MalformedToken, bearer_token, find_token
 from mesh.cli._codes import EXIT_DENIED, EXIT_USAGE, fail
 
 __all__ = [
@@ -63,6 +63,12 @@ def daemon_url(text: str) -> str:
             f"{text!r} is not a daemon URL: give http://HOST:PORT or https://HOST:PORT "
             "(--url or $MESH_URL)"
         )
+    try:  # what the resolver is given: a label over 63 characters, or an empty one, is not
+        parts.hostname.encode("idna")
+    except UnicodeError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a daemon URL: its host is not a DNS name ({exc})"
+        ) from None
     return text.strip()
 
 
@@ -85,8 +91,6 @@ def _token_file(path: str) -> str | None:
 
 
 def _found_token() -> str | None:
-    from mesh.daemon._tokens import find_token
-
     return find_token()
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlencode
 
+from mesh._telemetry.requested import tracing_requested
 from mesh._text import json_text, printable
 from mesh.cli._codes import (
     EXIT_BROKEN_PIPE,
@@ -51,7 +52,9 @@ from mesh.cli._mcp_login import add_login_arguments, cmd_mcp_login
 from mesh.cli._tokens import add_token_commands
 
 if TYPE_CHECKING:
-    import httpx
+    from email.message import Message
+
+    from mesh.cli._http import Reply
 
 __all__ = ["main"]
 
@@ -96,7 +99,7 @@ def _request(
 
 def _exchange(
     args: argparse.Namespace, method: str, path: str, body: Any = None, timeout: float = 10.0
-) -> tuple[Any, httpx.Headers]:
+) -> tuple[Any, Message]:
     """The daemon's JSON answer and its headers; any failure is a one-line exit."""
     response, presented = _send(args, method, path, body, timeout)
     return _payload(response, presented=presented), response.headers
@@ -104,23 +107,35 @@ def _exchange(
 
 def _send(
     args: argparse.Namespace, method: str, path: str, body: Any, timeout: float
-) -> tuple[httpx.Response, bool]:
+) -> tuple[Reply, bool]:
     """The daemon's answer, whatever its status, and whether a token was presented;
     a daemon that cannot be reached is a one-line exit."""
-    import httpx
-
-    from mesh._telemetry.tracing import headers_for, outgoing
+    from mesh.cli._http import TransportError, send  # urllib: not for `mesh --help`
 
     url = args.url.rstrip("/") + path
-    headers = {**auth_headers(args), **headers_for(outgoing())}
-    verify: Any = ssl_context(args) or True
+    token = auth_headers(args)
+    headers = {**token, **_trace_headers()}
     try:
-        response = httpx.request(
-            method, url, json=body, headers=headers, timeout=timeout + HTTP_SLACK, verify=verify
+        response = send(
+            method,
+            url,
+            body=body,
+            headers=headers,
+            timeout=timeout + HTTP_SLACK,
+            context=ssl_context(args),
         )
-    except httpx.TransportError as exc:
+    except TransportError as exc:
         _fail(EXIT_UNREACHABLE, f"cannot reach the daemon at {args.url}: {exc}{UNREACHABLE_HINT}")
-    return response, bool(headers)
+    return response, bool(token)
+
+
+def _trace_headers() -> dict[str, str]:
+    """The current span's ``traceparent``, when this process traces (``OTEL_*`` asked)."""
+    if not _TRACING:
+        return {}
+    from mesh._telemetry.tracing import headers_for, outgoing
+
+    return headers_for(outgoing())
 
 
 def _every_agent(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -141,7 +156,7 @@ def _every_agent(args: argparse.Namespace) -> list[dict[str, Any]]:
         after = following
 
 
-def _payload(response: httpx.Response, *, presented: bool) -> Any:
+def _payload(response: Reply, *, presented: bool) -> Any:
     if response.status_code == 204:
         return None
     try:
@@ -306,9 +321,6 @@ def _arguments(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_call(args: argparse.Namespace) -> int:
-    from mesh._errors import MeshError
-    from mesh._telemetry.tracing import calling
-
     arguments = _arguments(args)
     body = {
         "agent": args.agent,
@@ -316,18 +328,30 @@ def cmd_call(args: argparse.Namespace) -> int:
         "params": {"name": args.tool, "arguments": arguments},
         "timeout": args.timeout,
     }
+    if _TRACING:
+        response, presented = _traced_call(args, body)
+    else:
+        response, presented = _send(args, "POST", "/rpc", body, args.timeout)
+    result = _payload(response, presented=presented)["result"]
+    print(json_text(result, indent=2))
+    return EXIT_OK
+
+
+def _traced_call(args: argparse.Namespace, body: dict[str, Any]) -> tuple[Reply, bool]:
+    """The call in a client span, which ends with the call's own outcome."""
+    from mesh._errors import MeshError
+    from mesh._telemetry.tracing import calling
+
     try:
         with calling("tools/call", args.agent, tool=args.tool):
             response, presented = _send(args, "POST", "/rpc", body, args.timeout)
             _raise_answered_error(response)
     except MeshError:
         pass  # the span has the call's outcome; the answer is reported as any command's is
-    result = _payload(response, presented=presented)["result"]
-    print(json_text(result, indent=2))
-    return EXIT_OK
+    return response, presented
 
 
-def _raise_answered_error(response: httpx.Response) -> None:
+def _raise_answered_error(response: Reply) -> None:
     """The mesh error the daemon answered (a tool's error, a timeout), raised so the span
     around the call ends with the call's own status rather than how this command exits."""
     from mesh._errors import error_from_code
@@ -498,7 +522,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         " as AGENT__TOOL)",
     )
     add_login_arguments(mcp)
-    mcp.set_defaults(func=cmd_mcp)
+    mcp.set_defaults(func=cmd_mcp, runs_library=True)
 
     _add_cluster_command(sub)
     validate = sub.add_parser(
@@ -701,15 +725,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _configure(args: argparse.Namespace) -> None:
-    from mesh._telemetry.tracing import configure_from_environment
+#: Whether this process sends spans (``OTEL_*`` asked for them and the SDK is installed).
+_TRACING = False
 
-    # Traces to a collector when OTEL_* asks for them and the SDK is installed.
-    configure_from_environment("mesh-daemon" if args.command == "serve" else "mesh-cli")
-    if args.command not in ("serve", "dev"):  # those two choose their own level and format
+
+def _configure(args: argparse.Namespace) -> None:
+    global _TRACING
+    # Traces to a collector when OTEL_* asks for them and the SDK is installed; the tracing
+    # module (and OpenTelemetry's API, a tenth of a second) loads only then, or was loaded
+    # already by the program that runs this command in its own process.
+    tracing = sys.modules.get("mesh._telemetry.tracing")
+    if args.command == "serve" or tracing_requested(os.environ):
+        from mesh._telemetry import tracing as loaded
+
+        loaded.configure_from_environment("mesh-daemon" if args.command == "serve" else "mesh-cli")
+        tracing = loaded
+    _TRACING = tracing is not None and tracing.active()
+    if getattr(args, "runs_library", False):
         from mesh._logging import configure_logging
 
-        # The library is silent until configured; a client command shows its warnings.
+        # The library is silent until configured; a command that runs its clients (a room
+        # followed over WebSocket, a person's seat) shows their warnings. A command that
+        # only makes HTTP requests runs no library code that logs, and skips structlog.
         configure_logging(level="warning", stream=sys.stderr)
 
 

@@ -13,7 +13,6 @@ import argparse
 import dataclasses
 import os
 import sys
-import webbrowser
 
 from mesh.cli._codes import EXIT_DENIED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, fail
 
@@ -73,6 +72,8 @@ def cmd_mcp_login(args: argparse.Namespace) -> int:
             f"Open this URL to authorize {args.login_agent!r}:\n{url}", file=sys.stderr, flush=True
         )
         if not args.no_browser:
+            import webbrowser  # with subprocess and shutil: for this command alone
+
             await anyio.to_thread.run_sync(webbrowser.open, url)
 
     try:

@@ -31,11 +31,9 @@ from types import FrameType
 from typing import Any, Final
 from urllib.parse import quote, urlencode
 
-import anyio
 import msgspec
 
 from mesh._text import json_text, printable, safe_json
-from mesh.cli._answer import cmd_room_answer
 from mesh.cli._codes import (
     EXIT_DENIED,
     EXIT_FAILED,
@@ -46,8 +44,6 @@ from mesh.cli._codes import (
     interrupted,
 )
 from mesh.cli._connection import add_connection_arguments, ssl_context, token_for
-from mesh.cli._follow import follow_until_interrupted
-from mesh.cli._join import cmd_room_join
 from mesh.rooms import (
     DEFAULT_MAX_TURNS,
     Limits,
@@ -97,6 +93,11 @@ def _follow(
     through_pauses: bool = False,
 ) -> int | None:
     """Print the room's events until it stops; its exit status, or None on Ctrl-C."""
+    # The WebSocket client and the event loop load here: `mesh room list` needs neither.
+    import anyio
+
+    from mesh.cli._follow import follow_until_interrupted
+
     color = sys.stdout.isatty()
 
     def show(event: RoomEvent, room: Room | None) -> None:
@@ -303,6 +304,20 @@ def cmd_room_delete(args: argparse.Namespace, request: Request) -> int:
     return 0
 
 
+def cmd_room_join(args: argparse.Namespace, request: Request) -> int:
+    """``mesh room join``, whose console, HTTP client and WebSocket load when it runs."""
+    from mesh.cli._join import cmd_room_join as join
+
+    return join(args, request)
+
+
+def cmd_room_answer(args: argparse.Namespace, request: Request) -> int:
+    """``mesh room answer``, whose question-and-answer rules load when it runs."""
+    from mesh.cli._answer import cmd_room_answer as answer
+
+    return answer(args, request)
+
+
 def add_room_commands(room: argparse.ArgumentParser, request: Request) -> None:
     """``mesh room``'s commands, under its parser."""
     commands = room.add_subparsers(dest="room_command", required=True, metavar="ROOM_COMMAND")
@@ -317,6 +332,7 @@ def add_room_commands(room: argparse.ArgumentParser, request: Request) -> None:
         return parser
 
     run = command("run", "start a room and print it live until it stops", cmd_room_run)
+    run.set_defaults(runs_library=True)  # it follows the room with the library's WebSocket
     run.add_argument("--topic", required=True)
     run.add_argument("--agent", action="append", required=True, help="a member (twice or more)")
     run.add_argument(
@@ -347,6 +363,7 @@ def add_room_commands(room: argparse.ArgumentParser, request: Request) -> None:
     )
 
     watch = command("watch", "print a room's events live until it stops", cmd_room_watch)
+    watch.set_defaults(runs_library=True)
     watch.add_argument("room")
     watch.add_argument(
         "--since", type=int, default=0, metavar="SEQ", help="start after this event (default: all)"
@@ -387,6 +404,7 @@ def add_room_commands(room: argparse.ArgumentParser, request: Request) -> None:
     join = command(
         "join", "take part in a room as a person (lines you type are sent)", cmd_room_join
     )
+    join.set_defaults(runs_library=True)
     join.add_argument("room")
     join.add_argument("--as", dest="as_name", required=True, metavar="NAME", help="your name")
 

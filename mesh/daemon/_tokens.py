@@ -33,14 +33,13 @@ import hmac
 import os
 import secrets
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
 import msgspec
 
 from mesh._errors import MeshError
-from mesh._input import bearer_token
+from mesh._input import ADMIN_TOKEN_FILE, find_token
 from mesh._logging import get_logger
 
 __all__ = [
@@ -61,9 +60,6 @@ TOKENS_FILE: Final = "tokens.json"
 JOURNAL_FILE: Final = "tokens.journal"
 #: The journal is folded into tokens.json once it has this many lines, or as many as tokens.
 _COMPACT_AT_LEAST: Final = 64
-ADMIN_TOKEN_FILE: Final = "admin.token"
-#: Where the daemon keeps its data unless told otherwise (``data_dir``).
-DEFAULT_DATA_DIR: Final = ".mesh"
 _PREFIX: Final = "mesh_"
 _NAME_LIMIT: Final = 64
 
@@ -303,23 +299,3 @@ class TokenStore:
         _write_private(self.path, data)
         self.journal.unlink(missing_ok=True)
         self._journaled = 0
-
-
-def find_token(
-    environ: Mapping[str, str] | None = None, *, data_dir: str | os.PathLike[str] | None = None
-) -> str | None:
-    """The token a local client uses by default: ``$MESH_TOKEN``, else the admin token
-    file in ``data_dir`` (default ``$MESH_DATA_DIR``, else ``.mesh``); None if neither.
-
-    Raises :class:`~mesh._input.MalformedToken` (never showing the value) for one that
-    cannot be a token: a stray newline would otherwise reach an HTTP header, whose error
-    quotes it."""
-    env = os.environ if environ is None else environ
-    if env.get("MESH_TOKEN", "").strip():
-        return bearer_token(env["MESH_TOKEN"], "$MESH_TOKEN")
-    path = Path(data_dir or env.get("MESH_DATA_DIR") or DEFAULT_DATA_DIR) / ADMIN_TOKEN_FILE
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return None
-    return bearer_token(text, str(path)) if text.strip() else None

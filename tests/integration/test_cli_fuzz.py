@@ -108,7 +108,17 @@ NASTY = st.sampled_from(
     ]
 )
 URLS = st.sampled_from(
-    [CLOSED, "abc", "http://", "http://[::1", "ftp://127.0.0.1:1", "ws://127.0.0.1:1", ":80"]
+    [
+        CLOSED,
+        "abc",
+        "http://",
+        "http://[::1",
+        "ftp://127.0.0.1:1",
+        "ws://127.0.0.1:1",
+        ":80",
+        f"http://{'a' * 64}:1",  # a DNS label is 63 characters at most
+        "http://a..b:1",
+    ]
 )
 ENV = st.dictionaries(
     st.sampled_from(
@@ -210,6 +220,7 @@ def assert_clean(argv: list[str], code: int, written: str) -> None:
 @given(argv=argvs(), env=ENV)
 @example(argv=["dev", ""], env={})  # found by this test: importlib's "Empty module name"
 @example(argv=["dev", "."], env={})
+@example(argv=["agents", "--url", "http://a..b:1"], env={})  # the resolver: UnicodeError
 @example(argv=["serve", "--port", "99999", "--manifests", ABSENT], env={})
 @example(argv=["agents", "--url", "http://[::1"], env={})
 def test_no_flag_or_variable_gets_a_traceback(

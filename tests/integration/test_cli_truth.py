@@ -44,10 +44,35 @@ args = ["-m", "mesh.agents.echo", "--stdio", "--id", "{id}"]
 async def echo_daemon(
     anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Daemon]:
+    """Echo agents, and two personas whose model is a closed port: the tests that read it
+    or run rooms of their own that stop with an error share it."""
     manifests = tmp_path_factory.mktemp("cli-truth")
     (manifests / "echo.toml").write_text(ECHO.format(id="echo"))
-    async with spawn_daemon(manifests) as daemon:
-        await daemon.wait_online("echo")
+    echo_members(manifests)  # echo agents take no turns: refused when the room is made
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for agent_id in ("gamma", "delta"):
+        path = manifests / f"{agent_id}.toml"
+        path.write_text(UNREACHABLE_MODEL.format(id=agent_id, path=path, port=port))
+    data = ["--data-dir", str(tmp_path_factory.mktemp("cli-truth-data"))]
+    async with spawn_daemon(manifests, extra_args=data) as daemon:
+        await daemon.wait_online("echo", "alpha", "beta", "gamma", "delta")
+        yield daemon
+
+
+@pytest.fixture(scope="module")
+async def slow_rooms_daemon(
+    anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Daemon]:
+    """Two personas whose turns take a minute, so a room runs while Ctrl-C reaches the
+    command following it; each test makes a room of its own id."""
+    manifests = tmp_path_factory.mktemp("cli-truth-slow")
+    persona_manifest(manifests, "alice", "Alice", ["Tea."], delay=60)  # a turn takes a minute
+    persona_manifest(manifests, "bob", "Bob", ["Coffee."], delay=60)
+    data = ["--data-dir", str(tmp_path_factory.mktemp("cli-truth-slow-data"))]
+    async with spawn_daemon(manifests, extra_args=data) as daemon:
+        await daemon.wait_online("alice", "bob")
         yield daemon
 
 
@@ -170,23 +195,13 @@ timeout = 5
 """
 
 
-async def test_room_run_exits_1_when_the_room_stops_with_error(tmp_path: Path) -> None:
-    echo_members(tmp_path)  # echo agents take no turns: refused when the room is made
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    for agent_id in ("gamma", "delta"):
-        path = tmp_path / f"{agent_id}.toml"
-        path.write_text(UNREACHABLE_MODEL.format(id=agent_id, path=path, port=port))
-    args = ["--data-dir", str(tmp_path / "d")]
-    async with spawn_daemon(tmp_path, extra_args=args) as daemon:
-        await daemon.wait_online("alpha", "beta", "gamma", "delta")
-        members = ["--agent", "alpha", "--agent", "beta"]
-        code, _, err = await run("room", "run", "--topic", "x", *members, daemon=daemon)
-        assert code == EXIT_FAILED and err.count("\n") == 1, err
-        assert "member 'alpha' cannot take turns in a room: it serves no room/turn" in err
-        members = ["--agent", "gamma", "--agent", "delta"]
-        code, _, err = await run("room", "run", "--topic", "x", *members, daemon=daemon)
+async def test_room_run_exits_1_when_the_room_stops_with_error(echo_daemon: Daemon) -> None:
+    members = ["--agent", "alpha", "--agent", "beta"]
+    code, _, err = await run("room", "run", "--topic", "x", *members, daemon=echo_daemon)
+    assert code == EXIT_FAILED and err.count("\n") == 1, err
+    assert "member 'alpha' cannot take turns in a room: it serves no room/turn" in err
+    members = ["--agent", "gamma", "--agent", "delta"]
+    code, _, err = await run("room", "run", "--topic", "x", *members, daemon=echo_daemon)
     assert code == EXIT_FAILED, err
     assert "stopped: ERROR" in err and "Traceback" not in err
 
@@ -201,32 +216,28 @@ async def read_until(process: anyio.abc.Process, text: bytes) -> bytes:
 
 @pytest.mark.parametrize("stop", [False, True])
 async def test_ctrl_c_detaches_cleanly_and_says_how_to_stop_the_room(
-    tmp_path: Path, stop: bool
+    slow_rooms_daemon: Daemon, stop: bool
 ) -> None:
-    manifests = tmp_path / "m"
-    manifests.mkdir()
-    persona_manifest(manifests, "alice", "Alice", ["Tea."], delay=60)  # a turn takes a minute
-    persona_manifest(manifests, "bob", "Bob", ["Coffee."], delay=60)
-    async with spawn_daemon(manifests, extra_args=["--data-dir", str(tmp_path / "d")]) as daemon:
-        await daemon.wait_online("alice", "bob")
-        flags = ["--id", "tea", "--agent", "alice", "--agent", "bob", "--topic", "Tea?"]
-        flags += ["--stop-on-interrupt"] if stop else []
-        cli = await mesh("room", "run", *flags, daemon=daemon)
-        async with cli:
-            with anyio.fail_after(30):
-                await read_until(cli, b"Bob")  # joined: the room is running
-                cli.send_signal(signal.SIGINT)
-                code = await cli.wait()
-                err = (await read_all(cli.stderr)).decode()
-        async with daemon.client() as http:
-            room = (await http.get("/rooms/tea")).json()["room"]
+    daemon, room_id = slow_rooms_daemon, "tea-stop" if stop else "tea-detach"
+    flags = ["--id", room_id, "--agent", "alice", "--agent", "bob", "--topic", "Tea?"]
+    flags += ["--stop-on-interrupt"] if stop else []
+    cli = await mesh("room", "run", *flags, daemon=daemon)
+    async with cli:
+        with anyio.fail_after(30):
+            await read_until(cli, b"Bob")  # joined: the room is running
+            cli.send_signal(signal.SIGINT)
+            code = await cli.wait()
+            err = (await read_all(cli.stderr)).decode()
+    async with daemon.client() as http:
+        room = (await http.get(f"/rooms/{room_id}")).json()["room"]
+        await http.post(f"/rooms/{room_id}/stop")  # the shared daemon's personas are free again
     assert code == EXIT_INTERRUPTED
     assert "Traceback" not in err
     if stop:
-        assert "room tea stopped" in err
+        assert f"room {room_id} stopped" in err
         assert room["status"] == "stopped" and room["stop_reason"] == "STOPPED"
     else:
-        assert "room tea is still running" in err and "/rooms/tea/stop" in err
+        assert f"room {room_id} is still running" in err and f"/rooms/{room_id}/stop" in err
         assert room["status"] == "running"
 
 

@@ -55,6 +55,23 @@ async def daemon(
         yield shared
 
 
+@pytest.fixture(scope="module")
+async def shares_daemon(
+    anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Daemon]:
+    """Quick agents under a share of two rooms a token, for the tests of that share: each
+    makes tokens of its own names, reads only its own rooms and stops them."""
+    directory = tmp_path_factory.mktemp("trust-shares")
+    settings = directory / "settings.toml"
+    # Long enough for the hog's third room to be refused while its two still wait for
+    # Carol on a loaded machine (at 1 s they sometimes gave up first, freeing a slot).
+    settings.write_text("max_rooms_per_identity = 2\nmax_person_wait = 15.0\n")
+    args = ["--config", str(settings), "--data-dir", str(directory / "data")]
+    async with spawn_daemon(_manifests(directory, 0.0), extra_args=args) as shared:
+        await shared.wait_online("alice", "bob")
+        yield shared
+
+
 async def _create(daemon: Daemon, token: str, room_id: str, **spec: Any) -> dict[str, Any]:
     body = {"id": room_id, "topic": "Tea or coffee?", "members": ["alice", "bob"], **spec}
     async with daemon.client(token=token) as http:
@@ -213,49 +230,41 @@ async def test_names_that_pass_for_a_members_are_refused_by_their_unicode_skelet
 
 
 async def test_one_token_holds_only_its_share_of_rooms_and_absent_people_free_theirs(
-    tmp_path: Path,
+    shares_daemon: Daemon,
 ) -> None:
-    settings = tmp_path / "settings.toml"
-    # Long enough for the hog's third room to be refused while its two still wait for
-    # Carol on a loaded machine (at 1 s they sometimes gave up first, freeing a slot).
-    settings.write_text("max_rooms_per_identity = 2\nmax_person_wait = 15.0\n")
-    args = ["--config", str(settings), "--data-dir", str(tmp_path / "data")]
-    async with spawn_daemon(_manifests(tmp_path, 0.0), extra_args=args) as daemon:
-        await daemon.wait_online("alice", "bob")
-        hog = await create_token(daemon, "client", "hog")
-        other = await create_token(daemon, "client", "other")
-        # A room where a person is to speak after one message from each agent: nobody comes.
-        people = {"people": {"join": "clients"}, "limits": {"max_messages_per_agent": 1}}
-        carol = {"id": "carol", "name": "Carol", "kind": "human"}
-        waiting = {**people, "members": ["alice", "bob", carol]}
-        await _create(daemon, hog, "wait-1", **waiting)
-        await _create(daemon, hog, "wait-2", **waiting)
-        async with daemon.client(token=hog) as http:
-            third = await http.post(
-                "/rooms", json={"topic": "t", "members": ["alice", "bob"], "id": "wait-3"}
-            )
-            assert third.status_code == 429, third.text
-            assert third.json()["error"]["limit"] == "max_rooms_per_identity"
-        await _create(daemon, other, "others")  # the hog's share is not everyone's
-        async with daemon.client(token=other) as http:
-            await http.post("/rooms/others/stop")
-        # Carol never comes: each room stops, resumably, naming her, and frees its slot.
-        for room_id in ("wait-1", "wait-2"):
-            with anyio.fail_after(GUARD):
-                async with daemon.open_events(f"/rooms/{room_id}/events") as events:
-                    while not isinstance(
-                        stopped := decode_event(await events.receive()), StoppedEvent
-                    ):
-                        pass
-            assert stopped.reason == "AGENT_LOST", stopped
-            assert "Carol" in stopped.detail, stopped.detail
-        async with daemon.client(token=hog) as http:
-            again = await http.post("/rooms", json={"topic": "t", "members": ["alice", "bob"]})
-            assert again.status_code == 201, again.text
-            await http.post(f"/rooms/{again.json()['room']['id']}/stop")
-            resumed = await http.post("/rooms/wait-1/resume")  # resumable, and it has a slot
-            assert resumed.status_code == 200, resumed.text
-            await http.post("/rooms/wait-1/stop")
+    daemon = shares_daemon
+    hog = await create_token(daemon, "client", "hog")
+    other = await create_token(daemon, "client", "other")
+    # A room where a person is to speak after one message from each agent: nobody comes.
+    people = {"people": {"join": "clients"}, "limits": {"max_messages_per_agent": 1}}
+    carol = {"id": "carol", "name": "Carol", "kind": "human"}
+    waiting = {**people, "members": ["alice", "bob", carol]}
+    await _create(daemon, hog, "wait-1", **waiting)
+    await _create(daemon, hog, "wait-2", **waiting)
+    async with daemon.client(token=hog) as http:
+        third = await http.post(
+            "/rooms", json={"topic": "t", "members": ["alice", "bob"], "id": "wait-3"}
+        )
+        assert third.status_code == 429, third.text
+        assert third.json()["error"]["limit"] == "max_rooms_per_identity"
+    await _create(daemon, other, "others")  # the hog's share is not everyone's
+    async with daemon.client(token=other) as http:
+        await http.post("/rooms/others/stop")
+    # Carol never comes: each room stops, resumably, naming her, and frees its slot.
+    for room_id in ("wait-1", "wait-2"):
+        with anyio.fail_after(GUARD):
+            async with daemon.open_events(f"/rooms/{room_id}/events") as events:
+                while not isinstance(stopped := decode_event(await events.receive()), StoppedEvent):
+                    pass
+        assert stopped.reason == "AGENT_LOST", stopped
+        assert "Carol" in stopped.detail, stopped.detail
+    async with daemon.client(token=hog) as http:
+        again = await http.post("/rooms", json={"topic": "t", "members": ["alice", "bob"]})
+        assert again.status_code == 201, again.text
+        await http.post(f"/rooms/{again.json()['room']['id']}/stop")
+        resumed = await http.post("/rooms/wait-1/resume")  # resumable, and it has a slot
+        assert resumed.status_code == 200, resumed.text
+        await http.post("/rooms/wait-1/stop")
 
 
 async def test_clients_filling_their_shares_leave_room_slots_for_a_newcomer_and_an_admin(
@@ -305,32 +314,31 @@ async def test_clients_filling_their_shares_leave_room_slots_for_a_newcomer_and_
                 await http.post(f"/rooms/{room['room']['id']}/stop")
 
 
-async def test_rooms_asked_for_at_once_take_no_more_slots_than_there_are(tmp_path: Path) -> None:
+async def test_rooms_asked_for_at_once_take_no_more_slots_than_there_are(
+    shares_daemon: Daemon,
+) -> None:
     # Each room is checked against the limit, then its members are introduced, and only
     # then does it count: asked for all at once, each used to find every slot free.
-    settings = tmp_path / "settings.toml"
-    settings.write_text("max_rooms_per_identity = 2\n")
-    args = ["--config", str(settings), "--data-dir", str(tmp_path / "data")]
-    async with spawn_daemon(_manifests(tmp_path, 0.0), extra_args=args) as daemon:
-        await daemon.wait_online("alice", "bob")
-        burst = await create_token(daemon, "client", "burst")
-        statuses: list[int] = []
-        async with daemon.client(token=burst) as http:
+    daemon = shares_daemon
+    burst = await create_token(daemon, "client", "burst")
+    statuses: list[int] = []
+    async with daemon.client(token=burst) as http:
 
-            async def create(n: int) -> None:
-                body = {"id": f"at-once-{n}", "topic": "t", "members": ["alice", "bob"]}
-                statuses.append((await http.post("/rooms", json=body)).status_code)
+        async def create(n: int) -> None:
+            body = {"id": f"at-once-{n}", "topic": "t", "members": ["alice", "bob"]}
+            statuses.append((await http.post("/rooms", json=body)).status_code)
 
-            with anyio.fail_after(GUARD):
-                async with anyio.create_task_group() as tg:
-                    for n in range(8):
-                        tg.start_soon(create, n)
-            assert sorted(statuses) == [201, 201, *[429] * 6], statuses
-            listed = (await http.get("/rooms")).json()["rooms"]
-            running = [r for r in listed if r["status"] == "running"]
-            assert len(running) == 2, listed
-            for room in running:
-                await http.post(f"/rooms/{room['room']['id']}/stop")
+        with anyio.fail_after(GUARD):
+            async with anyio.create_task_group() as tg:
+                for n in range(8):
+                    tg.start_soon(create, n)
+        assert sorted(statuses) == [201, 201, *[429] * 6], statuses
+        listed = (await http.get("/rooms")).json()["rooms"]
+        mine = [r for r in listed if r["room"]["id"].startswith("at-once-")]
+        running = [r for r in mine if r["status"] == "running"]
+        assert len(running) == 2, listed
+        for room in running:
+            await http.post(f"/rooms/{room['room']['id']}/stop")
 
 
 async def test_a_resumed_room_still_calls_for_its_creator(tmp_path: Path) -> None:
