@@ -67,11 +67,10 @@ def test_example_runs(
     runpy.run_path(str(script), run_name="__main__")
 
 
-def test_the_examples_that_need_a_process_of_their_own_get_one() -> None:
-    """The rule picks the programs and the process-wide settings, and only those."""
-    own = {where for where, code in _examples() if OWN_PROCESS.search(code)}
-    assert "README.md#2" in own  # `run_agent` under `if __name__ == "__main__"`
-    assert any(where.startswith("docs/observability.md") for where in own)  # a tracer provider
+def test_only_programs_and_process_wide_settings_get_a_process_of_their_own() -> None:
+    own = [code for _, code in _examples() if OWN_PROCESS.search(code)]
+    assert any("run_agent(agent)" in code for code in own)  # a program, under __main__
+    assert any("set_tracer_provider" in code for code in own)  # one per process, for good
     assert len(own) < len(_examples()) / 4, own  # the rest share this process
 
 
