@@ -4,6 +4,12 @@ every shell recipe fenced ```sh runs, as written (its fixed ports moved to free 
 A comment line right after a command that starts with ``# {`` is that command's output
 (JSON), checked with ``...`` matching anything.
 
+A python block runs as ``python example.py`` would run it, in its own directory, but in
+this process: a new interpreter would spend a second (two under coverage) importing what
+this one holds already. A block that is a program (it reads its command line or runs
+under ``__main__``) or sets what a process has one of (its environment, its signal
+handlers, the tracer provider) runs as a child, exactly so.
+
 Blocks meant as fragments use another fence (```py, ```text, ```sh).
 """
 
@@ -12,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import runpy
 import shlex
 import socket
 import subprocess
@@ -34,14 +41,37 @@ def _examples() -> list[tuple[str, str]]:
     return found
 
 
+#: What only a process of its own may do: be a program (run under ``__main__``, read its
+#: command line, exit), or set what a process has one of and keeps (its environment and
+#: import path, signal handlers, OpenTelemetry's tracer provider, logging's set-up).
+OWN_PROCESS = re.compile(
+    r"__main__|sys\.(argv|exit|path)|os\.environ|\bsignal\b|set_tracer_provider|logging"
+)
+
+
 @pytest.mark.parametrize(("where", "code"), _examples(), ids=[w for w, _ in _examples()])
-def test_example_runs(where: str, code: str, tmp_path: Path) -> None:
+def test_example_runs(
+    where: str, code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     script = tmp_path / "example.py"
     script.write_text(code)
-    result = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path
-    )
-    assert result.returncode == 0, f"{where} failed:\n{result.stdout}\n{result.stderr}"
+    if OWN_PROCESS.search(code):
+        result = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path
+        )
+        assert result.returncode == 0, f"{where} failed:\n{result.stdout}\n{result.stderr}"
+        return
+    # As `python example.py` in its directory: the working directory, and first on the path.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    runpy.run_path(str(script), run_name="__main__")
+
+
+def test_only_programs_and_process_wide_settings_get_a_process_of_their_own() -> None:
+    own = [code for _, code in _examples() if OWN_PROCESS.search(code)]
+    assert any("run_agent(agent)" in code for code in own)  # a program, under __main__
+    assert any("set_tracer_provider" in code for code in own)  # one per process, for good
+    assert len(own) < len(_examples()) / 4, own  # the rest share this process
 
 
 # -- recipes that start processes ----------------------------------------------------------

@@ -1,7 +1,11 @@
 """The pytest plugin, used as an agent author uses it: a project of their own, run by pytest.
 
-Each test writes a small project into a temporary directory and runs pytest on it
-in a subprocess, so the plugin is loaded exactly as it is for a user.
+Each test writes a small project into a temporary directory and runs pytest on it. The
+first runs it in a subprocess, so the plugin is loaded exactly as it is for a user; the
+others run it in this process (pytester's ``runpytest_inprocess``, a configuration of its
+own with the same plugins loaded), where a second interpreter would only have spent a
+few seconds of CPU starting pytest again: the fixtures' daemons and agents are still
+processes of their own.
 """
 
 from __future__ import annotations
@@ -12,7 +16,15 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
+#: The options every run of an author's project gets (here and in a subprocess alike).
+#: `-p mesh.pytest_plugin` loads the plugin whether or not this environment installed the
+#: package with its entry point (the entry point carries the same name, so never twice).
+OPTIONS = ("-p", "mesh.pytest_plugin", "-p", "no:cacheprovider", "-v")
+
+pytest_plugins = ["pytester"]
 
 AGENT = '''\
 from mesh import Agent, run_agent
@@ -100,16 +112,21 @@ def project(
 
 
 def pytest_in(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    # `-p mesh.pytest_plugin` loads the plugin whether or not this environment installed the
-    # package with its entry point (the entry point carries the same name, so never twice).
-    command = [sys.executable, "-m", "pytest", "-p", "mesh.pytest_plugin", "-p", "no:cacheprovider"]
+    """pytest on the project in ``directory``, in a process of its own."""
     return subprocess.run(
-        [*command, "-v", *args],
+        [sys.executable, "-m", "pytest", *OPTIONS, *args],
         cwd=directory,
         capture_output=True,
         text=True,
         timeout=180,
     )
+
+
+def pytest_here(pytester: pytest.Pytester, *args: str) -> tuple[int, str]:
+    """pytest on the project in ``pytester.path``, in this process: its exit code and its
+    report."""
+    run = pytester.runpytest_inprocess(*OPTIONS, *args)
+    return int(run.ret), run.stdout.str()
 
 
 def test_an_authors_tests_run_on_both_backends_in_memory_live_and_through_a_daemon(
@@ -131,19 +148,20 @@ def test_an_authors_tests_run_on_both_backends_in_memory_live_and_through_a_daem
     ], "the fixtures write only under temporary directories"
 
 
-def test_a_missing_mesh_agent_fixture_says_how_to_write_it(tmp_path: Path) -> None:
-    directory = project(tmp_path)
+def test_a_missing_mesh_agent_fixture_says_how_to_write_it(pytester: pytest.Pytester) -> None:
+    directory = project(pytester.path)
     (directory / "conftest.py").write_text("")
-    run = pytest_in(directory, "-k", "in_memory")
-    assert run.returncode == 1
-    assert "define it in your conftest.py" in run.stdout
-    assert "def mesh_agent() -> Agent:" in run.stdout
+    code, report = pytest_here(pytester, "-k", "in_memory")
+    assert code == 1
+    assert "define it in your conftest.py" in report
+    assert "def mesh_agent() -> Agent:" in report
 
 
-def test_a_wrong_manifests_directory_is_named(tmp_path: Path) -> None:
-    run = pytest_in(project(tmp_path, ini="mesh_manifests = nowhere\n"), "-k", "daemon")
-    assert run.returncode == 1
-    assert f"mesh_manifests = 'nowhere': no directory at {tmp_path / 'nowhere'}" in run.stdout
+def test_a_wrong_manifests_directory_is_named(pytester: pytest.Pytester) -> None:
+    project(pytester.path, ini="mesh_manifests = nowhere\n")
+    code, report = pytest_here(pytester, "-k", "daemon")
+    assert code == 1
+    assert f"mesh_manifests = 'nowhere': no directory at {pytester.path / 'nowhere'}" in report
 
 
 MISSING = """\
@@ -159,19 +177,20 @@ async def test_waits_for_an_agent_with_no_manifest(mesh_daemon) -> None:
 
 
 def test_waiting_for_an_agent_without_a_manifest_says_what_the_daemon_loaded(
-    tmp_path: Path,
+    pytester: pytest.Pytester,
 ) -> None:
-    run = pytest_in(project(tmp_path, tests=MISSING))
-    assert run.returncode == 1
-    manifests = tmp_path / "manifests"
+    project(pytester.path, tests=MISSING)
+    code, report = pytest_here(pytester)
+    assert code == 1
+    manifests = pytester.path / "manifests"
     said = (
         f"TimeoutError: agent 'slowpoke' not online after 1 s; the daemon loaded 1 manifests "
         f"from {manifests} (greeter.toml); it knows greeter (online) (an agent needs a manifest"
     )
     # Once per backend in the tracebacks; the short summary may repeat it or cut it at the
     # terminal's width, so only the traceback lines (`E   ...`) are counted.
-    told = [line for line in run.stdout.splitlines() if line.startswith("E ") and said in line]
-    assert len(told) == 2, run.stdout  # on asyncio and on trio
+    told = [line for line in report.splitlines() if line.startswith("E ") and said in line]
+    assert len(told) == 2, report  # on asyncio and on trio
 
 
 def test_the_plugin_is_registered_by_the_package() -> None:
@@ -183,7 +202,7 @@ def test_the_plugin_is_registered_by_the_package() -> None:
 DOC_FILE = re.compile(r"^```(?:py|toml|ini)\n# (?P<path>[\w./-]+)\n(?P<body>.*?)^```", re.M | re.S)
 
 
-def test_the_walkthrough_in_docs_testing_md_goes_green(tmp_path: Path) -> None:
+def test_the_walkthrough_in_docs_testing_md_goes_green(pytester: pytest.Pytester) -> None:
     """Every file docs/testing.md shows, written out as a project: its tests pass on both loops."""
     files = {
         m["path"]: m["body"] for m in DOC_FILE.finditer((ROOT / "docs/testing.md").read_text())
@@ -197,12 +216,12 @@ def test_the_walkthrough_in_docs_testing_md_goes_green(tmp_path: Path) -> None:
         "test_daemon.py",
     }
     for path, body in files.items():
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(body)
-    run = pytest_in(tmp_path)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "6 passed" in run.stdout
-    assert "test_daemon.py::test_greets_through_the_daemon[trio] PASSED" in run.stdout
+        (pytester.path / path).parent.mkdir(parents=True, exist_ok=True)
+        (pytester.path / path).write_text(body)
+    code, report = pytest_here(pytester)
+    assert code == 0, report
+    assert "6 passed" in report
+    assert "test_daemon.py::test_greets_through_the_daemon[trio] PASSED" in report
 
 
 def test_the_plugins_wait_matches_the_spawn_timeout_of_mesh_testing() -> None:

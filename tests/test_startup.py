@@ -301,6 +301,16 @@ def test_a_daemon_or_an_orchestrator_loads_no_a2a_until_asked(module: str) -> No
     assert _under(_loaded(f"import {module}"), ("mesh.a2a",)) == set()
 
 
+def test_mesh_mcp_relays_without_the_orchestrator() -> None:
+    """``mesh mcp`` carries lines to a daemon: it needs MCP's codec, not what mounts MCP
+    servers (the orchestrator's links, manifests, the registry), which ``import mesh.mcp``
+    once loaded to register the protocol. Clients start it once a session."""
+    loaded = _loaded("import mesh.mcp._relay, mesh.cli._main")
+    assert "mesh.mcp._codec" in loaded
+    mount = ("mesh._orchestrator", "mesh.manifests", "mesh.mcp._mount", "registry")
+    assert _under(loaded, mount) == set()
+
+
 def test_a_daemon_loads_the_mcp_server_without_the_mcp_client() -> None:
     """The daemon serves ``/mcp``; mounting MCP servers (httpx, OAuth) loads with a
     manifest that says ``protocol = "mcp"`` (above)."""

@@ -39,6 +39,14 @@ START_TIMEOUT = 30.0
 
 _LISTENING = re.compile(rb"Uvicorn running on (http://\S+)")
 
+#: What keeps coverage out of a Python child that runs none of the mesh's code (the SDK's
+#: servers, a fastmcp client): under ``make test`` coverage starts in every Python child
+#: whose environment carries these (its start-up hook reads them, and empty starts
+#: nothing), where it would measure nothing and cost about a second of CPU a process.
+WITHOUT_COVERAGE = {"COVERAGE_PROCESS_START": "", "COVERAGE_PROCESS_CONFIG": ""}
+#: The environment of a peer this suite writes (``mcp_server.py``, ``oauth_server.py``).
+PEER_ENV = {"PYTHONPATH": str(ROOT), **WITHOUT_COVERAGE}
+
 
 def mcp_server_command() -> tuple[str, list[str]]:
     return sys.executable, [str(MCP_SERVER)]
@@ -82,7 +90,7 @@ async def spawn_mcp_http_server() -> AsyncIterator[str]:
     process = await anyio.open_process(
         [sys.executable, str(MCP_SERVER), "http"],
         stdout=None,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, **PEER_ENV},
     )
     try:
         assert process.stderr is not None
@@ -146,7 +154,7 @@ async def spawn_oauth_server() -> AsyncIterator[str]:
     process = await anyio.open_process(
         [sys.executable, str(OAUTH_SERVER), str(port)],
         stdout=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, **PEER_ENV},
     )
     try:
         assert process.stderr is not None

@@ -1,5 +1,6 @@
 """Resources, templates, prompts, completion, subscriptions and logging/setLevel, served
-to real MCP clients by a real daemon from the conformance agent (``conformance_agent.py``).
+to real MCP clients by a real daemon from the conformance agent (``conformance_agent.py``)
+and from a mounted MCP server (``mcp_server.py``), one daemon per backend.
 
 The agent's own server (``/mcp/conf``, ``mesh mcp --agent conf``) offers its URIs and
 prompt names as they are; the combined one (``/mcp``, ``mesh mcp``) names prompts
@@ -62,16 +63,25 @@ WATCHED = "test://watched-resource"
 NOTICE_DEADLINE = 10.0
 
 
+#: The MCP server mounted beside it (agent `peer`), for the same callers: what it offers
+#: is no other token's to list.
+GUARDED_MOUNT = '\n[access]\ncallers = ["client:reader"]\n'
+
+
 @pytest.fixture(scope="module")
 async def daemon(
     anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Daemon]:
+    """The conformance agent and a mounted MCP server, once per backend: each test reads
+    them with sessions and tokens of its own."""
     tmp = tmp_path_factory.mktemp("mcp-features")
     manifests = tmp / "manifests"
     manifests.mkdir()
     (manifests / "conf.toml").write_text(GUARDED_AGENT)
+    mount = stdio_manifest(manifests, revision="2025-11-25")
+    mount.write_text(mount.read_text() + GUARDED_MOUNT)
     async with spawn_daemon(manifests, extra_args=["--data-dir", str(tmp / "data")]) as daemon:
-        await daemon.wait_online("conf")
+        await daemon.wait_online("conf", "peer")
         yield daemon
 
 
@@ -267,15 +277,11 @@ async def test_a_mesh_caller_reads_resources_as_methods(daemon: Daemon) -> None:
 
 
 async def test_a_mounted_servers_resources_prompts_and_changes_pass_through(
-    tmp_path_factory: pytest.TempPathFactory,
+    daemon: Daemon,
 ) -> None:
     """An MCP server mounted as agent `peer`: its resource and prompt reach an MCP client
     of `mesh mcp --agent peer` as the server answers them, and its `list_changed`
     notifications reach that client as they happen."""
-    tmp = tmp_path_factory.mktemp("mcp-features-mount")
-    manifests = tmp / "manifests"
-    manifests.mkdir()
-    stdio_manifest(manifests, revision="2025-11-25")
     changed: list[type] = []
     both = anyio.Event()
 
@@ -285,20 +291,18 @@ async def test_a_mounted_servers_resources_prompts_and_changes_pass_through(
             if len(set(changed)) == 2:
                 both.set()
 
-    async with spawn_daemon(manifests, extra_args=["--data-dir", str(tmp / "data")]) as daemon:
-        await daemon.wait_online("peer")
-        parameters = mesh_mcp(daemon)
-        parameters.args += ["--agent", "peer"]
-        async with Client(parameters, mode="legacy", message_handler=on_message) as client:
-            listed = [str(r.uri) for r in (await client.list_resources()).resources]
-            assert listed == ["note://today"]
-            note = (await client.read_resource("note://today")).contents[0]
-            assert isinstance(note, TextResourceContents) and note.text == "buy milk"
-            got = await client.get_prompt("greet", {"name": "Ann"})
-            assert got.messages[0].content == TextContent(type="text", text="Say hello to Ann.")
-            await client.call_tool("renote", {})
-            with anyio.fail_after(NOTICE_DEADLINE):
-                await both.wait()
+    parameters = mesh_mcp(daemon)
+    parameters.args += ["--agent", "peer"]
+    async with Client(parameters, mode="legacy", message_handler=on_message) as client:
+        listed = [str(r.uri) for r in (await client.list_resources()).resources]
+        assert listed == ["note://today"]
+        note = (await client.read_resource("note://today")).contents[0]
+        assert isinstance(note, TextResourceContents) and note.text == "buy milk"
+        got = await client.get_prompt("greet", {"name": "Ann"})
+        assert got.messages[0].content == TextContent(type="text", text="Say hello to Ann.")
+        await client.call_tool("renote", {})
+        with anyio.fail_after(NOTICE_DEADLINE):
+            await both.wait()
 
 
 async def test_the_cli_lists_and_reads_an_agents_resources(daemon: Daemon) -> None:

@@ -1,12 +1,17 @@
 """An MCP server mounted as a mesh agent: the mcp SDK's MCPServer over stdio and streamable
-HTTP, in each revision, with every guarantee a mesh link has."""
+HTTP, in each revision, with every guarantee a mesh link has.
+
+Over stdio the server's process is the link, so each test starts its own. Over HTTP each
+mount opens a session of its own, so one server per backend serves them all; the one
+count it keeps across sessions (cancelled calls) is read as a difference.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,7 +30,8 @@ from mesh import (
     open_peer,
 )
 from mesh.mcp import open_mcp_mount
-from tests.mcp._peers import ROOT, mcp_server_command, spawn_mcp_http_server
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
+from tests.mcp._peers import PEER_ENV, mcp_server_command, spawn_mcp_http_server
 from transports import open_stdio_process
 
 pytestmark = pytest.mark.anyio
@@ -47,7 +53,7 @@ command = {json.dumps(command)}
 args = {json.dumps(args)}
 protocol = "mcp"
 mcp_revision = "{revision}"
-env = {{ PYTHONPATH = {json.dumps(str(ROOT))} }}
+env = {{ {", ".join(f"{k} = {json.dumps(v)}" for k, v in PEER_ENV.items())} }}
 """
     )
     return path
@@ -111,24 +117,39 @@ async def test_mcpserver_over_stdio(tmp_path: Path, requested: str, agreed: str)
         await check_agent(mesh, agreed, "stdio")
 
 
-@pytest.mark.parametrize(("requested", "agreed"), REVISIONS)
-async def test_mcpserver_over_streamable_http(tmp_path: Path, requested: str, agreed: str) -> None:
+@pytest.fixture(scope="module")
+async def http_server(anyio_backend: str) -> AsyncIterator[str]:
+    """The MCPServer over streamable HTTP, once per backend: its URL."""
     async with spawn_mcp_http_server() as url:
-        http_manifest(tmp_path, url, requested)
-        async with MeshOrchestrator.from_manifests(tmp_path) as mesh:
-            await check_agent(mesh, agreed, "http")
-            # a deadline becomes a cancel the server acts on, and the link lives on
-            with pytest.raises(CallTimeout):
-                await mesh.call_tool(
-                    "peer", "wait", {"seconds": 30}, timeout=0.3, on_behalf_of=EMBEDDER
-                )
-            await wait_until_cancelled(mesh)
+        yield url
 
 
-async def wait_until_cancelled(mesh: MeshOrchestrator) -> None:
-    """Ask the server until it reports the cancelled `wait` (each ask is a round trip)."""
+@pytest.mark.parametrize(("requested", "agreed"), REVISIONS)
+async def test_mcpserver_over_streamable_http(
+    tmp_path: Path, http_server: str, requested: str, agreed: str
+) -> None:
+    http_manifest(tmp_path, http_server, requested)
+    async with MeshOrchestrator.from_manifests(tmp_path) as mesh:
+        await check_agent(mesh, agreed, "http")
+        # a deadline becomes a cancel the server acts on, and the link lives on
+        before = await cancelled(mesh)
+        with pytest.raises(CallTimeout):
+            await mesh.call_tool(
+                "peer", "wait", {"seconds": 30}, timeout=0.3, on_behalf_of=EMBEDDER
+            )
+        await wait_until_cancelled(mesh, before)
+
+
+async def cancelled(mesh: MeshOrchestrator) -> int:
+    """How many `wait` calls the server saw cancelled, in every session it served."""
+    answer = await mesh.call_tool("peer", "cancelled", on_behalf_of=EMBEDDER)
+    return int(answer["result"])
+
+
+async def wait_until_cancelled(mesh: MeshOrchestrator, before: int) -> None:
+    """Ask the server until it reports one more cancelled `wait` (each ask a round trip)."""
     with anyio.fail_after(10):
-        while await mesh.call_tool("peer", "cancelled", on_behalf_of=EMBEDDER) == {"result": 0}:
+        while await cancelled(mesh) == before:
             await anyio.lowlevel.checkpoint()
 
 
@@ -137,7 +158,7 @@ async def test_deadlines_cancels_progress_and_list_changes(
     tmp_path: Path, requested: str, agreed: str
 ) -> None:
     command, args = mcp_server_command()
-    wire = partial(open_stdio_process, command, args, env={"PYTHONPATH": str(ROOT)})
+    wire = partial(open_stdio_process, command, args, env=PEER_ENV)
     async with (
         open_mcp_mount(wire, agent="peer", revision=requested) as stream,  # type: ignore[arg-type]
         open_peer(stream, agent="peer") as peer,

@@ -1,6 +1,11 @@
 """Mounting an MCP server that needs OAuth: the SDK's own authorization server on loopback
 (metadata discovery, dynamic client registration, PKCE, refresh), `mesh mcp login` once,
-then the daemon's mount on its own."""
+then the daemon's mount on its own.
+
+One server per backend serves both tests that log in: each registers a client of its own
+and is granted tokens of its own, and what one test makes the server forget (the access
+tokens issued so far) the other's login, made afresh, does not need.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import re
 import stat
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -17,6 +23,7 @@ import msgspec
 import pytest
 
 from mesh import EMBEDDER, ManifestError, MeshOrchestrator, load_manifest
+from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.integration._daemon import serve_in_process
 from tests.mcp._peers import ROOT, spawn_oauth_server
 from tests.mcp.test_mount import wait_mounted
@@ -24,6 +31,13 @@ from tests.mcp.test_mount import wait_mounted
 pytestmark = pytest.mark.anyio
 
 _URL = re.compile(rb"(http://127\.0\.0\.1:\d+/authorize\?\S+)")
+
+
+@pytest.fixture(scope="module")
+async def oauth_server(anyio_backend: str) -> AsyncIterator[str]:
+    """The MCP server and its authorization server, once per backend: its MCP URL."""
+    async with spawn_oauth_server() as url:
+        yield url
 
 
 def guarded_manifest(directory: Path, url: str) -> None:
@@ -55,38 +69,40 @@ async def mesh_mcp_login(manifests: Path, data: Path, environ: dict[str, str]) -
             assert await process.wait() == 0, seen
 
 
-async def test_a_server_that_needs_oauth_mounts_after_one_login(tmp_path: Path) -> None:
+async def test_a_server_that_needs_oauth_mounts_after_one_login(
+    tmp_path: Path, oauth_server: str
+) -> None:
     manifests, data = tmp_path / "manifests", tmp_path / "data"
     environ = {**os.environ, "MESH_DATA_DIR": str(data), "PYTHONPATH": str(ROOT)}
-    async with spawn_oauth_server() as url:
-        guarded_manifest(manifests, url)
-        # Before the login the link says what to do, and nobody is asked to log in.
-        async with MeshOrchestrator.from_manifests(
-            manifests, environ=environ, connect_timeout=10
-        ) as mesh:
-            assert mesh.agents() == []
-            error = mesh.link_error("guarded") or ""
-            assert "needs OAuth" in error and "mesh mcp login guarded" in error, error
+    url = oauth_server
+    guarded_manifest(manifests, url)
+    # Before the login the link says what to do, and nobody is asked to log in.
+    async with MeshOrchestrator.from_manifests(
+        manifests, environ=environ, connect_timeout=10
+    ) as mesh:
+        assert mesh.agents() == []
+        error = mesh.link_error("guarded") or ""
+        assert "needs OAuth" in error and "mesh mcp login guarded" in error, error
 
-        await mesh_mcp_login(manifests, data, environ)
-        grant = data / "mcp-oauth" / "guarded.json"
-        assert stat.S_IMODE(grant.stat().st_mode) == 0o600
-        issued = msgspec.json.decode(grant.read_bytes())
-        assert issued["refresh_token"] and issued["client_id"]  # registered by the mesh
+    await mesh_mcp_login(manifests, data, environ)
+    grant = data / "mcp-oauth" / "guarded.json"
+    assert stat.S_IMODE(grant.stat().st_mode) == 0o600
+    issued = msgspec.json.decode(grant.read_bytes())
+    assert issued["refresh_token"] and issued["client_id"]  # registered by the mesh
 
-        async with MeshOrchestrator.from_manifests(manifests, environ=environ) as mesh:
-            await wait_mounted(mesh)
-            whoami = await mesh.call_tool("guarded", "whoami", on_behalf_of=EMBEDDER)
-            assert whoami == {"result": "authorized"}
-            # The server forgets its access tokens: the next call is refused (401) once,
-            # the mount refreshes, keeps the new grant, and the call goes through.
-            async with httpx.AsyncClient() as client:
-                await client.post(url.removesuffix("/mcp") + "/expire")
-            whoami = await mesh.call_tool("guarded", "whoami", on_behalf_of=EMBEDDER)
-            assert whoami == {"result": "authorized"}
-        renewed = msgspec.json.decode(grant.read_bytes())
-        assert renewed["access_token"] != issued["access_token"]
-        assert stat.S_IMODE(grant.stat().st_mode) == 0o600
+    async with MeshOrchestrator.from_manifests(manifests, environ=environ) as mesh:
+        await wait_mounted(mesh)
+        whoami = await mesh.call_tool("guarded", "whoami", on_behalf_of=EMBEDDER)
+        assert whoami == {"result": "authorized"}
+        # The server forgets its access tokens: the next call is refused (401) once,
+        # the mount refreshes, keeps the new grant, and the call goes through.
+        async with httpx.AsyncClient() as client:
+            await client.post(url.removesuffix("/mcp") + "/expire")
+        whoami = await mesh.call_tool("guarded", "whoami", on_behalf_of=EMBEDDER)
+        assert whoami == {"result": "authorized"}
+    renewed = msgspec.json.decode(grant.read_bytes())
+    assert renewed["access_token"] != issued["access_token"]
+    assert stat.S_IMODE(grant.stat().st_mode) == 0o600
 
 
 def test_a_manifest_with_oauth_is_checked(tmp_path: Path) -> None:
@@ -154,19 +170,20 @@ def test_mesh_mcp_login_refuses_an_agent_without_oauth(tmp_path: Path) -> None:
     assert done.returncode == 2 and "no manifest" in done.stderr, done.stderr
 
 
-async def test_mesh_serve_finds_the_grant_in_its_own_data_dir(tmp_path: Path) -> None:
+async def test_mesh_serve_finds_the_grant_in_its_own_data_dir(
+    tmp_path: Path, oauth_server: str
+) -> None:
     """`mesh mcp login --data-dir DIR`, then `mesh serve --data-dir DIR` with no
     `MESH_DATA_DIR` in its environment: the daemon's mount uses the grant kept there."""
     manifests, data = tmp_path / "manifests", tmp_path / "data"
     login_environ = {**os.environ, "PYTHONPATH": str(ROOT)}
     login_environ.pop("MESH_DATA_DIR", None)
-    async with spawn_oauth_server() as url:
-        guarded_manifest(manifests, url)
-        await mesh_mcp_login(manifests, data, login_environ)
-        async with serve_in_process(manifests, data) as daemon:
-            await daemon.wait_online("guarded", timeout=30)
-            body = {"agent": "guarded", "method": "tools/call", "params": {"name": "whoami"}}
-            async with daemon.client() as http:
-                answer = await http.post("/rpc", json=body)
-            assert answer.status_code == 200, answer.text
-            assert "authorized" in answer.text
+    guarded_manifest(manifests, oauth_server)
+    await mesh_mcp_login(manifests, data, login_environ)
+    async with serve_in_process(manifests, data) as daemon:
+        await daemon.wait_online("guarded", timeout=30)
+        body = {"agent": "guarded", "method": "tools/call", "params": {"name": "whoami"}}
+        async with daemon.client() as http:
+            answer = await http.post("/rpc", json=body)
+        assert answer.status_code == 200, answer.text
+        assert "authorized" in answer.text

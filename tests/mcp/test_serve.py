@@ -21,7 +21,7 @@ from mcp.client.stdio import StdioServerParameters
 from mesh.cli._codes import EXIT_DENIED
 from mesh.testing import Daemon, spawn_daemon
 from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
-from tests.mcp._peers import ROOT, inspector_command
+from tests.mcp._peers import ROOT, WITHOUT_COVERAGE, inspector_command
 from tests.mcp.test_limits import filesystem_manifest
 
 pytestmark = pytest.mark.anyio
@@ -257,32 +257,45 @@ async def test_mcp_is_behind_the_daemons_tokens(daemon: Daemon) -> None:
                 assert b"an observer token lacks the 'call' right (held by" in said, said
 
 
-@pytest.mark.parametrize("route", ["mesh mcp", "/mcp"])
-async def test_results_up_to_the_agents_limit_reach_mcp_clients(tmp_path: Path, route: str) -> None:
-    # Sent as text and as structuredContent (see docs/mcp.md): twice the agent's result.
-    # echo: just under its 1 MiB limit; the filesystem server, mounted with 4 MiB: past 1 MiB.
-    served, manifests = tmp_path / "served", tmp_path / "manifests"
+@pytest.fixture(scope="module")
+async def roomy(
+    anyio_backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[tuple[Daemon, Path]]:
+    """A daemon of echo and the filesystem server (mounted with 4 MiB frames) serving a
+    1.5 MB file, once per backend for both routes' tests: the daemon and the file."""
+    tmp = tmp_path_factory.mktemp("mcp-serve-roomy")
+    served, manifests = tmp / "served", tmp / "manifests"
     served.mkdir()
     manifests.mkdir()
     big = served / "big.txt"
     big.write_text("0123456789abcdef\n" * 90_000)  # 1.5 MB
     filesystem_manifest(manifests, served, "fs", 4 << 20)
-    async with daemon_with_echo(tmp_path) as daemon:
+    async with daemon_with_echo(tmp) as daemon:
         await daemon.wait_online("fs", timeout=60)
-        wire = mesh_mcp(daemon) if route == "mesh mcp" else over_http(daemon)
-        async with Client(wire) as client:
-            answer = await client.call_tool("echo__blob", {"size": 1_000_000})
-            assert not answer.is_error, str(answer.content)[:300]
-            assert answer.structured_content == {"data": "x" * 1_000_000}
-            assert json.loads(answer.content[0].text) == answer.structured_content  # type: ignore[union-attr]
-            read = await client.call_tool("fs__read_text_file", {"path": str(big)})
-            assert not read.is_error, str(read.content)[:300]
-            assert read.structured_content == {"content": big.read_text()}
+        yield daemon, big
 
 
-#: fastmcp's Client runs on asyncio only, so it runs in a process of its own: it calls
-#: the echo agent's `sleep`, reporting progress, over HTTP in its default mode, and prints
-#: each progress it hears, then the result.
+@pytest.mark.parametrize("route", ["mesh mcp", "/mcp"])
+async def test_results_up_to_the_agents_limit_reach_mcp_clients(
+    roomy: tuple[Daemon, Path], route: str
+) -> None:
+    # Sent as text and as structuredContent (see docs/mcp.md): twice the agent's result.
+    # echo: just under its 1 MiB limit; the filesystem server, mounted with 4 MiB: past 1 MiB.
+    daemon, big = roomy
+    wire = mesh_mcp(daemon) if route == "mesh mcp" else over_http(daemon)
+    async with Client(wire) as client:
+        answer = await client.call_tool("echo__blob", {"size": 1_000_000})
+        assert not answer.is_error, str(answer.content)[:300]
+        assert answer.structured_content == {"data": "x" * 1_000_000}
+        assert json.loads(answer.content[0].text) == answer.structured_content  # type: ignore[union-attr]
+        read = await client.call_tool("fs__read_text_file", {"path": str(big)})
+        assert not read.is_error, str(read.content)[:300]
+        assert read.structured_content == {"content": big.read_text()}
+
+
+#: fastmcp's Client runs on asyncio only, so it runs in a process of its own (without
+#: coverage: it runs none of the mesh's code): it calls the echo agent's `sleep`, reporting
+#: progress, over HTTP in its default mode, and prints each progress it hears, then the result.
 FASTMCP_PROGRESS = """
 import asyncio, sys
 from fastmcp import Client
@@ -307,7 +320,8 @@ async def test_progress_reaches_a_fastmcp_client_over_http(daemon: Daemon) -> No
     assert daemon.token is not None
     command = [sys.executable, "-c", FASTMCP_PROGRESS, f"{daemon.http}/mcp", daemon.token]
     with anyio.fail_after(60):
-        done = await anyio.run_process(command, check=False)
+        env = {**os.environ, **WITHOUT_COVERAGE}
+        done = await anyio.run_process(command, check=False, env=env)
     lines = done.stdout.decode().splitlines()
     assert done.returncode == 0, (lines, done.stderr.decode()[-2000:])
     heard = [line.split() for line in lines if line.startswith("progress ")]
