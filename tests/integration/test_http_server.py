@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -354,3 +355,22 @@ async def test_the_listening_socket_stays_registered_while_connections_come_one_
                     assert (await http.get("/health")).status_code == 200
     if sniffio.current_async_library() == "asyncio":
         assert len(registered) <= 1  # at most once, if it was not already before the count
+
+
+async def test_connections_waiting_in_the_backlog_are_all_served() -> None:
+    # Connected before the server has taken any: it takes them in one wake-up (or a few).
+    request = b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    async with server() as srv, contextlib.AsyncExitStack() as stack:
+        with anyio.fail_after(10):
+            clients = [
+                await stack.enter_async_context(await anyio.connect_tcp("127.0.0.1", srv.port))
+                for _ in range(30)
+            ]
+            for client in clients:
+                await client.send(request)
+            for client in clients:
+                reply = b""
+                with contextlib.suppress(anyio.EndOfStream):
+                    while True:
+                        reply += await client.receive()
+                assert reply.startswith(b"HTTP/1.1 200 ")
