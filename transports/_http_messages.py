@@ -7,6 +7,7 @@ credentials go) without either importing the other.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -16,6 +17,8 @@ import msgspec
 
 __all__ = ["BodyWriter", "HttpRequest", "HttpResponse"]
 
+#: A target that is its own path (``urlsplit`` would give it back as it is, and no query).
+_PLAIN_PATH: Final = re.compile(r"/(?!/)[^?#;\t\n\r]*")
 #: JSON bodies: msgspec also encodes Structs, sets and dataclasses the handlers return.
 _JSON: Final = msgspec.json.Encoder()
 
@@ -31,7 +34,12 @@ class HttpRequest:
     query: dict[str, list[str]] = field(init=False)
 
     def __post_init__(self) -> None:
-        parts = urlsplit(self.target)
+        target = self.target
+        if _PLAIN_PATH.fullmatch(target):  # most targets: no query, nothing to split
+            object.__setattr__(self, "path", target)
+            object.__setattr__(self, "query", {})
+            return
+        parts = urlsplit(target)
         object.__setattr__(self, "path", parts.path or "/")
         object.__setattr__(self, "query", parse_qs(parts.query))
 

@@ -39,6 +39,7 @@ import anyio.abc
 import anyio.lowlevel
 from anyio.streams.tls import TLSListener
 
+from transports._accept import serve_listener
 from transports._admission import HOLDER_FULL, Admission, Slot, Standing, Vouch, current_slot
 from transports._base import DEFAULT_MAX_FRAME_SIZE
 from transports._groups import unwrap_single_error
@@ -659,7 +660,7 @@ class HttpServer:
             async with anyio.create_task_group() as connections:
                 task_status.started()
                 with self._accepting:
-                    await self.listener.serve(self._handle, task_group=connections)
+                    await serve_listener(self.listener, self._handle, connections)
                 # No longer accepting: the port closes at once, so a new connection is
                 # refused (its client knows nothing ran) instead of waiting in the backlog
                 # to be reset later. Connections already open carry on until cancelled.

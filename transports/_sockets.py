@@ -104,7 +104,8 @@ async def connect_tcp(host: str, port: int) -> anyio.abc.SocketStream:
     event under a timeout scope and cancels the group once connected: a third of
     what dialling a loopback link cost the client. An address is connected by the
     backend's own connect (what anyio's attempt task calls); a name still goes
-    through anyio, which resolves it and races its addresses.
+    through anyio, which resolves it and races its addresses. On asyncio the stream's
+    reading is left on: the caller takes its I/O over at once (:func:`socket_io`).
     """
     try:
         address = ipaddress.ip_address(host)
@@ -113,7 +114,25 @@ async def connect_tcp(host: str, port: int) -> anyio.abc.SocketStream:
     backend = _backend()
     if backend is None:
         return await anyio.connect_tcp(host, port)
+    if sniffio.current_async_library() == "asyncio":
+        connected = await _asyncio_connect(address.compressed, port)
+        if connected is not None:
+            return connected
     stream: anyio.abc.SocketStream = await backend.connect_tcp(address.compressed, port)
+    return stream
+
+
+async def _asyncio_connect(host: str, port: int) -> anyio.abc.SocketStream | None:
+    """anyio's connect on asyncio, its transport's reading left on: anyio pauses it until
+    a ``receive``, and :func:`socket_io`, which the dialler calls at once, resumes it (a
+    selector registration removed and made again per link). None: anyio changed."""
+    try:
+        from anyio._backends._asyncio import SocketStream, StreamProtocol
+    except ImportError:  # pragma: no cover - anyio<5 is pinned; anyio's connect then
+        return None
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.create_connection(StreamProtocol, host, port)
+    stream: anyio.abc.SocketStream = SocketStream(transport, protocol)
     return stream
 
 

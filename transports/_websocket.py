@@ -33,7 +33,7 @@ from websockets.datastructures import Headers
 from websockets.exceptions import InvalidURI
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
-from websockets.protocol import Protocol, Side, State
+from websockets.protocol import Protocol, State
 from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
 from websockets.uri import WebSocketURI, parse_uri
@@ -610,28 +610,22 @@ async def _accept(
 ) -> tuple[WebSocketStream, str | None] | None:
     """The server's half of the handshake: the stream and the token's agent id, or None
     when the connection was refused (404, 4001, 4003) and is closed already."""
-    # A browser offers `mesh` beside its token (see protocol_token): select it; anything
-    # else offered is ignored, as it was before a subprotocol existed.
-    handshake = ServerProtocol(
-        max_size=config.hard_limit,
-        logger=_SERVER_LOG,
-        select_subprotocol=_select_subprotocol,
-    )
+    protocol = _ServerLink(max_size=config.hard_limit, logger=_SERVER_LOG)
     # The server parsed the head once; websockets checks the handshake from that, not
-    # from a second parse of the same bytes (frames get a protocol of their own, below).
+    # from a second parse of the same bytes.
     parsed = Request(request.target, Headers(request.headers))
     if paths is not None and request.path not in paths:
-        reply = handshake.reject(404, f"no WebSocket endpoint at {request.path}\n")
+        reply = protocol.reject(404, f"no WebSocket endpoint at {request.path}\n")
     else:
-        reply = handshake.accept(parsed)
+        reply = protocol.accept(parsed)
     taken = _take_offers(request, offers) if offers else None
     if taken and reply.status_code == 101:
         for name, value in taken.items():
             reply.headers[name] = value
-    handshake.send_response(reply)
-    opened = handshake.state is State.OPEN
-    response = b"".join(handshake.data_to_send())
-    del handshake, parsed, reply
+    protocol.send_response(reply)
+    opened = protocol.state is State.OPEN
+    response = b"".join(protocol.data_to_send())
+    del parsed, reply
     # A taken offer is a frame the handler sends first thing: the 101 waits for it, so
     # both leave in one write and the client wakes once for them. Otherwise it goes now.
     held = opened and bool(taken)
@@ -647,9 +641,7 @@ async def _accept(
     if not opened:
         await anyio.aclose_forcefully(stream)
         return None
-    # Frames get a protocol of their own: the handshake's parser is a generator whose
-    # frame keeps the parsed request (~2 KiB of headers) for as long as it runs.
-    protocol = Protocol(Side.SERVER, max_size=config.hard_limit, logger=_SERVER_LOG)
+    protocol.read_frames()
     ws = WebSocketStream(
         stream, protocol, info=TransportInfo("websocket", request.client), config=config, io=io
     )
@@ -694,8 +686,22 @@ def _take_offers(request: HttpRequest, offers: Sequence[str]) -> dict[str, str]:
     return taken
 
 
-def _select_subprotocol(_: ServerProtocol, offered: Sequence[Subprotocol]) -> Subprotocol | None:
-    return Subprotocol(WS_PROTOCOL) if WS_PROTOCOL in offered else None
+class _ServerLink(ServerProtocol):
+    """websockets' server protocol, for a link's handshake and then its frames: one
+    object per link (a protocol makes a ``uuid4``, a reader and a parser generator)."""
+
+    def select_subprotocol(self, subprotocols: Sequence[Subprotocol]) -> Subprotocol | None:
+        # A browser offers `mesh` beside its token (see protocol_token): select it;
+        # anything else offered is ignored, as it was before a subprotocol existed. A
+        # method, not websockets' ``select_subprotocol=`` argument: that binds it to the
+        # instance, a reference cycle every link would leave to the cyclic collector.
+        return Subprotocol(WS_PROTOCOL) if WS_PROTOCOL in subprotocols else None
+
+    def read_frames(self) -> None:
+        """Parse what comes next as frames. The HTTP server parsed the request, so the
+        handshake's parser never ran: it is replaced, not fed, and holds no request."""
+        self.parser = Protocol.parse(self)
+        next(self.parser)
 
 
 def websocket_upgrade_handler(

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import anyio.abc
 import httpx
 import pytest
+import sniffio
 
 from mesh import Agent, SessionConfig, open_agent_server
 from mesh.agents.echo import agent as echo_agent
@@ -324,3 +328,49 @@ async def test_an_upgraded_connection_gets_every_byte_sent_after_its_head() -> N
                 while not echoed.endswith(b"three"):
                     echoed += await tcp.receive()
     assert echoed == b"upgraded:one,two,three"
+
+
+async def test_the_listening_socket_stays_registered_while_connections_come_one_by_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # anyio's accept loop registers the listening socket with asyncio's selector for
+    # each connection it waits for and unregisters it once one came (two epoll_ctl a
+    # connection); the server keeps it registered and takes what waits per wake-up.
+    registered: list[int] = []
+    async with server() as srv:
+        listening = srv.listener.extra(anyio.abc.SocketAttribute.raw_socket).fileno()
+        if sniffio.current_async_library() == "asyncio":
+            loop = asyncio.get_running_loop()
+            add_reader = loop._add_reader  # type: ignore[attr-defined]
+
+            def counting(fd: int, *args: Any) -> Any:
+                if fd == listening:
+                    registered.append(fd)
+                return add_reader(fd, *args)
+
+            monkeypatch.setattr(loop, "_add_reader", counting)
+        with anyio.fail_after(10):
+            for _ in range(5):  # a new connection each, served before the next one comes
+                async with httpx.AsyncClient(base_url=srv.url) as http:
+                    assert (await http.get("/health")).status_code == 200
+    if sniffio.current_async_library() == "asyncio":
+        assert len(registered) <= 1  # at most once, if it was not already before the count
+
+
+async def test_connections_waiting_in_the_backlog_are_all_served() -> None:
+    # Connected before the server has taken any: it takes them in one wake-up (or a few).
+    request = b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    async with server() as srv, contextlib.AsyncExitStack() as stack:
+        with anyio.fail_after(10):
+            clients = [
+                await stack.enter_async_context(await anyio.connect_tcp("127.0.0.1", srv.port))
+                for _ in range(30)
+            ]
+            for client in clients:
+                await client.send(request)
+            for client in clients:
+                reply = b""
+                with contextlib.suppress(anyio.EndOfStream):
+                    while True:
+                        reply += await client.receive()
+                assert reply.startswith(b"HTTP/1.1 200 ")

@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import pytest
 from websockets.frames import Opcode
+from websockets.protocol import Protocol
 
 from mesh import (
     Agent,
@@ -267,3 +268,24 @@ async def test_each_end_takes_its_connections_io_over_once(monkeypatch: pytest.M
                 assert peer.remote_info["id"] == "teller"
                 assert await peer.call("ping", timeout=GUARD)
     assert len(taken) == 2  # one per end
+
+
+async def test_the_server_checks_the_handshake_and_reads_frames_with_one_protocol(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A websockets protocol per link on each end (each makes a ``uuid4``, a reader and
+    a parser generator): the server's checks the handshake, then parses the frames."""
+    made: list[Protocol] = []
+    init = Protocol.__init__
+
+    def counted(self: Protocol, *args: Any, **kwargs: Any) -> None:
+        made.append(self)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(Protocol, "__init__", counted)
+    async with open_agent_server(_agent()) as server:
+        with anyio.fail_after(GUARD):
+            async with open_websocket_peer(f"{server.ws_url}/ws", agent="teller") as peer:
+                assert peer.remote_info["id"] == "teller"
+                assert await peer.call("ping", timeout=GUARD)  # frames both ways, then
+    assert sorted(protocol.side.name for protocol in made) == ["CLIENT", "SERVER"]

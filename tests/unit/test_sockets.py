@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -163,3 +164,38 @@ async def test_an_address_is_dialled_without_anyios_race_and_a_name_through_it(
             async with await _sockets.connect_tcp("localhost", port):
                 pass
     assert raced == ["localhost"]
+
+
+async def test_a_dialled_connection_is_read_from_the_start_with_nothing_paused_and_resumed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The dialler takes the connection's I/O over at once: on asyncio its transport's
+    reading is never paused for anyio's stream to resume it (a selector registration
+    removed and made again per link); the bytes still arrive, on both backends."""
+    paused: list[object] = []
+    if sniffio.current_async_library() == "asyncio":
+        from asyncio import selector_events
+
+        transport_type: Any = getattr(selector_events, "_SelectorSocketTransport")  # noqa: B009
+        pause = transport_type.pause_reading
+
+        def counted(self: Any) -> None:
+            paused.append(self)
+            pause(self)
+
+        monkeypatch.setattr(transport_type, "pause_reading", counted)
+    with anyio.fail_after(GUARD):
+        async with await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0) as tcp:
+            port = tcp.extra(anyio.abc.SocketAttribute.local_port)
+            async with anyio.create_task_group() as tg:
+
+                async def greet(stream: anyio.abc.SocketStream) -> None:
+                    async with stream:
+                        await stream.send(b"hello")
+
+                tg.start_soon(tcp.serve, greet)
+                async with await _sockets.connect_tcp("127.0.0.1", port) as stream:
+                    io = socket_io(stream)
+                    assert await io.receive() == b"hello"
+                tg.cancel_scope.cancel()
+    assert paused == []
