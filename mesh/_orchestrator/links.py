@@ -57,11 +57,11 @@ log = get_logger("mesh.orchestrator")
 #: (``protocol = "mcp"``): given the manifest, the spec made so far and the environment.
 ProtocolAdapter = Callable[[Manifest, AgentSpec, Mapping[str, str] | None], Connector]
 #: By protocol name. The wing that knows a protocol sits above this one, so it registers
-#: itself here when imported (:mod:`mesh.mcp` adds "mcp").
+#: itself here when imported (:mod:`mesh.mcp._manifest` adds "mcp").
 PROTOCOL_ADAPTERS: dict[str, ProtocolAdapter] = {}
 #: The wing to import for each protocol a manifest may name, on first use: a manifest that
 #: says ``protocol = "mcp"`` loads in a process that never imported :mod:`mesh.mcp`.
-PROTOCOL_WINGS: Final = {"mcp": "mesh.mcp", "a2a": "mesh.a2a"}
+PROTOCOL_WINGS: Final = {"mcp": "mesh.mcp._manifest", "a2a": "mesh.a2a"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,23 +8,16 @@
 - :class:`ToolCatalog`, :class:`McpServer`, :func:`serve_mcp`: the mesh's tools to
   an MCP client; the daemon serves them at ``/mcp`` and ``mesh mcp`` relays stdio there.
 
-See ``docs/mcp.md``. Importing this package registers the ``mcp`` protocol with the
-manifest loader, which imports it the first time a manifest names that protocol.
+See ``docs/mcp.md``. The manifest loader imports :mod:`mesh.mcp._manifest` the first
+time a manifest names the ``mcp`` protocol; this package itself loads none of the
+orchestrator, so ``mesh mcp`` (the stdio relay) starts with only what it relays.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
-from functools import partial
 from typing import TYPE_CHECKING
 
-from mesh._orchestrator.links import PROTOCOL_ADAPTERS
-from mesh._orchestrator.spec import AgentSpec
 from mesh._public import lazy_names
-from mesh._rpc.connect import DEFAULT_CONNECT_TIMEOUT
-from mesh.manifests import HttpSection, Manifest
-from transports import Connector
 
 if TYPE_CHECKING:  # what type checkers see; at run time each name loads on first use
     from mesh.mcp._catalog import ExtraTool, ToolCatalog, call_result, error_result
@@ -84,35 +77,3 @@ _WHERE: dict[str, str] = {
     "tool_result": "mesh.mcp._mount",
 }
 __getattr__, __dir__ = lazy_names(globals(), _WHERE)
-
-
-def _mount_manifest(
-    manifest: Manifest, spec: AgentSpec, environ: Mapping[str, str] | None
-) -> Connector:
-    """The connector for a manifest with ``protocol = "mcp"``."""
-    from mesh.mcp._http import open_mcp_http_client
-    from mesh.mcp._link import mcp_connector
-    from mesh.mcp._oauth import oauth_settings
-
-    transport = manifest.transport
-    config = spec.session_config()
-    wire: Connector | None = spec.connector  # stdio: the child, spawned as for any agent
-    if isinstance(transport, HttpSection):
-        # The endpoint is the MCP URL itself, and an HTTP link has no idle line to watch.
-        wire = partial(
-            open_mcp_http_client,
-            transport.endpoint,
-            token=transport.token(environ),
-            max_frame_size=manifest.max_frame_size,
-            oauth=oauth_settings(manifest.id, transport, environ),
-        )
-        config = dataclasses.replace(config, heartbeat_interval=None, heartbeat_ttl=None)
-    assert wire is not None
-    revision: Revision = getattr(transport, "mcp_revision", "auto")
-    start = spec.start_timeout or DEFAULT_CONNECT_TIMEOUT
-    return mcp_connector(
-        wire, agent=manifest.id, config=config, revision=revision, connect_timeout=start
-    )
-
-
-PROTOCOL_ADAPTERS["mcp"] = _mount_manifest
