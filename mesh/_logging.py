@@ -24,19 +24,17 @@ if TYPE_CHECKING:
 
 __all__ = ["add_trace_ids", "configure_logging", "get_logger"]
 
-try:  # the tracing extra; without it log lines carry no trace ids
-    from opentelemetry.trace import get_current_span
-except ImportError:  # pragma: no cover - the dev install has it
-    get_current_span = None  # type: ignore[assignment]
-
 
 def add_trace_ids(
     logger: object, method: str, event: structlog.typing.EventDict
 ) -> structlog.typing.EventDict:
     """``trace_id`` and ``span_id`` (hex, as trace back ends show them) when a span is current,
     so a log line can be found from its trace and the trace from its line."""
-    if get_current_span is not None:
-        context = get_current_span().get_span_context()
+    # A span can be current only in a process that imported opentelemetry's trace API
+    # (the mesh's tracing does): one that never did (``mesh mcp``) does not load it here.
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is not None:
+        context = trace.get_current_span().get_span_context()
         if context.is_valid:
             event.setdefault("trace_id", f"{context.trace_id:032x}")
             event.setdefault("span_id", f"{context.span_id:016x}")

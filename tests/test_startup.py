@@ -265,9 +265,11 @@ def test_a_daemon_loads_the_mcp_server_without_the_mcp_client() -> None:
 def test_mesh_mcp_relays_without_the_orchestrator() -> None:
     """``mesh mcp`` relays stdio to the daemon's ``/mcp``: one starts per MCP client
     session, so it loads neither the orchestrator nor the RPC stack it never runs."""
-    loaded = _loaded("import mesh.cli._main, mesh.cli._connection, mesh.mcp._relay")
+    code = "import mesh.cli._main, mesh.cli._connection, mesh._logging, mesh.mcp._relay"
+    loaded = _loaded(code)
     unneeded = ("mesh._orchestrator", "mesh._rpc", "mesh._sdk", "mesh.manifests", "registry")
-    assert _under(loaded, (*unneeded, "opentelemetry", "httpx")) == set()
+    network = ("opentelemetry", "httpx", "h11", "httptools", "transports._http_server")
+    assert _under(loaded, (*unneeded, *network)) == set()
 
 
 def test_a_stdio_agent_loads_no_network_transport() -> None:
