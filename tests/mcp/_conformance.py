@@ -27,6 +27,10 @@ from tests.mcp._peers import HERE, PEERS
 SUITE = PEERS / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
 NODE = PEERS / "node_modules" / ".bin" / "node"
 AUTH = HERE / "conformance_auth.cjs"
+#: Node's own cache of the suite's compiled code (Node 22's ``NODE_COMPILE_CACHE``): a
+#: start of the suite then costs a fifth less CPU (about 1.0 s, not 1.25). It sits beside
+#: the modules it caches, outside the repository's tracked files.
+COMPILE_CACHE = PEERS / "node_modules" / ".cache" / "node-compile-cache"
 #: The whole active server suite takes seconds against a live server; a scenario that
 #: waits on a server that never answers takes the suite's own timeouts.
 SUITE_TIMEOUT = 600.0
@@ -45,6 +49,11 @@ class ScenarioResult:
     passed: bool
     #: ``name: message`` of every failed check (and warning), for a readable assert.
     failures: tuple[str, ...]
+
+
+def suite_env(**extra: str) -> dict[str, str]:
+    """The environment the suite runs in: ours, node's compile cache, and ``extra``."""
+    return {**os.environ, "NODE_COMPILE_CACHE": str(COMPILE_CACHE), **extra}
 
 
 def suite_command() -> list[str]:
@@ -69,7 +78,7 @@ async def run_server_scenarios(
     ``token`` as a bearer to the requests it sends to ``url``'s origin.
     """
     parts = urlsplit(url)
-    env = {**os.environ, "MESH_CONFORMANCE_ORIGIN": f"{parts.scheme}://{parts.netloc}/"}
+    env = suite_env(MESH_CONFORMANCE_ORIGIN=f"{parts.scheme}://{parts.netloc}/")
     if token is not None:
         env["MESH_TOKEN"] = token
     with tempfile.TemporaryDirectory(prefix="mcp-conformance-") as out:

@@ -11,14 +11,18 @@ silently.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import anyio
 import pytest
 
 from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
-from tests.mcp._conformance import ScenarioResult, read_client_results, suite_command
+from tests.mcp._conformance import (
+    ScenarioResult,
+    read_client_results,
+    suite_command,
+    suite_env,
+)
 from tests.mcp._peers import HERE, PEERS, ROOT
 
 pytestmark = pytest.mark.anyio
@@ -110,8 +114,9 @@ async def verdicts(
     for lane in range(PARALLEL):
         (lanes / f"lane-{lane}").touch()
     client = f"{sys.executable} {HERE / 'conformance_client.py'}"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MESH_BACKEND": anyio_backend}
-    env["MESH_CONFORMANCE_LANES"] = str(lanes)
+    env = suite_env(
+        PYTHONPATH=str(ROOT), MESH_BACKEND=anyio_backend, MESH_CONFORMANCE_LANES=str(lanes)
+    )
     command = [node, suite, "client", "--command", client, "--suite", "all"]
     command += ["--timeout", str(CLIENT_TIMEOUT_MS), "-o", str(out / "results")]
     with anyio.fail_after(RUN_TIMEOUT):
