@@ -301,16 +301,6 @@ def test_a_daemon_or_an_orchestrator_loads_no_a2a_until_asked(module: str) -> No
     assert _under(_loaded(f"import {module}"), ("mesh.a2a",)) == set()
 
 
-def test_mesh_mcp_relays_without_the_orchestrator() -> None:
-    """``mesh mcp`` carries lines to a daemon: it needs MCP's codec, not what mounts MCP
-    servers (the orchestrator's links, manifests, the registry), which ``import mesh.mcp``
-    once loaded to register the protocol. Clients start it once a session."""
-    loaded = _loaded("import mesh.mcp._relay, mesh.cli._main")
-    assert "mesh.mcp._codec" in loaded
-    mount = ("mesh._orchestrator", "mesh.manifests", "mesh.mcp._mount", "registry")
-    assert _under(loaded, mount) == set()
-
-
 def test_a_daemon_loads_the_mcp_server_without_the_mcp_client() -> None:
     """The daemon serves ``/mcp``; mounting MCP servers (httpx, OAuth) loads with a
     manifest that says ``protocol = "mcp"`` (above)."""
@@ -318,6 +308,18 @@ def test_a_daemon_loads_the_mcp_server_without_the_mcp_client() -> None:
     assert "mesh.mcp._http_server" in loaded
     client = ("mesh.mcp._http", "mesh.mcp._oauth", "mesh.mcp._mount", "httpx")
     assert _under(loaded, client) == set()
+
+
+def test_mesh_mcp_relays_without_the_orchestrator() -> None:
+    """``mesh mcp`` relays stdio to the daemon's ``/mcp``: one starts per MCP client
+    session, so it loads neither the orchestrator nor the RPC stack it never runs."""
+    code = "import mesh.cli._main, mesh.cli._connection, mesh._logging, mesh.mcp._relay"
+    loaded = _loaded(code)
+    assert "mesh.mcp._codec" in loaded
+    unneeded = ("mesh._orchestrator", "mesh._rpc", "mesh._sdk", "mesh.manifests", "registry")
+    mount = ("mesh.mcp._mount",)
+    network = ("opentelemetry", "httpx", "h11", "httptools", "transports._http_server")
+    assert _under(loaded, (*unneeded, *mount, *network)) == set()
 
 
 def test_a_stdio_agent_loads_no_network_transport() -> None:

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import anyio
 import anyio.abc
@@ -49,10 +49,12 @@ from transports._base import (
 )
 from transports._groups import unwrap_single_error
 from transports._http_messages import HttpRequest
-from transports._http_server import UpgradeHandler
 from transports._logging import get_logger
 from transports._loop import StreamLock
 from transports._sockets import SocketIO, adopts_io, connect_tcp, offered_io, socket_io
+
+if TYPE_CHECKING:  # a client (``mesh mcp``) never loads the HTTP server
+    from transports._http_server import UpgradeHandler
 
 __all__ = [
     "CloseCode",

@@ -6,23 +6,29 @@ lists its tools and calls each, as the scenarios ask of a client. The suite name
 scenario in ``MCP_CONFORMANCE_SCENARIO`` and, for some, hands a pre-registered client in
 ``MCP_CONFORMANCE_CONTEXT``. The browser step of an authorization-code login is this
 script following the authorization server's redirect (the suite's server approves at once).
+
+The suite starts every scenario's client at once; with ``MESH_CONFORMANCE_LANES`` naming
+a directory of lane files, each client first holds one of them (an ``flock``, let go when
+the process ends however it ends), so only that many run at a time. A client imports the
+mesh only once it holds its lane: a waiting client costs nothing. Its last line on stdout
+is ``exit: 0`` or ``exit: 1``, the status the suite's runner of all scenarios keeps no
+record of; no such line means the client never finished (it was killed).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
 import tempfile
+import traceback
+import zlib
 from functools import partial
-from typing import Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
-import anyio
-import httpx
-
-from mesh import MeshError, open_peer
-from mesh.mcp import open_mcp_http_client, open_mcp_mount
-from mesh.mcp._oauth import OAuthSettings, login
+if TYPE_CHECKING:
+    from mesh.mcp._oauth import OAuthSettings
 
 #: Arguments for the tools the scenarios define (anything else is called with none).
 ARGUMENTS = {"add_numbers": {"a": 2, "b": 3}}
@@ -33,6 +39,25 @@ CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"
 LOGIN = "mesh mcp login"
 
 
+def hold_lane(directory: str, scenario: str) -> IO[bytes]:
+    """One of the lane files in ``directory``, locked: a free one if any, else this
+    scenario's own (by its name's hash), waited for. The lock lasts as long as the file
+    stays open, and the kernel lets it go when the process ends."""
+    lanes = sorted(os.listdir(directory))
+    first = zlib.crc32(scenario.encode()) % len(lanes)
+    for index in (*range(first, len(lanes)), *range(first)):
+        lane = open(os.path.join(directory, lanes[index]), "rb")  # noqa: SIM115 (held)
+        try:
+            fcntl.flock(lane, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lane.close()
+            continue
+        return lane
+    lane = open(os.path.join(directory, lanes[first]), "rb")  # noqa: SIM115 (held)
+    fcntl.flock(lane, fcntl.LOCK_EX)
+    return lane
+
+
 async def accept_as_offered(params: dict[str, Any]) -> dict[str, Any]:
     """The person answering a server's question accepts the form as it is offered: each
     field the server gave a default keeps it (the mesh fills them in)."""
@@ -41,6 +66,8 @@ async def accept_as_offered(params: dict[str, Any]) -> dict[str, Any]:
 
 async def approve(url: str) -> None:
     """The person at the browser: follow the authorization redirect to our callback."""
+    import httpx  # after the mesh, which keeps httpx's own command line unloaded
+
     async with httpx.AsyncClient() as client:
         response = await client.get(url)
         while response.is_redirect:
@@ -48,6 +75,8 @@ async def approve(url: str) -> None:
 
 
 def settings(directory: str) -> OAuthSettings:
+    from mesh.mcp._oauth import OAuthSettings
+
     context: dict[str, Any] = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
     grant: Literal["authorization_code", "client_credentials"] = (
@@ -66,6 +95,10 @@ def settings(directory: str) -> OAuthSettings:
 
 
 async def use(url: str, oauth: OAuthSettings) -> None:
+    from mesh import MeshError, open_peer
+    from mesh.mcp import open_mcp_http_client, open_mcp_mount
+    from mesh.mcp._oauth import login
+
     wire = partial(open_mcp_http_client, url, oauth=oauth)
     async with (
         open_mcp_mount(wire, agent="conformance", connect_timeout=20) as stream,
@@ -93,6 +126,9 @@ async def use(url: str, oauth: OAuthSettings) -> None:
 
 
 async def main(url: str) -> None:
+    from mesh import MeshError
+    from mesh.mcp._oauth import login
+
     with tempfile.TemporaryDirectory(prefix="mesh-conformance-") as directory:
         oauth = settings(directory)
         try:
@@ -104,5 +140,24 @@ async def main(url: str) -> None:
             await use(url, oauth)
 
 
+def run(url: str) -> int:
+    """The client's run, in its lane when given lanes; its exit status, also printed."""
+    lanes = os.environ.get("MESH_CONFORMANCE_LANES")
+    lane = hold_lane(lanes, os.environ.get("MCP_CONFORMANCE_SCENARIO", "")) if lanes else None
+    status = 1
+    try:
+        import anyio
+
+        anyio.run(main, url, backend=os.environ.get("MESH_BACKEND", "asyncio"))
+        status = 0
+    except Exception:
+        traceback.print_exc()
+    finally:
+        print(f"exit: {status}", flush=True)
+        if lane is not None:
+            lane.close()
+    return status
+
+
 if __name__ == "__main__":
-    anyio.run(main, sys.argv[1], backend=os.environ.get("MESH_BACKEND", "asyncio"))
+    sys.exit(run(sys.argv[1]))

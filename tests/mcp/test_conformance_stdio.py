@@ -5,8 +5,9 @@ The suite speaks only streamable HTTP, so each run goes through
 ``mesh mcp`` child's stdin and streams back what the child writes. One daemon per
 backend serves the suite's everything-server tools (``conformance_agent.py``); the
 suite runs once through ``mesh mcp --agent conf`` and once through the combined
-``mesh mcp``, and every scenario is a test id of its own. The two scenarios that
-test HTTP itself (:data:`HTTP_ONLY`) would measure the bridge, so they are left out.
+``mesh mcp`` (each on the backend under test, as the daemon is), and every scenario is a
+test id of its own. The two scenarios that test HTTP itself (:data:`HTTP_ONLY`) would
+measure the bridge, so they are left out.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from collections.abc import AsyncIterator
 
 import pytest
+import sniffio
 
 from mesh.testing import Daemon, spawn_daemon
 from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
@@ -59,8 +61,11 @@ async def daemon(
 
 
 async def _through_mesh_mcp(daemon: Daemon, *extra: str) -> dict[str, ScenarioResult]:
-    """The suite, through the bridge, against ``mesh mcp EXTRA...`` children."""
+    """The suite, through the bridge, against ``mesh mcp EXTRA...`` children, each on
+    the backend the daemon runs on."""
+    backend = sniffio.current_async_library()
     command = [sys.executable, "-m", "mesh.cli", "mcp", "--url", daemon.http, *extra]
+    command += ["--backend", backend]
     async with open_stdio_bridge(command, env=relay_env(daemon)) as bridge:
         results = await run_server_scenarios(f"{bridge.url}/mcp")
     return {name: result for name, result in results.items() if name not in HTTP_ONLY}
