@@ -28,9 +28,13 @@ import sniffio
 
 __all__ = ["BURST", "serve_listener"]
 
-#: Connections accepted per wake-up at most (asyncio's own server takes its backlog,
-#: 100 by default): past it the loop runs other work before it accepts more.
-BURST: Final = 100
+#: Connections accepted per wake-up at most; past it the loop runs other work before it
+#: accepts more. Each accepted connection's handshake runs in the same turns of the loop,
+#: so a burst holds the links already up for about that many handshakes: asyncio's own
+#: server takes its whole backlog (100) and a storm of 100 refused dials then stalled a
+#: good link for the storm's length (tests/faults/test_tokens.py); 16 still takes a
+#: crowd of 1,000 in a few dozen wake-ups.
+BURST: Final = 16
 
 Handler = Callable[[anyio.abc.SocketStream], Coroutine[Any, Any, object]]
 #: How one listening socket is served: its socket, the handler, the connections' group.
