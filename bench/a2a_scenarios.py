@@ -135,7 +135,7 @@ async def a2a_client_sdk(ctx: RunContext) -> Measurement:
     smoke_modes=("sequential",),
 )
 async def mesh_a2a_mount(ctx: RunContext) -> Measurement:
-    from mesh import AgentSpec, MeshOrchestrator
+    from mesh import EMBEDDER, AgentSpec, MeshOrchestrator
     from mesh.a2a import a2a_connector
 
     quiet_logs()
@@ -146,7 +146,7 @@ async def mesh_a2a_mount(ctx: RunContext) -> Measurement:
             await mesh.wait_linked()
 
             async def call() -> None:
-                result = await mesh.call_tool("peer", "echo", {"text": TEXT})
+                result = await mesh.call_tool("peer", "echo", {"text": TEXT}, on_behalf_of=EMBEDDER)
                 if TEXT not in str(result):
                     raise RuntimeError(f"the mounted echo answered {result!r}")
 

@@ -67,7 +67,7 @@ _decode_reply = msgspec.json.Decoder(_Reply).decode
 async def mesh_mcp_mount(ctx: RunContext) -> Measurement:
     from functools import partial
 
-    from mesh import AgentSpec, MeshOrchestrator
+    from mesh import EMBEDDER, AgentSpec, MeshOrchestrator
     from mesh.mcp import mcp_connector
     from transports import open_stdio_process
 
@@ -77,12 +77,12 @@ async def mesh_mcp_mount(ctx: RunContext) -> Measurement:
     connector = mcp_connector(wire, agent="echo", revision=REVISION)
     spec = AgentSpec("echo", connector, transport="stdio")
     async with MeshOrchestrator([spec], connect_timeout=30) as mesh:
-        first = await mesh.call_tool("echo", "echo", {"text": TEXT})
+        first = await mesh.call_tool("echo", "echo", {"text": TEXT}, on_behalf_of=EMBEDDER)
         if TEXT not in str(first):
             raise RuntimeError(f"the mounted echo tool answered {first!r}")
 
         async def call() -> None:
-            await mesh.call_tool("echo", "echo", {"text": TEXT})
+            await mesh.call_tool("echo", "echo", {"text": TEXT}, on_behalf_of=EMBEDDER)
 
         result = await measure_calls(call, ctx)
         result.notes["revision"] = str(REVISION)

@@ -65,6 +65,22 @@ def test_smoke_runs_the_mesh_over_stdio(tmp_path: Path) -> None:
     assert {v["baseline"] for v in mesh[0]["vs"]} == {"pipe-raw", "mcp-stdio"}
 
 
+#: The scenarios that call an agent through an orchestrator's door, as an embedding program does.
+THROUGH_THE_DOOR = ("mesh-mcp-mount", "mesh-a2a-mount", "obs-memory")
+
+
+@pytest.mark.timeout(SMOKE_TIMEOUT_S + 10)
+def test_smoke_runs_the_scenarios_that_call_through_the_door(tmp_path: Path) -> None:
+    """Each names who its calls are made for: once the door refused a call that names nobody,
+    these scenarios ended with no figure until this smoke ran them."""
+    only = [arg for name in THROUGH_THE_DOOR for arg in ("--only", name)]
+    _, report = run_smoke(tmp_path, *only, "--backend", "asyncio")
+    rows = {r["scenario"]: r for r in report["results"]}
+    for name in THROUGH_THE_DOOR:
+        assert rows[name]["errors"] == [], rows[name]["errors"]
+        assert rows[name]["figures"]["calls_per_s"] > 0
+
+
 def test_smoke_modes_limit_what_smoke_runs() -> None:
     many = Scenario("many", "stdio", _never_run, smoke_modes=("sequential",))
     cases = plan_cases([many], ["asyncio"], smoke=True)
