@@ -12,9 +12,10 @@ from typing import Any
 
 import anyio
 import httpx
+import pytest
 
 from mesh.daemon import DaemonSettings, serve_daemon
-from mesh.testing import SPAWN_TIMEOUT
+from mesh.testing import SPAWN_TIMEOUT, Daemon, spawn_daemon
 from transports import WebSocketStream, open_websocket
 
 #: The limits of a room that must still run when a test (a page, a CLI, a guest) reaches it:
@@ -105,3 +106,16 @@ async def serve_in_process(
         token = (await (anyio.Path(data_dir) / "admin.token").read_text()).strip()
         yield InProcessDaemon(url, "ws" + url.removeprefix("http") + "/ws", token)
         tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def slow_personas(factory: pytest.TempPathFactory, name: str) -> AsyncIterator[Daemon]:
+    """A ``mesh serve`` of two personas whose turns take a minute, so a room stays running
+    while a command follows it; a module shares one, each test making a room of its own id."""
+    manifests = factory.mktemp(f"{name}-manifests")
+    persona_manifest(manifests, "alice", "Alice", ["Tea."], delay=60)  # a turn takes a minute
+    persona_manifest(manifests, "bob", "Bob", ["Coffee."], delay=60)
+    data = ["--data-dir", str(factory.mktemp(f"{name}-data"))]
+    async with spawn_daemon(manifests, extra_args=data) as daemon:
+        await daemon.wait_online("alice", "bob")
+        yield daemon

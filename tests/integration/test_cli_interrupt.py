@@ -16,9 +16,9 @@ import anyio.abc
 import pytest
 
 from mesh.cli._codes import EXIT_INTERRUPTED
-from mesh.testing import Daemon, spawn_daemon
+from mesh.testing import Daemon
 from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
-from tests.integration._daemon import persona_manifest
+from tests.integration._daemon import slow_personas
 from tests.integration.test_cli_truth import mesh, read_all, read_until
 from tests.integration.test_daemon_people import _create
 from transports import HttpRequest, HttpResponse, open_http_server
@@ -36,12 +36,7 @@ async def rooms_daemon(
     a command follows it. The room tests interrupt the CLI, never the daemon or its rooms,
     and each makes a room of its own id: starting the daemon and its two persona processes
     is most of what each of them would cost."""
-    manifests = tmp_path_factory.mktemp("interrupt-manifests")
-    persona_manifest(manifests, "alice", "Alice", ["Tea."], delay=60)  # a turn takes a minute
-    persona_manifest(manifests, "bob", "Bob", ["Coffee."], delay=60)
-    data = ["--data-dir", str(tmp_path_factory.mktemp("interrupt-data"))]
-    async with spawn_daemon(manifests, extra_args=data) as daemon:
-        await daemon.wait_online("alice", "bob")
+    async with slow_personas(tmp_path_factory, "interrupt") as daemon:
         yield daemon
 
 

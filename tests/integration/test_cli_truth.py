@@ -24,7 +24,7 @@ from mesh.cli._codes import (
 )
 from mesh.testing import Daemon, spawn_daemon
 from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
-from tests.integration._daemon import persona_manifest
+from tests.integration._daemon import persona_manifest, slow_personas
 from transports import HttpRequest, HttpResponse, open_http_server
 
 pytestmark = pytest.mark.anyio
@@ -67,12 +67,7 @@ async def slow_rooms_daemon(
 ) -> AsyncIterator[Daemon]:
     """Two personas whose turns take a minute, so a room runs while Ctrl-C reaches the
     command following it; each test makes a room of its own id."""
-    manifests = tmp_path_factory.mktemp("cli-truth-slow")
-    persona_manifest(manifests, "alice", "Alice", ["Tea."], delay=60)  # a turn takes a minute
-    persona_manifest(manifests, "bob", "Bob", ["Coffee."], delay=60)
-    data = ["--data-dir", str(tmp_path_factory.mktemp("cli-truth-slow-data"))]
-    async with spawn_daemon(manifests, extra_args=data) as daemon:
-        await daemon.wait_online("alice", "bob")
+    async with slow_personas(tmp_path_factory, "cli-truth-slow") as daemon:
         yield daemon
 
 
