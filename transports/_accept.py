@@ -17,6 +17,7 @@ else (TLS, another kind of listener) is served by anyio's loop.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import socket
 from collections.abc import Callable, Coroutine, Iterator
 from functools import partial
@@ -73,18 +74,30 @@ def _listening_sockets(
 def _asyncio_listening(
     listener: anyio.abc.Listener[Any],
 ) -> tuple[Bursts, list[socket.socket]] | None:
-    """How to accept on ``listener``'s sockets if it is anyio's plain TCP on asyncio
-    (private to anyio, so probed), else None."""
-    if sniffio.current_async_library() != "asyncio":
+    """How to accept on ``listener``'s sockets if it is anyio's plain TCP on asyncio."""
+    found = _plain_tcp(listener, "asyncio")
+    if found is None:
+        return None
+    backend, sockets = found
+    stream_types = (backend.SocketStream, backend.StreamProtocol)
+    return partial(_asyncio_bursts, stream_types=stream_types), sockets
+
+
+def _plain_tcp(
+    listener: anyio.abc.Listener[Any], library: str
+) -> tuple[Any, list[socket.socket]] | None:
+    """anyio's backend module for ``library`` and ``listener``'s sockets, if ``library``
+    runs this loop and each of them is that backend's plain TCP listener (private to
+    anyio, so probed), else None: anyio's own loop serves then."""
+    if sniffio.current_async_library() != library:
         return None
     try:
-        from anyio._backends._asyncio import SocketStream, StreamProtocol, TCPSocketListener
-    except ImportError:  # pragma: no cover - anyio<5 is pinned; its own loop serves then
+        backend = importlib.import_module(f"anyio._backends._{library}")
+        listener_type = backend.TCPSocketListener
+    except (ImportError, AttributeError):  # pragma: no cover - anyio<5 is pinned
         return None
-    sockets = _listening_sockets(listener, TCPSocketListener)
-    if sockets is None:
-        return None
-    return partial(_asyncio_bursts, stream_types=(SocketStream, StreamProtocol)), sockets
+    sockets = _listening_sockets(listener, listener_type)
+    return None if sockets is None else (backend, sockets)
 
 
 async def _asyncio_bursts(
@@ -115,16 +128,11 @@ async def _asyncio_bursts(
 
 def _trio_listening(listener: anyio.abc.Listener[Any]) -> tuple[Bursts, list[socket.socket]] | None:
     """How to accept on ``listener``'s sockets if it is anyio's plain TCP on trio."""
-    if sniffio.current_async_library() != "trio":
+    found = _plain_tcp(listener, "trio")
+    if found is None:
         return None
-    try:
-        from anyio._backends._trio import SocketStream, TCPSocketListener
-    except ImportError:  # pragma: no cover - anyio<5 is pinned; its own loop serves then
-        return None
-    sockets = _listening_sockets(listener, TCPSocketListener)
-    if sockets is None:
-        return None
-    return partial(_trio_bursts, stream_type=SocketStream), sockets
+    backend, sockets = found
+    return partial(_trio_bursts, stream_type=backend.SocketStream), sockets
 
 
 async def _trio_bursts(
