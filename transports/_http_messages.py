@@ -30,6 +30,8 @@ class HttpRequest:
     headers: tuple[tuple[str, str], ...]  # names lower-cased
     body: bytes = b""
     client: str = ""
+    #: The HTTP version the request line named ("1.1", "1.0"): a WebSocket upgrade needs 1.1.
+    version: str = "1.1"
     path: str = field(init=False)
     query: dict[str, list[str]] = field(init=False)
 

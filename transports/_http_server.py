@@ -203,7 +203,12 @@ class _HttpConnection:
         head = parser.head
         self._keep_alive = head.keep_alive
         request = HttpRequest(
-            head.method.decode(), head.target.decode("latin-1"), _headers(head), b"", self._client
+            head.method.decode(),
+            head.target.decode("latin-1"),
+            _headers(head),
+            b"",
+            self._client,
+            head.version,
         )
         if not await self._admit(request):
             return None

@@ -23,23 +23,20 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
+from http import HTTPStatus
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final
 
 import anyio
 import anyio.abc
-from websockets.client import ClientProtocol
-from websockets.datastructures import Headers
 from websockets.exceptions import InvalidURI
 from websockets.frames import Frame, Opcode
-from websockets.http11 import Request, Response
-from websockets.protocol import Protocol, State
-from websockets.server import ServerProtocol
-from websockets.typing import Subprotocol
+from websockets.headers import build_authorization_basic, build_host
+from websockets.protocol import CLIENT, SERVER, Protocol, State
 from websockets.uri import WebSocketURI, parse_uri
 
 from transports._admission import eviction
-from transports._auth import WS_PROTOCOL, TokenAuthenticator, bearer_token, protocol_token
+from transports._auth import TokenAuthenticator, bearer_token, protocol_token
 from transports._base import (
     DEFAULT_MAX_FRAME_SIZE,
     CloseCode,
@@ -52,6 +49,18 @@ from transports._http_messages import HttpRequest
 from transports._logging import get_logger
 from transports._loop import StreamLock
 from transports._sockets import SocketIO, adopts_io, connect_tcp, offered_io, socket_io
+from transports._ws_handshake import (
+    MAX_SWITCH_HEAD,
+    BadResponse,
+    Refusal,
+    Switched,
+    check_switch,
+    check_upgrade,
+    new_key,
+    refusal_response,
+    switching_response,
+    upgrade_request,
+)
 
 if TYPE_CHECKING:  # a client (``mesh mcp``) never loads the HTTP server
     from transports._http_server import UpgradeHandler
@@ -408,20 +417,23 @@ class WebSocketStream:
             await self._io.aclose()
 
 
-async def _handshake_reply(io: SocketIO, protocol: ClientProtocol) -> tuple[Response, list[Frame]]:
-    """The server's handshake response, and any frames that came in the same read."""
+async def _switch_reply(io: SocketIO, shown: str) -> tuple[bytes, bytes]:
+    """The server's response head (without its blank line), and what came after it in
+    the same reads (frames); at most ``MAX_SWITCH_HEAD`` bytes are read for the head."""
+    buffer = b""
     while True:
         data = await io.receive()
-        if data:
-            protocol.receive_data(data)
-        else:
-            protocol.receive_eof()
-        events = protocol.events_received()
-        for n, event in enumerate(events):
-            if isinstance(event, Response):
-                return event, [e for e in events[n + 1 :] if isinstance(e, Frame)]
-        if protocol.state is State.CLOSED:
-            raise ConnectFailed("connection closed during the WebSocket handshake")
+        if not data:
+            raise ConnectFailed(f"connection to {shown} closed during the WebSocket handshake")
+        buffer += data
+        end = buffer.find(b"\r\n\r\n")
+        if end >= 0 and end + 4 <= MAX_SWITCH_HEAD:
+            return buffer[:end], buffer[end + 4 :]
+        if end >= 0 or len(buffer) >= MAX_SWITCH_HEAD:
+            raise ConnectFailed(
+                f"WebSocket handshake with {shown} failed: "
+                f"response head exceeds {MAX_SWITCH_HEAD} bytes"
+            )
 
 
 @asynccontextmanager
@@ -453,36 +465,32 @@ async def open_websocket(
         bearer = None
     uri = _parse_ws_url(url)
     shown = url.split("?", 1)[0]  # never log a token from the query
-    protocol = ClientProtocol(uri, max_size=config.hard_limit, logger=_CLIENT_LOG)
-    stream, io, response, early_frames = await _dial(
-        uri,
-        protocol,
-        _request_headers(bearer, headers, offers),
-        _client_tls(uri, ssl_context),
-        config.connect_timeout,
-        shown,
-    )
-    await _require_accepted(stream, protocol, response, shown)
+    own = _request_headers(uri, bearer, headers, offers)
+    key = new_key()
+    request = upgrade_request(_host(uri), uri.resource_name, key, own)
+    tls = _client_tls(uri, ssl_context)
+    stream, io, head, rest = await _dial(uri, request, tls, config.connect_timeout, shown)
+    offered = [value for name, value in own if name.lower() == "sec-websocket-protocol"]
+    switched = await _require_accepted(stream, head, key, offered, shown)
+    protocol = Protocol(CLIENT, state=State.OPEN, max_size=config.hard_limit, logger=_CLIENT_LOG)
     info = TransportInfo("websocket", shown)
     ws = WebSocketStream(stream, protocol, info=info, config=config, io=io)
-    _take_handshake(ws, response, early_frames, offers)
+    _take_handshake(ws, switched, rest, offers)
     async with _keeping_alive(ws):
         yield ws
 
 
 def _take_handshake(
-    ws: WebSocketStream,
-    response: Response,
-    early_frames: list[Frame],
-    offers: Sequence[tuple[str, str]],
+    ws: WebSocketStream, switched: Switched, rest: bytes, offers: Sequence[tuple[str, str]]
 ) -> None:
     """Give ``ws`` the offers the server's 101 echoed and the frames that came with it."""
-    taken = {name.lower(): value for name, value in offers if response.headers.get(name) == value}
+    taken = {
+        name.lower(): value for name, value in offers if switched.header(name.lower()) == value
+    }
     if taken:
         ws.offers = taken
-    for frame in early_frames:  # frames that arrived with the handshake (even a close)
-        if not ws._handle_frame(frame):
-            break
+    if rest:  # frames that arrived with the handshake (even a close)
+        ws._protocol.receive_data(rest)
     ws.process_events()
 
 
@@ -500,24 +508,32 @@ def _client_tls(uri: WebSocketURI, ssl_context: ssl.SSLContext | None) -> ssl.SS
     return ssl.create_default_context() if uri.secure else None
 
 
+def _host(uri: WebSocketURI) -> str:
+    """The ``Host`` header: the port only when it is not the scheme's default."""
+    return build_host(uri.host, uri.port, uri.secure)
+
+
 def _request_headers(
-    bearer: str | None, headers: Sequence[tuple[str, str]], offers: Sequence[tuple[str, str]]
+    uri: WebSocketURI,
+    bearer: str | None,
+    headers: Sequence[tuple[str, str]],
+    offers: Sequence[tuple[str, str]],
 ) -> list[tuple[str, str]]:
     """The handshake request's own headers, in the order they are sent."""
-    authorization = [("Authorization", f"Bearer {bearer}")] if bearer else []
+    authorization = []
+    if uri.user_info:  # ws://user:password@host/: HTTP Basic, as websockets sends it
+        authorization.append(("Authorization", build_authorization_basic(*uri.user_info)))
+    if bearer:
+        authorization.append(("Authorization", f"Bearer {bearer}"))
     return [*authorization, *headers, *offers]
 
 
 async def _dial(
-    uri: WebSocketURI,
-    protocol: ClientProtocol,
-    headers: Sequence[tuple[str, str]],
-    context: ssl.SSLContext | None,
-    timeout: float,
-    shown: str,
-) -> tuple[anyio.abc.ByteStream, SocketIO, Response, list[Frame]]:
-    """Connect, send the handshake request and read its response, within ``timeout``;
-    a failure of TCP, TLS or the handshake is :class:`ConnectFailed` naming ``shown``.
+    uri: WebSocketURI, request: bytes, context: ssl.SSLContext | None, timeout: float, shown: str
+) -> tuple[anyio.abc.ByteStream, SocketIO, bytes, bytes]:
+    """Connect, send the handshake request and read its response's head, within
+    ``timeout``; a failure of TCP, TLS or the handshake is :class:`ConnectFailed`
+    naming ``shown``. Returns the head and the bytes that followed it.
 
     The handshake goes through the I/O the link then keeps (see transports._sockets),
     not anyio's stream: on asyncio that is one takeover of the transport per link
@@ -528,13 +544,9 @@ async def _dial(
             stream = await _connect_tcp(uri, context)
             try:
                 io = socket_io(stream)
-                request = protocol.connect()
-                for name, value in headers:
-                    request.headers[name] = value
-                protocol.send_request(request)
-                if not io.write(b"".join(protocol.data_to_send())):
+                if not io.write(request):
                     await io.drain()
-                response, early_frames = await _handshake_reply(io, protocol)
+                head, rest = await _switch_reply(io, shown)
             except BaseException:
                 await anyio.aclose_forcefully(stream)
                 raise
@@ -544,7 +556,7 @@ async def _dial(
         ) from None
     except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
         raise ConnectFailed(f"cannot connect to {shown}: {exc}") from None
-    return stream, io, response, early_frames
+    return stream, io, head, rest
 
 
 async def _connect_tcp(uri: WebSocketURI, context: ssl.SSLContext | None) -> anyio.abc.ByteStream:
@@ -560,15 +572,21 @@ async def _connect_tcp(uri: WebSocketURI, context: ssl.SSLContext | None) -> any
 
 
 async def _require_accepted(
-    stream: anyio.abc.ByteStream, protocol: ClientProtocol, response: Response, shown: str
-) -> None:
-    """Close ``stream`` and raise :class:`ConnectFailed` unless the server took the upgrade."""
-    # Not "state is OPEN": a close frame (say 4001) may arrive in the same read as
-    # the 101, and then the handshake succeeded and the link is already closing.
-    if protocol.handshake_exc is not None or protocol.state is State.CONNECTING:
-        await anyio.aclose_forcefully(stream)
-        status = f"HTTP {response.status_code} {response.reason_phrase}"
-        raise ConnectFailed(f"WebSocket handshake with {shown} failed: {status}")
+    stream: anyio.abc.ByteStream, head: bytes, key: str, offered: Sequence[str], shown: str
+) -> Switched:
+    """The server's 101; else close ``stream`` and raise :class:`ConnectFailed` saying
+    what the server answered, or which rule of the handshake its 101 broke."""
+    try:
+        switched = check_switch(head, key, offered)
+    except BadResponse as exc:
+        failed = f"the response is not HTTP/1.1 ({exc})"
+    else:
+        status = f"HTTP {switched.status} {switched.reason}"
+        if switched.status == 101 and switched.broken is None:
+            return switched
+        failed = status if switched.broken is None else f"{status}, but {switched.broken}"
+    await anyio.aclose_forcefully(stream)
+    raise ConnectFailed(f"WebSocket handshake with {shown} failed: {failed}")
 
 
 WebSocketHandler = Callable[[WebSocketStream, str | None], Awaitable[None]]
@@ -611,23 +629,26 @@ async def _accept(
     io: SocketIO | None = None,
 ) -> tuple[WebSocketStream, str | None] | None:
     """The server's half of the handshake: the stream and the token's agent id, or None
-    when the connection was refused (404, 4001, 4003) and is closed already."""
-    protocol = _ServerLink(max_size=config.hard_limit, logger=_SERVER_LOG)
-    # The server parsed the head once; websockets checks the handshake from that, not
-    # from a second parse of the same bytes.
-    parsed = Request(request.target, Headers(request.headers))
+    when the connection was refused (404, a broken handshake, 4001, 4003) and is closed
+    already."""
+    # The server parsed the head once: the handshake is checked from that, and the 101
+    # written from a template (see transports._ws_handshake).
     if paths is not None and request.path not in paths:
-        reply = protocol.reject(404, f"no WebSocket endpoint at {request.path}\n")
+        checked: tuple[str, str | None] | Refusal = Refusal(
+            404, f"no WebSocket endpoint at {request.path}"
+        )
     else:
-        reply = protocol.accept(parsed)
+        checked = check_upgrade(request.method, request.version, request.headers)
     taken = _take_offers(request, offers) if offers else None
-    if taken and reply.status_code == 101:
-        for name, value in taken.items():
-            reply.headers[name] = value
-    protocol.send_response(reply)
-    opened = protocol.state is State.OPEN
-    response = b"".join(protocol.data_to_send())
-    del parsed, reply
+    if isinstance(checked, Refusal):
+        log.info("websocket.refused", client=request.client, status=checked.status, why=checked.why)
+        response = refusal_response(
+            checked.status, HTTPStatus(checked.status).phrase, checked.why, checked.headers
+        )
+        opened = False
+    else:
+        response = switching_response(*checked, taken.items() if taken else ())
+        opened = True
     # A taken offer is a frame the handler sends first thing: the 101 waits for it, so
     # both leave in one write and the client wakes once for them. Otherwise it goes now.
     held = opened and bool(taken)
@@ -643,7 +664,7 @@ async def _accept(
     if not opened:
         await anyio.aclose_forcefully(stream)
         return None
-    protocol.read_frames()
+    protocol = Protocol(SERVER, state=State.OPEN, max_size=config.hard_limit, logger=_SERVER_LOG)
     ws = WebSocketStream(
         stream, protocol, info=TransportInfo("websocket", request.client), config=config, io=io
     )
@@ -686,24 +707,6 @@ def _take_offers(request: HttpRequest, offers: Sequence[str]) -> dict[str, str]:
         if value is not None and _OFFER_VALUE.fullmatch(value):
             taken[name.lower()] = value
     return taken
-
-
-class _ServerLink(ServerProtocol):
-    """websockets' server protocol, for a link's handshake and then its frames: one
-    object per link (a protocol makes a ``uuid4``, a reader and a parser generator)."""
-
-    def select_subprotocol(self, subprotocols: Sequence[Subprotocol]) -> Subprotocol | None:
-        # A browser offers `mesh` beside its token (see protocol_token): select it;
-        # anything else offered is ignored, as it was before a subprotocol existed. A
-        # method, not websockets' ``select_subprotocol=`` argument: that binds it to the
-        # instance, a reference cycle every link would leave to the cyclic collector.
-        return Subprotocol(WS_PROTOCOL) if WS_PROTOCOL in subprotocols else None
-
-    def read_frames(self) -> None:
-        """Parse what comes next as frames. The HTTP server parsed the request, so the
-        handshake's parser never ran: it is replaced, not fed, and holds no request."""
-        self.parser = Protocol.parse(self)
-        next(self.parser)
 
 
 def websocket_upgrade_handler(
