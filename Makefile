@@ -5,6 +5,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LLM_STAMP := $(VENV)/.installed-llm
 
+# Python caches each module's bytecode next to it (__pycache__, ignored by git) unless
+# PYTHONDONTWRITEBYTECODE is set, as some images do: then every process compiles the library
+# again. The suite starts over a thousand Python processes (importing the daemon compiles
+# 1.1 s of CPU uncached, 0.55 s cached), so the targets here let it write.
+unexport PYTHONDONTWRITEBYTECODE
+
 # The npm MCP peers the tests run against (tests/mcp/peers), pinned by its lockfile.
 # Installed once (the stamp); `make test` requires node (MESH_REQUIRE_NODE), as CI does.
 PEERS       := tests/mcp/peers
@@ -16,7 +22,7 @@ PEERS_STAMP := $(PEERS)/node_modules/.installed
 ADK       := tests/a2a/adk
 ADK_STAMP := $(ADK)/.venv/.installed
 
-.PHONY: check test coverage-ratchet coverage-diff demo demo-cluster demo-llm demo-draws test-llm browser prometheus bench bench-smoke soak lint typecheck peers adk clean
+.PHONY: check check-conformance check-core test coverage-ratchet coverage-diff demo demo-cluster demo-llm demo-draws test-llm browser prometheus bench bench-smoke soak lint typecheck peers adk clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,12 +71,21 @@ CHECK_TESTS  := tests/unit tests/layers tests/conformance tests/registry tests/r
 	tests/providers tests/test_layering.py tests/test_public_api.py tests/test_coverage_ratchet.py
 CHECK_IGNORE := tests/rooms/test_crash.py tests/rooms/test_persona.py
 
-# One process: two pytest-xdist workers were no faster at load 2-4 and took half again the
-# CPU; measured again beside a CPU hog, two and three workers took a third to a half more
-# CPU and were no faster (docs/testing.md, "Where the suite's time goes"). mypy keeps .mypy_cache in the checkout:
-# 38 s of CPU on a fresh clone, 1.4 s after.
-check: lint typecheck
-	$(BIN)/python -m pytest -q $(CHECK_TESTS) $(addprefix --ignore=,$(CHECK_IGNORE))
+# Its parts run side by side (make -j, each part's output kept whole): lint, the types, and
+# the tests in two processes, the conformance suite (it mostly waits on the echo agent's
+# timers) beside the rest. On a fresh clone mypy alone takes ~40 s of CPU (1 s once
+# .mypy_cache is made), which in series came on top of the tests' ~105 s of wall:
+# docs/testing.md, "The fast tier".
+check: $(STAMP)
+	$(MAKE) --no-print-directory -j4 --output-sync=target lint typecheck check-conformance check-core
+
+CHECK_PYTEST := $(BIN)/python -m pytest -q $(addprefix --ignore=,$(CHECK_IGNORE))
+
+check-conformance: $(STAMP)
+	MESH_TEST_CPU_REPORT=.pytest-cpu-conformance.json $(CHECK_PYTEST) tests/conformance
+
+check-core: $(STAMP)
+	$(CHECK_PYTEST) $(filter-out tests/conformance,$(CHECK_TESTS))
 
 # Branch coverage of the library, child processes included (pyproject's [tool.coverage]):
 # printed, and the run fails under the whole's floor (fail_under) or when a package drops
