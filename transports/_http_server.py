@@ -47,7 +47,7 @@ from transports._http_messages import BodyWriter, HttpRequest, HttpResponse
 from transports._http_wire import LAST_CHUNK, BadRequest, Head, RequestParser, chunk, response_head
 from transports._logging import get_logger
 from transports._loop import Scope, current_loop
-from transports._sockets import SocketIO, offered_io, socket_io
+from transports._sockets import SocketIO, offered_io, read_ahead_io, socket_io
 
 __all__ = [
     "HttpServer",
@@ -148,18 +148,45 @@ class _HttpConnection:
 
     async def run(self) -> None:
         try:
-            while True:
-                outcome = await self._one_cycle()
-                if outcome is False:
-                    return
-                if outcome is not True:  # a WebSocket upgrade: the connection is handed over
-                    await self._upgrade(outcome)
-                    return
-        except _Closed:
-            return
+            upgrade = await self._serve()
+            if upgrade is not None:  # a WebSocket upgrade: the connection is handed over
+                await self._upgrade(upgrade)
         finally:
             with anyio.CancelScope(shield=True):
                 await self._stream.aclose()
+
+    async def _serve(self) -> HttpRequest | None:
+        """:meth:`_serve_requests`, with trio's socket read all along meanwhile by a task
+        of the connection's (:class:`ReadAheadIO`): one task per connection, not one per
+        request, tells a handler that its client left. The task stops before an upgrade,
+        and what it read goes to the upgrade's handler with the rest of the buffer."""
+        ahead = read_ahead_io(self._io, self._loop.wakeup)
+        if ahead is None:
+            return await self._serve_requests()
+        self._io = ahead
+        with unwrap_single_error():
+            async with self._loop.task_group() as tasks:
+                tasks.start_soon(ahead.read_all_along, name="http.read_ahead")
+                try:
+                    upgrade = await self._serve_requests()
+                finally:
+                    tasks.cancel_scope.cancel()
+                    self._io = ahead.inner
+        # Only now: a read the task was woken for is done before the task ends.
+        self._buffer += ahead.unread()
+        return upgrade
+
+    async def _serve_requests(self) -> HttpRequest | None:
+        """Requests one after another; the one that asks to upgrade, or None to close."""
+        try:
+            while True:
+                outcome = await self._one_cycle()
+                if outcome is False:
+                    return None
+                if outcome is not True:
+                    return outcome
+        except _Closed:
+            return None
 
     async def _one_cycle(self) -> bool | HttpRequest:
         """Serve one request; False when the connection should close, or the request
@@ -406,9 +433,26 @@ class _HttpConnection:
         """
         if self._buffer:
             return await self._respond(request)  # more requests already came: it is there
-        if self._io.watches_hang_up:
-            return await self._respond_watched(request)
-        return await self._respond_reading(request)
+        if not self._io.watches_hang_up:
+            return await self._respond_reading(request)
+        if self._loop.call_at is None:
+            return await self._respond_here(request)
+        return await self._respond_watched(request)
+
+    async def _respond_here(self, request: HttpRequest) -> HttpResponse | None:
+        """trio: the handler runs in the connection's own task, under a cancel scope that
+        the connection's reading task cancels if the client leaves (:class:`ReadAheadIO`):
+        no task, no nursery per request. A connection closed from outside cancels it as
+        any task's work, through the handler's shields."""
+        scope = self._loop.cancel_scope()
+        self._io.watch_hang_up(scope.cancel)  # False: bytes wait, the client is there
+        try:
+            with scope:
+                return await self._respond(request)
+        finally:
+            self._io.watch_hang_up(None)
+        log.info("http.client_left", client=self._client, path=request.path)
+        return None
 
     async def _respond_watched(self, request: HttpRequest) -> HttpResponse | None:
         """asyncio: the handler runs in a task of the loop's own (its context its own, as
@@ -440,8 +484,8 @@ class _HttpConnection:
         return None  # cancelled: its client left
 
     async def _respond_reading(self, request: HttpRequest) -> HttpResponse | None:
-        """The handler in a task while this one reads the connection (trio, TLS): trio's
-        own nursery on trio, not anyio's group (whose ``start_soon`` adds a scope and an
+        """The handler in a task while this one reads the connection (TLS): trio's own
+        nursery on trio, not anyio's group (whose ``start_soon`` adds a scope and an
         event per task)."""
         answer: list[HttpResponse] = []
         async with self._loop.task_group() as tg:
