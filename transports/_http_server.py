@@ -26,7 +26,6 @@ within ``head_timeout``, and strangers cannot take the slots of known callers.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -435,15 +434,15 @@ class _HttpConnection:
             return await self._respond(request)  # more requests already came: it is there
         if not self._io.watches_hang_up:
             return await self._respond_reading(request)
-        if self._loop.call_at is None:
-            return await self._respond_here(request)
         return await self._respond_watched(request)
 
-    async def _respond_here(self, request: HttpRequest) -> HttpResponse | None:
-        """trio: the handler runs in the connection's own task, under a cancel scope that
-        the connection's reading task cancels if the client leaves (:class:`ReadAheadIO`):
-        no task, no nursery per request. A connection closed from outside cancels it as
-        any task's work, through the handler's shields."""
+    async def _respond_watched(self, request: HttpRequest) -> HttpResponse | None:
+        """The handler runs in the connection's own task, under a cancel scope that the
+        I/O cancels if the client leaves (asyncio's transport tells it; on trio the
+        connection's reading task, :class:`ReadAheadIO`): no task, no task group per
+        request. A connection closed from outside cancels the handler as it would a task
+        group's, through its scopes, so its shields hold (a room being created is finished
+        even if its creator left)."""
         scope = self._loop.cancel_scope()
         self._io.watch_hang_up(scope.cancel)  # False: bytes wait, the client is there
         try:
@@ -453,35 +452,6 @@ class _HttpConnection:
             self._io.watch_hang_up(None)
         log.info("http.client_left", client=self._client, path=request.path)
         return None
-
-    async def _respond_watched(self, request: HttpRequest) -> HttpResponse | None:
-        """asyncio: the handler runs in a task of the loop's own (its context its own, as
-        in a task group's) under a cancel scope that the transport's hang-up callback
-        cancels: no task reads the connection meanwhile, and no task group is opened.
-
-        Cancelled through its scope, never ``Task.cancel()``, whose cancel would go
-        through the shields of the handler's scopes (a room being created must be
-        finished even if its creator left)."""
-        scope = self._loop.cancel_scope()
-        task = asyncio.get_running_loop().create_task(self._respond_in(scope, request))
-        self._io.watch_hang_up(scope.cancel)  # False: bytes wait, the client is there
-        try:
-            response = await asyncio.shield(task)
-        except asyncio.CancelledError:
-            scope.cancel()  # the connection is being closed: so is its handler
-            with anyio.CancelScope(shield=True):
-                await asyncio.wait((task,))
-            raise
-        finally:
-            self._io.watch_hang_up(None)
-        if response is None:
-            log.info("http.client_left", client=self._client, path=request.path)
-        return response
-
-    async def _respond_in(self, scope: Scope, request: HttpRequest) -> HttpResponse | None:
-        with scope:
-            return await self._respond(request)
-        return None  # cancelled: its client left
 
     async def _respond_reading(self, request: HttpRequest) -> HttpResponse | None:
         """The handler in a task while this one reads the connection (TLS): trio's own

@@ -189,18 +189,17 @@ async def test_read_ahead_bytes_keep_their_order_and_what_nobody_received_is_giv
     if sniffio.current_async_library() == "asyncio":
         return  # asyncio's transport reads (test_bytes_before_the_hang_up_end_the_watch)
     sent = bytes(range(256)) * (4 * 1024 * 4)  # 4 MiB: many times the high-water mark
-    async with tcp_pair() as (client, server):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(client.send, sent)
-            got = bytearray()
-            async with read_ahead(server) as io:
-                with anyio.fail_after(GUARD):
-                    while len(got) < len(sent) - READ_SIZE:
-                        got += await io.receive()
-            got += io.unread()
+    async with tcp_pair() as (client, server), anyio.create_task_group() as tg:
+        tg.start_soon(client.send, sent)
+        got = bytearray()
+        async with read_ahead(server) as io:
             with anyio.fail_after(GUARD):
-                while len(got) < len(sent):
-                    got += await server.receive()
+                while len(got) < len(sent) - READ_SIZE:
+                    got += await io.receive()
+        got += io.unread()
+        with anyio.fail_after(GUARD):
+            while len(got) < len(sent):
+                got += await server.receive()
     assert got == sent
 
 
