@@ -155,19 +155,29 @@ class _HttpConnection:
                 await self._stream.aclose()
 
     async def _serve(self) -> HttpRequest | None:
-        """:meth:`_serve_requests`, with trio's socket read all along meanwhile by a task
-        of the connection's (:class:`ReadAheadIO`): one task per connection, not one per
-        request, tells a handler that its client left. The task stops before an upgrade,
-        and what it read goes to the upgrade's handler with the rest of the buffer."""
+        """Requests one after another: the one that asks to upgrade, or None to close.
+
+        On trio, once a first request is in that is not an upgrade, a task of the
+        connection's reads its socket all along (:class:`ReadAheadIO`): one task per
+        connection, not one per request, tells a handler that its client left. A link's
+        upgrade, its first request, starts none; a later one stops it, and what it read
+        goes to the upgrade's handler with the rest of the buffer.
+        """
+        try:
+            request = await self._next_request()
+        except _Closed:
+            return None
+        if request is None or self._slot.upgraded:
+            return request
         ahead = read_ahead_io(self._io, self._loop.wakeup)
         if ahead is None:
-            return await self._serve_requests()
+            return await self._serve_from(request)
         self._io = ahead
         with unwrap_single_error():
             async with self._loop.task_group() as tasks:
                 tasks.start_soon(ahead.read_all_along, name="http.read_ahead")
                 try:
-                    upgrade = await self._serve_requests()
+                    upgrade = await self._serve_from(request)
                 finally:
                     tasks.cancel_scope.cancel()
                     self._io = ahead.inner
@@ -175,21 +185,20 @@ class _HttpConnection:
         self._buffer += ahead.unread()
         return upgrade
 
-    async def _serve_requests(self) -> HttpRequest | None:
-        """Requests one after another; the one that asks to upgrade, or None to close."""
+    async def _serve_from(self, request: HttpRequest | None) -> HttpRequest | None:
+        """Answer ``request`` and those after it; the one that asks to upgrade, or None."""
         try:
-            while True:
-                outcome = await self._one_cycle()
-                if outcome is False:
+            while request is not None and not self._slot.upgraded:
+                if not await self._answer(request):
                     return None
-                if outcome is not True:
-                    return outcome
+                request = await self._next_request()
         except _Closed:
             return None
+        return request
 
-    async def _one_cycle(self) -> bool | HttpRequest:
-        """Serve one request; False when the connection should close, or the request
-        that asks to upgrade (:meth:`_upgrade` takes it from there)."""
+    async def _next_request(self) -> HttpRequest | None:
+        """The next request (:meth:`_read_request`), or None when the connection should
+        close: a 408 said if it did not arrive in time."""
         self._answering = False
         self._phase = _IDLE
         # One cancel scope for the wait, the head and the body, its deadline moved on at
@@ -199,12 +208,8 @@ class _HttpConnection:
             request = await self._read_request(by)
         if by.cancelled_caught:
             await self._timed_out()
-            return False
-        if request is None:
-            return False
-        if self._slot.upgraded:
-            return request  # the WebSocket lives on without a deadline
-        return await self._answer(request)
+            return None
+        return request  # an upgrade's lives on without a deadline
 
     async def _read_request(self, by: Scope) -> HttpRequest | None:
         """The next request, body and all (an upgrade's: its head), or None to close. Its

@@ -21,6 +21,10 @@ from transports import HttpServer, HttpServerConfig
 
 pytestmark = pytest.mark.anyio
 
+UPGRADE = (
+    b"GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: upgrade\r\n"
+    b"sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n"
+)
 FAST = HttpServerConfig(max_body_size=2048, request_timeout=0.3, keepalive_timeout=0.3)
 
 
@@ -357,6 +361,25 @@ async def test_the_requests_of_a_keep_alive_connection_start_no_task_each() -> N
     assert started == []
 
 
+async def test_a_connection_that_upgrades_at_once_starts_no_task_to_read_it() -> None:
+    """A WebSocket link's first request is its upgrade: no request is answered on it, so
+    nothing needs watching, and its handler reads the socket itself."""
+    from transports import HttpRequest, HttpResponse, open_http_server
+
+    async def handler(request: HttpRequest) -> HttpResponse:
+        return HttpResponse(200, b"{}")
+
+    async def upgraded(stream: anyio.abc.ByteStream, request: HttpRequest, first: bytes) -> None:
+        await stream.send(b"upgraded")
+
+    async with open_http_server(handler, upgrade_handler=upgraded, port=0) as srv:
+        with anyio.fail_after(10), tasks_started() as started:
+            async with await anyio.connect_tcp("127.0.0.1", srv.port) as tcp:
+                await tcp.send(UPGRADE)
+                assert await tcp.receive() == b"upgraded"
+    assert "http.read_ahead" not in started
+
+
 async def test_an_upgraded_connection_gets_every_byte_sent_after_its_head() -> None:
     """A connection that served a request first, then upgrades: the bytes that came with
     the upgrade's head and those that come after reach the upgrade's handler, in order."""
@@ -373,16 +396,12 @@ async def test_an_upgraded_connection_gets_every_byte_sent_after_its_head() -> N
             io.write(data)
             await io.drain()
 
-    upgrade = (
-        b"GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: upgrade\r\n"
-        b"sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n"
-    )
     async with open_http_server(handler, upgrade_handler=upgraded, port=0) as srv:
         with anyio.fail_after(10):
             async with await anyio.connect_tcp("127.0.0.1", srv.port) as tcp:
                 await tcp.send(b"GET /first HTTP/1.1\r\nhost: x\r\n\r\n")
                 assert (await tcp.receive()).startswith(b"HTTP/1.1 200 ")
-                await tcp.send(upgrade + b"one,")
+                await tcp.send(UPGRADE + b"one,")
                 await tcp.send(b"two,")
                 await tcp.send(b"three")
                 echoed = b""
