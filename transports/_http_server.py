@@ -27,6 +27,7 @@ within ``head_timeout``, and strangers cannot take the slots of known callers.
 from __future__ import annotations
 
 import json
+import math
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
@@ -112,8 +113,10 @@ class _HttpConnection:
     __slots__ = (
         "_answering",
         "_buffer",
+        "_by",
         "_client",
         "_config",
+        "_due",
         "_io",
         "_keep_alive",
         "_loop",
@@ -144,6 +147,11 @@ class _HttpConnection:
         self._answering = False
         self._keep_alive = True
         self._phase = _IDLE
+        #: The request's scope while it is read, and the deadline its phase has: set on
+        #: the scope only before a wait (:meth:`_receive_in_time`), so a request whose
+        #: bytes are all in moves no deadline (each move reschedules a timer).
+        self._by: Scope | None = None
+        self._due = math.inf
 
     async def run(self) -> None:
         try:
@@ -203,9 +211,12 @@ class _HttpConnection:
         self._phase = _IDLE
         # One cancel scope for the wait, the head and the body, its deadline moved on at
         # each: a scope per phase cost more than llhttp's whole parse (trio's scopes most).
-        by = self._loop.cancel_scope()
-        with by:
-            request = await self._read_request(by)
+        by = self._by = self._loop.cancel_scope()
+        try:
+            with by:
+                request = await self._read_request(by)
+        finally:
+            self._by = None
         if by.cancelled_caught:
             await self._timed_out()
             return None
@@ -214,23 +225,24 @@ class _HttpConnection:
     async def _read_request(self, by: Scope) -> HttpRequest | None:
         """The next request, body and all (an upgrade's: its head), or None to close. Its
         first byte within the idle wait, its head ``head_timeout`` after that byte, all of
-        it within ``request_timeout``: ``by``'s deadline, moved on at each phase."""
+        it within ``request_timeout``: ``by``'s deadline, moved on at each phase (set when
+        a wait needs it)."""
         config = self._config
         if self._buffer:  # a pipelined request: let others run, as a wait for it would
             await anyio.lowlevel.checkpoint()
         else:
-            by.deadline = anyio.current_time() + self._idle_wait()
+            by.deadline = self._loop.now() + self._idle_wait()
             data = await self._receive_chunk()
             if not data:
                 return None  # close quietly
             self._buffer += data
         self._served += 1
         self._phase = _HEAD
-        start = anyio.current_time()
-        by.deadline = start + min(config.head_timeout, config.request_timeout)
+        start = self._loop.now()
+        self._due = start + min(config.head_timeout, config.request_timeout)
         parser = await self._read_head()
         self._phase = _BODY
-        by.deadline = start + config.request_timeout
+        self._due = start + config.request_timeout
         head = parser.head
         self._keep_alive = head.keep_alive
         request = HttpRequest(
@@ -344,7 +356,7 @@ class _HttpConnection:
                 del buffer[:size]
                 return parser
             fed = size
-            data = await self._receive_chunk()
+            data = await self._receive_in_time()
             if not data:
                 raise _Closed
             buffer += data
@@ -357,9 +369,16 @@ class _HttpConnection:
         except ssl.SSLError:
             raise _Closed from None
 
+    async def _receive_in_time(self) -> bytes:
+        """A read of the request's rest, within its phase's deadline."""
+        by = self._by
+        if by is not None and by.deadline != self._due:
+            by.deadline = self._due
+        return await self._receive_chunk()
+
     async def _more(self) -> None:
         """Read into the buffer; the client leaving mid-request ends the connection."""
-        data = await self._receive_chunk()
+        data = await self._receive_in_time()
         if not data:
             raise _Closed
         self._buffer += data
