@@ -216,7 +216,7 @@ class _HttpConnection:
             with by:
                 request = await self._read_request(by)
         finally:
-            self._by = None
+            self._by, self._due = None, math.inf  # an upgraded link keeps no float of its own
         if by.cancelled_caught:
             await self._timed_out()
             return None
