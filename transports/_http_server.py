@@ -26,8 +26,8 @@ within ``head_timeout``, and strangers cannot take the slots of known callers.
 
 from __future__ import annotations
 
-import asyncio
 import json
+import math
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
@@ -47,7 +47,7 @@ from transports._http_messages import BodyWriter, HttpRequest, HttpResponse
 from transports._http_wire import LAST_CHUNK, BadRequest, Head, RequestParser, chunk, response_head
 from transports._logging import get_logger
 from transports._loop import Scope, current_loop
-from transports._sockets import SocketIO, offered_io, socket_io
+from transports._sockets import SocketIO, offered_io, read_ahead_io, socket_io
 
 __all__ = [
     "HttpServer",
@@ -113,8 +113,10 @@ class _HttpConnection:
     __slots__ = (
         "_answering",
         "_buffer",
+        "_by",
         "_client",
         "_config",
+        "_due",
         "_io",
         "_keep_alive",
         "_loop",
@@ -145,61 +147,102 @@ class _HttpConnection:
         self._answering = False
         self._keep_alive = True
         self._phase = _IDLE
+        #: The request's scope while it is read, and the deadline its phase has: set on
+        #: the scope only before a wait (:meth:`_receive_in_time`), so a request whose
+        #: bytes are all in moves no deadline (each move reschedules a timer).
+        self._by: Scope | None = None
+        self._due = math.inf
 
     async def run(self) -> None:
         try:
-            while True:
-                outcome = await self._one_cycle()
-                if outcome is False:
-                    return
-                if outcome is not True:  # a WebSocket upgrade: the connection is handed over
-                    await self._upgrade(outcome)
-                    return
-        except _Closed:
-            return
+            upgrade = await self._serve()
+            if upgrade is not None:  # a WebSocket upgrade: the connection is handed over
+                await self._upgrade(upgrade)
         finally:
             with anyio.CancelScope(shield=True):
                 await self._stream.aclose()
 
-    async def _one_cycle(self) -> bool | HttpRequest:
-        """Serve one request; False when the connection should close, or the request
-        that asks to upgrade (:meth:`_upgrade` takes it from there)."""
+    async def _serve(self) -> HttpRequest | None:
+        """Requests one after another: the one that asks to upgrade, or None to close.
+
+        On trio, once a first request is in that is not an upgrade, a task of the
+        connection's reads its socket all along (:class:`ReadAheadIO`): one task per
+        connection, not one per request, tells a handler that its client left. A link's
+        upgrade, its first request, starts none; a later one stops it, and what it read
+        goes to the upgrade's handler with the rest of the buffer.
+        """
+        try:
+            request = await self._next_request()
+        except _Closed:
+            return None
+        if request is None or self._slot.upgraded:
+            return request
+        ahead = read_ahead_io(self._io, self._loop.wakeup)
+        if ahead is None:
+            return await self._serve_from(request)
+        self._io = ahead
+        with unwrap_single_error():
+            async with self._loop.task_group() as tasks:
+                tasks.start_soon(ahead.read_all_along, name="http.read_ahead")
+                try:
+                    upgrade = await self._serve_from(request)
+                finally:
+                    tasks.cancel_scope.cancel()
+                    self._io = ahead.inner
+        # Only now: a read the task was woken for is done before the task ends.
+        self._buffer += ahead.unread()
+        return upgrade
+
+    async def _serve_from(self, request: HttpRequest | None) -> HttpRequest | None:
+        """Answer ``request`` and those after it; the one that asks to upgrade, or None."""
+        try:
+            while request is not None and not self._slot.upgraded:
+                if not await self._answer(request):
+                    return None
+                request = await self._next_request()
+        except _Closed:
+            return None
+        return request
+
+    async def _next_request(self) -> HttpRequest | None:
+        """The next request (:meth:`_read_request`), or None when the connection should
+        close: a 408 said if it did not arrive in time."""
         self._answering = False
         self._phase = _IDLE
         # One cancel scope for the wait, the head and the body, its deadline moved on at
         # each: a scope per phase cost more than llhttp's whole parse (trio's scopes most).
-        by = self._loop.cancel_scope()
-        with by:
-            request = await self._read_request(by)
+        by = self._by = self._loop.cancel_scope()
+        try:
+            with by:
+                request = await self._read_request(by)
+        finally:
+            self._by, self._due = None, math.inf  # an upgraded link keeps no float of its own
         if by.cancelled_caught:
             await self._timed_out()
-            return False
-        if request is None:
-            return False
-        if self._slot.upgraded:
-            return request  # the WebSocket lives on without a deadline
-        return await self._answer(request)
+            return None
+        return request  # an upgrade's lives on without a deadline
 
     async def _read_request(self, by: Scope) -> HttpRequest | None:
         """The next request, body and all (an upgrade's: its head), or None to close. Its
         first byte within the idle wait, its head ``head_timeout`` after that byte, all of
-        it within ``request_timeout``: ``by``'s deadline, moved on at each phase."""
+        it within ``request_timeout``: ``by``'s deadline, moved on at each phase (set when
+        a wait needs it)."""
         config = self._config
         if self._buffer:  # a pipelined request: let others run, as a wait for it would
             await anyio.lowlevel.checkpoint()
         else:
-            by.deadline = anyio.current_time() + self._idle_wait()
+            by.deadline = self._loop.now() + self._idle_wait()
             data = await self._receive_chunk()
             if not data:
                 return None  # close quietly
             self._buffer += data
         self._served += 1
         self._phase = _HEAD
-        start = anyio.current_time()
-        by.deadline = start + min(config.head_timeout, config.request_timeout)
+        start = self._loop.now()
+        self._due = start + min(config.head_timeout, config.request_timeout)
         parser = await self._read_head()
         self._phase = _BODY
-        by.deadline = start + config.request_timeout
+        self._due = start + config.request_timeout
         head = parser.head
         self._keep_alive = head.keep_alive
         request = HttpRequest(
@@ -318,7 +361,7 @@ class _HttpConnection:
                 del buffer[:size]
                 return parser
             fed = size
-            data = await self._receive_chunk()
+            data = await self._receive_in_time()
             if not data:
                 raise _Closed
             buffer += data
@@ -331,9 +374,16 @@ class _HttpConnection:
         except ssl.SSLError:
             raise _Closed from None
 
+    async def _receive_in_time(self) -> bytes:
+        """A read of the request's rest, within its phase's deadline."""
+        by = self._by
+        if by is not None and by.deadline != self._due:
+            by.deadline = self._due
+        return await self._receive_chunk()
+
     async def _more(self) -> None:
         """Read into the buffer; the client leaving mid-request ends the connection."""
-        data = await self._receive_chunk()
+        data = await self._receive_in_time()
         if not data:
             raise _Closed
         self._buffer += data
@@ -411,42 +461,30 @@ class _HttpConnection:
         """
         if self._buffer:
             return await self._respond(request)  # more requests already came: it is there
-        if self._io.watches_hang_up:
-            return await self._respond_watched(request)
-        return await self._respond_reading(request)
+        if not self._io.watches_hang_up:
+            return await self._respond_reading(request)
+        return await self._respond_watched(request)
 
     async def _respond_watched(self, request: HttpRequest) -> HttpResponse | None:
-        """asyncio: the handler runs in a task of the loop's own (its context its own, as
-        in a task group's) under a cancel scope that the transport's hang-up callback
-        cancels: no task reads the connection meanwhile, and no task group is opened.
-
-        Cancelled through its scope, never ``Task.cancel()``, whose cancel would go
-        through the shields of the handler's scopes (a room being created must be
-        finished even if its creator left)."""
+        """The handler runs in the connection's own task, under a cancel scope that the
+        I/O cancels if the client leaves (asyncio's transport tells it; on trio the
+        connection's reading task, :class:`ReadAheadIO`): no task, no task group per
+        request. A connection closed from outside cancels the handler as it would a task
+        group's, through its scopes, so its shields hold (a room being created is finished
+        even if its creator left)."""
         scope = self._loop.cancel_scope()
-        task = asyncio.get_running_loop().create_task(self._respond_in(scope, request))
         self._io.watch_hang_up(scope.cancel)  # False: bytes wait, the client is there
         try:
-            response = await asyncio.shield(task)
-        except asyncio.CancelledError:
-            scope.cancel()  # the connection is being closed: so is its handler
-            with anyio.CancelScope(shield=True):
-                await asyncio.wait((task,))
-            raise
+            with scope:
+                return await self._respond(request)
         finally:
             self._io.watch_hang_up(None)
-        if response is None:
-            log.info("http.client_left", client=self._client, path=request.path)
-        return response
-
-    async def _respond_in(self, scope: Scope, request: HttpRequest) -> HttpResponse | None:
-        with scope:
-            return await self._respond(request)
-        return None  # cancelled: its client left
+        log.info("http.client_left", client=self._client, path=request.path)
+        return None
 
     async def _respond_reading(self, request: HttpRequest) -> HttpResponse | None:
-        """The handler in a task while this one reads the connection (trio, TLS): trio's
-        own nursery on trio, not anyio's group (whose ``start_soon`` adds a scope and an
+        """The handler in a task while this one reads the connection (TLS): trio's own
+        nursery on trio, not anyio's group (whose ``start_soon`` adds a scope and an
         event per task)."""
         answer: list[HttpResponse] = []
         async with self._loop.task_group() as tg:

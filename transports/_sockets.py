@@ -16,6 +16,10 @@ I/O through a :class:`SocketIO`:
   that and anyio's and trio's wrappers on every message it is sent);
 - anything else (TLS) keeps anyio's stream: every write waits, as before.
 
+On trio a socket is read only when someone receives, so nobody learns that the peer
+left while nobody reads; a :class:`ReadAheadIO` reads it all along from a task of
+its own, as asyncio's transport does, for the HTTP server to watch its clients.
+
 Each probes what it reaches under anyio (a private transport on asyncio) and
 falls back to the plain stream when it is not there. A plain TCP stream that
 falls back means anyio changed under us (``anyio<5`` is pinned for this): it still
@@ -41,10 +45,12 @@ from transports._logging import get_logger
 
 __all__ = [
     "READ_SIZE",
+    "ReadAheadIO",
     "SocketIO",
     "adopts_io",
     "connect_tcp",
     "offered_io",
+    "read_ahead_io",
     "shrink_reads",
     "socket_io",
 ]
@@ -466,3 +472,139 @@ class _AsyncioIO(asyncio.Protocol):
     def _wake_drainer(self) -> None:
         if self._drainer is not None and not self._drainer.done():
             self._drainer.set_result(None)
+
+
+class ReadAheadIO:
+    """trio's socket read all along by a task of its own, as asyncio's transport reads.
+
+    The HTTP server must learn that a client left while its request is handled, and on
+    trio only a read learns it: a task per request reading while the handler ran (a
+    spawn, a nursery, an epoll registration made and dropped, three scheduler passes).
+    This I/O's reading task (:meth:`read_all_along`, started once per connection in the
+    connection's nursery) reads whatever comes, up to ``_HIGH_WATER`` not yet received,
+    so :meth:`watch_hang_up` works as asyncio's: the handler runs in the connection's
+    own task and the reading task cancels it. Writes go to ``inner``'s socket as before.
+    When the reading task is stopped, :meth:`unread` gives back what it read and nobody
+    received (an upgrade's first bytes).
+    """
+
+    __slots__ = (
+        "_buffered",
+        "_chunks",
+        "_eof",
+        "_error",
+        "_on_hang_up",
+        "_paused",
+        "_reader",
+        "_wakeup",
+        "inner",
+    )
+
+    watches_hang_up = True
+
+    def __init__(self, inner: _QueuedIO, wakeup: Callable[[], Any]) -> None:
+        assert inner._sock is not None, "a plain socket on trio"
+        self.inner = inner
+        self._wakeup = wakeup  # the loop's one-shot wake-up (transports._loop)
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+        self._eof = False
+        self._error: BaseException | None = None
+        self._reader: Any = None  # the receive that waits for a chunk
+        self._paused: Any = None  # the reading task, waiting for room under _HIGH_WATER
+        self._on_hang_up: Callable[[], object] | None = None
+
+    async def read_all_along(self) -> None:
+        """The reading task: until the end of the stream, or cancelled."""
+        import trio
+
+        sock = self.inner._sock
+        assert sock is not None
+        wait_readable = trio.lowlevel.wait_readable
+        while True:
+            if self._buffered > _HIGH_WATER:  # nobody receives: TCP holds the sender back
+                self._paused = self._wakeup()
+                await self._paused.wait()
+                continue
+            try:
+                await wait_readable(sock)
+                data = sock.recv(READ_SIZE)
+            except BlockingIOError:
+                continue
+            except (OSError, trio.ClosedResourceError) as exc:
+                self._error = exc
+                data = b""
+            if not data:
+                self._eof = True
+                self._wake_reader()
+                self._hung_up()
+                return
+            self._on_hang_up = None  # the peer is plainly still there
+            self._chunks.append(data)
+            self._buffered += len(data)
+            self._wake_reader()
+
+    async def receive(self) -> bytes:
+        chunks = self._chunks
+        while not chunks:
+            if self._error is not None:
+                raise anyio.BrokenResourceError from self._error
+            if self._eof:
+                return b""
+            self._reader = parked = self._wakeup()
+            try:
+                await parked.wait()
+            finally:
+                self._reader = None
+        chunk = chunks.pop(0)
+        self._buffered -= len(chunk)
+        if self._paused is not None and self._buffered <= _LOW_WATER:
+            self._paused.set()
+            self._paused = None
+        return chunk
+
+    def write(self, data: bytes) -> bool:
+        return self.inner.write(data)
+
+    async def drain(self) -> None:
+        await self.inner.drain()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def watch_hang_up(self, callback: Callable[[], object] | None) -> bool:
+        """As asyncio's: ``callback`` once if the peer ends the stream before another
+        byte comes (at once if it has); False, and no watch, if a chunk waits."""
+        if callback is not None and self._chunks:
+            return False
+        self._on_hang_up = callback
+        if self._eof:
+            self._hung_up()
+        return True
+
+    def release(self) -> None:
+        self._on_hang_up = None  # the socket was read directly: see unread()
+
+    def unread(self) -> bytes:
+        """What the reading task read and nobody received (call once it is stopped)."""
+        data = b"".join(self._chunks)
+        self._chunks.clear()
+        self._buffered = 0
+        return data
+
+    def _hung_up(self) -> None:
+        callback, self._on_hang_up = self._on_hang_up, None
+        if callback is not None and not self._chunks:
+            callback()
+
+    def _wake_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.set()
+
+
+def read_ahead_io(io: SocketIO, wakeup: Callable[[], Any]) -> ReadAheadIO | None:
+    """``io`` read all along (:class:`ReadAheadIO`) where it is trio's plain socket, which
+    cannot watch for a hang-up otherwise; None where it can (asyncio) or cannot (TLS)."""
+    if isinstance(io, _QueuedIO) and io._sock is not None:
+        return ReadAheadIO(io, wakeup)
+    return None

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import httpx
 import pytest
 import sniffio
@@ -20,6 +21,10 @@ from transports import HttpServer, HttpServerConfig
 
 pytestmark = pytest.mark.anyio
 
+UPGRADE = (
+    b"GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: upgrade\r\n"
+    b"sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n"
+)
 FAST = HttpServerConfig(max_body_size=2048, request_timeout=0.3, keepalive_timeout=0.3)
 
 
@@ -296,6 +301,85 @@ async def test_a_client_that_hangs_up_cancels_the_handler_of_its_request() -> No
     assert answer.startswith(b"HTTP/1.1 200 ")
 
 
+@contextlib.contextmanager
+def tasks_started() -> Iterator[list[str]]:
+    """The names of the tasks started meanwhile, on either loop."""
+    started: list[str] = []
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        class Spawns(trio.abc.Instrument):
+            def task_spawned(self, task: trio.lowlevel.Task) -> None:
+                started.append(task.name)
+
+        spawns = Spawns()
+        trio.lowlevel.add_instrument(spawns)
+        try:
+            yield started
+        finally:
+            trio.lowlevel.remove_instrument(spawns)
+        return
+    loop = asyncio.get_running_loop()
+    previous = loop.get_task_factory()
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
+        started.append(getattr(coro, "__qualname__", "?"))
+        if previous is not None:
+            return previous(loop, coro, **kwargs)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    loop.set_task_factory(counting)
+    try:
+        yield started
+    finally:
+        loop.set_task_factory(previous)
+
+
+async def test_the_requests_of_a_keep_alive_connection_start_no_task_each() -> None:
+    """A request is answered in its connection's own task, watched for its client leaving
+    without a task of its own (asyncio's transport tells; on trio a task per connection
+    reads it all along): a task per request was a large share of a served request."""
+    from transports import HttpRequest, HttpResponse, open_http_server
+
+    async def handler(request: HttpRequest) -> HttpResponse:
+        await anyio.lowlevel.checkpoint()  # a handler that waits, as a call to an agent does
+        return HttpResponse(200, request.body)
+
+    request = b"POST /rpc HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}"
+    async with open_http_server(handler, host="127.0.0.1", port=0) as srv:
+        with anyio.fail_after(10):
+            async with await anyio.connect_tcp("127.0.0.1", srv.port) as tcp:
+                await tcp.send(request)  # the connection's first: its tasks start
+                assert (await tcp.receive()).startswith(b"HTTP/1.1 200 ")
+                with tasks_started() as started:
+                    for _ in range(20):
+                        await tcp.send(request)
+                        answer = b""
+                        while not answer.endswith(b"{}"):
+                            answer += await tcp.receive()
+                        assert answer.startswith(b"HTTP/1.1 200 ")
+    assert started == []
+
+
+async def test_a_connection_that_upgrades_at_once_starts_no_task_to_read_it() -> None:
+    """A WebSocket link's first request is its upgrade: no request is answered on it, so
+    nothing needs watching, and its handler reads the socket itself."""
+    from transports import HttpRequest, HttpResponse, open_http_server
+
+    async def handler(request: HttpRequest) -> HttpResponse:
+        return HttpResponse(200, b"{}")
+
+    async def upgraded(stream: anyio.abc.ByteStream, request: HttpRequest, first: bytes) -> None:
+        await stream.send(b"upgraded")
+
+    async with open_http_server(handler, upgrade_handler=upgraded, port=0) as srv:
+        with anyio.fail_after(10), tasks_started() as started:
+            async with await anyio.connect_tcp("127.0.0.1", srv.port) as tcp:
+                await tcp.send(UPGRADE)
+                assert await tcp.receive() == b"upgraded"
+    assert "http.read_ahead" not in started
+
+
 async def test_an_upgraded_connection_gets_every_byte_sent_after_its_head() -> None:
     """A connection that served a request first, then upgrades: the bytes that came with
     the upgrade's head and those that come after reach the upgrade's handler, in order."""
@@ -312,16 +396,12 @@ async def test_an_upgraded_connection_gets_every_byte_sent_after_its_head() -> N
             io.write(data)
             await io.drain()
 
-    upgrade = (
-        b"GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: upgrade\r\n"
-        b"sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n"
-    )
     async with open_http_server(handler, upgrade_handler=upgraded, port=0) as srv:
         with anyio.fail_after(10):
             async with await anyio.connect_tcp("127.0.0.1", srv.port) as tcp:
                 await tcp.send(b"GET /first HTTP/1.1\r\nhost: x\r\n\r\n")
                 assert (await tcp.receive()).startswith(b"HTTP/1.1 200 ")
-                await tcp.send(upgrade + b"one,")
+                await tcp.send(UPGRADE + b"one,")
                 await tcp.send(b"two,")
                 await tcp.send(b"three")
                 echoed = b""

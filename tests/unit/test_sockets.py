@@ -114,7 +114,8 @@ async def test_a_released_stream_reads_what_the_io_read_and_writes_again() -> No
 
 async def test_a_hang_up_is_told_without_a_reader() -> None:
     """asyncio's transport tells the I/O the peer left, so no task need read to learn it;
-    bytes that come first end the watch (the peer is there), and trio cannot watch."""
+    bytes that come first end the watch (the peer is there), and trio's socket cannot
+    watch unless a task reads it all along (below)."""
     async with tcp_pair() as (client, server):
         io = socket_io(server)
         told = anyio.Event()
@@ -141,6 +142,65 @@ async def test_bytes_before_the_hang_up_end_the_watch() -> None:
             assert await io.receive() == b"a pipelined request"
             assert await io.receive() == b""
         assert told == []
+
+
+@asynccontextmanager
+async def read_ahead(server: anyio.abc.SocketStream) -> AsyncIterator[_sockets.ReadAheadIO]:
+    """trio's I/O of ``server`` read all along by a task, as the HTTP server reads it."""
+    from transports._loop import current_loop
+
+    io = _sockets.read_ahead_io(socket_io(server), current_loop().wakeup)
+    assert io is not None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(io.read_all_along)
+        yield io
+        tg.cancel_scope.cancel()
+
+
+async def test_trios_socket_read_all_along_tells_a_hang_up_as_asyncios_transport_does() -> None:
+    """On trio only a read learns that the peer left: a task reading all along tells the
+    watch, so a handler need not be run beside a read of its own. asyncio's transport
+    tells it already (nothing to read ahead there)."""
+    from transports._loop import current_loop
+
+    async with tcp_pair() as (client, server):
+        if sniffio.current_async_library() == "asyncio":
+            assert _sockets.read_ahead_io(socket_io(server), current_loop().wakeup) is None
+            return
+        async with read_ahead(server) as io:
+            told = anyio.Event()
+            assert io.watches_hang_up and io.watch_hang_up(told.set)
+            await client.send(b"a request")
+            with anyio.fail_after(GUARD):
+                assert await io.receive() == b"a request"
+            assert not told.is_set()  # bytes: the peer is there, and the watch is over
+            assert io.watch_hang_up(told.set)
+            await client.send_eof()
+            with anyio.fail_after(GUARD):
+                await told.wait()
+                assert await io.receive() == b""
+            assert io.watch_hang_up(told.set)  # the end came already: told at once
+
+
+async def test_read_ahead_bytes_keep_their_order_and_what_nobody_received_is_given_back() -> None:
+    """More than the read-ahead holds arrives whole and in order (the task waits for room
+    rather than reading without bound), and once the task stops, what it read and nobody
+    received is given back: an upgrade's first bytes."""
+    if sniffio.current_async_library() == "asyncio":
+        return  # asyncio's transport reads (test_bytes_before_the_hang_up_end_the_watch)
+    sent = bytes(range(256)) * (4 * 1024 * 4)  # 4 MiB: many times the high-water mark
+    async with tcp_pair() as (client, server), anyio.create_task_group() as tg:
+        tg.start_soon(client.send, sent)
+        got = bytearray()
+        async with read_ahead(server) as io:
+            with anyio.fail_after(GUARD):
+                while len(got) < len(sent) - READ_SIZE:
+                    got += await io.receive()
+        got += io.unread()
+        with anyio.fail_after(GUARD):
+            while len(got) < len(sent):
+                got += await server.receive()
+    assert got == sent
 
 
 async def test_an_address_is_dialled_without_anyios_race_and_a_name_through_it(
