@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import msgspec
+import pytest
 from structlog.testing import capture_logs
 
+from mesh.cluster import _sealed
 from mesh.cluster._keys import DaemonKey, KeyRing
 from mesh.cluster._sealed import SEAL_GROUP, Opened, Roots, seal, seal_many, unseal
 from mesh.cluster._wire import entry_prefix
@@ -119,3 +121,55 @@ def test_an_entry_of_a_batch_moved_changed_or_given_another_path_is_refused() ->
             assert unseal(RING, "mesh-mesh-agents", kv_key, value, Roots()) is None, value
         assert unseal(RING, "mesh-mesh-leases", "agent.b.a2", values[2]) is None  # other bucket
     assert [entry["event"] for entry in logs] == ["cluster.forged"] * (len(refused) + 1)
+
+
+def test_the_leaves_of_a_verified_batch_climb_only_to_a_node_already_proven(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each leaf of a batch still opens only through its batch's signed root, but a reader
+    that opened others of it stops where their paths went: about two digests a leaf, where
+    a full climb is seven (its leaf and six nodes)."""
+    entries = [(f"agent.b.a{i}", b'{"daemon":"b","n":%d}' % i) for i in range(SEAL_GROUP)]
+    values = seal_many(B, "b", "mesh-mesh-agents", entries)
+    digests = 0
+    node = _sealed._node
+
+    def counted(left: bytes, right: bytes) -> bytes:
+        nonlocal digests
+        digests += 1
+        return node(left, right)
+
+    monkeypatch.setattr(_sealed, "_node", counted)
+    roots = Roots()
+    for (kv_key, body), value in zip(entries, values, strict=True):
+        assert unseal(RING, "mesh-mesh-agents", kv_key, value, roots) == Opened("b", body)
+    assert digests <= SEAL_GROUP  # nodes: 63 in the tree; 6 a leaf (384) without the tree
+
+
+def test_an_altered_entry_of_a_batch_already_read_is_refused_all_the_same() -> None:
+    entries = [(f"agent.b.a{i}", b'{"daemon":"b","n":%d}' % i) for i in range(SEAL_GROUP)]
+    values = seal_many(B, "b", "mesh-mesh-agents", entries)
+    roots = Roots()
+    for (kv_key, _), value in zip(entries, values, strict=True):
+        assert unseal(RING, "mesh-mesh-agents", kv_key, value, roots) is not None
+    sealed = msgspec.json.decode(values[2])
+
+    def edited(**fields: object) -> bytes:
+        return msgspec.json.encode({**sealed, **fields})
+
+    refused = [
+        ("agent.b.a3", values[2]),  # another key of the batch
+        ("agent.b.a2", edited(body={"daemon": "b", "n": 99})),  # another body
+        ("agent.b.a2", edited(leaf=3)),  # another place in the tree
+        ("agent.b.a2", edited(leaf=-2)),
+        ("agent.b.a2", edited(leaf=1 << 20)),
+        ("agent.b.a2", edited(path=sealed["path"][: len(sealed["path"]) // 2])),
+        ("agent.b.a2", edited(path="not base64!")),
+        ("agent.b.a2", seal_many(A, "b", "mesh-mesh-agents", entries)[2]),  # a's key, b's name
+    ]
+    with capture_logs() as logs:
+        for kv_key, value in refused:
+            assert unseal(RING, "mesh-mesh-agents", kv_key, value, roots) is None, value
+    assert [entry["event"] for entry in logs] == ["cluster.forged"] * len(refused)
+    # The genuine ones still open from the same trees.
+    assert unseal(RING, "mesh-mesh-agents", *entries[2][:1], values[2], roots) is not None
