@@ -106,9 +106,10 @@ def _seal_group(
             below.append(_EMPTY)
         levels.append([_node(below[i], below[i + 1]) for i in range(0, len(below), 2)])
     signature = key.sign(signed_bytes(_BATCH_TAG, levels[-1][0]))
+    below_root = list(enumerate(levels[:-1]))
     sealed = []
     for index, (_, body) in enumerate(entries):
-        siblings = b"".join(level[(index >> depth) ^ 1] for depth, level in enumerate(levels[:-1]))
+        siblings = b"".join([level[(index >> depth) ^ 1] for depth, level in below_root])
         path = base64.urlsafe_b64encode(siblings).decode("ascii")
         entry = _Sealed(daemon=daemon, sig=signature, body=msgspec.Raw(body), leaf=index, path=path)
         sealed.append(_ENCODER.encode(entry))
