@@ -490,11 +490,10 @@ class RegistrySync:
             log.warning("cluster.bad_agent_entry", agent=agent_id, daemon=daemon, error=str(exc))
 
     def _apply(self, agent_id: AgentId, entry: AgentEntry, seen: float, now: float) -> None:
-        record = entry.record({HOLDER: entry.daemon})
-        existing = self._registry.get(agent_id)
+        record = self._changed(agent_id, entry)
         self._applying = True
         try:
-            if existing is None or _differs(existing, record):
+            if record is not None:
                 self._registry.register(record, seen)
             elif entry.status == AgentStatus.ONLINE:
                 self._registry.heartbeat(agent_id, seen)
@@ -503,6 +502,17 @@ class RegistrySync:
                 self._registry.mark_offline(agent_id, now)
         finally:
             self._applying = False
+
+    def _changed(self, agent_id: AgentId, entry: AgentEntry) -> AgentRecord | None:
+        """The record to register for ``entry``; None if the registry holds it already.
+
+        An entry equal to the one mirrored last is a renewal (a holder writes each agent up
+        to four times a heartbeat interval): it is a heartbeat, with no record built."""
+        if self.remote.get(agent_id) == entry and agent_id in self._registry:
+            return None
+        record = entry.record({HOLDER: entry.daemon})
+        existing = self._registry.get(agent_id)
+        return record if existing is None or _differs(existing, record) else None
 
     def _forget(self, agent_id: AgentId) -> None:
         self._applying = True
