@@ -166,11 +166,15 @@ class _Tree:
         self.nodes: dict[tuple[int, int], bytes] = {}
 
     def learn(self, index: int, siblings: bytes, climbed: list[bytes]) -> None:
-        """Keep what a proven climb went through: its nodes and their siblings."""
+        """Keep what a proven climb went through: its nodes and the siblings it hashed with.
+
+        Only those: a path's siblings above where its climb stopped were never hashed, so
+        they are whatever the entry says, and a tree holds nothing it has not proven."""
         nodes = self.nodes
+        top = len(climbed) - 1
         for level, node in enumerate(climbed):
             nodes[level, index >> level] = node
-            if level < self.depth:
+            if level < top:
                 nodes[level, (index >> level) ^ 1] = siblings[level * _HASH : (level + 1) * _HASH]
 
     def holds(self, leaf: bytes, index: int, path: str) -> bool:

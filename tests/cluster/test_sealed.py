@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import msgspec
 import pytest
 from structlog.testing import capture_logs
@@ -173,3 +175,25 @@ def test_an_altered_entry_of_a_batch_already_read_is_refused_all_the_same() -> N
     assert [entry["event"] for entry in logs] == ["cluster.forged"] * len(refused)
     # The genuine ones still open from the same trees.
     assert unseal(RING, "mesh-mesh-agents", *entries[2][:1], values[2], roots) is not None
+
+
+def test_a_batchs_tree_holds_only_what_a_climb_proved() -> None:
+    """An entry's siblings above the node its climb met were never hashed: whatever they
+    say, the reader keeps none of them."""
+    entries = [(f"agent.b.a{i}", b'{"daemon":"b","n":%d}' % i) for i in range(8)]
+    values = seal_many(B, "b", "mesh-mesh-agents", entries)
+    levels = [[_sealed._leaf("mesh-mesh-agents", k, body) for k, body in entries]]
+    while len(levels[-1]) > 1:
+        below = levels[-1]
+        levels.append([_sealed._node(below[i], below[i + 1]) for i in range(0, len(below), 2)])
+    roots = Roots()
+    assert unseal(RING, "mesh-mesh-agents", entries[0][0], values[0], roots) is not None
+    # Entry 4's climb meets what entry 0's proved at level 2; its level-2 sibling is made up.
+    sealed = msgspec.json.decode(values[4])
+    siblings = bytearray(base64.urlsafe_b64decode(sealed["path"]))
+    siblings[64:96] = bytes(32)
+    sealed["path"] = base64.urlsafe_b64encode(bytes(siblings)).decode()
+    # The entry itself is b's (its leaf and the siblings it hashed with are): it opens.
+    assert unseal(RING, "mesh-mesh-agents", entries[4][0], msgspec.json.encode(sealed), roots)
+    [tree] = roots._trees.values()
+    assert all(levels[level][place] == node for (level, place), node in tree.nodes.items())
