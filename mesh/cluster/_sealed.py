@@ -214,7 +214,9 @@ class Roots:
 
     __slots__ = ("_kept", "_trees")
 
-    def __init__(self, kept: int = 1024) -> None:
+    #: A tree of 64 leaves holds up to 127 nodes (about 20 KiB with the dict's keys): 256
+    #: of them are ~5 MiB at most, and a batch's entries come together in the bucket's order.
+    def __init__(self, kept: int = 256) -> None:
         self._trees: dict[tuple[str, str, str], _Tree] = {}
         self._kept = kept
 
