@@ -10,6 +10,7 @@ cluster's own cost and nats-py's, not a child's::
     python -m bench.profile_cluster --path local              # the same call on one member
     python -m bench.profile_cluster --path nats               # bare nats-py request/reply (asyncio)
     python -m bench.profile_cluster --path registry --agents 10000   # a writes, b mirrors
+    python -m bench.profile_cluster --path kv --agents 10000   # the same through bare nats-py
     python -m bench.profile_cluster --path crossing --backend trio   # trio -> NATS thread -> trio
 
 It prints this process's CPU per call (both members, and under trio the NATS
@@ -210,6 +211,23 @@ async def _registry(args: argparse.Namespace) -> None:
     )
 
 
+async def _kv(args: argparse.Namespace) -> None:
+    """The registry's floor: bench's ``kv-raw`` (bare nats-py, asyncio), timed the same way."""
+    from bench._registry import RunContext
+    from bench.cluster_scenarios import kv_raw
+
+    ctx = RunContext(mode=f"agents{args.agents}", backend="asyncio", duration=0.0, warmup=0.0)
+    profiler = _start(args.profile)
+    cpu = time.process_time()
+    figures = (await kv_raw(ctx)).figures()
+    cpu = time.process_time() - cpu
+    _stop(args.profile, profiler)
+    print(
+        f"asyncio kv {args.agents}: {figures['mirrored_per_s']:,.0f} agents/s mirrored; "
+        f"{cpu * 1e6 / args.agents:.1f} us CPU per agent here (nats-server's start included)"
+    )
+
+
 async def _crossing(args: argparse.Namespace) -> None:
     """trio only: one operation run on the NATS thread and its result back, n times."""
     from mesh.cluster._bridge import open_nats_loop
@@ -230,7 +248,7 @@ async def _crossing(args: argparse.Namespace) -> None:
     )
 
 
-PATHS = {"remote": _calls, "local": _calls, "nats": _bare, "registry": _registry}
+PATHS = {"remote": _calls, "local": _calls, "nats": _bare, "registry": _registry, "kv": _kv}
 PATHS["crossing"] = _crossing
 
 
@@ -246,7 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     args.profile = "cprofile" if args.cprofile else "pyinstrument" if args.pyinstrument else None
     backends = ["asyncio", "trio"] if args.backend == "both" else [args.backend]
-    if args.path == "nats":
+    if args.path in ("nats", "kv"):
         backends = ["asyncio"]  # nats-py has no trio
     for backend in backends:
         args.backend = backend

@@ -20,6 +20,7 @@ import base64
 import binascii
 import os
 import stat
+import struct
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
@@ -51,6 +52,7 @@ SIGNATURE_HEADER: Final = "Mesh-Sig"
 #: The daemon's key file in its data directory.
 KEY_FILE: Final = "cluster.key"
 _SEED_SIZE: Final = 32
+_LENGTH: Final = struct.Struct(">Q").pack
 
 
 def _b64(data: bytes) -> str:
@@ -65,12 +67,13 @@ def signed_bytes(*parts: bytes | str) -> bytes:
     """The bytes a signature covers: each part length-prefixed (8 bytes, big-endian), so
     no two different sequences of parts give the same bytes (``("ab", "c")`` is not
     ``("a", "bc")``)."""
-    out = bytearray()
+    # Joined once: every entry of the registry and every frame between daemons builds one.
+    out: list[bytes] = []
     for part in parts:
         data = part.encode("utf-8") if isinstance(part, str) else part
-        out += len(data).to_bytes(8, "big")
-        out += data
-    return bytes(out)
+        out.append(_LENGTH(len(data)))
+        out.append(data)
+    return b"".join(out)
 
 
 class DaemonKey:

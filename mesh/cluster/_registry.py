@@ -234,7 +234,9 @@ class RegistrySync:
                 continue
             self._last_write[agent_id] = now
             timeout, access = self._call_timeout_of(agent_id), self._access_of(agent_id)
-            registered = self._registered.setdefault(agent_id, now_ms())
+            registered = self._registered.get(agent_id)
+            if registered is None:
+                registered = self._registered[agent_id] = now_ms()
             entry = AgentEntry.of(record, self._names.daemon, timeout, access, registered)
             key = agent_key(self._names.daemon, agent_id)
             writes.append((key, ENCODER.encode(entry), _ttl(record)))
@@ -313,22 +315,27 @@ class RegistrySync:
     def _on_kv(self, change: KvChange | None) -> None:
         if change is None:
             self._end_snapshot()
-        elif not self._wait_for_key(change):
-            self._dispatch(change)
+            return
+        where = _where(change.key)  # the key is read once, here
+        if not self._wait_for_key(change, where):
+            self._dispatch(change, where)
 
-    def _dispatch(self, change: KvChange) -> None:
+    def _dispatch(self, change: KvChange, where: tuple[str, str] | None) -> None:
         if change.key.startswith(DAEMON_PREFIX):
             self._on_daemon(change)
-        elif change.key.startswith(AGENT_PREFIX):
-            self._on_agent(change)
+        elif where is None:
+            if change.key.startswith(AGENT_PREFIX):
+                log.warning("cluster.bad_agent_key", key=change.key)
+        else:
+            self._on_agent(change, *where)
 
-    def _wait_for_key(self, change: KvChange) -> bool:
+    def _wait_for_key(self, change: KvChange, where: tuple[str, str] | None) -> bool:
         """Whether ``change`` waits for its writer's key to be read (it is then applied,
         in order with that daemon's later changes, by :meth:`run_key_fetches`)."""
-        if self._fetches is None or self._signing is None:
+        if self._fetches is None or self._signing is None or where is None:
             return False
-        daemon = _writer(change.key)
-        if daemon is None or daemon == self._names.daemon:
+        daemon = where[0]
+        if daemon == self._names.daemon:
             return False
         waiting = self._waiting.get(daemon)
         if waiting is not None:
@@ -353,7 +360,7 @@ class RegistrySync:
                 async for daemon in to_fetch:
                     await self._fetch_key(daemon)  # False: its entries are dropped, logged
                     for change in self._waiting.pop(daemon, []):
-                        self._dispatch(change)
+                        self._dispatch(change, _where(change.key))
         finally:
             self._fetches = None
 
@@ -416,12 +423,7 @@ class RegistrySync:
         if entry.id == daemon:
             self.daemons[daemon] = entry
 
-    def _on_agent(self, change: KvChange) -> None:
-        try:
-            daemon, agent = key_agent(change.key)
-        except ValueError:
-            log.warning("cluster.bad_agent_key", key=change.key)
-            return
+    def _on_agent(self, change: KvChange, daemon: str, agent: str) -> None:
         agent_id = AgentId(agent)
         if daemon == self._names.daemon:
             if change.value is None and agent_id in self._published:
@@ -472,23 +474,26 @@ class RegistrySync:
             if agent_id in self.remote:
                 self._forget(agent_id)
             return
-        if len(claims) > 1 or (agent_id in self._registry and agent_id not in self.remote):
+        ours = agent_id in self._registry and agent_id not in self.remote
+        if len(claims) > 1 or ours:
             self._conflict(agent_id, sorted(claims))
-        if agent_id in self._registry and agent_id not in self.remote:
+        if ours:
             return  # ours: calls here go to the local one
-        daemon = min(claims, key=lambda d: (claims[d][0].registered, d))
-        entry, seen = claims[daemon]
+        if len(claims) == 1:
+            [(daemon, (entry, seen))] = claims.items()
+        else:
+            daemon = min(claims, key=lambda d: (claims[d][0].registered, d))
+            entry, seen = claims[daemon]
         try:
             self._apply(agent_id, entry, seen, now)
         except ValueError as exc:  # InvalidAgentRecord: intervals no record may have
             log.warning("cluster.bad_agent_entry", agent=agent_id, daemon=daemon, error=str(exc))
 
     def _apply(self, agent_id: AgentId, entry: AgentEntry, seen: float, now: float) -> None:
-        record = entry.record({HOLDER: entry.daemon})
-        existing = self._registry.get(agent_id)
+        record = self._changed(agent_id, entry)
         self._applying = True
         try:
-            if existing is None or _differs(existing, record):
+            if record is not None:
                 self._registry.register(record, seen)
             elif entry.status == AgentStatus.ONLINE:
                 self._registry.heartbeat(agent_id, seen)
@@ -497,6 +502,17 @@ class RegistrySync:
                 self._registry.mark_offline(agent_id, now)
         finally:
             self._applying = False
+
+    def _changed(self, agent_id: AgentId, entry: AgentEntry) -> AgentRecord | None:
+        """The record to register for ``entry``; None if the registry holds it already.
+
+        An entry equal to the one mirrored last is a renewal (a holder writes each agent up
+        to four times a heartbeat interval): it is a heartbeat, with no record built."""
+        if self.remote.get(agent_id) == entry and agent_id in self._registry:
+            return None
+        record = entry.record({HOLDER: entry.daemon})
+        existing = self._registry.get(agent_id)
+        return record if existing is None or _differs(existing, record) else None
 
     def _forget(self, agent_id: AgentId) -> None:
         self._applying = True
@@ -520,13 +536,14 @@ class RegistrySync:
             )
 
 
-def _writer(key: str) -> str | None:
-    """The daemon whose key of the agents bucket ``key`` is (the only one that may write it)."""
+def _where(key: str) -> tuple[str, str] | None:
+    """The daemon whose key of the agents bucket ``key`` is (the only one that may write it),
+    and the agent it holds ("" for the daemon's own entry); None for a key of neither kind."""
     if key.startswith(DAEMON_PREFIX):
-        return key.removeprefix(DAEMON_PREFIX)
+        return key.removeprefix(DAEMON_PREFIX), ""
     if key.startswith(AGENT_PREFIX):
         try:
-            return key_agent(key)[0]
+            return key_agent(key)
         except ValueError:
             return None
     return None

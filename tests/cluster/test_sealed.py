@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+
 import msgspec
+import pytest
 from structlog.testing import capture_logs
 
+from mesh.cluster import _sealed
 from mesh.cluster._keys import DaemonKey, KeyRing
 from mesh.cluster._sealed import SEAL_GROUP, Opened, Roots, seal, seal_many, unseal
 from mesh.cluster._wire import entry_prefix
@@ -119,3 +123,77 @@ def test_an_entry_of_a_batch_moved_changed_or_given_another_path_is_refused() ->
             assert unseal(RING, "mesh-mesh-agents", kv_key, value, Roots()) is None, value
         assert unseal(RING, "mesh-mesh-leases", "agent.b.a2", values[2]) is None  # other bucket
     assert [entry["event"] for entry in logs] == ["cluster.forged"] * (len(refused) + 1)
+
+
+def test_the_leaves_of_a_verified_batch_climb_only_to_a_node_already_proven(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each leaf of a batch still opens only through its batch's signed root, but a reader
+    that opened others of it stops where their paths went: about two digests a leaf, where
+    a full climb is seven (its leaf and six nodes)."""
+    entries = [(f"agent.b.a{i}", b'{"daemon":"b","n":%d}' % i) for i in range(SEAL_GROUP)]
+    values = seal_many(B, "b", "mesh-mesh-agents", entries)
+    digests = 0
+    node = _sealed._node
+
+    def counted(left: bytes, right: bytes) -> bytes:
+        nonlocal digests
+        digests += 1
+        return node(left, right)
+
+    monkeypatch.setattr(_sealed, "_node", counted)
+    roots = Roots()
+    for (kv_key, body), value in zip(entries, values, strict=True):
+        assert unseal(RING, "mesh-mesh-agents", kv_key, value, roots) == Opened("b", body)
+    assert digests <= SEAL_GROUP  # nodes: 63 in the tree; 6 a leaf (384) without the tree
+
+
+def test_an_altered_entry_of_a_batch_already_read_is_refused_all_the_same() -> None:
+    entries = [(f"agent.b.a{i}", b'{"daemon":"b","n":%d}' % i) for i in range(SEAL_GROUP)]
+    values = seal_many(B, "b", "mesh-mesh-agents", entries)
+    roots = Roots()
+    for (kv_key, _), value in zip(entries, values, strict=True):
+        assert unseal(RING, "mesh-mesh-agents", kv_key, value, roots) is not None
+    sealed = msgspec.json.decode(values[2])
+
+    def edited(**fields: object) -> bytes:
+        return msgspec.json.encode({**sealed, **fields})
+
+    refused = [
+        ("agent.b.a3", values[2]),  # another key of the batch
+        ("agent.b.a2", edited(body={"daemon": "b", "n": 99})),  # another body
+        ("agent.b.a2", edited(leaf=3)),  # another place in the tree
+        ("agent.b.a2", edited(leaf=-2)),
+        ("agent.b.a2", edited(leaf=1 << 20)),
+        ("agent.b.a2", edited(path=sealed["path"][: len(sealed["path"]) // 2])),
+        ("agent.b.a2", edited(path="not base64!")),
+        ("agent.b.a2", seal_many(A, "b", "mesh-mesh-agents", entries)[2]),  # a's key, b's name
+    ]
+    with capture_logs() as logs:
+        for kv_key, value in refused:
+            assert unseal(RING, "mesh-mesh-agents", kv_key, value, roots) is None, value
+    assert [entry["event"] for entry in logs] == ["cluster.forged"] * len(refused)
+    # The genuine ones still open from the same trees.
+    assert unseal(RING, "mesh-mesh-agents", *entries[2][:1], values[2], roots) is not None
+
+
+def test_a_batchs_tree_holds_only_what_a_climb_proved() -> None:
+    """An entry's siblings above the node its climb met were never hashed: whatever they
+    say, the reader keeps none of them."""
+    entries = [(f"agent.b.a{i}", b'{"daemon":"b","n":%d}' % i) for i in range(8)]
+    values = seal_many(B, "b", "mesh-mesh-agents", entries)
+    levels = [[_sealed._leaf("mesh-mesh-agents", k, body) for k, body in entries]]
+    while len(levels[-1]) > 1:
+        below = levels[-1]
+        levels.append([_sealed._node(below[i], below[i + 1]) for i in range(0, len(below), 2)])
+    roots = Roots()
+    assert unseal(RING, "mesh-mesh-agents", entries[0][0], values[0], roots) is not None
+    # Entry 4's climb meets what entry 0's proved at level 2; its level-2 sibling is made up.
+    sealed = msgspec.json.decode(values[4])
+    siblings = bytearray(base64.urlsafe_b64decode(sealed["path"]))
+    siblings[64:96] = bytes(32)
+    sealed["path"] = base64.urlsafe_b64encode(bytes(siblings)).decode()
+    # The entry itself is b's (its leaf and the siblings it hashed with are): it opens.
+    assert unseal(RING, "mesh-mesh-agents", entries[4][0], msgspec.json.encode(sealed), roots)
+    [tree] = roots._trees.values()
+    assert all(levels[level][place] == node for (level, place), node in tree.nodes.items())
