@@ -62,7 +62,8 @@ prometheus:
 # registry, rooms, providers). The two files ignored here start agent programs and kill
 # them; they, and the rest, run in `make test`.
 CHECK_TESTS  := tests/unit tests/layers tests/conformance tests/registry tests/rooms \
-	tests/providers tests/test_layering.py tests/test_public_api.py tests/test_coverage_ratchet.py
+	tests/providers tests/test_layering.py tests/test_public_api.py tests/test_coverage_ratchet.py \
+	tests/test_coverage_children.py
 CHECK_IGNORE := tests/rooms/test_crash.py tests/rooms/test_persona.py
 
 # One process: two pytest-xdist workers were no faster at load 2-4 and took half again the
