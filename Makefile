@@ -68,7 +68,8 @@ prometheus:
 # registry, rooms, providers). The two files ignored here start agent programs and kill
 # them; they, and the rest, run in `make test`.
 CHECK_TESTS  := tests/unit tests/layers tests/conformance tests/registry tests/rooms \
-	tests/providers tests/test_layering.py tests/test_public_api.py tests/test_coverage_ratchet.py
+	tests/providers tests/test_layering.py tests/test_public_api.py tests/test_coverage_ratchet.py \
+	tests/test_coverage_children.py
 CHECK_IGNORE := tests/rooms/test_crash.py tests/rooms/test_persona.py
 
 # Its parts run side by side (make -j, each part's output kept whole): lint, the types, and

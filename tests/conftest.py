@@ -19,8 +19,9 @@ from hypothesis.configuration import set_hypothesis_home_dir
 
 BACKENDS = ("asyncio", "trio")
 
-# Each file's CPU, the test process's and its children's, printed at the end of a run.
-pytest_plugins = ["tests._cpu"]
+# Each file's CPU, the test process's and its children's, printed at the end of a run; and,
+# under coverage, lighter settings for the children it starts (the same lines measured).
+pytest_plugins = ["tests._cpu", "tests._coverage"]
 
 # Tests write only under temporary directories: no example database, and what
 # Hypothesis caches (constants it reads from the source, as modules are imported)
