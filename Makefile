@@ -76,7 +76,7 @@ CHECK_IGNORE := tests/rooms/test_crash.py tests/rooms/test_persona.py
 # the tests in two processes, the conformance suite (it mostly waits on the echo agent's
 # timers) beside the rest. On a fresh clone mypy alone takes ~40 s of CPU (1 s once
 # .mypy_cache is made), which in series came on top of the tests' ~105 s of wall:
-# docs/testing.md, "The fast tier".
+# docs/testing.md, "The tier's parts side by side".
 check: $(STAMP)
 	$(MAKE) --no-print-directory -j4 --output-sync=target lint typecheck check-conformance check-core
 
