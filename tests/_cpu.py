@@ -9,6 +9,9 @@ shared daemon is charged to the file's last test, which is why the report sums b
 
 At the end of the run the files that cost most are printed, and every file's figures
 are written to ``.pytest-cpu.json`` (or ``$MESH_TEST_CPU_REPORT``) for comparing runs.
+Under pytest-xdist each worker sums its own files and hands them to the controller when it
+stops; the whole run's figure is the controller's, whose reaped children are the workers
+and, through them, everything they started.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import resource
 from collections import defaultdict
 from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,10 +36,15 @@ def _cpu() -> tuple[float, float]:
     return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
+#: The key under which a pytest-xdist worker hands its files' figures to the controller.
+WORKER_OUTPUT = "mesh_cpu_by_file"
+
+
 class CpuByFile:
     """Sums each test's CPU, its process's and its reaped children's, by file."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
         self.files: defaultdict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         self.start = _cpu()
 
@@ -49,8 +58,22 @@ class CpuByFile:
         row[1] += children_after - children
         row[2] += 1
 
+    def pytest_sessionfinish(self) -> None:
+        output = getattr(self.config, "workeroutput", None)
+        if output is not None:
+            output[WORKER_OUTPUT] = dict(self.files)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        # pytest-xdist's controller: a worker stopped and sent what it measured.
+        for path, (mine, theirs, tests) in node.workeroutput.get(WORKER_OUTPUT, {}).items():
+            row = self.files[path]
+            row[0] += mine
+            row[1] += theirs
+            row[2] += tests
+
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if not self.files:
+        if not self.files or hasattr(self.config, "workerinput"):
             return
         own, children = (now - then for now, then in zip(_cpu(), self.start, strict=True))
         ranked = sorted(self.files.items(), key=lambda kv: kv[1][0] + kv[1][1], reverse=True)
@@ -67,4 +90,4 @@ class CpuByFile:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.pluginmanager.register(CpuByFile(), "mesh-cpu-by-file")
+    config.pluginmanager.register(CpuByFile(config), "mesh-cpu-by-file")

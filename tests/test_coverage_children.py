@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import coverage
 import pytest
+from coverage.config import read_coverage_config
 from coverage.data import CoverageData
 
 from tests import _coverage
@@ -31,11 +31,22 @@ CHILD_TIMEOUT = 60
 
 
 def _settings(data_file: Path, source: list[str]) -> str:
-    """What coverage.py's subprocess patch hands children: the repository's settings."""
-    measured = coverage.Coverage(
-        data_file=str(data_file), source=source, config_file=str(ROOT / "pyproject.toml")
+    """What coverage.py's subprocess patch hands children: the repository's settings.
+
+    Read without making a ``coverage.Coverage``: one made in a process whose coverage the
+    subprocess hook started (a pytest-xdist worker) tells that coverage not to save.
+    """
+    config = read_coverage_config(
+        config_file=str(ROOT / "pyproject.toml"),
+        warn=_refuse,
+        data_file=str(data_file),
+        source=source,
     )
-    return measured.config.serialize()
+    return config.serialize()
+
+
+def _refuse(message: str) -> None:
+    raise AssertionError(f"coverage.py warned reading the settings: {message}")
 
 
 def _decoded(serialized: str) -> dict[str, Any]:
