@@ -91,11 +91,14 @@ check-core: $(STAMP)
 # Branch coverage of the library, child processes included (pyproject's [tool.coverage]):
 # printed, and the run fails under the whole's floor (fail_under) or when a package drops
 # under its own in tests/coverage-floor.json (scripts/coverage_ratchet.py; docs/testing.md).
-# One process: on four workers at load 12-17 dozens of tests failed, and two workers beside
-# a CPU hog cost more CPU than they saved wall (docs/testing.md).
+# Whole files on TEST_WORKERS processes (pytest-xdist), the costliest handed out first
+# (tests/conftest.py): most of a file's time is its children starting and waiting on each
+# other, which a second and third worker fill (docs/testing.md, "Workers").
+TEST_WORKERS ?= 3
 test: lint typecheck peers adk browser prometheus
 	rm -f .coverage .coverage.*
-	MESH_REQUIRE_BROWSER=1 MESH_REQUIRE_NODE=1 MESH_REQUIRE_ADK=1 $(BIN)/coverage run -m pytest
+	MESH_REQUIRE_BROWSER=1 MESH_REQUIRE_NODE=1 MESH_REQUIRE_ADK=1 $(BIN)/coverage run -m pytest \
+		-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 	$(BIN)/coverage combine --quiet
 	$(BIN)/coverage report
 	$(BIN)/python scripts/coverage_ratchet.py check

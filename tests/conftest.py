@@ -57,6 +57,37 @@ def _runs_on_a_declared_backend(item: pytest.Item) -> bool:
     return callspec is not None and callspec.params.get("anyio_backend") in BACKENDS
 
 
+#: The order files are run in: those that start daemons, agents and peers first, the ones that
+#: run in the test process last. ``make test`` hands whole files to its workers in this order
+#: (pytest-xdist, ``--dist loadfile --no-loadscope-reorder``): short files at the end fill the
+#: gaps, so the workers run out of work together instead of one finishing a long file alone.
+COSTLIEST_FIRST = (
+    "tests/integration/",
+    "tests/mcp/",
+    "tests/cluster/",
+    "tests/a2a/",
+    "tests/browser/",
+    "tests/faults/",
+    "tests/observe/",
+    "tests/test_",
+    "examples/",
+    "tests/conformance/",
+    "tests/rooms/",
+    "tests/registry/",
+    "tests/providers/",
+    "tests/layers/",
+    "tests/unit/",
+)
+
+
+def _rank(item: pytest.Item) -> int:
+    path = item.nodeid
+    return next(
+        (i for i, prefix in enumerate(COSTLIEST_FIRST) if path.startswith(prefix)),
+        len(COSTLIEST_FIRST),
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     stray = [item.nodeid for item in items if not _runs_on_a_declared_backend(item)]
     if stray:
@@ -65,3 +96,4 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             f"async tests must be parametrized over anyio_backend {BACKENDS} "
             f"(mark them anyio; do not pin one backend):\n  {listed}"
         )
+    items.sort(key=_rank)  # stable: a file's tests keep their order
