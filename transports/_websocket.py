@@ -16,6 +16,7 @@ a frame over ``hard_max_size`` is not even read: the connection closes with 1009
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -496,9 +497,20 @@ def _take_handshake(
 
 def _parse_ws_url(url: str) -> WebSocketURI:
     try:
-        return parse_uri(url)
+        # A peer dials the same few URLs again and again (a crowd, a reconnect): each
+        # parsed once. One holding a secret (a query, user info) is parsed every time,
+        # so that no token outlives its link in the cache.
+        if "?" in url or "@" in url:
+            return parse_uri(url)
+        return _parse_plain_url(url)
     except InvalidURI as exc:
         raise ConnectFailed(f"not a WebSocket URL: {exc}") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_plain_url(url: str) -> WebSocketURI:
+    """``parse_uri`` of a URL with no query and no user info; read, never changed."""
+    return parse_uri(url)
 
 
 def _client_tls(uri: WebSocketURI, ssl_context: ssl.SSLContext | None) -> ssl.SSLContext | None:
