@@ -52,6 +52,7 @@ __all__ = [
     "connect_tcp",
     "lazy_stream_protocol",
     "offered_io",
+    "raw_socket",
     "read_ahead_io",
     "shrink_reads",
     "socket_io",
@@ -223,13 +224,23 @@ def socket_io(stream: anyio.abc.ByteStream) -> SocketIO:
     if found is not None and _AsyncioIO.can_take_over(found[1]):
         return _AsyncioIO(stream, *found)
     if isinstance(stream, anyio.abc.SocketStream):
-        sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+        sock = raw_socket(stream)
         backend = sniffio.current_async_library()
         if backend != "trio" or not isinstance(sock, socket.socket):
             _fell_back(backend, stream)  # on asyncio the transport above was the fast path
         if isinstance(sock, socket.socket):  # trio hands out the socket itself
             return _QueuedIO(stream, sock)
     return _QueuedIO(stream, None)
+
+
+def raw_socket(stream: anyio.abc.SocketStream) -> socket.socket | None:
+    """The socket under anyio's ``stream``, read from the stream itself: its
+    ``extra(raw_socket)`` builds anyio's table of every attribute first, asking the
+    kernel for the peer's address and the socket for its family on each lookup."""
+    sock: socket.socket | None = getattr(stream, "_raw_socket", None)  # what the table gives
+    if sock is None:
+        sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+    return sock
 
 
 def _fell_back(backend: str, stream: anyio.abc.SocketStream) -> None:
