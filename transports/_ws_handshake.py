@@ -106,12 +106,26 @@ def check_upgrade(
     return accept_key(key), _select_subprotocol(seen.get("sec-websocket-protocol", ()))
 
 
+def _lists(values: Sequence[str], token: str) -> bool:
+    """Whether the list header's ``values`` hold ``token`` (lower case), in any case."""
+    if len(values) == 1 and "," not in values[0]:  # the usual lone value: no list to split
+        return values[0].strip().lower() == token
+    return any(item.lower() == token for item in _tokens(values))
+
+
+def _is_alone(values: Sequence[str], token: str) -> bool:
+    """Whether the list header's ``values`` hold ``token`` (lower case) and nothing else."""
+    if len(values) == 1 and "," not in values[0]:
+        return values[0].strip().lower() == token
+    items = _tokens(values)
+    return len(items) == 1 and items[0].lower() == token
+
+
 def _check_upgrade_headers(seen: dict[str, list[str]]) -> Refusal | None:
     """The first rule of RFC 6455 4.2.1 the headers break, in websockets' order."""
-    if not any(item.lower() == "upgrade" for item in _tokens(seen.get("connection", ()))):
+    if not _lists(seen.get("connection", ()), "upgrade"):
         return _upgrade_required("Connection must list `upgrade`")
-    upgrade = _tokens(seen.get("upgrade", ()))
-    if len(upgrade) != 1 or upgrade[0].lower() != "websocket":
+    if not _is_alone(seen.get("upgrade", ()), "websocket"):
         return _upgrade_required("Upgrade must be `websocket` alone")
     keys = seen.get("sec-websocket-key", ())
     if len(keys) != 1:
@@ -127,7 +141,8 @@ def _check_upgrade_headers(seen: dict[str, list[str]]) -> Refusal | None:
         return Refusal(400, why, (("Sec-WebSocket-Version", "13"),))
     if len(seen.get("origin", ())) > 1:
         return Refusal(400, "Origin must be sent at most once (RFC 6454 7.3)")
-    if not all(_TOKEN.fullmatch(item) for item in _tokens(seen.get("sec-websocket-protocol", ()))):
+    offered = seen.get("sec-websocket-protocol")
+    if offered and not all(_TOKEN.fullmatch(item) for item in _tokens(offered)):
         return Refusal(400, "Sec-WebSocket-Protocol must be a list of tokens")
     return None
 
