@@ -281,17 +281,17 @@ def _broken_switch(
     seen: dict[str, list[str]] = {}
     for name, value in headers:
         seen.setdefault(name, []).append(value)
-    if not any(item.lower() == "upgrade" for item in _tokens(seen.get("connection", ()))):
+    if not _lists(seen.get("connection", ()), "upgrade"):
         return "its Connection does not list `upgrade`"
-    upgrade = _tokens(seen.get("upgrade", ()))
-    if len(upgrade) != 1 or upgrade[0].lower() != "websocket":
+    if not _is_alone(seen.get("upgrade", ()), "websocket"):
         return "its Upgrade is not `websocket`"
     accepts = seen.get("sec-websocket-accept", ())
     if len(accepts) != 1 or accepts[0] != accept_key(key):
         return "its Sec-WebSocket-Accept does not answer our key"
     if seen.get("sec-websocket-extensions"):
         return "it names an extension, and none was offered"
-    chosen = _tokens(seen.get("sec-websocket-protocol", ()))
+    protocols = seen.get("sec-websocket-protocol")
+    chosen = _tokens(protocols) if protocols else ()
     if chosen and (len(chosen) != 1 or chosen[0] not in offered):
         return "its Sec-WebSocket-Protocol is not one we offered"
     return None
