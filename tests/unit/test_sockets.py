@@ -358,3 +358,23 @@ async def test_the_raw_socket_and_the_peers_name_are_read_without_anyios_table(
         monkeypatch.setattr(type(server), "extra", counted)
         assert (_sockets.raw_socket(server), _peer_name(server)) == expected
         assert looked_up == []
+
+
+async def test_a_client_reset_before_its_name_is_read_is_named_unknown() -> None:
+    """On trio the name is asked of the socket when the connection is served: a client
+    that reset it first is ``?``, as anyio's table said; asyncio's transport asked when
+    it was made, and keeps the name."""
+    import socket
+    import struct
+
+    from transports._http_server import _peer_name
+
+    async with tcp_pair() as (client, server):
+        sock = client.extra(anyio.abc.SocketAttribute.raw_socket)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await client.aclose()  # closed with a reset: the server's socket is not connected
+        name = _peer_name(server)
+    if sniffio.current_async_library() == "trio":
+        assert name == "?"
+    else:
+        assert name.startswith("127.0.0.1:")
