@@ -378,3 +378,23 @@ async def test_a_client_reset_before_its_name_is_read_is_named_unknown() -> None
         assert name == "?"
     else:
         assert name.startswith("127.0.0.1:")
+
+
+async def test_bytes_read_before_the_takeover_come_first_and_once() -> None:
+    """What anyio's protocol read before the I/O took the transport over is received
+    first, then what follows; anyio's queue is left empty (it must not give them twice)."""
+    async with tcp_pair() as (client, server):
+        with anyio.fail_after(GUARD):
+            protocol = getattr(server, "_protocol", None)
+            if protocol is not None:  # asyncio: as the transport hands bytes to anyio's
+                protocol.data_received(b"early")
+            else:
+                await client.send(b"early")
+            io = socket_io(server)
+            if protocol is not None:
+                assert not protocol.read_queue
+            await client.send(b" and late")
+            got = b""
+            while len(got) < len(b"early and late"):
+                got += await io.receive()
+    assert got == b"early and late"
