@@ -27,6 +27,8 @@ import anyio
 import anyio.abc
 import sniffio
 
+from transports._sockets import lazy_stream_protocol
+
 __all__ = ["BURST", "serve_listener"]
 
 #: Connections accepted per wake-up at most; past it the loop runs other work before it
@@ -79,7 +81,8 @@ def _asyncio_listening(
     if found is None:
         return None
     backend, sockets = found
-    stream_types = (backend.SocketStream, backend.StreamProtocol)
+    # Its state made on first use: a link's I/O is taken over at once (transports._sockets).
+    stream_types = (backend.SocketStream, lazy_stream_protocol(backend.StreamProtocol))
     return partial(_asyncio_bursts, stream_types=stream_types), sockets
 
 
@@ -161,7 +164,8 @@ def _waiting(sock: socket.socket) -> Iterator[socket.socket]:
             return
         except ConnectionAbortedError:
             continue
-        client.setblocking(False)
+        # Not made non-blocking here: asyncio's transport and trio's socket both do it
+        # as they take the socket (a syscall per connection, made once, not twice).
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         yield client
 

@@ -47,7 +47,7 @@ from transports._http_messages import BodyWriter, HttpRequest, HttpResponse
 from transports._http_wire import LAST_CHUNK, BadRequest, Head, RequestParser, chunk, response_head
 from transports._logging import get_logger
 from transports._loop import Scope, current_loop
-from transports._sockets import SocketIO, offered_io, read_ahead_io, socket_io
+from transports._sockets import SocketIO, offered_io, raw_socket, read_ahead_io, socket_io
 
 __all__ = [
     "HttpServer",
@@ -811,7 +811,15 @@ def _peer_name(stream: anyio.abc.ByteStream) -> str:
     # `extra` builds its table of every attribute and calls getpeername() per lookup).
     transport = getattr(stream, "_transport", None)
     address = transport.get_extra_info("peername") if transport is not None else None
-    if address is None:
+    sock = None
+    if address is None and isinstance(stream, anyio.abc.SocketStream):
+        sock = raw_socket(stream)
+    if sock is not None:  # trio's: asked once, without anyio's table
+        try:
+            address = sock.getpeername()
+        except OSError:
+            return "?"
+    elif address is None:
         try:
             address = stream.extra(anyio.abc.SocketAttribute.remote_address)
         except anyio.TypedAttributeLookupError:

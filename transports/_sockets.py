@@ -31,11 +31,12 @@ asserts the fast path is taken on both backends.
 from __future__ import annotations
 
 import asyncio
+import collections
 import ipaddress
 import socket
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar, cast
 
 import anyio
 import anyio.abc
@@ -49,7 +50,9 @@ __all__ = [
     "SocketIO",
     "adopts_io",
     "connect_tcp",
+    "lazy_stream_protocol",
     "offered_io",
+    "raw_socket",
     "read_ahead_io",
     "shrink_reads",
     "socket_io",
@@ -137,9 +140,58 @@ async def _asyncio_connect(host: str, port: int) -> anyio.abc.SocketStream | Non
     except ImportError:  # pragma: no cover - anyio<5 is pinned; anyio's connect then
         return None
     loop = asyncio.get_running_loop()
-    transport, protocol = await loop.create_connection(StreamProtocol, host, port)
+    protocol_type = lazy_stream_protocol(StreamProtocol)
+    transport, protocol = await loop.create_connection(protocol_type, host, port)
     stream: anyio.abc.SocketStream = SocketStream(transport, protocol)
     return stream
+
+
+class _LazyState(asyncio.Protocol):
+    """anyio's asyncio ``StreamProtocol`` state, made when first used.
+
+    anyio's protocol makes a read queue and two ``asyncio.Event``s (each with a deque
+    of waiters) as the connection is made: 2.5 KiB and nine objects for the cyclic
+    collector to scan, per connection. A link's I/O is taken over at once
+    (:class:`_AsyncioIO`) and they are never used; an idle link kept them for its
+    whole life. Here each is made on first use, as anyio makes it (the queue and the
+    read event empty, the write event set), so anyio's stream, when it is given back
+    (:meth:`SocketIO.release`) or was never taken, works as before.
+    """
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # All that anyio's does besides making the three (tests/unit/test_sockets.py
+        # holds anyio's to that).
+        transport.set_write_buffer_limits(0)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> Any:
+        # Called only for what the instance does not hold yet.
+        value: Any
+        if name == "read_queue":
+            value = collections.deque()
+        elif name == "read_event":
+            value = asyncio.Event()
+        elif name == "write_event":
+            value = asyncio.Event()
+            value.set()
+        else:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        setattr(self, name, value)
+        return value
+
+
+_Protocol = TypeVar("_Protocol", bound=asyncio.Protocol)
+
+
+def lazy_stream_protocol(base: type[_Protocol]) -> type[_Protocol]:
+    """``base`` (anyio's asyncio ``StreamProtocol``) with its state made on first use."""
+    lazy = _lazy_types.get(base)
+    if lazy is None:
+        name = f"Lazy{base.__name__}"
+        lazy = _lazy_types[base] = type(name, (_LazyState, base), {"__module__": __name__})
+    return cast("type[_Protocol]", lazy)
+
+
+_lazy_types: dict[type, type] = {}
 
 
 def _backend() -> Any:
@@ -172,13 +224,23 @@ def socket_io(stream: anyio.abc.ByteStream) -> SocketIO:
     if found is not None and _AsyncioIO.can_take_over(found[1]):
         return _AsyncioIO(stream, *found)
     if isinstance(stream, anyio.abc.SocketStream):
-        sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+        sock = raw_socket(stream)
         backend = sniffio.current_async_library()
         if backend != "trio" or not isinstance(sock, socket.socket):
             _fell_back(backend, stream)  # on asyncio the transport above was the fast path
         if isinstance(sock, socket.socket):  # trio hands out the socket itself
             return _QueuedIO(stream, sock)
     return _QueuedIO(stream, None)
+
+
+def raw_socket(stream: anyio.abc.SocketStream) -> socket.socket | None:
+    """The socket under anyio's ``stream``, read from the stream itself: its
+    ``extra(raw_socket)`` builds anyio's table of every attribute first, asking the
+    kernel for the peer's address and the socket for its family on each lookup."""
+    sock: socket.socket | None = getattr(stream, "_raw_socket", None)  # what the table gives
+    if sock is None:
+        sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+    return sock
 
 
 def _fell_back(backend: str, stream: anyio.abc.SocketStream) -> None:
@@ -210,7 +272,10 @@ def _asyncio_transport(stream: anyio.abc.ByteStream) -> tuple[asyncio.Transport,
         return None
     transport = getattr(stream, "_transport", None)
     protocol = getattr(stream, "_protocol", None)
-    if isinstance(transport, asyncio.Transport) and hasattr(protocol, "write_event"):
+    if not isinstance(transport, asyncio.Transport):
+        return None
+    # Asking a lazy protocol for its event would make it.
+    if isinstance(protocol, _LazyState) or hasattr(protocol, "write_event"):
         return transport, protocol
     return None
 
@@ -331,6 +396,8 @@ class _AsyncioIO(asyncio.Protocol):
 
     @staticmethod
     def can_take_over(protocol: Any) -> bool:
+        if isinstance(protocol, _LazyState):  # its state is made on first use
+            return True
         return all(hasattr(protocol, name) for name in ("read_queue", "is_at_eof", "exception"))
 
     def __init__(
@@ -340,15 +407,21 @@ class _AsyncioIO(asyncio.Protocol):
         self._transport = transport
         self._previous = previous
         self._loop = asyncio.get_running_loop()
+        # Read from the instance: a lazy protocol's state not made yet is its initial one
+        # (nothing queued, writing on), and asking for it would make it.
+        state = vars(previous)
+        queued = state.get("read_queue")
         # What anyio's protocol read but nobody received yet comes first.
-        self._chunks: list[bytes] = list(previous.read_queue)
-        previous.read_queue.clear()
+        self._chunks: list[bytes] = list(queued) if queued else []
+        if queued:
+            queued.clear()
         self._buffered = sum(map(len, self._chunks))
         self._eof: bool = previous.is_at_eof
         self._error: BaseException | None = previous.exception
         self._reader: asyncio.Future[None] | None = None
         self._drainer: asyncio.Future[None] | None = None
-        self._write_paused = not previous.write_event.is_set()
+        write_event = state.get("write_event")
+        self._write_paused = write_event is not None and not write_event.is_set()
         self._read_paused = False
         self._lost = transport.is_closing()
         self._on_hang_up: Callable[[], object] | None = None

@@ -16,6 +16,7 @@ a frame over ``hard_max_size`` is not even read: the connection closes with 1009
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -47,7 +48,7 @@ from transports._base import (
 from transports._groups import unwrap_single_error
 from transports._http_messages import HttpRequest
 from transports._logging import get_logger
-from transports._loop import StreamLock
+from transports._loop import StreamLock, current_loop
 from transports._sockets import SocketIO, adopts_io, connect_tcp, offered_io, socket_io
 from transports._ws_handshake import (
     MAX_SWITCH_HEAD,
@@ -496,9 +497,20 @@ def _take_handshake(
 
 def _parse_ws_url(url: str) -> WebSocketURI:
     try:
-        return parse_uri(url)
+        # A peer dials the same few URLs again and again (a crowd, a reconnect): each
+        # parsed once. One holding a secret (a query, user info) is parsed every time,
+        # so that no token outlives its link in the cache.
+        if "?" in url or "@" in url:
+            return parse_uri(url)
+        return _parse_plain_url(url)
     except InvalidURI as exc:
         raise ConnectFailed(f"not a WebSocket URL: {exc}") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_plain_url(url: str) -> WebSocketURI:
+    """``parse_uri`` of a URL with no query and no user info; read, never changed."""
+    return parse_uri(url)
 
 
 def _client_tls(uri: WebSocketURI, ssl_context: ssl.SSLContext | None) -> ssl.SSLContext | None:
@@ -539,8 +551,13 @@ async def _dial(
     not anyio's stream: on asyncio that is one takeover of the transport per link
     instead of a pause and a resume of its reading around each read, then the takeover.
     """
+    # The loop's own scope with a deadline: what ``anyio.fail_after`` is, without its
+    # generator and backend lookup (8.1 -> 4.3 us of CPU per dial on asyncio).
+    loop = current_loop()
+    within = loop.cancel_scope()
+    within.deadline = loop.now() + timeout
     try:
-        with anyio.fail_after(timeout):
+        with within:
             stream = await _connect_tcp(uri, context)
             try:
                 io = socket_io(stream)
@@ -550,13 +567,15 @@ async def _dial(
             except BaseException:
                 await anyio.aclose_forcefully(stream)
                 raise
-    except TimeoutError:
-        raise ConnectFailed(
-            f"cannot connect to {shown}: no handshake within {timeout:g} s"
-        ) from None
     except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
         raise ConnectFailed(f"cannot connect to {shown}: {exc}") from None
+    if within.cancelled_caught:
+        raise _no_handshake(shown, timeout)
     return stream, io, head, rest
+
+
+def _no_handshake(shown: str, timeout: float) -> ConnectFailed:
+    return ConnectFailed(f"cannot connect to {shown}: no handshake within {timeout:g} s")
 
 
 async def _connect_tcp(uri: WebSocketURI, context: ssl.SSLContext | None) -> anyio.abc.ByteStream:

@@ -78,6 +78,7 @@ async def test_a_fallback_is_logged_once(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(_sockets, "_warned", set())
     async with tcp_pair() as (client, server):
         monkeypatch.setattr(client, "extra", lambda attribute, default=None: default)
+        monkeypatch.setattr(type(client), "_raw_socket", property(lambda self: None))
         with capture_logs() as logs:
             first, second = socket_io(client), socket_io(client)
         assert isinstance(first, _sockets._QueuedIO) and first._sock is None
@@ -259,3 +260,141 @@ async def test_a_dialled_connection_is_read_from_the_start_with_nothing_paused_a
                     assert await io.receive() == b"hello"
                 tg.cancel_scope.cancel()
     assert paused == []
+
+
+_STATE = {"read_queue", "read_event", "write_event"}
+
+
+class _Limits:
+    """A transport that only records its write buffer limits."""
+
+    def __init__(self) -> None:
+        self.limits: list[int] = []
+
+    def set_write_buffer_limits(self, high: int) -> None:
+        self.limits.append(high)
+
+
+async def test_anyios_state_is_made_on_first_use_as_anyio_makes_it() -> None:
+    """The lazy protocol does what anyio's does as a connection is made, less the three
+    things it makes there; were anyio's to do more, this fails."""
+    from anyio._backends._asyncio import StreamProtocol
+
+    anyios, transport = StreamProtocol(), _Limits()
+    anyios.connection_made(transport)  # type: ignore[arg-type]
+    assert set(vars(anyios)) == _STATE and transport.limits == [0]
+
+    lazy_type = _sockets.lazy_stream_protocol(StreamProtocol)
+    assert lazy_type is _sockets.lazy_stream_protocol(StreamProtocol)  # one class, made once
+    lazy, transport = lazy_type(), _Limits()
+    lazy.connection_made(transport)  # type: ignore[arg-type]
+    assert vars(lazy) == {} and transport.limits == [0]
+    assert isinstance(lazy, StreamProtocol)
+    assert len(lazy.read_queue) == 0 and not lazy.read_event.is_set()
+    assert lazy.write_event.is_set()
+    assert set(vars(lazy)) == _STATE  # made once, then held as anyio's are
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        lazy.nothing  # type: ignore[attr-defined]  # noqa: B018 - the lookup is the test
+
+
+async def test_a_link_holds_none_of_anyios_stream_state_and_a_released_one_works() -> None:
+    """Both ends of a connection made by our accept and our dial, their I/O taken over:
+    on asyncio neither protocol made anyio's queue and events (an idle link kept them
+    for life); given back, the accepted stream reads and writes through anyio again."""
+    from transports._accept import serve_listener
+
+    accepted: list[anyio.abc.SocketStream] = []
+    arrived = anyio.Event()
+
+    async def accept(stream: anyio.abc.SocketStream) -> None:
+        accepted.append(stream)
+        arrived.set()
+        await anyio.sleep_forever()
+
+    with anyio.fail_after(GUARD):
+        async with await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0) as tcp:
+            port = tcp.extra(anyio.abc.SocketAttribute.local_port)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(serve_listener, tcp, accept, tg)
+                async with await _sockets.connect_tcp("127.0.0.1", port) as client:
+                    await arrived.wait()
+                    server = accepted[0]
+                    client_io, server_io = socket_io(client), socket_io(server)
+                    if sniffio.current_async_library() == "asyncio":
+                        for stream in (client, server):
+                            protocol = stream._protocol  # type: ignore[attr-defined]
+                            assert _STATE.isdisjoint(vars(protocol))
+                    assert client_io.write(b"ping")
+                    assert await server_io.receive() == b"ping"
+                    server_io.release()
+                    await client.send(b"through anyio")
+                    assert await server.receive() == b"through anyio"
+                    await server.send(b"back")
+                    assert await client_io.receive() == b"back"
+                    await server.aclose()
+                tg.cancel_scope.cancel()
+
+
+async def test_the_raw_socket_and_the_peers_name_are_read_without_anyios_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """anyio's ``extra`` builds its table of every attribute (a ``getpeername`` each
+    time) for one lookup: the socket and the client's name are read without it, the
+    same as it gives them, on both backends."""
+    from transports._http_server import _peer_name
+
+    async with tcp_pair() as (client, server):
+        expected = (
+            server.extra(anyio.abc.SocketAttribute.raw_socket),
+            f"127.0.0.1:{client.extra(anyio.abc.SocketAttribute.local_port)}",
+        )
+        looked_up: list[object] = []
+        extra = type(server).extra
+
+        def counted(self: Any, attribute: Any, *default: Any) -> Any:
+            looked_up.append(attribute)
+            return extra(self, attribute, *default)
+
+        monkeypatch.setattr(type(server), "extra", counted)
+        assert (_sockets.raw_socket(server), _peer_name(server)) == expected
+        assert looked_up == []
+
+
+async def test_a_client_reset_before_its_name_is_read_is_named_unknown() -> None:
+    """On trio the name is asked of the socket when the connection is served: a client
+    that reset it first is ``?``, as anyio's table said; asyncio's transport asked when
+    it was made, and keeps the name."""
+    import socket
+    import struct
+
+    from transports._http_server import _peer_name
+
+    async with tcp_pair() as (client, server):
+        sock = client.extra(anyio.abc.SocketAttribute.raw_socket)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await client.aclose()  # closed with a reset: the server's socket is not connected
+        name = _peer_name(server)
+    if sniffio.current_async_library() == "trio":
+        assert name == "?"
+    else:
+        assert name.startswith("127.0.0.1:")
+
+
+async def test_bytes_read_before_the_takeover_come_first_and_once() -> None:
+    """What anyio's protocol read before the I/O took the transport over is received
+    first, then what follows; anyio's queue is left empty (it must not give them twice)."""
+    async with tcp_pair() as (client, server):
+        with anyio.fail_after(GUARD):
+            protocol = getattr(server, "_protocol", None)
+            if protocol is not None:  # asyncio: as the transport hands bytes to anyio's
+                protocol.data_received(b"early")
+            else:
+                await client.send(b"early")
+            io = socket_io(server)
+            if protocol is not None:
+                assert not protocol.read_queue
+            await client.send(b" and late")
+            got = b""
+            while len(got) < len(b"early and late"):
+                got += await io.receive()
+    assert got == b"early and late"

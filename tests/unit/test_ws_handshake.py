@@ -79,3 +79,42 @@ def test_the_request_is_the_handshakes_then_ours_and_refuses_a_line_break() -> N
     assert request.endswith(b"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer t\r\n\r\n")
     with pytest.raises(ValueError, match="CR or LF"):
         upgrade_request("h", "/", KEY, [("X", "a\r\nEvil: 1")])
+
+
+@pytest.mark.parametrize(
+    ("line", "value"),
+    [
+        (b"mesh-agent-info: x1", "x1"),
+        (b"mesh-agent-info:x1", "x1"),
+        (b"mesh-agent-info: \t x1 \t ", "x1"),  # spaces and tabs around it are not the value
+        (b"mesh-agent-info: a b\tc  ", "a b\tc"),  # inside it they are
+        (b"mesh-agent-info:   ", ""),
+    ],
+)
+def test_a_101s_header_value_is_read_without_the_spaces_around_it(line: bytes, value: str) -> None:
+    key = new_key()
+    head = switching_response(accept_key(key), None).removesuffix(b"\r\n\r\n") + b"\r\n" + line
+    switched = check_switch(head, key)
+    assert (switched.broken, switched.header("mesh-agent-info")) == (None, value)
+
+
+@pytest.mark.parametrize("line", [b"Upgrade : websocket", b"Upgrade: web\rsocket", b": x"])
+def test_a_malformed_header_line_in_a_101_is_not_a_response(line: bytes) -> None:
+    with pytest.raises(BadResponse, match="malformed header line"):
+        check_switch(b"HTTP/1.1 101 Switching Protocols\r\n" + line, KEY)
+
+
+def test_a_plain_url_is_parsed_once_and_one_holding_a_secret_every_time() -> None:
+    from websockets.uri import parse_uri
+
+    from transports import ConnectFailed, _websocket
+
+    _websocket._parse_plain_url.cache_clear()
+    url = "ws://127.0.0.1:8000/ws"
+    first = _websocket._parse_ws_url(url)
+    assert first == parse_uri(url) and _websocket._parse_ws_url(url) is first
+    for secret in ("ws://127.0.0.1:8000/ws?token=s3cret", "ws://ada:s3cret@127.0.0.1:8000/ws"):
+        assert _websocket._parse_ws_url(secret) == parse_uri(secret)
+    assert _websocket._parse_plain_url.cache_info().currsize == 1  # no secret kept
+    with pytest.raises(ConnectFailed, match="not a WebSocket URL"):
+        _websocket._parse_ws_url("http://127.0.0.1/ws")
