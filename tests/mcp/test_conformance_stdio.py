@@ -68,10 +68,11 @@ async def _through_mesh_mcp(daemon: Daemon, *extra: str) -> dict[str, ScenarioRe
     command = [sys.executable, "-m", "mesh.cli", "mcp", "--url", daemon.http, *extra]
     command += ["--backend", backend]
     env = relay_env(daemon)
-    # A `mesh mcp` relays frames without reading them, so each session runs the same
-    # lines of it: coverage measures the run's first, and the rest skip coverage's
-    # start and tracer. The daemon, where each scenario's own code runs, is measured
-    # throughout.
+    # A `mesh mcp` relays frames without reading them, so its sessions run the same lines
+    # but for what a frame's bytes decide (a non-ASCII frame's UTF-8 check, which the
+    # transports' own tests cover): coverage measures each run's first session, and the
+    # rest skip coverage's start and tracer. The daemon, where each scenario's own code
+    # runs, is measured throughout.
     later = {**env, **WITHOUT_COVERAGE}
     async with open_stdio_bridge(command, env=env, later_env=later) as bridge:
         results = await run_server_scenarios(f"{bridge.url}/mcp")
