@@ -22,9 +22,13 @@ from bench._report import build_report, format_table
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Four short runs of the cheapest baseline; generous for a loaded 2-core CI box.
 SMOKE_TIMEOUT_S = 150
+#: The eight short runs of mesh-stdio, the scenarios through the door and their baselines.
+SHARED_TIMEOUT_S = 300
 
 
-def run_smoke(output: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Any]:
+def run_smoke(
+    output: Path, *args: str, timeout: float = SMOKE_TIMEOUT_S
+) -> tuple[subprocess.CompletedProcess[str], Any]:
     """``python -m bench --smoke *args`` into ``output``: the finished run and its JSON report."""
     command = [sys.executable, "-m", "bench", "--smoke", *args, "--output", str(output)]
     done = subprocess.run(
@@ -32,7 +36,7 @@ def run_smoke(output: Path, *args: str) -> tuple[subprocess.CompletedProcess[str
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        timeout=SMOKE_TIMEOUT_S,
+        timeout=timeout,
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -55,27 +59,37 @@ def test_smoke_run_writes_sane_json(tmp_path: Path) -> None:
     assert "pipe-raw" in done.stdout  # the table was printed
 
 
-@pytest.mark.timeout(SMOKE_TIMEOUT_S + 10)
-def test_smoke_runs_the_mesh_over_stdio(tmp_path: Path) -> None:
+#: The scenarios that call an agent through an orchestrator's door, as an embedding program does.
+THROUGH_THE_DOOR = ("mesh-mcp-mount", "mesh-a2a-mount", "obs-memory")
+
+
+@pytest.fixture(scope="module")
+def asyncio_smoke(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One --smoke run of mesh-stdio and the scenarios through the door on asyncio, with
+    their baselines, in the one mode --smoke runs of each (sequential): the two tests below
+    read its report. One run, not one each, so the bench and mcp-stdio, a baseline of
+    both, start once; the baselines' inflight64 runs, which no test here reads, are left
+    to `test_smoke_run_writes_sane_json` (pipe-raw's, on both loops)."""
+    only = [arg for name in ("mesh-stdio", *THROUGH_THE_DOOR) for arg in ("--only", name)]
+    output = tmp_path_factory.mktemp("bench-smoke")
+    _, report = run_smoke(output, *only, "--mode", "sequential", timeout=SHARED_TIMEOUT_S)
+    return report
+
+
+@pytest.mark.timeout(SHARED_TIMEOUT_S + 10)  # the first test of the two waits for the run
+def test_smoke_runs_the_mesh_over_stdio(asyncio_smoke: Any) -> None:
     """The mesh's own path: --smoke runs mesh-stdio sequentially (and its two baselines)."""
-    _, report = run_smoke(tmp_path, "--only", "mesh-stdio")
-    mesh = [r for r in report["results"] if r["scenario"] == "mesh-stdio"]
+    mesh = [r for r in asyncio_smoke["results"] if r["scenario"] == "mesh-stdio"]
     assert [(r["mode"], r["backend"]) for r in mesh] == [("sequential", "asyncio")]
     assert mesh[0]["figures"]["calls_per_s"] > 0
     assert {v["baseline"] for v in mesh[0]["vs"]} == {"pipe-raw", "mcp-stdio"}
 
 
-#: The scenarios that call an agent through an orchestrator's door, as an embedding program does.
-THROUGH_THE_DOOR = ("mesh-mcp-mount", "mesh-a2a-mount", "obs-memory")
-
-
-@pytest.mark.timeout(SMOKE_TIMEOUT_S + 10)
-def test_smoke_runs_the_scenarios_that_call_through_the_door(tmp_path: Path) -> None:
+@pytest.mark.timeout(SHARED_TIMEOUT_S + 10)
+def test_smoke_runs_the_scenarios_that_call_through_the_door(asyncio_smoke: Any) -> None:
     """Each names who its calls are made for: once the door refused a call that names nobody,
     these scenarios ended with no figure until this smoke ran them."""
-    only = [arg for name in THROUGH_THE_DOOR for arg in ("--only", name)]
-    _, report = run_smoke(tmp_path, *only, "--backend", "asyncio")
-    rows = {r["scenario"]: r for r in report["results"]}
+    rows = {r["scenario"]: r for r in asyncio_smoke["results"]}
     for name in THROUGH_THE_DOOR:
         assert rows[name]["errors"] == [], rows[name]["errors"]
         assert rows[name]["figures"]["calls_per_s"] > 0

@@ -32,7 +32,7 @@ import msgspec
 
 from mesh._errors import Unauthorized
 from mesh._logging import get_logger
-from mesh.mcp._oauth import McpOAuth, OAuthSettings
+from mesh.mcp._oauth import McpOAuth, OAuthSettings, verified_tls
 from mesh.mcp._revisions import PROTOCOL_VERSION_KEY
 from transports import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -522,6 +522,8 @@ async def open_mcp_http_client(
     """
     timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT)
     auth = McpOAuth(url, oauth) if oauth is not None else None
+    if verify is True:
+        verify = verified_tls()  # not a CA bundle read for every link
     with unwrap_single_error():
         async with (
             _closing(auth),

@@ -68,7 +68,9 @@ async def approve(url: str) -> None:
     """The person at the browser: follow the authorization redirect to our callback."""
     import httpx  # after the mesh, which keeps httpx's own command line unloaded
 
-    async with httpx.AsyncClient() as client:
+    from mesh.mcp._oauth import verified_tls
+
+    async with httpx.AsyncClient(verify=verified_tls()) as client:
         response = await client.get(url)
         while response.is_redirect:
             response = await client.get(response.headers["location"])

@@ -143,11 +143,17 @@ def _refusal(status: int, message: str) -> HttpResponse:
 
 class _Bridge:
     def __init__(
-        self, tg: anyio.abc.TaskGroup, command: Sequence[str], env: Mapping[str, str]
+        self,
+        tg: anyio.abc.TaskGroup,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        later_env: Mapping[str, str],
     ) -> None:
         self._tg = tg
         self._command = command
         self._env = env
+        self._later_env = later_env
+        self._started = 0
         self.children: dict[str, _Child] = {}
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
@@ -213,8 +219,10 @@ class _Bridge:
     async def _run_child(self, session: str, *, task_status: anyio.abc.TaskStatus[_Child]) -> None:
         """The session's child, and its lines routed, until it exits or the session ends."""
         command, *args = self._command
+        env = self._env if self._started == 0 else self._later_env
+        self._started += 1
         async with open_stdio_process(
-            command, args, env=self._env, inherit_env=True, max_frame_size=FROM_CHILD_LIMIT
+            command, args, env=env, inherit_env=True, max_frame_size=FROM_CHILD_LIMIT
         ) as stream:
             child = _Child(stream)
             task_status.started(child)
@@ -231,12 +239,21 @@ class _Bridge:
 
 @asynccontextmanager
 async def open_stdio_bridge(
-    command: Sequence[str], *, env: Mapping[str, str] | None = None
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    later_env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[HttpServer]:
     """Serve ``command`` (a stdio MCP server) as streamable HTTP on a loopback port, one
-    child per session, until the block ends (which ends every child)."""
+    child per session, until the block ends (which ends every child).
+
+    The first session's child runs with ``env``, every later one's with ``later_env``
+    (default: ``env`` too), so that what is the same in every child, such as coverage's
+    measurement of code that runs alike in each, can be paid for once.
+    """
     async with anyio.create_task_group() as tg:
-        bridge = _Bridge(tg, command, env or {})
+        first = env or {}
+        bridge = _Bridge(tg, command, first, first if later_env is None else later_env)
         async with open_http_server(bridge.handle) as server:
             yield server
         tg.cancel_scope.cancel()

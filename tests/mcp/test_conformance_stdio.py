@@ -21,6 +21,7 @@ import sniffio
 from mesh.testing import Daemon, spawn_daemon
 from tests._backends import anyio_backend  # noqa: F401  (module-scoped: shared processes)
 from tests.mcp._conformance import ScenarioResult, run_server_scenarios
+from tests.mcp._peers import WITHOUT_COVERAGE
 from tests.mcp.stdio_bridge import open_stdio_bridge
 from tests.mcp.test_conformance_suite import (
     CONFORMANCE_AGENT,
@@ -66,7 +67,14 @@ async def _through_mesh_mcp(daemon: Daemon, *extra: str) -> dict[str, ScenarioRe
     backend = sniffio.current_async_library()
     command = [sys.executable, "-m", "mesh.cli", "mcp", "--url", daemon.http, *extra]
     command += ["--backend", backend]
-    async with open_stdio_bridge(command, env=relay_env(daemon)) as bridge:
+    env = relay_env(daemon)
+    # A `mesh mcp` relays frames without reading them, so its sessions run the same lines
+    # but for what a frame's bytes decide (a non-ASCII frame's UTF-8 check, which the
+    # transports' own tests cover): coverage measures each run's first session, and the
+    # rest skip coverage's start and tracer. The daemon, where each scenario's own code
+    # runs, is measured throughout.
+    later = {**env, **WITHOUT_COVERAGE}
+    async with open_stdio_bridge(command, env=env, later_env=later) as bridge:
         results = await run_server_scenarios(f"{bridge.url}/mcp")
     return {name: result for name, result in results.items() if name not in HTTP_ONLY}
 

@@ -134,3 +134,36 @@ async def _next_event(lines: Any) -> str:
             if line.startswith("data: "):
                 return str(line.removeprefix("data: "))
     raise AssertionError("the stream ended")
+
+
+#: Answers ``initialize`` with the value of ``BRIDGE_TEST`` in its environment.
+ENV_CHILD = textwrap.dedent(
+    """
+    import json, os, sys
+
+    for raw in sys.stdin:
+        message = json.loads(raw)
+        result = {"env": os.environ.get("BRIDGE_TEST")}
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}))
+        sys.stdout.write("\\n")
+        sys.stdout.flush()
+    """
+)
+
+
+async def test_the_first_child_gets_env_and_later_ones_later_env(tmp_path: Path) -> None:
+    script = tmp_path / "env_child.py"
+    script.write_text(ENV_CHILD)
+    first, later = {"BRIDGE_TEST": "first"}, {"BRIDGE_TEST": "later"}
+    async with (
+        open_stdio_bridge([sys.executable, str(script)], env=first, later_env=later) as bridge,
+        httpx.AsyncClient(base_url=bridge.url, timeout=30) as http,
+    ):
+        seen = []
+        for wire_id in range(3):
+            initialize = {"jsonrpc": "2.0", "id": wire_id, "method": "initialize"}
+            opened = await http.post("/mcp", json=initialize, headers=ACCEPT)
+            assert opened.status_code == 200
+            (answer,) = _events(opened.text)
+            seen.append(json.loads(answer)["result"]["env"])
+    assert seen == ["first", "later", "later"]

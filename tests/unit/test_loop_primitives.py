@@ -117,3 +117,28 @@ async def test_each_task_is_cancelled_alone() -> None:
             await ended["b"].wait()
             assert await spawner.wait([a, b], timeout=5) == 0
     assert cancelled == ["a", "b"]
+
+
+async def test_the_task_group_leaves_with_a_tasks_error_in_a_group_and_a_cancel_as_one() -> None:
+    """The loop's task group leaves as anyio's does: a task's error in a group, whatever
+    siblings were cancelled beside it; a group of nothing but cancellations as the one
+    cancellation, which the cancel scope that caused it catches."""
+    loop = current_loop()
+
+    async def fail() -> None:
+        raise ValueError("boom")
+
+    async def fail_beside_a_sleeper() -> None:
+        async with loop.task_group() as tasks:
+            tasks.start_soon(anyio.sleep_forever)
+            tasks.start_soon(fail)
+
+    with pytest.raises(ExceptionGroup) as raised:
+        await fail_beside_a_sleeper()
+    assert [type(error) for error in raised.value.exceptions] == [ValueError]
+
+    with anyio.fail_after(10), anyio.CancelScope() as scope:
+        async with loop.task_group() as tasks:
+            tasks.start_soon(anyio.sleep_forever)
+            scope.cancel()
+    assert scope.cancelled_caught
