@@ -2,7 +2,7 @@
 
 The four scenarios of issue 16: an agent on daemon A called from daemon C; a
 broadcast over 3 daemons x 10 agents; daemon B SIGKILLed mid-room; NATS away for
-five seconds.
+five seconds (from two daemons, each with an agent the other calls).
 """
 
 from __future__ import annotations

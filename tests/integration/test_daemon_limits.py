@@ -179,8 +179,9 @@ async def test_register_delete_churn_returns_memory(tmp_path: Path) -> None:
     metadata = '{"blob": "%s"}' % ("x" * (16 * KIB - len('{"blob":""}') - 1))  # at the limit
     endpoint = f"http://127.0.0.1:{_closed_port()}"
     # The daemon runs without coverage's tracer: what is measured is its memory, and the
-    # 12,000 requests traced were some 3.5 s of CPU a backend for lines the daemon's other
-    # tests run under coverage (registering, deleting, a link that cannot dial stopped).
+    # 12,000 requests traced were some 3.5 s of CPU a backend for lines that the daemon's
+    # other tests run under coverage, all but a handful (docs/testing.md, "Where the
+    # suite's time goes").
     async with (
         spawn_daemon(tmp_path, env=WITHOUT_COVERAGE) as daemon,
         daemon.client() as http,
