@@ -65,7 +65,15 @@ ROOMS_ENGINE = (
     "mesh.providers._http",
 )
 #: The packages whose public names load on first use, each with its table of where.
-LAZY_PACKAGES = ("mesh", "mesh.mcp", "mesh.providers", "mesh.rooms", "transports")
+LAZY_PACKAGES = (
+    "mesh",
+    "mesh.manifests",
+    "mesh.mcp",
+    "mesh.providers",
+    "mesh.rooms",
+    "registry",
+    "transports",
+)
 
 
 def _loaded(code: str, *, timeout: float = 60) -> list[str]:
@@ -135,6 +143,9 @@ HTTP_COMMAND_HEAVY = (
 #: What a room client that reads rooms must not load besides: the WebSocket and the
 #: follower of ``mesh room run`` and ``watch``, the console of ``mesh room join``.
 ROOM_FOLLOWING = ("websockets", "transports._websocket", "mesh.cli._follow", "mesh.cli._join")
+#: What a room client that decodes rooms must not load for the types a room names (its
+#: members' ids, who made it): the registry's table and driver, the manifest loader, anyio.
+ROOM_TYPES_ONLY = ("registry._table", "registry._driver", "mesh.manifests._load", "anyio")
 
 
 @pytest.mark.parametrize(
@@ -143,8 +154,11 @@ ROOM_FOLLOWING = ("websockets", "transports._websocket", "mesh.cli._follow", "me
         (["agents"], (*HTTP_COMMAND_HEAVY, "anyio")),
         (["call", "echo", "echo", "--arg", "message=hi"], (*HTTP_COMMAND_HEAVY, "anyio")),
         (["token", "list"], (*HTTP_COMMAND_HEAVY, "anyio")),
-        (["room", "list"], (*HTTP_COMMAND_HEAVY, *ROOM_FOLLOWING, *ROOMS_ENGINE)),
-        (["room", "show", "r1"], (*HTTP_COMMAND_HEAVY, *ROOM_FOLLOWING, *ROOMS_ENGINE)),
+        (["room", "list"], (*HTTP_COMMAND_HEAVY, *ROOM_FOLLOWING, *ROOMS_ENGINE, *ROOM_TYPES_ONLY)),
+        (
+            ["room", "show", "r1"],
+            (*HTTP_COMMAND_HEAVY, *ROOM_FOLLOWING, *ROOMS_ENGINE, *ROOM_TYPES_ONLY),
+        ),
     ],
 )
 def test_a_command_that_makes_http_requests_loads_only_its_client(
@@ -191,6 +205,20 @@ def test_a_manifest_loads_no_provider() -> None:
     assert _under(_loaded("import mesh.manifests"), (*ROOMS_ENGINE, "httpx")) == set()
 
 
+def test_a_scripted_persona_loads_no_http_provider() -> None:
+    """A persona agent loads its provider when its manifest names one: a scripted persona
+    (every offline room, every room of the suite) starts without httpx and the HTTP clients."""
+    code = """
+from mesh.agents.persona import create_provider
+from mesh.providers import ProviderConfig
+create_provider(ProviderConfig(provider="scripted", script=["hi"]))
+"""
+    loaded = _loaded(code)
+    assert "mesh.providers._scripted" in loaded
+    http = ("httpx", "mesh.providers._http", "mesh.providers._openai", "mesh.providers._ollama")
+    assert _under(loaded, http) == set()
+
+
 def test_a_transport_loads_alone() -> None:
     """``transports`` loads each transport on use: a frame-size bound is not a WebSocket."""
     loaded = _loaded("from transports import DEFAULT_MAX_FRAME_SIZE, memory_stream_pair")
@@ -203,6 +231,8 @@ def test_a_transport_loads_alone() -> None:
         ("mesh.rooms", "RoomManager"),
         ("mesh.mcp", "ToolCatalog"),
         ("mesh.providers", "ScriptedProvider"),
+        ("mesh.manifests", "Manifest"),
+        ("registry", "Registry"),
         ("transports", "WebSocketStream"),
     ],
 )

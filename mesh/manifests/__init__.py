@@ -6,22 +6,33 @@ directory (one broken file never hides the others), ``_validate`` is what
 job (:mod:`mesh._orchestrator.links`); this wing is data only.
 """
 
-from mesh._public import publish
-from mesh.manifests._load import (
-    AccessSection,
-    DialInSection,
-    HttpSection,
-    Manifest,
-    ManifestError,
-    ManifestSet,
-    Persona,
-    StdioSection,
-    TransportSection,
-    WebSocketSection,
-    load_manifest,
-    load_manifests,
-)
-from mesh.manifests._validate import ValidateExit, validate_manifests
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mesh._public import lazy_names
+
+if TYPE_CHECKING:  # what type checkers see; at run time each name loads on first use
+    from mesh.manifests._load import (
+        ManifestSet,
+        load_manifest,
+        load_manifests,
+    )
+    from mesh.manifests._types import (
+        AccessSection,
+        DialInSection,
+        HttpSection,
+        Manifest,
+        ManifestError,
+        Persona,
+        StdioSection,
+        TransportSection,
+        WebSocketSection,
+    )
+    from mesh.manifests._validate import (
+        ValidateExit,
+        validate_manifests,
+    )
 
 __all__ = [
     "AccessSection",
@@ -40,5 +51,21 @@ __all__ = [
     "validate_manifests",
 ]
 
-
-publish(globals(), __all__)
+#: Where each public name lives: imported on first use (``mesh._public.lazy_names``).
+_WHERE: dict[str, str] = {
+    "ManifestSet": "mesh.manifests._load",
+    "load_manifest": "mesh.manifests._load",
+    "load_manifests": "mesh.manifests._load",
+    "AccessSection": "mesh.manifests._types",
+    "DialInSection": "mesh.manifests._types",
+    "HttpSection": "mesh.manifests._types",
+    "Manifest": "mesh.manifests._types",
+    "ManifestError": "mesh.manifests._types",
+    "Persona": "mesh.manifests._types",
+    "StdioSection": "mesh.manifests._types",
+    "TransportSection": "mesh.manifests._types",
+    "WebSocketSection": "mesh.manifests._types",
+    "ValidateExit": "mesh.manifests._validate",
+    "validate_manifests": "mesh.manifests._validate",
+}
+__getattr__, __dir__ = lazy_names(globals(), _WHERE)

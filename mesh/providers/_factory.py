@@ -6,26 +6,28 @@ when the agent starts rather than at its first turn.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
-import httpx
-
-from ._anthropic import AnthropicProvider
 from ._base import Provider, ProviderConfig
-from ._gemini import GeminiProvider
-from ._http import HttpProvider, Sleep
-from ._ollama import OllamaProvider
-from ._openai import OpenAIProvider
 from ._scripted import ScriptedProvider
+
+if TYPE_CHECKING:
+    import httpx
+
+    from ._http import HttpProvider, Sleep
 
 __all__ = ["create_provider", "open_provider"]
 
-_HTTP_PROVIDERS: Mapping[str, type[HttpProvider]] = {
-    "ollama": OllamaProvider,
-    "openai": OpenAIProvider,
-    "anthropic": AnthropicProvider,
-    "gemini": GeminiProvider,
+#: Each HTTP provider's module and class, imported when a config names it: a scripted
+#: persona (every offline room) never loads httpx and the four HTTP clients.
+_HTTP_PROVIDERS: Mapping[str, tuple[str, str]] = {
+    "ollama": ("._ollama", "OllamaProvider"),
+    "openai": ("._openai", "OpenAIProvider"),
+    "anthropic": ("._anthropic", "AnthropicProvider"),
+    "gemini": ("._gemini", "GeminiProvider"),
 }
 
 
@@ -47,7 +49,8 @@ def create_provider(
     """
     if config.provider == "scripted":
         return ScriptedProvider(config)
-    kind = _HTTP_PROVIDERS[config.provider]
+    module, name = _HTTP_PROVIDERS[config.provider]
+    kind: type[HttpProvider] = getattr(importlib.import_module(module, __package__), name)
     return kind(config, http_client=http_client, env=env, sleep=sleep, random=random)
 
 

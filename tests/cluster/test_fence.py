@@ -200,6 +200,12 @@ async def test_a_holder_cut_off_from_nats_loses_its_room_not_its_process(
     await holder_cut_off(tmp_path, nats)
 
 
+#: How often the stopping daemon is dialled while it drains: what is checked is the answer
+#: each new connection gets (200 or 503, then refused), not how many fit in the drain; back
+#: to back, each on a client of its own, some fifty kept a core busy for the whole drain.
+PROBE_PACE = 0.05
+
+
 def echo_manifest(agent_id: str, echo: EchoServer) -> str:
     return (
         f'id = "{agent_id}"\nheartbeat_interval = 1.0\nheartbeat_ttl = 3.0\n'
@@ -207,14 +213,22 @@ def echo_manifest(agent_id: str, echo: EchoServer) -> str:
     )
 
 
-async def echo_call(daemon: Daemon, tool: str = "echo", **arguments: object) -> httpx.Response:
-    """A call to ``echo-a`` through ``daemon``, on a connection of its own."""
+async def echo_call(
+    daemon: Daemon,
+    tool: str = "echo",
+    *,
+    http: httpx.AsyncClient | None = None,
+    **arguments: object,
+) -> httpx.Response:
+    """A call to ``echo-a`` through ``daemon``, on a connection of its own (or ``http``'s)."""
     body = {
         "agent": "echo-a",
         "method": "tools/call",
         "params": {"name": tool, "arguments": arguments or {"message": "still there?"}},
         "timeout": 20,
     }
+    if http is not None:
+        return await http.post("/rpc", json=body)
     return await post(daemon, "/rpc", body)
 
 
@@ -247,15 +261,22 @@ async def test_sigterm_withdraws_and_answers_503_before_the_port_closes(
                     through_c.append(await echo_call(c))
 
             async def call_a() -> None:  # new connections to A, until it stops listening
-                while True:
-                    try:
-                        to_a.append(str((await echo_call(a)).status_code))
-                    except httpx.ConnectError:
-                        to_a.append("refused")
-                        return
-                    except httpx.TransportError as exc:
-                        to_a.append(f"cut: {exc!r}")
-                        return
+                # One client that keeps no connection: each call is a new connection to A.
+                fresh = httpx.Limits(max_keepalive_connections=0)
+                async with httpx.AsyncClient(
+                    base_url=a.http, headers=a.headers, timeout=GUARD, limits=fresh
+                ) as http:
+                    while True:
+                        next_call = anyio.current_time() + PROBE_PACE
+                        try:
+                            to_a.append(str((await echo_call(a, http=http)).status_code))
+                        except httpx.ConnectError:
+                            to_a.append("refused")
+                            return
+                        except httpx.TransportError as exc:
+                            to_a.append(f"cut: {exc!r}")
+                            return
+                        await anyio.sleep_until(next_call)
 
             with anyio.fail_after(GUARD):
                 async with anyio.create_task_group() as tg:
