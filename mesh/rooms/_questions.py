@@ -113,9 +113,13 @@ class Questions:
         if self.open is question:
             self.open = None
         if question.answer is not None:
-            self._ended[question.id] = question.answer
-            while len(self._ended) > _REMEMBERED:
-                self._ended.popitem(last=False)
+            self.remember(question.id, question.answer)
+
+    def remember(self, qid: str, answer: Answer) -> None:
+        """How question ``qid`` ended, kept so that a late answer is told (the last few)."""
+        self._ended[qid] = answer
+        while len(self._ended) > _REMEMBERED:
+            self._ended.popitem(last=False)
 
     def closed(self, room_id: str, qid: str) -> RoomConflict | None:
         """Why an answer to ``qid`` is refused if it has ended; None if it has not."""

@@ -136,6 +136,13 @@ async def test_a_person_answers_the_agents_question_and_its_turn_uses_the_answer
         said: MessageEvent = await _until(watch, MessageEvent, seen)
         await _until(watch, StoppedEvent, seen)
         shown = (await http.get("/rooms/shed")).json()["room"]
+    # Stopped and watched by nobody now, the room is let go of (its log keeps it): a late
+    # answer is still told how the question ended, from the log.
+    async with daemon.client() as http:
+        body = {"member": "carol", "question": "q1-1", "action": "decline"}
+        late = await http.post("/rooms/shed/answer", json=body)
+    assert late.status_code == 409
+    assert "'q1-1' was answered already (accept by 'carol')" in late.text, late.text
     assert said.text == "Painting the shed blue, 2 coats."  # the schema's default filled in
     answered = [e for e in seen if isinstance(e, AnswerEvent)]
     assert [(a.agent_id, a.action, a.content) for a in answered] == [

@@ -20,8 +20,8 @@ import msgspec
 from mesh._logging import get_logger
 from mesh._orchestrator.access import Principal
 from mesh.rooms._errors import InvalidRoomSpec, RoomConflict
-from mesh.rooms._events import AgentJoinedEvent, AgentLeftEvent
-from mesh.rooms._manager._table import Authorize, HeldRoom, RoomTable, checked
+from mesh.rooms._events import AgentJoinedEvent, AgentLeftEvent, AnswerEvent
+from mesh.rooms._manager._table import Authorize, HeldRoom, RoomTable, checked, in_thread
 from mesh.rooms._mesh import ROOM_TURN
 from mesh.rooms._model import Member, Room, RoomStatus
 from mesh.rooms._people import (
@@ -32,6 +32,7 @@ from mesh.rooms._people import (
     clean_text,
     person_id,
 )
+from mesh.rooms._questions import Answer
 from mesh.rooms._replica import Forwarded, PersonOp, qualified
 from registry import AgentId
 
@@ -249,6 +250,22 @@ class Seats:
             raise RoomConflict(f"room {room_id!r} {why}", room=room_id)
         room.desk.pass_turn(member.id)
 
+    async def _ended_in_log(self, room: HeldRoom, qid: str) -> RoomConflict | None:
+        """Why an answer to ``qid`` is refused, read from the room's log: a stopped room
+        nobody watches is let go of, and the copy held again has no memory of its questions.
+        None if the log has no ``ANSWER`` to it."""
+        room_id = room.state.room.id
+        events = await in_thread(self._table.store.events, room_id, 0)
+        ended = next(
+            (e for e in reversed(events) if isinstance(e, AnswerEvent) and e.question == qid),
+            None,
+        )
+        if ended is None:
+            return None
+        by = None if ended.action == "withdrawn" else ended.agent_id
+        room.desk.questions.remember(qid, Answer(ended.action, ended.content, by, ended.reason))
+        return room.desk.questions.closed(room_id, qid)
+
     async def answer(
         self,
         room_id: str,
@@ -282,6 +299,8 @@ class Seats:
                 return cast(dict[str, Any], forwarded.result)
         if room.runner is None:  # not running here, nor anywhere that would take it
             refused = room.desk.questions.closed(room_id, question)
+            if refused is None:  # held again since it stopped: its log knows what ended
+                refused = await self._ended_in_log(room, question)
             if refused is not None:  # the answer that ended its turn came first
                 raise refused
             raise RoomConflict(
