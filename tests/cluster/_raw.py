@@ -86,11 +86,13 @@ def link_response(request_id: str, result: Any) -> bytes:
     return MESH_CODEC.encode(Response(id=request_id, timestamp=now_ms(), payload=payload))
 
 
-def link_answer(frame: bytes) -> Any:
-    """What a frame on the link says: a Request, Response or Notification."""
+def link_frames(message: bytes) -> list[Any]:
+    """What a message on the link says, frame by frame (Requests, Responses, Notifications):
+    a daemon sends the frames queued for a peer in one message, a line each, so a call may
+    share its message with a heartbeat or an answer when the machine is busy."""
     from mesh.protocol import MESH_CODEC
 
-    return MESH_CODEC.decode(frame)
+    return [MESH_CODEC.decode(line) for line in message.split(b"\n") if line]
 
 
 def link_cancel(request_id: str) -> bytes:

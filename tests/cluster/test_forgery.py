@@ -44,7 +44,7 @@ from mesh.rooms import (
 )
 from registry import AgentId
 from tests.cluster._helpers import SPREAD_TIMEOUT, Member, open_member, wait_status
-from tests.cluster._raw import RawDaemon, link_answer, link_request, open_raw_daemon
+from tests.cluster._raw import RawDaemon, link_frames, link_request, open_raw_daemon
 from tests.cluster.test_rooms import persona
 
 pytestmark = pytest.mark.anyio
@@ -262,7 +262,8 @@ async def ask_as_a(raw: RawDaemon, keys: Keys, control: dict[str, Any], number: 
             got.set()
 
     async def on_answer(msg: Any) -> None:
-        raw.loop.to_mesh(take, link_answer(msg.data))
+        for frame in link_frames(msg.data):
+            raw.loop.to_mesh(take, frame)
 
     data = link_request("mesh/room-control", control, request_id)
     subscription = await raw.run(lambda: raw.nc.subscribe(NAMES.calls("a"), cb=on_answer))

@@ -23,7 +23,7 @@ from mesh.protocol import Response
 from mesh.testing import NatsServer, spawn_nats_server
 from registry import AgentId, AgentRecord, AgentStatus
 from tests.cluster._helpers import SPREAD_TIMEOUT, open_member, wait_status
-from tests.cluster._raw import link_answer, link_request
+from tests.cluster._raw import link_frames, link_request
 
 pytestmark = pytest.mark.anyio
 
@@ -58,10 +58,10 @@ async def test_a_call_that_does_not_decode_is_answered_with_the_reason(nats: Nat
         got = anyio.Event()
 
         def on_answer(message: NatsMessage) -> None:
-            answer = link_answer(message.data)
-            if isinstance(answer, Response):
-                answers.append(answer)
-                got.set()
+            for answer in link_frames(message.data):
+                if isinstance(answer, Response):
+                    answers.append(answer)
+                    got.set()
 
         # b's frames to a go to a's call subject, a's answers to b's (read here too).
         await link.subscribe("mesh.mesh.call.b", on_answer)

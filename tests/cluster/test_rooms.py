@@ -234,7 +234,7 @@ async def test_a_room_control_answer_the_holder_did_not_sign_is_dropped_and_its_
     from mesh.cluster._link import NatsMessage
     from mesh.cluster._wire import RoomControlReply
     from mesh.protocol import Request
-    from tests.cluster._raw import link_answer, link_response
+    from tests.cluster._raw import link_frames, link_response
 
     spec = RoomSpec(id="long", topic="Tea?", members=("alice", "bob"), limits=Limits(max_turns=400))
     dropped, release = anyio.Event(), anyio.Event()
@@ -266,11 +266,12 @@ async def test_a_room_control_answer_the_holder_did_not_sign_is_dropped_and_its_
         link = c.cluster.link
 
         def forge(message: NatsMessage) -> None:
-            asked = link_answer(message.data)
-            if isinstance(asked, Request) and asked.payload.method == "mesh/room-control":
-                frame = link_response(asked.id, forgery)
-                headers = {"Mesh-Daemon": "a", "Mesh-Sig": "AA"}  # a's name, not its key
-                tasks.start_soon(partial(link.publish, "mesh.mesh.call.c", frame, headers=headers))
+            for asked in link_frames(message.data):
+                if isinstance(asked, Request) and asked.payload.method == "mesh/room-control":
+                    frame = link_response(asked.id, forgery)
+                    headers = {"Mesh-Daemon": "a", "Mesh-Sig": "AA"}  # a's name, not its key
+                    publish = partial(link.publish, "mesh.mesh.call.c", frame, headers=headers)
+                    tasks.start_soon(publish)
 
         with anyio.fail_after(SPREAD_TIMEOUT):
             async with anyio.create_task_group() as tasks:

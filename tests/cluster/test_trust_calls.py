@@ -18,7 +18,7 @@ from mesh.manifests import AccessSection
 from mesh.protocol import ErrorInfo, Request, Response
 from mesh.testing import spawn_nats_server
 from tests.cluster._helpers import SPREAD_TIMEOUT, open_member, wait_status
-from tests.cluster._raw import link_answer, link_cancel, link_request, link_response
+from tests.cluster._raw import link_cancel, link_frames, link_request, link_response
 
 pytestmark = pytest.mark.anyio
 
@@ -40,9 +40,9 @@ class Attacker:
 
     async def start(self) -> None:
         async def on_frame(msg: Any) -> None:
-            answer = link_answer(msg.data)
-            if isinstance(answer, Response):  # b's answers on a's call subject
-                self.loop.to_mesh(self._send.send_nowait, answer)
+            for answer in link_frames(msg.data):
+                if isinstance(answer, Response):  # b's answers on a's call subject
+                    self.loop.to_mesh(self._send.send_nowait, answer)
 
         await self.loop.run(lambda: self.nc.subscribe(CALLS_A, cb=on_frame))
         js = self.nc.jetstream()
@@ -164,7 +164,8 @@ async def test_daemon_a_credentials_make_b_obey_no_more_than_a_may(
                     seen.set()
 
             async def on_call(msg: Any) -> None:
-                loop.to_mesh(saw, link_answer(msg.data))
+                for frame in link_frames(msg.data):
+                    loop.to_mesh(saw, frame)
 
             # The shipped config lets no daemon but b read b's calls: the request id
             # reaches the thief here through b's own user, as if it had leaked.
