@@ -148,6 +148,7 @@ async def test_deliveries_queued_before_the_mesh_loop_wakes_cross_in_one_wake_up
             await loop.run(burst)
             await done.wait()
     assert got == list(range(1000))
-    # A few: trio may drain while the NATS thread is still queueing (the GIL switches
-    # threads every 5 ms), and the run's own result comes back too. Before: one each.
-    assert wake_ups <= 20
+    # Far fewer than one each (1,000, before): trio may drain while the NATS thread is still
+    # queueing (the GIL switches threads every 5 ms, and a loaded machine preempts the
+    # thread more often: 35 seen beside a CPU hog), and the run's own result comes back too.
+    assert wake_ups <= 100
