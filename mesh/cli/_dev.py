@@ -90,6 +90,22 @@ class Target:
 # -- finding the agent ---------------------------------------------------------------------
 
 
+#: The event loops a command runs on; ``MESH_BACKEND`` picks the default.
+BACKENDS = ("asyncio", "trio")
+
+
+def backend_default() -> str:
+    """``MESH_BACKEND``, or asyncio when it is unset or empty."""
+    return os.environ.get("MESH_BACKEND") or "asyncio"
+
+
+def backend_name(value: str) -> str:
+    """A backend's name, checked: argparse checks a default (``MESH_BACKEND``) only here."""
+    if value not in BACKENDS:
+        raise argparse.ArgumentTypeError(f"{value!r} is not one of asyncio, trio (MESH_BACKEND)")
+    return value
+
+
 def load_agent(text: str) -> Target:
     """Resolve ``AGENT`` (a file, a module or a manifest; ``:name`` picks an attribute)."""
     if text.endswith(".toml"):
@@ -454,9 +470,7 @@ def add_dev_commands(
         "-i", "--interactive", action="store_true", help="prompt for calls even off a terminal"
     )
     dev.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    dev.add_argument(
-        "--backend", choices=("asyncio", "trio"), default=os.environ.get("MESH_BACKEND", "asyncio")
-    )
+    dev.add_argument("--backend", choices=BACKENDS, default=backend_default(), type=backend_name)
     dev.set_defaults(func=cmd_dev)
 
     tools = client("tools", "list an agent's tools and their arguments, through the daemon")

@@ -47,7 +47,7 @@ from mesh.cli._connection import (
     auth_headers,
     ssl_context,
 )
-from mesh.cli._dev import add_dev_commands
+from mesh.cli._dev import BACKENDS, add_dev_commands, backend_default, backend_name
 from mesh.cli._mcp_login import add_login_arguments, cmd_mcp_login
 from mesh.cli._tokens import add_token_commands
 
@@ -512,9 +512,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "serve the daemon's agents to an MCP host over stdio (docs/mcp.md);"
         " `mesh mcp login AGENT`: authorize a mounted server that needs OAuth, once",
     )
-    mcp.add_argument(
-        "--backend", choices=("asyncio", "trio"), default=os.environ.get("MESH_BACKEND", "asyncio")
-    )
+    mcp.add_argument("--backend", choices=BACKENDS, default=backend_default(), type=backend_name)
     mcp.add_argument(
         "--agent",
         metavar="ID",
@@ -629,9 +627,7 @@ def _add_serve_command(sub: Any) -> None:
         choices=("auto", "json", "console"),
         help="auto: console on a TTY, else JSON",
     )
-    serve.add_argument(
-        "--backend", choices=("asyncio", "trio"), default=os.environ.get("MESH_BACKEND", "asyncio")
-    )
+    serve.add_argument("--backend", choices=BACKENDS, default=backend_default(), type=backend_name)
     cluster = serve.add_argument_group(
         "cluster",
         "join other daemons over NATS (docs/cluster.md); credentials: $MESH_NATS_TOKEN, "
