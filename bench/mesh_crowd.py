@@ -2,19 +2,22 @@
 
 The mesh's counterpart of `bench.baselines.ws_crowd`, built from what the mesh
 has today (no daemon yet): the server (``python -m bench.mesh_crowd server
-BACKEND``) is ``open_agent_server`` with a small `mesh.Agent` whose methods are
+BACKEND``) is ``open_agent_server`` with a small `mesh.Agent`:
 
-* ``bench/subscribe`` (a notification, so a link is up with no more round trips than
-  the handshake's): remember the peer it came on as a recipient;
+* every WebSocket link a recipient from the moment it is served (``on_link``), as
+  raw websockets' server holds each connection from its handler's start: a link is
+  up, and known, with no frame beyond its handshake's ``agent/info``;
+* ``bench/control`` (a notification): the link it came on is the measuring side's,
+  not a recipient;
 * ``bench/wait {n}``: answer once ``n`` recipients are held;
 * ``bench/broadcast {seq}``: ``Peer.broadcast_nowait(recipients, "bench/stamp", {seq, t0})`` to
   every recipient, ``t0`` being ``time.monotonic()`` before the first.
 
 The crowd (``python -m bench.mesh_crowd clients PORT BACKEND``) opens
-``mesh.open_websocket_peer`` peers when told ``open <n>`` on stdin, each of which
-subscribes; for each stamp it prints how long after ``t0`` its last peer's
-notification handler ran (CLOCK_MONOTONIC is one clock for every process).
-The measuring process drives both through a control peer and reads /proc.
+``mesh.open_websocket_peer`` peers when told ``open <n>`` on stdin; for each stamp it
+prints how long after ``t0`` its last peer's notification handler ran (CLOCK_MONOTONIC
+is one clock for every process). The measuring process drives both through a
+control peer and reads /proc.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ if TYPE_CHECKING:
 
 #: Concurrent handshakes while opening a crowd (the listen backlog holds them).
 OPEN_CONCURRENCY = 100
-#: Opening 10,000 mesh links (handshake with agent/info, subscribe) on 2 shared cores:
+#: Opening 10,000 mesh links (handshake with agent/info) on 2 shared cores:
 #: ~20 s at best, minutes when the server's cyclic GC keeps re-scanning the links.
 OPEN_TIMEOUT_S = 300.0
 #: One link's handshake with its agent/info.
@@ -82,12 +85,15 @@ async def serve_crowd() -> None:
     recipients: dict[Peer, None] = {}  # insertion-ordered set
     joined = [anyio.Event()]  # set, and replaced, whenever a recipient joins
 
-    @agent.on_notification("bench/subscribe")
-    def subscribe(peer: Peer | None, params: Any) -> None:
-        assert peer is not None
+    def join(peer: Peer) -> None:
         recipients[peer] = None
         joined[0].set()
         joined[0] = anyio.Event()
+
+    @agent.on_notification("bench/control")
+    def control(peer: Peer | None, params: Any) -> None:
+        assert peer is not None
+        recipients.pop(peer, None)
 
     @agent.method("bench/wait")
     async def wait(ctx: RequestContext, params: Any) -> dict[str, int]:
@@ -110,7 +116,7 @@ async def serve_crowd() -> None:
     frames = mesh.SessionConfig().max_frame_size
     http_config = HttpServerConfig(max_connections=MAX_LINKS, max_body_size=frames)
     async with mesh.open_agent_server(
-        agent, host="127.0.0.1", port=0, http_config=http_config
+        agent, host="127.0.0.1", port=0, http_config=http_config, on_link=join
     ) as server:
         announce_port(server.port)
         await anyio.sleep_forever()
@@ -161,7 +167,6 @@ class _Crowd:
                             self.url, agent="crowd", handler=self, connect_timeout=LINK_TIMEOUT_S
                         )
                     )
-                    peer.notify_nowait("bench/subscribe")
                 self.opened += 1
                 opened = True
                 self._check_done()
@@ -270,6 +275,7 @@ async def open_mesh_crowd(backend: str) -> AsyncIterator[MeshCrowdHandle]:
         try:
             url = f"ws://127.0.0.1:{server.port}/ws"
             async with mesh.open_websocket_peer(url, agent="crowd-server") as control:
+                control.notify_nowait("bench/control")
                 yield MeshCrowdHandle(process, control, server.pid)
         finally:
             await stop_process(process)

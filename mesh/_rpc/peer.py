@@ -939,17 +939,22 @@ async def serve_peer(
     config: SessionConfig | None = None,
     codec: Codec = MESH_CODEC,
     handshake_request: tuple[RequestId, str] | None = None,
+    on_start: Callable[[Peer], object] | None = None,
 ) -> None:
     """Serve ``handler`` on ``stream`` until the connection ends.
 
     The calling task reads the connection itself: one task fewer per link served.
     ``handshake_request`` is a request (id, method) the client made in the
     connection's handshake: it is answered first, as if its frame had come.
+    ``on_start(peer)`` runs once the peer is up, before that answer and before
+    the first frame is read.
     """
     peer = Peer(stream, handler=handler, config=config, codec=codec)
     with unwrap_single_error():
         async with peer._task_group() as tg:
             peer._start(tg, read=False)
+            if on_start is not None:
+                on_start(peer)
             if handshake_request is not None:
                 peer._dispatch(peer._session.receive_request(*handshake_request))
                 if peer._session.has_data_to_send:

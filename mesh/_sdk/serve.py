@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 
@@ -18,7 +18,7 @@ from mesh._errors import ConnectionLost, Unauthorized
 from mesh._logging import get_logger
 from mesh._rpc.connect import INFO_OFFER, handshake_request, link_websocket_config
 from mesh._rpc.exchange import Exchange
-from mesh._rpc.peer import serve_peer
+from mesh._rpc.peer import Peer, serve_peer
 from mesh._rpc.reconnect import ReconnectPolicy, open_reconnecting_peer
 from mesh._rpc.session import SessionConfig
 from mesh._sdk.agent import Agent
@@ -89,8 +89,16 @@ async def open_agent_server(
     config: SessionConfig | None = None,
     http_config: HttpServerConfig | None = None,
     websocket_config: WebSocketConfig | None = None,
+    on_link: Callable[[Peer], object] | None = None,
 ) -> AsyncIterator[HttpServer]:
-    """Serve ``agent`` over HTTP (``/rpc``) and WebSocket (``/ws``) on one port."""
+    """Serve ``agent`` over HTTP (``/rpc``) and WebSocket (``/ws``) on one port.
+
+    ``on_link(peer)`` is called with each WebSocket link's :class:`~mesh.Peer` as it
+    is served, before the client's handshake is answered: a client whose link is up
+    is already known. A server that keeps its clients (to notify them all with
+    :meth:`~mesh.Peer.broadcast_nowait`, say) keeps them from here; ``peer.closed``
+    says when one has gone. An exception from it closes that link.
+    """
     session_config = config or SessionConfig()
     ws_config = websocket_config or link_websocket_config(session_config)
     http_config = http_config or HttpServerConfig(max_body_size=session_config.max_frame_size)
@@ -98,7 +106,9 @@ async def open_agent_server(
     async def serve_link(stream: WebSocketStream, agent_id: str | None) -> None:
         # One frame less per link: the server's peer reads on this task.
         asked = handshake_request(stream)
-        await serve_peer(stream, agent, config=session_config, handshake_request=asked)
+        await serve_peer(
+            stream, agent, config=session_config, handshake_request=asked, on_start=on_link
+        )
 
     async with open_http_server(
         _AgentRoutes(agent, tokens, session_config),
