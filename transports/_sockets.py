@@ -32,7 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
+import functools
 import ipaddress
+import os
 import socket
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -116,34 +119,82 @@ async def connect_tcp(host: str, port: int) -> anyio.abc.SocketStream:
     through anyio, which resolves it and races its addresses. On asyncio the stream's
     reading is left on: the caller takes its I/O over at once (:func:`socket_io`).
     """
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
+    address = _ip_address(host)
+    if address is None:
         return await anyio.connect_tcp(host, port)
     backend = _backend()
     if backend is None:
         return await anyio.connect_tcp(host, port)
     if sniffio.current_async_library() == "asyncio":
-        connected = await _asyncio_connect(address.compressed, port)
+        connected = await _asyncio_connect(*address, port)
         if connected is not None:
             return connected
-    stream: anyio.abc.SocketStream = await backend.connect_tcp(address.compressed, port)
+    stream: anyio.abc.SocketStream = await backend.connect_tcp(address[1], port)
     return stream
 
 
-async def _asyncio_connect(host: str, port: int) -> anyio.abc.SocketStream | None:
+@functools.lru_cache(maxsize=64)
+def _ip_address(host: str) -> tuple[socket.AddressFamily, str] | None:
+    """``host``'s address family and canonical form if it is an IP address, else None
+    (a dialler names the same few hosts again and again: each parsed once)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    family = socket.AF_INET if address.version == 4 else socket.AF_INET6
+    return family, address.compressed
+
+
+async def _asyncio_connect(
+    family: socket.AddressFamily, host: str, port: int
+) -> anyio.abc.SocketStream | None:
     """anyio's connect on asyncio, its transport's reading left on: anyio pauses it until
     a ``receive``, and :func:`socket_io`, which the dialler calls at once, resumes it (a
-    selector registration removed and made again per link). None: anyio changed."""
+    selector registration removed and made again per link). None: anyio changed.
+
+    The address is connected here, not by ``create_connection(host, port)``, which
+    would resolve it again (asyncio's check that a host is already an address is
+    a parse by :mod:`ipaddress` per dial)."""
     try:
         from anyio._backends._asyncio import SocketStream, StreamProtocol
     except ImportError:  # pragma: no cover - anyio<5 is pinned; anyio's connect then
         return None
     loop = asyncio.get_running_loop()
-    protocol_type = lazy_stream_protocol(StreamProtocol)
-    transport, protocol = await loop.create_connection(protocol_type, host, port)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        await _connect_nonblocking(loop, sock, (host, port))
+        protocol_type = lazy_stream_protocol(StreamProtocol)
+        transport, protocol = await loop.create_connection(protocol_type, sock=sock)
+    except BaseException:
+        sock.close()
+        raise
     stream: anyio.abc.SocketStream = SocketStream(transport, protocol)
     return stream
+
+
+async def _connect_nonblocking(
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, address: tuple[str, int]
+) -> None:
+    """``loop.sock_connect`` for an address that needs no resolving: connect, and if
+    that is under way, wait until the socket is writable and read how it ended."""
+    error = sock.connect_ex(address)
+    if error in (errno.EINPROGRESS, errno.EAGAIN):
+        done: asyncio.Future[None] = loop.create_future()
+        fd = sock.fileno()
+        loop.add_writer(fd, _set_once, done)
+        try:
+            await done
+        finally:
+            loop.remove_writer(fd)
+        error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if error:
+        raise OSError(error, f"Connect call failed {address}: {os.strerror(error)}")
+
+
+def _set_once(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
 
 
 class _LazyState(asyncio.Protocol):

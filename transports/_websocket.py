@@ -477,8 +477,14 @@ async def open_websocket(
     info = TransportInfo("websocket", shown)
     ws = WebSocketStream(stream, protocol, info=info, config=config, io=io)
     _take_handshake(ws, switched, rest, offers)
-    async with _keeping_alive(ws):
+    if config.ping_interval is not None:
+        async with _keeping_alive(ws):
+            yield ws
+        return
+    try:  # no keepalive: _keeping_alive's block without its generator (one per link)
         yield ws
+    finally:
+        await ws.aclose(*_normally())
 
 
 def _take_handshake(

@@ -98,8 +98,7 @@ async def handshake(
     return peer.remote_info
 
 
-@asynccontextmanager
-async def open_stdio_peer(
+def open_stdio_peer(
     command: str,
     args: Sequence[str] = (),
     *,
@@ -110,7 +109,7 @@ async def open_stdio_peer(
     config: SessionConfig | None = None,
     handler: RequestHandler | None = None,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-) -> AsyncIterator[Peer]:
+) -> AbstractAsyncContextManager[Peer]:
     """Spawn an agent program and talk to it over its stdin/stdout.
 
     Returns once the agent has answered ``agent/info`` (see :func:`handshake`).
@@ -132,12 +131,10 @@ async def open_stdio_peer(
         max_frame_size=max_frame_size,
         agent=name,
     )
-    async with _open(dial, "stdio", name, config, handler, connect_timeout) as peer:
-        yield peer
+    return _open(dial, "stdio", name, config, handler, connect_timeout)
 
 
-@asynccontextmanager
-async def open_http_peer(
+def open_http_peer(
     endpoint: str,
     *,
     agent: str | None = None,
@@ -145,7 +142,7 @@ async def open_http_peer(
     ssl_context: ssl.SSLContext | None = None,
     config: SessionConfig | None = None,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-) -> AsyncIterator[Peer]:
+) -> AbstractAsyncContextManager[Peer]:
     """Talk to an agent served over HTTP (``POST {endpoint}/rpc``).
 
     An unreachable server or a certificate that does not verify raises
@@ -155,12 +152,10 @@ async def open_http_peer(
     dial = open_http_client(
         endpoint, token=token, ssl_context=ssl_context, max_frame_size=config.max_frame_size
     )
-    async with _open(dial, "http", agent or endpoint, config, None, connect_timeout) as peer:
-        yield peer
+    return _open(dial, "http", agent or endpoint, config, None, connect_timeout)
 
 
-@asynccontextmanager
-async def open_websocket_peer(
+def open_websocket_peer(
     url: str,
     *,
     agent: str | None = None,
@@ -171,7 +166,7 @@ async def open_websocket_peer(
     websocket_config: WebSocketConfig | None = None,
     handler: RequestHandler | None = None,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-) -> AsyncIterator[Peer]:
+) -> AbstractAsyncContextManager[Peer]:
     """Dial an agent's WebSocket endpoint with its token.
 
     ``agent/info`` is asked in the WebSocket handshake (``INFO_OFFER``): a server
@@ -193,10 +188,7 @@ async def open_websocket_peer(
         ssl_context=ssl_context,
         config=ws_config,
     )
-    async with _open(
-        dial, "websocket", agent or url, config, handler, connect_timeout, asked
-    ) as peer:
-        yield peer
+    return _open(dial, "websocket", agent or url, config, handler, connect_timeout, asked)
 
 
 @asynccontextmanager

@@ -331,6 +331,8 @@ class Peer(CallMethods):
         self._delivering = False  # in _deliver: a frame arriving meanwhile goes to the reader
         self._new_scope = loop.cancel_scope
         self._task_group = loop.task_group
+        #: The task group's ``start_soon`` returns a task handle: anyio's (on asyncio).
+        self._handles = loop.call_at is not None
         #: A handler that must wait runs as a task: the loop's own on asyncio.
         self._spawner = Spawner(loop)
         #: What the peer said of itself in the handshake (``agent/info``), if any.
@@ -525,8 +527,13 @@ class Peer(CallMethods):
             deliver_to = getattr(self._stream, "deliver_to", None)
             if deliver_to is not None:
                 deliver_to(self._deliver)
-            self._reader = self._new_scope()
-            tasks.start_soon(self._read_in_scope, self._reader, name="mesh.reader")
+            if self._handles:
+                # anyio's task group (asyncio) hands back the task's handle, whose
+                # cancel is that task's own scope's: no second scope for the reader.
+                self._reader = tasks.start_soon(self._read_loop, name="mesh.reader")
+            else:
+                self._reader = scope = self._new_scope()
+                tasks.start_soon(self._read_in_scope, scope, name="mesh.reader")
         else:
             self._reader = tasks.cancel_scope
         deadline = self._session.next_deadline()
