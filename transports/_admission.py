@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from transports._http_messages import HttpRequest
+from transports._loop import Scope
 
 __all__ = ["Admission", "Slot", "Standing", "Vouch", "Vouched", "current_slot", "eviction"]
 
@@ -86,7 +87,7 @@ class Slot:
     holder: str | None = None
     #: The setting that closed this connection to make room for another holder's.
     evicted_for: str | None = None
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    scope: Scope = field(default_factory=anyio.CancelScope)
 
 
 #: The slot of the connection the current task serves (set around an upgraded stream's
@@ -127,14 +128,14 @@ class Admission:
     def held_by(self, holder: str) -> int:
         return len(self._held.get(holder, ()))
 
-    def enter(self) -> Slot | None:
-        """A slot for a new connection, or None when the strangers' pool is full of
-        connections being answered."""
+    def enter(self, new_scope: Callable[[], Scope] = anyio.CancelScope) -> Slot | None:
+        """A slot for a new connection (its scope made by ``new_scope``: the loop's own,
+        say), or None when the strangers' pool is full of connections being answered."""
         limit = self.stranger_limit
         full = limit is not None and len(self._strangers) >= limit
         if full and not self._evict(self._strangers):
             return None
-        slot = Slot()
+        slot = Slot(scope=new_scope())
         self._strangers[slot] = None
         return slot
 

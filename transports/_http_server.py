@@ -685,6 +685,8 @@ class HttpServer:
         self.active_requests = 0
         self._accepting = anyio.CancelScope()
         self._all = anyio.CancelScope()
+        #: Each connection's scope: the running loop's own once serving (no backend lookup).
+        self._new_scope: Callable[[], Scope] = anyio.CancelScope
         self._idle = anyio.Event()
         self._connection_closed = anyio.Event()
 
@@ -699,6 +701,7 @@ class HttpServer:
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
+        self._new_scope = current_loop().cancel_scope
         with self._all:
             async with anyio.create_task_group() as connections:
                 task_status.started()
@@ -750,7 +753,7 @@ class HttpServer:
             total = config.max_connections + (config.reserved_connections if self.vouch else 0)
             if self.connections >= total:
                 return None, "max_connections"
-        return self.admission.enter(), "max_unauthenticated_connections"
+        return self.admission.enter(self._new_scope), "max_unauthenticated_connections"
 
     async def _handle(self, stream: anyio.abc.ByteStream) -> None:
         client = _peer_name(stream)
