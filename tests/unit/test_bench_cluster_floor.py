@@ -10,7 +10,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from bench._registry import Backend, RunContext
+from bench._harness import plan_cases, plan_groups
+from bench._registry import Backend, RunContext, get_scenario
+from bench._targets import wanted_pairs
 from bench.cluster_scenarios import call_frames, daemon_signatures
 from mesh.protocol import MESH_CODEC, Request, Response
 
@@ -38,3 +40,38 @@ def test_a_calls_signatures_are_timed_per_call(mode: str, frames: int, backend: 
     assert result.samples > 0
     assert result.extra["frames_per_message"] == frames
     assert result.extra["cpu_us_per_call"] > 0
+
+
+def test_the_signatures_run_beside_the_call_across_daemons_in_every_round() -> None:
+    pairs = wanted_pairs()
+    for mode in ("sequential", "inflight64"):
+        for backend in ("asyncio", "trio"):
+            members = (
+                ("cluster-remote", backend),
+                ("cluster-local", backend),
+                ("nats-raw", backend),
+                ("daemon-signatures", backend),
+            )
+            assert (members, mode) in pairs
+    names = ("cluster-remote", "cluster-local", "nats-raw", "daemon-signatures")
+    scenarios = [get_scenario(name, "bench.cluster_scenarios") for name in names]
+    cases = plan_cases(scenarios, ["asyncio", "trio"])
+    key = (
+        (
+            ("cluster-remote", "trio"),
+            ("cluster-local", "trio"),
+            ("nats-raw", "trio"),
+            ("daemon-signatures", "trio"),
+        ),
+        "sequential",
+    )
+    (group,) = plan_groups(cases, [key])
+    # trio's own signatures; bare NATS, asyncio only, stands in from asyncio
+    assert [c.label for c in group.cases] == [
+        "cluster-remote sequential trio",
+        "cluster-local sequential trio",
+        "nats-raw sequential asyncio",
+        "daemon-signatures sequential trio",
+    ]
+    # --only cluster-remote brings its floor's parts, the signatures included
+    assert "daemon-signatures" in scenarios[0].baselines
