@@ -9,13 +9,19 @@ the live echo agent over stdio (a child process), member ``b`` holds nothing.
 ``cluster-remote``  ``b`` calls echo: over NATS to ``a``, then over stdio to the agent.
 ``nats-raw``        nats-py's own ``request`` to a responder in this process that decodes
                     and re-encodes the JSON it echoes (asyncio: nats-py has no trio).
+``daemon-signatures`` what a cross-daemon call pays on top of both: its request signed by
+                    ``b`` and checked by ``a``, its answer signed by ``a`` and checked by
+                    ``b`` (``mesh/cluster/_keys.py``), in this process, no NATS; with 64 in
+                    flight, 64 frames to each message, as the daemon link joins them.
 ``cluster-registry`` agents written to the KV bucket by ``a`` and mirrored by ``b``.
 ``kv-raw``          the same through bare nats-py: ``js.publish_async`` of one entry per
                     key (per-key TTL) on one connection, an ordered consumer on another
                     counting them (asyncio: nats-py has no trio).
 
 The issue's target: a cross-daemon call costs at most 1.3 x (the local call +
-one bare request/reply); docs/performance.md holds the figures and the sums.
+one bare request/reply); the same bound is read again against that floor plus the
+call's signatures, which a bare request/reply does not pay. docs/performance.md
+holds the figures and the sums.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from bench._children import REPO_ROOT
-from bench._measure import measure_calls
+from bench._measure import INFLIGHT, measure_calls, summarize
 from bench._registry import Measurement, RunContext, scenario
 from bench.mesh_scenarios import ARGUMENTS, echo_agent_args, quiet_logs, stdio_env
 
@@ -131,7 +137,7 @@ async def cluster_local(ctx: RunContext) -> Measurement:
 @scenario(
     "cluster-remote",
     group="cluster",
-    baseline=("cluster-local", "nats-raw"),
+    baseline=("cluster-local", "nats-raw", "daemon-signatures"),
     description="a call across daemons: member b calls a's echo agent over NATS",
     smoke_modes=("sequential",),
 )
@@ -188,6 +194,112 @@ async def nats_raw(ctx: RunContext) -> Measurement:
         finally:
             await nc.close()
             await responder.close()
+
+
+#: The subjects of a call between daemons b (the caller) and a (the agent's holder), as
+#: cluster-remote's go (mesh/cluster/_calls.py names them): each signature covers its
+#: message's subject and reply subject with the message.
+TO_A, B_INBOX = "mesh.mesh.call.a", "_INBOX_mesh.mesh.b.s78OvcUYbK0flSIIzcaSwl.a"
+TO_B, A_INBOX = "mesh.mesh.call.b", "_INBOX_mesh.mesh.a.Catw5LNJ8ONHufSiVBS5hK.b"
+#: The signatures are CPU work and nothing else (~300 µs a call on the 2-core machine):
+#: a quarter second holds hundreds of calls, a steady median, and a longer window would
+#: only lengthen every run of the bench.
+SIGNATURES_WARMUP_S = 0.05
+SIGNATURES_WINDOW_S = 0.25
+
+
+def call_frames() -> tuple[bytes, bytes]:
+    """``cluster-remote``'s request frame (b asks for a's echo agent: ``mesh/call``) and
+    its answer, encoded by the link's codec: 376 and 157 bytes."""
+    from mesh.protocol import (
+        MESH_CODEC,
+        Request,
+        RequestPayload,
+        Response,
+        ResponsePayload,
+        new_request_id,
+        now_ms,
+    )
+
+    call = {
+        "agent": "echo",
+        "method": "tools/call",
+        "params": {"name": "echo", "arguments": ARGUMENTS},
+        "timeout": 30.0,
+        "origin": "b",
+        "caller": {"kind": "client", "name": "embedder@b", "admin": False, "room": None},
+        "traceparent": None,
+        "tracestate": None,
+    }
+    request_id = new_request_id()
+    request = Request(
+        id=request_id,
+        timestamp=now_ms(),
+        payload=RequestPayload(method="mesh/call", params=call),
+    )
+    answer = Response(
+        id=request_id,
+        timestamp=now_ms(),
+        payload=ResponsePayload(success=True, result=ARGUMENTS),
+    )
+    return MESH_CODEC.encode(request), MESH_CODEC.encode(answer)
+
+
+@scenario(
+    "daemon-signatures",
+    group="cluster",
+    description="a cross-daemon call's four signature operations: its request and its answer "
+    "each signed and checked with the cluster's keys (64 in flight: 64 frames to a message)",
+    smoke_modes=("sequential",),
+)
+async def daemon_signatures(ctx: RunContext) -> Measurement:
+    """Per call: `Keys.headers` (`signed_bytes` + `DaemonKey.sign`) of the request by b and
+    `Keys.signer` (`signed_bytes` + `KeyRing.verify`) of it by a, then the same for the
+    answer from a to b. One call at a time, each message carries one frame; with 64 in
+    flight the daemon link joins what is sent together (mesh/cluster/_stream.py), so 64
+    requests share one message and one signature, and so do their answers: the time of
+    that exchange / 64 is a call's share. calls_per_s is 1 / p50, the time per call the
+    64-in-flight floor adds."""
+    from mesh.cluster._keys import DaemonKey, Keys
+
+    frames = 1 if ctx.mode == "sequential" else INFLIGHT
+    a, b = Keys("a", DaemonKey.generate()), Keys("b", DaemonKey.generate())
+    a.ring.add("b", b.key.public)
+    b.ring.add("a", a.key.public)
+    request, answer = call_frames()
+    asked, answered = b"\n".join([request] * frames), b"\n".join([answer] * frames)
+
+    def call() -> None:
+        headers = b.headers(TO_A, B_INBOX, asked)
+        if a.signer(headers, TO_A, B_INBOX, asked) != "b":
+            raise RuntimeError("a did not take b's request as b's")
+        headers = a.headers(TO_B, A_INBOX, answered)
+        if b.signer(headers, TO_B, A_INBOX, answered) != "a":
+            raise RuntimeError("b did not take a's answer as a's")
+
+    warm = time.perf_counter() + min(ctx.warmup, SIGNATURES_WARMUP_S)
+    call()
+    while time.perf_counter() < warm:
+        call()
+    window = min(ctx.duration, SIGNATURES_WINDOW_S)
+    samples: list[float] = []
+    cpu = time.process_time()
+    end = time.perf_counter() + window
+    while (t0 := time.perf_counter()) < end:
+        call()
+        samples.append((time.perf_counter() - t0) / frames)
+    cpu = time.process_time() - cpu
+    calls = len(samples) * frames
+    result = summarize(samples, calls, window)
+    if result.p50_us:
+        result.calls_per_s = 1e6 / result.p50_us
+    result.extra = {
+        "cpu_us_per_call": cpu * 1e6 / max(calls, 1),
+        "frames_per_message": float(frames),
+        "request_bytes": float(len(request)),
+        "answer_bytes": float(len(answer)),
+    }
+    return result
 
 
 REGISTRY_MODES = ("agents1000", "agents10000")

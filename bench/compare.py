@@ -51,7 +51,10 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[str], int]:
     """Lines that compare the two runs' targets, and how many verdicts flipped."""
     first, second = _targets(a), _targets(b)
     lines, flips, same, loose = [], 0, 0, 0
-    for key in (k for k in first if k in second):
+    keys = [k for k in first if k in second]
+    # As wide as the longest name: cut at 58 characters, a cross-daemon target lost its mode.
+    width = max((len(key[1]) for key in keys), default=0)
+    for key in keys:
         x, y = first[key], second[key]
         settled = x.get("settled", True) and y.get("settled", True)
         if x["holds"] == y["holds"] and settled:
@@ -61,7 +64,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[str], int]:
         else:
             state, loose = "unsettled", loose + 1
         lines.append(
-            f"  {key[1]:58.58} {key[2]:7} {x['value']:9.3g} {_verdict(x):18}"
+            f"  {key[1]:{width}} {key[2]:7} {x['value']:9.3g} {_verdict(x):18}"
             f" {y['value']:9.3g} {_verdict(y):18} {state}"
         )
     lines.append(
