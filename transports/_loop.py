@@ -11,8 +11,9 @@ mechanism: an ``asyncio.Future``, or trio's ``wait_task_rescheduled``.
 
 Both wake a parked task exactly once, and cancelling the parked task (anyio's
 cancel scopes, on either backend) simply forgets it, so a late wake-up is a no-op.
-asyncio also gets timers without a task (``loop.call_at``); trio has none, so
-there the clock runs in a task of its own. On trio, cancel scopes and task groups
+Both have timers without a task of their own: asyncio's ``loop.call_at``, and on
+trio, which has none, the same from one task per run (``_trio_loop``'s
+``TrioTimers``). On trio, cancel scopes and task groups
 are trio's own: anyio's wrap them, and since anyio 4.14 its ``start_soon`` makes a
 task handle (another scope and an event) for every task, a served call's worth.
 """
@@ -20,8 +21,10 @@ task handle (another scope and an event) for every task, a served call's worth.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import functools
+import heapq
 import math
 import time
 from collections.abc import Callable, Coroutine, Iterable
@@ -31,6 +34,8 @@ from typing import Any, Protocol
 
 import anyio
 import sniffio
+
+from transports._logging import get_logger
 
 __all__ = [
     "Cancellable",
@@ -44,6 +49,8 @@ __all__ = [
     "Wakeup",
     "current_loop",
 ]
+
+log = get_logger("transports.loop")
 
 
 class Wakeup(Protocol):
@@ -94,18 +101,21 @@ class Tasks(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Loop:
-    """The running loop's clock, one-shot wake-ups, and (asyncio only) timers."""
+    """The running loop's clock, one-shot wake-ups, and timers."""
 
     now: Callable[[], float]
     wakeup: Callable[[], Wakeup]
     #: ``call_at(when, callback)`` runs ``callback()`` at ``when`` on this loop's
-    #: clock, with no task; None where the loop has no such thing (trio).
-    call_at: Callable[[float, Callable[[], None]], Timer] | None
+    #: clock, in the context it was called in, with no task of the caller's.
+    call_at: Callable[[float, Callable[[], None]], Timer]
     #: A new cancel scope: anyio's asyncio class (``anyio.CancelScope()`` looks the
     #: backend up on every construction, this builds one directly), or trio's own.
     cancel_scope: Callable[[], Scope]
     #: A new task group: ``anyio.create_task_group()``, or trio's own nursery.
     task_group: Callable[[], AbstractAsyncContextManager[Tasks]]
+    #: asyncio's ``loop.create_task`` (a task of the loop's own); None on trio, whose
+    #: every task is some nursery's.
+    create_task: Callable[..., asyncio.Task[Any]] | None = None
 
 
 class _AsyncioWakeup:
@@ -137,6 +147,101 @@ def _trio_loop() -> Loop:
     current_task = trio.lowlevel.current_task
     wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
     succeeded = trio.lowlevel.Abort.SUCCEEDED
+    current_time = trio.current_time
+    heappush, heappop = heapq.heappush, heapq.heappop
+    copy_context = contextvars.copy_context
+
+    class TrioTimer:
+        """One ``call_at``: ordered by when it is due; ``cancel`` lets go of the callback."""
+
+        __slots__ = ("_callback", "_context", "_timers", "when")
+        _callback: Callable[[], None] | None
+        _context: contextvars.Context | None
+
+        def __init__(self, when: float, callback: Callable[[], None], timers: TrioTimers) -> None:
+            self.when = when
+            self._callback = callback
+            self._context = copy_context()  # as asyncio's call_at does
+            self._timers = timers
+
+        def __lt__(self, other: TrioTimer) -> bool:
+            return self.when < other.when
+
+        def cancel(self) -> None:
+            if self._callback is not None:  # neither fired nor cancelled yet
+                self._callback = None
+                self._context = None
+                self._timers.cancelled()
+
+    class TrioTimers:
+        """trio's ``call_at``: one system task per run sleeps until the earliest timer
+        is due and runs what is due, each callback in the context it was armed in, as
+        asyncio's loop runs its ``call_at`` callbacks.
+
+        trio has no timers, so each link's clock used to be a task of its own, waiting
+        in a cancel scope with a deadline: 2.7 KiB held per idle link (the task, its
+        coroutines and context, trio's scope and its status's two sets, anyio's scope
+        around it), where asyncio's link holds one ``TimerHandle``. A timer here is a
+        heap entry and a copied context. Cancelled timers are dropped when they come
+        due, or all at once when they are most of the heap (as asyncio does).
+        """
+
+        __slots__ = ("_cancelled", "_heap", "_waiting")
+
+        def __init__(self) -> None:
+            self._heap: list[TrioTimer] = []
+            self._cancelled = 0  # cancelled timers still in the heap
+            self._waiting: trio.CancelScope | None = None  # the task's sleep, while it sleeps
+
+        def call_at(self, when: float, callback: Callable[[], None]) -> TrioTimer:
+            timer = TrioTimer(when, callback, self)
+            heappush(self._heap, timer)
+            waiting = self._waiting
+            if waiting is not None and when < waiting.deadline:
+                waiting.deadline = when  # wakes the task sooner
+            return timer
+
+        def cancelled(self) -> None:
+            self._cancelled += 1
+            heap = self._heap
+            if self._cancelled > 100 and self._cancelled * 2 > len(heap):
+                heap[:] = [timer for timer in heap if timer._callback is not None]
+                heapq.heapify(heap)
+                self._cancelled = 0
+
+        async def run(self) -> None:
+            """The system task: until the run ends (its cancellation ends it)."""
+            heap = self._heap
+            while True:
+                with trio.CancelScope(deadline=heap[0].when if heap else math.inf) as waiting:
+                    self._waiting = waiting
+                    await trio.sleep_forever()
+                self._waiting = None
+                now = current_time()
+                while heap and heap[0].when <= now:
+                    timer = heappop(heap)
+                    callback, context = timer._callback, timer._context
+                    if callback is None or context is None:
+                        self._cancelled -= 1
+                        continue
+                    timer._callback = None
+                    timer._context = None
+                    try:
+                        context.run(callback)
+                    except Exception:  # a system task's error would end the run
+                        log.exception("transports.timer_failed", callback=repr(callback))
+
+    timers_of_run: trio.lowlevel.RunVar[TrioTimers] = trio.lowlevel.RunVar("transports_timers")
+
+    def call_at(when: float, callback: Callable[[], None]) -> Timer:
+        """``call_at`` on this run's timers, started by the run's first timer."""
+        try:
+            timers = timers_of_run.get()
+        except LookupError:
+            timers = TrioTimers()
+            timers_of_run.set(timers)
+            trio.lowlevel.spawn_system_task(timers.run, name="transports.timers")
+        return timers.call_at(when, callback)
 
     class TrioWakeup:
         """trio's own parking, without a ParkingLot: one task, woken once."""
@@ -195,7 +300,7 @@ def _trio_loop() -> Loop:
                     leaf = leaf.exceptions[0]
                 raise leaf from group
 
-    return Loop(trio.current_time, TrioWakeup, None, trio.CancelScope, TrioNursery)
+    return Loop(trio.current_time, TrioWakeup, call_at, trio.CancelScope, TrioNursery)
 
 
 def _trio_run_loop() -> Loop:
@@ -243,6 +348,7 @@ def current_loop() -> Loop:
                 loop.call_at,
                 type(anyio.CancelScope()),
                 anyio.create_task_group,
+                loop.create_task,
             ),
         )
     return last[1]
@@ -294,23 +400,19 @@ class Clock:
     a daemon's calls to others): ``due()`` fires what is due at the earliest deadline
     armed and says the next one (None: nothing left).
 
-    On asyncio it is a ``call_at`` timer (no task); trio has no timers, so there it is
-    a task, started in a group by :meth:`run_in`, that sleeps until the target or until
-    an earlier one is armed. :meth:`arm` only ever brings the target forward: a later
-    deadline is found by ``due()`` when the earlier one fires.
+    It is one ``call_at`` timer at a time, on either loop: no task of its own.
+    :meth:`arm` only ever brings the target forward: a later deadline is found by
+    ``due()`` when the earlier one fires.
     """
 
-    __slots__ = ("_call_at", "_due", "_now", "_parked", "_stopped", "_timer", "_wakeup", "target")
+    __slots__ = ("_call_at", "_due", "_stopped", "_timer", "target")
 
     def __init__(self, loop: Loop, due: Callable[[], float | None]) -> None:
-        self._now = loop.now
-        self._wakeup = loop.wakeup
         self._call_at = loop.call_at
         self._due = due
         #: When the clock fires next (``math.inf``: not armed).
         self.target = math.inf
-        self._timer: Timer | None = None  # asyncio: the pending call_at
-        self._parked: Wakeup | None = None  # trio: where the clock task waits
+        self._timer: Timer | None = None  # the pending call_at
         self._stopped = False
 
     def arm(self, deadline: float) -> None:
@@ -318,28 +420,17 @@ class Clock:
         if deadline >= self.target or self._stopped:
             return
         self.target = deadline
-        if self._call_at is None:
-            if self._parked is not None:
-                self._parked.set()  # the clock task re-reads the target
-            return
         if self._timer is not None:
             self._timer.cancel()
         self._timer = self._call_at(deadline, self._fire)
 
-    def run_in(self, tasks: Tasks) -> None:
-        """Start the clock's task in ``tasks`` where the loop has no timers (trio)."""
-        if self._call_at is None:
-            tasks.start_soon(self._run, name="mesh.clock")
-
     def stop(self) -> None:
-        """Never fire again: the timer is cancelled, the task ends."""
+        """Never fire again: the timer is cancelled (and lets go of this clock)."""
         self._stopped = True
         self.target = math.inf
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._parked is not None:
-            self._parked.set()
 
     def _fire(self) -> None:
         self._timer = None
@@ -347,14 +438,6 @@ class Clock:
         deadline = self._due()
         if deadline is not None:
             self.arm(deadline)
-
-    async def _run(self) -> None:
-        while not self._stopped:
-            parked = self._parked = self._wakeup()
-            with anyio.move_on_after(self.target - self._now()):
-                await parked.wait()
-            if self._now() >= self.target:
-                self._fire()
 
 
 class Spawner:
@@ -372,9 +455,7 @@ class Spawner:
 
     def __init__(self, loop: Loop) -> None:
         self._new_scope = loop.cancel_scope
-        self._create_task: Callable[..., asyncio.Task[None]] | None = None
-        if loop.call_at is not None:
-            self._create_task = asyncio.get_running_loop().create_task
+        self._create_task = loop.create_task
 
     def start(
         self,

@@ -6,8 +6,8 @@ stream takes them; a writer task starts only the first time it does not, and fro
 then on finishes whatever the stream could not take at once (every frame queued
 while a write is in flight goes out in the next single write: pipelining needs
 one writer, where a lock per send would serialise the callers). Deadlines and
-heartbeats fire from a timer on asyncio (``loop.call_at``: no task) and from a
-clock task on trio, which has no timers. Requests whose handler must wait get a
+heartbeats fire from a timer (``loop.call_at`` on asyncio, the same from one task
+per run on trio: no task per link). Requests whose handler must wait get a
 task each: on trio in the nursery :func:`open_peer` (or :func:`serve_peer`) owns,
 in a cancel scope; on asyncio a task of the loop's own, cancelled directly, which
 that same ``async with`` cancels and waits for on its way out. Nothing outlives it.
@@ -15,7 +15,7 @@ Neither goes through anyio's task group per call: its ``start_soon`` makes a tas
 handle (a cancel scope and an event) for every task, which was a fifth of a relayed
 call's CPU on asyncio and a seventh on trio (docs/performance.md).
 
-An idle link therefore holds one task on asyncio and two on trio, and a call
+An idle link therefore holds one task on either loop, and a call
 costs one wake-up of the caller (the backend's own future or parking, see
 :mod:`transports._loop`), not an ``anyio.Event``.
 """
@@ -331,8 +331,9 @@ class Peer(CallMethods):
         self._delivering = False  # in _deliver: a frame arriving meanwhile goes to the reader
         self._new_scope = loop.cancel_scope
         self._task_group = loop.task_group
-        #: The task group's ``start_soon`` returns a task handle: anyio's (on asyncio).
-        self._handles = loop.call_at is not None
+        #: The task group's ``start_soon`` returns a task handle: anyio's, on asyncio (the
+        #: loop with tasks of its own; trio's nursery gives none back).
+        self._handles = loop.create_task is not None
         #: A handler that must wait runs as a task: the loop's own on asyncio.
         self._spawner = Spawner(loop)
         #: What the peer said of itself in the handshake (``agent/info``), if any.
@@ -516,7 +517,7 @@ class Peer(CallMethods):
     # -- the tasks -----------------------------------------------------------------------------
 
     def _start(self, tasks: Tasks, *, read: bool) -> None:
-        """Run in ``tasks``: the reader and the clock.
+        """Run in ``tasks``: the reader; arm the clock.
 
         Without ``read`` the caller reads itself (:func:`serve_peer`), inside ``tasks``
         and nothing else: then losing the link cancels the whole group, reader and
@@ -539,7 +540,6 @@ class Peer(CallMethods):
         deadline = self._session.next_deadline()
         if deadline is not None:
             self._clock.arm(deadline)
-        self._clock.run_in(tasks)
 
     def _deliver(self, frame: bytes) -> bool:
         """A lone call's answer, handed over by the stream as it arrives (in the sender's

@@ -1,10 +1,15 @@
 """The one deadline clock and the one spawn that every link and the cluster's calls use.
 
-Both hide the backend: a ``call_at`` timer or a clock task, a task of the loop's own or
-a task of the group in a cancel scope. These check by behaviour, on asyncio and trio.
+Both hide the backend: asyncio's ``call_at`` timer or trio's from one task per run, a
+task of the loop's own or a task of the group in a cancel scope. These check by
+behaviour, on asyncio and trio.
 """
 
 from __future__ import annotations
+
+import gc
+import weakref
+from contextvars import ContextVar
 
 import anyio
 import pytest
@@ -12,6 +17,8 @@ import pytest
 from transports._loop import Clock, Spawner, current_loop
 
 pytestmark = pytest.mark.anyio
+
+_ARMED_BY: ContextVar[str] = ContextVar("armed_by", default="nobody")
 
 
 async def test_the_clock_fires_at_the_earliest_deadline_and_then_at_the_one_due_names() -> None:
@@ -29,13 +36,11 @@ async def test_the_clock_fires_at_the_earliest_deadline_and_then_at_the_one_due_
 
     clock = Clock(loop, due)
     with anyio.fail_after(10):
-        async with anyio.create_task_group() as tg:
-            clock.run_in(tg)
-            clock.arm(start + 5.0)
-            clock.arm(start + 0.01)  # earlier: brought forward
-            clock.arm(start + 3.0)  # later than the target: changes nothing
-            await done.wait()
-            clock.stop()
+        clock.arm(start + 5.0)
+        clock.arm(start + 0.01)  # earlier: brought forward
+        clock.arm(start + 3.0)  # later than the target: changes nothing
+        await done.wait()
+        clock.stop()
     assert len(fired) == 2
     assert fired[0] >= start + 0.01
     assert fired[1] >= start + 0.02
@@ -56,17 +61,53 @@ async def test_a_stopped_clock_never_fires() -> None:
     clock = Clock(loop, fire)
     witness = Clock(loop, witnessed)  # fires after the stopped clock's deadline
     with anyio.fail_after(10):
-        async with anyio.create_task_group() as tg:
-            clock.run_in(tg)
-            witness.run_in(tg)
-            clock.arm(loop.now() + 0.01)
-            clock.stop()
-            clock.arm(loop.now() + 0.01)  # ignored once stopped
-            witness.arm(loop.now() + 0.03)
-            await later.wait()
-            witness.stop()
+        clock.arm(loop.now() + 0.01)
+        clock.stop()
+        clock.arm(loop.now() + 0.01)  # ignored once stopped
+        witness.arm(loop.now() + 0.03)
+        await later.wait()
+        witness.stop()
     assert fired == []
     assert clock.target == float("inf")
+
+
+async def test_a_timer_runs_in_the_context_it_was_armed_in() -> None:
+    """As asyncio's ``call_at`` does, trio's timers too: the callback sees what the code
+    that armed it saw, whatever changed since."""
+    loop = current_loop()
+    seen: list[str] = []
+    done = anyio.Event()
+
+    def due() -> None:
+        seen.append(_ARMED_BY.get())
+        done.set()
+
+    clock = Clock(loop, due)
+    token = _ARMED_BY.set("the caller")
+    clock.arm(loop.now() + 0.01)
+    _ARMED_BY.reset(token)
+    with anyio.fail_after(10):
+        await done.wait()
+    assert seen == ["the caller"]
+
+
+async def test_a_stopped_clock_lets_go_of_its_owner_at_once() -> None:
+    """A link that ends stops its clock: its timer must not keep the link alive until
+    the deadline it was armed for (a heartbeat's, tens of seconds away)."""
+    loop = current_loop()
+
+    class Owner:
+        def due(self) -> None:
+            return None
+
+    owner = Owner()
+    gone = weakref.ref(owner)
+    clock = Clock(loop, owner.due)
+    clock.arm(loop.now() + 3600)
+    clock.stop()
+    del clock, owner
+    gc.collect()
+    assert gone() is None
 
 
 async def test_a_task_cancelled_before_its_first_step_starts_and_stops_at_its_first_wait() -> None:
